@@ -1,0 +1,128 @@
+# seckilld - flash-sale HTTP service.
+#
+#   make run       install deps, start private MariaDB + Redis, build, serve :8080
+#   make test      the same set-up on a test database, then every test, plain
+#                  and under SANITIZE=address,undefined
+#   make services  only start MariaDB + Redis and write .run/env
+#   make stop      stop them
+#
+# Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
+# WERROR=0 turns warnings back into warnings.
+
+SHELL := /bin/bash
+CC ?= cc
+SANITIZE ?=
+WERROR ?= 1
+
+ifeq ($(SANITIZE),)
+BUILD ?= build
+SANFLAGS :=
+else
+BUILD ?= build/san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined
+endif
+
+PKGS := libmicrohttpd jansson hiredis mysqlclient libsodium
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wformat=2 -Wvla -Wno-format-nonliteral
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+# Evaluated on use, so `make deps` works before the -dev packages exist.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS = $(shell pkg-config --libs $(PKGS))
+
+CFLAGS ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(CFLAGS) \
+             $(PKG_CFLAGS) -MMD -MP
+ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+LIBS = $(PKG_LIBS) -lpthread
+
+LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
+           cmd/config.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+MAIN_OBJ := $(BUILD)/obj/cmd/main.o
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit_%)
+IT_SRC := $(wildcard tests/it/test_*.c)
+IT_BIN := $(IT_SRC:tests/it/%.c=$(BUILD)/tests/it_%)
+IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
+IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all build tests deps services stop run test test-unit test-it \
+        test-san format format-check clean
+
+all: build
+
+build: $(BUILD)/seckilld
+
+$(BUILD)/seckilld: $(MAIN_OBJ) $(LIB_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN)
+
+$(BUILD)/tests/unit_%: $(BUILD)/obj/tests/unit/%.o $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
+$(BUILD)/tests/it_%: $(BUILD)/obj/tests/it/%.o $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- the private servers ----
+
+deps:
+	@scripts/deps.sh
+
+services: deps
+	@scripts/services.sh up
+
+stop:
+	@scripts/services.sh down
+
+run: services
+	@$(MAKE) --no-print-directory build
+	@. .run/env && exec $(BUILD)/seckilld
+
+# ---- tests ----
+
+# The whole suite, plain and then under the sanitizers.
+test: services
+	@scripts/services.sh reset-test
+	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
+	@tests/run.sh build build/san
+
+test-unit: tests
+	@tests/run.sh --unit $(BUILD)
+
+test-it: services tests
+	@scripts/services.sh reset-test
+	@tests/run.sh --it $(BUILD)
+
+test-san: services
+	@scripts/services.sh reset-test
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
+	@tests/run.sh build/san
+
+# ---- style ----
+
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h')
+
+format:
+	clang-format -i $(FORMAT_SRC)
+
+format-check:
+	@clang-format --dry-run -Werror $(FORMAT_SRC) && echo "format ok"
+
+clean:
+	rm -rf build

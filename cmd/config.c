@@ -1,0 +1,412 @@
+/*
+ * config.c - settings from SECKILL_* variables and --flags, validated up
+ * front so that a bad setting is one clear line at start-up.
+ */
+#include "cmd/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+const char config_usage[] =
+    "usage: seckilld [serve] [options]\n"
+    "       seckilld token --user ID [--admin] [--ttl SECONDS]\n"
+    "       seckilld tokens --first N --count M [--ttl SECONDS]\n"
+    "\n"
+    "Every option is also an environment variable; the flag wins.\n"
+    "  --port N            SECKILL_PORT         listen port (8080)\n"
+    "  --bind ADDR         SECKILL_BIND         listen address (127.0.0.1)\n"
+    "  --mysql-url URL     SECKILL_MYSQL_URL    "
+    "mysql://user:pass@host:port/db (required)\n"
+    "  --redis-url URL     SECKILL_REDIS_URL    "
+    "redis://[:pass@]host:port/db (required)\n"
+    "  --secret HEX        SECKILL_SECRET       "
+    "64 hex chars, the token signing key (required)\n"
+    "  --threads N         SECKILL_THREADS      "
+    "worker threads (4 per core)\n"
+    "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
+    "per-user purchase lock lease (10000)\n"
+    "  --dev[=0|1]         SECKILL_DEV          "
+    "1: echo login codes in responses (0)\n"
+    "  --help                                   this text\n"
+    "\n"
+    "token prints one bearer token; tokens prints CSV user_id,token for\n"
+    "load tests (ttl defaults to 86400 s). Both need only the secret.\n";
+
+enum setting_id {
+    SET_PORT,
+    SET_BIND,
+    SET_MYSQL_URL,
+    SET_REDIS_URL,
+    SET_SECRET,
+    SET_THREADS,
+    SET_LOCK_TTL,
+    SET_DEV,
+    SET_COUNT
+};
+
+static const struct {
+    const char *flag;
+    const char *env;
+    const char *def; /* NULL: required for serving */
+} settings[SET_COUNT] = {
+    [SET_PORT] = {"port", "SECKILL_PORT", "8080"},
+    [SET_BIND] = {"bind", "SECKILL_BIND", "127.0.0.1"},
+    [SET_MYSQL_URL] = {"mysql-url", "SECKILL_MYSQL_URL", NULL},
+    [SET_REDIS_URL] = {"redis-url", "SECKILL_REDIS_URL", NULL},
+    [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
+    [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
+    [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
+    [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+static char *own(struct config *cfg, char *s)
+{
+    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++)
+        if (!cfg->owned[i])
+            return cfg->owned[i] = s;
+    abort(); /* programmer error: too many owned strings */
+}
+
+void config_free(struct config *cfg)
+{
+    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++) {
+        free(cfg->owned[i]);
+        cfg->owned[i] = NULL;
+    }
+}
+
+/* Whole-string integer in [min, max]. */
+static int parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Percent-decode n bytes of s into a new string. */
+static char *pct_decode(const char *s, size_t n)
+{
+    char *out = xmalloc(n + 1), *o = out;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char hex[1];
+        char two[3] = {0};
+        if (s[i] == '%' && i + 2 < n) {
+            memcpy(two, s + i + 1, 2);
+            if (util_hex_decode(two, hex, 1) == 0) {
+                *o++ = (char)hex[0];
+                i += 2;
+                continue;
+            }
+        }
+        *o++ = s[i];
+    }
+    *o = '\0';
+    return out;
+}
+
+struct url {
+    char *user, *pass, *host, *path; /* owned by cfg once parsed */
+    int64_t port;
+};
+
+/* scheme://[user[:pass]@]host[:port][/path] */
+static int parse_url(struct config *cfg, const char *url, const char *scheme,
+                     int64_t def_port, struct url *u)
+{
+    size_t sl = strlen(scheme);
+    const char *p, *at, *slash, *hend, *colon;
+
+    memset(u, 0, sizeof(*u));
+    if (strncmp(url, scheme, sl) != 0 || strncmp(url + sl, "://", 3) != 0)
+        return -EINVAL;
+    p = url + sl + 3;
+    slash = strchr(p, '/');
+    if (!slash)
+        slash = p + strlen(p);
+    at = memrchr(p, '@', (size_t)(slash - p));
+    if (at) {
+        colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            u->user = own(cfg, pct_decode(p, (size_t)(colon - p)));
+            u->pass = own(cfg, pct_decode(colon + 1, (size_t)(at - colon - 1)));
+        } else {
+            u->user = own(cfg, pct_decode(p, (size_t)(at - p)));
+        }
+        p = at + 1;
+    }
+    if (*p == '[') { /* [v6]:port */
+        hend = memchr(p, ']', (size_t)(slash - p));
+        if (!hend)
+            return -EINVAL;
+        u->host = own(cfg, xstrndup(p + 1, (size_t)(hend - p - 1)));
+        hend++;
+    } else {
+        hend = memchr(p, ':', (size_t)(slash - p));
+        if (!hend)
+            hend = slash;
+        u->host = own(cfg, xstrndup(p, (size_t)(hend - p)));
+    }
+    if (!u->host[0])
+        return -EINVAL;
+    u->port = def_port;
+    if (hend < slash) {
+        char buf[16];
+        size_t n = (size_t)(slash - hend - 1);
+        if (*hend != ':' || n == 0 || n >= sizeof(buf))
+            return -EINVAL;
+        memcpy(buf, hend + 1, n);
+        buf[n] = '\0';
+        if (parse_int(buf, 1, 65535, &u->port))
+            return -EINVAL;
+    }
+    u->path = own(cfg, xstrdup(*slash ? slash + 1 : ""));
+    return 0;
+}
+
+int config_mysql_url(struct config *cfg, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
+{
+    struct url u;
+
+    if (parse_url(cfg, url, "mysql", 3306, &u) || !u.user || !u.user[0] ||
+        !u.path[0] || strchr(u.path, '/') || strchr(u.path, '?'))
+        return fail(err, errlen,
+                    "SECKILL_MYSQL_URL: expected "
+                    "mysql://user:pass@host:port/db");
+    sc->mysql_host = u.host;
+    sc->mysql_port = (unsigned)u.port;
+    sc->mysql_user = u.user;
+    sc->mysql_pass = u.pass ? u.pass : "";
+    sc->mysql_db = u.path;
+    return 0;
+}
+
+int config_redis_url(struct config *cfg, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
+{
+    struct url u;
+    int64_t db = 0;
+
+    if (parse_url(cfg, url, "redis", 6379, &u) ||
+        (u.path[0] && parse_int(u.path, 0, 15, &db)) || (u.user && !u.pass))
+        return fail(err, errlen,
+                    "SECKILL_REDIS_URL: expected "
+                    "redis://[[user]:pass@]host[:port][/db] with db 0..15");
+    sc->redis_host = u.host;
+    sc->redis_port = (unsigned)u.port;
+    sc->redis_user = u.user && u.user[0] ? u.user : NULL;
+    sc->redis_pass = u.pass;
+    sc->redis_db = (unsigned)db;
+    return 0;
+}
+
+static int apply(struct config *cfg, enum setting_id id, const char *v,
+                 char *err, size_t errlen)
+{
+    struct handlers_config *h = &cfg->http;
+    const char *env = settings[id].env;
+    int64_t n;
+
+    switch (id) {
+    case SET_PORT:
+        if (parse_int(v, 0, 65535, &n))
+            return fail(err, errlen, "%s: must be a port 0..65535 (got \"%s\")",
+                        env, v);
+        h->port = (uint16_t)n;
+        return 0;
+    case SET_BIND: {
+        unsigned char buf[16];
+        if (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1)
+            return fail(err, errlen,
+                        "%s: must be an IPv4 or IPv6 address (got \"%s\")",
+                        env, v);
+        h->bind = v;
+        return 0;
+    }
+    case SET_MYSQL_URL:
+        return config_mysql_url(cfg, v, &h->store, err, errlen);
+    case SET_REDIS_URL:
+        return config_redis_url(cfg, v, &h->store, err, errlen);
+    case SET_SECRET:
+        if (util_hex_decode(v, h->secret, TOKEN_KEY_LEN))
+            return fail(err, errlen, "%s: must be 64 hex characters", env);
+        return 0;
+    case SET_THREADS:
+        if (!v[0]) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            h->threads = (unsigned)(cores > 0 ? cores * 4 : 4);
+            return 0;
+        }
+        if (parse_int(v, 1, 1024, &n))
+            return fail(err, errlen, "%s: must be 1..1024 (got \"%s\")", env,
+                        v);
+        h->threads = (unsigned)n;
+        return 0;
+    case SET_LOCK_TTL:
+        if (parse_int(v, 100, 3600000, &n))
+            return fail(err, errlen,
+                        "%s: must be 100..3600000 milliseconds (got \"%s\")",
+                        env, v);
+        h->lock_ttl_ms = (uint32_t)n;
+        return 0;
+    case SET_DEV:
+        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+            h->dev = true;
+        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
+            h->dev = false;
+        else
+            return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+        return 0;
+    case SET_COUNT:
+        break;
+    }
+    return -EINVAL;
+}
+
+/* Subcommand flags, with their values. */
+static int sub_flag(struct config *cfg, const char *name, const char *v,
+                    char *err, size_t errlen)
+{
+    if (strcmp(name, "user") == 0 && cfg->cmd == CMD_TOKEN) {
+        if (!v || parse_int(v, 1, INT64_MAX, &cfg->token_user))
+            return fail(err, errlen, "--user: must be a positive integer");
+    } else if (strcmp(name, "ttl") == 0 && cfg->cmd != CMD_SERVE) {
+        if (!v || parse_int(v, 1, 10 * 365 * 86400LL, &cfg->token_ttl_s))
+            return fail(err, errlen, "--ttl: must be 1..315360000 seconds");
+    } else if (strcmp(name, "first") == 0 && cfg->cmd == CMD_TOKENS) {
+        if (!v || parse_int(v, 1, INT64_MAX / 2, &cfg->tokens_first))
+            return fail(err, errlen, "--first: must be a positive integer");
+    } else if (strcmp(name, "count") == 0 && cfg->cmd == CMD_TOKENS) {
+        if (!v || parse_int(v, 1, 10000000, &cfg->tokens_count))
+            return fail(err, errlen, "--count: must be 1..10000000");
+    } else {
+        return fail(err, errlen, "unknown option --%s (see --help)", name);
+    }
+    return 0;
+}
+
+int config_parse(struct config *cfg, int argc, char **argv, char *err,
+                 size_t errlen)
+{
+    const char *val[SET_COUNT];
+    int i = 1, ret;
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->cmd = CMD_SERVE;
+    cfg->token_ttl_s = 86400;
+    cfg->http.store.connect_timeout_ms = 1000;
+    cfg->http.store.io_timeout_ms = 5000;
+    for (int s = 0; s < SET_COUNT; s++) {
+        const char *e = getenv(settings[s].env);
+        val[s] = e ? e : settings[s].def;
+    }
+
+    if (argc > 1 && argv[1][0] != '-') {
+        if (strcmp(argv[1], "serve") == 0)
+            cfg->cmd = CMD_SERVE;
+        else if (strcmp(argv[1], "token") == 0)
+            cfg->cmd = CMD_TOKEN;
+        else if (strcmp(argv[1], "tokens") == 0)
+            cfg->cmd = CMD_TOKENS;
+        else if (strcmp(argv[1], "help") == 0)
+            cfg->cmd = CMD_HELP;
+        else
+            return fail(err, errlen, "unknown command \"%s\" (see --help)",
+                        argv[1]);
+        i = 2;
+    }
+
+    for (; i < argc; i++) {
+        const char *a = argv[i], *eq, *v = NULL;
+        char name[32];
+        int s;
+
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cfg->cmd = CMD_HELP;
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return fail(err, errlen, "unexpected argument \"%s\"", a);
+        a += 2;
+        eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a) : strlen(a);
+        if (n >= sizeof(name))
+            return fail(err, errlen, "unknown option --%s", a);
+        memcpy(name, a, n);
+        name[n] = '\0';
+        if (eq)
+            v = eq + 1;
+
+        /* Boolean flags take no separate value. */
+        if (strcmp(name, "dev") == 0 || strcmp(name, "admin") == 0) {
+            if (strcmp(name, "admin") == 0) {
+                if (cfg->cmd != CMD_TOKEN)
+                    return fail(err, errlen, "--admin: only with token");
+                cfg->token_admin = 1;
+            } else {
+                val[SET_DEV] = v ? v : "1";
+            }
+            continue;
+        }
+        if (!v) {
+            if (i + 1 >= argc)
+                return fail(err, errlen, "--%s: needs a value", name);
+            v = argv[++i];
+        }
+        for (s = 0; s < SET_COUNT; s++)
+            if (strcmp(name, settings[s].flag) == 0)
+                break;
+        if (s < SET_COUNT) {
+            val[s] = v;
+            continue;
+        }
+        if ((ret = sub_flag(cfg, name, v, err, errlen)))
+            return ret;
+    }
+    if (cfg->cmd == CMD_HELP)
+        return 0;
+
+    if (cfg->cmd == CMD_TOKEN && !cfg->token_user)
+        return fail(err, errlen, "token: --user ID is required");
+    if (cfg->cmd == CMD_TOKENS && (!cfg->tokens_first || !cfg->tokens_count))
+        return fail(err, errlen, "tokens: --first N and --count M are required");
+
+    for (int s = 0; s < SET_COUNT; s++) {
+        bool needed = cfg->cmd == CMD_SERVE || s == SET_SECRET;
+        if (!val[s] || (!val[s][0] && !settings[s].def)) {
+            if (!needed)
+                continue;
+            return fail(err, errlen, "%s (--%s) is required", settings[s].env,
+                        settings[s].flag);
+        }
+        if (!needed)
+            continue;
+        if ((ret = apply(cfg, (enum setting_id)s, val[s], err, errlen)))
+            return ret;
+    }
+    return 0;
+}

@@ -1,0 +1,124 @@
+/*
+ * main.c - seckilld: parse the configuration, then either print tokens or
+ * start the HTTP service and run until SIGTERM or SIGINT.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <mysql.h>
+#include <sodium.h>
+
+#include "cmd/config.h"
+#include "common/token.h"
+#include "common/util.h"
+#include "handlers/handlers.h"
+
+static int print_tokens(const struct config *cfg)
+{
+    struct token_claims c;
+    char tok[TOKEN_STR_LEN];
+    int64_t now = util_now_ms() / 1000;
+
+    c.role = cfg->token_admin ? TOKEN_ROLE_ADMIN : TOKEN_ROLE_USER;
+    c.expires = now + cfg->token_ttl_s;
+    if (cfg->cmd == CMD_TOKEN) {
+        c.user_id = cfg->token_user;
+        token_sign(cfg->http.secret, &c, tok);
+        printf("%s\n", tok);
+        return 0;
+    }
+    printf("user_id,token\n");
+    for (int64_t i = 0; i < cfg->tokens_count; i++) {
+        c.user_id = cfg->tokens_first + i;
+        token_sign(cfg->http.secret, &c, tok);
+        printf("%lld,%s\n", (long long)c.user_id, tok);
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* A crowd needs more descriptors than the usual soft limit of 1024. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+static int serve(const struct config *cfg)
+{
+    struct handlers_server *srv;
+    sigset_t set;
+    int sig = 0, err;
+
+    /* Block the stop signals before any thread starts, so that every
+     * thread inherits the mask and only sigwait() below sees them. */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
+    if (mysql_library_init(0, NULL, NULL)) {
+        log_error("mysql library init failed", NULL);
+        return 1;
+    }
+
+    err = handlers_server_start(&cfg->http, &srv);
+    if (err) {
+        fprintf(stderr, "seckilld: cannot listen on %s:%u: %s\n",
+                cfg->http.bind, cfg->http.port, strerror(-err));
+        mysql_library_end();
+        return 1;
+    }
+    log_info("listening", "bind=%s port=%u threads=%u mysql=%s:%u/%s "
+             "redis=%s:%u/%u dev=%d",
+             cfg->http.bind, handlers_server_port(srv), cfg->http.threads,
+             cfg->http.store.mysql_host, cfg->http.store.mysql_port,
+             cfg->http.store.mysql_db, cfg->http.store.redis_host,
+             cfg->http.store.redis_port, cfg->http.store.redis_db,
+             cfg->http.dev);
+
+    sigwait(&set, &sig);
+    log_info("stopping", "signal=%d", sig);
+    handlers_server_stop(srv);
+    mysql_library_end();
+    log_info("stopped", NULL);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg;
+    char err[256];
+    int ret;
+
+    if (sodium_init() < 0) {
+        fprintf(stderr, "seckilld: libsodium failed to initialise\n");
+        return 1;
+    }
+    if (config_parse(&cfg, argc, argv, err, sizeof(err))) {
+        fprintf(stderr, "seckilld: %s\n", err);
+        config_free(&cfg);
+        return 2;
+    }
+    switch (cfg.cmd) {
+    case CMD_HELP:
+        fputs(config_usage, stdout);
+        ret = 0;
+        break;
+    case CMD_TOKEN:
+    case CMD_TOKENS:
+        ret = print_tokens(&cfg);
+        break;
+    default:
+        ret = serve(&cfg);
+        break;
+    }
+    config_free(&cfg);
+    return ret;
+}

@@ -1,0 +1,81 @@
+/*
+ * token.c - signing and verifying bearer tokens with crypto_auth.
+ */
+#include "common/token.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sodium.h>
+
+#define TOKEN_VERSION 1
+#define PAYLOAD_LEN (1 + 8 + 1 + 8)
+#define RAW_LEN (PAYLOAD_LEN + crypto_auth_BYTES)
+#define B64_VARIANT sodium_base64_VARIANT_URLSAFE_NO_PADDING
+
+_Static_assert(TOKEN_KEY_LEN == crypto_auth_KEYBYTES, "key size");
+_Static_assert(TOKEN_STR_LEN >= sodium_base64_ENCODED_LEN(RAW_LEN, B64_VARIANT),
+               "token buffer");
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int token_sign(const unsigned char key[TOKEN_KEY_LEN],
+               const struct token_claims *claims, char *out)
+{
+    unsigned char raw[RAW_LEN];
+
+    if (claims->user_id <= 0 ||
+        (claims->role != TOKEN_ROLE_USER && claims->role != TOKEN_ROLE_ADMIN))
+        return -EINVAL;
+    raw[0] = TOKEN_VERSION;
+    put_be64(raw + 1, (uint64_t)claims->user_id);
+    raw[9] = (unsigned char)claims->role;
+    put_be64(raw + 10, (uint64_t)claims->expires);
+    crypto_auth(raw + PAYLOAD_LEN, raw, PAYLOAD_LEN, key);
+    sodium_bin2base64(out, TOKEN_STR_LEN, raw, RAW_LEN, B64_VARIANT);
+    return 0;
+}
+
+int token_verify(const unsigned char key[TOKEN_KEY_LEN], const char *tok,
+                 size_t len, int64_t now, struct token_claims *claims)
+{
+    unsigned char raw[RAW_LEN + 1];
+    size_t rawlen = 0;
+    const char *end = NULL;
+
+    if (len != sodium_base64_ENCODED_LEN(RAW_LEN, B64_VARIANT) - 1)
+        return -EINVAL;
+    if (sodium_base642bin(raw, sizeof(raw), tok, len, NULL, &rawlen, &end,
+                          B64_VARIANT) != 0 ||
+        rawlen != RAW_LEN || end != tok + len)
+        return -EINVAL;
+    /* Check the MAC before looking at anything the payload claims. */
+    if (crypto_auth_verify(raw + PAYLOAD_LEN, raw, PAYLOAD_LEN, key) != 0)
+        return -EPERM;
+    if (raw[0] != TOKEN_VERSION)
+        return -EINVAL;
+    uint64_t uid = get_be64(raw + 1);
+    int64_t exp = (int64_t)get_be64(raw + 10);
+    if (uid == 0 || uid > INT64_MAX ||
+        (raw[9] != TOKEN_ROLE_USER && raw[9] != TOKEN_ROLE_ADMIN))
+        return -EINVAL;
+    if (now >= exp)
+        return -ETIMEDOUT;
+    claims->user_id = (int64_t)uid;
+    claims->role = (enum token_role)raw[9];
+    claims->expires = exp;
+    return 0;
+}

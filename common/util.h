@@ -1,0 +1,65 @@
+/*
+ * util.h - allocation wrappers, logging and small helpers shared by every
+ * module. Out-of-memory aborts here, so nothing else checks for it.
+ */
+#ifndef SECKILL_UTIL_H
+#define SECKILL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Allocate or abort the process with a log line: never return NULL. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* printf into a new string that the caller frees with free(3). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+/*
+ * Write one log line to stderr: "ts=... level=... msg=\"<msg>\" <fields>".
+ * msg is a short lower-case text leading with what failed; fields is a
+ * printf format of key=value pairs (may be NULL). Thread-safe: one write(2)
+ * per line. Never log secrets or tokens.
+ */
+void log_write(enum log_level level, const char *msg, const char *fields, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Lines below this level are dropped (default LOG_INFO). */
+void log_set_level(enum log_level level);
+
+#define log_debug(msg, ...) log_write(LOG_DEBUG, msg, __VA_ARGS__)
+#define log_info(msg, ...) log_write(LOG_INFO, msg, __VA_ARGS__)
+#define log_warn(msg, ...) log_write(LOG_WARN, msg, __VA_ARGS__)
+#define log_error(msg, ...) log_write(LOG_ERROR, msg, __VA_ARGS__)
+
+/* Wall-clock time in milliseconds since the Unix epoch. */
+int64_t util_now_ms(void);
+/* Monotonic time in milliseconds, for durations. */
+int64_t util_mono_ms(void);
+
+/*
+ * Parse a decimal id: digits only, no sign, no spaces, 1 <= value <=
+ * INT64_MAX. Returns 0 and stores the value, or -EINVAL.
+ */
+int util_parse_id(const char *s, size_t len, int64_t *out);
+
+/*
+ * Format seconds since the epoch as RFC 3339 UTC ("2026-11-21T05:35:00Z")
+ * into buf, which holds at least UTIL_TIME_LEN bytes. Returns buf.
+ */
+#define UTIL_TIME_LEN 32
+char *util_time_format(int64_t epoch_s, char *buf);
+/*
+ * Parse an RFC 3339 date-time ("2026-11-21T05:35:00Z", optional fraction,
+ * 'Z' or a +hh:mm / -hh:mm offset) into epoch seconds (fraction dropped).
+ * Returns 0, or -EINVAL for anything else, including impossible dates.
+ */
+int util_time_parse(const char *s, int64_t *out);
+
+/* Decode hex into out (exactly outlen bytes). Returns 0 or -EINVAL. */
+int util_hex_decode(const char *hex, unsigned char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * auth.c - POST /api/auth/code and POST /api/auth/login: phone login with
+ * a six-digit code kept in Redis, answered with a signed bearer token.
+ */
+#include "handlers/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sodium.h>
+
+#include "common/util.h"
+
+#define CODE_TTL_S 300
+#define CODE_MAX_TRIES 5
+#define LOGIN_TOKEN_TTL_S (24 * 3600)
+
+/* "+" optional, then 6 to 15 digits (E.164 allows 15). */
+static bool phone_ok(const char *p)
+{
+    size_t n;
+
+    if (*p == '+')
+        p++;
+    n = strlen(p);
+    if (n < 6 || n > 15)
+        return false;
+    return strspn(p, "0123456789") == n;
+}
+
+static bool phone_or_reply(struct request *req, const char **phone)
+{
+    if (!body_str_or_reply(req, "phone", true, 16, phone))
+        return false;
+    if (!phone_ok(*phone)) {
+        req_error(req, ERR_BAD_REQUEST,
+                  "phone: must be 6 to 15 digits with an optional +");
+        return false;
+    }
+    return true;
+}
+
+unsigned auth_code_post(struct request *req)
+{
+    const char *phone;
+    char code[8];
+    json_t *body;
+    int err;
+
+    if (!body_object_or_reply(req) || !phone_or_reply(req, &phone))
+        return req->status;
+    snprintf(code, sizeof(code), "%06u", randombytes_uniform(1000000));
+    err = store_code_put(req->st, phone, code, CODE_TTL_S);
+    if (err)
+        return req_backend_error(req, err, "code_put");
+    /* Sending the SMS is out of scope: dev mode shows the code instead. */
+    log_info("login code issued", "dev=%d", req->cfg->dev);
+    body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", CODE_TTL_S);
+    if (req->cfg->dev)
+        json_object_set_new(body, "code", json_string(code));
+    return req_reply(req, 200, body);
+}
+
+unsigned auth_login_post(struct request *req)
+{
+    const char *phone, *code;
+    enum store_code outcome;
+    struct token_claims claims;
+    char token[TOKEN_STR_LEN];
+    int64_t user_id;
+    int err;
+
+    if (!body_object_or_reply(req) || !phone_or_reply(req, &phone) ||
+        !body_str_or_reply(req, "code", true, 6, &code))
+        return req->status;
+    if (strlen(code) != 6 || strspn(code, "0123456789") != 6)
+        return req_error(req, ERR_BAD_REQUEST, "code: must be 6 digits");
+    err = store_code_check(req->st, phone, code, CODE_MAX_TRIES, &outcome);
+    if (err)
+        return req_backend_error(req, err, "code_check");
+    if (outcome != STORE_CODE_OK)
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "the login code is wrong or expired");
+    err = store_user_login(req->st, phone, &user_id);
+    if (err)
+        return req_backend_error(req, err, "user_login");
+
+    claims.user_id = user_id;
+    claims.role = TOKEN_ROLE_USER;
+    claims.expires = util_now_ms() / 1000 + LOGIN_TOKEN_TTL_S;
+    token_sign(req->cfg->secret, &claims, token);
+    return req_reply(req, 200,
+                     json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token,
+                               "expiresIn", LOGIN_TOKEN_TTL_S, "user", "id",
+                               json_id(user_id), "phone", phone));
+}

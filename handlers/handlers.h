@@ -1,0 +1,43 @@
+/*
+ * handlers.h - the HTTP service: libmicrohttpd with its internal thread
+ * pool, one struct store per worker thread, and the JSON API.
+ */
+#ifndef SECKILL_HANDLERS_H
+#define SECKILL_HANDLERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/token.h"
+#include "store/store.h"
+
+struct handlers_config {
+    const char *bind;  /* IPv4 or IPv6 literal */
+    uint16_t port;     /* 0: pick a free one (see handlers_server_port) */
+    unsigned threads;  /* worker threads, >= 1 */
+    uint32_t lock_ttl_ms;
+    bool dev;          /* echo login codes in responses */
+    unsigned char secret[TOKEN_KEY_LEN];
+    struct store_config store;
+};
+
+struct handlers_server;
+
+/*
+ * Start listening and serving on cfg->threads threads. cfg must outlive the
+ * server. Returns 0 and sets *out, or -errno (-EADDRINUSE, ...) with a log
+ * line.
+ */
+int handlers_server_start(const struct handlers_config *cfg,
+                          struct handlers_server **out);
+
+/* The port actually bound. */
+uint16_t handlers_server_port(const struct handlers_server *srv);
+
+/*
+ * Stop accepting, finish the requests in flight, join the threads (which
+ * close their connections) and free srv. Accepts NULL.
+ */
+void handlers_server_stop(struct handlers_server *srv);
+
+#endif

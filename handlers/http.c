@@ -1,0 +1,256 @@
+/*
+ * http.c - libmicrohttpd wiring: the daemon and its thread pool, per-thread
+ * stores, body accumulation with the 64 KiB cap, dispatch through the route
+ * table, and sending the JSON reply.
+ */
+#include "handlers/internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+#include "common/util.h"
+
+struct handlers_server {
+    struct MHD_Daemon *daemon;
+    const struct handlers_config *cfg;
+    uint16_t port;
+};
+
+/* Each worker thread owns one store, freed when the thread exits. */
+static pthread_key_t store_key;
+static pthread_once_t store_key_once = PTHREAD_ONCE_INIT;
+
+static void store_key_destroy(void *p)
+{
+    store_free(p);
+}
+
+static void store_key_create(void)
+{
+    if (pthread_key_create(&store_key, store_key_destroy) != 0)
+        abort();
+}
+
+static struct store *thread_store(const struct handlers_config *cfg)
+{
+    struct store *st = pthread_getspecific(store_key);
+
+    if (!st) {
+        st = store_new(&cfg->store);
+        pthread_setspecific(store_key, st);
+    }
+    return st;
+}
+
+static enum MHD_Result send_reply(struct MHD_Connection *conn,
+                                  struct request *req)
+{
+    char *text;
+    struct MHD_Response *resp;
+    enum MHD_Result ret;
+
+    if (!req->reply)
+        req_error(req, ERR_INTERNAL, NULL);
+    text = json_dumps(req->reply, JSON_COMPACT);
+    if (!text)
+        abort(); /* only out of memory */
+    size_t len = strlen(text);
+    resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    if (req->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
+    if (req->retry_after) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%u", req->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    ret = MHD_queue_response(conn, req->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static void dispatch(struct request *req)
+{
+    const struct route *route;
+    handler_fn fn = NULL;
+
+    switch (route_match(req->path, &route, &req->id)) {
+    case ROUTE_NOT_FOUND:
+        req_error(req, ERR_NOT_FOUND, "no such endpoint");
+        return;
+    case ROUTE_BAD_ID:
+        req_error(req, ERR_BAD_REQUEST, "the id must be a positive integer");
+        return;
+    case ROUTE_OK:
+        break;
+    }
+    if (req->method == HTTP_GET)
+        fn = route->get;
+    else if (req->method == HTTP_POST)
+        fn = route->post;
+    if (!fn) {
+        req->allow = route->allow;
+        req_error(req, ERR_METHOD_NOT_ALLOWED, NULL);
+        return;
+    }
+    req->st = thread_store(req->cfg);
+    fn(req);
+}
+
+/* Declared length above the cap: refuse before reading the body. */
+static bool declared_too_large(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(
+        conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl && strtoull(cl, NULL, 10) > BODY_MAX;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **req_cls)
+{
+    struct handlers_server *srv = cls;
+    struct request *req = *req_cls;
+    (void)version;
+
+    if (!req) {
+        req = xcalloc(1, sizeof(*req));
+        req->cfg = srv->cfg;
+        req->conn = conn;
+        req->path = url;
+        req->method = strcmp(method, "GET") == 0    ? HTTP_GET
+                      : strcmp(method, "POST") == 0 ? HTTP_POST
+                                                    : HTTP_OTHER;
+        *req_cls = req;
+        if (declared_too_large(conn)) {
+            req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
+            return send_reply(conn, req);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!req->too_large && req->body_len + *upload_size > BODY_MAX) {
+            /* Chunked bodies have no Content-Length: stop keeping them. */
+            req->too_large = true;
+            free(req->body);
+            req->body = NULL;
+        }
+        if (!req->too_large) {
+            req->body = xrealloc(req->body, req->body_len + *upload_size + 1);
+            memcpy(req->body + req->body_len, upload, *upload_size);
+            req->body_len += *upload_size;
+            req->body[req->body_len] = '\0';
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (req->too_large)
+        req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
+    else
+        dispatch(req);
+    return send_reply(conn, req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **req_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct request *req = *req_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
+
+    if (!req)
+        return;
+    request_clear(req);
+    free(req);
+    *req_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    (void)cls;
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    buf[strcspn(buf, "\n")] = '\0';
+    log_warn("http server error", "detail=\"%s\"", buf);
+}
+
+int handlers_server_start(const struct handlers_config *cfg,
+                          struct handlers_server **out)
+{
+    struct sockaddr_storage ss = {0};
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    struct handlers_server *srv;
+
+    if (inet_pton(AF_INET, cfg->bind,
+                  &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(cfg->port);
+    } else if (inet_pton(AF_INET6, cfg->bind,
+                         &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(cfg->port);
+        flags |= MHD_USE_IPv6;
+    } else {
+        return -EINVAL;
+    }
+    pthread_once(&store_key_once, store_key_create);
+
+    srv = xcalloc(1, sizeof(*srv));
+    srv->cfg = cfg;
+    srv->daemon = MHD_start_daemon(
+        flags, cfg->port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)60000,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_END);
+    if (!srv->daemon) {
+        int err = errno ? -errno : -EIO;
+        log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
+                  cfg->bind, cfg->port, strerror(-err));
+        free(srv);
+        return err;
+    }
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : cfg->port;
+    *out = srv;
+    return 0;
+}
+
+uint16_t handlers_server_port(const struct handlers_server *srv)
+{
+    return srv->port;
+}
+
+void handlers_server_stop(struct handlers_server *srv)
+{
+    if (!srv)
+        return;
+    /* Stop accepting first, then let the workers finish and exit; their
+     * thread-exit destructor closes each thread's connections. */
+    MHD_quiesce_daemon(srv->daemon);
+    MHD_stop_daemon(srv->daemon);
+    free(srv);
+}

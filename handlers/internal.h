@@ -1,0 +1,160 @@
+/*
+ * internal.h - what the handler files share: the request, the error
+ * table, reply helpers, input helpers that parse or queue the error reply,
+ * and the route table. Not part of the module's API (see handlers.h).
+ */
+#ifndef SECKILL_HANDLERS_INTERNAL_H
+#define SECKILL_HANDLERS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "common/token.h"
+#include "handlers/handlers.h"
+#include "store/store.h"
+
+/* Bodies above this are refused with 413 without reading them. */
+#define BODY_MAX (64 * 1024)
+
+/* The one error table: every client-visible error is one of these. */
+enum api_error {
+    ERR_BAD_REQUEST,
+    ERR_UNAUTHORIZED,
+    ERR_FORBIDDEN,
+    ERR_NOT_FOUND,
+    ERR_METHOD_NOT_ALLOWED,
+    ERR_NOT_SECKILL,
+    ERR_NOT_STARTED,
+    ERR_ENDED,
+    ERR_SOLD_OUT,
+    ERR_ALREADY_PURCHASED,
+    ERR_PAYLOAD_TOO_LARGE,
+    ERR_BUSY,
+    ERR_INTERNAL,
+    ERR_UNAVAILABLE,
+    ERR_COUNT
+};
+
+struct api_error_info {
+    unsigned status;
+    const char *code;
+    const char *message; /* default message */
+};
+
+extern const struct api_error_info api_errors[ERR_COUNT];
+
+enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
+
+struct request {
+    const struct handlers_config *cfg;
+    struct store *st;           /* this thread's store */
+    void *conn;                 /* struct MHD_Connection *, NULL in tests */
+    enum http_method method;
+    const char *path;
+    int64_t id;                 /* the {id} of the route, if any */
+    char *body;                 /* accumulated upload, NUL-terminated */
+    size_t body_len;
+    bool too_large;
+    json_t *json;               /* parsed body object, owned */
+    struct token_claims auth;   /* valid after req_user_or_reply() */
+    /* the reply: */
+    unsigned status;
+    json_t *reply;              /* owned; dumped when sent */
+    const char *allow;          /* Allow header for 405 */
+    unsigned retry_after;       /* Retry-After header when > 0 */
+};
+
+/* Release what a request owns (not the request itself). */
+void request_clear(struct request *req);
+
+/* Set a JSON reply (stealing body) and return its status. */
+unsigned req_reply(struct request *req, unsigned status, json_t *body);
+
+/*
+ * Set the error reply for e with message (NULL: the table's default) and
+ * return its status. 503 replies carry Retry-After.
+ */
+unsigned req_error(struct request *req, enum api_error e, const char *message);
+
+/*
+ * Map a store/lock/idgen -errno to the error reply: -ENOTCONN,
+ * -ECONNRESET, -EINPROGRESS, -EDEADLK become 503, anything else 500.
+ * op names the failed step for the log. Returns the status.
+ */
+unsigned req_backend_error(struct request *req, int err, const char *op);
+
+/* A query-string argument, or NULL. */
+const char *req_query(struct request *req, const char *name);
+
+/*
+ * Authenticate the bearer token into req->auth. Returns 0, or sets the
+ * 401 reply and returns 401. The admin variant also sets 403 for users.
+ */
+unsigned req_user_or_reply(struct request *req);
+unsigned req_admin_or_reply(struct request *req);
+
+/*
+ * Body field helpers: each reads one field of req->json, checks its type
+ * and range, and either stores it and returns true, or sets a 400 reply
+ * naming the field and returns false. A field that is absent or null is
+ * left untouched and accepted unless required.
+ */
+bool body_object_or_reply(struct request *req);
+bool body_int_or_reply(struct request *req, const char *name, bool required,
+                       int64_t min, int64_t max, int64_t *out);
+/* Strings: UTF-8 of 1..max_chars code points (0..max when !required). */
+bool body_str_or_reply(struct request *req, const char *name, bool required,
+                       size_t max_chars, const char **out);
+bool body_time_or_reply(struct request *req, const char *name, bool required,
+                        int64_t *out);
+/* true when the field is present and not null. */
+bool body_has(struct request *req, const char *name);
+
+/*
+ * Parse a query argument as an integer in [min, max]; absent means def.
+ * Returns true, or sets a 400 reply and returns false.
+ */
+bool query_int_or_reply(struct request *req, const char *name, int64_t def,
+                        int64_t min, int64_t max, int64_t *out);
+
+/* JSON value of an id: a decimal string. */
+json_t *json_id(int64_t id);
+/* JSON value of a time: an RFC 3339 UTC string. */
+json_t *json_time(int64_t epoch_s);
+
+/* ---- routing ---- */
+
+typedef unsigned (*handler_fn)(struct request *req);
+
+struct route {
+    const char *pattern; /* "/api/vouchers/{id}/seckill" */
+    handler_fn get;
+    handler_fn post;
+    const char *allow;   /* "GET", "POST" or "GET, POST" */
+};
+
+enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
+
+/*
+ * Find the route for path. ROUTE_OK sets *route and *id (0 without an
+ * {id}); ROUTE_BAD_ID sets *route for a path whose {id} segment is not a
+ * positive integer.
+ */
+enum route_result route_match(const char *path, const struct route **route,
+                              int64_t *id);
+
+/* Endpoint handlers, one file per group. */
+unsigned health_get(struct request *req);
+unsigned ready_get(struct request *req);
+unsigned auth_code_post(struct request *req);
+unsigned auth_login_post(struct request *req);
+unsigned vouchers_post(struct request *req);
+unsigned vouchers_get(struct request *req);
+unsigned voucher_get(struct request *req);
+unsigned voucher_seckill_post(struct request *req);
+unsigned orders_get(struct request *req);
+unsigned order_get(struct request *req);
+
+#endif

@@ -1,0 +1,288 @@
+/*
+ * request.c - the error table, replies, authentication and the input
+ * helpers that either parse a value or queue the 400 reply.
+ */
+#include "handlers/internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <microhttpd.h>
+
+#include "common/util.h"
+
+const struct api_error_info api_errors[ERR_COUNT] = {
+    [ERR_BAD_REQUEST] = {400, "BAD_REQUEST", "the request is malformed"},
+    [ERR_UNAUTHORIZED] = {401, "UNAUTHORIZED",
+                          "a valid bearer token is required"},
+    [ERR_FORBIDDEN] = {403, "FORBIDDEN", "this needs an admin token"},
+    [ERR_NOT_FOUND] = {404, "NOT_FOUND", "no such resource"},
+    [ERR_METHOD_NOT_ALLOWED] = {405, "METHOD_NOT_ALLOWED",
+                                "method not allowed on this resource"},
+    [ERR_NOT_SECKILL] = {409, "NOT_SECKILL",
+                         "this voucher is not sold in a flash sale"},
+    [ERR_NOT_STARTED] = {409, "NOT_STARTED", "the sale has not started yet"},
+    [ERR_ENDED] = {409, "ENDED", "the sale has ended"},
+    [ERR_SOLD_OUT] = {409, "SOLD_OUT", "the voucher is sold out"},
+    [ERR_ALREADY_PURCHASED] = {409, "ALREADY_PURCHASED",
+                               "you already bought this voucher"},
+    [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
+                               "the request body is larger than 64 KiB"},
+    [ERR_BUSY] = {429, "BUSY",
+                  "another purchase of yours is in progress; retry"},
+    [ERR_INTERNAL] = {500, "INTERNAL", "internal error"},
+    [ERR_UNAVAILABLE] = {503, "UNAVAILABLE",
+                         "the service is temporarily unavailable; retry"},
+};
+
+void request_clear(struct request *req)
+{
+    free(req->body);
+    req->body = NULL;
+    json_decref(req->json);
+    req->json = NULL;
+    json_decref(req->reply);
+    req->reply = NULL;
+}
+
+unsigned req_reply(struct request *req, unsigned status, json_t *body)
+{
+    json_decref(req->reply);
+    req->reply = body;
+    req->status = status;
+    return status;
+}
+
+unsigned req_error(struct request *req, enum api_error e, const char *message)
+{
+    const struct api_error_info *info = &api_errors[e];
+    json_t *body = json_pack("{s:{s:s,s:s}}", "error", "code", info->code,
+                             "message", message ? message : info->message);
+    if (info->status == 503)
+        req->retry_after = 1;
+    return req_reply(req, info->status, body);
+}
+
+unsigned req_backend_error(struct request *req, int err, const char *op)
+{
+    switch (err) {
+    case -ENOTCONN:
+    case -ECONNRESET:
+    case -EDEADLK:
+        log_warn("backend unavailable", "op=%s err=%d", op, err);
+        return req_error(req, ERR_UNAVAILABLE, NULL);
+    case -EINPROGRESS:
+        log_error("commit outcome unknown", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the outcome is unknown; check your orders");
+    default:
+        log_error("backend failed", "op=%s err=%d", op, err);
+        return req_error(req, ERR_INTERNAL, NULL);
+    }
+}
+
+const char *req_query(struct request *req, const char *name)
+{
+    if (!req->conn)
+        return NULL;
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND,
+                                       name);
+}
+
+unsigned req_user_or_reply(struct request *req)
+{
+    const char *h = NULL;
+    int err;
+
+    if (req->conn)
+        h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                        MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h)
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "missing Authorization: Bearer token");
+    if (strncasecmp(h, "Bearer ", 7) != 0)
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "the Authorization scheme must be Bearer");
+    h += 7;
+    while (*h == ' ')
+        h++;
+    err = token_verify(req->cfg->secret, h, strlen(h),
+                       util_now_ms() / 1000, &req->auth);
+    if (err == -ETIMEDOUT)
+        return req_error(req, ERR_UNAUTHORIZED, "the token has expired");
+    if (err)
+        return req_error(req, ERR_UNAUTHORIZED, "the token is not valid");
+    return 0;
+}
+
+unsigned req_admin_or_reply(struct request *req)
+{
+    unsigned status = req_user_or_reply(req);
+
+    if (status)
+        return status;
+    if (req->auth.role != TOKEN_ROLE_ADMIN)
+        return req_error(req, ERR_FORBIDDEN, NULL);
+    return 0;
+}
+
+static bool field_error(struct request *req, const char *name,
+                        const char *what)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s: %s", name, what);
+    req_error(req, ERR_BAD_REQUEST, msg);
+    return false;
+}
+
+bool body_object_or_reply(struct request *req)
+{
+    json_error_t jerr;
+
+    if (req->json)
+        return true;
+    if (!req->body || req->body_len == 0) {
+        req_error(req, ERR_BAD_REQUEST, "a JSON object body is required");
+        return false;
+    }
+    req->json = json_loadb(req->body, req->body_len,
+                           JSON_REJECT_DUPLICATES, &jerr);
+    if (!req->json) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s",
+                 jerr.line, jerr.column, jerr.text);
+        req_error(req, ERR_BAD_REQUEST, msg);
+        return false;
+    }
+    if (!json_is_object(req->json)) {
+        req_error(req, ERR_BAD_REQUEST, "the body must be a JSON object");
+        return false;
+    }
+    return true;
+}
+
+bool body_has(struct request *req, const char *name)
+{
+    json_t *v = json_object_get(req->json, name);
+    return v && !json_is_null(v);
+}
+
+static json_t *field(struct request *req, const char *name, bool required,
+                     bool *ok)
+{
+    json_t *v = json_object_get(req->json, name);
+
+    *ok = true;
+    if (!v || json_is_null(v)) {
+        if (required)
+            *ok = field_error(req, name, "is required");
+        return NULL;
+    }
+    return v;
+}
+
+bool body_int_or_reply(struct request *req, const char *name, bool required,
+                       int64_t min, int64_t max, int64_t *out)
+{
+    bool ok;
+    json_t *v = field(req, name, required, &ok);
+    char what[96];
+
+    if (!v)
+        return ok;
+    snprintf(what, sizeof(what), "must be an integer from %lld to %lld",
+             (long long)min, (long long)max);
+    if (!json_is_integer(v))
+        return field_error(req, name, what);
+    json_int_t n = json_integer_value(v);
+    if (n < min || n > max)
+        return field_error(req, name, what);
+    *out = n;
+    return true;
+}
+
+/* Count UTF-8 code points; jansson has already rejected invalid UTF-8. */
+static size_t utf8_chars(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char)s[i] & 0xc0) != 0x80)
+            n++;
+    return n;
+}
+
+bool body_str_or_reply(struct request *req, const char *name, bool required,
+                       size_t max_chars, const char **out)
+{
+    bool ok;
+    json_t *v = field(req, name, required, &ok);
+    char what[96];
+
+    if (!v)
+        return ok;
+    snprintf(what, sizeof(what), "must be a string of %s%zu characters",
+             required ? "1 to " : "at most ", max_chars);
+    if (!json_is_string(v))
+        return field_error(req, name, what);
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    size_t n = utf8_chars(s, len);
+    /* An embedded NUL would be cut by C strings: refuse it. */
+    if (strlen(s) != len || n > max_chars || (required && n == 0))
+        return field_error(req, name, what);
+    *out = s;
+    return true;
+}
+
+bool body_time_or_reply(struct request *req, const char *name, bool required,
+                        int64_t *out)
+{
+    bool ok;
+    json_t *v = field(req, name, required, &ok);
+
+    if (!v)
+        return ok;
+    if (!json_is_string(v) || util_time_parse(json_string_value(v), out))
+        return field_error(req, name,
+                           "must be an RFC 3339 time such as "
+                           "\"2026-11-21T10:00:00Z\"");
+    return true;
+}
+
+bool query_int_or_reply(struct request *req, const char *name, int64_t def,
+                        int64_t min, int64_t max, int64_t *out)
+{
+    const char *s = req_query(req, name);
+    char *end;
+    char what[96];
+
+    if (!s) {
+        *out = def;
+        return true;
+    }
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max || s[0] == '+' ||
+        s[0] == ' ') {
+        snprintf(what, sizeof(what), "must be an integer from %lld to %lld",
+                 (long long)min, (long long)max);
+        return field_error(req, name, what);
+    }
+    *out = v;
+    return true;
+}
+
+json_t *json_id(int64_t id)
+{
+    char buf[24];
+    snprintf(buf, sizeof(buf), "%lld", (long long)id);
+    return json_string(buf);
+}
+
+json_t *json_time(int64_t epoch_s)
+{
+    char buf[UTIL_TIME_LEN];
+    return json_string(util_time_format(epoch_s, buf));
+}

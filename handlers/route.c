@@ -1,0 +1,64 @@
+/*
+ * route.c - the route table and path matching. A path matches a pattern
+ * segment by segment; "{id}" matches any segment and must hold a positive
+ * integer, else the request is a 400 rather than a 404.
+ */
+#include "handlers/internal.h"
+
+#include <string.h>
+
+#include "common/util.h"
+
+static const struct route routes[] = {
+    {"/healthz", health_get, NULL, "GET"},
+    {"/readyz", ready_get, NULL, "GET"},
+    {"/api/auth/code", NULL, auth_code_post, "POST"},
+    {"/api/auth/login", NULL, auth_login_post, "POST"},
+    {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST"},
+    {"/api/vouchers/{id}", voucher_get, NULL, "GET"},
+    {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST"},
+    {"/api/orders", orders_get, NULL, "GET"},
+    {"/api/orders/{id}", order_get, NULL, "GET"},
+};
+
+/* Match path against pattern; 1 = match, 0 = no, -1 = match but bad id. */
+static int match(const char *pattern, const char *path, int64_t *id)
+{
+    const char *p = pattern, *s = path;
+    int bad = 0;
+
+    while (*p && *s) {
+        if (strncmp(p, "{id}", 4) == 0) {
+            size_t n = strcspn(s, "/");
+            if (n == 0)
+                return 0;
+            if (util_parse_id(s, n, id))
+                bad = 1;
+            p += 4;
+            s += n;
+        } else if (*p == *s) {
+            p++;
+            s++;
+        } else {
+            return 0;
+        }
+    }
+    if (*p || *s)
+        return 0;
+    return bad ? -1 : 1;
+}
+
+enum route_result route_match(const char *path, const struct route **route,
+                              int64_t *id)
+{
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        int64_t v = 0;
+        int m = match(routes[i].pattern, path, &v);
+        if (m == 0)
+            continue;
+        *route = &routes[i];
+        *id = v;
+        return m > 0 ? ROUTE_OK : ROUTE_BAD_ID;
+    }
+    return ROUTE_NOT_FOUND;
+}

@@ -1,0 +1,113 @@
+/*
+ * seckill.c - POST /api/vouchers/{id}/seckill, the purchase:
+ *
+ *   1. read the voucher: exists, is a seckill voucher, on sale now, stock
+ *      left (cheap rejections before any lock);
+ *   2. take the user's Redis lock lock:order:{userId} (fail fast: a second
+ *      concurrent request of the same user gets 429 BUSY);
+ *   3. take an order id from the Redis ID worker;
+ *   4. one MySQL transaction: no order yet for (user, voucher), insert the
+ *      order, CAS the stock, commit (store_order_purchase);
+ *   5. release the lock on every path, then reply.
+ *
+ * MySQL is the source of truth: the lock only keeps one user's requests
+ * from racing; the unique key and the CAS keep the data right even when a
+ * lock expires early.
+ */
+#include "handlers/internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#include "common/util.h"
+#include "idgen/idgen.h"
+#include "lock/lock.h"
+
+/* Step 1: answer from the voucher row alone. Returns 0 to go on. */
+static unsigned precheck_or_reply(struct request *req, int64_t now_s)
+{
+    struct store_seckill s;
+    int err = store_seckill_get(req->st, req->id, &s);
+
+    if (err == -ENOENT)
+        return req_error(req, ERR_NOT_FOUND, "no voucher with this id");
+    if (err)
+        return req_backend_error(req, err, "seckill_get");
+    if (s.type != VOUCHER_SECKILL)
+        return req_error(req, ERR_NOT_SECKILL, NULL);
+    if (now_s < s.begin_time)
+        return req_error(req, ERR_NOT_STARTED, NULL);
+    if (now_s >= s.end_time)
+        return req_error(req, ERR_ENDED, NULL);
+    if (s.stock <= 0)
+        return req_error(req, ERR_SOLD_OUT, NULL);
+    return 0;
+}
+
+/* Steps 3 and 4, under the lock. */
+static unsigned buy_locked(struct request *req, int64_t now_s)
+{
+    enum store_purchase outcome;
+    int64_t order_id;
+    redisContext *rc = store_redis(req->st);
+    int err;
+
+    if (!rc)
+        return req_backend_error(req, -ENOTCONN, "idgen");
+    err = idgen_next(rc, "order", now_s, &order_id);
+    if (err)
+        return req_backend_error(req, err, "idgen");
+    err = store_order_purchase(req->st, order_id, req->auth.user_id, req->id,
+                               &outcome);
+    if (err)
+        return req_backend_error(req, err, "purchase");
+    switch (outcome) {
+    case STORE_PURCHASE_SOLD_OUT:
+        return req_error(req, ERR_SOLD_OUT, NULL);
+    case STORE_PURCHASE_DUPLICATE:
+        return req_error(req, ERR_ALREADY_PURCHASED, NULL);
+    case STORE_PURCHASE_OK:
+        break;
+    }
+    return req_reply(req, 201, json_pack("{s:o}", "orderId",
+                                         json_id(order_id)));
+}
+
+unsigned voucher_seckill_post(struct request *req)
+{
+    int64_t now_s = util_now_ms() / 1000;
+    struct lock_handle lock;
+    enum lock_status ls;
+    char key[LOCK_KEY_MAX];
+    redisContext *rc;
+    unsigned status;
+    int err, released;
+
+    if ((status = req_user_or_reply(req)) ||
+        (status = precheck_or_reply(req, now_s)))
+        return status;
+
+    /* Step 2. */
+    rc = store_redis(req->st);
+    if (!rc)
+        return req_backend_error(req, -ENOTCONN, "lock_acquire");
+    snprintf(key, sizeof(key), "lock:order:%lld", (long long)req->auth.user_id);
+    err = lock_acquire(rc, key, req->cfg->lock_ttl_ms, &lock, &ls);
+    if (err)
+        return req_backend_error(req, err, "lock_acquire");
+    if (ls == LOCK_BUSY)
+        return req_error(req, ERR_BUSY, NULL);
+
+    status = buy_locked(req, now_s);
+
+    /* Step 5, whatever happened above. If Redis is gone the lock expires
+     * by its TTL; the reply stands, since MySQL holds the outcome. */
+    rc = store_redis(req->st);
+    err = rc ? lock_release(rc, &lock, &released) : -ENOTCONN;
+    if (err)
+        log_warn("lock release failed", "key=%s err=%d", key, err);
+    else if (!released)
+        log_warn("lock expired before release", "key=%s ttl_ms=%u", key,
+                 req->cfg->lock_ttl_ms);
+    return status;
+}

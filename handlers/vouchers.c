@@ -1,0 +1,141 @@
+/*
+ * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers and
+ * GET /api/vouchers/{id}. The purchase is in seckill.c.
+ */
+#include "handlers/internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define MONEY_MAX 100000000000LL /* a billion in cents */
+#define STOCK_MAX 1000000000LL
+
+static json_t *voucher_json(const struct store_voucher *v)
+{
+    json_t *o = json_pack(
+        "{s:o,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", json_id(v->id),
+        "shopId", (json_int_t)v->shop_id, "title", v->title, "subTitle",
+        v->sub_title, "rules", v->rules, "payValue",
+        (json_int_t)v->pay_value, "actualValue", (json_int_t)v->actual_value,
+        "type", v->type == VOUCHER_SECKILL ? "seckill" : "normal",
+        "createTime", json_time(v->created), "updateTime",
+        json_time(v->updated));
+    if (v->type == VOUCHER_SECKILL) {
+        json_object_set_new(o, "stock", json_integer(v->stock));
+        json_object_set_new(o, "beginTime", json_time(v->begin_time));
+        json_object_set_new(o, "endTime", json_time(v->end_time));
+    }
+    return o;
+}
+
+/* Copy a validated string into a fixed buffer (lengths checked before). */
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+unsigned vouchers_post(struct request *req)
+{
+    struct store_voucher *v;
+    const char *title = NULL, *sub_title = "", *rules = "", *type = "normal";
+    unsigned status;
+    int err;
+
+    if ((status = req_admin_or_reply(req)))
+        return status;
+    if (!body_object_or_reply(req))
+        return req->status;
+    v = xcalloc(1, sizeof(*v));
+    if (!body_int_or_reply(req, "shopId", true, 1, INT64_MAX, &v->shop_id) ||
+        !body_str_or_reply(req, "title", true, 255, &title) ||
+        !body_str_or_reply(req, "subTitle", false, 255, &sub_title) ||
+        !body_str_or_reply(req, "rules", false, 1024, &rules) ||
+        !body_int_or_reply(req, "payValue", true, 0, MONEY_MAX,
+                           &v->pay_value) ||
+        !body_int_or_reply(req, "actualValue", true, 0, MONEY_MAX,
+                           &v->actual_value) ||
+        !body_str_or_reply(req, "type", false, 16, &type))
+        goto out;
+
+    if (strcmp(type, "seckill") == 0) {
+        v->type = VOUCHER_SECKILL;
+        if (!body_int_or_reply(req, "stock", true, 0, STOCK_MAX, &v->stock) ||
+            !body_time_or_reply(req, "beginTime", true, &v->begin_time) ||
+            !body_time_or_reply(req, "endTime", true, &v->end_time))
+            goto out;
+        if (v->end_time <= v->begin_time) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "endTime: must be after beginTime");
+            goto out;
+        }
+    } else if (strcmp(type, "normal") == 0) {
+        v->type = VOUCHER_NORMAL;
+        if (body_has(req, "stock") || body_has(req, "beginTime") ||
+            body_has(req, "endTime")) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "stock, beginTime and endTime are only for seckill "
+                      "vouchers");
+            goto out;
+        }
+    } else {
+        req_error(req, ERR_BAD_REQUEST,
+                  "type: must be \"normal\" or \"seckill\"");
+        goto out;
+    }
+    copy_str(v->title, sizeof(v->title), title);
+    copy_str(v->sub_title, sizeof(v->sub_title), sub_title);
+    copy_str(v->rules, sizeof(v->rules), rules);
+
+    err = store_voucher_insert(req->st, v);
+    if (err) {
+        req_backend_error(req, err, "voucher_insert");
+        goto out;
+    }
+    log_info("voucher created", "id=%lld type=%d stock=%lld",
+             (long long)v->id, v->type, (long long)v->stock);
+    req_reply(req, 201, json_pack("{s:o}", "id", json_id(v->id)));
+out:
+    free(v);
+    return req->status;
+}
+
+unsigned voucher_get(struct request *req)
+{
+    struct store_voucher *v = xmalloc(sizeof(*v));
+    int err = store_voucher_get(req->st, req->id, v);
+
+    if (err == -ENOENT)
+        req_error(req, ERR_NOT_FOUND, "no voucher with this id");
+    else if (err)
+        req_backend_error(req, err, "voucher_get");
+    else
+        req_reply(req, 200, voucher_json(v));
+    free(v);
+    return req->status;
+}
+
+unsigned vouchers_get(struct request *req)
+{
+    int64_t shop_id, limit;
+    struct store_voucher *items;
+    size_t n;
+    int err;
+
+    if (!query_int_or_reply(req, "shopId", 0, 1, INT64_MAX, &shop_id) ||
+        !query_int_or_reply(req, "limit", 20, 1, 100, &limit))
+        return req->status;
+    err = store_voucher_list(req->st, shop_id, (unsigned)limit, &items, &n);
+    if (err)
+        return req_backend_error(req, err, "voucher_list");
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, voucher_json(&items[i]));
+    free(items);
+    return req_reply(req, 200, json_pack("{s:o}", "items", arr));
+}

@@ -1,0 +1,382 @@
+/*
+ * conn.c - the store's connections: MySQL (Connector/C, prepared
+ * statements, no auto-reconnect) and Redis (hiredis), each opened lazily,
+ * dropped on a connection error and reopened on next use. Also every SQL
+ * statement the service runs, in one table.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+#include "common/util.h"
+
+/* A dead server is retried at most this often, so requests fail fast. */
+#define RETRY_BACKOFF_MS 200
+
+static const char *const stmt_sql[STMT_COUNT] = {
+    [STMT_USER_LOGIN] =
+        "INSERT INTO users (phone) VALUES (?) "
+        "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+    [STMT_VOUCHER_INSERT] =
+        "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
+        "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [STMT_SECKILL_INSERT] =
+        "INSERT INTO seckill_vouchers (voucher_id, stock, begin_time, "
+        "end_time) VALUES (?, ?, ?, ?)",
+    [STMT_VOUCHER_GET] =
+        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.created, v.updated FROM vouchers v "
+        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
+    [STMT_VOUCHER_LIST_SHOP] =
+        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.created, v.updated FROM vouchers v "
+        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
+        "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
+    [STMT_VOUCHER_LIST_ALL] =
+        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.created, v.updated FROM vouchers v "
+        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
+        "ORDER BY v.id DESC LIMIT ?",
+    [STMT_SECKILL_GET] =
+        "SELECT v.type, s.stock, s.begin_time, s.end_time FROM vouchers v "
+        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
+    [STMT_ORDER_EXISTS] =
+        "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
+        "LIMIT 1",
+    [STMT_ORDER_INSERT] =
+        "INSERT INTO voucher_orders (id, user_id, voucher_id, status) "
+        "VALUES (?, ?, ?, 1)",
+    /* The CAS of seed 002 (2.3): only decrement while stock remains. */
+    [STMT_STOCK_DECR] =
+        "UPDATE seckill_vouchers SET stock = stock - 1 "
+        "WHERE voucher_id = ? AND stock > 0",
+    [STMT_ORDER_GET] =
+        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
+        "WHERE id = ?",
+    [STMT_ORDER_LIST] =
+        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
+        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+};
+
+struct store *store_new(const struct store_config *cfg)
+{
+    struct store *st = xcalloc(1, sizeof(*st));
+    st->cfg = cfg;
+    return st;
+}
+
+static void mysql_drop(struct store *st)
+{
+    for (int i = 0; i < STMT_COUNT; i++) {
+        if (st->stmts[i])
+            mysql_stmt_close(st->stmts[i]);
+        st->stmts[i] = NULL;
+    }
+    if (st->my)
+        mysql_close(st->my);
+    st->my = NULL;
+}
+
+void store_free(struct store *st)
+{
+    if (!st)
+        return;
+    mysql_drop(st);
+    if (st->rc)
+        redisFree(st->rc);
+    free(st);
+}
+
+int store_mysql_ensure(struct store *st)
+{
+    const struct store_config *c = st->cfg;
+    unsigned ct = (c->connect_timeout_ms + 999) / 1000;
+    unsigned io = (c->io_timeout_ms + 999) / 1000;
+    unsigned proto = MYSQL_PROTOCOL_TCP;
+    int64_t now = util_mono_ms();
+
+    if (st->my)
+        return 0;
+    if (now < st->my_next_try_ms)
+        return -ENOTCONN;
+
+    MYSQL *my = mysql_init(NULL);
+    if (!my) {
+        log_error("mysql init failed", NULL);
+        return -ENOTCONN;
+    }
+    mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+    mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &io);
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &io);
+    mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    /* DATETIME columns hold UTC; CURRENT_TIMESTAMP must agree. */
+    mysql_options(my, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
+    if (!mysql_real_connect(my, c->mysql_host, c->mysql_user, c->mysql_pass,
+                            c->mysql_db, c->mysql_port, NULL, 0)) {
+        log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
+                 c->mysql_host, c->mysql_port, mysql_errno(my),
+                 mysql_error(my));
+        mysql_close(my);
+        st->my_next_try_ms = now + RETRY_BACKOFF_MS;
+        return -ENOTCONN;
+    }
+    st->my = my;
+    return 0;
+}
+
+static int is_connection_error(unsigned e)
+{
+    switch (e) {
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case CR_CONN_HOST_ERROR:
+    case CR_CONNECTION_ERROR:
+    case CR_COMMANDS_OUT_OF_SYNC:
+    case CR_SERVER_LOST_EXTENDED:
+    case ER_CONNECTION_KILLED:
+    case ER_SERVER_SHUTDOWN:
+    case ER_NET_READ_ERROR:
+    case ER_NET_READ_INTERRUPTED:
+    case ER_NET_ERROR_ON_WRITE:
+    case ER_NET_WRITE_INTERRUPTED:
+    case ER_NET_PACKETS_OUT_OF_ORDER:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)
+{
+    unsigned e = stmt ? mysql_stmt_errno(stmt) : mysql_errno(st->my);
+    const char *msg = stmt ? mysql_stmt_error(stmt) : mysql_error(st->my);
+
+    if (is_connection_error(e)) {
+        log_warn("mysql connection lost", "op=%s errno=%u err=\"%s\"", op, e,
+                 msg);
+        mysql_drop(st);
+        return -ENOTCONN;
+    }
+    if (e == ER_LOCK_DEADLOCK || e == ER_LOCK_WAIT_TIMEOUT) {
+        log_warn("mysql transaction aborted", "op=%s errno=%u", op, e);
+        return -EDEADLK;
+    }
+    if (e == ER_DUP_ENTRY)
+        return -EEXIST;
+    log_error("mysql statement failed", "op=%s errno=%u err=\"%s\"", op, e,
+              msg);
+    return -EIO;
+}
+
+static MYSQL_STMT *stmt_get(struct store *st, enum stmt_id id, int *err)
+{
+    MYSQL_STMT *s = st->stmts[id];
+
+    if (s)
+        return s;
+    s = mysql_stmt_init(st->my);
+    if (!s) {
+        *err = store_mysql_error(st, NULL, "stmt_init");
+        return NULL;
+    }
+    if (mysql_stmt_prepare(s, stmt_sql[id], strlen(stmt_sql[id]))) {
+        *err = store_mysql_error(st, s, "stmt_prepare");
+        mysql_stmt_close(s); /* safe even if the connection was dropped */
+        return NULL;
+    }
+    st->stmts[id] = s;
+    return s;
+}
+
+int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
+                    MYSQL_BIND *results, MYSQL_STMT **out)
+{
+    int err = store_mysql_ensure(st);
+    MYSQL_STMT *s;
+
+    if (err)
+        return err;
+    s = stmt_get(st, id, &err);
+    if (!s)
+        return err;
+    if ((params && mysql_stmt_bind_param(s, params)) ||
+        mysql_stmt_execute(s) ||
+        (results && (mysql_stmt_bind_result(s, results) ||
+                     mysql_stmt_store_result(s))))
+        return store_mysql_error(st, s, stmt_sql[id]);
+    *out = s;
+    return 0;
+}
+
+int store_query(struct store *st, const char *sql)
+{
+    int err = store_mysql_ensure(st);
+
+    if (err)
+        return err;
+    if (mysql_real_query(st->my, sql, strlen(sql)))
+        return store_mysql_error(st, NULL, sql);
+    return 0;
+}
+
+int store_retry(struct store *st, int (*fn)(struct store *, void *),
+                void *arg)
+{
+    int was_open = st->my != NULL;
+    int err = fn(st, arg);
+
+    if (err == -ENOTCONN && was_open)
+        err = fn(st, arg);
+    return err;
+}
+
+void bind_i64(MYSQL_BIND *b, int64_t *v)
+{
+    b->buffer_type = MYSQL_TYPE_LONGLONG;
+    b->buffer = v;
+}
+
+void bind_str_in(MYSQL_BIND *b, const char *s, unsigned long *len)
+{
+    *len = strlen(s);
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = (void *)s;
+    b->buffer_length = *len;
+    b->length = len;
+}
+
+void bind_str_out(MYSQL_BIND *b, char *buf, size_t cap, unsigned long *len)
+{
+    b->buffer_type = MYSQL_TYPE_STRING;
+    b->buffer = buf;
+    b->buffer_length = cap - 1; /* room for the NUL we add after fetch */
+    b->length = len;
+}
+
+void bind_time(MYSQL_BIND *b, MYSQL_TIME *t)
+{
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = t;
+}
+
+void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
+{
+    struct tm tm;
+    time_t tt = (time_t)epoch_s;
+
+    gmtime_r(&tt, &tm);
+    memset(t, 0, sizeof(*t));
+    t->year = (unsigned)tm.tm_year + 1900;
+    t->month = (unsigned)tm.tm_mon + 1;
+    t->day = (unsigned)tm.tm_mday;
+    t->hour = (unsigned)tm.tm_hour;
+    t->minute = (unsigned)tm.tm_min;
+    t->second = (unsigned)tm.tm_sec;
+    t->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+int64_t time_to_epoch(const MYSQL_TIME *t)
+{
+    struct tm tm = {0};
+
+    tm.tm_year = (int)t->year - 1900;
+    tm.tm_mon = (int)t->month - 1;
+    tm.tm_mday = (int)t->day;
+    tm.tm_hour = (int)t->hour;
+    tm.tm_min = (int)t->minute;
+    tm.tm_sec = (int)t->second;
+    return (int64_t)timegm(&tm);
+}
+
+/* ---- Redis ---- */
+
+static int redis_cmd_ok(redisContext *rc, const char *what, redisReply *r)
+{
+    int ok = r && r->type != REDIS_REPLY_ERROR;
+    if (!ok)
+        log_warn("redis setup failed", "op=%s err=\"%s\"", what,
+                 r ? r->str : rc->errstr);
+    freeReplyObject(r);
+    return ok;
+}
+
+redisContext *store_redis(struct store *st)
+{
+    const struct store_config *c = st->cfg;
+    int64_t now = util_mono_ms();
+    struct timeval ct = {c->connect_timeout_ms / 1000,
+                         (c->connect_timeout_ms % 1000) * 1000};
+    struct timeval io = {c->io_timeout_ms / 1000,
+                         (c->io_timeout_ms % 1000) * 1000};
+
+    if (st->rc && st->rc->err) {
+        log_warn("redis connection lost", "err=\"%s\"", st->rc->errstr);
+        redisFree(st->rc);
+        st->rc = NULL;
+    }
+    if (st->rc)
+        return st->rc;
+    if (now < st->rc_next_try_ms)
+        return NULL;
+
+    redisContext *rc = redisConnectWithTimeout(c->redis_host,
+                                               (int)c->redis_port, ct);
+    if (!rc || rc->err) {
+        log_warn("redis connect failed", "host=%s port=%u err=\"%s\"",
+                 c->redis_host, c->redis_port, rc ? rc->errstr : "alloc");
+        goto fail;
+    }
+    redisSetTimeout(rc, io);
+    redisEnableKeepAlive(rc);
+    if (c->redis_pass) {
+        redisReply *r = c->redis_user
+                            ? redisCommand(rc, "AUTH %s %s", c->redis_user,
+                                           c->redis_pass)
+                            : redisCommand(rc, "AUTH %s", c->redis_pass);
+        if (!redis_cmd_ok(rc, "auth", r))
+            goto fail;
+    }
+    if (c->redis_db &&
+        !redis_cmd_ok(rc, "select", redisCommand(rc, "SELECT %u", c->redis_db)))
+        goto fail;
+    st->rc = rc;
+    return rc;
+fail:
+    if (rc)
+        redisFree(rc);
+    st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
+    return NULL;
+}
+
+void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
+{
+    /* A connection the server dropped while idle fails its first ping;
+     * one fresh try then tells whether the server itself is up. */
+    *mysql_ok = false;
+    for (int i = 0; i < 2 && !*mysql_ok; i++) {
+        if (store_mysql_ensure(st))
+            break;
+        if (mysql_ping(st->my) == 0)
+            *mysql_ok = true;
+        else
+            store_mysql_error(st, NULL, "ping");
+    }
+
+    *redis_ok = false;
+    for (int i = 0; i < 2 && !*redis_ok; i++) {
+        redisContext *rc = store_redis(st);
+        if (!rc)
+            break;
+        redisReply *r = redisCommand(rc, "PING");
+        *redis_ok = r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+    }
+}

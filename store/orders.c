@@ -1,0 +1,216 @@
+/*
+ * orders.c - the purchase transaction and order reads.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* Deadlocks and lock wait timeouts are retried this many times in all. */
+#define PURCHASE_ATTEMPTS 3
+
+struct purchase_args {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t voucher_id;
+    enum store_purchase *outcome;
+};
+
+/* Roll back after a business outcome or an error; keep err. */
+static int rollback(struct store *st, int err)
+{
+    if (st->my && mysql_rollback(st->my))
+        store_mysql_error(st, NULL, "rollback");
+    return err;
+}
+
+static int purchase_once(struct store *st, void *arg)
+{
+    struct purchase_args *a = arg;
+    MYSQL_BIND p[3] = {0}, r[1] = {0};
+    int64_t one = 0;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+
+    /* 1. one order per user: the Redis lock serialises this user, the
+     *    unique key catches anyone who got past an expired lock. */
+    bind_i64(&p[0], &a->user_id);
+    bind_i64(&p[1], &a->voucher_id);
+    bind_i64(&r[0], &one);
+    err = store_stmt_exec(st, STMT_ORDER_EXISTS, p, r, &s);
+    if (err)
+        return rollback(st, err);
+    rc = mysql_stmt_fetch(s);
+    if (rc != 0 && rc != MYSQL_NO_DATA)
+        return rollback(st, store_mysql_error(st, s, "order_exists fetch"));
+    mysql_stmt_free_result(s);
+    if (rc == 0) {
+        *a->outcome = STORE_PURCHASE_DUPLICATE;
+        return rollback(st, 0);
+    }
+
+    /* 2. the order row. */
+    memset(p, 0, sizeof(p));
+    bind_i64(&p[0], &a->order_id);
+    bind_i64(&p[1], &a->user_id);
+    bind_i64(&p[2], &a->voucher_id);
+    err = store_stmt_exec(st, STMT_ORDER_INSERT, p, NULL, &s);
+    if (err == -EEXIST) {
+        /* Only the (user_id, voucher_id) key can clash: ids are unique. */
+        *a->outcome = STORE_PURCHASE_DUPLICATE;
+        return rollback(st, 0);
+    }
+    if (err)
+        return rollback(st, err);
+
+    /* 3. the CAS on the hot row, last, so its row lock is held only for
+     *    this statement and the COMMIT. */
+    memset(p, 0, sizeof(p));
+    bind_i64(&p[0], &a->voucher_id);
+    err = store_stmt_exec(st, STMT_STOCK_DECR, p, NULL, &s);
+    if (err)
+        return rollback(st, err);
+    if (mysql_stmt_affected_rows(s) != 1) {
+        *a->outcome = STORE_PURCHASE_SOLD_OUT;
+        return rollback(st, 0);
+    }
+
+    if (mysql_commit(st->my)) {
+        err = store_mysql_error(st, NULL, "commit");
+        /* The COMMIT may or may not have happened: never report either. */
+        return err == -ENOTCONN ? -EINPROGRESS : rollback(st, err);
+    }
+    *a->outcome = STORE_PURCHASE_OK;
+    return 0;
+}
+
+int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
+                         int64_t voucher_id, enum store_purchase *outcome)
+{
+    struct purchase_args a = {order_id, user_id, voucher_id, outcome};
+    int err = -EDEADLK;
+
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
+        err = store_retry(st, purchase_once, &a);
+    return err;
+}
+
+/* Result buffers for one row of the order SELECTs. */
+struct order_row {
+    MYSQL_BIND b[5];
+    int64_t status;
+    MYSQL_TIME created;
+};
+
+static void order_row_bind(struct order_row *r, struct store_order *o)
+{
+    memset(r, 0, sizeof(*r));
+    bind_i64(&r->b[0], &o->id);
+    bind_i64(&r->b[1], &o->user_id);
+    bind_i64(&r->b[2], &o->voucher_id);
+    bind_i64(&r->b[3], &r->status);
+    bind_time(&r->b[4], &r->created);
+}
+
+static void order_row_finish(struct order_row *r, struct store_order *o)
+{
+    o->status = (enum order_status)r->status;
+    o->created = time_to_epoch(&r->created);
+}
+
+struct get_args {
+    int64_t id;
+    struct store_order *o;
+};
+
+static int order_get_once(struct store *st, void *arg)
+{
+    struct get_args *a = arg;
+    MYSQL_BIND p[1] = {0};
+    struct order_row row;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    bind_i64(&p[0], &a->id);
+    order_row_bind(&row, a->o);
+    err = store_stmt_exec(st, STMT_ORDER_GET, p, row.b, &s);
+    if (err)
+        return err;
+    rc = mysql_stmt_fetch(s);
+    if (rc == 0)
+        order_row_finish(&row, a->o);
+    else if (rc == MYSQL_NO_DATA)
+        err = -ENOENT;
+    else
+        err = store_mysql_error(st, s, "order_get fetch");
+    if (st->my)
+        mysql_stmt_free_result(s);
+    return err;
+}
+
+int store_order_get(struct store *st, int64_t id, struct store_order *o)
+{
+    struct get_args a = {id, o};
+    return store_retry(st, order_get_once, &a);
+}
+
+struct list_args {
+    int64_t user_id;
+    int64_t limit;
+    struct store_order **items;
+    size_t *count;
+};
+
+static int order_list_once(struct store *st, void *arg)
+{
+    struct list_args *a = arg;
+    MYSQL_BIND p[2] = {0};
+    struct order_row row;
+    struct store_order one, *items;
+    size_t n = 0;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    bind_i64(&p[0], &a->user_id);
+    bind_i64(&p[1], &a->limit);
+    order_row_bind(&row, &one);
+    err = store_stmt_exec(st, STMT_ORDER_LIST, p, row.b, &s);
+    if (err)
+        return err;
+    items = xcalloc((size_t)a->limit, sizeof(*items));
+    while ((rc = mysql_stmt_fetch(s)) == 0 && n < (size_t)a->limit) {
+        order_row_finish(&row, &one);
+        items[n++] = one;
+    }
+    if (rc != 0 && rc != MYSQL_NO_DATA) {
+        err = store_mysql_error(st, s, "order_list fetch");
+        n = 0;
+    }
+    if (st->my)
+        mysql_stmt_free_result(s);
+    if (n == 0) {
+        free(items);
+        items = NULL;
+    }
+    *a->items = items;
+    *a->count = n;
+    return err;
+}
+
+int store_order_list(struct store *st, int64_t user_id, unsigned limit,
+                     struct store_order **items, size_t *count)
+{
+    struct list_args a = {user_id, limit, items, count};
+
+    *items = NULL;
+    *count = 0;
+    if (limit < 1 || limit > 100)
+        return -EINVAL;
+    return store_retry(st, order_list_once, &a);
+}

@@ -1,0 +1,188 @@
+/*
+ * store.h - data access for one thread: a MySQL connection with its
+ * prepared statements and a Redis connection, both opened lazily and
+ * reopened after a failure. A struct store is never shared between threads.
+ *
+ * Every function returns 0 or a negative errno:
+ *   -ENOENT     the row asked for does not exist (lookups only);
+ *   -ENOTCONN   MySQL or Redis is unreachable or the connection broke before
+ *               anything was committed (retrying later is safe);
+ *   -EINPROGRESS the COMMIT was sent but its outcome is unknown (the
+ *               connection broke while waiting for the answer);
+ *   -EIO        the server answered with an unexpected error (logged).
+ * Business outcomes of the purchase are enum store_purchase, never errno.
+ */
+#ifndef SECKILL_STORE_H
+#define SECKILL_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+struct store_config {
+    const char *mysql_host;
+    unsigned mysql_port;
+    const char *mysql_user;
+    const char *mysql_pass;
+    const char *mysql_db;
+    const char *redis_host;
+    unsigned redis_port;
+    const char *redis_user; /* NULL: AUTH with password only */
+    const char *redis_pass; /* NULL: no AUTH */
+    unsigned redis_db;
+    unsigned connect_timeout_ms;
+    unsigned io_timeout_ms;
+};
+
+struct store;
+
+/*
+ * Create a store for the calling thread. No I/O happens here; connections
+ * open on first use. cfg and its strings must outlive the store. Never
+ * returns NULL.
+ */
+struct store *store_new(const struct store_config *cfg);
+/* Close both connections and free the store. Accepts NULL. */
+void store_free(struct store *st);
+
+/*
+ * This thread's Redis connection, connected (AUTH and SELECT done), or NULL
+ * when Redis is unreachable. Borrowed: valid until the next store call;
+ * never free it, never share it. After an error on it (err set) the next
+ * call reconnects.
+ */
+redisContext *store_redis(struct store *st);
+
+/* Check both backends with a round trip each (for /readyz). */
+void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
+
+/* ---- users ---- */
+
+/*
+ * Return the id of the user with this phone, creating the user on first
+ * login, in one statement.
+ */
+int store_user_login(struct store *st, const char *phone, int64_t *user_id);
+
+/*
+ * Login codes live in Redis under login:code:{phone} with a TTL: a new code
+ * replaces the old one and resets its tries.
+ */
+int store_code_put(struct store *st, const char *phone, const char *code,
+                   unsigned ttl_s);
+
+enum store_code {
+    STORE_CODE_OK,      /* matched; the code is deleted (single use) */
+    STORE_CODE_WRONG,   /* did not match; one try used */
+    STORE_CODE_MISSING, /* none stored, expired, or its tries used up */
+};
+
+/*
+ * Compare code with the stored one atomically (one Lua script): a match
+ * deletes it, a mismatch counts a try and deletes it after max_tries.
+ */
+int store_code_check(struct store *st, const char *phone, const char *code,
+                     unsigned max_tries, enum store_code *outcome);
+
+/* ---- vouchers ---- */
+
+enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };
+
+/* Text sizes: the schema's VARCHAR lengths in utf8mb4 bytes, plus NUL. */
+#define STORE_TITLE_LEN (255 * 4 + 1)
+#define STORE_RULES_LEN (1024 * 4 + 1)
+
+struct store_voucher {
+    int64_t id;
+    int64_t shop_id;
+    char title[STORE_TITLE_LEN];
+    char sub_title[STORE_TITLE_LEN];
+    char rules[STORE_RULES_LEN];
+    int64_t pay_value;    /* cents */
+    int64_t actual_value; /* cents */
+    enum voucher_type type;
+    /* seckill vouchers only (zero otherwise): */
+    int64_t stock;
+    int64_t begin_time; /* epoch seconds */
+    int64_t end_time;   /* epoch seconds, exclusive */
+    int64_t created;
+    int64_t updated;
+};
+
+/*
+ * Insert v (and its stock row when it is a seckill voucher) in one
+ * transaction; sets v->id. Strings must fit the schema (the caller
+ * validates lengths).
+ */
+int store_voucher_insert(struct store *st, struct store_voucher *v);
+
+/* Read one voucher with its current stock. -ENOENT if absent. */
+int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
+
+/*
+ * List vouchers, newest first, at most limit (1..100), of one shop when
+ * shop_id > 0. *items is a new array of *count entries that the caller
+ * releases with free(3) (NULL when empty).
+ */
+int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
+                       struct store_voucher **items, size_t *count);
+
+/* What the purchase needs to know before it takes the lock. */
+struct store_seckill {
+    enum voucher_type type;
+    int64_t stock;
+    int64_t begin_time;
+    int64_t end_time;
+};
+
+/* Read a voucher's type, stock and sale window. -ENOENT if absent. */
+int store_seckill_get(struct store *st, int64_t voucher_id,
+                      struct store_seckill *s);
+
+/* ---- orders ---- */
+
+enum store_purchase {
+    STORE_PURCHASE_OK,        /* order inserted, stock decremented, commit */
+    STORE_PURCHASE_SOLD_OUT,  /* CAS matched no row: rolled back */
+    STORE_PURCHASE_DUPLICATE, /* this user already has an order: rolled back */
+};
+
+/*
+ * The purchase transaction: check the user has no order for the voucher,
+ * insert order_id, then CAS the stock (stock = stock - 1 WHERE stock > 0)
+ * as the last statement before COMMIT so the hot row is locked briefly.
+ * 0 with *outcome set means the outcome is durable (committed or rolled
+ * back). The unique (user_id, voucher_id) key backs the check up.
+ */
+int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
+                         int64_t voucher_id, enum store_purchase *outcome);
+
+enum order_status {
+    ORDER_UNPAID = 1,
+    ORDER_PAID = 2,
+    ORDER_USED = 3,
+    ORDER_CANCELLED = 4,
+    ORDER_REFUNDING = 5,
+    ORDER_REFUNDED = 6,
+};
+
+struct store_order {
+    int64_t id;
+    int64_t user_id;
+    int64_t voucher_id;
+    enum order_status status;
+    int64_t created; /* epoch seconds */
+};
+
+/* Read one order. -ENOENT if absent. */
+int store_order_get(struct store *st, int64_t id, struct store_order *o);
+
+/*
+ * A user's orders, newest first, at most limit (1..100). *items as in
+ * store_voucher_list().
+ */
+int store_order_list(struct store *st, int64_t user_id, unsigned limit,
+                     struct store_order **items, size_t *count);
+
+#endif

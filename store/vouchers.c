@@ -1,0 +1,262 @@
+/*
+ * vouchers.c - vouchers and their seckill stock rows.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* Result buffers for one row of the voucher SELECTs. */
+struct voucher_row {
+    MYSQL_BIND b[13];
+    unsigned long len[13];
+    char null[13];
+    int64_t type;
+    MYSQL_TIME begin, end, created, updated;
+};
+
+static void voucher_row_bind(struct voucher_row *r, struct store_voucher *v)
+{
+    memset(r, 0, sizeof(*r));
+    bind_i64(&r->b[0], &v->id);
+    bind_i64(&r->b[1], &v->shop_id);
+    bind_str_out(&r->b[2], v->title, sizeof(v->title), &r->len[2]);
+    bind_str_out(&r->b[3], v->sub_title, sizeof(v->sub_title), &r->len[3]);
+    bind_str_out(&r->b[4], v->rules, sizeof(v->rules), &r->len[4]);
+    bind_i64(&r->b[5], &v->pay_value);
+    bind_i64(&r->b[6], &v->actual_value);
+    bind_i64(&r->b[7], &r->type);
+    bind_i64(&r->b[8], &v->stock);
+    bind_time(&r->b[9], &r->begin);
+    bind_time(&r->b[10], &r->end);
+    bind_time(&r->b[11], &r->created);
+    bind_time(&r->b[12], &r->updated);
+    for (int i = 0; i < 13; i++)
+        r->b[i].is_null = &r->null[i];
+}
+
+/* Finish a fetched row: terminate strings, convert times. */
+static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
+{
+    v->title[r->len[2] < sizeof(v->title) ? r->len[2] : 0] = '\0';
+    v->sub_title[r->len[3] < sizeof(v->sub_title) ? r->len[3] : 0] = '\0';
+    v->rules[r->len[4] < sizeof(v->rules) ? r->len[4] : 0] = '\0';
+    v->type = r->type == VOUCHER_SECKILL ? VOUCHER_SECKILL : VOUCHER_NORMAL;
+    if (r->null[8]) {
+        v->stock = v->begin_time = v->end_time = 0;
+    } else {
+        v->begin_time = time_to_epoch(&r->begin);
+        v->end_time = time_to_epoch(&r->end);
+    }
+    v->created = time_to_epoch(&r->created);
+    v->updated = time_to_epoch(&r->updated);
+}
+
+static int voucher_insert_once(struct store *st, void *arg)
+{
+    struct store_voucher *v = arg;
+    MYSQL_BIND p[7] = {0};
+    unsigned long len[4];
+    int64_t type = v->type;
+    MYSQL_STMT *s;
+    int err;
+
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+    bind_i64(&p[0], &v->shop_id);
+    bind_str_in(&p[1], v->title, &len[0]);
+    bind_str_in(&p[2], v->sub_title, &len[1]);
+    bind_str_in(&p[3], v->rules, &len[2]);
+    bind_i64(&p[4], &v->pay_value);
+    bind_i64(&p[5], &v->actual_value);
+    bind_i64(&p[6], &type);
+    err = store_stmt_exec(st, STMT_VOUCHER_INSERT, p, NULL, &s);
+    if (err)
+        goto rollback;
+    v->id = (int64_t)mysql_stmt_insert_id(s);
+
+    if (v->type == VOUCHER_SECKILL) {
+        MYSQL_BIND q[4] = {0};
+        MYSQL_TIME b, e;
+        time_from_epoch(&b, v->begin_time);
+        time_from_epoch(&e, v->end_time);
+        bind_i64(&q[0], &v->id);
+        bind_i64(&q[1], &v->stock);
+        bind_time(&q[2], &b);
+        bind_time(&q[3], &e);
+        err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
+        if (err)
+            goto rollback;
+    }
+    if (mysql_commit(st->my)) {
+        err = store_mysql_error(st, NULL, "commit");
+        return err == -ENOTCONN ? -EINPROGRESS : err;
+    }
+    return 0;
+
+rollback:
+    if (st->my)
+        mysql_rollback(st->my);
+    return err;
+}
+
+int store_voucher_insert(struct store *st, struct store_voucher *v)
+{
+    return store_retry(st, voucher_insert_once, v);
+}
+
+struct get_args {
+    int64_t id;
+    struct store_voucher *v;
+};
+
+static int voucher_get_once(struct store *st, void *arg)
+{
+    struct get_args *a = arg;
+    MYSQL_BIND p[1] = {0};
+    struct voucher_row row;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    bind_i64(&p[0], &a->id);
+    voucher_row_bind(&row, a->v);
+    err = store_stmt_exec(st, STMT_VOUCHER_GET, p, row.b, &s);
+    if (err)
+        return err;
+    rc = mysql_stmt_fetch(s);
+    if (rc == 0)
+        voucher_row_finish(&row, a->v);
+    else if (rc == MYSQL_NO_DATA)
+        err = -ENOENT;
+    else
+        err = store_mysql_error(st, s, "voucher_get fetch");
+    if (st->my)
+        mysql_stmt_free_result(s);
+    return err;
+}
+
+int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
+{
+    struct get_args a = {id, v};
+    return store_retry(st, voucher_get_once, &a);
+}
+
+struct list_args {
+    int64_t shop_id;
+    int64_t limit;
+    struct store_voucher **items;
+    size_t *count;
+};
+
+static int voucher_list_once(struct store *st, void *arg)
+{
+    struct list_args *a = arg;
+    MYSQL_BIND p[2] = {0};
+    struct voucher_row row;
+    struct store_voucher one, *items = NULL;
+    size_t n = 0;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    if (a->shop_id > 0) {
+        bind_i64(&p[0], &a->shop_id);
+        bind_i64(&p[1], &a->limit);
+    } else {
+        bind_i64(&p[0], &a->limit);
+    }
+    voucher_row_bind(&row, &one);
+    err = store_stmt_exec(st,
+                          a->shop_id > 0 ? STMT_VOUCHER_LIST_SHOP
+                                         : STMT_VOUCHER_LIST_ALL,
+                          p, row.b, &s);
+    if (err)
+        return err;
+    items = xcalloc((size_t)a->limit, sizeof(*items));
+    while ((rc = mysql_stmt_fetch(s)) == 0 && n < (size_t)a->limit) {
+        voucher_row_finish(&row, &one);
+        items[n++] = one;
+    }
+    if (rc != 0 && rc != MYSQL_NO_DATA) {
+        err = store_mysql_error(st, s, "voucher_list fetch");
+        free(items);
+        items = NULL;
+        n = 0;
+    }
+    if (st->my)
+        mysql_stmt_free_result(s);
+    if (n == 0) {
+        free(items);
+        items = NULL;
+    }
+    *a->items = items;
+    *a->count = n;
+    return err;
+}
+
+int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
+                       struct store_voucher **items, size_t *count)
+{
+    struct list_args a = {shop_id, limit, items, count};
+
+    *items = NULL;
+    *count = 0;
+    if (limit < 1 || limit > 100)
+        return -EINVAL;
+    return store_retry(st, voucher_list_once, &a);
+}
+
+struct seckill_args {
+    int64_t id;
+    struct store_seckill *s;
+};
+
+static int seckill_get_once(struct store *st, void *arg)
+{
+    struct seckill_args *a = arg;
+    MYSQL_BIND p[1] = {0}, r[4] = {0};
+    char null[4] = {0};
+    int64_t type = 0;
+    MYSQL_TIME b, e;
+    MYSQL_STMT *s;
+    int err, rc;
+
+    bind_i64(&p[0], &a->id);
+    bind_i64(&r[0], &type);
+    bind_i64(&r[1], &a->s->stock);
+    bind_time(&r[2], &b);
+    bind_time(&r[3], &e);
+    for (int i = 0; i < 4; i++)
+        r[i].is_null = &null[i];
+    err = store_stmt_exec(st, STMT_SECKILL_GET, p, r, &s);
+    if (err)
+        return err;
+    rc = mysql_stmt_fetch(s);
+    if (rc == 0) {
+        /* A seckill voucher without its stock row reads as normal. */
+        a->s->type = type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL
+                                                          : VOUCHER_NORMAL;
+        if (a->s->type == VOUCHER_SECKILL) {
+            a->s->begin_time = time_to_epoch(&b);
+            a->s->end_time = time_to_epoch(&e);
+        } else {
+            a->s->stock = a->s->begin_time = a->s->end_time = 0;
+        }
+    } else if (rc == MYSQL_NO_DATA) {
+        err = -ENOENT;
+    } else {
+        err = store_mysql_error(st, s, "seckill_get fetch");
+    }
+    if (st->my)
+        mysql_stmt_free_result(s);
+    return err;
+}
+
+int store_seckill_get(struct store *st, int64_t voucher_id,
+                      struct store_seckill *s)
+{
+    struct seckill_args a = {voucher_id, s};
+    return store_retry(st, seckill_get_once, &a);
+}
