@@ -5,7 +5,7 @@
  *
  * Wire format: base64url without padding of
  *   version(1) | user_id(8, big-endian) | role(1) | expires(8, BE) | mac(32)
- * which is 68 characters.
+ * which is 67 characters.
  */
 #ifndef SECKILL_TOKEN_H
 #define SECKILL_TOKEN_H

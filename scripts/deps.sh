@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# deps.sh - install the Debian packages seckilld needs to build, test and run.
+#
+# Does nothing (and prints nothing) when every package is already installed.
+# Otherwise runs `apt-get update` once and installs only the missing ones,
+# through sudo when not root. While installing, a temporary policy-rc.d keeps
+# the system-wide MariaDB/Redis services from starting (we run private ones).
+set -euo pipefail
+
+PACKAGES=(
+    build-essential pkg-config
+    libmicrohttpd-dev libjansson-dev libhiredis-dev libmariadb-dev
+    libmariadb-dev-compat libsodium-dev libcmocka-dev libcurl4-openssl-dev
+    mariadb-server mariadb-client redis-server redis-tools
+    curl jq ca-certificates
+)
+
+die() { echo "deps.sh: error: $*" >&2; exit 1; }
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || missing+=("$pkg")
+done
+((${#missing[@]} == 0)) && exit 0
+
+command -v apt-get >/dev/null 2>&1 ||
+    die "apt-get not found; install these packages by hand: ${missing[*]}"
+
+SUDO=()
+if ((EUID != 0)); then
+    command -v sudo >/dev/null 2>&1 ||
+        die "not root and sudo not found; as root run: apt-get install ${missing[*]}"
+    SUDO=(sudo)
+fi
+
+echo "deps.sh: installing ${missing[*]}"
+
+# Keep apt from starting the system-wide services on 3306/6379, but only if
+# no policy-rc.d is in place already (never touch someone else's).
+POLICY=/usr/sbin/policy-rc.d
+own_policy=0
+cleanup() {
+    if ((own_policy)); then
+        "${SUDO[@]}" rm -f "$POLICY" || true
+    fi
+}
+trap cleanup EXIT
+if [[ ! -e $POLICY ]]; then
+    printf '#!/bin/sh\n# temporary, from seckilld scripts/deps.sh\nexit 101\n' |
+        "${SUDO[@]}" tee "$POLICY" >/dev/null
+    "${SUDO[@]}" chmod 755 "$POLICY"
+    own_policy=1
+fi
+
+"${SUDO[@]}" apt-get update -q || die "apt-get update failed"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}" ||
+    die "apt-get install failed for: ${missing[*]}"

@@ -1,0 +1,225 @@
+/*
+ * test_config.c - settings from the environment and flags: defaults,
+ * precedence, URL parsing and one-line errors for bad values.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cmd/config.h"
+
+#define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static const char *const vars[] = {
+    "SECKILL_PORT",    "SECKILL_BIND",    "SECKILL_MYSQL_URL",
+    "SECKILL_REDIS_URL", "SECKILL_SECRET", "SECKILL_THREADS",
+    "SECKILL_LOCK_TTL_MS", "SECKILL_DEV"};
+
+static int reset_env(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    setenv("SECKILL_MYSQL_URL", "mysql://u:p@127.0.0.1:13306/db", 1);
+    setenv("SECKILL_REDIS_URL", "redis://127.0.0.1:16379/1", 1);
+    setenv("SECKILL_SECRET", SECRET, 1);
+    return 0;
+}
+
+static int parse(struct config *cfg, char *err, int argc, ...)
+{
+    char *argv[16] = {"seckilld"};
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    return config_parse(cfg, argc, argv, err, 256);
+}
+
+static void test_defaults(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.cmd, CMD_SERVE);
+    assert_int_equal(c.http.port, 8080);
+    assert_string_equal(c.http.bind, "127.0.0.1");
+    assert_int_equal(c.http.lock_ttl_ms, 10000);
+    assert_false(c.http.dev);
+    assert_true(c.http.threads >= 4);
+    assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
+    assert_int_equal(c.http.store.mysql_port, 13306);
+    assert_string_equal(c.http.store.mysql_user, "u");
+    assert_string_equal(c.http.store.mysql_pass, "p");
+    assert_string_equal(c.http.store.mysql_db, "db");
+    assert_string_equal(c.http.store.redis_host, "127.0.0.1");
+    assert_int_equal(c.http.store.redis_port, 16379);
+    assert_int_equal(c.http.store.redis_db, 1);
+    assert_null(c.http.store.redis_pass);
+    assert_int_equal(c.http.secret[0], 0x00);
+    assert_int_equal(c.http.secret[31], 0xff);
+    config_free(&c);
+}
+
+static void test_flags_win(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    setenv("SECKILL_PORT", "9000", 1);
+    setenv("SECKILL_DEV", "0", 1);
+    assert_int_equal(parse(&c, err, 8, "--port", "9001", "--threads=3",
+                           "--dev", "--lock-ttl-ms", "500", "--bind=::1"),
+                     0);
+    assert_int_equal(c.http.port, 9001);
+    assert_int_equal(c.http.threads, 3);
+    assert_true(c.http.dev);
+    assert_int_equal(c.http.lock_ttl_ms, 500);
+    assert_string_equal(c.http.bind, "::1");
+    config_free(&c);
+}
+
+static void test_bad_values(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    struct {
+        const char *var, *val, *expect;
+    } cases[] = {
+        {"SECKILL_PORT", "80a", "SECKILL_PORT"},
+        {"SECKILL_PORT", "70000", "SECKILL_PORT"},
+        {"SECKILL_BIND", "localhost", "SECKILL_BIND"},
+        {"SECKILL_SECRET", "abc", "SECKILL_SECRET"},
+        {"SECKILL_SECRET", "", "SECKILL_SECRET"},
+        {"SECKILL_THREADS", "0", "SECKILL_THREADS"},
+        {"SECKILL_LOCK_TTL_MS", "10", "SECKILL_LOCK_TTL_MS"},
+        {"SECKILL_DEV", "yes", "SECKILL_DEV"},
+        {"SECKILL_MYSQL_URL", "postgres://u:p@h/db", "SECKILL_MYSQL_URL"},
+        {"SECKILL_MYSQL_URL", "mysql://u:p@h:1/", "SECKILL_MYSQL_URL"},
+        {"SECKILL_MYSQL_URL", "mysql://h/db", "SECKILL_MYSQL_URL"},
+        {"SECKILL_MYSQL_URL", "mysql://u:p@h:99999/db", "SECKILL_MYSQL_URL"},
+        {"SECKILL_REDIS_URL", "redis://h:1/16", "SECKILL_REDIS_URL"},
+        {"SECKILL_REDIS_URL", "redis://:1", "SECKILL_REDIS_URL"},
+        {"SECKILL_REDIS_URL", "http://h:1/0", "SECKILL_REDIS_URL"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        reset_env(NULL);
+        setenv(cases[i].var, cases[i].val, 1);
+        err[0] = '\0';
+        assert_int_not_equal(parse(&c, err, 1), 0);
+        assert_non_null(strstr(err, cases[i].expect));
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+    reset_env(NULL);
+}
+
+static void test_missing(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    unsetenv("SECKILL_MYSQL_URL");
+    assert_int_not_equal(parse(&c, err, 1), 0);
+    assert_non_null(strstr(err, "SECKILL_MYSQL_URL"));
+    config_free(&c);
+
+    /* token needs only the secret. */
+    assert_int_equal(parse(&c, err, 4, "token", "--user", "5"), 0);
+    assert_int_equal(c.cmd, CMD_TOKEN);
+    assert_int_equal(c.token_user, 5);
+    config_free(&c);
+
+    unsetenv("SECKILL_SECRET");
+    assert_int_not_equal(parse(&c, err, 4, "token", "--user", "5"), 0);
+    assert_non_null(strstr(err, "SECKILL_SECRET"));
+    config_free(&c);
+}
+
+static void test_urls(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    setenv("SECKILL_MYSQL_URL", "mysql://us%40r:p%3Ass@[::1]/shop", 1);
+    setenv("SECKILL_REDIS_URL", "redis://:s3cret@10.0.0.1", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.mysql_user, "us@r");
+    assert_string_equal(c.http.store.mysql_pass, "p:ss");
+    assert_string_equal(c.http.store.mysql_host, "::1");
+    assert_int_equal(c.http.store.mysql_port, 3306);
+    assert_string_equal(c.http.store.mysql_db, "shop");
+    assert_string_equal(c.http.store.redis_pass, "s3cret");
+    assert_null(c.http.store.redis_user);
+    assert_int_equal(c.http.store.redis_port, 6379);
+    assert_int_equal(c.http.store.redis_db, 0);
+    config_free(&c);
+
+    setenv("SECKILL_REDIS_URL", "redis://app:pw@h:1/2", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.redis_user, "app");
+    assert_string_equal(c.http.store.redis_pass, "pw");
+    assert_int_equal(c.http.store.redis_db, 2);
+    config_free(&c);
+    reset_env(NULL);
+}
+
+static void test_commands(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 2, "--help"), 0);
+    assert_int_equal(c.cmd, CMD_HELP);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 7, "tokens", "--first", "10", "--count",
+                           "3", "--ttl=60"),
+                     0);
+    assert_int_equal(c.cmd, CMD_TOKENS);
+    assert_int_equal(c.tokens_first, 10);
+    assert_int_equal(c.tokens_count, 3);
+    assert_int_equal(c.token_ttl_s, 60);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 5, "token", "--user", "1", "--admin"), 0);
+    assert_true(c.token_admin);
+    config_free(&c);
+
+    assert_int_not_equal(parse(&c, err, 2, "token"), 0);
+    assert_non_null(strstr(err, "--user"));
+    config_free(&c);
+    assert_int_not_equal(parse(&c, err, 2, "frobnicate"), 0);
+    config_free(&c);
+    assert_int_not_equal(parse(&c, err, 2, "--nope"), 0);
+    assert_non_null(strstr(err, "--nope"));
+    config_free(&c);
+    assert_int_not_equal(parse(&c, err, 2, "--port"), 0);
+    config_free(&c);
+    assert_int_not_equal(parse(&c, err, 3, "--admin", "x"), 0);
+    config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults, reset_env),
+        cmocka_unit_test_setup(test_flags_win, reset_env),
+        cmocka_unit_test_setup(test_bad_values, reset_env),
+        cmocka_unit_test_setup(test_missing, reset_env),
+        cmocka_unit_test_setup(test_urls, reset_env),
+        cmocka_unit_test_setup(test_commands, reset_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

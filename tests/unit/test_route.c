@@ -1,0 +1,203 @@
+/*
+ * test_route.c - routing, the error table and the body validators, without
+ * a server: requests are built by hand with no connection.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "handlers/internal.h"
+
+static void test_routes(void **state)
+{
+    const struct route *r;
+    int64_t id;
+    (void)state;
+
+    assert_int_equal(route_match("/healthz", &r, &id), ROUTE_OK);
+    assert_ptr_equal(r->get, health_get);
+    assert_int_equal(route_match("/api/vouchers", &r, &id), ROUTE_OK);
+    assert_ptr_equal(r->post, vouchers_post);
+    assert_string_equal(r->allow, "GET, POST");
+    assert_int_equal(route_match("/api/vouchers/42", &r, &id), ROUTE_OK);
+    assert_ptr_equal(r->get, voucher_get);
+    assert_int_equal(id, 42);
+    assert_int_equal(route_match("/api/vouchers/7/seckill", &r, &id),
+                     ROUTE_OK);
+    assert_ptr_equal(r->post, voucher_seckill_post);
+    assert_null(r->get);
+    assert_int_equal(id, 7);
+    assert_int_equal(route_match("/api/orders/9223372036854775807", &r, &id),
+                     ROUTE_OK);
+    assert_true(id == INT64_MAX);
+
+    const char *bad_ids[] = {"/api/vouchers/abc", "/api/vouchers/0",
+                             "/api/vouchers/-1", "/api/vouchers/1.5",
+                             "/api/orders/99999999999999999999",
+                             "/api/vouchers/x/seckill"};
+    for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++)
+        assert_int_equal(route_match(bad_ids[i], &r, &id), ROUTE_BAD_ID);
+
+    const char *missing[] = {"/", "", "/api", "/api/vouchers/",
+                             "/api/vouchers/1/", "/api/vouchers/1/seckill/x",
+                             "/healthzz", "/API/vouchers", "/api/orders/1/x"};
+    for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++)
+        assert_int_equal(route_match(missing[i], &r, &id), ROUTE_NOT_FOUND);
+}
+
+static void test_error_table(void **state)
+{
+    (void)state;
+    for (int i = 0; i < ERR_COUNT; i++) {
+        assert_non_null(api_errors[i].code);
+        assert_true(api_errors[i].status >= 400 && api_errors[i].status < 600);
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(api_errors[i].code, api_errors[j].code);
+    }
+    assert_int_equal(api_errors[ERR_BUSY].status, 429);
+    assert_int_equal(api_errors[ERR_SOLD_OUT].status, 409);
+    assert_int_equal(api_errors[ERR_UNAVAILABLE].status, 503);
+}
+
+static struct handlers_config cfg;
+
+static void req_init(struct request *req, const char *body)
+{
+    memset(req, 0, sizeof(*req));
+    req->cfg = &cfg;
+    if (body) {
+        req->body = strdup(body);
+        req->body_len = strlen(body);
+    }
+}
+
+static const char *err_code(struct request *req)
+{
+    return json_string_value(
+        json_object_get(json_object_get(req->reply, "error"), "code"));
+}
+
+static void test_body_object(void **state)
+{
+    struct request req;
+    (void)state;
+
+    /* An escaped NUL would cut C strings: the parser refuses it. */
+    const char *bad[] = {NULL, "", "{", "[1]", "\"x\"", "1",
+                         "{\"a\":\"x\\u0000y\"}",
+                         "{\"a\":1,\"a\":2}", "{\"a\":\"\xff\"}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        req_init(&req, bad[i]);
+        assert_false(body_object_or_reply(&req));
+        assert_int_equal(req.status, 400);
+        assert_string_equal(err_code(&req), "BAD_REQUEST");
+        request_clear(&req);
+    }
+    req_init(&req, "{\"a\":1}");
+    assert_true(body_object_or_reply(&req));
+    request_clear(&req);
+}
+
+static void test_body_fields(void **state)
+{
+    struct request req;
+    int64_t n = -1;
+    const char *s = NULL;
+    (void)state;
+
+    req_init(&req, "{\"n\":5,\"f\":1.5,\"s\":\"x\",\"big\":1e30,"
+                   "\"neg\":-1,\"nul\":null,\"str\":\"5\"}");
+    assert_true(body_object_or_reply(&req));
+    assert_true(body_int_or_reply(&req, "n", true, 1, 10, &n));
+    assert_int_equal(n, 5);
+    assert_false(body_int_or_reply(&req, "n", true, 6, 10, &n));
+    assert_false(body_int_or_reply(&req, "f", true, 0, 10, &n));
+    assert_false(body_int_or_reply(&req, "s", true, 0, 10, &n));
+    assert_false(body_int_or_reply(&req, "str", true, 0, 10, &n));
+    assert_false(body_int_or_reply(&req, "big", true, 0, INT64_MAX, &n));
+    assert_false(body_int_or_reply(&req, "neg", true, 0, 10, &n));
+    assert_false(body_int_or_reply(&req, "absent", true, 0, 10, &n));
+    assert_non_null(strstr(json_string_value(json_object_get(
+                               json_object_get(req.reply, "error"),
+                               "message")),
+                           "absent"));
+    n = 77;
+    assert_true(body_int_or_reply(&req, "absent", false, 0, 10, &n));
+    assert_true(body_int_or_reply(&req, "nul", false, 0, 10, &n));
+    assert_int_equal(n, 77);
+    assert_false(body_str_or_reply(&req, "n", true, 10, &s));
+    assert_true(body_str_or_reply(&req, "s", true, 1, &s));
+    assert_string_equal(s, "x");
+    assert_true(body_has(&req, "s"));
+    assert_false(body_has(&req, "nul"));
+    request_clear(&req);
+}
+
+static void test_body_strings(void **state)
+{
+    struct request req;
+    const char *s = NULL;
+    char body[4096];
+    int64_t t;
+    (void)state;
+
+    /* 255 three-byte characters fit a 255-character field; 256 do not. */
+    strcpy(body, "{\"ok\":\"");
+    for (int i = 0; i < 255; i++)
+        strcat(body, "\xe7\xa7\x92"); /* 秒 */
+    strcat(body, "\",\"long\":\"");
+    for (int i = 0; i < 256; i++)
+        strcat(body, "a");
+    strcat(body, "\",\"empty\":\"\","
+                 "\"t\":\"2026-11-21T10:00:00Z\",\"badt\":\"tomorrow\"}");
+    req_init(&req, body);
+    assert_true(body_object_or_reply(&req));
+    assert_true(body_str_or_reply(&req, "ok", true, 255, &s));
+    assert_false(body_str_or_reply(&req, "long", true, 255, &s));
+    assert_false(body_str_or_reply(&req, "empty", true, 255, &s));
+    assert_true(body_str_or_reply(&req, "empty", false, 255, &s));
+    assert_true(body_time_or_reply(&req, "t", true, &t));
+    assert_false(body_time_or_reply(&req, "badt", true, &t));
+    request_clear(&req);
+}
+
+static void test_no_token(void **state)
+{
+    struct request req;
+    (void)state;
+
+    req_init(&req, NULL);
+    assert_int_equal(req_user_or_reply(&req), 401);
+    assert_string_equal(err_code(&req), "UNAUTHORIZED");
+    request_clear(&req);
+}
+
+static void test_backend_errors(void **state)
+{
+    struct request req;
+    (void)state;
+
+    req_init(&req, NULL);
+    assert_int_equal(req_backend_error(&req, -ENOTCONN, "t"), 503);
+    assert_int_equal(req.retry_after, 1);
+    assert_int_equal(req_backend_error(&req, -EINPROGRESS, "t"), 503);
+    assert_int_equal(req_backend_error(&req, -EIO, "t"), 500);
+    assert_string_equal(err_code(&req), "INTERNAL");
+    request_clear(&req);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes),      cmocka_unit_test(test_error_table),
+        cmocka_unit_test(test_body_object), cmocka_unit_test(test_body_fields),
+        cmocka_unit_test(test_body_strings), cmocka_unit_test(test_no_token),
+        cmocka_unit_test(test_backend_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
