@@ -62,7 +62,11 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
     text = json_dumps(req->reply, JSON_COMPACT);
     if (!text)
         abort(); /* only out of memory */
+    /* A trailing newline keeps curl output readable in a terminal. */
     size_t len = strlen(text);
+    text = xrealloc(text, len + 2);
+    text[len++] = '\n';
+    text[len] = '\0';
     resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(text);

@@ -1,0 +1,1043 @@
+/*
+ * harness.c - shared helpers of the integration tests (see harness.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+#include <mysql.h>
+
+#include "tests/it/harness.h"
+
+extern char **environ;
+
+static bool it_initialised;
+
+void it_init(void)
+{
+    struct rlimit rl;
+
+    if (it_initialised)
+        return;
+    it_initialised = true;
+    /* The concurrency test holds > 1024 sockets at once. */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            fprintf(stderr, "harness: setrlimit(NOFILE): %s\n",
+                    strerror(errno));
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "harness: curl_global_init failed\n");
+        abort();
+    }
+}
+
+const char *it_bin(void)
+{
+    const char *bin = getenv("SECKILL_BIN");
+
+    return bin && *bin ? bin : "build/seckilld";
+}
+
+static void it_mkdir_p(const char *path)
+{
+    char buf[IT_PATH_MAX];
+    size_t i;
+
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (i = 1; buf[i]; i++) {
+        if (buf[i] == '/') {
+            buf[i] = '\0';
+            mkdir(buf, 0755);
+            buf[i] = '/';
+        }
+    }
+    mkdir(buf, 0755);
+}
+
+const char *it_log_dir(void)
+{
+    static char dir[IT_PATH_MAX];
+    const char *env, *bin, *slash;
+
+    if (dir[0])
+        return dir;
+    env = getenv("SECKILL_IT_LOGDIR");
+    if (env && *env) {
+        snprintf(dir, sizeof(dir), "%s", env);
+    } else {
+        bin = it_bin();
+        slash = strrchr(bin, '/');
+        if (slash)
+            snprintf(dir, sizeof(dir), "%.*s/it-logs", (int)(slash - bin),
+                     bin);
+        else
+            snprintf(dir, sizeof(dir), "it-logs");
+    }
+    it_mkdir_p(dir);
+    return dir;
+}
+
+uint16_t it_free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    uint16_t port = 0;
+    int fd;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* ---- processes ---- */
+
+pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path)
+{
+    pid_t parent = getpid();
+    pid_t pid;
+    sigset_t none;
+    int fd;
+
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid > 0)
+        return pid;
+
+    /* child */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    signal(SIGPIPE, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    fd = open(log_path ? log_path : "/dev/null",
+              O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+    }
+    fd = open("/dev/null", O_RDONLY);
+    if (fd >= 0)
+        dup2(fd, STDIN_FILENO);
+    execve(argv[0], argv, envp ? envp : environ);
+    fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+int it_wait_exit(pid_t pid, int timeout_ms, int *status)
+{
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    pid_t r;
+
+    for (;;) {
+        r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -ECHILD;
+        if (util_mono_ms() >= deadline)
+            return -ETIMEDOUT;
+        usleep(10 * 1000);
+    }
+}
+
+int it_run_capture(char *const argv[], char **out)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = xmalloc(cap);
+    int64_t deadline = util_mono_ms() + 30000;
+    int pipefd[2];
+    int status = -1;
+    pid_t pid;
+
+    *out = NULL;
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        free(buf);
+        return -1;
+    }
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        free(buf);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(pipefd[1], STDOUT_FILENO);
+        execv(argv[0], argv);
+        fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pipefd[1]);
+    for (;;) {
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        int64_t left = deadline - util_mono_ms();
+        ssize_t n;
+
+        if (left <= 0 || poll(&pfd, 1, (int)left) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            close(pipefd[0]);
+            free(buf);
+            fprintf(stderr, "harness: %s timed out\n", argv[0]);
+            return -1;
+        }
+        if (len + 1024 > cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        n = read(pipefd[0], buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(pipefd[0]);
+    buf[len] = '\0';
+    if (waitpid(pid, &status, 0) != pid)
+        status = -1;
+    *out = buf;
+    return status;
+}
+
+int it_wait_tcp(uint16_t port, int timeout_ms)
+{
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    struct sockaddr_in sa;
+    int fd, rc;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(port);
+    for (;;) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return 0;
+        if (util_mono_ms() >= deadline)
+            return -ETIMEDOUT;
+        usleep(20 * 1000);
+    }
+}
+
+/* ---- seckilld ---- */
+
+/* The current environment with overrides applied; free with free_env. */
+static char **it_env_build(const char *const *overrides)
+{
+    size_t n = 0, m = 0, i, j, k = 0;
+    char **env;
+
+    while (environ[n])
+        n++;
+    while (overrides && overrides[m])
+        m++;
+    env = xcalloc(n + m + 1, sizeof(*env));
+    for (i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t name_len = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        bool replaced = false;
+
+        for (j = 0; j < m; j++) {
+            const char *o = overrides[j];
+            size_t olen = strcspn(o, "=");
+
+            if (olen == name_len && strncmp(o, environ[i], olen) == 0)
+                replaced = true;
+        }
+        if (!replaced)
+            env[k++] = xstrdup(environ[i]);
+    }
+    for (j = 0; j < m; j++)
+        if (strchr(overrides[j], '='))
+            env[k++] = xstrdup(overrides[j]);
+    env[k] = NULL;
+    return env;
+}
+
+static void it_env_free(char **env)
+{
+    size_t i;
+
+    for (i = 0; env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+/* GET /healthz with a short timeout; returns the status or 0. */
+static long it_healthz(const struct it_server *srv)
+{
+    struct it_req req = {.method = "GET", .path = "/healthz", .timeout_s = 2};
+    struct it_resp resp;
+    long status;
+
+    status = it_http_do(srv, &req, &resp);
+    it_resp_free(&resp);
+    return status;
+}
+
+static void it_describe_exit(const char *what, int status)
+{
+    if (WIFEXITED(status))
+        fprintf(stderr, "harness: %s exited with status %d\n", what,
+                WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        fprintf(stderr, "harness: %s killed by signal %d\n", what,
+                WTERMSIG(status));
+}
+
+int it_server_start(struct it_server *srv, const char *tag,
+                     const char *const *overrides)
+{
+    char port_arg[16];
+    char *argv[4];
+    char **env;
+    int64_t deadline;
+    int status;
+
+    it_init();
+    memset(srv, 0, sizeof(*srv));
+    srv->port = it_free_port();
+    if (srv->port == 0) {
+        fprintf(stderr, "harness: no free port\n");
+        return -1;
+    }
+    if (snprintf(srv->log_path, sizeof(srv->log_path), "%s/%s-%u.log",
+                 it_log_dir(), tag,
+                 (unsigned)srv->port) >= (int)sizeof(srv->log_path)) {
+        fprintf(stderr, "harness: log path too long\n");
+        return -1;
+    }
+    unlink(srv->log_path);
+    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)srv->port);
+    argv[0] = (char *)it_bin();
+    argv[1] = (char *)"--port";
+    argv[2] = port_arg;
+    argv[3] = NULL;
+    if (access(argv[0], X_OK) != 0) {
+        fprintf(stderr, "harness: %s is not executable: %s\n", argv[0],
+                strerror(errno));
+        return -1;
+    }
+    env = it_env_build(overrides);
+    srv->pid = it_spawn(argv, env, srv->log_path);
+    it_env_free(env);
+    if (srv->pid < 0) {
+        srv->pid = 0;
+        return -1;
+    }
+
+    deadline = util_mono_ms() + IT_START_TIMEOUT_MS;
+    for (;;) {
+        if (waitpid(srv->pid, &status, WNOHANG) == srv->pid) {
+            srv->pid = 0;
+            it_describe_exit("seckilld", status);
+            fprintf(stderr, "harness: seckilld died on start; log: %s\n",
+                    srv->log_path);
+            return -1;
+        }
+        if (it_healthz(srv) == 200)
+            return 0;
+        if (util_mono_ms() >= deadline)
+            break;
+        usleep(50 * 1000);
+    }
+    fprintf(stderr,
+            "harness: seckilld on port %u did not answer GET /healthz 200 "
+            "within %d ms; log: %s\n",
+            (unsigned)srv->port, IT_START_TIMEOUT_MS, srv->log_path);
+    kill(srv->pid, SIGKILL);
+    waitpid(srv->pid, NULL, 0);
+    srv->pid = 0;
+    return -1;
+}
+
+bool it_server_alive(struct it_server *srv)
+{
+    int status;
+
+    if (srv->pid <= 0)
+        return false;
+    if (waitpid(srv->pid, &status, WNOHANG) == srv->pid) {
+        it_describe_exit("seckilld", status);
+        fprintf(stderr, "harness: log: %s\n", srv->log_path);
+        srv->pid = 0;
+        return false;
+    }
+    return true;
+}
+
+int it_server_stop(struct it_server *srv)
+{
+    int status = 0;
+
+    if (srv->pid <= 0)
+        return 0;
+    if (kill(srv->pid, SIGTERM) != 0) {
+        fprintf(stderr, "harness: kill(%d): %s\n", (int)srv->pid,
+                strerror(errno));
+        srv->pid = 0;
+        return -1;
+    }
+    if (it_wait_exit(srv->pid, IT_STOP_TIMEOUT_MS, &status) != 0) {
+        fprintf(stderr,
+                "harness: seckilld (pid %d) still running %d ms after "
+                "SIGTERM; killed; log: %s\n",
+                (int)srv->pid, IT_STOP_TIMEOUT_MS, srv->log_path);
+        kill(srv->pid, SIGKILL);
+        waitpid(srv->pid, NULL, 0);
+        srv->pid = 0;
+        return -1;
+    }
+    srv->pid = 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    it_describe_exit("seckilld after SIGTERM", status);
+    fprintf(stderr, "harness: log: %s\n", srv->log_path);
+    return -1;
+}
+
+/* ---- HTTP ---- */
+
+static size_t it_on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct it_resp *resp = arg;
+    size_t n = size * nmemb;
+
+    resp->body = xrealloc(resp->body, resp->len + n + 1);
+    memcpy(resp->body + resp->len, data, n);
+    resp->len += n;
+    resp->body[resp->len] = '\0';
+    return n;
+}
+
+/* Copy the value of a "Name: value\r\n" line into dst if name matches. */
+static void it_take_header(const char *line, size_t len, const char *name,
+                           char *dst, size_t dst_size)
+{
+    size_t nlen = strlen(name);
+    size_t vlen;
+
+    if (len <= nlen || line[nlen] != ':' || strncasecmp(line, name, nlen))
+        return;
+    line += nlen + 1;
+    len -= nlen + 1;
+    while (len && (*line == ' ' || *line == '\t')) {
+        line++;
+        len--;
+    }
+    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
+                   line[len - 1] == ' '))
+        len--;
+    vlen = len < dst_size - 1 ? len : dst_size - 1;
+    memcpy(dst, line, vlen);
+    dst[vlen] = '\0';
+}
+
+static size_t it_on_header(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct it_resp *resp = arg;
+    size_t n = size * nmemb;
+
+    /* A new status line (after a 100 Continue) starts a new header set. */
+    if (n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+        resp->allow[0] = resp->retry_after[0] = resp->content_type[0] = '\0';
+        return n;
+    }
+    it_take_header(data, n, "Allow", resp->allow, sizeof(resp->allow));
+    it_take_header(data, n, "Retry-After", resp->retry_after,
+                   sizeof(resp->retry_after));
+    it_take_header(data, n, "Content-Type", resp->content_type,
+                   sizeof(resp->content_type));
+    return n;
+}
+
+CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
+                      struct it_resp *resp)
+{
+    char url[1024];
+    char *auth = NULL;
+    CURL *h;
+
+    it_init();
+    memset(resp, 0, sizeof(*resp));
+    h = curl_easy_init();
+    if (!h)
+        abort();
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", (unsigned)srv->port,
+             req->path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT,
+                     req->timeout_s > 0 ? req->timeout_s : IT_HTTP_TIMEOUT_S);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT,
+                     req->timeout_s > 0 ? req->timeout_s : IT_HTTP_TIMEOUT_S);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, it_on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, it_on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, resp);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, resp->errbuf_);
+    curl_easy_setopt(h, CURLOPT_PRIVATE, resp);
+
+    /* Send bodies at once, never wait for a 100 Continue. */
+    resp->hdrs_ = curl_slist_append(resp->hdrs_, "Expect:");
+    if (req->authorization) {
+        auth = xasprintf("Authorization: %s", req->authorization);
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, auth);
+    } else if (req->token) {
+        auth = xasprintf("Authorization: Bearer %s", req->token);
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, auth);
+    }
+    free(auth);
+
+    if (strcmp(req->method, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (req->body) {
+        size_t len = req->body_len ? req->body_len : strlen(req->body);
+
+        resp->hdrs_ = curl_slist_append(resp->hdrs_,
+                                        "Content-Type: application/json");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, req->body);
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    } else if (strcmp(req->method, "POST") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+        curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, "");
+    } else if (strcmp(req->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, resp->hdrs_);
+    return h;
+}
+
+void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp)
+{
+    resp->curl_rc = rc;
+    resp->status = 0;
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(resp->hdrs_);
+    resp->hdrs_ = NULL;
+    if (!resp->body)
+        resp->body = xstrdup("");
+    if (resp->len)
+        resp->json = json_loadb(resp->body, resp->len, 0, NULL);
+}
+
+long it_http_do(const struct it_server *srv, const struct it_req *req,
+                struct it_resp *resp)
+{
+    CURL *h = it_http_prepare(srv, req, resp);
+
+    it_http_complete(h, curl_easy_perform(h), resp);
+    return resp->status;
+}
+
+long it_http(const struct it_server *srv, const char *method,
+             const char *path, const char *body, const char *token,
+             struct it_resp *resp)
+{
+    struct it_req req = {
+        .method = method, .path = path, .body = body, .token = token};
+
+    return it_http_do(srv, &req, resp);
+}
+
+void it_resp_free(struct it_resp *resp)
+{
+    free(resp->body);
+    json_decref(resp->json);
+    curl_slist_free_all(resp->hdrs_);
+    memset(resp, 0, sizeof(*resp));
+}
+
+static void it_dump(const struct it_resp *resp)
+{
+    if (resp->curl_rc != CURLE_OK)
+        print_error("transport failure: %s (%s)\n",
+                    curl_easy_strerror(resp->curl_rc), resp->errbuf_);
+    else
+        print_error("got HTTP %ld, Content-Type \"%s\", body: %.2000s\n",
+                    resp->status, resp->content_type,
+                    resp->body ? resp->body : "");
+}
+
+void it_assert_status(const struct it_resp *resp, long status)
+{
+    if (resp->curl_rc != CURLE_OK || resp->status != status) {
+        print_error("expected HTTP %ld\n", status);
+        it_dump(resp);
+        fail();
+    }
+}
+
+void it_assert_json_type(const struct it_resp *resp)
+{
+    size_t n = strlen("application/json");
+
+    if (strncasecmp(resp->content_type, "application/json", n) != 0 ||
+        (resp->content_type[n] != '\0' && resp->content_type[n] != ';' &&
+         resp->content_type[n] != ' ')) {
+        print_error("expected Content-Type application/json\n");
+        it_dump(resp);
+        fail();
+    }
+}
+
+void it_assert_error(const struct it_resp *resp, long status,
+                     const char *code)
+{
+    const json_t *err, *msg;
+    const char *got;
+
+    it_assert_status(resp, status);
+    it_assert_json_type(resp);
+    err = resp->json ? json_object_get(resp->json, "error") : NULL;
+    if (!json_is_object(resp->json) || json_object_size(resp->json) != 1 ||
+        !json_is_object(err) || json_object_size(err) != 2) {
+        print_error("expected {\"error\":{\"code\",\"message\"}}\n");
+        it_dump(resp);
+        fail();
+    }
+    got = it_json_str(err, "code");
+    msg = json_object_get(err, "message");
+    if (!got || strcmp(got, code) != 0 || !json_is_string(msg) ||
+        json_string_length(msg) == 0) {
+        print_error("expected error code %s with a message\n", code);
+        it_dump(resp);
+        fail();
+    }
+}
+
+const char *it_json_str(const json_t *obj, const char *key)
+{
+    const json_t *v = json_is_object(obj) ? json_object_get(obj, key) : NULL;
+
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+bool it_is_digits(const char *s)
+{
+    if (!s || !*s)
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+int64_t it_json_id(const json_t *obj, const char *key)
+{
+    const char *s = it_json_str(obj, key);
+    int64_t id = 0;
+
+    if (!it_is_digits(s) || util_parse_id(s, strlen(s), &id) != 0) {
+        char *dump = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+
+        print_error("expected \"%s\" to be an id string in %s\n", key,
+                    dump ? dump : "(null)");
+        free(dump);
+        fail();
+    }
+    return id;
+}
+
+bool it_header_lists(const char *value, const char *token)
+{
+    size_t tlen = strlen(token);
+
+    while (*value) {
+        size_t len;
+
+        while (*value == ' ' || *value == ',')
+            value++;
+        len = strcspn(value, ",");
+        while (len && value[len - 1] == ' ')
+            len--;
+        if (len == tlen && strncmp(value, token, tlen) == 0)
+            return true;
+        value += strcspn(value, ",");
+    }
+    return false;
+}
+
+/* ---- tokens ---- */
+
+const unsigned char *it_secret(void)
+{
+    static unsigned char key[TOKEN_KEY_LEN];
+    static bool have;
+    const char *hex = getenv("SECKILL_SECRET");
+
+    if (have)
+        return key;
+    if (!hex || util_hex_decode(hex, key, sizeof(key)) != 0) {
+        print_error("SECKILL_SECRET must be %d hex digits "
+                    "(source .run/env.test)\n",
+                    2 * TOKEN_KEY_LEN);
+        fail();
+    }
+    have = true;
+    return key;
+}
+
+void it_token(int64_t user_id, enum token_role role, int64_t ttl_s,
+              char out[TOKEN_STR_LEN])
+{
+    struct token_claims c = {
+        .user_id = user_id,
+        .role = role,
+        .expires = util_now_ms() / 1000 + ttl_s,
+    };
+
+    assert_int_equal(0, token_sign(it_secret(), &c, out));
+}
+
+/* ---- MySQL ---- */
+
+static int it_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Copy [s, s+len) percent-decoded into dst; -EINVAL if it does not fit. */
+static int it_unescape(const char *s, size_t len, char *dst, size_t size)
+{
+    size_t i, o = 0;
+
+    for (i = 0; i < len; i++) {
+        int c = (unsigned char)s[i];
+
+        if (c == '%' && i + 2 < len &&
+            it_hexval(s[i + 1]) >= 0 && it_hexval(s[i + 2]) >= 0) {
+            c = it_hexval(s[i + 1]) * 16 + it_hexval(s[i + 2]);
+            i += 2;
+        }
+        if (o + 1 >= size)
+            return -EINVAL;
+        dst[o++] = (char)c;
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+int it_mysql_url_parse(const char *url, struct it_mysql_url *out)
+{
+    const char *p, *at, *colon, *slash, *end, *hostend;
+    char portbuf[8];
+
+    memset(out, 0, sizeof(*out));
+    out->port = 3306;
+    if (strncmp(url, "mysql://", 8) != 0)
+        return -EINVAL;
+    p = url + 8;
+    end = p + strcspn(p, "?#");
+    slash = memchr(p, '/', (size_t)(end - p));
+    if (!slash)
+        slash = end;
+    at = NULL;
+    for (const char *q = p; q < slash; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (it_unescape(p, (size_t)(colon - p), out->user,
+                            sizeof(out->user)) ||
+                it_unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
+                            sizeof(out->pass)))
+                return -EINVAL;
+        } else if (it_unescape(p, (size_t)(at - p), out->user,
+                               sizeof(out->user))) {
+            return -EINVAL;
+        }
+        p = at + 1;
+    }
+    colon = memchr(p, ':', (size_t)(slash - p));
+    hostend = colon ? colon : slash;
+    if (hostend == p ||
+        it_unescape(p, (size_t)(hostend - p), out->host, sizeof(out->host)))
+        return -EINVAL;
+    if (colon) {
+        size_t plen = (size_t)(slash - colon - 1);
+        char *e;
+        long v;
+
+        if (plen == 0 || plen >= sizeof(portbuf))
+            return -EINVAL;
+        memcpy(portbuf, colon + 1, plen);
+        portbuf[plen] = '\0';
+        v = strtol(portbuf, &e, 10);
+        if (*e || v <= 0 || v > 65535)
+            return -EINVAL;
+        out->port = (unsigned)v;
+    }
+    if (slash < end &&
+        it_unescape(slash + 1, (size_t)(end - slash - 1), out->db,
+                    sizeof(out->db)))
+        return -EINVAL;
+    return 0;
+}
+
+char *it_mysql_url_with_port(const char *url, uint16_t port)
+{
+    const char *p, *slash, *at, *userinfo_end;
+
+    if (strncmp(url, "mysql://", 8) != 0)
+        return NULL;
+    p = url + 8;
+    slash = p + strcspn(p, "/?#");
+    userinfo_end = p;
+    for (at = p; at < slash; at++)
+        if (*at == '@')
+            userinfo_end = at + 1;
+    return xasprintf("mysql://%.*s127.0.0.1:%u%s", (int)(userinfo_end - p), p,
+                     (unsigned)port, slash);
+}
+
+static MYSQL *it_db;
+
+static MYSQL *it_sql_conn(void)
+{
+    struct it_mysql_url u;
+    const char *url = getenv("SECKILL_MYSQL_URL");
+
+    if (it_db)
+        return it_db;
+    if (!url || it_mysql_url_parse(url, &u) != 0) {
+        print_error("SECKILL_MYSQL_URL missing or not mysql://user:pass@"
+                    "host:port/db (source .run/env.test)\n");
+        fail();
+    }
+    it_db = mysql_init(NULL);
+    if (!it_db)
+        abort();
+    if (!mysql_real_connect(it_db, u.host, u.user, u.pass, u.db, u.port, NULL,
+                            0)) {
+        print_error("mysql connect %s:%u: %s\n", u.host, u.port,
+                    mysql_error(it_db));
+        mysql_close(it_db);
+        it_db = NULL;
+        fail();
+    }
+    return it_db;
+}
+
+void it_sql_close(void)
+{
+    mysql_close(it_db);
+    it_db = NULL;
+}
+
+/* Run sql on the helper connection; asserts; returns the result or NULL. */
+static MYSQL_RES *it_sql_run(const char *sql, bool want_rows)
+{
+    MYSQL *db = it_sql_conn();
+    MYSQL_RES *res;
+
+    if (mysql_query(db, sql) != 0) {
+        print_error("mysql: %s: %s\n", sql, mysql_error(db));
+        fail();
+    }
+    res = mysql_store_result(db);
+    if (want_rows && !res) {
+        print_error("mysql: %s: no result set\n", sql);
+        fail();
+    }
+    return res;
+}
+
+static int64_t it_sql_cell(MYSQL_ROW row)
+{
+    if (!row[0])
+        return -1;
+    return strtoll(row[0], NULL, 10);
+}
+
+int64_t it_sql_scalar(const char *fmt, ...)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int64_t v;
+    va_list ap;
+    char *sql;
+
+    va_start(ap, fmt);
+    if (vasprintf(&sql, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    res = it_sql_run(sql, true);
+    row = mysql_fetch_row(res);
+    if (!row) {
+        print_error("mysql: %s: no row\n", sql);
+        mysql_free_result(res);
+        free(sql);
+        fail();
+    }
+    v = it_sql_cell(row);
+    mysql_free_result(res);
+    free(sql);
+    return v;
+}
+
+size_t it_sql_column(int64_t *out, size_t max, const char *fmt, ...)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t n = 0;
+    va_list ap;
+    char *sql;
+
+    va_start(ap, fmt);
+    if (vasprintf(&sql, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    res = it_sql_run(sql, true);
+    while ((row = mysql_fetch_row(res))) {
+        if (n < max)
+            out[n] = it_sql_cell(row);
+        n++;
+    }
+    mysql_free_result(res);
+    free(sql);
+    return n;
+}
+
+unsigned it_sql_exec(const char *fmt, ...)
+{
+    MYSQL *db = it_sql_conn();
+    MYSQL_RES *res;
+    unsigned err = 0;
+    va_list ap;
+    char *sql;
+
+    va_start(ap, fmt);
+    if (vasprintf(&sql, fmt, ap) < 0)
+        abort();
+    va_end(ap);
+    if (mysql_query(db, sql) != 0) {
+        err = mysql_errno(db);
+    } else {
+        res = mysql_store_result(db);
+        mysql_free_result(res);
+    }
+    free(sql);
+    return err;
+}
+
+/* ---- the API ---- */
+
+char *it_time(int64_t offset_s, char *buf)
+{
+    return util_time_format(util_now_ms() / 1000 + offset_s, buf);
+}
+
+int64_t it_unique(void)
+{
+    static int64_t last;
+    int64_t v = util_now_ms();
+
+    if (v <= last)
+        v = last + 1;
+    last = v;
+    return v;
+}
+
+int64_t it_voucher_create(const struct it_server *srv, const char *body)
+{
+    char admin[TOKEN_STR_LEN];
+    struct it_resp resp;
+    int64_t id;
+
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    it_http(srv, "POST", "/api/vouchers", body, admin, &resp);
+    if (resp.status != 201)
+        print_error("POST /api/vouchers %s\n", body);
+    it_assert_status(&resp, 201);
+    it_assert_json_type(&resp);
+    id = it_json_id(resp.json, "id");
+    it_resp_free(&resp);
+    return id;
+}
+
+int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
+                          int64_t stock, int64_t begin_off_s,
+                          int64_t end_off_s)
+{
+    char begin[UTIL_TIME_LEN], end[UTIL_TIME_LEN];
+    char *body;
+    int64_t id;
+
+    body = xasprintf("{\"shopId\":%lld,\"title\":\"it seckill\","
+                     "\"subTitle\":\"sub\",\"rules\":\"one per user\","
+                     "\"payValue\":4750,\"actualValue\":5000,"
+                     "\"type\":\"seckill\",\"stock\":%lld,"
+                     "\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                     (long long)shop_id, (long long)stock,
+                     it_time(begin_off_s, begin), it_time(end_off_s, end));
+    id = it_voucher_create(srv, body);
+    free(body);
+    return id;
+}
+
+long it_purchase(const struct it_server *srv, int64_t voucher_id,
+                 int64_t user_id, struct it_resp *resp)
+{
+    char tok[TOKEN_STR_LEN];
+    char path[96];
+
+    it_token(user_id, TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill",
+             (long long)voucher_id);
+    return it_http(srv, "POST", path, NULL, tok, resp);
+}

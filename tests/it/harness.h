@@ -1,0 +1,253 @@
+/*
+ * harness.h - shared helpers of the integration tests: start and stop the
+ * real seckilld binary, talk to it over HTTP with libcurl, mint tokens,
+ * query MySQL directly, spawn helper processes (redis-server).
+ *
+ * The tests read their backends from the environment written by
+ * scripts/services.sh (. .run/env.test): SECKILL_MYSQL_URL,
+ * SECKILL_REDIS_URL, SECKILL_SECRET, SECKILL_DEV. SECKILL_BIN names the
+ * binary under test (default build/seckilld); child logs go to
+ * $SECKILL_IT_LOGDIR (default: an it-logs/ folder next to the binary).
+ *
+ * Functions documented "asserts" report failures through cmocka and must
+ * only be called from a cmocka test, setup or teardown. None of this is
+ * thread-safe: the tests are single-threaded.
+ */
+#ifndef SECKILL_IT_HARNESS_H
+#define SECKILL_IT_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "common/token.h"
+#include "common/util.h"
+
+#define IT_PATH_MAX 512
+/* Per-request timeout: generous, the suite also runs under ASan. */
+#define IT_HTTP_TIMEOUT_S 30L
+/* How long a started server may take to answer GET /healthz. */
+#define IT_START_TIMEOUT_MS 10000
+/* How long a SIGTERMed server may take to exit. */
+#define IT_STOP_TIMEOUT_MS 10000
+
+/*
+ * Once per process, before anything else: raise RLIMIT_NOFILE to the hard
+ * limit, ignore SIGPIPE, initialise libcurl. Idempotent.
+ */
+void it_init(void);
+
+/* The binary under test ($SECKILL_BIN or "build/seckilld"). */
+const char *it_bin(void);
+/* The log folder (created on first use). */
+const char *it_log_dir(void);
+
+/* A loopback TCP port that was free a moment ago (bind port 0, close). */
+uint16_t it_free_port(void);
+
+/* ---- processes ---- */
+
+/*
+ * Fork and exec argv[0] (a path) with envp (NULL: the current environment),
+ * stdout and stderr appended to log_path (NULL: /dev/null). The child dies
+ * with the test process (PR_SET_PDEATHSIG) and starts with SIGPIPE at its
+ * default. Returns the pid, or -1 with a message on stderr.
+ */
+pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path);
+
+/*
+ * Wait up to timeout_ms for pid to exit. Returns 0 and stores its wait
+ * status, or -ETIMEDOUT (the child is left running), or -ECHILD.
+ */
+int it_wait_exit(pid_t pid, int timeout_ms, int *status);
+
+/*
+ * Run argv to completion (at most 30 s) and capture its stdout into *out
+ * (NUL-terminated, free(3) it); stderr is passed through. Returns the wait
+ * status, or -1 if it could not be run or timed out.
+ */
+int it_run_capture(char *const argv[], char **out);
+
+/* Wait up to timeout_ms until something accepts TCP on 127.0.0.1:port. */
+int it_wait_tcp(uint16_t port, int timeout_ms);
+
+/* ---- seckilld ---- */
+
+struct it_server {
+    pid_t pid; /* 0 when not running */
+    uint16_t port;
+    char log_path[IT_PATH_MAX];
+};
+
+/*
+ * Start the binary on a free loopback port (`--port N`) with the current
+ * environment plus overrides: a NULL-terminated array (may be NULL) of
+ * "NAME=value" to set or "NAME" to unset. tag names the log file. Waits
+ * until GET /healthz answers 200. Returns 0, or -1 after printing why and
+ * where the child's log is (the child is then killed).
+ */
+int it_server_start(struct it_server *srv, const char *tag,
+                     const char *const *overrides);
+
+/* True while the child has not exited (reaps it if it has). */
+bool it_server_alive(struct it_server *srv);
+
+/*
+ * SIGTERM the child and wait up to IT_STOP_TIMEOUT_MS. Returns 0 if it
+ * exited with status 0, else -1 after printing how it ended (a child still
+ * running after the timeout is SIGKILLed). Accepts a stopped server
+ * (returns 0).
+ */
+int it_server_stop(struct it_server *srv);
+
+/* ---- HTTP ---- */
+
+struct it_req {
+    const char *method; /* "GET", "POST", ... */
+    const char *path;   /* "/api/vouchers/1" */
+    const char *body;   /* NULL: no body */
+    size_t body_len;    /* 0: strlen(body) */
+    const char *token;  /* NULL: no Authorization header */
+    /* Raw Authorization value ("Basic x"); overrides token. */
+    const char *authorization;
+    long timeout_s; /* 0: IT_HTTP_TIMEOUT_S */
+};
+
+struct it_resp {
+    CURLcode curl_rc; /* CURLE_OK unless the transport failed */
+    long status;      /* 0 on a transport failure */
+    char *body;       /* NUL-terminated, owned */
+    size_t len;
+    json_t *json; /* the parsed body, or NULL if it is not JSON; owned */
+    /* Selected response headers, "" when absent. */
+    char allow[256];
+    char retry_after[64];
+    char content_type[256];
+    /* private */
+    struct curl_slist *hdrs_;
+    char errbuf_[CURL_ERROR_SIZE];
+};
+
+/*
+ * Build an easy handle for req against srv whose output goes to resp
+ * (zeroed here), for use with a multi handle: a fresh connection, not
+ * reused. Finish with it_http_complete().
+ */
+CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
+                      struct it_resp *resp);
+/* Record rc and the status, parse the body, free the easy handle h. */
+void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp);
+
+/* Perform req synchronously. Returns the HTTP status (0 on failure). */
+long it_http_do(const struct it_server *srv, const struct it_req *req,
+                struct it_resp *resp);
+/* Shorthand for it_http_do() with a method, path, body and token. */
+long it_http(const struct it_server *srv, const char *method,
+             const char *path, const char *body, const char *token,
+             struct it_resp *resp);
+/* Release what resp owns; zeroes it. */
+void it_resp_free(struct it_resp *resp);
+
+/* Asserts: the transport worked and the status is status (dumps the body). */
+void it_assert_status(const struct it_resp *resp, long status);
+/*
+ * Asserts the exact error shape: the status, Content-Type application/json,
+ * a body that is exactly {"error":{"code":code,"message":<non-empty
+ * string>}}.
+ */
+void it_assert_error(const struct it_resp *resp, long status,
+                     const char *code);
+/* Asserts Content-Type is application/json (parameters allowed). */
+void it_assert_json_type(const struct it_resp *resp);
+
+/* obj[key] when it is a string, else NULL. */
+const char *it_json_str(const json_t *obj, const char *key);
+/* True for a non-empty string of decimal digits. */
+bool it_is_digits(const char *s);
+/* Parse a JSON id string (digits) into an int64; asserts it is one. */
+int64_t it_json_id(const json_t *obj, const char *key);
+/* True if a comma-separated header value lists token (trimmed, exact). */
+bool it_header_lists(const char *value, const char *token);
+
+/* ---- tokens ---- */
+
+/* The 32-byte key decoded from SECKILL_SECRET (asserts it is valid). */
+const unsigned char *it_secret(void);
+/* Sign a token for user_id/role expiring ttl_s from now (may be < 0). */
+void it_token(int64_t user_id, enum token_role role, int64_t ttl_s,
+              char out[TOKEN_STR_LEN]);
+
+/* ---- MySQL (the database of SECKILL_MYSQL_URL) ---- */
+
+struct it_mysql_url {
+    char user[128];
+    char pass[128];
+    char host[128];
+    unsigned port;
+    char db[128];
+};
+
+/*
+ * Parse "mysql://user:pass@host:port/db" (percent-escapes decoded, port
+ * defaults to 3306, query string ignored). Returns 0 or -EINVAL.
+ */
+int it_mysql_url_parse(const char *url, struct it_mysql_url *out);
+
+/*
+ * Rewrite url so that it points at 127.0.0.1:port, keeping the user,
+ * password and database. Returns a new string to free(3), or NULL if url
+ * is not a mysql:// URL.
+ */
+char *it_mysql_url_with_port(const char *url, uint16_t port);
+
+/*
+ * Run a query returning one integer (the first column of the first row;
+ * NULL reads as -1); asserts it ran and returned a row. The connection is
+ * opened on first use and kept.
+ */
+int64_t it_sql_scalar(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+/* Run a query and store up to max integers of its first column; returns
+ * the number of rows (may exceed max). Asserts it ran. */
+size_t it_sql_column(int64_t *out, size_t max, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Run a statement without a result; returns 0 or the MySQL errno. */
+unsigned it_sql_exec(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+/* Close the helper's connection (the next query reopens it). */
+void it_sql_close(void);
+
+/* ---- the API ---- */
+
+/* now + offset_s formatted as RFC 3339 UTC into buf (UTIL_TIME_LEN). */
+char *it_time(int64_t offset_s, char *buf);
+
+/* A process-unique number for ids, phones and shop ids of one test run. */
+int64_t it_unique(void);
+
+/*
+ * POST /api/vouchers with an admin token and body (a JSON object text);
+ * asserts 201 and returns the new id.
+ */
+int64_t it_voucher_create(const struct it_server *srv, const char *body);
+
+/*
+ * Create a seckill voucher of shop shop_id with stock, selling from
+ * now + begin_off_s until now + end_off_s. Asserts; returns its id.
+ */
+int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
+                          int64_t stock, int64_t begin_off_s,
+                          int64_t end_off_s);
+
+/*
+ * POST /api/vouchers/{voucher_id}/seckill as user_id (a freshly minted
+ * token). Returns the status; resp holds the answer.
+ */
+long it_purchase(const struct it_server *srv, int64_t voucher_id,
+                 int64_t user_id, struct it_resp *resp);
+
+#endif

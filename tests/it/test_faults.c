@@ -1,0 +1,414 @@
+/*
+ * test_faults.c - losing a backend and getting it back: an instance whose
+ * Redis or MySQL is unreachable stays alive, says so on /readyz and answers
+ * 503 UNAVAILABLE with Retry-After; a restarted Redis and killed MySQL
+ * connections are recovered from without restarting seckilld.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "tests/it/harness.h"
+
+/* Far from the ids of the other tests. */
+#define USER_BASE 200000000000LL
+/* How long a recovered backend may take to be noticed. */
+#define RECOVER_MS 5000
+
+/* The healthy instance: creates vouchers, and is the subject of (c). */
+static struct it_server srv;
+
+/* Minted user ids of this run: user_base + k. */
+static int64_t user_base;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    it_init();
+    /* Unique per run even without a database reset in between. */
+    user_base = USER_BASE + util_now_ms() % 100000000 * 100;
+    return it_server_start(&srv, "faults", NULL);
+}
+
+static int group_teardown(void **state)
+{
+    int rc;
+
+    (void)state;
+    rc = it_server_stop(&srv);
+    it_sql_close();
+    return rc;
+}
+
+static int64_t user_id(int k)
+{
+    return user_base + k;
+}
+
+/*
+ * Sleep until the wall-clock second changes. The instance of (b) takes its
+ * order ids from a private Redis whose counter starts again at 1, so its
+ * ids are unique only in a second in which no other order was made.
+ */
+static void next_second(void)
+{
+    int64_t s = util_now_ms() / 1000;
+
+    while (util_now_ms() / 1000 == s)
+        usleep(10 * 1000);
+}
+
+/* Assert 503 UNAVAILABLE with a Retry-After of whole seconds. */
+static void assert_unavailable(const struct it_resp *resp)
+{
+    it_assert_error(resp, 503, "UNAVAILABLE");
+    if (!it_is_digits(resp->retry_after)) {
+        print_error("503 without a Retry-After of seconds: \"%s\"\n",
+                    resp->retry_after);
+        fail();
+    }
+}
+
+static void expect_unavailable(const struct it_server *s, const char *method,
+                               const char *path, const char *body,
+                               const char *token)
+{
+    struct it_resp resp;
+
+    it_http(s, method, path, body, token, &resp);
+    if (resp.status != 503)
+        print_error("request: %s %s\n", method, path);
+    assert_unavailable(&resp);
+    it_resp_free(&resp);
+}
+
+static long get_status(const struct it_server *s, const char *path)
+{
+    struct it_resp resp;
+    long status = it_http(s, "GET", path, NULL, NULL, &resp);
+
+    it_resp_free(&resp);
+    return status;
+}
+
+static void expect_status(const struct it_server *s, const char *path,
+                          long status)
+{
+    struct it_resp resp;
+
+    it_http(s, "GET", path, NULL, NULL, &resp);
+    if (resp.status != status)
+        print_error("request: GET %s\n", path);
+    it_assert_status(&resp, status);
+    it_resp_free(&resp);
+}
+
+/* Poll GET path until it answers status; false after timeout_ms. */
+static bool wait_status(const struct it_server *s, const char *path,
+                        long status, int timeout_ms)
+{
+    int64_t deadline = util_mono_ms() + timeout_ms;
+
+    for (;;) {
+        if (get_status(s, path) == status)
+            return true;
+        if (util_mono_ms() >= deadline)
+            return false;
+        usleep(100 * 1000);
+    }
+}
+
+/* ---- (a) a backend that is not there ---- */
+
+static void test_redis_unreachable(void **state)
+{
+    struct it_server down;
+    char *url = xasprintf("SECKILL_REDIS_URL=redis://127.0.0.1:%u/0",
+                          (unsigned)it_free_port());
+    const char *env[] = {url, NULL};
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    char tok[TOKEN_STR_LEN], path[96];
+    struct it_resp resp;
+
+    (void)state;
+    assert_int_equal(0, it_server_start(&down, "faults-noredis", env));
+    expect_status(&down, "/healthz", 200);
+    expect_unavailable(&down, "GET", "/readyz", NULL, NULL);
+
+    it_token(user_id(1), TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    expect_unavailable(&down, "POST", path, NULL, tok);
+    expect_unavailable(&down, "POST", "/api/auth/code",
+                       "{\"phone\":\"13900000001\"}", NULL);
+    /* Still alive and still refusing after a second round. */
+    expect_unavailable(&down, "POST", path, NULL, tok);
+    assert_true(it_server_alive(&down));
+    assert_int_equal(0, it_server_stop(&down));
+
+    /* Nothing was sold: the healthy instance still sells all 10. */
+    it_purchase(&srv, v, user_id(1), &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+    free(url);
+}
+
+static void test_mysql_unreachable(void **state)
+{
+    struct it_server down;
+    const char *orig = getenv("SECKILL_MYSQL_URL");
+    char *rewritten, *url;
+    const char *env[2];
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    char tok[TOKEN_STR_LEN], path[96];
+
+    (void)state;
+    assert_non_null(orig);
+    rewritten = it_mysql_url_with_port(orig, it_free_port());
+    assert_non_null(rewritten);
+    url = xasprintf("SECKILL_MYSQL_URL=%s", rewritten);
+    env[0] = url;
+    env[1] = NULL;
+    assert_int_equal(0, it_server_start(&down, "faults-nomysql", env));
+    expect_status(&down, "/healthz", 200);
+    expect_unavailable(&down, "GET", "/readyz", NULL, NULL);
+    expect_unavailable(&down, "GET", "/api/vouchers/1", NULL, NULL);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
+    expect_unavailable(&down, "GET", path, NULL, NULL);
+    expect_unavailable(&down, "GET", "/api/vouchers", NULL, NULL);
+    it_token(user_id(2), TOKEN_ROLE_USER, 3600, tok);
+    expect_unavailable(&down, "GET", "/api/orders", NULL, tok);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    expect_unavailable(&down, "POST", path, NULL, tok);
+    assert_true(it_server_alive(&down));
+    assert_int_equal(0, it_server_stop(&down));
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                                      "WHERE voucher_id = %lld",
+                                      (long long)v));
+    free(url);
+    free(rewritten);
+}
+
+/* ---- (b) Redis goes away and comes back ---- */
+
+/* The absolute path of prog found in $PATH (static buffer), or NULL. */
+static const char *which(const char *prog)
+{
+    static char buf[IT_PATH_MAX];
+    const char *path = getenv("PATH");
+    const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+
+    while (*p) {
+        size_t len = strcspn(p, ":");
+
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
+        if (len && access(buf, X_OK) == 0)
+            return buf;
+        p += len;
+        if (*p == ':')
+            p++;
+    }
+    return NULL;
+}
+
+static pid_t redis_start(uint16_t port, const char *log_path)
+{
+    const char *bin = which("redis-server");
+    char port_arg[16];
+    char *argv[12];
+    pid_t pid;
+
+    if (!bin) {
+        print_error("redis-server not found in PATH\n");
+        fail();
+    }
+    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
+    argv[0] = (char *)bin;
+    argv[1] = (char *)"--port";
+    argv[2] = port_arg;
+    argv[3] = (char *)"--bind";
+    argv[4] = (char *)"127.0.0.1";
+    argv[5] = (char *)"--save";
+    argv[6] = (char *)"";
+    argv[7] = (char *)"--appendonly";
+    argv[8] = (char *)"no";
+    argv[9] = (char *)"--daemonize";
+    argv[10] = (char *)"no";
+    argv[11] = NULL;
+    pid = it_spawn(argv, NULL, log_path);
+    assert_true(pid > 0);
+    if (it_wait_tcp(port, 5000) != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        print_error("redis-server on port %u did not start; log: %s\n",
+                    (unsigned)port, log_path);
+        fail();
+    }
+    return pid;
+}
+
+static void redis_kill(pid_t pid)
+{
+    int status;
+
+    kill(pid, SIGKILL);
+    assert_int_equal(0, it_wait_exit(pid, 5000, &status));
+}
+
+static void test_redis_reconnect(void **state)
+{
+    uint16_t port = it_free_port();
+    char *log_path = xasprintf("%s/redis-%u.log", it_log_dir(),
+                               (unsigned)port);
+    char *url = xasprintf("SECKILL_REDIS_URL=redis://127.0.0.1:%u/0",
+                          (unsigned)port);
+    const char *env[] = {url, NULL};
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    struct it_server inst;
+    struct it_resp resp;
+    pid_t redis;
+
+    (void)state;
+    unlink(log_path);
+    redis = redis_start(port, log_path);
+    assert_int_equal(0, it_server_start(&inst, "faults-redis", env));
+    expect_status(&inst, "/readyz", 200);
+    next_second();
+    it_purchase(&inst, v, user_id(10), &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+
+    /* Redis dies: not ready, purchases refused, process alive. */
+    redis_kill(redis);
+    if (!wait_status(&inst, "/readyz", 503, RECOVER_MS)) {
+        print_error("/readyz still not 503 %d ms after redis died\n",
+                    RECOVER_MS);
+        fail();
+    }
+    expect_unavailable(&inst, "GET", "/readyz", NULL, NULL);
+    it_purchase(&inst, v, user_id(11), &resp);
+    assert_unavailable(&resp);
+    it_resp_free(&resp);
+    expect_status(&inst, "/healthz", 200);
+    assert_true(it_server_alive(&inst));
+
+    /* Redis is back on the same port: ready again, without a restart. */
+    redis = redis_start(port, log_path);
+    if (!wait_status(&inst, "/readyz", 200, RECOVER_MS)) {
+        print_error("/readyz not 200 within %d ms of redis restarting; "
+                    "log: %s\n",
+                    RECOVER_MS, inst.log_path);
+        fail();
+    }
+    next_second();
+    it_purchase(&inst, v, user_id(11), &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+    /* The lock and the one-per-user rule hold after the reconnect. */
+    it_purchase(&inst, v, user_id(10), &resp);
+    it_assert_error(&resp, 409, "ALREADY_PURCHASED");
+    it_resp_free(&resp);
+    assert_true(it_server_alive(&inst));
+
+    assert_int_equal(0, it_server_stop(&inst));
+    redis_kill(redis);
+    assert_int_equal(2, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                                      "WHERE voucher_id = %lld",
+                                      (long long)v));
+    free(url);
+    free(log_path);
+}
+
+/* ---- (c) MySQL drops the service's connections ---- */
+
+static void test_mysql_reconnect(void **state)
+{
+    struct it_mysql_url u;
+    int64_t ids[256];
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    char path[96];
+    struct it_resp resp;
+    size_t n, i, left = 0;
+    int64_t deadline;
+
+    (void)state;
+    assert_int_equal(0, it_mysql_url_parse(getenv("SECKILL_MYSQL_URL"), &u));
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
+
+    /* Let the worker threads open their connections. */
+    for (i = 0; i < 16; i++)
+        expect_status(&srv, path, 200);
+    it_purchase(&srv, v, user_id(20), &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+
+    n = it_sql_column(ids, sizeof(ids) / sizeof(ids[0]),
+                      "SELECT id FROM information_schema.processlist "
+                      "WHERE user = '%s' AND id <> CONNECTION_ID()",
+                      u.user);
+    assert_true(n >= 1 && n <= sizeof(ids) / sizeof(ids[0]));
+    for (i = 0; i < n; i++) {
+        unsigned err = it_sql_exec("KILL CONNECTION %lld", (long long)ids[i]);
+
+        /* 1094: unknown thread, it went away by itself. */
+        if (err != 0 && err != 1094) {
+            print_error("KILL CONNECTION %lld: error %u\n",
+                        (long long)ids[i], err);
+            fail();
+        }
+    }
+    /* Wait until the server has really closed them. */
+    deadline = util_mono_ms() + 5000;
+    do {
+        int64_t still[256];
+        size_t m, j, k;
+
+        left = 0;
+        m = it_sql_column(still, sizeof(still) / sizeof(still[0]),
+                          "SELECT id FROM information_schema.processlist "
+                          "WHERE user = '%s' AND id <> CONNECTION_ID()",
+                          u.user);
+        for (j = 0; j < m && j < 256; j++)
+            for (k = 0; k < n; k++)
+                if (still[j] == ids[k])
+                    left++;
+        if (left)
+            usleep(50 * 1000);
+    } while (left && util_mono_ms() < deadline);
+    assert_int_equal(0, left);
+
+    /* Every read succeeds: a broken idle connection is retried once. */
+    for (i = 0; i < 16; i++)
+        expect_status(&srv, path, 200);
+
+    /* And purchases still work. */
+    it_purchase(&srv, v, user_id(21), &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+    assert_int_equal(2, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                                      "WHERE voucher_id = %lld",
+                                      (long long)v));
+    assert_true(it_server_alive(&srv));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_redis_unreachable),
+        cmocka_unit_test(test_mysql_unreachable),
+        cmocka_unit_test(test_redis_reconnect),
+        cmocka_unit_test(test_mysql_reconnect),
+    };
+
+    return cmocka_run_group_tests_name("faults", tests, group_setup,
+                                       group_teardown);
+}
