@@ -242,8 +242,8 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
         unsigned char buf[16];
         if (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1)
             return fail(err, errlen,
-                        "%s: must be an IPv4 or IPv6 address (got \"%s\")",
-                        env, v);
+                        "%s: must be an IPv4 or IPv6 address (got \"%s\")", env,
+                        v);
         h->bind = v;
         return 0;
     }
@@ -393,7 +393,8 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
     if (cfg->cmd == CMD_TOKEN && !cfg->token_user)
         return fail(err, errlen, "token: --user ID is required");
     if (cfg->cmd == CMD_TOKENS && (!cfg->tokens_first || !cfg->tokens_count))
-        return fail(err, errlen, "tokens: --first N and --count M are required");
+        return fail(err, errlen,
+                    "tokens: --first N and --count M are required");
 
     for (int s = 0; s < SET_COUNT; s++) {
         bool needed = cfg->cmd == CMD_SERVE || s == SET_SECRET;

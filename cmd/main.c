@@ -75,7 +75,8 @@ static int serve(const struct config *cfg)
         mysql_library_end();
         return 1;
     }
-    log_info("listening", "bind=%s port=%u threads=%u mysql=%s:%u/%s "
+    log_info("listening",
+             "bind=%s port=%u threads=%u mysql=%s:%u/%s "
              "redis=%s:%u/%u dev=%d",
              cfg->http.bind, handlers_server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,

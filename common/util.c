@@ -86,8 +86,7 @@ void log_write(enum log_level level, const char *msg, const char *fields, ...)
     if (level < min_level)
         return;
     n = snprintf(line, sizeof(line), "ts=%s level=%s msg=\"%s\"",
-                 util_time_format(util_now_ms() / 1000, ts), names[level],
-                 msg);
+                 util_time_format(util_now_ms() / 1000, ts), names[level], msg);
     if (n < 0)
         return;
     if (fields && (size_t)n < sizeof(line) - 1) {
@@ -177,12 +176,12 @@ int util_time_parse(const char *s, int64_t *out)
     const char *p = s;
     struct tm tm = {0};
 
-    if (digits(&p, 4, &y) || *p++ != '-' || digits(&p, 2, &mo) ||
-        *p++ != '-' || digits(&p, 2, &d) || (*p != 'T' && *p != 't'))
+    if (digits(&p, 4, &y) || *p++ != '-' || digits(&p, 2, &mo) || *p++ != '-' ||
+        digits(&p, 2, &d) || (*p != 'T' && *p != 't'))
         return -EINVAL;
     p++;
-    if (digits(&p, 2, &h) || *p++ != ':' || digits(&p, 2, &mi) ||
-        *p++ != ':' || digits(&p, 2, &sec))
+    if (digits(&p, 2, &h) || *p++ != ':' || digits(&p, 2, &mi) || *p++ != ':' ||
+        digits(&p, 2, &sec))
         return -EINVAL;
     if (*p == '.') {
         p++;

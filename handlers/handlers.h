@@ -12,11 +12,11 @@
 #include "store/store.h"
 
 struct handlers_config {
-    const char *bind;  /* IPv4 or IPv6 literal */
-    uint16_t port;     /* 0: pick a free one (see handlers_server_port) */
-    unsigned threads;  /* worker threads, >= 1 */
+    const char *bind; /* IPv4 or IPv6 literal */
+    uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
+    unsigned threads; /* worker threads, >= 1 */
     uint32_t lock_ttl_ms;
-    bool dev;          /* echo login codes in responses */
+    bool dev; /* echo login codes in responses */
     unsigned char secret[TOKEN_KEY_LEN];
     struct store_config store;
 };

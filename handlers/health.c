@@ -20,6 +20,7 @@ unsigned ready_get(struct request *req)
         return req_error(req, ERR_UNAVAILABLE, "mysql is down");
     if (!redis_ok)
         return req_error(req, ERR_UNAVAILABLE, "redis is down");
-    return req_reply(req, 200, json_pack("{s:s,s:s,s:s}", "status", "ok",
-                                         "mysql", "ok", "redis", "ok"));
+    return req_reply(req, 200,
+                     json_pack("{s:s,s:s,s:s}", "status", "ok", "mysql", "ok",
+                               "redis", "ok"));
 }

@@ -169,8 +169,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return send_reply(conn, req);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn,
-                         void **req_cls, enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
 {
     struct request *req = *req_cls;
     (void)cls;
@@ -201,8 +201,8 @@ int handlers_server_start(const struct handlers_config *cfg,
                      MHD_USE_ITC | MHD_USE_ERROR_LOG;
     struct handlers_server *srv;
 
-    if (inet_pton(AF_INET, cfg->bind,
-                  &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+    if (inet_pton(AF_INET, cfg->bind, &((struct sockaddr_in *)&ss)->sin_addr) ==
+        1) {
         struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
         sin->sin_family = AF_INET;
         sin->sin_port = htons(cfg->port);
@@ -221,14 +221,12 @@ int handlers_server_start(const struct handlers_config *cfg,
     srv->cfg = cfg;
     srv->daemon = MHD_start_daemon(
         flags, cfg->port, NULL, NULL, on_request, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)60000,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)60000,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
         int err = errno ? -errno : -EIO;
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",

@@ -49,21 +49,21 @@ enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
 
 struct request {
     const struct handlers_config *cfg;
-    struct store *st;           /* this thread's store */
-    void *conn;                 /* struct MHD_Connection *, NULL in tests */
+    struct store *st; /* this thread's store */
+    void *conn;       /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
-    int64_t id;                 /* the {id} of the route, if any */
-    char *body;                 /* accumulated upload, NUL-terminated */
+    int64_t id; /* the {id} of the route, if any */
+    char *body; /* accumulated upload, NUL-terminated */
     size_t body_len;
     bool too_large;
-    json_t *json;               /* parsed body object, owned */
-    struct token_claims auth;   /* valid after req_user_or_reply() */
+    json_t *json;             /* parsed body object, owned */
+    struct token_claims auth; /* valid after req_user_or_reply() */
     /* the reply: */
     unsigned status;
-    json_t *reply;              /* owned; dumped when sent */
-    const char *allow;          /* Allow header for 405 */
-    unsigned retry_after;       /* Retry-After header when > 0 */
+    json_t *reply;        /* owned; dumped when sent */
+    const char *allow;    /* Allow header for 405 */
+    unsigned retry_after; /* Retry-After header when > 0 */
 };
 
 /* Release what a request owns (not the request itself). */
@@ -132,7 +132,7 @@ struct route {
     const char *pattern; /* "/api/vouchers/{id}/seckill" */
     handler_fn get;
     handler_fn post;
-    const char *allow;   /* "GET", "POST" or "GET, POST" */
+    const char *allow; /* "GET", "POST" or "GET, POST" */
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };

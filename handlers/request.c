@@ -87,8 +87,7 @@ const char *req_query(struct request *req, const char *name)
 {
     if (!req->conn)
         return NULL;
-    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND,
-                                       name);
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 unsigned req_user_or_reply(struct request *req)
@@ -108,8 +107,8 @@ unsigned req_user_or_reply(struct request *req)
     h += 7;
     while (*h == ' ')
         h++;
-    err = token_verify(req->cfg->secret, h, strlen(h),
-                       util_now_ms() / 1000, &req->auth);
+    err = token_verify(req->cfg->secret, h, strlen(h), util_now_ms() / 1000,
+                       &req->auth);
     if (err == -ETIMEDOUT)
         return req_error(req, ERR_UNAUTHORIZED, "the token has expired");
     if (err)
@@ -128,8 +127,7 @@ unsigned req_admin_or_reply(struct request *req)
     return 0;
 }
 
-static bool field_error(struct request *req, const char *name,
-                        const char *what)
+static bool field_error(struct request *req, const char *name, const char *what)
 {
     char msg[160];
     snprintf(msg, sizeof(msg), "%s: %s", name, what);
@@ -147,8 +145,8 @@ bool body_object_or_reply(struct request *req)
         req_error(req, ERR_BAD_REQUEST, "a JSON object body is required");
         return false;
     }
-    req->json = json_loadb(req->body, req->body_len,
-                           JSON_REJECT_DUPLICATES, &jerr);
+    req->json =
+        json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->json) {
         char msg[200];
         snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s",

@@ -69,8 +69,8 @@ static unsigned buy_locked(struct request *req, int64_t now_s)
     case STORE_PURCHASE_OK:
         break;
     }
-    return req_reply(req, 201, json_pack("{s:o}", "orderId",
-                                         json_id(order_id)));
+    return req_reply(req, 201,
+                     json_pack("{s:o}", "orderId", json_id(order_id)));
 }
 
 unsigned voucher_seckill_post(struct request *req)

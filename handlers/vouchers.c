@@ -17,11 +17,10 @@ static json_t *voucher_json(const struct store_voucher *v)
     json_t *o = json_pack(
         "{s:o,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", json_id(v->id),
         "shopId", (json_int_t)v->shop_id, "title", v->title, "subTitle",
-        v->sub_title, "rules", v->rules, "payValue",
-        (json_int_t)v->pay_value, "actualValue", (json_int_t)v->actual_value,
-        "type", v->type == VOUCHER_SECKILL ? "seckill" : "normal",
-        "createTime", json_time(v->created), "updateTime",
-        json_time(v->updated));
+        v->sub_title, "rules", v->rules, "payValue", (json_int_t)v->pay_value,
+        "actualValue", (json_int_t)v->actual_value, "type",
+        v->type == VOUCHER_SECKILL ? "seckill" : "normal", "createTime",
+        json_time(v->created), "updateTime", json_time(v->updated));
     if (v->type == VOUCHER_SECKILL) {
         json_object_set_new(o, "stock", json_integer(v->stock));
         json_object_set_new(o, "beginTime", json_time(v->begin_time));
@@ -70,8 +69,7 @@ unsigned vouchers_post(struct request *req)
             !body_time_or_reply(req, "endTime", true, &v->end_time))
             goto out;
         if (v->end_time <= v->begin_time) {
-            req_error(req, ERR_BAD_REQUEST,
-                      "endTime: must be after beginTime");
+            req_error(req, ERR_BAD_REQUEST, "endTime: must be after beginTime");
             goto out;
         }
     } else if (strcmp(type, "normal") == 0) {
@@ -97,8 +95,8 @@ unsigned vouchers_post(struct request *req)
         req_backend_error(req, err, "voucher_insert");
         goto out;
     }
-    log_info("voucher created", "id=%lld type=%d stock=%lld",
-             (long long)v->id, v->type, (long long)v->stock);
+    log_info("voucher created", "id=%lld type=%d stock=%lld", (long long)v->id,
+             v->type, (long long)v->stock);
     req_reply(req, 201, json_pack("{s:o}", "id", json_id(v->id)));
 out:
     free(v);

@@ -45,8 +45,7 @@ int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len)
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int idgen_next(redisContext *rc, const char *prefix, int64_t now_s,
-               int64_t *id)
+int idgen_next(redisContext *rc, const char *prefix, int64_t now_s, int64_t *id)
 {
     char key[64];
     redisReply *incr = NULL, *expire = NULL;
@@ -71,8 +70,7 @@ int idgen_next(redisContext *rc, const char *prefix, int64_t now_s,
         goto out;
     }
     if (incr->type != REDIS_REPLY_INTEGER) {
-        log_warn("redis reply unexpected", "op=idgen_next type=%d",
-                 incr->type);
+        log_warn("redis reply unexpected", "op=idgen_next type=%d", incr->type);
         err = -EIO;
         goto out;
     }

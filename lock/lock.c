@@ -82,8 +82,8 @@ out:
 /* EVAL the script, which also caches it on the server, and learn its sha. */
 static redisReply *release_eval(redisContext *rc, const struct lock_handle *h)
 {
-    redisReply *r = redisCommand(rc, "EVAL %s 1 %s %s", release_script,
-                                 h->key, h->owner);
+    redisReply *r =
+        redisCommand(rc, "EVAL %s 1 %s %s", release_script, h->key, h->owner);
     if (r && r->type == REDIS_REPLY_INTEGER) {
         redisReply *s = redisCommand(rc, "SCRIPT LOAD %s", release_script);
         if (s && s->type == REDIS_REPLY_STRING && s->len == 40) {

@@ -45,7 +45,6 @@ int lock_acquire(redisContext *rc, const char *key, uint32_t ttl_ms,
  * to 1 if the key was ours and is now deleted, 0 if it had expired or
  * belongs to another owner. Returns 0, -EIO or -ECONNRESET as above.
  */
-int lock_release(redisContext *rc, const struct lock_handle *h,
-                 int *released);
+int lock_release(redisContext *rc, const struct lock_handle *h, int *released);
 
 #endif

@@ -18,9 +18,8 @@
 #define RETRY_BACKOFF_MS 200
 
 static const char *const stmt_sql[STMT_COUNT] = {
-    [STMT_USER_LOGIN] =
-        "INSERT INTO users (phone) VALUES (?) "
-        "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+    [STMT_USER_LOGIN] = "INSERT INTO users (phone) VALUES (?) "
+                        "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
     [STMT_VOUCHER_INSERT] =
         "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -54,9 +53,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "INSERT INTO voucher_orders (id, user_id, voucher_id, status) "
         "VALUES (?, ?, ?, 1)",
     /* The CAS of seed 002 (2.3): only decrement while stock remains. */
-    [STMT_STOCK_DECR] =
-        "UPDATE seckill_vouchers SET stock = stock - 1 "
-        "WHERE voucher_id = ? AND stock > 0",
+    [STMT_STOCK_DECR] = "UPDATE seckill_vouchers SET stock = stock - 1 "
+                        "WHERE voucher_id = ? AND stock > 0",
     [STMT_ORDER_GET] =
         "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
         "WHERE id = ?",
@@ -207,10 +205,9 @@ int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
     s = stmt_get(st, id, &err);
     if (!s)
         return err;
-    if ((params && mysql_stmt_bind_param(s, params)) ||
-        mysql_stmt_execute(s) ||
-        (results && (mysql_stmt_bind_result(s, results) ||
-                     mysql_stmt_store_result(s))))
+    if ((params && mysql_stmt_bind_param(s, params)) || mysql_stmt_execute(s) ||
+        (results &&
+         (mysql_stmt_bind_result(s, results) || mysql_stmt_store_result(s))))
         return store_mysql_error(st, s, stmt_sql[id]);
     *out = s;
     return 0;
@@ -227,8 +224,7 @@ int store_query(struct store *st, const char *sql)
     return 0;
 }
 
-int store_retry(struct store *st, int (*fn)(struct store *, void *),
-                void *arg)
+int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
 {
     int was_open = st->my != NULL;
     int err = fn(st, arg);
@@ -327,8 +323,8 @@ redisContext *store_redis(struct store *st)
     if (now < st->rc_next_try_ms)
         return NULL;
 
-    redisContext *rc = redisConnectWithTimeout(c->redis_host,
-                                               (int)c->redis_port, ct);
+    redisContext *rc =
+        redisConnectWithTimeout(c->redis_host, (int)c->redis_port, ct);
     if (!rc || rc->err) {
         log_warn("redis connect failed", "host=%s port=%u err=\"%s\"",
                  c->redis_host, c->redis_port, rc ? rc->errstr : "alloc");
@@ -337,10 +333,10 @@ redisContext *store_redis(struct store *st)
     redisSetTimeout(rc, io);
     redisEnableKeepAlive(rc);
     if (c->redis_pass) {
-        redisReply *r = c->redis_user
-                            ? redisCommand(rc, "AUTH %s %s", c->redis_user,
-                                           c->redis_pass)
-                            : redisCommand(rc, "AUTH %s", c->redis_pass);
+        redisReply *r =
+            c->redis_user
+                ? redisCommand(rc, "AUTH %s %s", c->redis_user, c->redis_pass)
+                : redisCommand(rc, "AUTH %s", c->redis_pass);
         if (!redis_cmd_ok(rc, "auth", r))
             goto fail;
     }

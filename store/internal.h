@@ -28,10 +28,10 @@ enum stmt_id {
 
 struct store {
     const struct store_config *cfg;
-    MYSQL *my;                      /* NULL while disconnected */
-    MYSQL_STMT *stmts[STMT_COUNT];  /* prepared on first use */
-    int64_t my_next_try_ms;         /* no reconnect before (monotonic) */
-    redisContext *rc;               /* NULL while disconnected */
+    MYSQL *my;                     /* NULL while disconnected */
+    MYSQL_STMT *stmts[STMT_COUNT]; /* prepared on first use */
+    int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
+    redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
 };
 
@@ -66,8 +66,7 @@ int store_query(struct store *st, const char *sql);
  * was open before (an idle connection the server dropped), once more on a
  * fresh one. fn must have had no durable effect when it returns -ENOTCONN.
  */
-int store_retry(struct store *st, int (*fn)(struct store *, void *),
-                void *arg);
+int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 
 /* MYSQL_BIND fillers; the bind must be zeroed first. */
 void bind_i64(MYSQL_BIND *b, int64_t *v);

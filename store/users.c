@@ -95,7 +95,7 @@ int store_code_check(struct store *st, const char *phone, const char *code,
 
     if (err)
         return err;
-    *outcome = r == 0 ? STORE_CODE_OK
+    *outcome = r == 0   ? STORE_CODE_OK
                : r == 1 ? STORE_CODE_WRONG
                         : STORE_CODE_MISSING;
     return 0;

@@ -168,10 +168,9 @@ static int voucher_list_once(struct store *st, void *arg)
         bind_i64(&p[0], &a->limit);
     }
     voucher_row_bind(&row, &one);
-    err = store_stmt_exec(st,
-                          a->shop_id > 0 ? STMT_VOUCHER_LIST_SHOP
-                                         : STMT_VOUCHER_LIST_ALL,
-                          p, row.b, &s);
+    err = store_stmt_exec(
+        st, a->shop_id > 0 ? STMT_VOUCHER_LIST_SHOP : STMT_VOUCHER_LIST_ALL, p,
+        row.b, &s);
     if (err)
         return err;
     items = xcalloc((size_t)a->limit, sizeof(*items));
@@ -237,7 +236,7 @@ static int seckill_get_once(struct store *st, void *arg)
     if (rc == 0) {
         /* A seckill voucher without its stock row reads as normal. */
         a->s->type = type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL
-                                                          : VOUCHER_NORMAL;
+                                                         : VOUCHER_NORMAL;
         if (a->s->type == VOUCHER_SECKILL) {
             a->s->begin_time = time_to_epoch(&b);
             a->s->end_time = time_to_epoch(&e);

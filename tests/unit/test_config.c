@@ -12,12 +12,13 @@
 
 #include "cmd/config.h"
 
-#define SECRET "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+#define SECRET                                                                 \
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
-static const char *const vars[] = {
-    "SECKILL_PORT",    "SECKILL_BIND",    "SECKILL_MYSQL_URL",
-    "SECKILL_REDIS_URL", "SECKILL_SECRET", "SECKILL_THREADS",
-    "SECKILL_LOCK_TTL_MS", "SECKILL_DEV"};
+static const char *const vars[] = {"SECKILL_PORT",        "SECKILL_BIND",
+                                   "SECKILL_MYSQL_URL",   "SECKILL_REDIS_URL",
+                                   "SECKILL_SECRET",      "SECKILL_THREADS",
+                                   "SECKILL_LOCK_TTL_MS", "SECKILL_DEV"};
 
 static int reset_env(void **state)
 {
@@ -76,8 +77,8 @@ static void test_flags_win(void **state)
 
     setenv("SECKILL_PORT", "9000", 1);
     setenv("SECKILL_DEV", "0", 1);
-    assert_int_equal(parse(&c, err, 8, "--port", "9001", "--threads=3",
-                           "--dev", "--lock-ttl-ms", "500", "--bind=::1"),
+    assert_int_equal(parse(&c, err, 8, "--port", "9001", "--threads=3", "--dev",
+                           "--lock-ttl-ms", "500", "--bind=::1"),
                      0);
     assert_int_equal(c.http.port, 9001);
     assert_int_equal(c.http.threads, 3);

@@ -27,8 +27,7 @@ static void test_routes(void **state)
     assert_int_equal(route_match("/api/vouchers/42", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->get, voucher_get);
     assert_int_equal(id, 42);
-    assert_int_equal(route_match("/api/vouchers/7/seckill", &r, &id),
-                     ROUTE_OK);
+    assert_int_equal(route_match("/api/vouchers/7/seckill", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->post, voucher_seckill_post);
     assert_null(r->get);
     assert_int_equal(id, 7);
@@ -36,16 +35,24 @@ static void test_routes(void **state)
                      ROUTE_OK);
     assert_true(id == INT64_MAX);
 
-    const char *bad_ids[] = {"/api/vouchers/abc", "/api/vouchers/0",
-                             "/api/vouchers/-1", "/api/vouchers/1.5",
+    const char *bad_ids[] = {"/api/vouchers/abc",
+                             "/api/vouchers/0",
+                             "/api/vouchers/-1",
+                             "/api/vouchers/1.5",
                              "/api/orders/99999999999999999999",
                              "/api/vouchers/x/seckill"};
     for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++)
         assert_int_equal(route_match(bad_ids[i], &r, &id), ROUTE_BAD_ID);
 
-    const char *missing[] = {"/", "", "/api", "/api/vouchers/",
-                             "/api/vouchers/1/", "/api/vouchers/1/seckill/x",
-                             "/healthzz", "/API/vouchers", "/api/orders/1/x"};
+    const char *missing[] = {"/",
+                             "",
+                             "/api",
+                             "/api/vouchers/",
+                             "/api/vouchers/1/",
+                             "/api/vouchers/1/seckill/x",
+                             "/healthzz",
+                             "/API/vouchers",
+                             "/api/orders/1/x"};
     for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++)
         assert_int_equal(route_match(missing[i], &r, &id), ROUTE_NOT_FOUND);
 }
@@ -88,9 +95,15 @@ static void test_body_object(void **state)
     (void)state;
 
     /* An escaped NUL would cut C strings: the parser refuses it. */
-    const char *bad[] = {NULL, "", "{", "[1]", "\"x\"", "1",
+    const char *bad[] = {NULL,
+                         "",
+                         "{",
+                         "[1]",
+                         "\"x\"",
+                         "1",
                          "{\"a\":\"x\\u0000y\"}",
-                         "{\"a\":1,\"a\":2}", "{\"a\":\"\xff\"}"};
+                         "{\"a\":1,\"a\":2}",
+                         "{\"a\":\"\xff\"}"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         req_init(&req, bad[i]);
         assert_false(body_object_or_reply(&req));
@@ -123,8 +136,7 @@ static void test_body_fields(void **state)
     assert_false(body_int_or_reply(&req, "neg", true, 0, 10, &n));
     assert_false(body_int_or_reply(&req, "absent", true, 0, 10, &n));
     assert_non_null(strstr(json_string_value(json_object_get(
-                               json_object_get(req.reply, "error"),
-                               "message")),
+                               json_object_get(req.reply, "error"), "message")),
                            "absent"));
     n = 77;
     assert_true(body_int_or_reply(&req, "absent", false, 0, 10, &n));
@@ -194,9 +206,12 @@ static void test_backend_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes),      cmocka_unit_test(test_error_table),
-        cmocka_unit_test(test_body_object), cmocka_unit_test(test_body_fields),
-        cmocka_unit_test(test_body_strings), cmocka_unit_test(test_no_token),
+        cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_error_table),
+        cmocka_unit_test(test_body_object),
+        cmocka_unit_test(test_body_fields),
+        cmocka_unit_test(test_body_strings),
+        cmocka_unit_test(test_no_token),
         cmocka_unit_test(test_backend_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -58,8 +58,7 @@ static void test_expired(void **state)
 
     sign(1, TOKEN_ROLE_USER, 1000, tok);
     assert_int_equal(token_verify(key, tok, strlen(tok), 999, &c), 0);
-    assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &c),
-                     -ETIMEDOUT);
+    assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &c), -ETIMEDOUT);
 }
 
 static void test_other_key(void **state)
@@ -104,10 +103,10 @@ static void test_role_escalation(void **state)
 
     /* Flip the role byte from user to admin and re-encode: MAC fails. */
     sign(5, TOKEN_ROLE_USER, 2000, tok);
-    assert_int_equal(sodium_base642bin(raw, sizeof(raw), tok, strlen(tok),
-                                       NULL, &rawlen, NULL,
-                                       sodium_base64_VARIANT_URLSAFE_NO_PADDING),
-                     0);
+    assert_int_equal(
+        sodium_base642bin(raw, sizeof(raw), tok, strlen(tok), NULL, &rawlen,
+                          NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING),
+        0);
     raw[9] = TOKEN_ROLE_ADMIN;
     sodium_bin2base64(tok, sizeof(tok), raw, rawlen,
                       sodium_base64_VARIANT_URLSAFE_NO_PADDING);

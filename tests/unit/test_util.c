@@ -51,10 +51,10 @@ static void test_time(void **state)
     assert_int_equal(t, 1640995200);
     assert_int_equal(util_time_parse("2024-02-29T12:00:00Z", &t), 0);
 
-    const char *bad[] = {"2023-02-29T12:00:00Z", "2022-13-01T00:00:00Z",
-                         "2022-01-01 00:00:00Z", "2022-01-01T00:00:00",
-                         "2022-01-01T24:00:00Z", "2022-01-01T00:00:00Zjunk",
-                         "2022-1-01T00:00:00Z",  "",
+    const char *bad[] = {"2023-02-29T12:00:00Z",  "2022-13-01T00:00:00Z",
+                         "2022-01-01 00:00:00Z",  "2022-01-01T00:00:00",
+                         "2022-01-01T24:00:00Z",  "2022-01-01T00:00:00Zjunk",
+                         "2022-1-01T00:00:00Z",   "",
                          "2022-01-01T00:00:00.Z", "1969-12-31T23:59:59Z"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(util_time_parse(bad[i], &t), -EINVAL);
@@ -103,8 +103,7 @@ static void test_day_key(void **state)
     /* UTC day: one second before midnight is still the old day. */
     assert_int_equal(idgen_day_key("order", 1640995199, key, sizeof(key)), 0);
     assert_string_equal(key, "icr:order:2021:12:31");
-    assert_int_equal(idgen_day_key("order", 1640995200, key, 8),
-                     -ENAMETOOLONG);
+    assert_int_equal(idgen_day_key("order", 1640995200, key, 8), -ENAMETOOLONG);
 }
 
 int main(void)
