@@ -7,6 +7,7 @@
 #include "store/internal.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <time.h>
 #include <errmsg.h>
@@ -90,6 +91,18 @@ void store_free(struct store *st)
     if (st->rc)
         redisFree(st->rc);
     free(st);
+}
+
+/*
+ * An idle request/response connection has nothing to read. If its socket
+ * is readable, the server closed it (or sent a farewell error packet), so
+ * it is dead before we spend a request on it.
+ */
+static bool idle_conn_dead(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+    return fd < 0 || poll(&pfd, 1, 0) != 0;
 }
 
 int store_mysql_ensure(struct store *st)
@@ -213,6 +226,33 @@ int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
     return 0;
 }
 
+int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
+                    MYSQL_BIND *results, size_t max,
+                    void (*on_row)(void *ctx, size_t i), void *ctx,
+                    size_t *count)
+{
+    MYSQL_STMT *s;
+    size_t n = 0;
+    int err = store_stmt_exec(st, id, params, results, &s);
+    int rc = MYSQL_NO_DATA;
+
+    *count = 0;
+    if (err)
+        return err;
+    while (n < max && (rc = mysql_stmt_fetch(s)) == 0) {
+        if (on_row)
+            on_row(ctx, n);
+        n++;
+    }
+    if (rc != 0 && rc != MYSQL_NO_DATA)
+        err = store_mysql_error(st, s, stmt_sql[id]);
+    /* A dropped connection has closed s already. */
+    if (st->my)
+        mysql_stmt_free_result(s);
+    *count = err ? 0 : n;
+    return err;
+}
+
 int store_query(struct store *st, const char *sql)
 {
     int err = store_mysql_ensure(st);
@@ -226,6 +266,12 @@ int store_query(struct store *st, const char *sql)
 
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
 {
+    /* Only here, between operations: inside a transaction a silent
+     * reconnect would run the rest of it outside the transaction. */
+    if (st->my && idle_conn_dead((int)mysql_get_socket(st->my))) {
+        log_warn("mysql connection lost", "op=idle_check");
+        mysql_drop(st);
+    }
     int was_open = st->my != NULL;
     int err = fn(st, arg);
 
@@ -313,8 +359,9 @@ redisContext *store_redis(struct store *st)
     struct timeval io = {c->io_timeout_ms / 1000,
                          (c->io_timeout_ms % 1000) * 1000};
 
-    if (st->rc && st->rc->err) {
-        log_warn("redis connection lost", "err=\"%s\"", st->rc->errstr);
+    if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
+        log_warn("redis connection lost", "err=\"%s\"",
+                 st->rc->err ? st->rc->errstr : "closed while idle");
         redisFree(st->rc);
         st->rc = NULL;
     }

@@ -58,13 +58,24 @@ int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op);
 int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
                     MYSQL_BIND *results, MYSQL_STMT **out);
 
+/*
+ * Execute statement id and fetch at most max rows into results, calling
+ * on_row(ctx, i) (may be NULL) after each row is fetched; *count is the
+ * number of rows fetched. Returns 0 or as store_mysql_error().
+ */
+int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
+                    MYSQL_BIND *results, size_t max,
+                    void (*on_row)(void *ctx, size_t i), void *ctx,
+                    size_t *count);
+
 /* Run a fixed statement such as "START TRANSACTION" or "ROLLBACK". */
 int store_query(struct store *st, const char *sql);
 
 /*
- * Run fn(st, arg) and, if it failed with -ENOTCONN on a connection that
- * was open before (an idle connection the server dropped), once more on a
- * fresh one. fn must have had no durable effect when it returns -ENOTCONN.
+ * Run fn(st, arg) as one operation: first drop the MySQL connection if the
+ * server closed it while idle; then, if fn failed with -ENOTCONN on a
+ * connection that was open before, run it once more on a fresh one. fn
+ * must have had no durable effect when it returns -ENOTCONN.
  */
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 

@@ -32,7 +32,8 @@ static int purchase_once(struct store *st, void *arg)
     MYSQL_BIND p[3] = {0}, r[1] = {0};
     int64_t one = 0;
     MYSQL_STMT *s;
-    int err, rc;
+    size_t n;
+    int err;
 
     err = store_query(st, "START TRANSACTION");
     if (err)
@@ -43,14 +44,10 @@ static int purchase_once(struct store *st, void *arg)
     bind_i64(&p[0], &a->user_id);
     bind_i64(&p[1], &a->voucher_id);
     bind_i64(&r[0], &one);
-    err = store_stmt_exec(st, STMT_ORDER_EXISTS, p, r, &s);
+    err = store_stmt_rows(st, STMT_ORDER_EXISTS, p, r, 1, NULL, NULL, &n);
     if (err)
         return rollback(st, err);
-    rc = mysql_stmt_fetch(s);
-    if (rc != 0 && rc != MYSQL_NO_DATA)
-        return rollback(st, store_mysql_error(st, s, "order_exists fetch"));
-    mysql_stmt_free_result(s);
-    if (rc == 0) {
+    if (n) {
         *a->outcome = STORE_PURCHASE_DUPLICATE;
         return rollback(st, 0);
     }
@@ -124,6 +121,22 @@ static void order_row_finish(struct order_row *r, struct store_order *o)
     o->created = time_to_epoch(&r->created);
 }
 
+/* Fetch context of the order SELECTs, as in vouchers.c. */
+struct order_fetch {
+    struct order_row row;
+    struct store_order *one;
+    struct store_order *items;
+};
+
+static void order_fetched(void *ctx, size_t i)
+{
+    struct order_fetch *f = ctx;
+
+    order_row_finish(&f->row, f->one);
+    if (f->items)
+        f->items[i] = *f->one;
+}
+
 struct get_args {
     int64_t id;
     struct store_order *o;
@@ -133,25 +146,15 @@ static int order_get_once(struct store *st, void *arg)
 {
     struct get_args *a = arg;
     MYSQL_BIND p[1] = {0};
-    struct order_row row;
-    MYSQL_STMT *s;
-    int err, rc;
+    struct order_fetch f = {.one = a->o};
+    size_t n;
+    int err;
 
     bind_i64(&p[0], &a->id);
-    order_row_bind(&row, a->o);
-    err = store_stmt_exec(st, STMT_ORDER_GET, p, row.b, &s);
-    if (err)
-        return err;
-    rc = mysql_stmt_fetch(s);
-    if (rc == 0)
-        order_row_finish(&row, a->o);
-    else if (rc == MYSQL_NO_DATA)
-        err = -ENOENT;
-    else
-        err = store_mysql_error(st, s, "order_get fetch");
-    if (st->my)
-        mysql_stmt_free_result(s);
-    return err;
+    order_row_bind(&f.row, a->o);
+    err = store_stmt_rows(st, STMT_ORDER_GET, p, f.row.b, 1, order_fetched, &f,
+                          &n);
+    return err ? err : n ? 0 : -ENOENT;
 }
 
 int store_order_get(struct store *st, int64_t id, struct store_order *o)
@@ -171,35 +174,21 @@ static int order_list_once(struct store *st, void *arg)
 {
     struct list_args *a = arg;
     MYSQL_BIND p[2] = {0};
-    struct order_row row;
-    struct store_order one, *items;
-    size_t n = 0;
-    MYSQL_STMT *s;
-    int err, rc;
+    struct store_order one;
+    struct order_fetch f = {.one = &one};
+    int err;
 
     bind_i64(&p[0], &a->user_id);
     bind_i64(&p[1], &a->limit);
-    order_row_bind(&row, &one);
-    err = store_stmt_exec(st, STMT_ORDER_LIST, p, row.b, &s);
-    if (err)
-        return err;
-    items = xcalloc((size_t)a->limit, sizeof(*items));
-    while ((rc = mysql_stmt_fetch(s)) == 0 && n < (size_t)a->limit) {
-        order_row_finish(&row, &one);
-        items[n++] = one;
+    order_row_bind(&f.row, &one);
+    f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
+    err = store_stmt_rows(st, STMT_ORDER_LIST, p, f.row.b, (size_t)a->limit,
+                          order_fetched, &f, a->count);
+    if (*a->count == 0) {
+        free(f.items);
+        f.items = NULL;
     }
-    if (rc != 0 && rc != MYSQL_NO_DATA) {
-        err = store_mysql_error(st, s, "order_list fetch");
-        n = 0;
-    }
-    if (st->my)
-        mysql_stmt_free_result(s);
-    if (n == 0) {
-        free(items);
-        items = NULL;
-    }
-    *a->items = items;
-    *a->count = n;
+    *a->items = f.items;
     return err;
 }
 

@@ -108,6 +108,22 @@ int store_voucher_insert(struct store *st, struct store_voucher *v)
     return store_retry(st, voucher_insert_once, v);
 }
 
+/* Fetch context of the voucher SELECTs: one bound row, copied out. */
+struct voucher_fetch {
+    struct voucher_row row;
+    struct store_voucher *one;   /* the bound buffers */
+    struct store_voucher *items; /* NULL: keep only the one row */
+};
+
+static void voucher_fetched(void *ctx, size_t i)
+{
+    struct voucher_fetch *f = ctx;
+
+    voucher_row_finish(&f->row, f->one);
+    if (f->items)
+        f->items[i] = *f->one;
+}
+
 struct get_args {
     int64_t id;
     struct store_voucher *v;
@@ -117,25 +133,15 @@ static int voucher_get_once(struct store *st, void *arg)
 {
     struct get_args *a = arg;
     MYSQL_BIND p[1] = {0};
-    struct voucher_row row;
-    MYSQL_STMT *s;
-    int err, rc;
+    struct voucher_fetch f = {.one = a->v};
+    size_t n;
+    int err;
 
     bind_i64(&p[0], &a->id);
-    voucher_row_bind(&row, a->v);
-    err = store_stmt_exec(st, STMT_VOUCHER_GET, p, row.b, &s);
-    if (err)
-        return err;
-    rc = mysql_stmt_fetch(s);
-    if (rc == 0)
-        voucher_row_finish(&row, a->v);
-    else if (rc == MYSQL_NO_DATA)
-        err = -ENOENT;
-    else
-        err = store_mysql_error(st, s, "voucher_get fetch");
-    if (st->my)
-        mysql_stmt_free_result(s);
-    return err;
+    voucher_row_bind(&f.row, a->v);
+    err = store_stmt_rows(st, STMT_VOUCHER_GET, p, f.row.b, 1, voucher_fetched,
+                          &f, &n);
+    return err ? err : n ? 0 : -ENOENT;
 }
 
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
@@ -155,11 +161,9 @@ static int voucher_list_once(struct store *st, void *arg)
 {
     struct list_args *a = arg;
     MYSQL_BIND p[2] = {0};
-    struct voucher_row row;
-    struct store_voucher one, *items = NULL;
-    size_t n = 0;
-    MYSQL_STMT *s;
-    int err, rc;
+    struct store_voucher *one = xmalloc(sizeof(*one));
+    struct voucher_fetch f = {.one = one};
+    int err;
 
     if (a->shop_id > 0) {
         bind_i64(&p[0], &a->shop_id);
@@ -167,31 +171,17 @@ static int voucher_list_once(struct store *st, void *arg)
     } else {
         bind_i64(&p[0], &a->limit);
     }
-    voucher_row_bind(&row, &one);
-    err = store_stmt_exec(
+    voucher_row_bind(&f.row, one);
+    f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
+    err = store_stmt_rows(
         st, a->shop_id > 0 ? STMT_VOUCHER_LIST_SHOP : STMT_VOUCHER_LIST_ALL, p,
-        row.b, &s);
-    if (err)
-        return err;
-    items = xcalloc((size_t)a->limit, sizeof(*items));
-    while ((rc = mysql_stmt_fetch(s)) == 0 && n < (size_t)a->limit) {
-        voucher_row_finish(&row, &one);
-        items[n++] = one;
+        f.row.b, (size_t)a->limit, voucher_fetched, &f, a->count);
+    free(one);
+    if (*a->count == 0) {
+        free(f.items);
+        f.items = NULL;
     }
-    if (rc != 0 && rc != MYSQL_NO_DATA) {
-        err = store_mysql_error(st, s, "voucher_list fetch");
-        free(items);
-        items = NULL;
-        n = 0;
-    }
-    if (st->my)
-        mysql_stmt_free_result(s);
-    if (n == 0) {
-        free(items);
-        items = NULL;
-    }
-    *a->items = items;
-    *a->count = n;
+    *a->items = f.items;
     return err;
 }
 
@@ -219,8 +209,8 @@ static int seckill_get_once(struct store *st, void *arg)
     char null[4] = {0};
     int64_t type = 0;
     MYSQL_TIME b, e;
-    MYSQL_STMT *s;
-    int err, rc;
+    size_t n;
+    int err;
 
     bind_i64(&p[0], &a->id);
     bind_i64(&r[0], &type);
@@ -229,28 +219,21 @@ static int seckill_get_once(struct store *st, void *arg)
     bind_time(&r[3], &e);
     for (int i = 0; i < 4; i++)
         r[i].is_null = &null[i];
-    err = store_stmt_exec(st, STMT_SECKILL_GET, p, r, &s);
+    err = store_stmt_rows(st, STMT_SECKILL_GET, p, r, 1, NULL, NULL, &n);
     if (err)
         return err;
-    rc = mysql_stmt_fetch(s);
-    if (rc == 0) {
-        /* A seckill voucher without its stock row reads as normal. */
-        a->s->type = type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL
-                                                         : VOUCHER_NORMAL;
-        if (a->s->type == VOUCHER_SECKILL) {
-            a->s->begin_time = time_to_epoch(&b);
-            a->s->end_time = time_to_epoch(&e);
-        } else {
-            a->s->stock = a->s->begin_time = a->s->end_time = 0;
-        }
-    } else if (rc == MYSQL_NO_DATA) {
-        err = -ENOENT;
+    if (n == 0)
+        return -ENOENT;
+    /* A seckill voucher without its stock row reads as normal. */
+    a->s->type =
+        type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL : VOUCHER_NORMAL;
+    if (a->s->type == VOUCHER_SECKILL) {
+        a->s->begin_time = time_to_epoch(&b);
+        a->s->end_time = time_to_epoch(&e);
     } else {
-        err = store_mysql_error(st, s, "seckill_get fetch");
+        a->s->stock = a->s->begin_time = a->s->end_time = 0;
     }
-    if (st->my)
-        mysql_stmt_free_result(s);
-    return err;
+    return 0;
 }
 
 int store_seckill_get(struct store *st, int64_t voucher_id,
