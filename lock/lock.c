@@ -79,22 +79,24 @@ out:
     return err;
 }
 
-/* EVAL the script, which also caches it on the server, and learn its sha. */
-static redisReply *release_eval(redisContext *rc, const struct lock_handle *h)
+/* The script's SHA-1, from one SCRIPT LOAD per process; "" if unknown. */
+static void release_sha_get(redisContext *rc, char sha[41])
 {
-    redisReply *r =
-        redisCommand(rc, "EVAL %s 1 %s %s", release_script, h->key, h->owner);
-    if (r && r->type == REDIS_REPLY_INTEGER) {
-        redisReply *s = redisCommand(rc, "SCRIPT LOAD %s", release_script);
-        if (s && s->type == REDIS_REPLY_STRING && s->len == 40) {
-            pthread_mutex_lock(&sha_mutex);
-            memcpy(release_sha, s->str, 40);
-            release_sha[40] = '\0';
-            pthread_mutex_unlock(&sha_mutex);
-        }
-        freeReplyObject(s);
+    pthread_mutex_lock(&sha_mutex);
+    memcpy(sha, release_sha, 41);
+    pthread_mutex_unlock(&sha_mutex);
+    if (sha[0])
+        return;
+
+    redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", release_script);
+    if (r && r->type == REDIS_REPLY_STRING && r->len == 40) {
+        memcpy(sha, r->str, 40);
+        sha[40] = '\0';
+        pthread_mutex_lock(&sha_mutex);
+        memcpy(release_sha, sha, 41);
+        pthread_mutex_unlock(&sha_mutex);
     }
-    return r;
+    freeReplyObject(r);
 }
 
 int lock_release(redisContext *rc, const struct lock_handle *h, int *released)
@@ -103,19 +105,16 @@ int lock_release(redisContext *rc, const struct lock_handle *h, int *released)
     redisReply *r = NULL;
     int err;
 
-    pthread_mutex_lock(&sha_mutex);
-    memcpy(sha, release_sha, sizeof(sha));
-    pthread_mutex_unlock(&sha_mutex);
-
-    if (sha[0]) {
+    release_sha_get(rc, sha);
+    if (sha[0] && !rc->err)
         r = redisCommand(rc, "EVALSHA %s 1 %s %s", sha, h->key, h->owner);
-        if (r && r->type == REDIS_REPLY_ERROR &&
-            strncmp(r->str, "NOSCRIPT", 8) == 0) {
-            freeReplyObject(r);
-            r = release_eval(rc, h);
-        }
-    } else {
-        r = release_eval(rc, h);
+    /* NOSCRIPT: the server lost its script cache (restart, SCRIPT FLUSH);
+     * EVAL runs the script and caches it again. */
+    if (!rc->err && (!r || (r->type == REDIS_REPLY_ERROR &&
+                            strncmp(r->str, "NOSCRIPT", 8) == 0))) {
+        freeReplyObject(r);
+        r = redisCommand(rc, "EVAL %s 1 %s %s", release_script, h->key,
+                         h->owner);
     }
     err = reply_error(rc, r, "lock_release");
     if (err)
