@@ -7,7 +7,7 @@
 #   make stop      stop them
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
-# WERROR=0 turns warnings back into warnings.
+# WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
 
 SHELL := /bin/bash
 CC ?= cc
@@ -38,6 +38,12 @@ CFLAGS ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(CFLAGS) \
              $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
 LIBS = $(PKG_LIBS) -lpthread
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
@@ -60,21 +66,25 @@ all: build
 build: $(BUILD)/seckilld
 
 $(BUILD)/seckilld: $(MAIN_OBJ) $(LIB_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	@echo "  CC  $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN)
 
 $(BUILD)/tests/unit_%: $(BUILD)/obj/tests/unit/%.o $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
 $(BUILD)/tests/it_%: $(BUILD)/obj/tests/it/%.o $(IT_HELPER_OBJ) $(LIB_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -44,21 +44,27 @@ static unsigned precheck_or_reply(struct request *req, int64_t now_s)
     return 0;
 }
 
+/* An id the ID worker handed out before (its counter was lost) is
+ * refused by the primary key; a fresh id is tried this many times. */
+#define ID_ATTEMPTS 3
+
 /* Steps 3 and 4, under the lock. */
 static unsigned buy_locked(struct request *req, int64_t now_s)
 {
     enum store_purchase outcome;
     int64_t order_id;
-    redisContext *rc = store_redis(req->st);
-    int err;
+    int err = -EEXIST;
 
-    if (!rc)
-        return req_backend_error(req, -ENOTCONN, "idgen");
-    err = idgen_next(rc, "order", now_s, &order_id);
-    if (err)
-        return req_backend_error(req, err, "idgen");
-    err = store_order_purchase(req->st, order_id, req->auth.user_id, req->id,
-                               &outcome);
+    for (int i = 0; i < ID_ATTEMPTS && err == -EEXIST; i++) {
+        redisContext *rc = store_redis(req->st);
+        if (!rc)
+            return req_backend_error(req, -ENOTCONN, "idgen");
+        err = idgen_next(rc, "order", now_s, &order_id);
+        if (err)
+            return req_backend_error(req, err, "idgen");
+        err = store_order_purchase(req->st, order_id, req->auth.user_id,
+                                   req->id, &outcome);
+    }
     if (err)
         return req_backend_error(req, err, "purchase");
     switch (outcome) {

@@ -59,9 +59,16 @@ static int purchase_once(struct store *st, void *arg)
     bind_i64(&p[2], &a->voucher_id);
     err = store_stmt_exec(st, STMT_ORDER_INSERT, p, NULL, &s);
     if (err == -EEXIST) {
-        /* Only the (user_id, voucher_id) key can clash: ids are unique. */
-        *a->outcome = STORE_PURCHASE_DUPLICATE;
-        return rollback(st, 0);
+        /* Which key? The unique (user, voucher) key is the business
+         * outcome; the primary key means the ID worker handed out an id
+         * twice (its Redis counter was lost): the caller retries. */
+        const char *m = mysql_stmt_error(st->stmts[STMT_ORDER_INSERT]);
+        if (strstr(m, "uk_orders_user_voucher")) {
+            *a->outcome = STORE_PURCHASE_DUPLICATE;
+            return rollback(st, 0);
+        }
+        log_error("order id already used", "id=%lld", (long long)a->order_id);
+        return rollback(st, -EEXIST);
     }
     if (err)
         return rollback(st, err);

@@ -154,6 +154,8 @@ enum store_purchase {
  * as the last statement before COMMIT so the hot row is locked briefly.
  * 0 with *outcome set means the outcome is durable (committed or rolled
  * back). The unique (user_id, voucher_id) key backs the check up.
+ * -EEXIST: order_id is already taken (the ID worker's counter was lost);
+ * nothing was written, retry with a new id.
  */
 int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
                          int64_t voucher_id, enum store_purchase *outcome);

@@ -1,6 +1,7 @@
 /*
  * harness.c - shared helpers of the integration tests (see harness.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -89,8 +90,7 @@ const char *it_log_dir(void)
         bin = it_bin();
         slash = strrchr(bin, '/');
         if (slash)
-            snprintf(dir, sizeof(dir), "%.*s/it-logs", (int)(slash - bin),
-                     bin);
+            snprintf(dir, sizeof(dir), "%.*s/it-logs", (int)(slash - bin), bin);
         else
             snprintf(dir, sizeof(dir), "it-logs");
     }
@@ -261,6 +261,65 @@ int it_wait_tcp(uint16_t port, int timeout_ms)
     }
 }
 
+size_t it_proc_tcp_ports(pid_t pid, uint16_t remote_port, uint16_t *out,
+                         size_t max)
+{
+    unsigned long inodes[1024];
+    size_t n_inodes = 0, n = 0, i;
+    char path[64], link[64], line[512];
+    struct dirent *de;
+    DIR *dir;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    dir = opendir(path);
+    if (!dir)
+        return 0;
+    while ((de = readdir(dir)) && n_inodes < 1024) {
+        char fd_path[128];
+        ssize_t len;
+
+        if (snprintf(fd_path, sizeof(fd_path), "%s/%s", path, de->d_name) >=
+            (int)sizeof(fd_path))
+            continue;
+        len = readlink(fd_path, link, sizeof(link) - 1);
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        if (sscanf(link, "socket:[%lu]", &inodes[n_inodes]) == 1)
+            n_inodes++;
+    }
+    closedir(dir);
+
+    snprintf(path, sizeof(path), "/proc/%d/net/tcp", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned lport, rport, state;
+        unsigned long inode;
+
+        /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+        if (sscanf(line,
+                   " %*u: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s "
+                   "%*u %*u %lu",
+                   &lport, &rport, &state, &inode) != 4)
+            continue;
+        if (rport != remote_port || state != 1 /* ESTABLISHED */)
+            continue;
+        for (i = 0; i < n_inodes; i++) {
+            if (inodes[i] == inode) {
+                if (n < max)
+                    out[n] = (uint16_t)lport;
+                n++;
+                break;
+            }
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 /* ---- seckilld ---- */
 
 /* The current environment with overrides applied; free with free_env. */
@@ -328,7 +387,7 @@ static void it_describe_exit(const char *what, int status)
 }
 
 int it_server_start(struct it_server *srv, const char *tag,
-                     const char *const *overrides)
+                    const char *const *overrides)
 {
     char port_arg[16];
     char *argv[4];
@@ -538,8 +597,8 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
     } else if (req->body) {
         size_t len = req->body_len ? req->body_len : strlen(req->body);
 
-        resp->hdrs_ = curl_slist_append(resp->hdrs_,
-                                        "Content-Type: application/json");
+        resp->hdrs_ =
+            curl_slist_append(resp->hdrs_, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
         curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, req->body);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
@@ -577,9 +636,8 @@ long it_http_do(const struct it_server *srv, const struct it_req *req,
     return resp->status;
 }
 
-long it_http(const struct it_server *srv, const char *method,
-             const char *path, const char *body, const char *token,
-             struct it_resp *resp)
+long it_http(const struct it_server *srv, const char *method, const char *path,
+             const char *body, const char *token, struct it_resp *resp)
 {
     struct it_req req = {
         .method = method, .path = path, .body = body, .token = token};
@@ -606,16 +664,18 @@ static void it_dump(const struct it_resp *resp)
                     resp->body ? resp->body : "");
 }
 
-void it_assert_status(const struct it_resp *resp, long status)
+void it_assert_status_at(const struct it_resp *resp, long status,
+                         const char *file, int line)
 {
     if (resp->curl_rc != CURLE_OK || resp->status != status) {
         print_error("expected HTTP %ld\n", status);
         it_dump(resp);
-        fail();
+        _fail(file, line);
     }
 }
 
-void it_assert_json_type(const struct it_resp *resp)
+void it_assert_json_type_at(const struct it_resp *resp, const char *file,
+                            int line)
 {
     size_t n = strlen("application/json");
 
@@ -624,24 +684,24 @@ void it_assert_json_type(const struct it_resp *resp)
          resp->content_type[n] != ' ')) {
         print_error("expected Content-Type application/json\n");
         it_dump(resp);
-        fail();
+        _fail(file, line);
     }
 }
 
-void it_assert_error(const struct it_resp *resp, long status,
-                     const char *code)
+void it_assert_error_at(const struct it_resp *resp, long status,
+                        const char *code, const char *file, int line)
 {
     const json_t *err, *msg;
     const char *got;
 
-    it_assert_status(resp, status);
-    it_assert_json_type(resp);
+    it_assert_status_at(resp, status, file, line);
+    it_assert_json_type_at(resp, file, line);
     err = resp->json ? json_object_get(resp->json, "error") : NULL;
     if (!json_is_object(resp->json) || json_object_size(resp->json) != 1 ||
         !json_is_object(err) || json_object_size(err) != 2) {
         print_error("expected {\"error\":{\"code\",\"message\"}}\n");
         it_dump(resp);
-        fail();
+        _fail(file, line);
     }
     got = it_json_str(err, "code");
     msg = json_object_get(err, "message");
@@ -649,7 +709,7 @@ void it_assert_error(const struct it_resp *resp, long status,
         json_string_length(msg) == 0) {
         print_error("expected error code %s with a message\n", code);
         it_dump(resp);
-        fail();
+        _fail(file, line);
     }
 }
 
@@ -670,7 +730,8 @@ bool it_is_digits(const char *s)
     return true;
 }
 
-int64_t it_json_id(const json_t *obj, const char *key)
+int64_t it_json_id_at(const json_t *obj, const char *key, const char *file,
+                      int line)
 {
     const char *s = it_json_str(obj, key);
     int64_t id = 0;
@@ -681,7 +742,7 @@ int64_t it_json_id(const json_t *obj, const char *key)
         print_error("expected \"%s\" to be an id string in %s\n", key,
                     dump ? dump : "(null)");
         free(dump);
-        fail();
+        _fail(file, line);
     }
     return id;
 }
@@ -758,8 +819,8 @@ static int it_unescape(const char *s, size_t len, char *dst, size_t size)
     for (i = 0; i < len; i++) {
         int c = (unsigned char)s[i];
 
-        if (c == '%' && i + 2 < len &&
-            it_hexval(s[i + 1]) >= 0 && it_hexval(s[i + 2]) >= 0) {
+        if (c == '%' && i + 2 < len && it_hexval(s[i + 1]) >= 0 &&
+            it_hexval(s[i + 2]) >= 0) {
             c = it_hexval(s[i + 1]) * 16 + it_hexval(s[i + 2]);
             i += 2;
         }
@@ -822,9 +883,8 @@ int it_mysql_url_parse(const char *url, struct it_mysql_url *out)
             return -EINVAL;
         out->port = (unsigned)v;
     }
-    if (slash < end &&
-        it_unescape(slash + 1, (size_t)(end - slash - 1), out->db,
-                    sizeof(out->db)))
+    if (slash < end && it_unescape(slash + 1, (size_t)(end - slash - 1),
+                                   out->db, sizeof(out->db)))
         return -EINVAL;
     return 0;
 }
@@ -879,13 +939,40 @@ void it_sql_close(void)
     it_db = NULL;
 }
 
-/* Run sql on the helper connection; asserts; returns the result or NULL. */
-static MYSQL_RES *it_sql_run(const char *sql, bool want_rows)
+/* The helper's connection was killed or timed out. */
+static bool it_sql_lost(MYSQL *db)
+{
+    unsigned e = mysql_errno(db);
+
+    return e == 2006 || e == 2013; /* CR_SERVER_GONE_ERROR, CR_SERVER_LOST */
+}
+
+/*
+ * Send sql on the helper connection, reconnecting once if the connection
+ * was lost (a test may KILL it). Returns mysql_query()'s result; *dbp is
+ * the connection used.
+ */
+static int it_sql_query(const char *sql, MYSQL **dbp)
 {
     MYSQL *db = it_sql_conn();
+    int rc = mysql_query(db, sql);
+
+    if (rc != 0 && it_sql_lost(db)) {
+        it_sql_close();
+        db = it_sql_conn();
+        rc = mysql_query(db, sql);
+    }
+    *dbp = db;
+    return rc;
+}
+
+/* Run sql; asserts it ran; returns its result set (NULL if none). */
+static MYSQL_RES *it_sql_run(const char *sql, bool want_rows)
+{
+    MYSQL *db;
     MYSQL_RES *res;
 
-    if (mysql_query(db, sql) != 0) {
+    if (it_sql_query(sql, &db) != 0) {
         print_error("mysql: %s: %s\n", sql, mysql_error(db));
         fail();
     }
@@ -955,7 +1042,7 @@ size_t it_sql_column(int64_t *out, size_t max, const char *fmt, ...)
 
 unsigned it_sql_exec(const char *fmt, ...)
 {
-    MYSQL *db = it_sql_conn();
+    MYSQL *db;
     MYSQL_RES *res;
     unsigned err = 0;
     va_list ap;
@@ -965,7 +1052,7 @@ unsigned it_sql_exec(const char *fmt, ...)
     if (vasprintf(&sql, fmt, ap) < 0)
         abort();
     va_end(ap);
-    if (mysql_query(db, sql) != 0) {
+    if (it_sql_query(sql, &db) != 0) {
         err = mysql_errno(db);
     } else {
         res = mysql_store_result(db);
@@ -973,6 +1060,74 @@ unsigned it_sql_exec(const char *fmt, ...)
     }
     free(sql);
     return err;
+}
+
+/* ---- Redis ---- */
+
+/* Run a command on rc and assert it did not fail; frees the reply. */
+static void it_redis_ok(redisContext *rc, const char *what, redisReply *r)
+{
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        print_error("redis %s: %s\n", what,
+                    r ? r->str : (rc->err ? rc->errstr : "no reply"));
+        freeReplyObject(r);
+        redisFree(rc);
+        fail();
+    }
+    freeReplyObject(r);
+}
+
+redisContext *it_redis_connect(void)
+{
+    const char *url = getenv("SECKILL_REDIS_URL");
+    char user[128] = "", pass[128] = "", host[128] = "";
+    const char *p, *at, *slash, *colon, *hostend;
+    unsigned port = 6379, db = 0;
+    redisContext *rc;
+
+    if (!url || strncmp(url, "redis://", 8) != 0) {
+        print_error("SECKILL_REDIS_URL missing or not redis://... "
+                    "(source .run/env.test)\n");
+        fail();
+    }
+    p = url + 8;
+    slash = p + strcspn(p, "/");
+    at = NULL;
+    for (const char *q = p; q < slash; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            it_unescape(p, (size_t)(colon - p), user, sizeof(user));
+            it_unescape(colon + 1, (size_t)(at - colon - 1), pass,
+                        sizeof(pass));
+        } else {
+            it_unescape(p, (size_t)(at - p), user, sizeof(user));
+        }
+        p = at + 1;
+    }
+    colon = memchr(p, ':', (size_t)(slash - p));
+    hostend = colon ? colon : slash;
+    snprintf(host, sizeof(host), "%.*s", (int)(hostend - p), p);
+    if (colon)
+        port = (unsigned)strtoul(colon + 1, NULL, 10);
+    if (*slash)
+        db = (unsigned)strtoul(slash + 1, NULL, 10);
+
+    rc = redisConnect(host, (int)port);
+    if (!rc || rc->err) {
+        print_error("redis connect %s:%u: %s\n", host, port,
+                    rc ? rc->errstr : "out of memory");
+        redisFree(rc);
+        fail();
+    }
+    if (pass[0] && user[0])
+        it_redis_ok(rc, "AUTH", redisCommand(rc, "AUTH %s %s", user, pass));
+    else if (pass[0])
+        it_redis_ok(rc, "AUTH", redisCommand(rc, "AUTH %s", pass));
+    it_redis_ok(rc, "SELECT", redisCommand(rc, "SELECT %u", db));
+    return rc;
 }
 
 /* ---- the API ---- */
@@ -1011,8 +1166,7 @@ int64_t it_voucher_create(const struct it_server *srv, const char *body)
 }
 
 int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
-                          int64_t stock, int64_t begin_off_s,
-                          int64_t end_off_s)
+                          int64_t stock, int64_t begin_off_s, int64_t end_off_s)
 {
     char begin[UTIL_TIME_LEN], end[UTIL_TIME_LEN];
     char *body;

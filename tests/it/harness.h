@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <curl/curl.h>
+#include <hiredis/hiredis.h>
 #include <jansson.h>
 
 #include "common/token.h"
@@ -75,6 +76,14 @@ int it_run_capture(char *const argv[], char **out);
 /* Wait up to timeout_ms until something accepts TCP on 127.0.0.1:port. */
 int it_wait_tcp(uint16_t port, int timeout_ms);
 
+/*
+ * The local ports of pid's established IPv4 TCP connections to remote_port
+ * (read from /proc/<pid>/fd and /proc/<pid>/net/tcp). Stores up to max of
+ * them in out; returns how many there are.
+ */
+size_t it_proc_tcp_ports(pid_t pid, uint16_t remote_port, uint16_t *out,
+                         size_t max);
+
 /* ---- seckilld ---- */
 
 struct it_server {
@@ -91,7 +100,7 @@ struct it_server {
  * where the child's log is (the child is then killed).
  */
 int it_server_start(struct it_server *srv, const char *tag,
-                     const char *const *overrides);
+                    const char *const *overrides);
 
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);
@@ -146,30 +155,44 @@ void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp);
 long it_http_do(const struct it_server *srv, const struct it_req *req,
                 struct it_resp *resp);
 /* Shorthand for it_http_do() with a method, path, body and token. */
-long it_http(const struct it_server *srv, const char *method,
-             const char *path, const char *body, const char *token,
-             struct it_resp *resp);
+long it_http(const struct it_server *srv, const char *method, const char *path,
+             const char *body, const char *token, struct it_resp *resp);
 /* Release what resp owns; zeroes it. */
 void it_resp_free(struct it_resp *resp);
 
+/*
+ * The assertions below are macros so that a failure names the caller's
+ * file and line; the _at functions take them explicitly.
+ */
+
 /* Asserts: the transport worked and the status is status (dumps the body). */
-void it_assert_status(const struct it_resp *resp, long status);
+#define it_assert_status(resp, status)                                         \
+    it_assert_status_at((resp), (status), __FILE__, __LINE__)
+void it_assert_status_at(const struct it_resp *resp, long status,
+                         const char *file, int line);
 /*
  * Asserts the exact error shape: the status, Content-Type application/json,
  * a body that is exactly {"error":{"code":code,"message":<non-empty
  * string>}}.
  */
-void it_assert_error(const struct it_resp *resp, long status,
-                     const char *code);
+#define it_assert_error(resp, status, code)                                    \
+    it_assert_error_at((resp), (status), (code), __FILE__, __LINE__)
+void it_assert_error_at(const struct it_resp *resp, long status,
+                        const char *code, const char *file, int line);
 /* Asserts Content-Type is application/json (parameters allowed). */
-void it_assert_json_type(const struct it_resp *resp);
+#define it_assert_json_type(resp)                                              \
+    it_assert_json_type_at((resp), __FILE__, __LINE__)
+void it_assert_json_type_at(const struct it_resp *resp, const char *file,
+                            int line);
 
 /* obj[key] when it is a string, else NULL. */
 const char *it_json_str(const json_t *obj, const char *key);
 /* True for a non-empty string of decimal digits. */
 bool it_is_digits(const char *s);
 /* Parse a JSON id string (digits) into an int64; asserts it is one. */
-int64_t it_json_id(const json_t *obj, const char *key);
+#define it_json_id(obj, key) it_json_id_at((obj), (key), __FILE__, __LINE__)
+int64_t it_json_id_at(const json_t *obj, const char *key, const char *file,
+                      int line);
 /* True if a comma-separated header value lists token (trimmed, exact). */
 bool it_header_lists(const char *value, const char *token);
 
@@ -220,6 +243,15 @@ unsigned it_sql_exec(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 /* Close the helper's connection (the next query reopens it). */
 void it_sql_close(void);
+
+/* ---- Redis (the server of SECKILL_REDIS_URL) ---- */
+
+/*
+ * Connect to SECKILL_REDIS_URL ("redis://[[user]:pass@]host[:port][/db]"),
+ * AUTH and SELECT done. Asserts; the caller frees the context with
+ * redisFree().
+ */
+redisContext *it_redis_connect(void);
 
 /* ---- the API ---- */
 

@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -55,9 +57,8 @@ static void expect_error_req(const struct it_req *req, long status,
     it_resp_free(&resp);
 }
 
-static void expect_error(const char *method, const char *path,
-                         const char *body, const char *token, long status,
-                         const char *code)
+static void expect_error(const char *method, const char *path, const char *body,
+                         const char *token, long status, const char *code)
 {
     struct it_req req = {
         .method = method, .path = path, .body = body, .token = token};
@@ -78,12 +79,30 @@ static void expect_ok(const char *method, const char *path, const char *body,
     assert_true(json_is_object(resp->json));
 }
 
-/* Assert s is an RFC 3339 time within slack_s of now. */
+/* Assert s is exactly "YYYY-MM-DDTHH:MM:SSZ" (RFC 3339, UTC). */
+static void assert_utc_time(const char *s)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+    int64_t t;
+    size_t i;
+
+    assert_non_null(s);
+    for (i = 0; shape[i]; i++)
+        if (shape[i] == 'd' ? (s[i] < '0' || s[i] > '9') : s[i] != shape[i])
+            break;
+    if (shape[i] || s[i]) {
+        print_error("time \"%s\" is not YYYY-MM-DDTHH:MM:SSZ\n", s);
+        fail();
+    }
+    assert_int_equal(0, util_time_parse(s, &t));
+}
+
+/* Assert s is an RFC 3339 UTC time within slack_s of now. */
 static void assert_time_near_now(const char *s, int64_t slack_s)
 {
     int64_t t;
 
-    assert_non_null(s);
+    assert_utc_time(s);
     assert_int_equal(0, util_time_parse(s, &t));
     if (t < now_s() - slack_s || t > now_s() + slack_s) {
         print_error("time %s is not within %llds of now\n", s,
@@ -205,6 +224,12 @@ static int group_setup(void **state)
     return 0;
 }
 
+/*
+ * cmocka (1.1) does not count a failed group teardown in its exit status;
+ * a server that did not shut down cleanly must still fail the binary.
+ */
+static bool teardown_failed;
+
 static int group_teardown(void **state)
 {
     int rc;
@@ -212,6 +237,8 @@ static int group_teardown(void **state)
     (void)state;
     rc = it_server_stop(&srv);
     it_sql_close();
+    if (rc != 0)
+        teardown_failed = true;
     return rc;
 }
 
@@ -303,9 +330,8 @@ static void test_method_not_allowed(void **state)
 
 static void test_auth_code(void **state)
 {
-    static const char *const good[] = {
-        "13800138000", "+8613800138000", "123456", "123456789012345",
-        "+123456"};
+    static const char *const good[] = {"13800138000", "+8613800138000",
+                                       "123456", "123456789012345", "+123456"};
     struct it_resp resp;
     size_t i;
 
@@ -386,8 +412,8 @@ static void test_login(void **state)
     {
         struct token_claims c;
 
-        assert_int_equal(0, token_verify(it_secret(), tokbuf, strlen(tokbuf),
-                                         now_s(), &c));
+        assert_int_equal(
+            0, token_verify(it_secret(), tokbuf, strlen(tokbuf), now_s(), &c));
         assert_int_equal(id1, c.user_id);
         assert_int_equal(TOKEN_ROLE_USER, c.role);
     }
@@ -417,8 +443,8 @@ static void test_login(void **state)
         code = request_code(phone2);
         body = login_body(phone2, code);
         expect_ok("POST", "/api/auth/login", body, NULL, 200, &resp);
-        assert_true(id1 != it_json_id(json_object_get(resp.json, "user"),
-                                      "id"));
+        assert_true(id1 !=
+                    it_json_id(json_object_get(resp.json, "user"), "id"));
         it_resp_free(&resp);
         free(body);
         free(code);
@@ -477,6 +503,82 @@ static void test_login_wrong_code(void **state)
     expect_ok("POST", "/api/auth/login", body, NULL, 200, &resp);
     it_resp_free(&resp);
     free(body);
+    free(code);
+    free(phone);
+}
+
+static void test_login_code_is_per_phone(void **state)
+{
+    char *a = unique_phone(), *b = unique_phone();
+    char *code_a = request_code(a), *code_b = request_code(b);
+    char *body;
+    struct it_resp resp;
+
+    (void)state;
+    /* Codes are random: make sure a's is not also b's. */
+    while (strcmp(code_a, code_b) == 0) {
+        free(code_a);
+        code_a = request_code(a);
+    }
+    body = login_body(b, code_a);
+    expect_error("POST", "/api/auth/login", body, NULL, 401, "UNAUTHORIZED");
+    free(body);
+    /* That wrong try did not spend a's code. */
+    body = login_body(a, code_a);
+    expect_ok("POST", "/api/auth/login", body, NULL, 200, &resp);
+    it_resp_free(&resp);
+    free(body);
+    free(code_a);
+    free(code_b);
+    free(a);
+    free(b);
+}
+
+/*
+ * An expired code is refused. The code lives in Redis under
+ * login:code:{phone} with a 300 s TTL (store.h); expire it early rather
+ * than wait.
+ */
+static void test_login_code_expires(void **state)
+{
+    char *phone = unique_phone();
+    char *code = request_code(phone), *body, *key;
+    redisContext *rc = it_redis_connect();
+    redisReply *r;
+    int64_t deadline;
+
+    (void)state;
+    key = xasprintf("login:code:%s", phone);
+    r = redisCommand(rc, "TTL %s", key);
+    assert_non_null(r);
+    assert_int_equal(REDIS_REPLY_INTEGER, r->type);
+    if (r->integer < 290 || r->integer > 300) {
+        print_error("TTL of %s is %lld, expected about 300\n", key,
+                    (long long)r->integer);
+        fail();
+    }
+    freeReplyObject(r);
+    r = redisCommand(rc, "PEXPIRE %s 1", key);
+    assert_non_null(r);
+    assert_int_equal(1, r->integer);
+    freeReplyObject(r);
+    deadline = util_mono_ms() + 2000;
+    for (;;) {
+        r = redisCommand(rc, "EXISTS %s", key);
+        assert_non_null(r);
+        if (r->integer == 0 || util_mono_ms() > deadline)
+            break;
+        freeReplyObject(r);
+        usleep(5 * 1000);
+    }
+    assert_int_equal(0, r->integer);
+    freeReplyObject(r);
+    redisFree(rc);
+
+    body = login_body(phone, code);
+    expect_error("POST", "/api/auth/login", body, NULL, 401, "UNAUTHORIZED");
+    free(body);
+    free(key);
     free(code);
     free(phone);
 }
@@ -747,6 +849,7 @@ static void test_voucher_create_bad_request(void **state)
                      "BAD_REQUEST");
         free(bad[i]);
     }
+    expect_error("POST", "/api/vouchers", NULL, admin_tok, 400, "BAD_REQUEST");
     free(t256);
     free(r1025);
 }
@@ -860,8 +963,15 @@ static void test_voucher_get(void **state)
 }
 
 static const char *const bad_ids[] = {
-    "abc", "0", "-1", "1.5", "99999999999999999999", "9223372036854775808",
-    "1e3", "0x10", "12abc",
+    "abc",
+    "0",
+    "-1",
+    "1.5",
+    "99999999999999999999",
+    "9223372036854775808",
+    "1e3",
+    "0x10",
+    "12abc",
 };
 #define MISSING_ID "9223372036854775807"
 
@@ -883,17 +993,16 @@ static void test_bad_and_missing_ids(void **state)
     }
     expect_error("GET", "/api/vouchers/" MISSING_ID, NULL, NULL, 404,
                  "NOT_FOUND");
-    expect_error("POST", "/api/vouchers/" MISSING_ID "/seckill", NULL, tok,
-                 404, "NOT_FOUND");
-    expect_error("GET", "/api/orders/" MISSING_ID, NULL, tok, 404,
+    expect_error("POST", "/api/vouchers/" MISSING_ID "/seckill", NULL, tok, 404,
                  "NOT_FOUND");
+    expect_error("GET", "/api/orders/" MISSING_ID, NULL, tok, 404, "NOT_FOUND");
     expect_error("GET", "/api/orders/" MISSING_ID, NULL, admin_tok, 404,
                  "NOT_FOUND");
 }
 
 /* GET path, assert 200 and the ids of its items, in order. */
-static void expect_list(const char *path, const char *token,
-                        const int64_t *ids, size_t n)
+static void expect_list(const char *path, const char *token, const int64_t *ids,
+                        size_t n)
 {
     struct it_resp resp;
     const json_t *items;
@@ -908,8 +1017,7 @@ static void expect_list(const char *path, const char *token,
         fail();
     }
     for (i = 0; i < n; i++)
-        assert_int_equal(ids[i],
-                         it_json_id(json_array_get(items, i), "id"));
+        assert_int_equal(ids[i], it_json_id(json_array_get(items, i), "id"));
     it_resp_free(&resp);
 }
 
@@ -934,8 +1042,7 @@ static void test_voucher_list(void **state)
     ids[3] = it_seckill_create(&srv, shop, 3, -60, 3600);
     for (i = 0; i < 4; i++)
         newest[i] = ids[3 - i];
-    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld",
-             (long long)shop);
+    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld", (long long)shop);
     expect_list(path, NULL, newest, 4);
     snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld&limit=2",
              (long long)shop);
@@ -947,8 +1054,7 @@ static void test_voucher_list(void **state)
              (long long)shop);
     expect_list(path, NULL, newest, 4);
     /* Items carry the whole voucher. */
-    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld",
-             (long long)shop);
+    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld", (long long)shop);
     expect_ok("GET", path, NULL, NULL, 200, &resp);
     items = json_object_get(resp.json, "items");
     assert_json_streq(json_array_get(items, 0), "type", "seckill");
@@ -973,8 +1079,7 @@ static void test_voucher_list(void **state)
     }
     for (i = 0; i < 21; i++)
         newest[i] = ids[20 - i];
-    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld",
-             (long long)shop2);
+    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld", (long long)shop2);
     expect_list(path, NULL, newest, 20);
     snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld&limit=21",
              (long long)shop2);
@@ -1004,8 +1109,8 @@ static void test_voucher_list(void **state)
                  "BAD_REQUEST");
     expect_error("GET", "/api/vouchers?shopId=-3", NULL, NULL, 400,
                  "BAD_REQUEST");
-    expect_error("GET", "/api/vouchers?shopId=99999999999999999999", NULL,
-                 NULL, 400, "BAD_REQUEST");
+    expect_error("GET", "/api/vouchers?shopId=99999999999999999999", NULL, NULL,
+                 400, "BAD_REQUEST");
 }
 
 /* ---- purchase ---- */
@@ -1150,8 +1255,8 @@ static void test_orders(void **state)
     expect_list("/api/orders", b, NULL, 0);
     expect_ok("GET", "/api/orders", NULL, a, 200, &resp);
     for (i = 0; i < 3; i++) {
-        const json_t *it = json_array_get(json_object_get(resp.json, "items"),
-                                          i);
+        const json_t *it =
+            json_array_get(json_object_get(resp.json, "items"), i);
 
         assert_int_equal(uid(30), it_json_id(it, "userId"));
         assert_int_equal(v[2 - i], it_json_id(it, "voucherId"));
@@ -1161,9 +1266,24 @@ static void test_orders(void **state)
 
     expect_error("GET", "/api/orders", NULL, NULL, 401, "UNAUTHORIZED");
     expect_error("GET", "/api/orders?limit=0", NULL, a, 400, "BAD_REQUEST");
-    expect_error("GET", "/api/orders?limit=101", NULL, a, 400,
-                 "BAD_REQUEST");
+    expect_error("GET", "/api/orders?limit=101", NULL, a, 400, "BAD_REQUEST");
     expect_error("GET", "/api/orders?limit=x", NULL, a, 400, "BAD_REQUEST");
+}
+
+static void test_orders_default_limit(void **state)
+{
+    char tok[TOKEN_STR_LEN];
+    int64_t o[21], newest[21];
+    size_t i;
+
+    (void)state;
+    user_token(uid(32), tok);
+    for (i = 0; i < 21; i++) {
+        o[i] = purchase_ok(it_seckill_create(&srv, 1, 1, -60, 3600), uid(32));
+        newest[20 - i] = o[i];
+    }
+    expect_list("/api/orders", tok, newest, 20);
+    expect_list("/api/orders?limit=21", tok, newest, 21);
 }
 
 /* ---- body size ---- */
@@ -1331,6 +1451,16 @@ static void test_cli_tokens(void **state)
     free(out);
 }
 
+/*
+ * Last: SIGTERM makes the server finish and exit 0 within
+ * IT_STOP_TIMEOUT_MS (under ASan, also without leaks).
+ */
+static void test_clean_shutdown(void **state)
+{
+    (void)state;
+    assert_int_equal(0, it_server_stop(&srv));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1342,6 +1472,8 @@ int main(void)
         cmocka_unit_test(test_auth_code_bad_request),
         cmocka_unit_test(test_login),
         cmocka_unit_test(test_login_wrong_code),
+        cmocka_unit_test(test_login_code_is_per_phone),
+        cmocka_unit_test(test_login_code_expires),
         cmocka_unit_test(test_login_without_code),
         cmocka_unit_test(test_login_bad_request),
         cmocka_unit_test(test_token_rejected),
@@ -1355,11 +1487,15 @@ int main(void)
         cmocka_unit_test(test_purchase_ignores_body),
         cmocka_unit_test(test_purchase_errors),
         cmocka_unit_test(test_orders),
+        cmocka_unit_test(test_orders_default_limit),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_cli_token),
         cmocka_unit_test(test_cli_tokens),
+        cmocka_unit_test(test_clean_shutdown),
     };
+    int failed;
 
-    return cmocka_run_group_tests_name("http", tests, group_setup,
-                                       group_teardown);
+    failed =
+        cmocka_run_group_tests_name("http", tests, group_setup, group_teardown);
+    return failed ? failed : teardown_failed;
 }
