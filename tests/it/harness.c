@@ -21,11 +21,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
 #include <mysql.h>
 
+#include "cmd/config.h"
 #include "tests/it/harness.h"
 
 extern char **environ;
@@ -386,6 +388,15 @@ static void it_describe_exit(const char *what, int status)
                 WTERMSIG(status));
 }
 
+/* SIGKILL and reap the child; returns -1 for the caller's failure path. */
+static int it_server_kill(struct it_server *srv)
+{
+    kill(srv->pid, SIGKILL);
+    waitpid(srv->pid, NULL, 0);
+    srv->pid = 0;
+    return -1;
+}
+
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides)
 {
@@ -446,10 +457,7 @@ int it_server_start(struct it_server *srv, const char *tag,
             "harness: seckilld on port %u did not answer GET /healthz 200 "
             "within %d ms; log: %s\n",
             (unsigned)srv->port, IT_START_TIMEOUT_MS, srv->log_path);
-    kill(srv->pid, SIGKILL);
-    waitpid(srv->pid, NULL, 0);
-    srv->pid = 0;
-    return -1;
+    return it_server_kill(srv);
 }
 
 bool it_server_alive(struct it_server *srv)
@@ -484,10 +492,7 @@ int it_server_stop(struct it_server *srv)
                 "harness: seckilld (pid %d) still running %d ms after "
                 "SIGTERM; killed; log: %s\n",
                 (int)srv->pid, IT_STOP_TIMEOUT_MS, srv->log_path);
-        kill(srv->pid, SIGKILL);
-        waitpid(srv->pid, NULL, 0);
-        srv->pid = 0;
-        return -1;
+        return it_server_kill(srv);
     }
     srv->pid = 0;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
@@ -495,6 +500,27 @@ int it_server_stop(struct it_server *srv)
     it_describe_exit("seckilld after SIGTERM", status);
     fprintf(stderr, "harness: log: %s\n", srv->log_path);
     return -1;
+}
+
+static bool it_teardown_failed;
+
+int it_group_teardown(struct it_server *srvs, size_t n)
+{
+    int rc = 0;
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (it_server_stop(&srvs[i]) != 0)
+            rc = -1;
+    it_sql_close();
+    if (rc != 0)
+        it_teardown_failed = true;
+    return rc;
+}
+
+int it_exit_status(int failed)
+{
+    return failed ? failed : it_teardown_failed;
 }
 
 /* ---- HTTP ---- */
@@ -798,96 +824,38 @@ void it_token(int64_t user_id, enum token_role role, int64_t ttl_s,
     assert_int_equal(0, token_sign(it_secret(), &c, out));
 }
 
+/* ---- the backends ---- */
+
+const struct store_config *it_store_config(void)
+{
+    /* Parsed once; the strings stay owned by cfg for the whole run. */
+    static struct config cfg;
+    static struct store_config sc;
+    static bool have;
+    const char *mysql = getenv("SECKILL_MYSQL_URL");
+    const char *redis = getenv("SECKILL_REDIS_URL");
+    char err[256] = "";
+
+    if (have)
+        return &sc;
+    if (!mysql || !redis) {
+        print_error("SECKILL_MYSQL_URL and SECKILL_REDIS_URL must be set "
+                    "(source .run/env.test)\n");
+        fail();
+    }
+    if (config_mysql_url(&cfg, mysql, &sc, err, sizeof(err)) != 0 ||
+        config_redis_url(&cfg, redis, &sc, err, sizeof(err)) != 0) {
+        config_free(&cfg);
+        print_error("%s (source .run/env.test)\n", err);
+        fail();
+    }
+    sc.connect_timeout_ms = 5000;
+    sc.io_timeout_ms = 30000;
+    have = true;
+    return &sc;
+}
+
 /* ---- MySQL ---- */
-
-static int it_hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Copy [s, s+len) percent-decoded into dst; -EINVAL if it does not fit. */
-static int it_unescape(const char *s, size_t len, char *dst, size_t size)
-{
-    size_t i, o = 0;
-
-    for (i = 0; i < len; i++) {
-        int c = (unsigned char)s[i];
-
-        if (c == '%' && i + 2 < len && it_hexval(s[i + 1]) >= 0 &&
-            it_hexval(s[i + 2]) >= 0) {
-            c = it_hexval(s[i + 1]) * 16 + it_hexval(s[i + 2]);
-            i += 2;
-        }
-        if (o + 1 >= size)
-            return -EINVAL;
-        dst[o++] = (char)c;
-    }
-    dst[o] = '\0';
-    return 0;
-}
-
-int it_mysql_url_parse(const char *url, struct it_mysql_url *out)
-{
-    const char *p, *at, *colon, *slash, *end, *hostend;
-    char portbuf[8];
-
-    memset(out, 0, sizeof(*out));
-    out->port = 3306;
-    if (strncmp(url, "mysql://", 8) != 0)
-        return -EINVAL;
-    p = url + 8;
-    end = p + strcspn(p, "?#");
-    slash = memchr(p, '/', (size_t)(end - p));
-    if (!slash)
-        slash = end;
-    at = NULL;
-    for (const char *q = p; q < slash; q++)
-        if (*q == '@')
-            at = q;
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            if (it_unescape(p, (size_t)(colon - p), out->user,
-                            sizeof(out->user)) ||
-                it_unescape(colon + 1, (size_t)(at - colon - 1), out->pass,
-                            sizeof(out->pass)))
-                return -EINVAL;
-        } else if (it_unescape(p, (size_t)(at - p), out->user,
-                               sizeof(out->user))) {
-            return -EINVAL;
-        }
-        p = at + 1;
-    }
-    colon = memchr(p, ':', (size_t)(slash - p));
-    hostend = colon ? colon : slash;
-    if (hostend == p ||
-        it_unescape(p, (size_t)(hostend - p), out->host, sizeof(out->host)))
-        return -EINVAL;
-    if (colon) {
-        size_t plen = (size_t)(slash - colon - 1);
-        char *e;
-        long v;
-
-        if (plen == 0 || plen >= sizeof(portbuf))
-            return -EINVAL;
-        memcpy(portbuf, colon + 1, plen);
-        portbuf[plen] = '\0';
-        v = strtol(portbuf, &e, 10);
-        if (*e || v <= 0 || v > 65535)
-            return -EINVAL;
-        out->port = (unsigned)v;
-    }
-    if (slash < end && it_unescape(slash + 1, (size_t)(end - slash - 1),
-                                   out->db, sizeof(out->db)))
-        return -EINVAL;
-    return 0;
-}
 
 char *it_mysql_url_with_port(const char *url, uint16_t port)
 {
@@ -909,22 +877,18 @@ static MYSQL *it_db;
 
 static MYSQL *it_sql_conn(void)
 {
-    struct it_mysql_url u;
-    const char *url = getenv("SECKILL_MYSQL_URL");
+    const struct store_config *sc;
 
     if (it_db)
         return it_db;
-    if (!url || it_mysql_url_parse(url, &u) != 0) {
-        print_error("SECKILL_MYSQL_URL missing or not mysql://user:pass@"
-                    "host:port/db (source .run/env.test)\n");
-        fail();
-    }
+    sc = it_store_config();
     it_db = mysql_init(NULL);
     if (!it_db)
         abort();
-    if (!mysql_real_connect(it_db, u.host, u.user, u.pass, u.db, u.port, NULL,
+    if (!mysql_real_connect(it_db, sc->mysql_host, sc->mysql_user,
+                            sc->mysql_pass, sc->mysql_db, sc->mysql_port, NULL,
                             0)) {
-        print_error("mysql connect %s:%u: %s\n", u.host, u.port,
+        print_error("mysql connect %s:%u: %s\n", sc->mysql_host, sc->mysql_port,
                     mysql_error(it_db));
         mysql_close(it_db);
         it_db = NULL;
@@ -1062,71 +1026,81 @@ unsigned it_sql_exec(const char *fmt, ...)
     return err;
 }
 
+int64_t it_sql_order_count(int64_t voucher_id)
+{
+    return it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                         "WHERE voucher_id = %lld",
+                         (long long)voucher_id);
+}
+
+int64_t it_sql_stock(int64_t voucher_id)
+{
+    return it_sql_scalar("SELECT stock FROM seckill_vouchers "
+                         "WHERE voucher_id = %lld",
+                         (long long)voucher_id);
+}
+
 /* ---- Redis ---- */
 
-/* Run a command on rc and assert it did not fail; frees the reply. */
-static void it_redis_ok(redisContext *rc, const char *what, redisReply *r)
+/* Check the reply r to what on rc and free it; false after saying why. */
+static bool it_redis_reply_ok(redisContext *rc, const char *what, redisReply *r)
 {
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        print_error("redis %s: %s\n", what,
-                    r ? r->str : (rc->err ? rc->errstr : "no reply"));
-        freeReplyObject(r);
-        redisFree(rc);
-        fail();
-    }
+    bool ok = r && r->type != REDIS_REPLY_ERROR;
+
+    if (!ok)
+        fprintf(stderr, "harness: redis %s: %s\n", what,
+                r ? r->str : (rc->err ? rc->errstr : "no reply"));
     freeReplyObject(r);
+    return ok;
+}
+
+static struct timeval it_timeval(unsigned ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = ms % 1000 * 1000};
+
+    return tv;
+}
+
+redisContext *it_redis_open(const struct store_config *sc)
+{
+    redisContext *rc;
+    redisReply *r;
+
+    rc = redisConnectWithTimeout(sc->redis_host, (int)sc->redis_port,
+                                 it_timeval(sc->connect_timeout_ms));
+    if (!rc || rc->err) {
+        fprintf(stderr, "harness: redis connect %s:%u: %s\n", sc->redis_host,
+                sc->redis_port, rc ? rc->errstr : "out of memory");
+        goto free_out;
+    }
+    /* A broken server must fail the test, not hang it. */
+    if (redisSetTimeout(rc, it_timeval(sc->io_timeout_ms)) != REDIS_OK)
+        goto free_out;
+    if (sc->redis_pass) {
+        r = sc->redis_user
+                ? redisCommand(rc, "AUTH %s %s", sc->redis_user, sc->redis_pass)
+                : redisCommand(rc, "AUTH %s", sc->redis_pass);
+        if (!it_redis_reply_ok(rc, "AUTH", r))
+            goto free_out;
+    }
+    r = redisCommand(rc, "SELECT %u", sc->redis_db);
+    if (!it_redis_reply_ok(rc, "SELECT", r))
+        goto free_out;
+    return rc;
+
+free_out:
+    redisFree(rc);
+    return NULL;
 }
 
 redisContext *it_redis_connect(void)
 {
-    const char *url = getenv("SECKILL_REDIS_URL");
-    char user[128] = "", pass[128] = "", host[128] = "";
-    const char *p, *at, *slash, *colon, *hostend;
-    unsigned port = 6379, db = 0;
-    redisContext *rc;
+    redisContext *rc = it_redis_open(it_store_config());
 
-    if (!url || strncmp(url, "redis://", 8) != 0) {
-        print_error("SECKILL_REDIS_URL missing or not redis://... "
-                    "(source .run/env.test)\n");
+    if (!rc) {
+        print_error("cannot use SECKILL_REDIS_URL (see above)\n");
         fail();
     }
-    p = url + 8;
-    slash = p + strcspn(p, "/");
-    at = NULL;
-    for (const char *q = p; q < slash; q++)
-        if (*q == '@')
-            at = q;
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            it_unescape(p, (size_t)(colon - p), user, sizeof(user));
-            it_unescape(colon + 1, (size_t)(at - colon - 1), pass,
-                        sizeof(pass));
-        } else {
-            it_unescape(p, (size_t)(at - p), user, sizeof(user));
-        }
-        p = at + 1;
-    }
-    colon = memchr(p, ':', (size_t)(slash - p));
-    hostend = colon ? colon : slash;
-    snprintf(host, sizeof(host), "%.*s", (int)(hostend - p), p);
-    if (colon)
-        port = (unsigned)strtoul(colon + 1, NULL, 10);
-    if (*slash)
-        db = (unsigned)strtoul(slash + 1, NULL, 10);
-
-    rc = redisConnect(host, (int)port);
-    if (!rc || rc->err) {
-        print_error("redis connect %s:%u: %s\n", host, port,
-                    rc ? rc->errstr : "out of memory");
-        redisFree(rc);
-        fail();
-    }
-    if (pass[0] && user[0])
-        it_redis_ok(rc, "AUTH", redisCommand(rc, "AUTH %s %s", user, pass));
-    else if (pass[0])
-        it_redis_ok(rc, "AUTH", redisCommand(rc, "AUTH %s", pass));
-    it_redis_ok(rc, "SELECT", redisCommand(rc, "SELECT %u", db));
     return rc;
 }
 

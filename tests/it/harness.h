@@ -27,6 +27,7 @@
 
 #include "common/token.h"
 #include "common/util.h"
+#include "store/store.h"
 
 #define IT_PATH_MAX 512
 /* Per-request timeout: generous, the suite also runs under ASan. */
@@ -112,6 +113,21 @@ bool it_server_alive(struct it_server *srv);
  * (returns 0).
  */
 int it_server_stop(struct it_server *srv);
+
+/*
+ * The group teardown of a binary's n servers: stop every one of srvs (also
+ * after one failed) and close the SQL helper. Returns 0, or -1 if a server
+ * did not exit cleanly. cmocka (1.1) does not count a failed group
+ * teardown in its exit status, so the failure is also remembered for
+ * it_exit_status().
+ */
+int it_group_teardown(struct it_server *srvs, size_t n);
+
+/*
+ * What main() returns: failed (cmocka's count of failed tests) when
+ * non-zero, else 1 if an it_group_teardown() failed, else 0.
+ */
+int it_exit_status(int failed);
 
 /* ---- HTTP ---- */
 
@@ -204,21 +220,18 @@ const unsigned char *it_secret(void);
 void it_token(int64_t user_id, enum token_role role, int64_t ttl_s,
               char out[TOKEN_STR_LEN]);
 
-/* ---- MySQL (the database of SECKILL_MYSQL_URL) ---- */
-
-struct it_mysql_url {
-    char user[128];
-    char pass[128];
-    char host[128];
-    unsigned port;
-    char db[128];
-};
+/* ---- the backends ---- */
 
 /*
- * Parse "mysql://user:pass@host:port/db" (percent-escapes decoded, port
- * defaults to 3306, query string ignored). Returns 0 or -EINVAL.
+ * SECKILL_MYSQL_URL and SECKILL_REDIS_URL parsed by the service's own
+ * parser (config_mysql_url() and config_redis_url() of cmd/config.h), with
+ * a 5 s connect and a 30 s I/O timeout. Parsed on the first call (asserts
+ * both are set and valid); later calls, also in forked children, only
+ * return it. Borrowed: valid until the process exits.
  */
-int it_mysql_url_parse(const char *url, struct it_mysql_url *out);
+const struct store_config *it_store_config(void);
+
+/* ---- MySQL (the database of SECKILL_MYSQL_URL) ---- */
 
 /*
  * Rewrite url so that it points at 127.0.0.1:port, keeping the user,
@@ -243,14 +256,21 @@ unsigned it_sql_exec(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 /* Close the helper's connection (the next query reopens it). */
 void it_sql_close(void);
+/* How many orders voucher_id has in MySQL (asserts the query ran). */
+int64_t it_sql_order_count(int64_t voucher_id);
+/* The stock of seckill voucher voucher_id in MySQL (asserts it has one). */
+int64_t it_sql_stock(int64_t voucher_id);
 
 /* ---- Redis (the server of SECKILL_REDIS_URL) ---- */
 
 /*
- * Connect to SECKILL_REDIS_URL ("redis://[[user]:pass@]host[:port][/db]"),
- * AUTH and SELECT done. Asserts; the caller frees the context with
- * redisFree().
+ * Connect to the Redis of sc with its timeouts, AUTH and SELECT done.
+ * Does not use cmocka, so forked children may call it: returns NULL after
+ * printing why on stderr. The caller frees the context with redisFree().
  */
+redisContext *it_redis_open(const struct store_config *sc);
+
+/* it_redis_open(it_store_config()) that asserts it worked. */
 redisContext *it_redis_connect(void);
 
 /* ---- the API ---- */

@@ -40,25 +40,10 @@ static int group_setup(void **state)
     return 0;
 }
 
-/*
- * cmocka (1.1) does not count a failed group teardown in its exit status;
- * a server that did not shut down cleanly must still fail the binary.
- */
-static bool teardown_failed;
-
 static int group_teardown(void **state)
 {
-    int rc = 0;
-
     (void)state;
-    if (it_server_stop(&srv[0]) != 0)
-        rc = -1;
-    if (it_server_stop(&srv[1]) != 0)
-        rc = -1;
-    it_sql_close();
-    if (rc != 0)
-        teardown_failed = true;
-    return rc;
+    return it_group_teardown(srv, 2);
 }
 
 /* Run every request of reqs at once on one multi handle. */
@@ -209,12 +194,8 @@ static void test_flash_sale(void **state)
     }
 
     /* The database agrees. */
-    assert_int_equal(STOCK, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
-                                          "WHERE voucher_id = %lld",
-                                          (long long)voucher));
-    assert_int_equal(0, it_sql_scalar("SELECT stock FROM seckill_vouchers "
-                                      "WHERE voucher_id = %lld",
-                                      (long long)voucher));
+    assert_int_equal(STOCK, it_sql_order_count(voucher));
+    assert_int_equal(0, it_sql_stock(voucher));
     assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM (SELECT user_id "
                                       "FROM voucher_orders WHERE voucher_id "
                                       "= %lld GROUP BY user_id HAVING "
@@ -267,9 +248,6 @@ int main(void)
         cmocka_unit_test(test_flash_sale),
         cmocka_unit_test(test_clean_shutdown),
     };
-    int failed;
-
-    failed = cmocka_run_group_tests_name("concurrency", tests, group_setup,
-                                         group_teardown);
-    return failed ? failed : teardown_failed;
+    return it_exit_status(cmocka_run_group_tests_name(
+        "concurrency", tests, group_setup, group_teardown));
 }

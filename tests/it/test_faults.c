@@ -46,22 +46,10 @@ static int group_setup(void **state)
     return it_server_start(&srv, "faults", NULL);
 }
 
-/*
- * cmocka (1.1) does not count a failed group teardown in its exit status;
- * a server that did not shut down cleanly must still fail the binary.
- */
-static bool teardown_failed;
-
 static int group_teardown(void **state)
 {
-    int rc;
-
     (void)state;
-    rc = it_server_stop(&srv);
-    it_sql_close();
-    if (rc != 0)
-        teardown_failed = true;
-    return rc;
+    return it_group_teardown(&srv, 1);
 }
 
 static int64_t user_id(int k)
@@ -144,6 +132,19 @@ static void expect_status(const struct it_server *s, const char *path,
     it_resp_free(&resp);
 }
 
+/* A purchase of voucher v as user on s succeeds (201). */
+static void expect_sold(const struct it_server *s, int64_t v, int64_t user)
+{
+    struct it_resp resp;
+
+    it_purchase(s, v, user, &resp);
+    if (resp.status != 201)
+        print_error("purchase of voucher %lld as user %lld\n", (long long)v,
+                    (long long)user);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+}
+
 /* Poll GET path until it answers status; false after timeout_ms. */
 static bool wait_status(const struct it_server *s, const char *path,
                         long status, int timeout_ms)
@@ -169,7 +170,6 @@ static void test_redis_unreachable(void **state)
     const char *env[] = {url, NULL};
     int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
     char tok[TOKEN_STR_LEN], path[96];
-    struct it_resp resp;
 
     (void)state;
     assert_int_equal(0, it_server_start(&down, "faults-noredis", env));
@@ -187,9 +187,7 @@ static void test_redis_unreachable(void **state)
     assert_int_equal(0, it_server_stop(&down));
 
     /* Nothing was sold: the healthy instance still sells all 10. */
-    it_purchase(&srv, v, user_id(1), &resp);
-    it_assert_status(&resp, 201);
-    it_resp_free(&resp);
+    expect_sold(&srv, v, user_id(1));
     free(url);
 }
 
@@ -222,9 +220,7 @@ static void test_mysql_unreachable(void **state)
     expect_unavailable(&down, "POST", path, NULL, tok);
     assert_true(it_server_alive(&down));
     assert_int_equal(0, it_server_stop(&down));
-    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
-                                      "WHERE voucher_id = %lld",
-                                      (long long)v));
+    assert_int_equal(0, it_sql_order_count(v));
     free(url);
     free(rewritten);
 }
@@ -340,9 +336,7 @@ static void test_redis_reconnect(void **state)
     redis_seed_idgen(port);
     assert_int_equal(0, it_server_start(&inst, "faults-redis", env));
     expect_status(&inst, "/readyz", 200);
-    it_purchase(&inst, v, user_id(10), &resp);
-    it_assert_status(&resp, 201);
-    it_resp_free(&resp);
+    expect_sold(&inst, v, user_id(10));
 
     /* Redis dies: not ready, purchases refused, process alive. */
     redis_kill(redis);
@@ -378,9 +372,7 @@ static void test_redis_reconnect(void **state)
 
     assert_int_equal(0, it_server_stop(&inst));
     redis_kill(redis);
-    assert_int_equal(2, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
-                                      "WHERE voucher_id = %lld",
-                                      (long long)v));
+    assert_int_equal(2, it_sql_order_count(v));
     free(url);
     free(log_path);
 }
@@ -389,33 +381,29 @@ static void test_redis_reconnect(void **state)
 
 static void test_mysql_reconnect(void **state)
 {
-    struct it_mysql_url u;
+    const struct store_config *sc = it_store_config();
     int64_t ids[256];
     int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
     char path[96];
-    struct it_resp resp;
     uint16_t ports[64];
     size_t n, nports, i, left = 0;
     char *hosts;
     int64_t deadline;
 
     (void)state;
-    assert_int_equal(0, it_mysql_url_parse(getenv("SECKILL_MYSQL_URL"), &u));
     snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
 
     /* Let the worker threads open their connections. */
     for (i = 0; i < 16; i++)
         expect_status(&srv, path, 200);
-    it_purchase(&srv, v, user_id(20), &resp);
-    it_assert_status(&resp, 201);
-    it_resp_free(&resp);
+    expect_sold(&srv, v, user_id(20));
 
     /*
      * Only this instance's connections are killed (matched by their client
      * port), so that other test processes sharing the database are left
      * alone; the helper's own connection is never among them.
      */
-    nports = it_proc_tcp_ports(srv.pid, (uint16_t)u.port, ports,
+    nports = it_proc_tcp_ports(srv.pid, (uint16_t)sc->mysql_port, ports,
                                sizeof(ports) / sizeof(ports[0]));
     if (nports == 0 || nports > sizeof(ports) / sizeof(ports[0])) {
         print_error("found %zu MySQL connections of seckilld pid %d\n", nports,
@@ -433,7 +421,7 @@ static void test_mysql_reconnect(void **state)
                       "SELECT id FROM information_schema.processlist "
                       "WHERE user = '%s' AND id <> CONNECTION_ID() AND "
                       "host IN (%s)",
-                      u.user, hosts);
+                      sc->mysql_user, hosts);
     free(hosts);
     print_message("      killing %zu of %zu MySQL connections\n", n, nports);
     assert_true(n >= 1 && n == nports);
@@ -457,7 +445,7 @@ static void test_mysql_reconnect(void **state)
         m = it_sql_column(still, sizeof(still) / sizeof(still[0]),
                           "SELECT id FROM information_schema.processlist "
                           "WHERE user = '%s' AND id <> CONNECTION_ID()",
-                          u.user);
+                          sc->mysql_user);
         for (j = 0; j < m && j < 256; j++)
             for (k = 0; k < n; k++)
                 if (still[j] == ids[k])
@@ -472,12 +460,8 @@ static void test_mysql_reconnect(void **state)
         expect_status(&srv, path, 200);
 
     /* And purchases still work. */
-    it_purchase(&srv, v, user_id(21), &resp);
-    it_assert_status(&resp, 201);
-    it_resp_free(&resp);
-    assert_int_equal(2, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
-                                      "WHERE voucher_id = %lld",
-                                      (long long)v));
+    expect_sold(&srv, v, user_id(21));
+    assert_int_equal(2, it_sql_order_count(v));
     assert_true(it_server_alive(&srv));
 }
 
@@ -529,9 +513,7 @@ static void test_id_reuse(void **state)
                                       "voucher_id = %lld",
                                       (long long)id, (long long)user_id(30),
                                       (long long)v));
-    assert_int_equal(9, it_sql_scalar("SELECT stock FROM seckill_vouchers "
-                                      "WHERE voucher_id = %lld",
-                                      (long long)v));
+    assert_int_equal(9, it_sql_stock(v));
 }
 
 /*
@@ -554,9 +536,6 @@ int main(void)
         cmocka_unit_test(test_id_reuse),
         cmocka_unit_test(test_clean_shutdown),
     };
-    int failed;
-
-    failed = cmocka_run_group_tests_name("faults", tests, group_setup,
-                                         group_teardown);
-    return failed ? failed : teardown_failed;
+    return it_exit_status(cmocka_run_group_tests_name(
+        "faults", tests, group_setup, group_teardown));
 }

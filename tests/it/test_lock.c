@@ -11,7 +11,6 @@
  * report through their exit status, and an alarm bounds how long they run.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -31,6 +29,7 @@
 #include <sodium.h>
 
 #include "lock/lock.h"
+#include "tests/it/harness.h"
 
 #define TTL_MS 5000
 /* Contention test: processes and iterations per process. */
@@ -39,14 +38,12 @@
 /* Seconds a forked child may run before SIGALRM kills it. */
 #define CHILD_ALARM_S 60
 
-/* SECKILL_REDIS_URL, parsed once by the group setup. */
-static struct {
-    char host[256];
-    int port;
-    char user[128];
-    char pass[256];
-    int db;
-} redis_cfg;
+/*
+ * SECKILL_REDIS_URL, parsed by the group setup before any fork. Tests and
+ * forked children connect with it_redis_open(redis_cfg), which never calls
+ * cmocka: NULL on failure.
+ */
+static const struct store_config *redis_cfg;
 
 static char key_prefix[64];
 /* The temporary ACL user of test_error_reply, dropped by every teardown. */
@@ -56,64 +53,6 @@ static char acl_user[64];
 struct fixture {
     redisContext *rc;
 };
-
-/*
- * Parse url ("redis://[[user]:pass@]host[:port][/db]") into redis_cfg.
- * Returns 0 or -EINVAL.
- */
-static int parse_redis_url(const char *url)
-{
-    const char *p, *at, *slash, *colon, *hostend;
-    size_t n;
-    char *end;
-
-    memset(&redis_cfg, 0, sizeof(redis_cfg));
-    redis_cfg.port = 6379;
-    if (strncmp(url, "redis://", 8) != 0)
-        return -EINVAL;
-    p = url + 8;
-    slash = strchr(p, '/');
-    if (!slash)
-        slash = p + strlen(p);
-    /* The last '@' before the path ends the credentials. */
-    at = NULL;
-    for (const char *q = p; q < slash; q++)
-        if (*q == '@')
-            at = q;
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon)
-            return -EINVAL;
-        n = (size_t)(colon - p);
-        if (n >= sizeof(redis_cfg.user))
-            return -EINVAL;
-        memcpy(redis_cfg.user, p, n);
-        n = (size_t)(at - colon - 1);
-        if (n >= sizeof(redis_cfg.pass))
-            return -EINVAL;
-        memcpy(redis_cfg.pass, colon + 1, n);
-        p = at + 1;
-    }
-    colon = memchr(p, ':', (size_t)(slash - p));
-    hostend = colon ? colon : slash;
-    n = (size_t)(hostend - p);
-    if (n == 0 || n >= sizeof(redis_cfg.host))
-        return -EINVAL;
-    memcpy(redis_cfg.host, p, n);
-    if (colon) {
-        long port = strtol(colon + 1, &end, 10);
-        if (end != slash || port <= 0 || port > 65535)
-            return -EINVAL;
-        redis_cfg.port = (int)port;
-    }
-    if (*slash == '/' && slash[1] != '\0') {
-        long db = strtol(slash + 1, &end, 10);
-        if (*end != '\0' || db < 0 || db > 1000000)
-            return -EINVAL;
-        redis_cfg.db = (int)db;
-    }
-    return 0;
-}
 
 /* Run a command, returning the reply or NULL; for children and helpers. */
 static redisReply *cmd_try(redisContext *rc, const char *fmt, ...)
@@ -127,53 +66,6 @@ static redisReply *cmd_try(redisContext *rc, const char *fmt, ...)
     r = redisvCommand(rc, fmt, ap);
     va_end(ap);
     return r;
-}
-
-/*
- * Connect, authenticate and SELECT the test database, with no cmocka
- * asserts so forked children can use it. Returns NULL on any failure, after
- * printing why.
- */
-static redisContext *test_connect(void)
-{
-    struct timeval tv = {.tv_sec = 5};
-    redisContext *rc;
-    redisReply *r;
-
-    rc = redisConnectWithTimeout(redis_cfg.host, redis_cfg.port, tv);
-    if (!rc || rc->err) {
-        fprintf(stderr, "test_lock: connect %s:%d failed: %s\n", redis_cfg.host,
-                redis_cfg.port, rc ? rc->errstr : "oom");
-        goto free_out;
-    }
-    /* A broken server must fail the test, not hang it. */
-    tv.tv_sec = 30;
-    if (redisSetTimeout(rc, tv) != REDIS_OK)
-        goto free_out;
-    if (redis_cfg.pass[0] != '\0') {
-        if (redis_cfg.user[0] != '\0')
-            r = cmd_try(rc, "AUTH %s %s", redis_cfg.user, redis_cfg.pass);
-        else
-            r = cmd_try(rc, "AUTH %s", redis_cfg.pass);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            fprintf(stderr, "test_lock: AUTH failed\n");
-            freeReplyObject(r);
-            goto free_out;
-        }
-        freeReplyObject(r);
-    }
-    r = cmd_try(rc, "SELECT %d", redis_cfg.db);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "test_lock: SELECT %d failed\n", redis_cfg.db);
-        freeReplyObject(r);
-        goto free_out;
-    }
-    freeReplyObject(r);
-    return rc;
-
-free_out:
-    redisFree(rc);
-    return NULL;
 }
 
 /* Run a command that must get a non-error reply. Caller frees the reply. */
@@ -310,24 +202,15 @@ static int wait_child(pid_t pid)
 
 static int group_setup(void **state)
 {
-    const char *url = getenv("SECKILL_REDIS_URL");
     redisContext *rc;
 
     (void)state;
-    if (!url || !*url) {
-        fprintf(stderr, "test_lock: SECKILL_REDIS_URL is not set "
-                        "(source .run/env.test)\n");
-        return -1;
-    }
-    if (parse_redis_url(url) != 0) {
-        fprintf(stderr, "test_lock: cannot parse SECKILL_REDIS_URL\n");
-        return -1;
-    }
+    redis_cfg = it_store_config();
     snprintf(key_prefix, sizeof(key_prefix), "test:lock:%ld:", (long)getpid());
     snprintf(acl_user, sizeof(acl_user), "test-lock-%ld", (long)getpid());
     /* Writing to a connection the server closed must fail, not kill us. */
     signal(SIGPIPE, SIG_IGN);
-    rc = test_connect();
+    rc = it_redis_open(redis_cfg);
     if (!rc)
         return -1;
     redisFree(rc);
@@ -340,7 +223,7 @@ static int setup(void **state)
 
     if (!f)
         return -1;
-    f->rc = test_connect();
+    f->rc = it_redis_open(redis_cfg);
     if (!f->rc) {
         free(f);
         return -1;
@@ -353,7 +236,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    redisContext *rc = test_connect();
+    redisContext *rc = it_redis_open(redis_cfg);
     char cursor[32] = "0", match[80];
     int ret = 0;
 
@@ -491,7 +374,7 @@ static void test_dead_holder_expires(void **state)
         redisContext *rc;
 
         alarm(CHILD_ALARM_S);
-        rc = test_connect();
+        rc = it_redis_open(redis_cfg);
         if (!rc)
             _exit(10);
         if (lock_acquire(rc, key, 300, &ch, &st) != 0)
@@ -548,7 +431,7 @@ static void test_expired_lock_not_released_by_old_owner(void **state)
 static int contend_child(const char *lock_key, const char *ctr_key,
                          int use_lock, int barrier_fd)
 {
-    redisContext *rc = test_connect();
+    redisContext *rc = it_redis_open(redis_cfg);
     char b;
 
     if (!rc)
@@ -715,7 +598,7 @@ static void test_dead_connection(void **state)
     redisContext *rc;
 
     make_key(key, sizeof(key), "dead-conn");
-    rc = test_connect();
+    rc = it_redis_open(redis_cfg);
     assert_non_null(rc);
     kill_connection(f->rc, rc);
     assert_int_equal(lock_acquire(rc, key, TTL_MS, &h, &st), -ECONNRESET);
@@ -723,7 +606,7 @@ static void test_dead_connection(void **state)
     redisFree(rc);
     assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
 
-    rc = test_connect();
+    rc = it_redis_open(redis_cfg);
     assert_non_null(rc);
     acquire_ok(rc, key, TTL_MS, &h);
     kill_connection(f->rc, rc);
@@ -760,7 +643,7 @@ static void test_error_reply(void **state)
     freeReplyObject(r);
 
     make_key(key, sizeof(key), "readonly");
-    rc = test_connect();
+    rc = it_redis_open(redis_cfg);
     assert_non_null(rc);
     r = cmd_try(rc, "AUTH %s any", acl_user);
     assert_non_null(r);
