@@ -955,6 +955,16 @@ static int64_t it_sql_cell(MYSQL_ROW row)
     return strtoll(row[0], NULL, 10);
 }
 
+/* The SQL text of a printf-style query; free(3) it. */
+static char *sql_format(const char *fmt, va_list ap)
+{
+    char *sql;
+
+    if (vasprintf(&sql, fmt, ap) < 0)
+        abort();
+    return sql;
+}
+
 int64_t it_sql_scalar(const char *fmt, ...)
 {
     MYSQL_RES *res;
@@ -964,8 +974,7 @@ int64_t it_sql_scalar(const char *fmt, ...)
     char *sql;
 
     va_start(ap, fmt);
-    if (vasprintf(&sql, fmt, ap) < 0)
-        abort();
+    sql = sql_format(fmt, ap);
     va_end(ap);
     res = it_sql_run(sql, true);
     row = mysql_fetch_row(res);
@@ -990,8 +999,7 @@ size_t it_sql_column(int64_t *out, size_t max, const char *fmt, ...)
     char *sql;
 
     va_start(ap, fmt);
-    if (vasprintf(&sql, fmt, ap) < 0)
-        abort();
+    sql = sql_format(fmt, ap);
     va_end(ap);
     res = it_sql_run(sql, true);
     while ((row = mysql_fetch_row(res))) {
@@ -1013,8 +1021,7 @@ unsigned it_sql_exec(const char *fmt, ...)
     char *sql;
 
     va_start(ap, fmt);
-    if (vasprintf(&sql, fmt, ap) < 0)
-        abort();
+    sql = sql_format(fmt, ap);
     va_end(ap);
     if (it_sql_query(sql, &db) != 0) {
         err = mysql_errno(db);
