@@ -5,6 +5,7 @@
 #                  and under SANITIZE=address,undefined
 #   make services  only start MariaDB + Redis and write .run/env
 #   make stop      stop them
+#   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
 # WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
@@ -44,7 +45,7 @@ Q :=
 else
 Q := @
 endif
-LIBS = $(PKG_LIBS) -lpthread
+LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
            cmd/config.c
@@ -59,7 +60,7 @@ IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
-        test-san format format-check clean
+        test-san bench-lock format format-check clean
 
 all: build
 
@@ -123,6 +124,18 @@ test-san: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build/san
+
+# ---- benchmarks ----
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+# Lock backends side by side with redis-benchmark; ends "lock-ratio redis=".
+bench-lock: services
+	@$(MAKE) --no-print-directory $(BUILD)/bench/lock_bench
+	@bench/lock.sh $(BUILD)
 
 # ---- style ----
 

@@ -33,6 +33,10 @@ const char config_usage[] =
     "worker threads (4 per core)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
+    "  --lock-url URL      SECKILL_LOCK_URL     "
+    "lock backend: redis://, redlock://, mysql://,\n"
+    "                                           "
+    "zookeeper:// (the Redis URL)\n"
     "  --dev[=0|1]         SECKILL_DEV          "
     "1: echo login codes in responses (0)\n"
     "  --help                                   this text\n"
@@ -48,6 +52,7 @@ enum setting_id {
     SET_SECRET,
     SET_THREADS,
     SET_LOCK_TTL,
+    SET_LOCK_URL,
     SET_DEV,
     SET_COUNT
 };
@@ -64,6 +69,7 @@ static const struct {
     [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
+    [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
 };
 
@@ -273,6 +279,11 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
                         env, v);
         h->lock_ttl_ms = (uint32_t)n;
         return 0;
+    case SET_LOCK_URL:
+        /* Empty: the Redis URL, applied after every setting. The URL
+         * itself is checked when the lock client opens at start-up. */
+        h->lock_url = v[0] ? v : NULL;
+        return 0;
     case SET_DEV:
         if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
             h->dev = true;
@@ -409,5 +420,7 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
         if ((ret = apply(cfg, (enum setting_id)s, val[s], err, errlen)))
             return ret;
     }
+    if (cfg->cmd == CMD_SERVE && !cfg->http.lock_url)
+        cfg->http.lock_url = val[SET_REDIS_URL];
     return 0;
 }

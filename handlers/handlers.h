@@ -16,7 +16,8 @@ struct handlers_config {
     uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
     unsigned threads; /* worker threads, >= 1 */
     uint32_t lock_ttl_ms;
-    bool dev; /* echo login codes in responses */
+    const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
+    bool dev;             /* echo login codes in responses */
     unsigned char secret[TOKEN_KEY_LEN];
     struct store_config store;
 };
@@ -24,8 +25,9 @@ struct handlers_config {
 struct handlers_server;
 
 /*
- * Start listening and serving on cfg->threads threads. cfg must outlive the
- * server. Returns 0 and sets *out, or -errno (-EADDRINUSE, ...) with a log
+ * Open the lock client for cfg->lock_url, then start listening and serving
+ * on cfg->threads threads. cfg must outlive the server. Returns 0 and sets
+ * *out, or -errno (-EINVAL for a bad lock URL, -EADDRINUSE, ...) with a log
  * line.
  */
 int handlers_server_start(const struct handlers_config *cfg,

@@ -21,6 +21,7 @@
 struct handlers_server {
     struct MHD_Daemon *daemon;
     const struct handlers_config *cfg;
+    struct lock_client *locks;
     uint16_t port;
 };
 
@@ -134,6 +135,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!req) {
         req = xcalloc(1, sizeof(*req));
         req->cfg = srv->cfg;
+        req->locks = srv->locks;
         req->conn = conn;
         req->path = url;
         req->method = strcmp(method, "GET") == 0    ? HTTP_GET
@@ -219,6 +221,12 @@ int handlers_server_start(const struct handlers_config *cfg,
 
     srv = xcalloc(1, sizeof(*srv));
     srv->cfg = cfg;
+    int err = lock_client_open(cfg->lock_url, NULL, &srv->locks);
+    if (err) {
+        log_error("lock backend refused", "err=%d", err);
+        free(srv);
+        return err;
+    }
     srv->daemon = MHD_start_daemon(
         flags, cfg->port, NULL, NULL, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
@@ -228,9 +236,10 @@ int handlers_server_start(const struct handlers_config *cfg,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
-        int err = errno ? -errno : -EIO;
+        err = errno ? -errno : -EIO;
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
+        lock_client_close(srv->locks);
         free(srv);
         return err;
     }
@@ -254,5 +263,6 @@ void handlers_server_stop(struct handlers_server *srv)
      * thread-exit destructor closes each thread's connections. */
     MHD_quiesce_daemon(srv->daemon);
     MHD_stop_daemon(srv->daemon);
+    lock_client_close(srv->locks);
     free(srv);
 }

@@ -13,6 +13,7 @@
 
 #include "common/token.h"
 #include "handlers/handlers.h"
+#include "lock/lock.h"
 #include "store/store.h"
 
 /* Bodies above this are refused with 413 without reading them. */
@@ -49,8 +50,9 @@ enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
 
 struct request {
     const struct handlers_config *cfg;
-    struct store *st; /* this thread's store */
-    void *conn;       /* struct MHD_Connection *, NULL in tests */
+    struct store *st;          /* this thread's store */
+    struct lock_client *locks; /* the server's, shared by all threads */
+    void *conn;                /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
     int64_t id; /* the {id} of the route, if any */

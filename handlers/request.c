@@ -70,6 +70,8 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     switch (err) {
     case -ENOTCONN:
     case -ECONNRESET:
+    case -ECONNREFUSED:
+    case -ETIMEDOUT:
     case -EDEADLK:
         log_warn("backend unavailable", "op=%s err=%d", op, err);
         return req_error(req, ERR_UNAVAILABLE, NULL);

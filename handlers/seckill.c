@@ -3,8 +3,9 @@
  *
  *   1. read the voucher: exists, is a seckill voucher, on sale now, stock
  *      left (cheap rejections before any lock);
- *   2. take the user's Redis lock lock:order:{userId} (fail fast: a second
- *      concurrent request of the same user gets 429 BUSY);
+ *   2. take the user's lock lock:order:{userId} from the lock backend
+ *      (SECKILL_LOCK_URL; fail fast: a second concurrent request of the
+ *      same user gets 429 BUSY);
  *   3. take an order id from the Redis ID worker;
  *   4. one MySQL transaction: no order yet for (user, voucher), insert the
  *      order, CAS the stock, commit (store_order_purchase);
@@ -82,38 +83,43 @@ static unsigned buy_locked(struct request *req, int64_t now_s)
 unsigned voucher_seckill_post(struct request *req)
 {
     int64_t now_s = util_now_ms() / 1000;
-    struct lock_handle lock;
+    char name[64];
+    struct lock *lock = NULL;
     enum lock_status ls;
-    char key[LOCK_KEY_MAX];
-    redisContext *rc;
     unsigned status;
-    int err, released;
+    int err, held;
 
     if ((status = req_user_or_reply(req)) ||
         (status = precheck_or_reply(req, now_s)))
         return status;
 
-    /* Step 2. */
-    rc = store_redis(req->st);
-    if (!rc)
-        return req_backend_error(req, -ENOTCONN, "lock_acquire");
-    snprintf(key, sizeof(key), "lock:order:%lld", (long long)req->auth.user_id);
-    err = lock_acquire(rc, key, req->cfg->lock_ttl_ms, &lock, &ls);
-    if (err)
-        return req_backend_error(req, err, "lock_acquire");
-    if (ls == LOCK_BUSY)
-        return req_error(req, ERR_BUSY, NULL);
+    /* Step 2: fail fast (no wait), with a fixed lease. */
+    snprintf(name, sizeof(name), "lock:order:%lld",
+             (long long)req->auth.user_id);
+    err = lock_new(req->locks, name, &lock);
+    if (!err)
+        err = lock_acquire(lock, 0, req->cfg->lock_ttl_ms, &ls);
+    if (err) {
+        status = req_backend_error(req, err, "lock_acquire");
+        goto out;
+    }
+    if (ls == LOCK_BUSY) {
+        status = req_error(req, ERR_BUSY, NULL);
+        goto out;
+    }
 
     status = buy_locked(req, now_s);
 
-    /* Step 5, whatever happened above. If Redis is gone the lock expires
-     * by its TTL; the reply stands, since MySQL holds the outcome. */
-    rc = store_redis(req->st);
-    err = rc ? lock_release(rc, &lock, &released) : -ENOTCONN;
+    /* Step 5, whatever happened above. If the lock backend is gone the
+     * lock ends with its lease or session; the reply stands, since MySQL
+     * holds the outcome. */
+    err = lock_release(lock, &held);
     if (err)
-        log_warn("lock release failed", "key=%s err=%d", key, err);
-    else if (!released)
-        log_warn("lock expired before release", "key=%s ttl_ms=%u", key,
+        log_warn("lock release failed", "name=%s err=%d", name, err);
+    else if (!held)
+        log_warn("lock expired before release", "name=%s lease_ms=%u", name,
                  req->cfg->lock_ttl_ms);
+out:
+    lock_free(lock);
     return status;
 }

@@ -1,27 +1,36 @@
 /*
- * lock.c - the Redis lock: SET NX PX with a random owner, released by a Lua
- * compare-and-delete so that a holder whose lease ran out cannot delete the
- * lock someone else took since (seed 002, section 4.2).
+ * lock.c - the backend-independent half of lock.h: picking the backend by
+ * URL scheme, owners, the reentrant hold count, and the watchdog thread
+ * that renews leases of locks taken with lease 0 (Redisson's
+ * lockWatchdogTimeout: renew every third of the lease, owner-checked, and
+ * stop at release).
  */
-#include "lock/lock.h"
+#include "lock/internal.h"
 
 #include <errno.h>
-#include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sodium.h>
 
 #include "common/util.h"
 
-static const char release_script[] =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('del', KEYS[1]) "
-    "else return 0 end";
+#define DEFAULT_TIMEOUT_MS 1000
+#define DEFAULT_SESSION_MS 10000
+/* A watchdog renewal that failed is retried after this share of a lease. */
+#define WD_RETRY_DIV 10
 
-/* SHA-1 of release_script, learnt from the first SCRIPT LOAD. */
-static char release_sha[41];
-static pthread_mutex_t sha_mutex = PTHREAD_MUTEX_INITIALIZER;
+static const struct {
+    const char *scheme;
+    const struct lock_backend *be;
+} schemes[] = {
+    {"redis", &lock__redis_backend}, {"redlock", &lock__redlock_backend},
+    {"mysql", &lock__mysql_backend}, {"zookeeper", &lock__zk_backend},
+    {"zk", &lock__zk_backend},
+};
+
 static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
 
 static void init_sodium(void)
@@ -32,101 +41,357 @@ static void init_sodium(void)
     }
 }
 
-/* Map a NULL reply (connection failure) or an error reply to -errno. */
-static int reply_error(redisContext *rc, redisReply *r, const char *what)
+int64_t lock__mono_ms(void)
 {
-    if (!r) {
-        log_warn("redis command failed", "op=%s err=\"%s\"", what, rc->errstr);
-        return -ECONNRESET;
+    return util_mono_ms();
+}
+
+uint32_t lock__jitter_ms(uint32_t base_ms, int64_t left_ms)
+{
+    uint32_t half = base_ms / 2;
+    uint32_t ms = half + (half ? randombytes_uniform(half + 1) : 0);
+
+    if (left_ms < 0)
+        left_ms = 0;
+    return (int64_t)ms > left_ms ? (uint32_t)left_ms : ms;
+}
+
+void lock__mark_lost(struct lock *l, const char *why)
+{
+    if (atomic_exchange(&l->lost, 1) == 0)
+        log_warn("lock lost", "name=\"%s\" owner=%s backend=%s why=\"%s\"",
+                 l->name, l->owner, l->c->be->name, why);
+}
+
+/* ---- the watchdog ---- */
+
+static void abs_time(struct timespec *ts, int64_t mono_ms)
+{
+    ts->tv_sec = (time_t)(mono_ms / 1000);
+    ts->tv_nsec = (long)(mono_ms % 1000) * 1000000L;
+}
+
+/*
+ * Renew one due lock with c->wd_mu dropped, so that releases of other
+ * locks do not wait for the network; watchdog_remove() waits while
+ * wd_renewing points at its lock.
+ */
+static void watchdog_renew(struct lock_client *c, struct lock *l, int64_t now)
+{
+    int held = 0, err;
+
+    c->wd_renewing = l;
+    pthread_mutex_unlock(&c->wd_mu);
+    err = c->be->renew(l, l->lease_ms, &held);
+    pthread_mutex_lock(&c->wd_mu);
+    c->wd_renewing = NULL;
+    pthread_cond_broadcast(&c->wd_cond);
+
+    now = lock__mono_ms();
+    if (err == 0 && held) {
+        l->renewed_ms = now;
+        l->renew_at_ms = now + l->lease_ms / 3;
+    } else if (err == 0) {
+        lock__mark_lost(l, "watchdog renewal found it gone");
+        l->renew_at_ms = INT64_MAX;
+    } else if (now - l->renewed_ms >= (int64_t)l->lease_ms) {
+        /* No renewal got through for a whole lease: it has expired. */
+        lock__mark_lost(l, "watchdog could not renew within the lease");
+        l->renew_at_ms = INT64_MAX;
+    } else {
+        l->renew_at_ms = now + l->lease_ms / WD_RETRY_DIV + 1;
     }
-    if (r->type == REDIS_REPLY_ERROR) {
-        log_warn("redis command failed", "op=%s reply=\"%.*s\"", what,
-                 (int)r->len, r->str);
-        return -EIO;
+}
+
+static void *watchdog_main(void *arg)
+{
+    struct lock_client *c = arg;
+
+    pthread_mutex_lock(&c->wd_mu);
+    while (!c->wd_stop) {
+        int64_t now = lock__mono_ms();
+        int64_t next = now + 1000;
+        struct lock *due = NULL;
+
+        for (struct lock *l = c->wd_head; l; l = l->wd_next) {
+            if (l->renew_at_ms <= now && !due)
+                due = l;
+            else if (l->renew_at_ms < next)
+                next = l->renew_at_ms;
+        }
+        if (due) {
+            watchdog_renew(c, due, now);
+            continue;
+        }
+        struct timespec ts;
+        abs_time(&ts, next);
+        pthread_cond_timedwait(&c->wd_cond, &c->wd_mu, &ts);
+    }
+    pthread_mutex_unlock(&c->wd_mu);
+    return NULL;
+}
+
+static int watchdog_add(struct lock *l)
+{
+    struct lock_client *c = l->c;
+    int err = 0;
+
+    pthread_mutex_lock(&c->wd_mu);
+    if (!c->wd_started) {
+        err = -pthread_create(&c->wd_thread, NULL, watchdog_main, c);
+        if (err) {
+            pthread_mutex_unlock(&c->wd_mu);
+            return err;
+        }
+        c->wd_started = 1;
+    }
+    l->renewed_ms = lock__mono_ms();
+    l->renew_at_ms = l->renewed_ms + l->lease_ms / 3;
+    l->wd_next = c->wd_head;
+    c->wd_head = l;
+    l->watched = 1;
+    pthread_cond_broadcast(&c->wd_cond);
+    pthread_mutex_unlock(&c->wd_mu);
+    return 0;
+}
+
+static void watchdog_remove(struct lock *l)
+{
+    struct lock_client *c = l->c;
+
+    pthread_mutex_lock(&c->wd_mu);
+    while (c->wd_renewing == l)
+        pthread_cond_wait(&c->wd_cond, &c->wd_mu);
+    for (struct lock **pp = &c->wd_head; *pp; pp = &(*pp)->wd_next) {
+        if (*pp == l) {
+            *pp = l->wd_next;
+            break;
+        }
+    }
+    l->watched = 0;
+    l->wd_next = NULL;
+    pthread_mutex_unlock(&c->wd_mu);
+}
+
+/* ---- clients ---- */
+
+int lock_client_open(const char *url, const struct lock_options *opt,
+                     struct lock_client **out)
+{
+    static const struct lock_options no_options;
+    char why[160];
+    struct lock_client *c;
+    pthread_condattr_t attr;
+    int err;
+
+    pthread_once(&sodium_once, init_sodium);
+    if (!url || !out)
+        return -EINVAL;
+    if (!opt)
+        opt = &no_options;
+    c = xcalloc(1, sizeof(*c));
+    err = lock__url_parse(url, &c->url, why, sizeof(why));
+    if (err)
+        goto fail_free;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+        if (strcmp(c->url.scheme, schemes[i].scheme) == 0)
+            c->be = schemes[i].be;
+    if (!c->be) {
+        snprintf(why, sizeof(why), "unknown scheme \"%s\"", c->url.scheme);
+        err = -EINVAL;
+        goto fail_free;
+    }
+    c->timeout_ms = opt->timeout_ms     ? opt->timeout_ms
+                    : c->url.timeout_ms ? c->url.timeout_ms
+                                        : DEFAULT_TIMEOUT_MS;
+    c->session_ms = opt->session_ms     ? opt->session_ms
+                    : c->url.session_ms ? c->url.session_ms
+                                        : DEFAULT_SESSION_MS;
+    c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
+                                                  : LOCK_WATCHDOG_LEASE_MS;
+
+    pthread_mutex_init(&c->wd_mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->wd_cond, &attr);
+    pthread_condattr_destroy(&attr);
+
+    err = c->be->open(c);
+    if (err) {
+        snprintf(why, sizeof(why), "%s backend refused the URL", c->be->name);
+        goto fail_sync;
+    }
+    *out = c;
+    return 0;
+
+fail_sync:
+    pthread_cond_destroy(&c->wd_cond);
+    pthread_mutex_destroy(&c->wd_mu);
+fail_free:
+    /* The URL may hold a password: log the reason only. */
+    log_warn("lock url invalid", "why=\"%s\"", why);
+    free(c);
+    return err;
+}
+
+void lock_client_close(struct lock_client *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->wd_mu);
+    c->wd_stop = 1;
+    pthread_cond_broadcast(&c->wd_cond);
+    pthread_mutex_unlock(&c->wd_mu);
+    if (c->wd_started)
+        pthread_join(c->wd_thread, NULL);
+    c->be->close(c);
+    pthread_cond_destroy(&c->wd_cond);
+    pthread_mutex_destroy(&c->wd_mu);
+    free(c);
+}
+
+const char *lock_client_backend(const struct lock_client *c)
+{
+    return c->be->name;
+}
+
+/* ---- locks ---- */
+
+int lock_new(struct lock_client *c, const char *name, struct lock **out)
+{
+    unsigned char raw[16];
+    size_t len;
+    struct lock *l;
+
+    if (!c || !name || !out)
+        return -EINVAL;
+    len = strlen(name);
+    if (len == 0 || len > LOCK_NAME_MAX)
+        return -EINVAL;
+    l = xcalloc(1, sizeof(*l));
+    l->c = c;
+    memcpy(l->name, name, len + 1);
+    l->name_len = len;
+    randombytes_buf(raw, sizeof(raw));
+    sodium_bin2hex(l->owner, sizeof(l->owner), raw, sizeof(raw));
+    atomic_init(&l->lost, 0);
+    *out = l;
+    return 0;
+}
+
+void lock_free(struct lock *l)
+{
+    if (!l)
+        return;
+    if (l->holds > 0) {
+        l->holds = 1;
+        int err = lock_release(l, NULL);
+        if (err)
+            log_warn("lock release at free failed", "name=\"%s\" err=%d",
+                     l->name, err);
+    }
+    free(l);
+}
+
+int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
+                 enum lock_status *status)
+{
+    const struct lock_backend *be;
+    uint32_t lease;
+    int err;
+
+    if (!l || !status)
+        return -EINVAL;
+    be = l->c->be;
+
+    if (l->holds > 0) {
+        if (atomic_load(&l->lost))
+            return -ENOLCK;
+        if (l->holds == UINT_MAX)
+            return -EINVAL;
+        /* A fixed lease is renewed to the new one, owner-checked, which
+         * also finds out whether it expired meanwhile. */
+        if (lease_ms > 0 && !l->watched && be->renew) {
+            int held = 0;
+            err = be->renew(l, lease_ms, &held);
+            if (err)
+                return err;
+            if (!held) {
+                lock__mark_lost(l, "gone at reentrant acquire");
+                return -ENOLCK;
+            }
+            l->lease_ms = lease_ms;
+        }
+        l->holds++;
+        *status = LOCK_ACQUIRED;
+        return 0;
+    }
+
+    atomic_store(&l->lost, 0);
+    lease = lease_ms ? lease_ms : l->c->watchdog_lease_ms;
+    err = be->acquire(l, wait_ms, lease, status);
+    if (err || *status != LOCK_ACQUIRED)
+        return err;
+    l->holds = 1;
+    l->lease_ms = lease;
+    if (lease_ms == 0 && be->renew) {
+        err = watchdog_add(l);
+        if (err) {
+            int dummy;
+            be->release(l, &dummy);
+            l->holds = 0;
+            l->fence = 0;
+            return err;
+        }
     }
     return 0;
 }
 
-int lock_acquire(redisContext *rc, const char *key, uint32_t ttl_ms,
-                 struct lock_handle *h, enum lock_status *status)
+int lock_release(struct lock *l, int *held)
 {
-    unsigned char raw[16];
-    size_t klen = strlen(key);
-    int err;
+    int h = 0, err;
 
-    if (klen == 0 || klen >= LOCK_KEY_MAX || ttl_ms == 0)
+    if (!l)
         return -EINVAL;
-    pthread_once(&sodium_once, init_sodium);
-    randombytes_buf(raw, sizeof(raw));
-    sodium_bin2hex(h->owner, sizeof(h->owner), raw, sizeof(raw));
-    memcpy(h->key, key, klen + 1);
-
-    redisReply *r = redisCommand(rc, "SET %s %s NX PX %u", h->key, h->owner,
-                                 (unsigned)ttl_ms);
-    err = reply_error(rc, r, "lock_acquire");
-    if (err)
-        goto out;
-    if (r->type == REDIS_REPLY_STATUS) {
-        *status = LOCK_ACQUIRED;
-    } else if (r->type == REDIS_REPLY_NIL) {
-        *status = LOCK_BUSY;
-    } else {
-        log_warn("redis reply unexpected", "op=lock_acquire type=%d", r->type);
-        err = -EIO;
+    if (l->holds == 0)
+        return -ENOLCK;
+    if (l->holds > 1) {
+        l->holds--;
+        if (held)
+            *held = !atomic_load(&l->lost);
+        return 0;
     }
-out:
-    freeReplyObject(r);
+    if (l->watched)
+        watchdog_remove(l);
+    err = l->c->be->release(l, &h);
+    l->holds = 0;
+    l->fence = 0;
+    if (held)
+        *held = err ? 0 : h;
     return err;
 }
 
-/* The script's SHA-1, from one SCRIPT LOAD per process; "" if unknown. */
-static void release_sha_get(redisContext *rc, char sha[41])
+uint64_t lock_fence(const struct lock *l)
 {
-    pthread_mutex_lock(&sha_mutex);
-    memcpy(sha, release_sha, 41);
-    pthread_mutex_unlock(&sha_mutex);
-    if (sha[0])
-        return;
-
-    redisReply *r = redisCommand(rc, "SCRIPT LOAD %s", release_script);
-    if (r && r->type == REDIS_REPLY_STRING && r->len == 40) {
-        memcpy(sha, r->str, 40);
-        sha[40] = '\0';
-        pthread_mutex_lock(&sha_mutex);
-        memcpy(release_sha, sha, 41);
-        pthread_mutex_unlock(&sha_mutex);
-    }
-    freeReplyObject(r);
+    return l && l->holds ? l->fence : 0;
 }
 
-int lock_release(redisContext *rc, const struct lock_handle *h, int *released)
+unsigned lock_holds(const struct lock *l)
 {
-    char sha[41];
-    redisReply *r = NULL;
-    int err;
+    return l ? l->holds : 0;
+}
 
-    release_sha_get(rc, sha);
-    if (sha[0] && !rc->err)
-        r = redisCommand(rc, "EVALSHA %s 1 %s %s", sha, h->key, h->owner);
-    /* NOSCRIPT: the server lost its script cache (restart, SCRIPT FLUSH);
-     * EVAL runs the script and caches it again. */
-    if (!rc->err && (!r || (r->type == REDIS_REPLY_ERROR &&
-                            strncmp(r->str, "NOSCRIPT", 8) == 0))) {
-        freeReplyObject(r);
-        r = redisCommand(rc, "EVAL %s 1 %s %s", release_script, h->key,
-                         h->owner);
-    }
-    err = reply_error(rc, r, "lock_release");
-    if (err)
-        goto out;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        log_warn("redis reply unexpected", "op=lock_release type=%d", r->type);
-        err = -EIO;
-        goto out;
-    }
-    if (released)
-        *released = r->integer == 1;
-out:
-    freeReplyObject(r);
-    return err;
+int lock_lost(const struct lock *l)
+{
+    return l ? atomic_load(&l->lost) : 0;
+}
+
+const char *lock_name(const struct lock *l)
+{
+    return l->name;
+}
+
+const char *lock_owner(const struct lock *l)
+{
+    return l->owner;
 }

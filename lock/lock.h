@@ -1,50 +1,144 @@
 /*
- * lock.h - the distributed lock that guards one user's purchase across
- * processes: SET key owner NX PX ttl to take it, a Lua compare-and-delete
- * to release it, so only the owner can release and a holder that dies
- * releases by expiry.
+ * lock.h - distributed locks with one API over four backends, chosen by URL:
  *
- * The caller passes a connected hiredis context it owns (one per thread,
- * see store_redis()); this module never keeps it. On a connection error the
- * context's err field is set and the caller must not reuse it.
+ *   redis://[[user]:pass@]host[:port][/db]     one Redis server
+ *   redlock://[[user]:pass@]h1:p1,h2:p2,h3:p3[/db]
+ *                                              RedLock over N independent
+ *                                              Redis masters (quorum N/2+1)
+ *   mysql://user:pass@host[:port]/db           GET_LOCK/RELEASE_LOCK, one
+ *                                              session per held lock
+ *   zookeeper://h1:p1[,h2:p2...]/path          ephemeral sequential nodes
+ *                                              under path (Curator's recipe)
+ *
+ * Every URL takes optional query settings: ?timeout_ms=N (each network
+ * operation, including connecting; default 1000) and, for ZooKeeper,
+ * &session_ms=N (session timeout; default 10000).
+ *
+ * The model (see docs/locks.md for what each backend guarantees):
+ *   - A struct lock_client is one backend: its connections, the pub/sub
+ *     listener that wakes waiters and the watchdog thread. It is
+ *     thread-safe; open one per process and share it.
+ *   - A struct lock is one owner of one lock name: a random 128-bit owner
+ *     id drawn when it is made. It is used by one thread at a time.
+ *     Acquiring it again while held is reentrant (a local count, as in
+ *     Curator); it must be released as many times. Two struct locks with
+ *     the same name exclude each other, even in the same thread.
+ *   - Each first acquire returns a fencing token (lock_fence()), a number
+ *     that only grows for that lock name: storage guarded by the lock keeps
+ *     the highest token it accepted and refuses writes with a lower one.
+ *   - A lease of 0 asks for the watchdog: the lock is taken for
+ *     LOCK_WATCHDOG_LEASE_MS and renewed (owner-checked) every third of
+ *     that until released. A renewal that finds the lock gone marks the
+ *     lock lost (lock_lost()); check it before committing work.
+ *     MySQL and ZooKeeper locks live as long as their session: the lease
+ *     is ignored and the watchdog only checks the session still holds it.
+ *
+ * Functions return 0 or a negative errno:
+ *   -EINVAL        bad argument (URL, name, or a lock used wrongly);
+ *   -ENOLCK        release or reentrant acquire of a lock not held, or
+ *                  held once but since lost;
+ *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
+ *                  the backend is unreachable, too slow, dropped the
+ *                  connection, or answered with an error. Every call that
+ *                  talks to a backend returns within a bounded time
+ *                  (about timeout_ms per operation, plus the wait budget).
+ * Business outcomes (busy) are enum lock_status, never errno.
  */
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
 #include <stdint.h>
-#include <hiredis/hiredis.h>
 
-#define LOCK_KEY_MAX 128
-/* 128 random bits from libsodium, as 32 hex characters plus NUL. */
-#define LOCK_OWNER_LEN 33
+/* Longest lock name, in bytes. Names are any bytes but NUL. */
+#define LOCK_NAME_MAX 200
+/* The watchdog's lease, as Redisson's lockWatchdogTimeout. */
+#define LOCK_WATCHDOG_LEASE_MS 30000
 
-struct lock_handle {
-    char key[LOCK_KEY_MAX];
-    char owner[LOCK_OWNER_LEN];
-};
+struct lock_client;
+struct lock;
 
 enum lock_status {
-    LOCK_ACQUIRED, /* the handle now owns the key */
-    LOCK_BUSY,     /* someone else holds it */
+    LOCK_ACQUIRED, /* the struct lock now holds the lock */
+    LOCK_BUSY,     /* someone else held it for the whole wait budget */
 };
 
 /*
- * Try once, without waiting, to take the lock named key for ttl_ms
- * milliseconds (ttl_ms > 0). On LOCK_ACQUIRED, h holds the key and a fresh
- * random owner, to pass to lock_release(). Returns 0 with *status set, or
- * -EINVAL for a bad key or ttl, -EIO when Redis answered with an error,
- * -ECONNRESET when the connection failed (rc->err is then set).
+ * Optional settings; a zero field means "the URL's value, or the default".
+ * watchdog_lease_ms exists for tests, which cannot wait 30 s.
  */
-int lock_acquire(redisContext *rc, const char *key, uint32_t ttl_ms,
-                 struct lock_handle *h, enum lock_status *status);
+struct lock_options {
+    uint32_t timeout_ms;
+    uint32_t session_ms;
+    uint32_t watchdog_lease_ms;
+};
 
 /*
- * Release a lock taken with lock_acquire(): delete the key only if it still
- * holds h->owner (EVALSHA of a compare-and-delete script, falling back to
- * EVAL when the server answers NOSCRIPT). *released (may be NULL) is set
- * to 1 if the key was ours and is now deleted, 0 if it had expired or
- * belongs to another owner. Returns 0, -EIO or -ECONNRESET as above.
+ * Open the backend named by url (see above). Connections are made lazily,
+ * so an unreachable server is not an error here; a malformed URL or an
+ * unknown scheme is (-EINVAL, with a one-line reason logged). opt may be
+ * NULL. On success *out is a client to close with lock_client_close().
  */
-int lock_release(redisContext *rc, const struct lock_handle *h, int *released);
+int lock_client_open(const char *url, const struct lock_options *opt,
+                     struct lock_client **out);
+
+/*
+ * Stop the client's threads and close its connections. Every struct lock
+ * made from it must be freed first. Accepts NULL.
+ */
+void lock_client_close(struct lock_client *c);
+
+/* "redis", "redlock", "mysql" or "zookeeper". */
+const char *lock_client_backend(const struct lock_client *c);
+
+/*
+ * Make an owner for the lock called name (1..LOCK_NAME_MAX bytes). No I/O.
+ * Returns 0 with *out set, or -EINVAL. Free it with lock_free().
+ */
+int lock_new(struct lock_client *c, const char *name, struct lock **out);
+
+/*
+ * Free l. If it is still held, it is released first (best effort, errors
+ * logged) as many times as it was acquired. Accepts NULL.
+ */
+void lock_free(struct lock *l);
+
+/*
+ * Take the lock, waiting up to wait_ms for a holder to release it (0: try
+ * once and fail fast). lease_ms > 0 is a fixed lease: the lock frees
+ * itself after that long unless released; 0 asks for the watchdog. A
+ * waiter sleeps until the holder's release wakes it (pub/sub, watch, or
+ * the server's own queue), with a jittered retry as a fallback.
+ * If l is already held, the hold count grows and the lease is renewed to
+ * lease_ms (when fixed), with no wait; -ENOLCK if it was lost meanwhile.
+ * Returns 0 with *status set, or a negative errno (see above).
+ */
+int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
+                 enum lock_status *status);
+
+/*
+ * Undo one lock_acquire(). The last release frees the lock for others
+ * (only if this owner still holds it), stops its watchdog and wakes a
+ * waiter. *held (may be NULL) is set to 1 if the lock was still ours,
+ * 0 if it had expired or been taken by someone else since. Returns 0,
+ * -ENOLCK when l is not held, or a backend error (the hold is dropped
+ * locally anyway: the lease or the session end frees it).
+ */
+int lock_release(struct lock *l, int *held);
+
+/* The fencing token of the current hold, or 0 when not held. */
+uint64_t lock_fence(const struct lock *l);
+
+/* How many times l is held (0: not held). */
+unsigned lock_holds(const struct lock *l);
+
+/*
+ * 1 if the watchdog or the session found the lock gone while held: work
+ * done under it must not be committed. Thread-safe.
+ */
+int lock_lost(const struct lock *l);
+
+/* The name given to lock_new() and the owner id (32 hex characters). */
+const char *lock_name(const struct lock *l);
+const char *lock_owner(const struct lock *l);
 
 #endif

@@ -62,3 +62,11 @@ CREATE TABLE IF NOT EXISTS voucher_orders (
     KEY idx_orders_user (user_id, id),
     KEY idx_orders_voucher (voucher_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- Fencing tokens of the MySQL lock backend (lock/mysql.c): one row per lock
+-- name, token bumped on every acquire. The backend also creates it lazily.
+CREATE TABLE IF NOT EXISTS lock_fences (
+    name        VARBINARY(255)  NOT NULL,
+    token       BIGINT UNSIGNED NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE = InnoDB;

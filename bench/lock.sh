@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# lock.sh - `make bench-lock`: acquire+release pairs per second of every lock
+# backend at 1, 16 and 64 concurrent clients, beside the raw rate of the
+# same two Redis scripts measured with redis-benchmark in the same run.
+#
+#   bench/lock.sh [BUILD_DIR]       (default build; needs `make services`)
+#
+# Environment: BENCH_SECONDS (per cell, default 5), BENCH_CLIENTS (default
+# "1 16 64"), BENCH_BACKENDS (default "redis redlock mysql zookeeper").
+#
+# Each cell is bench/lock_bench.c: CLIENTS threads, each with its own lock
+# name, fail-fast acquire (wait 0, lease 30 s) then release, in a loop. The
+# raw Redis figure runs the backend's own acquire script and its release
+# script (EVALSHA, same keys and arguments, fresh random keys so the
+# acquire succeeds) with redis-benchmark at the same client count, and
+# combines them as one pair: 1 / (1/acquire_rate + 1/release_rate). The
+# release benchmark's keys are mostly absent, so it is a little cheaper than
+# a real release: the ratio errs against us.
+#
+# Prints a table, writes it under bench/results/, and ends with
+#   lock-ratio redis=<pairs/s of the redis backend / raw pairs/s, 64 clients>
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${1:-build}
+BIN="$ROOT/$BUILD/bench/lock_bench"
+SECONDS_PER=${BENCH_SECONDS:-5}
+CLIENTS=${BENCH_CLIENTS:-1 16 64}
+BACKENDS=${BENCH_BACKENDS:-redis redlock mysql zookeeper}
+
+[[ -x $BIN ]] || { echo "lock.sh: $BIN missing (make bench-lock builds it)" >&2; exit 1; }
+# shellcheck disable=SC1091
+. "$ROOT/.run/env"
+
+url_of() {
+    case $1 in
+    redis) echo "$SECKILL_REDIS_URL" ;;
+    redlock) echo "$SECKILL_LOCK_REDLOCK_URL" ;;
+    mysql) echo "$SECKILL_MYSQL_URL" ;;
+    zookeeper) echo "$SECKILL_LOCK_ZK_URL" ;;
+    esac
+}
+
+# host, port and db of SECKILL_REDIS_URL (redis://[..@]host:port/db).
+rest=${SECKILL_REDIS_URL#redis://}
+rest=${rest##*@}
+RHOST=${rest%%[:/]*}
+RPORT=$(sed -n 's/^[^:]*:\([0-9]*\).*/\1/p' <<<"$rest")
+RPORT=${RPORT:-6379}
+RDB=$(sed -n 's|^[^/]*/\([0-9]*\).*|\1|p' <<<"$rest")
+RDB=${RDB:-0}
+rcli() { redis-cli -h "$RHOST" -p "$RPORT" -n "$RDB" "$@"; }
+
+# The scripts exactly as lock/rconn.c sends them: the C string literals
+# from the "[RCONN_X] =" line up to the next "[RCONN_" line.
+script_text() {
+    awk -v want="[$1] =" '
+        index($0, "[RCONN_") && started { exit }
+        index($0, want) { started = 1 }
+        started { print }' "$ROOT/lock/rconn.c" |
+        grep -o '"[^"]*"' | sed 's/^"//; s/"$//' | tr -d '\n'
+}
+ACQ=$(script_text RCONN_ACQUIRE)
+REL=$(script_text RCONN_RELEASE)
+ACQ_SHA=$(rcli SCRIPT LOAD "$ACQ")
+REL_SHA=$(rcli SCRIPT LOAD "$REL")
+
+# requests/s of one redis-benchmark command at $1 clients.
+raw_rate() {
+    local c=$1
+    shift
+    redis-benchmark -h "$RHOST" -p "$RPORT" --dbnum "$RDB" -c "$c" \
+        -n $((c == 1 ? 30000 : 150000)) -r 100000000 -q --csv "$@" |
+        tail -1 | cut -d, -f2 | tr -d '"'
+}
+
+declare -A rate p50 p99 errs raw
+for c in $CLIENTS; do
+    a=$(raw_rate "$c" EVALSHA "$ACQ_SHA" 2 "bench:raw:__rand_int__" \
+        lock:fence 0123456789abcdef0123456789abcdef 30000)
+    r=$(raw_rate "$c" EVALSHA "$REL_SHA" 2 "bench:raw:__rand_int__" \
+        lock-ch:bench 0123456789abcdef0123456789abcdef)
+    raw[$c]=$(awk -v a="$a" -v r="$r" 'BEGIN { printf "%.0f", 1 / (1 / a + 1 / r) }')
+    echo "raw redis-benchmark clients=$c acquire=$a/s release=$r/s pair=${raw[$c]}/s" >&2
+done
+rcli --scan --pattern 'bench:raw:*' | xargs -r -n 1000 redis-cli -h "$RHOST" -p "$RPORT" -n "$RDB" DEL >/dev/null
+
+for b in $BACKENDS; do
+    url=$(url_of "$b")
+    [[ -n $url ]] || { echo "lock.sh: no URL for $b (make services)" >&2; exit 1; }
+    for c in $CLIENTS; do
+        line=$("$BIN" "$url" "$c" "$SECONDS_PER") || true
+        echo "$b clients=$c $line" >&2
+        rate[$b,$c]=$(sed -n 's/.*rate=\([0-9]*\).*/\1/p' <<<"$line")
+        p50[$b,$c]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+        p99[$b,$c]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+        errs[$b,$c]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
+    done
+done
+
+mkdir -p "$ROOT/bench/results"
+out="$ROOT/bench/results/lock-$(date -u +%Y%m%dT%H%M%SZ).md"
+{
+    echo "| backend | clients | pairs/s | p50 ms | p99 ms | errors | vs raw Redis |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
+    for c in $CLIENTS; do
+        printf '| raw redis-benchmark (2 scripts) | %s | %s | | | | 1.00 |\n' "$c" "${raw[$c]}"
+    done
+    for b in $BACKENDS; do
+        for c in $CLIENTS; do
+            awk -v b="$b" -v c="$c" -v r="${rate[$b,$c]:-0}" -v p5="${p50[$b,$c]:-0}" \
+                -v p9="${p99[$b,$c]:-0}" -v e="${errs[$b,$c]:-?}" -v raw="${raw[$c]}" \
+                'BEGIN { printf "| %s | %s | %d | %.2f | %.2f | %s | %.2f |\n", b, c, r, p5 / 1000, p9 / 1000, e, r / raw }'
+        done
+    done
+    echo
+    echo "Machine: $(nproc) cores, $(uname -r); ${SECONDS_PER}s per cell; $(date -u +%FT%TZ)."
+    echo "Command: make bench-lock"
+} | tee "$out"
+last=$(awk -v r="${rate[redis,64]:-0}" -v raw="${raw[64]:-1}" 'BEGIN { printf "%.2f", r / raw }')
+echo "lock-ratio redis=$last"

@@ -1,0 +1,220 @@
+/*
+ * redis.c - the single-Redis backend: SET NX PX with the owner id and one
+ * INCR of the fencing counter in one script, a compare-and-delete release
+ * that publishes on the lock's channel, and an owner-checked PEXPIRE for
+ * the watchdog. A waiter subscribes to the channel before it retries, so a
+ * release between its try and its sleep still wakes it; it also wakes when
+ * the holder's TTL runs out, and after a jittered fallback interval.
+ *
+ * What it does not survive: Redis losing the key (restart without
+ * persistence, failover to a replica that had not received it) lets a
+ * second owner in while the first still believes it holds the lock. The
+ * fencing token is the defence (see docs/locks.md).
+ */
+#include "lock/rconn.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* A waiter retries at least this often (jittered down to half) even if no
+ * release message arrives. */
+#define FALLBACK_MS 500
+
+struct redis_impl {
+    struct rconn_pool pool;
+    struct rconn_hub hub;
+    struct rconn_psub *ps;
+};
+
+static int redis_open(struct lock_client *c)
+{
+    struct redis_impl *ri;
+
+    if (c->url.nhosts != 1)
+        return -EINVAL;
+    ri = xcalloc(1, sizeof(*ri));
+    rconn_pool_init(&ri->pool, &c->url, 0, c->timeout_ms);
+    rconn_hub_init(&ri->hub);
+    ri->ps = rconn_psub_new(&ri->hub, &c->url, 0, c->timeout_ms);
+    c->impl = ri;
+    return 0;
+}
+
+static void redis_close(struct lock_client *c)
+{
+    struct redis_impl *ri = c->impl;
+
+    rconn_psub_free(ri->ps);
+    rconn_hub_destroy(&ri->hub);
+    rconn_pool_destroy(&ri->pool);
+    free(ri);
+}
+
+/*
+ * Run script s on one pooled connection. keys/args as for
+ * rconn_script_append(). Returns the reply (caller frees) or NULL with
+ * *err set.
+ */
+static redisReply *run_script(struct rconn_pool *pool, enum rconn_script s,
+                              int nkeys, int argc, const char **argv,
+                              const size_t *lens, int *err)
+{
+    redisReply *r = NULL;
+    redisContext *rc = rconn_pool_get(pool, err);
+
+    if (!rc)
+        return NULL;
+    *err = rconn_script_append(rc, s, nkeys, argc, argv, lens);
+    if (*err == 0)
+        r = rconn_script_reply(rc, s, nkeys, argc, argv, lens, err);
+    if (!r && *err == 0)
+        *err = -EIO;
+    rconn_pool_put(pool, rc);
+    return r;
+}
+
+/* One try: *taken = 1 with l->fence set, or 0 with *pttl (ms) left. */
+static int try_once(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                    int *taken, int64_t *pttl)
+{
+    char lease_s[16];
+    const char *argv[4] = {l->name, RCONN_FENCE_KEY, l->owner, lease_s};
+    size_t lens[4];
+    int err = 0;
+
+    snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    lens[0] = l->name_len;
+    lens[1] = strlen(RCONN_FENCE_KEY);
+    lens[2] = strlen(l->owner);
+    lens[3] = strlen(lease_s);
+    redisReply *r =
+        run_script(&ri->pool, RCONN_ACQUIRE, 2, 4, argv, lens, &err);
+    if (!r)
+        return err;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        log_warn("redis lock reply unexpected", "op=acquire type=%d", r->type);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *taken = r->element[0]->integer == 1;
+    if (*taken)
+        l->fence = (uint64_t)r->element[1]->integer;
+    else
+        *pttl = r->element[1]->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * Sleep until the lock's channel has a message since *gen, or until
+ * wake_at (monotonic ms).
+ */
+static void wait_message(struct redis_impl *ri, const char *name, uint64_t *gen,
+                         int64_t wake_at)
+{
+    struct timespec ts = {(time_t)(wake_at / 1000),
+                          (long)(wake_at % 1000) * 1000000L};
+
+    pthread_mutex_lock(&ri->hub.mu);
+    while (!rconn_psub_changed(ri->ps, name, gen) && lock__mono_ms() < wake_at)
+        pthread_cond_timedwait(&ri->hub.cond, &ri->hub.mu, &ts);
+    pthread_mutex_unlock(&ri->hub.mu);
+}
+
+static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
+                         enum lock_status *status)
+{
+    struct redis_impl *ri = l->c->impl;
+    int taken = 0, err;
+    int64_t pttl = 0;
+
+    err = try_once(ri, l, lease, &taken, &pttl);
+    if (err || taken || wait_ms == 0)
+        goto out;
+
+    int64_t now = lock__mono_ms();
+    int64_t deadline = now + wait_ms;
+    int64_t confirm_by = now + l->c->timeout_ms;
+    uint64_t gen = rconn_psub_subscribe(
+        ri->ps, l->name, confirm_by < deadline ? confirm_by : deadline);
+    for (;;) {
+        err = try_once(ri, l, lease, &taken, &pttl);
+        now = lock__mono_ms();
+        if (err || taken || now >= deadline)
+            break;
+        /* The holder's TTL ending publishes nothing: wake for it too. */
+        int64_t sleep_ms = lock__jitter_ms(FALLBACK_MS, deadline - now);
+        if (pttl >= 0 && pttl + 1 < sleep_ms)
+            sleep_ms = pttl + 1;
+        wait_message(ri, l->name, &gen, now + sleep_ms);
+    }
+    rconn_psub_unsubscribe(ri->ps, l->name);
+out:
+    if (err == 0)
+        *status = taken ? LOCK_ACQUIRED : LOCK_BUSY;
+    return err;
+}
+
+static int redis_release(struct lock *l, int *held)
+{
+    struct redis_impl *ri = l->c->impl;
+    char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
+    const char *argv[3] = {l->name, channel, l->owner};
+    size_t lens[3];
+    int err = 0;
+
+    lens[0] = l->name_len;
+    lens[1] = (size_t)snprintf(channel, sizeof(channel),
+                               RCONN_CHANNEL_PREFIX "%s", l->name);
+    lens[2] = strlen(l->owner);
+    redisReply *r =
+        run_script(&ri->pool, RCONN_RELEASE, 2, 3, argv, lens, &err);
+    if (!r)
+        return err;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *held = r->integer == 1;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int redis_renew(struct lock *l, uint32_t lease, int *held)
+{
+    struct redis_impl *ri = l->c->impl;
+    char lease_s[16];
+    const char *argv[3] = {l->name, l->owner, lease_s};
+    size_t lens[3];
+    int err = 0;
+
+    snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    lens[0] = l->name_len;
+    lens[1] = strlen(l->owner);
+    lens[2] = strlen(lease_s);
+    redisReply *r = run_script(&ri->pool, RCONN_RENEW, 1, 3, argv, lens, &err);
+    if (!r)
+        return err;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *held = r->integer == 1;
+    freeReplyObject(r);
+    return 0;
+}
+
+const struct lock_backend lock__redis_backend = {
+    .name = "redis",
+    .open = redis_open,
+    .close = redis_close,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .renew = redis_renew,
+};
