@@ -3,7 +3,9 @@
  * voucher with 100 in stock, 500 users each sending 3 purchases at once,
  * all 1500 requests in flight together and spread over both instances.
  * Exactly 100 orders, one per user at most, stock 0, nothing but 201, 409
- * and 429 on the wire.
+ * and 429 on the wire. The whole sale runs once per lock backend
+ * (SECKILL_LOCK_URL: Redis, RedLock, MySQL, ZooKeeper): the service must
+ * behave the same on each.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,13 +29,34 @@
 
 static struct it_server srv[2];
 
+/* The lock backend of the group being run, and the variable naming its
+ * URL (NULL: the default, the Redis URL). */
+static const char *backend;
+static const char *backend_env;
+
 static int group_setup(void **state)
 {
+    char tag[2][64], url_set[1024];
+    const char *overrides[2] = {url_set, NULL};
+
     (void)state;
     it_init();
-    if (it_server_start(&srv[0], "concurrency-a", NULL) != 0)
+    if (backend_env) {
+        const char *url = getenv(backend_env);
+        if (!url || !url[0]) {
+            fprintf(stderr, "concurrency: %s is not set (make services)\n",
+                    backend_env);
+            return -1;
+        }
+        snprintf(url_set, sizeof(url_set), "SECKILL_LOCK_URL=%s", url);
+    } else {
+        snprintf(url_set, sizeof(url_set), "SECKILL_LOCK_URL");
+    }
+    snprintf(tag[0], sizeof(tag[0]), "concurrency-%s-a", backend);
+    snprintf(tag[1], sizeof(tag[1]), "concurrency-%s-b", backend);
+    if (it_server_start(&srv[0], tag[0], overrides) != 0)
         return -1;
-    if (it_server_start(&srv[1], "concurrency-b", NULL) != 0) {
+    if (it_server_start(&srv[1], tag[1], overrides) != 0) {
         it_server_stop(&srv[0]);
         return -1;
     }
@@ -244,10 +267,28 @@ static void test_clean_shutdown(void **state)
 
 int main(void)
 {
+    static const struct {
+        const char *name, *env;
+    } backends[] = {
+        {"redis", NULL},
+        {"redlock", "SECKILL_LOCK_REDLOCK_URL"},
+        {"mysql", "SECKILL_MYSQL_URL"},
+        {"zookeeper", "SECKILL_LOCK_ZK_URL"},
+    };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flash_sale),
         cmocka_unit_test(test_clean_shutdown),
     };
-    return it_exit_status(cmocka_run_group_tests_name(
-        "concurrency", tests, group_setup, group_teardown));
+    int failed = 0;
+
+    for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+        char group[64];
+
+        backend = backends[i].name;
+        backend_env = backends[i].env;
+        snprintf(group, sizeof(group), "concurrency-%s", backend);
+        failed |= it_exit_status(cmocka_run_group_tests_name(
+            group, tests, group_setup, group_teardown));
+    }
+    return failed;
 }
