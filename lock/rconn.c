@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +35,11 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "return v",
 };
 
-/* SHA-1s of the scripts, as learnt from SCRIPT LOAD (the same on every
- * server, so one copy per process). */
+/* SHA-1s of the scripts, as learnt from the first SCRIPT LOAD (the same
+ * on every server, so one copy per process). Written once under sha_mu,
+ * then published by shas_ready and only read. */
 static char shas[RCONN_NSCRIPTS][41];
+static atomic_int shas_ready;
 static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int rconn_errno(const redisContext *rc)
@@ -101,20 +104,27 @@ static redisContext *connect_one(const struct lock_url *u, int host,
         goto fail;
     for (int i = 0; i < RCONN_NSCRIPTS; i++)
         redisAppendCommand(rc, "SCRIPT LOAD %s", scripts[i]);
+    int loaded = 0;
+    pthread_mutex_lock(&sha_mu);
     for (int i = 0; i < RCONN_NSCRIPTS; i++) {
         redisReply *r = NULL;
         if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
             *err = rconn_errno(rc);
-            goto fail;
+            break;
         }
         if (r->type == REDIS_REPLY_STRING && r->len == 40) {
-            pthread_mutex_lock(&sha_mu);
-            memcpy(shas[i], r->str, 41);
-            pthread_mutex_unlock(&sha_mu);
+            if (!atomic_load(&shas_ready))
+                memcpy(shas[i], r->str, 41);
+            loaded++;
         }
         if (!setup_ok(rc, r, "script load"))
-            goto fail;
+            break;
     }
+    if (loaded == RCONN_NSCRIPTS)
+        atomic_store(&shas_ready, 1);
+    pthread_mutex_unlock(&sha_mu);
+    if (loaded != RCONN_NSCRIPTS)
+        goto fail;
     return rc;
 fail:
     if (rc && rc->err)
@@ -209,7 +219,7 @@ void rconn_pool_put(struct rconn_pool *p, redisContext *rc)
 
 static void script_argv(enum rconn_script s, int use_sha, char nk[4], int nkeys,
                         int argc, const char **argv, const size_t *lens,
-                        const char **out_v, size_t *out_l, char sha[41])
+                        const char **out_v, size_t *out_l, const char *sha)
 {
     out_v[0] = use_sha ? "EVALSHA" : "EVAL";
     out_l[0] = strlen(out_v[0]);
@@ -234,12 +244,11 @@ int rconn_script_append(redisContext *rc, enum rconn_script s, int nkeys,
 {
     const char *v[3 + SCRIPT_ARGS_MAX];
     size_t l[3 + SCRIPT_ARGS_MAX];
-    char nk[4], sha[41];
+    char nk[4];
+    int ready = atomic_load(&shas_ready);
 
-    pthread_mutex_lock(&sha_mu);
-    memcpy(sha, shas[s], sizeof(sha));
-    pthread_mutex_unlock(&sha_mu);
-    script_argv(s, sha[0] != '\0', nk, nkeys, argc, argv, lens, v, l, sha);
+    script_argv(s, ready, nk, nkeys, argc, argv, lens, v, l,
+                ready ? shas[s] : NULL);
     return redisAppendCommandArgv(rc, 3 + argc, v, l) == REDIS_OK
                ? 0
                : rconn_errno(rc);
