@@ -2,12 +2,13 @@
  * zk.c - the ZooKeeper lock backend: Curator's InterProcessMutex recipe over
  * the multi-threaded C client (libzookeeper_mt).
  *
- * A lock called NAME is the directory /<root>/<escaped NAME> (a container
- * node, which the server deletes once it is empty). A contender creates an
- * ephemeral sequential child "lock-<owner>-<attempt>-<seq>" holding its
- * owner id, lists the children and holds the lock when its sequence number
- * is the lowest. Otherwise it watches only its immediate predecessor (no
- * herd: one release wakes one waiter) and looks again when that node goes.
+ * A lock called NAME is the directory /<root>/<escaped NAME>: a container
+ * node (as Curator's creatingParentContainersIfNeeded), which the server
+ * deletes some time after it empties. A contender creates an ephemeral
+ * sequential child "lock-<owner>-<attempt>-<seq>" holding its owner id,
+ * lists the children and holds the lock when its sequence number is the
+ * lowest. Otherwise it watches only its immediate predecessor (no herd:
+ * one release wakes one waiter) and looks again when that node goes.
  * The fencing token is our node's czxid: the zxid of the transaction that
  * created it, which only grows across the whole ensemble.
  *
@@ -26,10 +27,12 @@
  *     session on its own and the server keeps our nodes until the session
  *     expires. The server cannot expire it sooner than a third of the
  *     session after we notice the disconnection (the client gives up on a
- *     silent server after two thirds of the session), so renew() keeps
- *     answering "still held" (with an error, when it cannot check) for that
- *     long, and reports the lock gone after it: from then on someone else
- *     may hold it.
+ *     silent server after two thirds of the session), so for that long
+ *     renew() answers with an error when it cannot check (the watchdog
+ *     retries), and after it reports the lock gone: from then on the
+ *     session may have expired and someone else may hold the lock. That is
+ *     about when the server can first expire it, not before: fencing
+ *     tokens cover the moment in between.
  *
  * Nodes left behind: a create or delete whose reply was lost with the
  * connection may or may not have happened. The attempt tag in the node's
@@ -794,49 +797,57 @@ static void zk_session_watcher(zhandle_t *zh, int type, int state,
 
 /*
  * Take a reference to a connected session, waiting until deadline; start
- * one if there is none. Returns 0 with *out set, or -ECONNREFUSED when it
- * did not connect in time, -ECONNRESET when it expired meanwhile.
+ * one if there is none (or the last one expired). Returns 0 with *out set,
+ * or -ECONNREFUSED when none connected in time, -ECONNRESET when one
+ * expired and no time was left to start another.
  */
 static int zk_session_get(struct zk *zk, int64_t deadline, struct zk_sess **out)
 {
     struct zk_sess *s;
-    int err = 0;
+    int connected, expired, err;
 
-    pthread_mutex_lock(&zk->mu);
-    if (!zk->cur) {
-        s = xcalloc(1, sizeof(*s));
-        s->zk = zk;
-        s->gen = ++zk->gen;
-        s->refs = 1; /* zk->cur's */
-        /* Not blocking: it only starts the client's threads. Under mu, so
-         * that the watcher sees zk->cur set. */
-        s->zh = zookeeper_init2(zk->hosts, zk_session_watcher,
+    for (;;) {
+        pthread_mutex_lock(&zk->mu);
+        if (!zk->cur) {
+            s = xcalloc(1, sizeof(*s));
+            s->zk = zk;
+            s->gen = ++zk->gen;
+            s->refs = 1; /* zk->cur's */
+            /* Not blocking: it only starts the client's threads. Under mu,
+             * so that the watcher sees zk->cur set. */
+            s->zh =
+                zookeeper_init2(zk->hosts, zk_session_watcher,
                                 (int)zk->session_ms, NULL, zk, 0, zk_log_line);
-        if (!s->zh) {
-            err = errno ? -errno : -EINVAL;
-            pthread_mutex_unlock(&zk->mu);
-            log_warn("zookeeper session start failed", "hosts=\"%s\" errno=%d",
-                     zk->hosts, -err);
-            free(s);
-            return err;
+            if (!s->zh) {
+                err = errno ? -errno : -EINVAL;
+                pthread_mutex_unlock(&zk->mu);
+                log_warn("zookeeper session start failed",
+                         "hosts=\"%s\" errno=%d", zk->hosts, -err);
+                free(s);
+                return err;
+            }
+            zk->cur = s;
         }
-        zk->cur = s;
-    }
-    s = zk->cur;
-    s->refs++;
-    while (!s->connected && !s->expired && zk_now_ms() < deadline)
-        zk_cond_wait(&zk->cond, &zk->mu, deadline);
-    if (!s->connected)
-        err = s->expired ? -ECONNRESET : -ECONNREFUSED;
-    pthread_mutex_unlock(&zk->mu);
-    if (err) {
-        log_warn("zookeeper not connected", "hosts=\"%s\" timeout_ms=%u",
-                 zk->hosts, (unsigned)zk->timeout_ms);
+        s = zk->cur;
+        s->refs++;
+        while (!s->connected && !s->expired && zk_now_ms() < deadline)
+            zk_cond_wait(&zk->cond, &zk->mu, deadline);
+        connected = s->connected;
+        expired = s->expired;
+        pthread_mutex_unlock(&zk->mu);
+        if (connected) {
+            *out = s;
+            return 0;
+        }
         zk_session_put(s, 0);
-        return err;
+        /* Expired while we waited: the watcher dropped it, so the next
+         * round starts a new session. */
+        if (!expired || zk_now_ms() >= deadline)
+            break;
     }
-    *out = s;
-    return 0;
+    log_warn("zookeeper not connected", "hosts=\"%s\" timeout_ms=%u", zk->hosts,
+             (unsigned)zk->timeout_ms);
+    return expired ? -ECONNRESET : -ECONNREFUSED;
 }
 
 /* ---- names and paths ---- */

@@ -4,7 +4,12 @@
 # Does nothing (and prints nothing) when every package is already installed.
 # Otherwise runs `apt-get update` once and installs only the missing ones,
 # through sudo when not root. While installing, a temporary policy-rc.d keeps
-# the system-wide MariaDB/Redis services from starting (we run private ones).
+# the system-wide MariaDB/Redis/ZooKeeper services from starting (we run
+# private ones).
+#
+# ZooKeeper comes from Debian's zookeeper package (the server's jars; we run
+# java on them directly), libslf4j-java gives it a logger (slf4j-simple) and
+# redis-tools brings redis-cli and redis-benchmark.
 set -euo pipefail
 
 PACKAGES=(
@@ -12,6 +17,7 @@ PACKAGES=(
     libmicrohttpd-dev libjansson-dev libhiredis-dev libmariadb-dev
     libmariadb-dev-compat libsodium-dev libcmocka-dev libcurl4-openssl-dev
     mariadb-server mariadb-client redis-server redis-tools
+    zookeeper libzookeeper-mt-dev default-jre-headless libslf4j-java
     curl jq ca-certificates
 )
 

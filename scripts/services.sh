@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# services.sh - private MariaDB + Redis for seckilld development and tests.
+# services.sh - private MariaDB, Redis and ZooKeeper for seckilld development
+# and tests.
 #
-#   scripts/services.sh up          start both (idempotent), provision, write .run/env
-#   scripts/services.sh down        stop both (data is kept)
-#   scripts/services.sh status      one line per server; exit 0 when both are up, 3 if not
+#   scripts/services.sh up          start them all (idempotent), provision, write .run/env
+#   scripts/services.sh down        stop them all (data is kept)
+#   scripts/services.sh status      one line per server; exit 0 when all are up, 3 if not
 #   scripts/services.sh reset-test  empty database seckill_test (schema reloaded) and Redis db 1
 #   scripts/services.sh env         print the path of .run/env
 #
 # Everything lives under the repo's .run/ (SECKILL_RUN_DIR overrides) and
 # listens on 127.0.0.1 only: MariaDB on SECKILL_MYSQL_PORT (13306), Redis on
-# SECKILL_REDIS_PORT (16379). Works from any cwd.
+# SECKILL_REDIS_PORT (16379), three independent Redis masters for RedLock on
+# the next three ports (16380-16382; no persistence) and a standalone
+# ZooKeeper on SECKILL_ZK_PORT (12181). Works from any cwd.
 set -euo pipefail
 
 die() { echo "services.sh: error: $*" >&2; exit 1; }
@@ -19,12 +22,20 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 RUN=$(realpath -m "${SECKILL_RUN_DIR:-$ROOT/.run}")
 MYSQL_PORT=${SECKILL_MYSQL_PORT:-13306}
 REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
+ZK_PORT=${SECKILL_ZK_PORT:-12181}
 SCHEMA=$ROOT/sql/schema.sql
 
-for p in "$MYSQL_PORT" "$REDIS_PORT"; do
+for p in "$MYSQL_PORT" "$REDIS_PORT" "$ZK_PORT"; do
     if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p > 65535)); then die "bad port: '$p'"; fi
 done
-[[ $MYSQL_PORT != "$REDIS_PORT" ]] || die "MariaDB and Redis ports are both $MYSQL_PORT"
+REDIS_PORT=$((10#$REDIS_PORT))
+((REDIS_PORT + 3 <= 65535)) || die "SECKILL_REDIS_PORT $REDIS_PORT leaves no room for the RedLock ports"
+REDLOCK_PORTS=("$((REDIS_PORT + 1))" "$((REDIS_PORT + 2))" "$((REDIS_PORT + 3))")
+declare -A seen_port=()
+for p in "$((10#$MYSQL_PORT))" "$REDIS_PORT" "${REDLOCK_PORTS[@]}" "$((10#$ZK_PORT))"; do
+    [[ -z ${seen_port[$p]:-} ]] || die "port $p is taken twice (MariaDB, Redis, RedLock x3, ZooKeeper)"
+    seen_port[$p]=1
+done
 
 DATADIR=$RUN/mysql
 MYSQL_PID=$RUN/mysql.pid
@@ -36,12 +47,21 @@ fi
 REDIS_DIR=$RUN/redis
 REDIS_PID=$RUN/redis.pid
 REDIS_LOG=$RUN/redis.log
+ZK_DIR=$RUN/zookeeper
+ZK_CFG=$ZK_DIR/zoo.cfg
+ZK_PID=$RUN/zookeeper.pid
+ZK_LOG=$RUN/zookeeper.log
+# The server's jars from Debian's zookeeper package; the jar's manifest names
+# its dependencies. slf4j-simple (libslf4j-java) makes it log to stderr.
+ZK_JAR=/usr/share/java/zookeeper.jar
+ZK_LOGGER_JAR=/usr/share/java/slf4j-simple.jar
 SECRET_FILE=$RUN/secret
 ENV_FILE=$RUN/env
 ENV_TEST_FILE=$RUN/env.test
 
 MYSQL_WAIT=${SECKILL_MYSQL_WAIT:-60} # seconds
 REDIS_WAIT=${SECKILL_REDIS_WAIT:-30}
+ZK_WAIT=${SECKILL_ZK_WAIT:-60}
 
 # mariadb-install-db creates root and the current OS user, both unix_socket;
 # we administer through the socket as whichever of them we are.
@@ -55,9 +75,10 @@ fi
 # Name the second admin explicitly: mariadb-install-db would take it from $USER.
 INSTALL_ARGS=(--auth-root-authentication-method=socket --auth-root-socket-user="$ADMIN")
 
-for tool in mariadbd mariadb mariadb-admin mariadb-install-db redis-server redis-cli; do
+for tool in mariadbd mariadb mariadb-admin mariadb-install-db redis-server redis-cli java; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found; run scripts/deps.sh"
 done
+[[ -r $ZK_JAR ]] || die "$ZK_JAR not found; run scripts/deps.sh"
 
 # ---- helpers ----
 
@@ -76,12 +97,14 @@ live_pid() {
     echo "$pid"
 }
 
-# await WHAT PING COMM PIDFILE PID SECONDS: wait until PING succeeds (0), the
-# server dies (1) or time runs out (2).
+# await WHAT PING COMM PIDFILE PID SECONDS: wait until PING (a command and
+# its arguments, split on spaces) succeeds (0), the server dies (1) or time
+# runs out (2).
 await() {
-    local deadline=$((SECONDS + $6))
+    local deadline=$((SECONDS + $6)) ping
+    read -ra ping <<<"$2"
     while ((SECONDS < deadline)); do
-        "$2" && return 0
+        "${ping[@]}" && return 0
         if ! live_pid "$3" "$4" >/dev/null; then
             # No pid file yet (early start-up): trust the pid we launched.
             [[ -n $5 ]] && kill -0 "$5" 2>/dev/null && [[ ! -s $4 ]] || return 1
@@ -111,13 +134,15 @@ mysql_ping() {
         -u "$ADMIN" --connect-timeout=2 ping >/dev/null 2>&1
 }
 
-# redis-cli 7.0 has no timeout option; a stopped server must not hang us.
-rcli() { timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" "$@"; }
+# rcli_at PORT ARGS...: redis-cli 7.0 has no timeout option; a stopped
+# server must not hang us.
+rcli_at() { timeout 5 redis-cli -h 127.0.0.1 -p "$@"; }
+rcli() { rcli_at "$REDIS_PORT" "$@"; }
 
-redis_ping() { [[ $(rcli ping 2>/dev/null) == PONG ]]; }
+redis_ping_at() { [[ $(rcli_at "$1" ping 2>/dev/null) == PONG ]]; }
 
-# The dir of whatever Redis answers on our port (to tell ours from a stranger).
-redis_dir() { rcli config get dir 2>/dev/null | sed -n 2p; }
+# The dir of whatever Redis answers on PORT (to tell ours from a stranger).
+redis_dir_at() { rcli_at "$1" config get dir 2>/dev/null | sed -n 2p; }
 
 take_lock() {
     # -m applies to $RUN only, on purpose: never chmod a directory we did not make.
@@ -219,61 +244,238 @@ mysql_stop() {
     say "MariaDB: stopped"
 }
 
-# ---- Redis ----
+# ---- Redis (the main one and the RedLock masters) ----
 
-redis_start() {
-    local pid="" dir rc=0
-    if redis_ping; then
-        dir=$(redis_dir)
-        [[ $dir == "$REDIS_DIR" ]] ||
-            die "port $REDIS_PORT answers as another Redis (dir ${dir:-?}); pick SECKILL_REDIS_PORT"
+# redis_start_at NAME PORT DIR PIDFILE LOG [OPTION...]: start a Redis on
+# 127.0.0.1:PORT working in DIR, with the extra server OPTIONs, unless ours
+# (same dir) already answers there.
+redis_start_at() {
+    local name=$1 port=$2 dir=$3 pidf=$4 log=$5 pid="" other rc=0
+    shift 5
+    if redis_ping_at "$port"; then
+        other=$(redis_dir_at "$port")
+        [[ $other == "$dir" ]] ||
+            die "port $port answers as another Redis (dir ${other:-?}); pick SECKILL_REDIS_PORT"
         return 0
     fi
-    if pid=$(live_pid redis-server "$REDIS_PID"); then
-        say "Redis (pid $pid) is running but not answering yet; waiting"
-        await Redis redis_ping redis-server "$REDIS_PID" "" "$REDIS_WAIT" || rc=$?
+    if pid=$(live_pid redis-server "$pidf"); then
+        say "$name (pid $pid) is running but not answering yet; waiting"
+        await "$name" "redis_ping_at $port" redis-server "$pidf" "" "$REDIS_WAIT" || rc=$?
         ((rc != 0)) || return 0
-        ((rc == 1)) || die "Redis (pid $pid) did not answer within ${REDIS_WAIT}s (log: $REDIS_LOG)"
-        say "Redis (pid $pid) went away; starting afresh"
+        ((rc == 1)) || die "$name (pid $pid) did not answer within ${REDIS_WAIT}s (log: $log)"
+        say "$name (pid $pid) went away; starting afresh"
     fi
-    rm -f "$REDIS_PID"
-    mkdir -p "$REDIS_DIR"
-    say "starting Redis on 127.0.0.1:$REDIS_PORT"
+    rm -f "$pidf"
+    mkdir -p "$dir"
+    say "starting $name on 127.0.0.1:$port"
     # setsid + background (not --daemonize) so we know the pid and a ^C
     # in the terminal never reaches the server. Errors before the log file
     # is open go to stderr, hence the same file.
     # shellcheck disable=SC2094
-    setsid redis-server --port "$REDIS_PORT" --bind 127.0.0.1 \
-        --dir "$REDIS_DIR" --appendonly yes --appendfsync everysec \
-        --save '' --daemonize no \
-        --pidfile "$REDIS_PID" --logfile "$REDIS_LOG" \
+    setsid redis-server --port "$port" --bind 127.0.0.1 \
+        --dir "$dir" "$@" --daemonize no \
+        --pidfile "$pidf" --logfile "$log" \
         --enable-debug-command local \
-        </dev/null >>"$REDIS_LOG" 2>&1 9>&- &
+        </dev/null >>"$log" 2>&1 9>&- &
     rc=0
-    await Redis redis_ping redis-server "$REDIS_PID" "$!" "$REDIS_WAIT" || rc=$?
+    await "$name" "redis_ping_at $port" redis-server "$pidf" "$!" "$REDIS_WAIT" || rc=$?
     ((rc != 0)) || return 0
-    tail -n 20 "$REDIS_LOG" >&2 || true
-    ((rc == 1)) && die "Redis exited during start-up (log: $REDIS_LOG)"
-    die "Redis did not answer PONG on 127.0.0.1:$REDIS_PORT within ${REDIS_WAIT}s (log: $REDIS_LOG)"
+    tail -n 20 "$log" >&2 || true
+    ((rc == 1)) && die "$name exited during start-up (log: $log)"
+    die "$name did not answer PONG on 127.0.0.1:$port within ${REDIS_WAIT}s (log: $log)"
 }
 
-redis_stop() {
-    local pid
-    if pid=$(live_pid redis-server "$REDIS_PID"); then
+# redis_stop_at NAME PORT DIR PIDFILE LOG: stop our Redis on PORT.
+redis_stop_at() {
+    local name=$1 port=$2 dir=$3 pidf=$4 log=$5 pid
+    if pid=$(live_pid redis-server "$pidf"); then
         kill -TERM "$pid" 2>/dev/null || true # redis: SIGTERM = clean shutdown
-    elif redis_ping && [[ $(redis_dir) == "$REDIS_DIR" ]]; then
-        rcli shutdown >/dev/null 2>&1 || true
+    elif redis_ping_at "$port" && [[ $(redis_dir_at "$port") == "$dir" ]]; then
+        rcli_at "$port" shutdown >/dev/null 2>&1 || true
         pid=""
     else
-        rm -f "$REDIS_PID"
-        say "Redis: already stopped"
+        rm -f "$pidf"
+        say "$name: already stopped"
         return 0
     fi
     if [[ -n $pid ]] && ! wait_gone "$pid" 60; then
-        die "Redis (pid $pid) still running after 60s; see $REDIS_LOG"
+        die "$name (pid $pid) still running after 60s; see $log"
     fi
-    rm -f "$REDIS_PID"
-    say "Redis: stopped"
+    rm -f "$pidf"
+    say "$name: stopped"
+}
+
+# redis_status_at LABEL PORT DIR PIDFILE LOG: print one status line; 3 if
+# ours is not answering.
+redis_status_at() {
+    local label=$1 port=$2 dir=$3 pidf=$4 log=$5 pid
+    if redis_ping_at "$port" && [[ $(redis_dir_at "$port") == "$dir" ]]; then
+        pid=$(live_pid redis-server "$pidf" || echo '?')
+        echo "$label up   pid $pid, 127.0.0.1:$port, data $dir"
+    elif pid=$(live_pid redis-server "$pidf"); then
+        echo "$label not answering on 127.0.0.1:$port (pid $pid running; log $log)"
+        return 3
+    else
+        echo "$label down (127.0.0.1:$port)"
+        return 3
+    fi
+}
+
+# The main Redis keeps its data (AOF); the RedLock masters keep nothing.
+REDIS_ARGS=("Redis" "$REDIS_PORT" "$REDIS_DIR" "$REDIS_PID" "$REDIS_LOG")
+redlock_args() { # PORT
+    REDLOCK_ARGS=("RedLock Redis $1" "$1" "$RUN/redlock-$1" "$RUN/redlock-$1.pid"
+        "$RUN/redlock-$1.log")
+}
+
+redis_start() {
+    redis_start_at "${REDIS_ARGS[@]}" --appendonly yes --appendfsync everysec --save ''
+}
+
+redis_stop() { redis_stop_at "${REDIS_ARGS[@]}"; }
+
+redlock_start() {
+    local port
+    for port in "${REDLOCK_PORTS[@]}"; do
+        redlock_args "$port"
+        redis_start_at "${REDLOCK_ARGS[@]}" --appendonly no --save ''
+    done
+}
+
+redlock_stop() {
+    local port rc=0
+    for port in "${REDLOCK_PORTS[@]}"; do
+        redlock_args "$port"
+        (redis_stop_at "${REDLOCK_ARGS[@]}") || rc=1
+    done
+    return "$rc"
+}
+
+# ---- ZooKeeper ----
+
+# zk_ask WORD: print the answer to a four-letter word (ruok, srvr, stat) from
+# the server on our port; bash's /dev/tcp, so no nc needed. Bounded, so a
+# hung server cannot hang us.
+zk_ask() {
+    # shellcheck disable=SC2016
+    timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf %s "$2" >&3 && cat <&3' \
+        _ "$ZK_PORT" "$1" 2>/dev/null
+}
+
+zk_ping() { [[ $(zk_ask ruok) == imok ]]; }
+
+# zk_live_pid: print the pid in $ZK_PID if it is alive and is the java that
+# serves our zoo.cfg ("java" alone is too common a name to trust).
+zk_live_pid() {
+    local pid
+    pid=$(live_pid java "$ZK_PID") || return 1
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$ZK_CFG" || return 1
+    echo "$pid"
+}
+
+# zk_await SECONDS: wait until our server answers (0), its process (named by
+# the pid file it writes when it starts) dies (1), or time runs out (2).
+zk_await() {
+    local deadline=$((SECONDS + $1)) pid state
+    while ((SECONDS < deadline)); do
+        zk_ping && return 0
+        if [[ -s $ZK_PID ]]; then
+            pid=$(<"$ZK_PID")
+            state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) || return 1
+            [[ -n $state && $state != [ZX] ]] || return 1
+        fi
+        sleep 0.1
+    done
+    return 2
+}
+
+# Rewritten at every start. tickTime 500 lets tests ask for sessions of 1 s
+# and up (minSessionTimeout is 2 ticks); the admin server (an HTTP port) is
+# off; only the four-letter words the scripts use are allowed. forceSync=no
+# and small preallocated logs: this is a throw-away test server.
+zk_write_cfg() {
+    mkdir -p "$ZK_DIR/data"
+    cat >"$ZK_CFG.tmp" <<EOF
+# Generated by scripts/services.sh at every start; edits are lost.
+tickTime=500
+minSessionTimeout=1000
+maxSessionTimeout=60000
+dataDir=$ZK_DIR/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,stat,srvr
+forceSync=no
+preAllocSize=4096
+autopurge.snapRetainCount=3
+autopurge.purgeInterval=1
+EOF
+    mv -f "$ZK_CFG.tmp" "$ZK_CFG"
+}
+
+zk_start() {
+    local pid rc=0 cp=$ZK_JAR
+    if pid=$(zk_live_pid); then
+        zk_ping && return 0
+        say "ZooKeeper (pid $pid) is running but not answering yet; waiting"
+        zk_await "$ZK_WAIT" || rc=$?
+        ((rc != 0)) || return 0
+        ((rc == 1)) || die "ZooKeeper (pid $pid) did not answer within ${ZK_WAIT}s (log: $ZK_LOG)"
+        say "ZooKeeper (pid $pid) went away; starting afresh"
+    elif zk_ping; then
+        die "port $ZK_PORT answers as another ZooKeeper (not the one in $ZK_PID); pick SECKILL_ZK_PORT"
+    fi
+    rm -f "$ZK_PID"
+    zk_write_cfg
+    [[ -r $ZK_LOGGER_JAR ]] && cp+=:$ZK_LOGGER_JAR
+    say "starting ZooKeeper on 127.0.0.1:$ZK_PORT"
+    # java runs the server in the foreground: the shell writes its own pid
+    # (whether or not setsid forked) and execs java, which keeps that pid. A
+    # small serial-GC heap and C1 only: start-up in well under a second.
+    # shellcheck disable=SC2016
+    setsid bash -c 'echo "$$" >"$0" && exec "$@"' "$ZK_PID" \
+        java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        -XX:-UsePerfData -Djava.net.preferIPv4Stack=true \
+        -Dzookeeper.jmx.log4j.disable=true \
+        -Dorg.slf4j.simpleLogger.showDateTime=true \
+        -cp "$cp" org.apache.zookeeper.server.ZooKeeperServerMain "$ZK_CFG" \
+        </dev/null >>"$ZK_LOG" 2>&1 9>&- &
+    rc=0
+    zk_await "$ZK_WAIT" || rc=$?
+    ((rc != 0)) || return 0
+    tail -n 20 "$ZK_LOG" >&2 || true
+    ((rc == 1)) && die "ZooKeeper exited during start-up (log: $ZK_LOG)"
+    die "ZooKeeper did not answer ruok on 127.0.0.1:$ZK_PORT within ${ZK_WAIT}s (log: $ZK_LOG)"
+}
+
+zk_stop() {
+    local pid
+    if ! pid=$(zk_live_pid); then
+        rm -f "$ZK_PID"
+        say "ZooKeeper: already stopped"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true # runs its shutdown hook
+    wait_gone "$pid" 60 || die "ZooKeeper (pid $pid) still running after 60s; see $ZK_LOG"
+    rm -f "$ZK_PID"
+    say "ZooKeeper: stopped"
+}
+
+zk_status() {
+    local pid
+    if pid=$(zk_live_pid); then
+        if zk_ping; then
+            echo "zookeeper: up   pid $pid, 127.0.0.1:$ZK_PORT, data $ZK_DIR/data"
+            return 0
+        fi
+        echo "zookeeper: not answering on 127.0.0.1:$ZK_PORT (pid $pid running; log $ZK_LOG)"
+    elif zk_ping; then
+        echo "zookeeper: port $ZK_PORT answers, but not as ours (pid file $ZK_PID)"
+    else
+        echo "zookeeper: down (127.0.0.1:$ZK_PORT)"
+    fi
+    return 3
 }
 
 # ---- secret and env files ----
@@ -292,11 +494,14 @@ ensure_secret() {
     chmod 600 "$SECRET_FILE"
 }
 
-# write_env FILE DATABASE REDIS_DB
+# write_env FILE DATABASE REDIS_DB ZK_PATH
 write_env() {
+    local redlock=127.0.0.1:${REDLOCK_PORTS[0]},127.0.0.1:${REDLOCK_PORTS[1]},127.0.0.1:${REDLOCK_PORTS[2]}
     (umask 077 && cat >"$1.tmp") <<EOF
 export SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:$MYSQL_PORT/$2
 export SECKILL_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/$3
+export SECKILL_LOCK_REDLOCK_URL=redlock://$redlock
+export SECKILL_LOCK_ZK_URL=zookeeper://127.0.0.1:$ZK_PORT/$4
 export SECKILL_SECRET=$SECRET
 export SECKILL_DEV=1
 EOF
@@ -311,15 +516,19 @@ ensure_up() {
     mysql_start
     mysql_provision
     redis_start
+    redlock_start
+    zk_start
     ensure_secret
-    write_env "$ENV_FILE" seckill 0
-    write_env "$ENV_TEST_FILE" seckill_test 1
+    write_env "$ENV_FILE" seckill 0 seckill-locks
+    write_env "$ENV_TEST_FILE" seckill_test 1 seckill-test-locks
 }
 
 cmd_up() {
     ensure_up
     say "mariadb up on 127.0.0.1:$MYSQL_PORT (socket $SOCK, data $DATADIR)"
     say "redis   up on 127.0.0.1:$REDIS_PORT (data $REDIS_DIR)"
+    say "redlock up on 127.0.0.1:${REDLOCK_PORTS[0]},${REDLOCK_PORTS[1]},${REDLOCK_PORTS[2]} (no persistence)"
+    say "zookeeper up on 127.0.0.1:$ZK_PORT (data $ZK_DIR/data)"
     say "env     $ENV_FILE (tests: $ENV_TEST_FILE)"
 }
 
@@ -344,6 +553,8 @@ cmd_down() {
     local rc=0
     (mysql_stop) || rc=1
     (redis_stop) || rc=1
+    redlock_stop || rc=1
+    (zk_stop) || rc=1
     return "$rc"
 }
 
@@ -360,16 +571,12 @@ cmd_status() {
         echo "mariadb: down"
         rc=3
     fi
-    if redis_ping && [[ $(redis_dir) == "$REDIS_DIR" ]]; then
-        pid=$(live_pid redis-server "$REDIS_PID" || echo '?')
-        echo "redis:   up   pid $pid, 127.0.0.1:$REDIS_PORT, data $REDIS_DIR"
-    elif pid=$(live_pid redis-server "$REDIS_PID"); then
-        echo "redis:   not answering on 127.0.0.1:$REDIS_PORT (pid $pid running; log $REDIS_LOG)"
-        rc=3
-    else
-        echo "redis:   down"
-        rc=3
-    fi
+    redis_status_at "redis:  " "${REDIS_ARGS[@]:1}" || rc=3
+    for port in "${REDLOCK_PORTS[@]}"; do
+        redlock_args "$port"
+        redis_status_at "redlock:" "${REDLOCK_ARGS[@]:1}" || rc=3
+    done
+    zk_status || rc=3
     return "$rc"
 }
 
