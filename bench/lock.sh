@@ -6,7 +6,8 @@
 #   bench/lock.sh [BUILD_DIR]       (default build; needs `make services`)
 #
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_CLIENTS (default
-# "1 16 64"), BENCH_BACKENDS (default "redis redlock mysql zookeeper").
+# "1 16 64"), BENCH_BACKENDS (default "redis redlock mysql zookeeper"),
+# BENCH_ROUNDS (redis against its raw limit, default 3: the median round).
 #
 # Each cell is bench/lock_bench.c: CLIENTS threads, each with its own lock
 # name, fail-fast acquire (wait 0, lease 30 s) then release, in a loop. The
@@ -75,26 +76,57 @@ raw_rate() {
 }
 
 declare -A rate p50 p99 errs raw
+
+# One cell of lock_bench for backend $1 at $2 clients into the arrays.
+run_cell() {
+    local b=$1 c=$2 line
+    line=$("$BIN" "$(url_of "$b")" "$c" "$SECONDS_PER") || true
+    echo "$b clients=$c $line" >&2
+    rate[$b,$c]=$(sed -n 's/.*rate=\([0-9]*\).*/\1/p' <<<"$line")
+    p50[$b,$c]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+    p99[$b,$c]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+    errs[$b,$c]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
+}
+
+for b in $BACKENDS; do
+    [[ -n $(url_of "$b") ]] || { echo "lock.sh: no URL for $b (make services)" >&2; exit 1; }
+done
+
+# The shared machine is noisy: the Redis backend and its raw limit are
+# measured in alternation, ROUNDS times, and the round with the median
+# ratio is kept.
+ROUNDS=${BENCH_ROUNDS:-3}
 for c in $CLIENTS; do
-    a=$(raw_rate "$c" EVALSHA "$ACQ_SHA" 2 "bench:raw:__rand_int__" \
-        lock:fence 0123456789abcdef0123456789abcdef 30000)
-    r=$(raw_rate "$c" EVALSHA "$REL_SHA" 2 "bench:raw:__rand_int__" \
-        lock-ch:bench 0123456789abcdef0123456789abcdef)
-    raw[$c]=$(awk -v a="$a" -v r="$r" 'BEGIN { printf "%.0f", 1 / (1 / a + 1 / r) }')
-    echo "raw redis-benchmark clients=$c acquire=$a/s release=$r/s pair=${raw[$c]}/s" >&2
+    ratios=()
+    declare -A round_rate round_raw round_p50 round_p99 round_err
+    for ((i = 0; i < ROUNDS; i++)); do
+        a=$(raw_rate "$c" EVALSHA "$ACQ_SHA" 2 "bench:raw:__rand_int__" \
+            lock:fence 0123456789abcdef0123456789abcdef 30000)
+        r=$(raw_rate "$c" EVALSHA "$REL_SHA" 2 "bench:raw:__rand_int__" \
+            lock-ch:bench 0123456789abcdef0123456789abcdef)
+        round_raw[$i]=$(awk -v a="$a" -v r="$r" 'BEGIN { printf "%.0f", 1 / (1 / a + 1 / r) }')
+        echo "raw redis-benchmark clients=$c acquire=$a/s release=$r/s pair=${round_raw[$i]}/s" >&2
+        run_cell redis "$c"
+        round_rate[$i]=${rate[redis,$c]:-0}
+        round_p50[$i]=${p50[redis,$c]}
+        round_p99[$i]=${p99[redis,$c]}
+        round_err[$i]=${errs[redis,$c]}
+        ratios+=("$(awk -v x="${round_rate[$i]}" -v y="${round_raw[$i]}" 'BEGIN { printf "%.4f", x / y }') $i")
+    done
+    mid=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(((ROUNDS + 1) / 2))p" | cut -d' ' -f2)
+    raw[$c]=${round_raw[$mid]}
+    rate[redis,$c]=${round_rate[$mid]}
+    p50[redis,$c]=${round_p50[$mid]}
+    p99[redis,$c]=${round_p99[$mid]}
+    errs[redis,$c]=${round_err[$mid]}
+    unset round_rate round_raw round_p50 round_p99 round_err
 done
 rcli --scan --pattern 'bench:raw:*' | xargs -r -n 1000 redis-cli -h "$RHOST" -p "$RPORT" -n "$RDB" DEL >/dev/null
 
 for b in $BACKENDS; do
-    url=$(url_of "$b")
-    [[ -n $url ]] || { echo "lock.sh: no URL for $b (make services)" >&2; exit 1; }
+    [[ $b == redis ]] && continue
     for c in $CLIENTS; do
-        line=$("$BIN" "$url" "$c" "$SECONDS_PER") || true
-        echo "$b clients=$c $line" >&2
-        rate[$b,$c]=$(sed -n 's/.*rate=\([0-9]*\).*/\1/p' <<<"$line")
-        p50[$b,$c]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
-        p99[$b,$c]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
-        errs[$b,$c]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
+        run_cell "$b" "$c"
     done
 done
 

@@ -8,6 +8,8 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,90 +135,6 @@ fail:
     return NULL;
 }
 
-void rconn_pool_init(struct rconn_pool *p, const struct lock_url *url, int host,
-                     uint32_t timeout_ms)
-{
-    memset(p, 0, sizeof(*p));
-    pthread_mutex_init(&p->mu, NULL);
-    p->url = url;
-    p->host = host;
-    p->timeout_ms = timeout_ms;
-}
-
-void rconn_pool_destroy(struct rconn_pool *p)
-{
-    for (int i = 0; i < p->nidle; i++)
-        redisFree(p->idle[i].rc);
-    free(p->idle);
-    pthread_mutex_destroy(&p->mu);
-}
-
-/* Connections idle for less than this are not checked (a poll() per
- * command would cost a third more system calls under load). */
-#define IDLE_CHECK_MS 1000
-
-/* A pooled connection the server closed while it sat idle (restart,
- * timeout) is readable: drop it rather than fail a request on it. */
-static int idle_dead(const struct rconn_idle *e, int64_t now)
-{
-    struct pollfd pfd = {.fd = e->rc->fd, .events = POLLIN};
-    return now - e->since_ms >= IDLE_CHECK_MS && poll(&pfd, 1, 0) != 0;
-}
-
-redisContext *rconn_pool_get(struct rconn_pool *p, int *err)
-{
-    redisContext *rc = NULL;
-    int64_t now = lock__mono_ms();
-
-    pthread_mutex_lock(&p->mu);
-    while (p->nidle > 0 && !rc) {
-        struct rconn_idle *e = &p->idle[--p->nidle];
-        rc = e->rc;
-        if (idle_dead(e, now)) {
-            redisFree(rc);
-            rc = NULL;
-        }
-    }
-    int64_t next_try = p->next_try_ms;
-    pthread_mutex_unlock(&p->mu);
-    if (rc)
-        return rc;
-    if (now < next_try) {
-        *err = -ECONNREFUSED;
-        return NULL;
-    }
-    rc = connect_one(p->url, p->host, p->timeout_ms, err);
-    if (!rc) {
-        pthread_mutex_lock(&p->mu);
-        p->next_try_ms = lock__mono_ms() + CONNECT_BACKOFF_MS;
-        pthread_mutex_unlock(&p->mu);
-    }
-    return rc;
-}
-
-void rconn_pool_put(struct rconn_pool *p, redisContext *rc)
-{
-    if (!rc)
-        return;
-    if (rc->err) {
-        redisFree(rc);
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    if (p->nidle == p->cap) {
-        p->cap = p->cap ? p->cap * 2 : 16;
-        p->idle = realloc(p->idle, (size_t)p->cap * sizeof(*p->idle));
-        if (!p->idle)
-            abort();
-    }
-    p->idle[p->nidle].rc = rc;
-    p->idle[p->nidle++].since_ms = lock__mono_ms();
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* argv for EVAL[SHA] script nkeys args...: at most 8 keys and args. */
-#define SCRIPT_ARGS_MAX 8
-
 static void script_argv(enum rconn_script s, int use_sha, char nk[4], int nkeys,
                         int argc, const char **argv, const size_t *lens,
                         const char **out_v, size_t *out_l, const char *sha)
@@ -239,52 +157,334 @@ static void script_argv(enum rconn_script s, int use_sha, char nk[4], int nkeys,
     }
 }
 
-int rconn_script_append(redisContext *rc, enum rconn_script s, int nkeys,
-                        int argc, const char **argv, const size_t *lens)
-{
-    const char *v[3 + SCRIPT_ARGS_MAX];
-    size_t l[3 + SCRIPT_ARGS_MAX];
-    char nk[4];
-    int ready = atomic_load(&shas_ready);
+/* ---- the multiplexed connection ---- */
 
-    script_argv(s, ready, nk, nkeys, argc, argv, lens, v, l,
-                ready ? shas[s] : NULL);
-    return redisAppendCommandArgv(rc, 3 + argc, v, l) == REDIS_OK
-               ? 0
-               : rconn_errno(rc);
+/* A connection idle for longer than this is checked before reuse (the
+ * server may have closed it: restart, timeout). */
+#define IDLE_CHECK_MS 1000
+#define READ_CHUNK 16384
+
+struct rconn_mux {
+    pthread_mutex_t mu; /* guards every field below */
+    const struct lock_url *url;
+    int host;
+    uint32_t timeout_ms;
+    redisContext *rc; /* NULL while disconnected; only its fd is used */
+    redisReader *reader;
+    struct rconn_call *head, *tail; /* sent, waiting for their replies */
+    int reading;                    /* a caller is reading for everyone */
+    int flushing;                   /* a caller is writing for everyone */
+    int broken;                     /* a write failed: reset when idle */
+    /* Commands not yet written: callers append (no system call), and
+     * whoever finds nobody flushing writes them all (one send() for many
+     * commands under load). wbuf is the flusher's spare. */
+    char *obuf, *wbuf;
+    size_t olen, ocap, wcap;
+    int64_t next_try_ms; /* connect back-off */
+    int64_t used_ms;     /* last reply or send */
+};
+
+struct rconn_mux *rconn_mux_new(const struct lock_url *url, int host,
+                                uint32_t timeout_ms)
+{
+    struct rconn_mux *m = xcalloc(1, sizeof(*m));
+
+    pthread_mutex_init(&m->mu, NULL);
+    m->url = url;
+    m->host = host;
+    m->timeout_ms = timeout_ms;
+    return m;
 }
 
-redisReply *rconn_script_reply(redisContext *rc, enum rconn_script s, int nkeys,
-                               int argc, const char **argv, const size_t *lens,
-                               int *err)
+/*
+ * With m->mu held: fail every call in flight with err and drop the
+ * connection; the next send reconnects. While a caller is in read() or
+ * send() on it, the socket is only shut down (which ends that call) and
+ * marked broken; that caller closes it when it comes back.
+ */
+static void mux_reset(struct rconn_mux *m, int err)
 {
-    redisReply *r = NULL;
-
-    if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
-        *err = rconn_errno(rc);
-        return NULL;
+    while (m->head) {
+        struct rconn_call *c = m->head;
+        m->head = c->next;
+        c->err = err;
+        c->done = 1;
+        pthread_cond_signal(&c->cv);
     }
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+    m->tail = NULL;
+    if (m->reading || m->flushing) {
+        if (m->rc && !m->broken)
+            shutdown(m->rc->fd, SHUT_RDWR);
+        m->broken = 1;
+        return;
+    }
+    if (m->rc) {
+        redisFree(m->rc);
+        m->rc = NULL;
+    }
+    if (m->reader) {
+        redisReaderFree(m->reader);
+        m->reader = NULL;
+    }
+    m->olen = 0;
+    m->broken = 0;
+}
+
+void rconn_mux_free(struct rconn_mux *m)
+{
+    if (!m)
+        return;
+    mux_reset(m, -ECONNRESET);
+    pthread_mutex_destroy(&m->mu);
+    free(m->obuf);
+    free(m->wbuf);
+    free(m);
+}
+
+/* With m->mu held: a usable connection, or an errno. */
+static int mux_connect(struct rconn_mux *m)
+{
+    int64_t now = lock__mono_ms();
+    int err;
+
+    if (m->rc && !m->head && !m->reading && !m->flushing &&
+        now - m->used_ms >= IDLE_CHECK_MS) {
+        struct pollfd pfd = {.fd = m->rc->fd, .events = POLLIN};
+        if (poll(&pfd, 1, 0) != 0)
+            mux_reset(m, -ECONNRESET);
+    }
+    if (m->broken && !m->reading && !m->flushing)
+        mux_reset(m, -ECONNRESET);
+    if (m->broken)
+        return -ECONNRESET;
+    if (m->rc)
+        return 0;
+    if (now < m->next_try_ms)
+        return -ECONNREFUSED;
+    m->rc = connect_one(m->url, m->host, m->timeout_ms, &err);
+    if (!m->rc) {
+        m->next_try_ms = lock__mono_ms() + CONNECT_BACKOFF_MS;
+        return err;
+    }
+    m->reader = redisReaderCreate();
+    if (!m->reader)
+        abort();
+    return 0;
+}
+
+/*
+ * With m->mu held: append cmd to the output buffer, then, unless another
+ * caller is already at it, write the buffer out until it is empty,
+ * dropping m->mu around each send(). A failed write marks the connection
+ * broken: a half-written command poisons the stream, so whoever reads next
+ * fails the calls in flight and resets it.
+ */
+static int mux_write(struct rconn_mux *m, const char *cmd, size_t len)
+{
+    int err = 0;
+
+    if (m->olen + len > m->ocap) {
+        m->ocap = (m->olen + len) * 2;
+        m->obuf = realloc(m->obuf, m->ocap);
+        if (!m->obuf)
+            abort();
+    }
+    memcpy(m->obuf + m->olen, cmd, len);
+    m->olen += len;
+    if (m->flushing)
+        return 0;
+
+    m->flushing = 1;
+    while (m->olen > 0 && !m->broken) {
+        /* Take the pending bytes; appenders fill the spare meanwhile. */
+        char *buf = m->obuf;
+        size_t n = m->olen, cap = m->ocap;
+        m->obuf = m->wbuf;
+        m->ocap = m->wcap;
+        m->olen = 0;
+        int fd = m->rc->fd;
+        pthread_mutex_unlock(&m->mu);
+
+        size_t off = 0;
+        while (off < n) {
+            ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                err = (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                          ? -ETIMEDOUT
+                          : -ECONNRESET;
+                shutdown(fd, SHUT_RDWR);
+                break;
+            }
+            off += (size_t)w;
+        }
+
+        pthread_mutex_lock(&m->mu);
+        m->wbuf = buf;
+        m->wcap = cap;
+        if (err)
+            m->broken = 1;
+    }
+    m->flushing = 0;
+    if (m->broken && !m->reading)
+        mux_reset(m, err ? err : -ECONNRESET);
+    return err;
+}
+
+static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
+{
+    const char *v[3 + RCONN_ARGS_MAX];
+    size_t l[3 + RCONN_ARGS_MAX];
+    char nk[4], *cmd = NULL;
+    int ready = atomic_load(&shas_ready) && !call->eval;
+
+    script_argv(call->script, ready, nk, call->nkeys, call->argc, call->argv,
+                call->lens, v, l, ready ? shas[call->script] : NULL);
+    int len = redisFormatCommandArgv(&cmd, 3 + call->argc, v, l);
+    if (len < 0)
+        abort();
+
+    pthread_mutex_lock(&m->mu);
+    int err = mux_connect(m);
+    if (!err) {
+        /* Queued before its bytes go out, so that its reply, however
+         * fast, finds it. A write failure fails it with the rest. */
+        call->next = NULL;
+        call->done = 0;
+        call->reply = NULL;
+        if (m->tail)
+            m->tail->next = call;
+        else
+            m->head = call;
+        m->tail = call;
+        m->used_ms = lock__mono_ms();
+        mux_write(m, cmd, (size_t)len);
+    }
+    pthread_mutex_unlock(&m->mu);
+    redisFreeCommand(cmd);
+    return err;
+}
+
+int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
+                   enum rconn_script s, int nkeys, int argc, const char **argv,
+                   const size_t *lens)
+{
+    call->script = s;
+    call->nkeys = nkeys;
+    call->argc = argc;
+    call->argv = argv;
+    call->lens = lens;
+    call->eval = 0;
+    call->err = 0;
+    pthread_cond_init(&call->cv, NULL);
+    int err = mux_send_cmd(m, call);
+    if (err)
+        pthread_cond_destroy(&call->cv);
+    return err;
+}
+
+/*
+ * With m->mu held, as the reader: one read(), then hand every complete
+ * reply to its call in order. m->mu is dropped around the read() so that
+ * others can keep sending.
+ */
+static void mux_read(struct rconn_mux *m)
+{
+    char buf[READ_CHUNK];
+    int fd = m->rc->fd;
+    redisReader *reader = m->reader;
+
+    m->reading = 1;
+    pthread_mutex_unlock(&m->mu);
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof(buf));
+    while (n < 0 && errno == EINTR);
+    int rerr = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -ETIMEDOUT
+                                                                  : -ECONNRESET;
+    pthread_mutex_lock(&m->mu);
+    m->reading = 0;
+
+    if (n <= 0 || redisReaderFeed(reader, buf, (size_t)n) != REDIS_OK) {
+        log_warn("redis lock connection lost", "host=%s err=%d",
+                 m->url->hosts[m->host].host, n <= 0 ? rerr : -EIO);
+        mux_reset(m, n <= 0 ? rerr : -EIO);
+        return;
+    }
+    m->used_ms = lock__mono_ms();
+    for (;;) {
+        void *r = NULL;
+        if (redisReaderGetReply(reader, &r) != REDIS_OK) {
+            mux_reset(m, -EIO);
+            return;
+        }
+        if (!r)
+            break;
+        struct rconn_call *c = m->head;
+        if (!c) { /* a reply nobody asked for: the stream is lost */
+            freeReplyObject(r);
+            mux_reset(m, -EIO);
+            return;
+        }
+        m->head = c->next;
+        if (!m->head)
+            m->tail = NULL;
+        c->reply = r;
+        c->done = 1;
+        pthread_cond_signal(&c->cv);
+    }
+}
+
+redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
+                           int *err)
+{
+    redisReply *r;
+
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!call->done) {
+            if (!m->reading && m->rc)
+                mux_read(m);
+            else if (!m->reading)
+                mux_reset(m, -ECONNRESET); /* cannot happen; never hang */
+            else
+                pthread_cond_wait(&call->cv, &m->mu);
+        }
+        /* Leader/follower: pass the reading on to the oldest waiter. */
+        if (!m->reading && m->head)
+            pthread_cond_signal(&m->head->cv);
+        r = call->reply;
+        if (call->err || !r || r->type != REDIS_REPLY_ERROR ||
+            strncmp(r->str, "NOSCRIPT", 8) != 0 || call->eval)
+            break;
         /* The server lost its script cache (SCRIPT FLUSH): EVAL runs the
          * script and caches it again. */
-        const char *v[3 + SCRIPT_ARGS_MAX];
-        size_t l[3 + SCRIPT_ARGS_MAX];
-        char nk[4];
-
         freeReplyObject(r);
-        script_argv(s, 0, nk, nkeys, argc, argv, lens, v, l, NULL);
-        r = redisCommandArgv(rc, 3 + argc, v, l);
-        if (!r) {
-            *err = rconn_errno(rc);
-            return NULL;
-        }
+        call->reply = NULL;
+        call->eval = 1;
+        pthread_mutex_unlock(&m->mu);
+        call->err = mux_send_cmd(m, call);
+        pthread_mutex_lock(&m->mu);
+        if (call->err)
+            break;
     }
-    if (r->type == REDIS_REPLY_ERROR) {
-        log_warn("redis lock script failed", "script=%d reply=\"%.*s\"", (int)s,
-                 (int)r->len, r->str);
+    pthread_mutex_unlock(&m->mu);
+    pthread_cond_destroy(&call->cv);
+
+    *err = call->err;
+    r = call->err ? NULL : call->reply;
+    if (call->err) {
+        freeReplyObject(call->reply);
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+        log_warn("redis lock script failed", "script=%d reply=\"%.*s\"",
+                 (int)call->script, (int)r->len, r->str);
         freeReplyObject(r);
         *err = -EIO;
-        return NULL;
+        r = NULL;
+    } else if (!r) {
+        *err = -EIO;
     }
+    call->reply = NULL;
     return r;
 }

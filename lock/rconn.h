@@ -1,6 +1,6 @@
 /*
- * rconn.h - Redis plumbing shared by the redis and redlock backends: a
- * connection pool per server, the lock scripts (loaded once per
+ * rconn.h - Redis plumbing shared by the redis and redlock backends: one
+ * multiplexed connection per server, the lock scripts (loaded once per
  * connection, run with EVALSHA, EVAL again after NOSCRIPT), and a pub/sub
  * listener per server that wakes waiters when a lock is released.
  * Internal to lock/.
@@ -37,43 +37,57 @@ enum rconn_script {
     RCONN_NSCRIPTS
 };
 
-/* A pool of connections to one server; thread-safe. */
-struct rconn_pool {
-    pthread_mutex_t mu;
-    const struct lock_url *url;
-    int host; /* index into url->hosts */
-    uint32_t timeout_ms;
-    struct rconn_idle {
-        redisContext *rc;
-        int64_t since_ms;
-    } * idle;
-    int nidle, cap;
-    int64_t next_try_ms; /* back-off after a failed connect */
+/* Most keys and args a script call takes. */
+#define RCONN_ARGS_MAX 8
+
+/*
+ * One connection to one server, shared by every thread of the client
+ * (like Lettuce's): calls are written in order as they come and their
+ * replies read back in the same order by whichever waiting caller is
+ * reading at the time (leader/follower, no extra thread), so concurrent
+ * lock operations travel pipelined and Redis serves them in batches.
+ * Thread-safe. The connection opens on first use (AUTH, SELECT, SCRIPT
+ * LOAD), is checked before reuse after a second idle, and after a failure
+ * every call in flight fails and the next call reconnects (after a 200 ms
+ * back-off if connecting failed).
+ */
+struct rconn_mux;
+
+struct rconn_mux *rconn_mux_new(const struct lock_url *url, int host,
+                                uint32_t timeout_ms);
+void rconn_mux_free(struct rconn_mux *m);
+
+/* One call in flight: the caller's, usually on its stack, until
+ * rconn_mux_wait() returns. Fields are private to rconn.c. */
+struct rconn_call {
+    struct rconn_call *next;
+    enum rconn_script script;
+    int nkeys, argc, eval;
+    const char **argv;
+    const size_t *lens;
+    redisReply *reply;
+    int err, done;
+    pthread_cond_t cv;
 };
 
-void rconn_pool_init(struct rconn_pool *p, const struct lock_url *url, int host,
-                     uint32_t timeout_ms);
-void rconn_pool_destroy(struct rconn_pool *p);
+/*
+ * Send EVALSHA of script s with nkeys keys followed by the args (argc
+ * strings with lengths, at most RCONN_ARGS_MAX; they must stay valid until
+ * rconn_mux_wait() returns). Returns 0, or an errno (-ECONNREFUSED,
+ * -ETIMEDOUT, -ECONNRESET) and then the call must not be waited for.
+ */
+int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
+                   enum rconn_script s, int nkeys, int argc, const char **argv,
+                   const size_t *lens);
 
 /*
- * A connected context (AUTH, SELECT and SCRIPT LOAD done), or NULL with
- * *err set (-ECONNREFUSED, -ETIMEDOUT, -EIO). Give it back with
- * rconn_pool_put(); a context with err set is freed there.
+ * Wait for the reply of a sent call, at most about the timeout, running
+ * EVAL if the server answered NOSCRIPT. Returns the reply (the caller
+ * frees it with freeReplyObject) or NULL with *err set: -ETIMEDOUT,
+ * -ECONNRESET, or -EIO for an error reply (logged).
  */
-redisContext *rconn_pool_get(struct rconn_pool *p, int *err);
-void rconn_pool_put(struct rconn_pool *p, redisContext *rc);
-
-/*
- * Queue EVALSHA of script s with the given keys and args (strings with
- * lengths; argc counts both) on rc without reading the reply. Then
- * rconn_script_reply() reads it, running EVAL if the server answered
- * NOSCRIPT. Returns the reply (caller frees) or NULL with *err set.
- */
-int rconn_script_append(redisContext *rc, enum rconn_script s, int nkeys,
-                        int argc, const char **argv, const size_t *lens);
-redisReply *rconn_script_reply(redisContext *rc, enum rconn_script s, int nkeys,
-                               int argc, const char **argv, const size_t *lens,
-                               int *err);
+redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
+                           int *err);
 
 /* Map a failed context to an errno (-ETIMEDOUT, -ECONNRESET, ...). */
 int rconn_errno(const redisContext *rc);

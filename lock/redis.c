@@ -25,7 +25,7 @@
 #define FALLBACK_MS 500
 
 struct redis_impl {
-    struct rconn_pool pool;
+    struct rconn_mux *mux;
     struct rconn_hub hub;
     struct rconn_psub *ps;
 };
@@ -37,7 +37,7 @@ static int redis_open(struct lock_client *c)
     if (c->url.nhosts != 1)
         return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
-    rconn_pool_init(&ri->pool, &c->url, 0, c->timeout_ms);
+    ri->mux = rconn_mux_new(&c->url, 0, c->timeout_ms);
     rconn_hub_init(&ri->hub);
     ri->ps = rconn_psub_new(&ri->hub, &c->url, 0, c->timeout_ms);
     c->impl = ri;
@@ -50,31 +50,24 @@ static void redis_close(struct lock_client *c)
 
     rconn_psub_free(ri->ps);
     rconn_hub_destroy(&ri->hub);
-    rconn_pool_destroy(&ri->pool);
+    rconn_mux_free(ri->mux);
     free(ri);
 }
 
 /*
- * Run script s on one pooled connection. keys/args as for
- * rconn_script_append(). Returns the reply (caller frees) or NULL with
- * *err set.
+ * Run script s (keys and args as for rconn_mux_send()) and wait for its
+ * reply. Returns the reply (caller frees) or NULL with *err set.
  */
-static redisReply *run_script(struct rconn_pool *pool, enum rconn_script s,
+static redisReply *run_script(struct rconn_mux *mux, enum rconn_script s,
                               int nkeys, int argc, const char **argv,
                               const size_t *lens, int *err)
 {
-    redisReply *r = NULL;
-    redisContext *rc = rconn_pool_get(pool, err);
+    struct rconn_call call;
 
-    if (!rc)
+    *err = rconn_mux_send(mux, &call, s, nkeys, argc, argv, lens);
+    if (*err)
         return NULL;
-    *err = rconn_script_append(rc, s, nkeys, argc, argv, lens);
-    if (*err == 0)
-        r = rconn_script_reply(rc, s, nkeys, argc, argv, lens, err);
-    if (!r && *err == 0)
-        *err = -EIO;
-    rconn_pool_put(pool, rc);
-    return r;
+    return rconn_mux_wait(mux, &call, err);
 }
 
 /* One try: *taken = 1 with l->fence set, or 0 with *pttl (ms) left. */
@@ -91,8 +84,7 @@ static int try_once(struct redis_impl *ri, struct lock *l, uint32_t lease,
     lens[1] = strlen(RCONN_FENCE_KEY);
     lens[2] = strlen(l->owner);
     lens[3] = strlen(lease_s);
-    redisReply *r =
-        run_script(&ri->pool, RCONN_ACQUIRE, 2, 4, argv, lens, &err);
+    redisReply *r = run_script(ri->mux, RCONN_ACQUIRE, 2, 4, argv, lens, &err);
     if (!r)
         return err;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -173,8 +165,7 @@ static int redis_release(struct lock *l, int *held)
     lens[1] = (size_t)snprintf(channel, sizeof(channel),
                                RCONN_CHANNEL_PREFIX "%s", l->name);
     lens[2] = strlen(l->owner);
-    redisReply *r =
-        run_script(&ri->pool, RCONN_RELEASE, 2, 3, argv, lens, &err);
+    redisReply *r = run_script(ri->mux, RCONN_RELEASE, 2, 3, argv, lens, &err);
     if (!r)
         return err;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -198,7 +189,7 @@ static int redis_renew(struct lock *l, uint32_t lease, int *held)
     lens[0] = l->name_len;
     lens[1] = strlen(l->owner);
     lens[2] = strlen(lease_s);
-    redisReply *r = run_script(&ri->pool, RCONN_RENEW, 1, 3, argv, lens, &err);
+    redisReply *r = run_script(ri->mux, RCONN_RENEW, 1, 3, argv, lens, &err);
     if (!r)
         return err;
     if (r->type != REDIS_REPLY_INTEGER) {

@@ -33,7 +33,7 @@
 
 struct redlock_impl {
     int n, quorum;
-    struct rconn_pool pools[LOCK_URL_HOSTS_MAX];
+    struct rconn_mux *mux[LOCK_URL_HOSTS_MAX];
     struct rconn_hub hub;
     struct rconn_psub *ps[LOCK_URL_HOSTS_MAX];
 };
@@ -50,7 +50,7 @@ static int redlock_open(struct lock_client *c)
     ri->quorum = ri->n / 2 + 1;
     rconn_hub_init(&ri->hub);
     for (int i = 0; i < ri->n; i++) {
-        rconn_pool_init(&ri->pools[i], &c->url, i, c->timeout_ms);
+        ri->mux[i] = rconn_mux_new(&c->url, i, c->timeout_ms);
         ri->ps[i] = rconn_psub_new(&ri->hub, &c->url, i, c->timeout_ms);
     }
     c->impl = ri;
@@ -63,7 +63,7 @@ static void redlock_close(struct lock_client *c)
 
     for (int i = 0; i < ri->n; i++) {
         rconn_psub_free(ri->ps[i]);
-        rconn_pool_destroy(&ri->pools[i]);
+        rconn_mux_free(ri->mux[i]);
     }
     rconn_hub_destroy(&ri->hub);
     free(ri);
@@ -83,31 +83,21 @@ static void fan_out(struct redlock_impl *ri, enum rconn_script s, int nkeys,
                     int argc, const char **argv, const size_t *lens,
                     const int *only, struct answer *a)
 {
-    redisContext *rc[LOCK_URL_HOSTS_MAX] = {0};
+    struct rconn_call call[LOCK_URL_HOSTS_MAX];
+    int sent[LOCK_URL_HOSTS_MAX] = {0};
 
     for (int i = 0; i < ri->n; i++) {
         a[i].r = NULL;
         a[i].err = -ENOTCONN;
         if (only && !only[i])
             continue;
-        rc[i] = rconn_pool_get(&ri->pools[i], &a[i].err);
-        if (rc[i])
-            a[i].err = rconn_script_append(rc[i], s, nkeys, argc, argv, lens);
+        a[i].err =
+            rconn_mux_send(ri->mux[i], &call[i], s, nkeys, argc, argv, lens);
+        sent[i] = a[i].err == 0;
     }
-    for (int i = 0; i < ri->n; i++) {
-        if (!rc[i])
-            continue;
-        if (a[i].err) {
-            /* A failed append leaves the request half-written. */
-            rc[i]->err = REDIS_ERR_OTHER;
-        } else {
-            a[i].r = rconn_script_reply(rc[i], s, nkeys, argc, argv, lens,
-                                        &a[i].err);
-            if (!a[i].r && a[i].err == 0)
-                a[i].err = -EIO;
-        }
-        rconn_pool_put(&ri->pools[i], rc[i]);
-    }
+    for (int i = 0; i < ri->n; i++)
+        if (sent[i])
+            a[i].r = rconn_mux_wait(ri->mux[i], &call[i], &a[i].err);
 }
 
 static void fan_out_free(struct redlock_impl *ri, struct answer *a)
