@@ -62,6 +62,17 @@ int rconn_errno(const redisContext *rc)
     }
 }
 
+int rconn_url_check(const struct lock_url *u)
+{
+    size_t n = strlen(u->path);
+
+    if (n > 5 || strspn(u->path, "0123456789") != n) {
+        log_warn("lock url invalid", "why=\"redis db must be a number\"");
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static struct timeval ms_tv(uint32_t ms)
 {
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};

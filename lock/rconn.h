@@ -89,6 +89,9 @@ int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
 redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
                            int *err);
 
+/* 0 if the URL's path is empty or a database number, else -EINVAL. */
+int rconn_url_check(const struct lock_url *u);
+
 /* Map a failed context to an errno (-ETIMEDOUT, -ECONNRESET, ...). */
 int rconn_errno(const redisContext *rc);
 

@@ -36,6 +36,8 @@ static int redis_open(struct lock_client *c)
 
     if (c->url.nhosts != 1)
         return -EINVAL;
+    if (rconn_url_check(&c->url))
+        return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
     ri->mux = rconn_mux_new(&c->url, 0, c->timeout_ms);
     rconn_hub_init(&ri->hub);

@@ -45,6 +45,8 @@ static int redlock_open(struct lock_client *c)
     /* One server is a plain Redis lock; two cannot survive a failure. */
     if (c->url.nhosts < 3)
         return -EINVAL;
+    if (rconn_url_check(&c->url))
+        return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
     ri->n = c->url.nhosts;
     ri->quorum = ri->n / 2 + 1;
