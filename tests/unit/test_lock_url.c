@@ -1,0 +1,153 @@
+/*
+ * test_lock_url.c - unit tests of the lock URL parser (lock/url.c) and of
+ * the checks lock_client_open() makes before any I/O: schemes, host lists,
+ * IPv6 literals, credentials, query settings and every malformed form.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lock/internal.h"
+
+static void test_single_redis(void **state)
+{
+    struct lock_url u;
+    char err[160];
+
+    (void)state;
+    assert_int_equal(
+        0, lock__url_parse("redis://127.0.0.1:16379/1", &u, err, sizeof(err)));
+    assert_string_equal("redis", u.scheme);
+    assert_int_equal(1, u.nhosts);
+    assert_string_equal("127.0.0.1", u.hosts[0].host);
+    assert_int_equal(16379, u.hosts[0].port);
+    assert_string_equal("1", u.path);
+    assert_int_equal(0, u.has_pass);
+    assert_int_equal(0, u.timeout_ms);
+}
+
+static void test_credentials_and_hosts(void **state)
+{
+    struct lock_url u;
+    char err[160];
+
+    (void)state;
+    assert_int_equal(0, lock__url_parse("redlock://bob:s3cr:t@a:1,b,[::1]:3/2"
+                                        "?timeout_ms=50&session_ms=4000",
+                                        &u, err, sizeof(err)));
+    assert_string_equal("bob", u.user);
+    assert_string_equal("s3cr:t", u.pass);
+    assert_int_equal(1, u.has_pass);
+    assert_int_equal(3, u.nhosts);
+    assert_string_equal("a", u.hosts[0].host);
+    assert_int_equal(1, u.hosts[0].port);
+    assert_string_equal("b", u.hosts[1].host);
+    assert_int_equal(0, u.hosts[1].port); /* the backend's default */
+    assert_string_equal("::1", u.hosts[2].host);
+    assert_int_equal(3, u.hosts[2].port);
+    assert_string_equal("2", u.path);
+    assert_int_equal(50, u.timeout_ms);
+    assert_int_equal(4000, u.session_ms);
+
+    /* Password only, as redis://:pass@host. */
+    assert_int_equal(0, lock__url_parse("redis://:pw@h", &u, err, sizeof(err)));
+    assert_string_equal("", u.user);
+    assert_string_equal("pw", u.pass);
+    assert_int_equal(1, u.has_pass);
+
+    /* A ZooKeeper root path keeps its inner slashes. */
+    assert_int_equal(
+        0, lock__url_parse("zookeeper://z:2181/a/b", &u, err, sizeof(err)));
+    assert_string_equal("a/b", u.path);
+}
+
+static void test_malformed(void **state)
+{
+    static const char *const bad[] = {
+        "",
+        "redis",
+        "://host",
+        "redis://",
+        "redis:///1",
+        "redis://h:",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h:12ab",
+        "redis://h,",
+        "redis://h,,k",
+        "redis://[::1",
+        "redis://[::1]x",
+        "redis://h?timeout_ms",
+        "redis://h?timeout_ms=0",
+        "redis://h?timeout_ms=abc",
+        "redis://h?timeout_ms=3600001",
+        "redis://h?bogus=1",
+        "redlock://a,b,c,d,e,f,g,h,i,j",
+        "averyveryverylongscheme://h",
+    };
+    struct lock_url u;
+    char err[160];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        if (lock__url_parse(bad[i], &u, err, sizeof(err)) != -EINVAL)
+            fail_msg("accepted \"%s\"", bad[i]);
+        if (!err[0])
+            fail_msg("no reason for \"%s\"", bad[i]);
+    }
+}
+
+/* What lock_client_open() refuses before connecting to anything. */
+static void test_client_open_refuses(void **state)
+{
+    static const char *const bad[] = {
+        "nosuch://h:1",
+        "redis://h:1/notadb",
+        "redis://a:1,b:2",         /* one server only */
+        "redlock://a:1,b:2",       /* RedLock needs at least three */
+        "redlock://a:1,b:2,c:3/x", /* database must be a number */
+    };
+    struct lock_client *c = NULL;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (lock_client_open(bad[i], NULL, &c) != -EINVAL)
+            fail_msg("accepted \"%s\"", bad[i]);
+    assert_int_equal(-EINVAL, lock_client_open(NULL, NULL, &c));
+
+    /* Valid URLs open without any server: connections are lazy. */
+    assert_int_equal(0, lock_client_open("redis://127.0.0.1:1/0", NULL, &c));
+    assert_string_equal("redis", lock_client_backend(c));
+    struct lock *l = NULL;
+    assert_int_equal(-EINVAL, lock_new(c, "", &l));
+    char longname[LOCK_NAME_MAX + 2];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_int_equal(-EINVAL, lock_new(c, longname, &l));
+    longname[LOCK_NAME_MAX] = '\0';
+    assert_int_equal(0, lock_new(c, longname, &l));
+    assert_int_equal(32, strlen(lock_owner(l)));
+    assert_int_equal(0, lock_holds(l));
+    assert_int_equal(0, lock_fence(l));
+    int held = 1;
+    assert_int_equal(-ENOLCK, lock_release(l, &held));
+    lock_free(l);
+    lock_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_redis),
+        cmocka_unit_test(test_credentials_and_hosts),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_client_open_refuses),
+    };
+    return cmocka_run_group_tests_name("lock_url", tests, NULL, NULL);
+}
