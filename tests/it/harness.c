@@ -1176,3 +1176,72 @@ long it_purchase(const struct it_server *srv, int64_t voucher_id,
              (long long)voucher_id);
     return it_http(srv, "POST", path, NULL, tok, resp);
 }
+
+/* ---- faults ---- */
+
+pid_t it_pidfile_read(const char *path)
+{
+    char buf[32] = "";
+    long pid;
+    FILE *f = fopen(path, "r");
+
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    fclose(f);
+    pid = strtol(buf, NULL, 10);
+    return pid > 0 && pid <= INT_MAX ? (pid_t)pid : -1;
+}
+
+int it_blackhole_listen(uint16_t *port)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd, err;
+
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto fail;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        goto close_fail;
+    *port = ntohs(sa.sin_port);
+    return fd;
+
+close_fail:
+    err = errno;
+    close(fd);
+    errno = err;
+fail:
+    fprintf(stderr, "harness: blackhole listener: %s\n", strerror(errno));
+    return -1;
+}
+
+size_t it_sql_kill_sessions_of(pid_t pid, uint16_t port)
+{
+    uint16_t ports[64];
+    size_t n, i, killed = 0;
+    int64_t self, id;
+
+    self = it_sql_scalar("SELECT CONNECTION_ID()");
+    n = it_proc_tcp_ports(pid, port, ports, 64);
+    if (n > 64)
+        n = 64;
+    for (i = 0; i < n; i++) {
+        id = it_sql_scalar("SELECT COALESCE(MAX(ID), -1) FROM "
+                           "information_schema.PROCESSLIST WHERE HOST = "
+                           "'127.0.0.1:%u'",
+                           (unsigned)ports[i]);
+        if (id <= 0 || id == self)
+            continue;
+        /* Not counted if it ended meanwhile (1094, unknown thread). */
+        if (it_sql_exec("KILL CONNECTION %lld", (long long)id) == 0)
+            killed++;
+    }
+    return killed;
+}

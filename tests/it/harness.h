@@ -302,4 +302,29 @@ int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
 long it_purchase(const struct it_server *srv, int64_t voucher_id,
                  int64_t user_id, struct it_resp *resp);
 
+/* ---- faults ---- */
+
+/*
+ * The pid written in a pid file (a decimal number, as redis-server and
+ * scripts/services.sh write them), or -1 if the file cannot be read or
+ * holds no positive number. Does not use cmocka.
+ */
+pid_t it_pidfile_read(const char *path);
+
+/*
+ * A loopback TCP socket that listens but never accepts: connecting to it
+ * succeeds (the kernel completes the handshake) and nothing ever answers,
+ * like a stopped server. Stores its port in *port; returns the socket, to
+ * close(2) after the test, or -1 with a message on stderr.
+ */
+int it_blackhole_listen(uint16_t *port);
+
+/*
+ * KILL CONNECTION every MySQL session that process pid has open to
+ * 127.0.0.1:port (its established TCP connections, matched to
+ * information_schema.PROCESSLIST by HOST), except the helper's own
+ * connection. Asserts the queries ran; returns how many were killed.
+ */
+size_t it_sql_kill_sessions_of(pid_t pid, uint16_t port);
+
 #endif

@@ -1,140 +1,111 @@
 /*
- * test_lock.c - integration tests of lock/lock.h against the real Redis
- * named by SECKILL_REDIS_URL (redis://[[user]:pass@]host:port/db): mutual
- * exclusion, owner-only release, expiry of dead holders, the EVALSHA to
- * EVAL fallback, input checks and the error codes for a dead connection and
- * for error replies.
+ * test_lock.c - the lock contract suite: the same tests of lock/lock.h,
+ * registered once per backend (one cmocka group each, tests named
+ * "<backend>: <test>"), against the servers of .run/env.test:
  *
- * Every key starts with "test:lock:<pid>:" so concurrent runs don't collide;
- * each test's teardown deletes them. Forked children never call cmocka
- * (its asserts would longjmp into the child's copy of the runner): they
- * report through their exit status, and an alarm bounds how long they run.
+ *   redis      SECKILL_REDIS_URL
+ *   redlock    SECKILL_LOCK_REDLOCK_URL (three redis-servers, their pids in
+ *              .run/redlock-<port>.pid)
+ *   mysql      SECKILL_MYSQL_URL
+ *   zookeeper  SECKILL_LOCK_ZK_URL
+ *
+ * A missing URL fails every test of its group: `make test` must cover all
+ * four. Checked: mutual exclusion across processes and threads, owner-only
+ * release, reentrancy, a SIGKILLed holder, the watchdog, fencing tokens
+ * against a MySQL-guarded write from a SIGSTOPped holder, RedLock's quorum
+ * with stopped servers, wake-up by release, a backend that is down, and the
+ * input checks.
+ *
+ * Other processes hold locks through "agents": forked children with their
+ * own client and one struct lock, driven over pipes (acquire, release, ...).
+ * Forked children never call cmocka (its asserts would longjmp into the
+ * child's copy of the runner): they answer through pipes and exit statuses,
+ * and an alarm bounds how long they live. Lock names start with
+ * "it-lock-<pid>-<n>-" so runs don't collide; teardowns delete what the
+ * backends keep (Redis keys, ZooKeeper nodes, rows).
+ *
+ * The tests reach behind the API only to break things: delete a Redis key
+ * whose name contains the lock name, delete a ZooKeeper node whose path
+ * does, KILL a process's MySQL sessions, stop a RedLock server.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
-#include <sodium.h>
+#include <mysql.h>
+/* The synchronous API (zoo_get_children, ...) is only declared with it. */
+#define THREADED
+#include <zookeeper/zookeeper.h>
 
+#include "lock/internal.h" /* lock__url_parse(): where the servers are */
 #include "lock/lock.h"
 #include "tests/it/harness.h"
 
-#define TTL_MS 5000
-/* Contention test: processes and iterations per process. */
-#define NCHILD 4
-#define NITER 200
-/* Seconds a forked child may run before SIGALRM kills it. */
-#define CHILD_ALARM_S 60
-
+/* Every backend's per-operation timeout (?timeout_ms=). */
+#define TIMEOUT_MS 500
 /*
- * SECKILL_REDIS_URL, parsed by the group setup before any fork. Tests and
- * forked children connect with it_redis_open(redis_cfg), which never calls
- * cmocka: NULL on failure.
+ * ZooKeeper's session timeout (?session_ms=): a dead or paused holder frees
+ * its lock after about this long. The server must allow it (tickTime of
+ * 1000 ms or less: sessions are clamped to 2..20 ticks).
  */
-static const struct store_config *redis_cfg;
+#define ZK_SESSION_MS 2000
+/* The watchdog's lease (lock_options): renewals every 200 ms. */
+#define WD_LEASE_MS 600
+/* A lease no test outlives. */
+#define LONG_LEASE_MS 30000
+/* Leases that the tests wait out: owner-only release, SIGKILL, fencing. */
+#define OWNER_LEASE_MS 300
+#define KILL_LEASE_MS 1000
+#define FENCE_LEASE_MS 800
+/* Slack on top of a lease or session before a freed lock must be taken. */
+#define EXPIRY_SLACK_MS 700
+#define ZK_EXPIRY_SLACK_MS 2000
+/* Slack on top of the timeouts a failing call may take. */
+#define FAIL_SLACK_MS 700
+/* Release to acquire by a blocked waiter (far below any retry timer). */
+#define HANDOVER_MAX_MS 50
+#define HANDOVER_ROUNDS 5
+/* Mutual exclusion: processes x threads x iterations, and the hold. */
+#define MX_PROCS 4
+#define MX_THREADS 4
+#define MX_ITERS 100
+#define MX_HOLD_US 100
+/* How long an agent may take to answer, and a forked child to live. */
+#define AGENT_REPLY_MS 20000
+#define CHILD_ALARM_S 120
 
-static char key_prefix[64];
-/* The temporary ACL user of test_error_reply, dropped by every teardown. */
-static char acl_user[64];
+enum backend_kind { BK_REDIS, BK_REDLOCK, BK_MYSQL, BK_ZK };
 
-/* What each test gets in *state: one connection, its own. */
-struct fixture {
-    redisContext *rc;
+struct backend {
+    enum backend_kind kind;
+    const char *name; /* lock_client_backend() and the group name */
+    const char *env;  /* the variable holding its URL */
 };
 
-/* Run a command, returning the reply or NULL; for children and helpers. */
-static redisReply *cmd_try(redisContext *rc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static redisReply *cmd_try(redisContext *rc, const char *fmt, ...)
-{
-    va_list ap;
-    void *r;
+static struct backend backends[] = {
+    {BK_REDIS, "redis", "SECKILL_REDIS_URL"},
+    {BK_REDLOCK, "redlock", "SECKILL_LOCK_REDLOCK_URL"},
+    {BK_MYSQL, "mysql", "SECKILL_MYSQL_URL"},
+    {BK_ZK, "zookeeper", "SECKILL_LOCK_ZK_URL"},
+};
 
-    va_start(ap, fmt);
-    r = redisvCommand(rc, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-/* Run a command that must get a non-error reply. Caller frees the reply. */
-static redisReply *cmd(redisContext *rc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static redisReply *cmd(redisContext *rc, const char *fmt, ...)
-{
-    va_list ap;
-    redisReply *r;
-
-    va_start(ap, fmt);
-    r = redisvCommand(rc, fmt, ap);
-    va_end(ap);
-    if (!r)
-        fail_msg("redis command '%s' failed: %s", fmt, rc->errstr);
-    if (r->type == REDIS_REPLY_ERROR)
-        fail_msg("redis command '%s' answered: %s", fmt, r->str);
-    return r;
-}
-
-/* Run "verb key" (EXISTS, PTTL) and return its integer reply. */
-static long long key_int(redisContext *rc, const char *verb, const char *key)
-{
-    redisReply *r = cmd(rc, "%s %s", verb, key);
-    long long v;
-
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    v = r->integer;
-    freeReplyObject(r);
-    return v;
-}
-
-/*
- * GET key into buf (size bytes). Returns 1 if the key held a string, 0 if
- * it did not exist.
- */
-static int get_str(redisContext *rc, const char *key, char *buf, size_t size)
-{
-    redisReply *r = cmd(rc, "GET %s", key);
-    int found = 0;
-
-    if (r->type == REDIS_REPLY_STRING) {
-        assert_true(r->len < size);
-        memcpy(buf, r->str, r->len);
-        buf[r->len] = '\0';
-        found = 1;
-    } else {
-        assert_int_equal(r->type, REDIS_REPLY_NIL);
-        buf[0] = '\0';
-    }
-    freeReplyObject(r);
-    return found;
-}
-
-static void make_key(char *buf, size_t size, const char *name)
-{
-    int n = snprintf(buf, size, "%s%s", key_prefix, name);
-
-    assert_true(n > 0 && (size_t)n < size);
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000,
-                          .tv_nsec = (ms % 1000) * 1000000L};
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
+/* ---- small helpers (no cmocka: children use them too) ---- */
 
 static int64_t mono_us(void)
 {
@@ -144,547 +115,1889 @@ static int64_t mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static int is_owner_string(const char *s)
+static void sleep_ms(int64_t ms)
 {
-    size_t i;
+    struct timespec ts = {.tv_sec = ms / 1000,
+                          .tv_nsec = (ms % 1000) * 1000000L};
 
-    for (i = 0; s[i] != '\0'; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-              (c >= 'A' && c <= 'F')))
-            return 0;
+    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Sleep until the monotonic time until_us. */
+static void sleep_until_us(int64_t until_us)
+{
+    int64_t left = until_us - mono_us();
+
+    if (left > 0)
+        sleep_ms((left + 999) / 1000);
+}
+
+/* Write or read exactly n bytes. read_full: 0, 1 on EOF first, -1. */
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
     }
-    return i == LOCK_OWNER_LEN - 1;
-}
-
-/* Acquire key on rc and assert it was free. */
-static void acquire_ok(redisContext *rc, const char *key, uint32_t ttl_ms,
-                       struct lock_handle *h)
-{
-    enum lock_status st = LOCK_BUSY;
-
-    assert_int_equal(lock_acquire(rc, key, ttl_ms, h, &st), 0);
-    assert_int_equal(st, LOCK_ACQUIRED);
-    assert_string_equal(h->key, key);
-}
-
-static void assert_busy(redisContext *rc, const char *key)
-{
-    struct lock_handle h;
-    enum lock_status st = LOCK_ACQUIRED;
-
-    assert_int_equal(lock_acquire(rc, key, TTL_MS, &h, &st), 0);
-    assert_int_equal(st, LOCK_BUSY);
-}
-
-static int release(redisContext *rc, const struct lock_handle *h)
-{
-    int released = -1;
-
-    assert_int_equal(lock_release(rc, h, &released), 0);
-    assert_true(released == 0 || released == 1);
-    return released;
-}
-
-/* Wait for a child and return its exit code, or 128+signal. */
-static int wait_child(pid_t pid)
-{
-    int status;
-
-    while (waitpid(pid, &status, 0) < 0)
-        assert_int_equal(errno, EINTR);
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
-    return 128 + WTERMSIG(status);
-}
-
-/* ---- fixtures ---- */
-
-static int group_setup(void **state)
-{
-    redisContext *rc;
-
-    (void)state;
-    redis_cfg = it_store_config();
-    snprintf(key_prefix, sizeof(key_prefix), "test:lock:%ld:", (long)getpid());
-    snprintf(acl_user, sizeof(acl_user), "test-lock-%ld", (long)getpid());
-    /* Writing to a connection the server closed must fail, not kill us. */
-    signal(SIGPIPE, SIG_IGN);
-    rc = it_redis_open(redis_cfg);
-    if (!rc)
-        return -1;
-    redisFree(rc);
     return 0;
 }
 
-static int setup(void **state)
+static int read_full(int fd, void *buf, size_t n)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
+    char *p = buf;
+    size_t got = 0;
+
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return got == 0 ? 1 : -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* "exited with 3", "killed by signal 9" into buf. */
+static const char *describe_status(int status, char *buf, size_t size)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, size, "exited with %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, size, "killed by signal %d", WTERMSIG(status));
+    else
+        snprintf(buf, size, "status 0x%x", status);
+    return buf;
+}
+
+static const char *rc_str(int rc)
+{
+    return rc == 0 ? "ok" : strerror(-rc);
+}
+
+/*
+ * The guarded write of the fencing test: store value under name only if no
+ * higher token was accepted before. Returns the affected rows (1: accepted,
+ * 0: refused) or -1 after printing why. A prepared statement on a
+ * connection of its own, so forked children can call it.
+ */
+static long long fenced_write(const struct store_config *sc, const char *name,
+                              long long value, uint64_t fence)
+{
+    static const char sql[] = "UPDATE fenced_resource SET value = ?, "
+                              "fence = ? WHERE name = ? AND fence <= ?";
+    unsigned timeout_s = 10;
+    unsigned long name_len = strlen(name);
+    MYSQL_BIND bind[4];
+    MYSQL_STMT *stmt = NULL;
+    long long rows = -1;
+    MYSQL *db;
+
+    db = mysql_init(NULL);
+    if (!db)
+        return -1;
+    mysql_options(db, MYSQL_OPT_CONNECT_TIMEOUT, &timeout_s);
+    mysql_options(db, MYSQL_OPT_READ_TIMEOUT, &timeout_s);
+    mysql_options(db, MYSQL_OPT_WRITE_TIMEOUT, &timeout_s);
+    if (!mysql_real_connect(db, sc->mysql_host, sc->mysql_user, sc->mysql_pass,
+                            sc->mysql_db, sc->mysql_port, NULL, 0)) {
+        fprintf(stderr, "fenced_write: connect: %s\n", mysql_error(db));
+        goto out;
+    }
+    stmt = mysql_stmt_init(db);
+    if (!stmt || mysql_stmt_prepare(stmt, sql, sizeof(sql) - 1) != 0)
+        goto stmt_error;
+    memset(bind, 0, sizeof(bind));
+    bind[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    bind[0].buffer = &value;
+    bind[1].buffer_type = MYSQL_TYPE_LONGLONG;
+    bind[1].buffer = &fence;
+    bind[1].is_unsigned = 1;
+    bind[2].buffer_type = MYSQL_TYPE_STRING;
+    bind[2].buffer = (char *)name;
+    bind[2].buffer_length = name_len;
+    bind[2].length = &name_len;
+    bind[3] = bind[1];
+    if (mysql_stmt_bind_param(stmt, bind) != 0 || mysql_stmt_execute(stmt) != 0)
+        goto stmt_error;
+    rows = (long long)mysql_stmt_affected_rows(stmt);
+    goto out;
+
+stmt_error:
+    fprintf(stderr, "fenced_write: %s\n",
+            stmt ? mysql_stmt_error(stmt) : mysql_error(db));
+out:
+    if (stmt)
+        mysql_stmt_close(stmt);
+    mysql_close(db);
+    return rows;
+}
+
+/* ---- agents: a struct lock in another process ---- */
+
+enum agent_op {
+    AG_ACQUIRE = 1, /* lock_acquire(wait_ms, lease_ms) */
+    AG_RELEASE,     /* lock_release() */
+    AG_STATE,       /* holds, fence, lost */
+    AG_WRITE,       /* fenced_write(arg) with the token of the last acquire */
+    AG_WAIT_LOST,   /* poll lock_lost() for up to arg ms */
+};
+
+struct agent_cmd {
+    int op;
+    uint32_t wait_ms;
+    uint32_t lease_ms;
+    int64_t arg;
+};
+
+struct agent_reply {
+    int rc;
+    int status; /* enum lock_status after AG_ACQUIRE */
+    int held;   /* after AG_RELEASE */
+    int lost;
+    unsigned holds;
+    uint64_t fence;
+    int64_t value; /* AG_WRITE: affected rows */
+    int64_t t0_us; /* monotonic, when the operation started */
+    int64_t t_us;  /* and when it ended */
+};
+
+struct agent {
+    pid_t pid; /* 0 once reaped */
+    int to_fd;
+    int from_fd;
+    int stopped; /* SIGSTOPped by the test */
+};
+
+/* The MySQL of AG_WRITE, set by the parent before the agent forks. */
+static const struct store_config *agent_sc;
+
+/*
+ * The agent's life: open a client for url, make one struct lock for name,
+ * then serve commands until EOF. Returns the exit code.
+ */
+static int agent_main(const char *url, const struct lock_options *opt,
+                      const char *name, int in, int out)
+{
+    struct lock_client *c = NULL;
+    struct lock *l = NULL;
+    uint64_t token = 0;
+    struct agent_cmd cmd;
+    int rc;
+
+    if (lock_client_open(url, opt, &c) != 0)
+        return 10;
+    if (lock_new(c, name, &l) != 0)
+        return 11;
+    while ((rc = read_full(in, &cmd, sizeof(cmd))) == 0) {
+        struct agent_reply r;
+        enum lock_status st = LOCK_BUSY;
+        int64_t until;
+
+        memset(&r, 0, sizeof(r));
+        r.t0_us = mono_us();
+        switch (cmd.op) {
+        case AG_ACQUIRE:
+            r.rc = lock_acquire(l, cmd.wait_ms, cmd.lease_ms, &st);
+            r.status = (int)st;
+            if (r.rc == 0 && st == LOCK_ACQUIRED)
+                token = lock_fence(l);
+            break;
+        case AG_RELEASE:
+            r.held = -1;
+            r.rc = lock_release(l, &r.held);
+            break;
+        case AG_STATE:
+            break;
+        case AG_WRITE:
+            r.value = fenced_write(agent_sc, name, cmd.arg, token);
+            r.fence = token;
+            break;
+        case AG_WAIT_LOST:
+            until = r.t0_us + cmd.arg * 1000;
+            while (!lock_lost(l) && mono_us() < until)
+                sleep_ms(2);
+            break;
+        default:
+            return 12;
+        }
+        r.t_us = mono_us();
+        r.lost = lock_lost(l);
+        r.holds = lock_holds(l);
+        if (cmd.op != AG_WRITE)
+            r.fence = lock_fence(l);
+        if (write_full(out, &r, sizeof(r)) != 0)
+            return 13;
+    }
+    lock_free(l);
+    lock_client_close(c);
+    return rc == 1 ? 0 : 14;
+}
+
+/* ---- the fixture ---- */
+
+#define FX_LOCKS_MAX 32
+#define FX_CLIENTS_MAX 4
+#define FX_AGENTS_MAX 4
+#define FX_FDS_MAX 8
+
+struct fx {
+    const struct backend *b;
+    char url[1024];    /* the backend's URL with our settings */
+    char why_not[256]; /* why url is unusable, or "" */
+    struct lock_url u; /* url parsed: where the servers are */
+    char prefix[64];   /* of every lock name of this test */
+    struct lock_options opt;
+
+    struct lock_client *c;                       /* opened on first use */
+    struct lock_client *clients[FX_CLIENTS_MAX]; /* other clients */
+    size_t nclients;
+    struct lock *locks[FX_LOCKS_MAX]; /* freed by the teardown */
+    size_t nlocks;
+    struct agent agents[FX_AGENTS_MAX];
+    size_t nagents;
+    int fds[FX_FDS_MAX]; /* blackhole listeners */
+    size_t nfds;
+
+    /* Raw access to the servers, opened on first use. */
+    redisContext *rc[LOCK_URL_HOSTS_MAX];
+    zhandle_t *zh;
+    atomic_int zk_state;
+
+    /* SIGSTOPped RedLock servers, and the process that resumes them if we
+     * die first. */
+    pid_t stopped[LOCK_URL_HOSTS_MAX];
+    size_t nstopped;
+    pid_t guard_pid;
+    int guard_fd;
+
+    int used_table; /* rows of fenced_resource to delete */
+};
+
+static unsigned fx_seq;
+
+static int fx_setup(void **state)
+{
+    const struct backend *b = *state;
+    const char *env = getenv(b->env);
+    struct fx *f = calloc(1, sizeof(*f));
+    char err[256] = "";
+    int n;
 
     if (!f)
         return -1;
-    f->rc = it_redis_open(redis_cfg);
-    if (!f->rc) {
-        free(f);
-        return -1;
+    f->b = b;
+    f->guard_fd = -1;
+    f->opt.watchdog_lease_ms = WD_LEASE_MS;
+    snprintf(f->prefix, sizeof(f->prefix), "it-lock-%ld-%u-", (long)getpid(),
+             ++fx_seq);
+    if (!env || !*env) {
+        snprintf(f->why_not, sizeof(f->why_not),
+                 "%s is not set (source .run/env.test; scripts/services.sh "
+                 "starts every backend's server)",
+                 b->env);
+    } else {
+        n = snprintf(f->url, sizeof(f->url), "%s%ctimeout_ms=%u", env,
+                     strchr(env, '?') ? '&' : '?', TIMEOUT_MS);
+        if (n > 0 && (size_t)n < sizeof(f->url) && b->kind == BK_ZK)
+            n += snprintf(f->url + n, sizeof(f->url) - (size_t)n,
+                          "&session_ms=%u", ZK_SESSION_MS);
+        if (n <= 0 || (size_t)n >= sizeof(f->url))
+            snprintf(f->why_not, sizeof(f->why_not), "%s is too long", b->env);
+        else if (lock__url_parse(f->url, &f->u, err, sizeof(err)) != 0)
+            snprintf(f->why_not, sizeof(f->why_not), "%s: %s", b->env, err);
     }
     *state = f;
     return 0;
 }
 
-/* Delete every key of this run, on a fresh connection (f->rc may be dead). */
-static int teardown(void **state)
+/* Every test starts here: the backend's URL must be there. */
+static struct fx *fx_begin(void **state)
 {
-    struct fixture *f = *state;
-    redisContext *rc = it_redis_open(redis_cfg);
-    char cursor[32] = "0", match[80];
-    int ret = 0;
+    struct fx *f = *state;
 
-    snprintf(match, sizeof(match), "%s*", key_prefix);
-    while (rc) {
-        redisReply *r =
-            cmd_try(rc, "SCAN %s MATCH %s COUNT 1000", cursor, match);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            freeReplyObject(r);
-            ret = -1;
-            break;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-        for (size_t i = 0; i < r->element[1]->elements; i++)
-            freeReplyObject(
-                cmd_try(rc, "DEL %s", r->element[1]->element[i]->str));
-        freeReplyObject(r);
-        if (strcmp(cursor, "0") == 0)
-            break;
+    if (f->why_not[0])
+        fail_msg("backend %s: %s", f->b->name, f->why_not);
+    return f;
+}
+
+/* prefix + suffix into name (LOCK_NAME_MAX + 1 bytes). */
+static void fx_name(const struct fx *f, const char *suffix, char *name)
+{
+    int n = snprintf(name, LOCK_NAME_MAX + 1, "%s%s", f->prefix, suffix);
+
+    assert_true(n > 0 && n <= LOCK_NAME_MAX);
+}
+
+static struct lock_client *fx_client(struct fx *f)
+{
+    int rc;
+
+    if (!f->c) {
+        rc = lock_client_open(f->url, &f->opt, &f->c);
+        if (rc != 0)
+            fail_msg("lock_client_open(%s backend) = %d (%s)", f->b->name, rc,
+                     rc_str(rc));
+        assert_string_equal(lock_client_backend(f->c), f->b->name);
     }
-    if (rc)
-        freeReplyObject(cmd_try(rc, "ACL DELUSER %s", acl_user));
-    else
-        ret = -1;
-    redisFree(rc);
-    if (f) {
-        redisFree(f->rc);
-        free(f);
+    return f->c;
+}
+
+/* A struct lock for name on c (NULL: the test's client), freed by the
+ * teardown. */
+static struct lock *fx_lock_on(struct fx *f, struct lock_client *c,
+                               const char *name)
+{
+    struct lock *l = NULL;
+
+    assert_true(f->nlocks < FX_LOCKS_MAX);
+    assert_int_equal(lock_new(c ? c : fx_client(f), name, &l), 0);
+    assert_non_null(l);
+    f->locks[f->nlocks++] = l;
+    return l;
+}
+
+static struct lock *fx_lock(struct fx *f, const char *name)
+{
+    return fx_lock_on(f, NULL, name);
+}
+
+/* Acquire l and assert the outcome; returns how long it took in ms. */
+#define acquire_expect(l, wait_ms, lease_ms, want)                             \
+    acquire_expect_at((l), (wait_ms), (lease_ms), (want), __FILE__, __LINE__)
+static int64_t acquire_expect_at(struct lock *l, uint32_t wait_ms,
+                                 uint32_t lease_ms, enum lock_status want,
+                                 const char *file, int line)
+{
+    enum lock_status st = want == LOCK_BUSY ? LOCK_ACQUIRED : LOCK_BUSY;
+    int64_t t0 = mono_us();
+    int rc = lock_acquire(l, wait_ms, lease_ms, &st);
+    int64_t ms = (mono_us() - t0) / 1000;
+
+    if (rc != 0 || st != want) {
+        print_error("lock_acquire(%s, wait %u, lease %u) = %d (%s), %s after "
+                    "%lld ms; expected %s\n",
+                    lock_name(l), wait_ms, lease_ms, rc, rc_str(rc),
+                    st == LOCK_ACQUIRED ? "ACQUIRED" : "BUSY", (long long)ms,
+                    want == LOCK_ACQUIRED ? "ACQUIRED" : "BUSY");
+        _fail(file, line);
     }
-    return ret;
+    return ms;
 }
 
-/* ---- tests ---- */
-
-/* The first acquire wins with a fresh random owner and a TTL; the second is
- * busy and leaves the key alone. */
-static void test_acquire_then_busy(void **state)
+/* Release l and assert it was still ours. */
+#define release_held(l) release_held_at((l), __FILE__, __LINE__)
+static void release_held_at(struct lock *l, const char *file, int line)
 {
-    struct fixture *f = *state;
-    struct lock_handle h, h2;
-    char key[LOCK_KEY_MAX], key2[LOCK_KEY_MAX], val[64];
-    long long pttl;
+    int held = -1;
+    int rc = lock_release(l, &held);
 
-    make_key(key, sizeof(key), "basic");
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    assert_true(is_owner_string(h.owner));
-    assert_true(get_str(f->rc, key, val, sizeof(val)));
-    assert_string_equal(val, h.owner);
-    pttl = key_int(f->rc, "PTTL", key);
-    assert_true(pttl > 0);
-    assert_true(pttl <= TTL_MS);
-
-    assert_busy(f->rc, key);
-    assert_true(get_str(f->rc, key, val, sizeof(val)));
-    assert_string_equal(val, h.owner);
-
-    /* Owners are random per acquire, not a constant. */
-    make_key(key2, sizeof(key2), "basic2");
-    acquire_ok(f->rc, key2, TTL_MS, &h2);
-    assert_true(is_owner_string(h2.owner));
-    assert_string_not_equal(h.owner, h2.owner);
-
-    assert_int_equal(release(f->rc, &h), 1);
-    assert_int_equal(release(f->rc, &h2), 1);
-}
-
-/* Releasing with the wrong owner leaves the lock held; the owner's release
- * deletes it exactly once. */
-static void test_only_owner_releases(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle h, other;
-    char key[LOCK_KEY_MAX], val[64];
-
-    make_key(key, sizeof(key), "owner");
-    acquire_ok(f->rc, key, TTL_MS, &h);
-
-    other = h;
-    other.owner[0] = h.owner[0] == '0' ? '1' : '0';
-    assert_string_not_equal(other.owner, h.owner);
-    assert_int_equal(release(f->rc, &other), 0);
-    assert_true(get_str(f->rc, key, val, sizeof(val)));
-    assert_string_equal(val, h.owner);
-    assert_busy(f->rc, key);
-
-    assert_int_equal(release(f->rc, &h), 1);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-    assert_int_equal(release(f->rc, &h), 0);
-
-    /* released may be NULL. */
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    assert_int_equal(lock_release(f->rc, &h, NULL), 0);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-}
-
-/* After SCRIPT FLUSH the cached script is gone: EVALSHA answers NOSCRIPT
- * and release must fall back to EVAL. */
-static void test_release_after_script_flush(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle h;
-    char key[LOCK_KEY_MAX];
-
-    make_key(key, sizeof(key), "flush");
-    /* First make sure the script is cached, so the flush matters. */
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    assert_int_equal(release(f->rc, &h), 1);
-
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    freeReplyObject(cmd(f->rc, "SCRIPT FLUSH"));
-    assert_int_equal(release(f->rc, &h), 1);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-
-    /* And again right after, whatever the fallback left cached. */
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    assert_int_equal(release(f->rc, &h), 1);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-}
-
-/* A holder that dies without releasing blocks others only until its TTL. */
-static void test_dead_holder_expires(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle h;
-    char key[LOCK_KEY_MAX], child_owner[64];
-    long long pttl;
-    pid_t pid;
-
-    make_key(key, sizeof(key), "dead");
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        struct lock_handle ch;
-        enum lock_status st;
-        redisContext *rc;
-
-        alarm(CHILD_ALARM_S);
-        rc = it_redis_open(redis_cfg);
-        if (!rc)
-            _exit(10);
-        if (lock_acquire(rc, key, 300, &ch, &st) != 0)
-            _exit(11);
-        _exit(st == LOCK_ACQUIRED ? 0 : 12);
+    if (rc != 0 || held != 1) {
+        print_error("lock_release(%s) = %d (%s), held %d; expected 0, "
+                    "held 1\n",
+                    lock_name(l), rc, rc_str(rc), held);
+        _fail(file, line);
     }
-    assert_int_equal(wait_child(pid), 0);
-
-    /* The child took it; it is still held right after the child died. */
-    assert_busy(f->rc, key);
-    assert_true(get_str(f->rc, key, child_owner, sizeof(child_owner)));
-    assert_true(is_owner_string(child_owner));
-    pttl = key_int(f->rc, "PTTL", key);
-    assert_true(pttl > 0);
-    assert_true(pttl <= 300);
-
-    /* More than the TTL after the child's acquire, it has expired. */
-    sleep_ms(400);
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    /* A forked process must not reuse its parent's random state. */
-    assert_string_not_equal(h.owner, child_owner);
-    assert_int_equal(release(f->rc, &h), 1);
-}
-
-/* Once a lock has expired and been re-taken, the old handle's release must
- * not delete the new owner's key. */
-static void test_expired_lock_not_released_by_old_owner(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle old, cur;
-    char key[LOCK_KEY_MAX], val[64];
-
-    make_key(key, sizeof(key), "expired");
-    acquire_ok(f->rc, key, 100, &old);
-    sleep_ms(200);
-    acquire_ok(f->rc, key, TTL_MS, &cur);
-    assert_string_not_equal(old.owner, cur.owner);
-
-    assert_int_equal(release(f->rc, &old), 0);
-    assert_true(get_str(f->rc, key, val, sizeof(val)));
-    assert_string_equal(val, cur.owner);
-    assert_true(key_int(f->rc, "PTTL", key) > 0);
-
-    assert_int_equal(release(f->rc, &cur), 1);
 }
 
 /*
- * One contending child: wait on the barrier pipe, then NITER times take the
- * lock (spinning with a short random sleep while busy), do a deliberately
- * non-atomic GET / +1 / SET of the counter, and release. With use_lock 0
- * it skips the lock and busy-waits between GET and SET instead. Returns the
- * exit code: 0, or which step failed.
+ * A release of a hold that is no longer ours: 0 with held 0 (it expired or
+ * was taken), or -ENOLCK when the lock was marked lost.
  */
-static int contend_child(const char *lock_key, const char *ctr_key,
-                         int use_lock, int barrier_fd)
+#define assert_release_not_ours(rc, held)                                      \
+    do {                                                                       \
+        if ((rc) != -ENOLCK) {                                                 \
+            assert_int_equal((rc), 0);                                         \
+            assert_int_equal((held), 0);                                       \
+        }                                                                      \
+    } while (0)
+
+/* ---- agents, the parent's side ---- */
+
+static struct agent *agent_start_url(struct fx *f, const char *url,
+                                     const char *name)
 {
-    redisContext *rc = it_redis_open(redis_cfg);
-    char b;
+    struct agent *ag;
+    int to[2], from[2];
+    pid_t pid;
+    size_t i;
 
-    if (!rc)
-        return 20;
-    /* EOF once the parent has forked everyone and closed its end. */
-    if (read(barrier_fd, &b, 1) != 0)
-        return 21;
-    for (int i = 0; i < NITER; i++) {
-        struct lock_handle h;
-        enum lock_status st = LOCK_BUSY;
-        redisReply *r;
-        long long v = 0;
-        int released = -1;
+    assert_true(f->nagents < FX_AGENTS_MAX);
+    assert_int_equal(pipe(to), 0);
+    assert_int_equal(pipe(from), 0);
+    fflush(NULL);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(CHILD_ALARM_S);
+        close(to[1]);
+        close(from[0]);
+        for (i = 0; i < f->nagents; i++) {
+            close(f->agents[i].to_fd);
+            close(f->agents[i].from_fd);
+        }
+        _exit(agent_main(url, &f->opt, name, to[0], from[1]));
+    }
+    close(to[0]);
+    close(from[1]);
+    ag = &f->agents[f->nagents++];
+    ag->pid = pid;
+    ag->to_fd = to[1];
+    ag->from_fd = from[0];
+    ag->stopped = 0;
+    return ag;
+}
 
-        while (use_lock) {
-            if (lock_acquire(rc, lock_key, TTL_MS, &h, &st) != 0)
-                return 22;
-            if (st == LOCK_ACQUIRED)
-                break;
-            usleep(100 + randombytes_uniform(401));
+static struct agent *agent_start(struct fx *f, const char *name)
+{
+    return agent_start_url(f, f->url, name);
+}
+
+static void agent_send(struct agent *ag, int op, uint32_t wait_ms,
+                       uint32_t lease_ms, int64_t arg)
+{
+    struct agent_cmd cmd = {
+        .op = op, .wait_ms = wait_ms, .lease_ms = lease_ms, .arg = arg};
+
+    assert_int_equal(write_full(ag->to_fd, &cmd, sizeof(cmd)), 0);
+}
+
+/* The agent's answer to the last command; fails after timeout_ms, or if it
+ * died. */
+static struct agent_reply agent_recv(struct agent *ag, int timeout_ms)
+{
+    struct pollfd pfd = {.fd = ag->from_fd, .events = POLLIN};
+    struct agent_reply r;
+    char why[64];
+    int status, n;
+
+    do
+        n = poll(&pfd, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+        fail_msg("agent %d did not answer within %d ms (hung)", (int)ag->pid,
+                 timeout_ms);
+    if (read_full(ag->from_fd, &r, sizeof(r)) != 0) {
+        if (waitpid(ag->pid, &status, 0) == ag->pid) {
+            ag->pid = 0;
+            fail_msg("agent died: %s",
+                     describe_status(status, why, sizeof(why)));
         }
-        r = cmd_try(rc, "GET %s", ctr_key);
-        if (!r)
-            return 23;
-        if (r->type == REDIS_REPLY_STRING)
-            v = strtoll(r->str, NULL, 10);
-        else if (r->type != REDIS_REPLY_NIL)
-            return 24;
-        freeReplyObject(r);
-        if (use_lock) {
-            usleep(50);
-        } else {
-            int64_t until = mono_us() + 200;
-            while (mono_us() < until)
-                ;
-        }
-        r = cmd_try(rc, "SET %s %lld", ctr_key, v + 1);
+        fail_msg("agent %d: broken pipe", (int)ag->pid);
+    }
+    return r;
+}
+
+static struct agent_reply agent_call(struct agent *ag, int op, uint32_t wait_ms,
+                                     uint32_t lease_ms, int64_t arg)
+{
+    agent_send(ag, op, wait_ms, lease_ms, arg);
+    return agent_recv(ag, AGENT_REPLY_MS);
+}
+
+#define assert_agent_acquired(r)                                               \
+    do {                                                                       \
+        if ((r).rc != 0 || (r).status != LOCK_ACQUIRED)                        \
+            fail_msg("agent acquire = %d (%s), status %d", (r).rc,             \
+                     rc_str((r).rc), (r).status);                              \
+    } while (0)
+
+static void agent_signal(struct agent *ag, int sig)
+{
+    assert_int_equal(kill(ag->pid, sig), 0);
+    if (sig == SIGSTOP)
+        ag->stopped = 1;
+    else if (sig == SIGCONT)
+        ag->stopped = 0;
+}
+
+/* SIGKILL and reap. */
+static void agent_kill(struct agent *ag)
+{
+    int status;
+
+    if (ag->pid <= 0)
+        return;
+    kill(ag->pid, SIGKILL);
+    while (waitpid(ag->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    ag->pid = 0;
+}
+
+/*
+ * Close the agent's command pipe: it frees its lock (releasing it if held),
+ * closes its client and exits. Asserts it exits with 0 within timeout_ms;
+ * returns how long that took in ms.
+ */
+static int64_t agent_finish(struct agent *ag, int timeout_ms)
+{
+    int64_t t0 = mono_us();
+    char why[64];
+    int status = 0;
+
+    close(ag->to_fd);
+    ag->to_fd = -1;
+    if (it_wait_exit(ag->pid, timeout_ms, &status) != 0) {
+        agent_kill(ag);
+        fail_msg("agent did not exit within %d ms of EOF", timeout_ms);
+    }
+    ag->pid = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("agent %s", describe_status(status, why, sizeof(why)));
+    return (mono_us() - t0) / 1000;
+}
+
+/* ---- raw access to the servers ---- */
+
+static unsigned fx_port(const struct fx *f, int i)
+{
+    static const unsigned defaults[] = {[BK_REDIS] = 6379,
+                                        [BK_REDLOCK] = 6379,
+                                        [BK_MYSQL] = 3306,
+                                        [BK_ZK] = 2181};
+
+    return f->u.hosts[i].port ? f->u.hosts[i].port : defaults[f->b->kind];
+}
+
+/* Connect to Redis server i of f's URL, AUTH and SELECT done; NULL after
+ * printing why. No cmocka. */
+static redisContext *raw_redis_open(const struct fx *f, int i)
+{
+    struct timeval tv = {.tv_sec = 2};
+    redisContext *rc;
+    redisReply *r = NULL;
+
+    rc = redisConnectWithTimeout(f->u.hosts[i].host, (int)fx_port(f, i), tv);
+    if (!rc || rc->err)
+        goto fail;
+    redisSetTimeout(rc, tv);
+    if (f->u.has_pass) {
+        r = f->u.user[0] ? redisCommand(rc, "AUTH %s %s", f->u.user, f->u.pass)
+                         : redisCommand(rc, "AUTH %s", f->u.pass);
         if (!r || r->type == REDIS_REPLY_ERROR)
-            return 25;
+            goto fail;
         freeReplyObject(r);
-        if (use_lock) {
-            if (lock_release(rc, &h, &released) != 0)
-                return 26;
-            if (released != 1)
-                return 27;
+    }
+    r = redisCommand(rc, "SELECT %s", f->u.path[0] ? f->u.path : "0");
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        goto fail;
+    freeReplyObject(r);
+    return rc;
+
+fail:
+    fprintf(stderr, "test_lock: redis %s:%u: %s\n", f->u.hosts[i].host,
+            fx_port(f, i),
+            r && r->type == REDIS_REPLY_ERROR ? r->str
+            : rc                              ? rc->errstr
+                                              : "out of memory");
+    freeReplyObject(r);
+    redisFree(rc);
+    return NULL;
+}
+
+/*
+ * Visit every key of every server whose name contains needle (a plain
+ * string: no glob characters), on the connections in rcs. With del, delete
+ * those with a TTL (the lock keys; fence counters have none), or with
+ * del_all every one. Returns how many had a TTL, their largest PTTL in
+ * *max_pttl (may be NULL), or -1 on a server error.
+ */
+static long long redis_keys(redisContext **rcs, int n, const char *needle,
+                            int del, int del_all, long long *max_pttl)
+{
+    long long count = 0, max = -1;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        char cursor[32] = "0";
+
+        do {
+            redisReply *r = redisCommand(
+                rcs[i], "SCAN %s MATCH *%s* COUNT 1000", cursor, needle);
+            size_t k;
+
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                freeReplyObject(r);
+                return -1;
+            }
+            snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+            for (k = 0; k < r->element[1]->elements; k++) {
+                const char *key = r->element[1]->element[k]->str;
+                redisReply *t = redisCommand(rcs[i], "PTTL %s", key);
+                long long pttl =
+                    t && t->type == REDIS_REPLY_INTEGER ? t->integer : -1;
+
+                freeReplyObject(t);
+                if (pttl > 0) {
+                    count++;
+                    if (pttl > max)
+                        max = pttl;
+                }
+                if (del_all || (del && pttl > 0))
+                    freeReplyObject(redisCommand(rcs[i], "DEL %s", key));
+            }
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0);
+    }
+    if (max_pttl)
+        *max_pttl = max;
+    return count;
+}
+
+/* The test's connections to every Redis server of f's URL. */
+static redisContext **fx_redis(struct fx *f)
+{
+    int i;
+
+    assert_true(f->b->kind == BK_REDIS || f->b->kind == BK_REDLOCK);
+    for (i = 0; i < f->u.nhosts; i++) {
+        if (!f->rc[i])
+            f->rc[i] = raw_redis_open(f, i);
+        if (!f->rc[i])
+            fail_msg("cannot reach redis %s:%u (see above)", f->u.hosts[i].host,
+                     fx_port(f, i));
+    }
+    return f->rc;
+}
+
+static void zk_watcher(zhandle_t *zh, int type, int state, const char *path,
+                       void *ctx)
+{
+    (void)zh;
+    (void)path;
+    if (type == ZOO_SESSION_EVENT)
+        atomic_store((atomic_int *)ctx, state);
+}
+
+/* "h1:p1,h2:p2" of f's URL into buf. */
+static void zk_hosts(const struct fx *f, char *buf, size_t size)
+{
+    size_t len = 0;
+    int i;
+
+    buf[0] = '\0';
+    for (i = 0; i < f->u.nhosts && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s:%u", i ? "," : "",
+                                f->u.hosts[i].host, fx_port(f, i));
+}
+
+/* The test's own ZooKeeper session, connected (no cmocka); NULL on
+ * failure. */
+static zhandle_t *raw_zk_open(struct fx *f)
+{
+    char hosts[1024];
+    zhandle_t *zh;
+    int64_t until = mono_us() + 5000000;
+
+    zk_hosts(f, hosts, sizeof(hosts));
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    atomic_store(&f->zk_state, 0);
+    zh = zookeeper_init(hosts, zk_watcher, 10000, NULL, &f->zk_state, 0);
+    if (!zh)
+        return NULL;
+    while (atomic_load(&f->zk_state) != ZOO_CONNECTED_STATE &&
+           mono_us() < until)
+        sleep_ms(5);
+    if (atomic_load(&f->zk_state) != ZOO_CONNECTED_STATE) {
+        fprintf(stderr, "test_lock: zookeeper %s: not connected in 5 s\n",
+                hosts);
+        zookeeper_close(zh);
+        return NULL;
+    }
+    return zh;
+}
+
+static zhandle_t *fx_zk(struct fx *f)
+{
+    assert_int_equal(f->b->kind, BK_ZK);
+    if (!f->zh)
+        f->zh = raw_zk_open(f);
+    if (!f->zh)
+        fail_msg("cannot reach zookeeper (see above)");
+    return f->zh;
+}
+
+/* The lock path of f's URL: "/" + path. */
+static void zk_base(const struct fx *f, char *buf, size_t size)
+{
+    snprintf(buf, size, "/%s", f->u.path);
+}
+
+/*
+ * Walk the tree under path (depth first, children before their parent).
+ * Counts the ephemeral nodes whose path contains needle; with del deletes
+ * them, with del_all deletes every node whose path contains needle.
+ * Returns the count, or -1 on an error.
+ */
+static long long zk_walk(zhandle_t *zh, const char *path, const char *needle,
+                         int del, int del_all, int depth)
+{
+    struct String_vector kids = {0};
+    long long count = 0, sub;
+    char child[1024];
+    int32_t i;
+    int rc;
+
+    rc = zoo_get_children(zh, path, 0, &kids);
+    if (rc == ZNONODE)
+        return 0;
+    if (rc != ZOK) {
+        fprintf(stderr, "test_lock: zoo_get_children(%s): %s\n", path,
+                zerror(rc));
+        return -1;
+    }
+    for (i = 0; i < kids.count && count >= 0; i++) {
+        struct Stat st;
+
+        snprintf(child, sizeof(child), "%s/%s",
+                 strcmp(path, "/") == 0 ? "" : path, kids.data[i]);
+        if (depth < 4) {
+            sub = zk_walk(zh, child, needle, del, del_all, depth + 1);
+            count = sub < 0 ? -1 : count + sub;
+        }
+        if (!strstr(child, needle))
+            continue;
+        rc = zoo_exists(zh, child, 0, &st);
+        if (rc != ZOK)
+            continue;
+        if (st.ephemeralOwner != 0 && count >= 0)
+            count++;
+        if (del_all || (del && st.ephemeralOwner != 0))
+            zoo_delete(zh, child, -1);
+    }
+    deallocate_String_vector(&kids);
+    return count;
+}
+
+/*
+ * How many backend records of a held lock called name exist: Redis keys
+ * with a TTL (on all RedLock servers together), ephemeral ZooKeeper nodes.
+ * -1 for MySQL, where the test cannot see GET_LOCK names.
+ */
+static long long fx_lock_records(struct fx *f, const char *name,
+                                 long long *max_pttl)
+{
+    char base[300];
+    long long n = -1;
+
+    switch (f->b->kind) {
+    case BK_REDIS:
+    case BK_REDLOCK:
+        n = redis_keys(fx_redis(f), f->u.nhosts, name, 0, 0, max_pttl);
+        assert_true(n >= 0);
+        break;
+    case BK_ZK:
+        zk_base(f, base, sizeof(base));
+        n = zk_walk(fx_zk(f), base, name, 0, 0, 0);
+        assert_true(n >= 0);
+        break;
+    case BK_MYSQL:
+        break;
+    }
+    return n;
+}
+
+/*
+ * Take the lock called name away from its holder behind the API: delete
+ * its Redis keys or ZooKeeper node, or KILL the MySQL sessions of holder
+ * (a pid). Asserts something was there to break.
+ */
+static void fx_break(struct fx *f, const char *name, pid_t holder)
+{
+    char base[300];
+    long long n = 0;
+
+    switch (f->b->kind) {
+    case BK_REDIS:
+    case BK_REDLOCK:
+        n = redis_keys(fx_redis(f), f->u.nhosts, name, 1, 0, NULL);
+        break;
+    case BK_ZK:
+        zk_base(f, base, sizeof(base));
+        n = zk_walk(fx_zk(f), base, name, 1, 0, 0);
+        break;
+    case BK_MYSQL:
+        n = (long long)it_sql_kill_sessions_of(holder, (uint16_t)fx_port(f, 0));
+        break;
+    }
+    if (n <= 0)
+        fail_msg("%s: found nothing of lock %s to break (%lld)", f->b->name,
+                 name, n);
+}
+
+/* ---- stopped RedLock servers ---- */
+
+/*
+ * SIGSTOP pid. The first time, fork a guard that SIGCONTs every stopped
+ * server when our end of its pipe closes: in the teardown, or when this
+ * process dies.
+ */
+static void fx_stop_server(struct fx *f, pid_t pid)
+{
+    int32_t p = (int32_t)pid;
+    int fds[2];
+
+    assert_true(f->nstopped < LOCK_URL_HOSTS_MAX);
+    if (f->guard_fd < 0) {
+        assert_int_equal(pipe(fds), 0);
+        fflush(NULL);
+        f->guard_pid = fork();
+        assert_true(f->guard_pid >= 0);
+        if (f->guard_pid == 0) {
+            pid_t got[LOCK_URL_HOSTS_MAX];
+            size_t n = 0, i;
+
+            close(fds[1]);
+            while (n < LOCK_URL_HOSTS_MAX &&
+                   read_full(fds[0], &p, sizeof(p)) == 0)
+                got[n++] = (pid_t)p;
+            for (i = 0; i < n; i++)
+                kill(got[i], SIGCONT);
+            _exit(0);
+        }
+        close(fds[0]);
+        f->guard_fd = fds[1];
+    }
+    assert_int_equal(write_full(f->guard_fd, &p, sizeof(p)), 0);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+    f->stopped[f->nstopped++] = pid;
+}
+
+static void fx_resume_servers(struct fx *f)
+{
+    int status;
+    size_t i;
+
+    for (i = 0; i < f->nstopped; i++)
+        kill(f->stopped[i], SIGCONT);
+    f->nstopped = 0;
+    if (f->guard_fd >= 0) {
+        close(f->guard_fd);
+        f->guard_fd = -1;
+        it_wait_exit(f->guard_pid, 5000, &status);
+    }
+}
+
+/* ---- teardown ---- */
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    char base[300];
+    size_t i;
+
+    fx_resume_servers(f);
+    for (i = 0; i < f->nagents; i++) {
+        struct agent *ag = &f->agents[i];
+
+        if (ag->to_fd >= 0)
+            close(ag->to_fd);
+        close(ag->from_fd);
+        if (ag->pid > 0) {
+            int status;
+
+            if (ag->stopped)
+                kill(ag->pid, SIGCONT);
+            if (it_wait_exit(ag->pid, 5000, &status) != 0)
+                agent_kill(ag);
         }
     }
-    redisFree(rc);
+    while (f->nlocks > 0)
+        lock_free(f->locks[--f->nlocks]);
+    for (i = 0; i < f->nclients; i++)
+        lock_client_close(f->clients[i]);
+    lock_client_close(f->c);
+    for (i = 0; i < f->nfds; i++)
+        close(f->fds[i]);
+
+    /* What the backends keep of our names: lock keys, fence counters. */
+    if (f->b->kind == BK_REDIS || f->b->kind == BK_REDLOCK) {
+        for (i = 0; i < (size_t)f->u.nhosts; i++) {
+            if (f->rc[i] && f->rc[i]->err) {
+                redisFree(f->rc[i]);
+                f->rc[i] = NULL;
+            }
+            if (!f->rc[i])
+                f->rc[i] = raw_redis_open(f, (int)i);
+            if (f->rc[i])
+                redis_keys(&f->rc[i], 1, f->prefix, 1, 1, NULL);
+            redisFree(f->rc[i]);
+        }
+    }
+    if (f->b->kind == BK_ZK && !f->why_not[0]) {
+        if (!f->zh)
+            f->zh = raw_zk_open(f);
+        if (f->zh) {
+            zk_base(f, base, sizeof(base));
+            zk_walk(f->zh, base, f->prefix, 1, 1, 0);
+            zookeeper_close(f->zh);
+        }
+    }
+    if (f->used_table)
+        it_sql_exec("DELETE FROM fenced_resource WHERE name LIKE '%s%%'",
+                    f->prefix);
+    /* The MySQL backend's fence rows (keyed by the name; no error if the
+     * table is not there). */
+    if (f->b->kind == BK_MYSQL && !f->why_not[0])
+        it_sql_exec("DELETE FROM lock_fences WHERE name LIKE '%s%%'",
+                    f->prefix);
+    free(f);
     return 0;
 }
 
-/* Fork NCHILD contending children, start them together and return the final
- * counter. */
-static long long run_contention(redisContext *rc, const char *name,
-                                int use_lock)
-{
-    char lock_key[LOCK_KEY_MAX], ctr_key[LOCK_KEY_MAX], val[32];
-    pid_t pids[NCHILD];
-    int codes[NCHILD], fds[2], n;
+/* ---- 1. mutual exclusion ---- */
 
-    make_key(lock_key, sizeof(lock_key), name);
-    n = snprintf(ctr_key, sizeof(ctr_key), "%s:counter", lock_key);
-    assert_true(n > 0 && (size_t)n < sizeof(ctr_key));
-    freeReplyObject(cmd(rc, "DEL %s %s", lock_key, ctr_key));
-    assert_int_equal(pipe(fds), 0);
-    for (int i = 0; i < NCHILD; i++) {
+/* The shared counter, in a file: the count and the last fence seen. */
+struct mx_slot {
+    int64_t count;
+    uint64_t fence;
+};
+
+struct mx_proc {
+    struct lock_client *c; /* NULL: no lock */
+    const char *name;
+    int fd;
+    atomic_int err;
+};
+
+static void mx_fail(struct mx_proc *p, int code, const char *what, int rc)
+{
+    int none = 0;
+
+    if (atomic_compare_exchange_strong(&p->err, &none, code))
+        fprintf(stderr, "test_lock: mutual exclusion child %ld: %s (%d, %s)\n",
+                (long)getpid(), what, rc, rc_str(rc));
+}
+
+/*
+ * One thread: MX_ITERS times take the lock (its own struct lock), read the
+ * counter, sleep, write it back plus one; check the fence grew past the
+ * last one written. Without a client it skips the lock.
+ */
+static void *mx_thread(void *arg)
+{
+    struct mx_proc *p = arg;
+    struct lock *l = NULL;
+    int i, rc;
+
+    if (p->c && (rc = lock_new(p->c, p->name, &l)) != 0) {
+        mx_fail(p, 31, "lock_new", rc);
+        return NULL;
+    }
+    for (i = 0; i < MX_ITERS && !atomic_load(&p->err); i++) {
+        enum lock_status st = LOCK_BUSY;
+        struct mx_slot s;
+        int held = -1;
+
+        if (l) {
+            rc = lock_acquire(l, 60000, LONG_LEASE_MS, &st);
+            if (rc != 0 || st != LOCK_ACQUIRED) {
+                mx_fail(p, 32, "acquire (60 s wait)", rc);
+                break;
+            }
+        }
+        if (pread(p->fd, &s, sizeof(s), 0) != (ssize_t)sizeof(s)) {
+            mx_fail(p, 33, "pread", -errno);
+            break;
+        }
+        if (l) {
+            if (lock_fence(l) <= s.fence) {
+                mx_fail(p, 34, "fence did not grow", (int)lock_fence(l));
+                break;
+            }
+            s.fence = lock_fence(l);
+        }
+        usleep(MX_HOLD_US);
+        s.count++;
+        if (pwrite(p->fd, &s, sizeof(s), 0) != (ssize_t)sizeof(s)) {
+            mx_fail(p, 35, "pwrite", -errno);
+            break;
+        }
+        if (l && ((rc = lock_release(l, &held)) != 0 || held != 1)) {
+            mx_fail(p, 36, "release not held", rc ? rc : held);
+            break;
+        }
+    }
+    lock_free(l);
+    return NULL;
+}
+
+/* One process: a client shared by MX_THREADS threads; starts when the
+ * barrier pipe reaches EOF. Returns the exit code. */
+static int mx_child(const struct fx *f, const char *name, int fd, int use_lock,
+                    int barrier)
+{
+    pthread_t th[MX_THREADS];
+    struct mx_proc p = {.name = name, .fd = fd};
+    char b;
+    int i, rc;
+
+    atomic_init(&p.err, 0);
+    if (use_lock && (rc = lock_client_open(f->url, &f->opt, &p.c)) != 0)
+        return 20;
+    if (read(barrier, &b, 1) != 0)
+        return 21;
+    for (i = 0; i < MX_THREADS; i++)
+        if (pthread_create(&th[i], NULL, mx_thread, &p) != 0)
+            return 22;
+    for (i = 0; i < MX_THREADS; i++)
+        pthread_join(th[i], NULL);
+    lock_client_close(p.c);
+    return atomic_load(&p.err);
+}
+
+/* Run the workload in MX_PROCS processes; returns the final slot. */
+static struct mx_slot mx_run(struct fx *f, const char *name, int use_lock,
+                             int64_t *ms)
+{
+    char path[] = "/tmp/it-lock-counter-XXXXXX";
+    struct mx_slot s = {0};
+    pid_t pids[MX_PROCS];
+    int codes[MX_PROCS], barrier[2], fd, i, status;
+    int64_t t0;
+    char why[64];
+
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    assert_int_equal(pwrite(fd, &s, sizeof(s), 0), (ssize_t)sizeof(s));
+    assert_int_equal(pipe(barrier), 0);
+    fflush(NULL);
+    for (i = 0; i < MX_PROCS; i++) {
         pids[i] = fork();
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             alarm(CHILD_ALARM_S);
-            close(fds[1]);
-            _exit(contend_child(lock_key, ctr_key, use_lock, fds[0]));
+            close(barrier[1]);
+            _exit(mx_child(f, name, fd, use_lock, barrier[0]));
         }
     }
-    close(fds[0]);
-    close(fds[1]);
+    close(barrier[0]);
+    /* Let the children connect, then start them together. */
+    sleep_ms(100);
+    t0 = mono_us();
+    close(barrier[1]);
     /* Reap every child before failing, so none outlives the test. */
-    for (int i = 0; i < NCHILD; i++)
-        codes[i] = wait_child(pids[i]);
-    for (int i = 0; i < NCHILD; i++)
-        if (codes[i] != 0)
-            fail_msg("%s: child %d exited with %d", name, i, codes[i]);
-    assert_true(get_str(rc, ctr_key, val, sizeof(val)));
-    return strtoll(val, NULL, 10);
-}
-
-/* NCHILD processes incrementing one counter non-atomically under the lock
- * lose no update. The same run without the lock shows the test can fail. */
-static void test_contention_no_lost_updates(void **state)
-{
-    struct fixture *f = *state;
-    long long locked, unlocked;
-
-    locked = run_contention(f->rc, "contend", 1);
-    print_message("      with the lock: %lld of %d\n", locked, NCHILD * NITER);
-    assert_int_equal(locked, NCHILD * NITER);
-
-    /*
-     * Companion check: the same loop without the lock must lose updates,
-     * or the assertion above proves nothing. Four processes with a 200 us
-     * window between GET and SET make a lost update all but certain (each
-     * GET/SET round trip blocks, letting the others interleave even on one
-     * CPU).
-     */
-    unlocked = run_contention(f->rc, "nolock", 0);
-    print_message("      without the lock: %lld of %d\n", unlocked,
-                  NCHILD * NITER);
-    assert_true(unlocked < NCHILD * NITER);
-}
-
-/* Bad keys and a zero TTL are refused before touching Redis. */
-static void test_invalid_input(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle h;
-    enum lock_status st;
-    char key[LOCK_KEY_MAX + 8];
-    size_t plen = strlen(key_prefix);
-
-    assert_int_equal(lock_acquire(f->rc, "", TTL_MS, &h, &st), -EINVAL);
-
-    /* LOCK_KEY_MAX - 1 characters is the longest key that fits. */
-    memset(key, 'x', sizeof(key));
-    memcpy(key, key_prefix, plen);
-    key[LOCK_KEY_MAX] = '\0';
-    assert_int_equal(strlen(key), LOCK_KEY_MAX);
-    assert_int_equal(lock_acquire(f->rc, key, TTL_MS, &h, &st), -EINVAL);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-    key[LOCK_KEY_MAX - 1] = '\0';
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-
-    acquire_ok(f->rc, key, TTL_MS, &h);
-    assert_int_equal(release(f->rc, &h), 1);
-
-    make_key(key, sizeof(key), "ttl0");
-    assert_int_equal(lock_acquire(f->rc, key, 0, &h, &st), -EINVAL);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-    assert_int_equal(f->rc->err, 0);
-}
-
-/* Kill rc's own connection from the server side, through another one. */
-static void kill_connection(redisContext *killer, redisContext *victim)
-{
-    redisReply *r = cmd(victim, "CLIENT ID");
-    long long id;
-
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    id = r->integer;
-    freeReplyObject(r);
-    r = cmd(killer, "CLIENT KILL ID %lld", id);
-    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
-    assert_int_equal(r->integer, 1);
-    freeReplyObject(r);
-}
-
-/* A connection the server has closed gives -ECONNRESET with rc->err set,
- * for acquire and for release. */
-static void test_dead_connection(void **state)
-{
-    struct fixture *f = *state;
-    struct lock_handle h;
-    enum lock_status st;
-    char key[LOCK_KEY_MAX];
-    redisContext *rc;
-
-    make_key(key, sizeof(key), "dead-conn");
-    rc = it_redis_open(redis_cfg);
-    assert_non_null(rc);
-    kill_connection(f->rc, rc);
-    assert_int_equal(lock_acquire(rc, key, TTL_MS, &h, &st), -ECONNRESET);
-    assert_int_not_equal(rc->err, 0);
-    redisFree(rc);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-
-    rc = it_redis_open(redis_cfg);
-    assert_non_null(rc);
-    acquire_ok(rc, key, TTL_MS, &h);
-    kill_connection(f->rc, rc);
-    assert_int_equal(lock_release(rc, &h, NULL), -ECONNRESET);
-    assert_int_not_equal(rc->err, 0);
-    redisFree(rc);
-    /* Not released: it is still there (teardown deletes it). */
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 1);
+    for (i = 0; i < MX_PROCS; i++) {
+        while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR)
+            ;
+        codes[i] = status;
+    }
+    *ms = (mono_us() - t0) / 1000;
+    for (i = 0; i < MX_PROCS; i++)
+        if (!WIFEXITED(codes[i]) || WEXITSTATUS(codes[i]) != 0)
+            fail_msg("child %d %s (see its message above)", i,
+                     describe_status(codes[i], why, sizeof(why)));
+    assert_int_equal(pread(fd, &s, sizeof(s), 0), (ssize_t)sizeof(s));
+    close(fd);
+    return s;
 }
 
 /*
- * An error reply gives -EIO and leaves the connection usable. A temporary
- * ACL user without write commands makes both SET and the script's DEL fail.
+ * MX_PROCS processes x MX_THREADS threads (a struct lock each, one client
+ * per process) increment a counter in a file with a read-sleep-write under
+ * the lock: no update is lost, and every hold's fence is higher than the
+ * one before it, across processes. The same workload without the lock
+ * loses updates, so the first check means something.
  */
-static void test_error_reply(void **state)
+static void test_mutual_exclusion(void **state)
 {
-    struct fixture *f = *state;
-    struct lock_handle h, mine;
-    enum lock_status st;
-    char key[LOCK_KEY_MAX];
-    redisContext *rc;
-    redisReply *r;
+    struct fx *f = fx_begin(state);
+    const long long total = (long long)MX_PROCS * MX_THREADS * MX_ITERS;
+    char name[LOCK_NAME_MAX + 1];
+    struct mx_slot s;
+    int64_t ms;
 
-    r = cmd_try(f->rc,
-                "ACL SETUSER %s reset on nopass allkeys allchannels "
-                "allcommands -@write",
-                acl_user);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        print_message("      ACL SETUSER not available (%s): skipped\n",
-                      r ? r->str : f->rc->errstr);
-        freeReplyObject(r);
-        skip();
-    }
-    freeReplyObject(r);
+    fx_name(f, "mutex", name);
+    s = mx_run(f, name, 1, &ms);
+    print_message("      with the lock: %lld of %lld in %lld ms, last fence "
+                  "%" PRIu64 "\n",
+                  (long long)s.count, total, (long long)ms, s.fence);
+    assert_int_equal(s.count, total);
 
-    make_key(key, sizeof(key), "readonly");
-    rc = it_redis_open(redis_cfg);
-    assert_non_null(rc);
-    r = cmd_try(rc, "AUTH %s any", acl_user);
-    assert_non_null(r);
-    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
-    freeReplyObject(r);
-
-    assert_int_equal(lock_acquire(rc, key, TTL_MS, &h, &st), -EIO);
-    assert_int_equal(rc->err, 0);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 0);
-
-    acquire_ok(f->rc, key, TTL_MS, &mine);
-    assert_int_equal(lock_release(rc, &mine, NULL), -EIO);
-    assert_int_equal(rc->err, 0);
-    assert_int_equal(key_int(f->rc, "EXISTS", key), 1);
-    r = cmd(rc, "PING");
-    freeReplyObject(r);
-    redisFree(rc);
-
-    freeReplyObject(cmd(f->rc, "ACL DELUSER %s", acl_user));
-    assert_int_equal(release(f->rc, &mine), 1);
+    s = mx_run(f, name, 0, &ms);
+    print_message("      without the lock: %lld of %lld in %lld ms\n",
+                  (long long)s.count, total, (long long)ms);
+    assert_true(s.count < total);
 }
+
+/* ---- 2. only the owner releases ---- */
+
+/*
+ * Another struct lock with the holder's name can neither release nor take
+ * the lock. Once the holder's hold ended behind its back (its lease ran
+ * out; MySQL: its session was killed; ZooKeeper: its node deleted) and
+ * someone else took the lock, the old holder's release reports it was not
+ * ours and leaves the new holder's lock alone.
+ */
+static void test_only_owner_releases(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    struct agent_reply r;
+    struct lock *b, *c;
+    struct agent *a;
+    uint64_t fence_a;
+    int held = -1;
+
+    fx_name(f, "owner", name);
+    a = agent_start(f, name);
+    r = agent_call(a, AG_ACQUIRE, 0, OWNER_LEASE_MS, 0);
+    assert_agent_acquired(r);
+    fence_a = r.fence;
+    assert_true(fence_a > 0);
+
+    b = fx_lock(f, name);
+    assert_int_equal(lock_release(b, &held), -ENOLCK);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+    assert_int_equal(lock_holds(b), 0);
+    assert_int_equal(lock_fence(b), 0);
+
+    if (f->b->kind == BK_REDIS || f->b->kind == BK_REDLOCK)
+        sleep_until_us(r.t_us + (OWNER_LEASE_MS + 100) * 1000);
+    else
+        fx_break(f, name, a->pid);
+    acquire_expect(b, 2000, LONG_LEASE_MS, LOCK_ACQUIRED);
+    assert_true(lock_fence(b) > fence_a);
+
+    r = agent_call(a, AG_RELEASE, 0, 0, 0);
+    print_message("      old holder's release: %d (%s), held %d\n", r.rc,
+                  rc_str(r.rc), r.held);
+    assert_release_not_ours(r.rc, r.held);
+    assert_int_equal(r.holds, 0);
+
+    /* The new holder's lock survived the old holder's release. */
+    c = fx_lock(f, name);
+    acquire_expect(c, 0, LONG_LEASE_MS, LOCK_BUSY);
+    release_held(b);
+    acquire_expect(c, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    release_held(c);
+    agent_finish(a, 10000);
+}
+
+/* ---- 3. reentrancy ---- */
+
+/*
+ * Acquire three times, release three times: held all along with one fence;
+ * a fourth release is -ENOLCK. A reentrant acquire also renews a fixed
+ * lease.
+ */
+static void test_reentrancy(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    struct lock *a, *b;
+    uint64_t fence;
+    int held = -1;
+
+    fx_name(f, "reentrant", name);
+    a = fx_lock(f, name);
+    b = fx_lock(f, name);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    fence = lock_fence(a);
+    assert_true(fence > 0);
+    assert_int_equal(lock_holds(a), 1);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    assert_int_equal(lock_holds(a), 3);
+    assert_int_equal(lock_fence(a), fence);
+    assert_int_equal(lock_lost(a), 0);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+
+    release_held(a);
+    assert_int_equal(lock_holds(a), 2);
+    release_held(a);
+    assert_int_equal(lock_holds(a), 1);
+    assert_int_equal(lock_fence(a), fence);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+    release_held(a);
+    assert_int_equal(lock_holds(a), 0);
+    assert_int_equal(lock_fence(a), 0);
+    assert_int_equal(lock_release(a, &held), -ENOLCK);
+    assert_int_equal(lock_holds(a), 0);
+
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    assert_true(lock_fence(b) > fence);
+    release_held(b);
+
+    /* A reentrant acquire renews a fixed lease to its own length. */
+    acquire_expect(a, 0, 400, LOCK_ACQUIRED);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    sleep_ms(700);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+    release_held(a);
+    release_held(a);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    release_held(b);
+}
+
+/* ---- 4. a holder killed with SIGKILL ---- */
+
+/*
+ * A holder process dies without releasing: the lock frees when its lease
+ * runs out (Redis, RedLock), its session times out (ZooKeeper) or at once
+ * (MySQL: the server ends the session with the connection), and a waiter
+ * with a wait budget gets it then.
+ */
+static void test_killed_holder_frees(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    int64_t t_kill, t_got, after_kill, after_acquire;
+    struct agent_reply r;
+    struct lock *l, *probe;
+    struct agent *a;
+
+    fx_name(f, "killed", name);
+    a = agent_start(f, name);
+    r = agent_call(a, AG_ACQUIRE, 0, KILL_LEASE_MS, 0);
+    assert_agent_acquired(r);
+    agent_kill(a);
+    t_kill = mono_us();
+
+    l = fx_lock(f, name);
+    if (f->b->kind != BK_MYSQL) {
+        probe = fx_lock(f, name);
+        acquire_expect(probe, 0, LONG_LEASE_MS, LOCK_BUSY);
+    }
+    acquire_expect(l, 15000, LONG_LEASE_MS, LOCK_ACQUIRED);
+    t_got = mono_us();
+    assert_true(lock_fence(l) > r.fence);
+    after_kill = (t_got - t_kill) / 1000;
+    after_acquire = (t_got - r.t_us) / 1000;
+    print_message("      killed holder: lock taken %lld ms after SIGKILL, "
+                  "%lld ms after the holder's acquire\n",
+                  (long long)after_kill, (long long)after_acquire);
+    switch (f->b->kind) {
+    case BK_REDIS:
+    case BK_REDLOCK:
+        assert_true(after_acquire >= KILL_LEASE_MS - 100);
+        assert_true(after_acquire <= KILL_LEASE_MS + EXPIRY_SLACK_MS);
+        break;
+    case BK_ZK:
+        assert_true(after_kill >= ZK_SESSION_MS / 2);
+        assert_true(after_kill <= ZK_SESSION_MS + ZK_EXPIRY_SLACK_MS);
+        break;
+    case BK_MYSQL:
+        assert_true(after_kill <= FAIL_SLACK_MS);
+        break;
+    }
+    release_held(l);
+}
+
+/* ---- 5. the watchdog ---- */
+
+/*
+ * Lease 0 (watchdog lease WD_LEASE_MS): held for 3x the lease, others stay
+ * out and the lock is not lost. After the release nothing renews it: its
+ * records are gone, the next holder's lease is left alone and the old
+ * handle is not marked lost by a stale renewal.
+ */
+static void test_watchdog_keeps_then_stops(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    int is_redis = f->b->kind == BK_REDIS || f->b->kind == BK_REDLOCK;
+    long long n, pttl = -1;
+    int64_t until;
+    struct lock *a, *b;
+    unsigned probes = 0;
+
+    fx_name(f, "watchdog", name);
+    a = fx_lock(f, name);
+    b = fx_lock(f, name);
+    acquire_expect(a, 0, 0, LOCK_ACQUIRED);
+    until = mono_us() + 3 * WD_LEASE_MS * 1000;
+    while (mono_us() < until) {
+        acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+        assert_int_equal(lock_lost(a), 0);
+        if (is_redis) {
+            /* Renewed to the watchdog's lease, not anything longer. */
+            n = fx_lock_records(f, name, &pttl);
+            assert_true(n >= 1);
+            assert_true(pttl > 0 && pttl <= WD_LEASE_MS);
+        }
+        probes++;
+        sleep_ms(100);
+    }
+    print_message("      held %d ms under a %d ms watchdog lease, %u probes "
+                  "busy\n",
+                  3 * WD_LEASE_MS, WD_LEASE_MS, probes);
+    assert_int_equal(lock_holds(a), 1);
+    release_held(a);
+    assert_int_equal(lock_lost(a), 0);
+    if (f->b->kind != BK_MYSQL)
+        assert_int_equal(fx_lock_records(f, name, NULL), 0);
+
+    acquire_expect(b, 0, 3000, LOCK_ACQUIRED);
+    sleep_ms(WD_LEASE_MS + 200);
+    /* A renewal of a's hold would now find b's lock and mark a lost. */
+    assert_int_equal(lock_lost(a), 0);
+    if (is_redis) {
+        n = fx_lock_records(f, name, &pttl);
+        assert_true(n >= 1);
+        assert_true(pttl > 3000 - (WD_LEASE_MS + 200) - 400);
+    }
+    release_held(b);
+    if (f->b->kind != BK_MYSQL) {
+        sleep_ms(WD_LEASE_MS / 2);
+        assert_int_equal(fx_lock_records(f, name, NULL), 0);
+    }
+}
+
+/*
+ * A watched lock deleted behind its holder's back (Redis keys, the
+ * ZooKeeper node, the MySQL session) is marked lost within a renewal
+ * period; a reentrant acquire then fails with -ENOLCK and others can take
+ * the lock.
+ */
+static void test_watchdog_detects_loss(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    struct agent_reply r;
+    struct agent *a;
+    struct lock *b;
+    int64_t t_break, ms;
+
+    fx_name(f, "lost", name);
+    a = agent_start(f, name);
+    r = agent_call(a, AG_ACQUIRE, 0, 0, 0);
+    assert_agent_acquired(r);
+    /* Let a renewal or two pass first: renewing works. */
+    sleep_ms(WD_LEASE_MS / 2);
+    r = agent_call(a, AG_STATE, 0, 0, 0);
+    assert_int_equal(r.lost, 0);
+
+    agent_send(a, AG_WAIT_LOST, 0, 0, 5000);
+    fx_break(f, name, a->pid);
+    t_break = mono_us();
+    r = agent_recv(a, AGENT_REPLY_MS);
+    ms = (r.t_us - t_break) / 1000;
+    print_message("      lock deleted behind its back: marked lost after "
+                  "%lld ms (renewals every %d ms)\n",
+                  (long long)(ms < 0 ? 0 : ms), WD_LEASE_MS / 3);
+    assert_int_equal(r.lost, 1);
+    assert_true(ms <= WD_LEASE_MS / 3 + 400);
+
+    r = agent_call(a, AG_ACQUIRE, 0, 0, 0);
+    assert_int_equal(r.rc, -ENOLCK);
+    r = agent_call(a, AG_RELEASE, 0, 0, 0);
+    assert_release_not_ours(r.rc, r.held);
+    assert_int_equal(r.holds, 0);
+
+    b = fx_lock(f, name);
+    acquire_expect(b, 2000, LONG_LEASE_MS, LOCK_ACQUIRED);
+    release_held(b);
+    agent_finish(a, 10000);
+}
+
+/* ---- 6. fencing ---- */
+
+/* The guarded table and name's row (value 0, fence 0). */
+static void fenced_table_prepare(struct fx *f, const char *name)
+{
+    assert_int_equal(it_sql_exec("CREATE TABLE IF NOT EXISTS fenced_resource ("
+                                 "name VARCHAR(64) PRIMARY KEY, "
+                                 "value BIGINT NOT NULL, "
+                                 "fence BIGINT UNSIGNED NOT NULL)"),
+                     0);
+    f->used_table = 1;
+    assert_int_equal(it_sql_exec("REPLACE INTO fenced_resource VALUES "
+                                 "('%s', 0, 0)",
+                                 name),
+                     0);
+}
+
+/*
+ * Holder A is paused (SIGSTOP) until its lock is gone: its lease runs out
+ * (Redis, RedLock), its session expires (ZooKeeper), or (MySQL, whose
+ * session outlives a pause) its sessions are KILLed. B takes the lock with
+ * a higher token and writes; A resumes and writes with its old token: the
+ * guarded UPDATE refuses it and the row keeps B's value. A's exit does not
+ * free B's lock.
+ */
+static void test_fencing_rejects_stale_holder(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    const struct store_config *sc = it_store_config();
+    struct agent_reply r;
+    struct lock *b, *c;
+    struct agent *a;
+    uint64_t fence_a, fence_b;
+    int64_t ms;
+
+    agent_sc = sc;
+    fx_name(f, "fenced", name);
+    fenced_table_prepare(f, name);
+    a = agent_start(f, name);
+    r = agent_call(a, AG_ACQUIRE, 0, FENCE_LEASE_MS, 0);
+    assert_agent_acquired(r);
+    fence_a = r.fence;
+
+    agent_signal(a, SIGSTOP);
+    if (f->b->kind == BK_MYSQL)
+        fx_break(f, name, a->pid);
+    b = fx_lock(f, name);
+    ms = acquire_expect(b, 15000, LONG_LEASE_MS, LOCK_ACQUIRED);
+    fence_b = lock_fence(b);
+    print_message("      paused holder's lock taken after %lld ms; tokens "
+                  "%" PRIu64 " then %" PRIu64 "\n",
+                  (long long)ms, fence_a, fence_b);
+    assert_true(fence_b > fence_a);
+    assert_int_equal(fenced_write(sc, name, 2, fence_b), 1);
+
+    agent_signal(a, SIGCONT);
+    r = agent_call(a, AG_WRITE, 0, 0, 1);
+    assert_int_equal(r.fence, fence_a);
+    assert_int_equal(r.value, 0);
+    assert_int_equal(
+        it_sql_scalar("SELECT value FROM fenced_resource WHERE name = '%s'",
+                      name),
+        2);
+    assert_int_equal(
+        it_sql_scalar("SELECT fence FROM fenced_resource WHERE name = '%s'",
+                      name),
+        (int64_t)fence_b);
+
+    /* A frees its stale hold on exit: that must not free B's lock. */
+    agent_finish(a, 10000);
+    c = fx_lock(f, name);
+    acquire_expect(c, 0, LONG_LEASE_MS, LOCK_BUSY);
+    release_held(b);
+}
+
+/* ---- 7. RedLock's quorum ---- */
+
+/*
+ * With one of three servers stopped, acquire and release work; with two
+ * stopped, acquire fails with an error within a bounded time; once they
+ * are back, locks work again.
+ */
+static void test_redlock_quorum(void **state)
+{
+    struct fx *f = fx_begin(state);
+    const int64_t bound = 2LL * f->u.nhosts * TIMEOUT_MS + FAIL_SLACK_MS;
+    char name[LOCK_NAME_MAX + 1], path[64];
+    pid_t pids[LOCK_URL_HOSTS_MAX];
+    enum lock_status st;
+    struct lock *a, *b, *c, *d;
+    int64_t t0, ms;
+    int i, rc;
+
+    assert_true(f->u.nhosts >= 3);
+    for (i = 0; i < f->u.nhosts; i++) {
+        snprintf(path, sizeof(path), ".run/redlock-%u.pid", fx_port(f, i));
+        pids[i] = it_pidfile_read(path);
+        if (pids[i] <= 0 || kill(pids[i], 0) != 0)
+            fail_msg("no running redis-server in %s", path);
+    }
+
+    fx_stop_server(f, pids[0]);
+    fx_name(f, "quorum", name);
+    a = fx_lock(f, name);
+    b = fx_lock(f, name);
+    ms = acquire_expect(a, 0, 5000, LOCK_ACQUIRED);
+    print_message("      one server stopped: acquire in %lld ms\n",
+                  (long long)ms);
+    assert_true(ms <= bound);
+    acquire_expect(b, 0, 5000, LOCK_BUSY);
+    release_held(a);
+    acquire_expect(b, 0, 5000, LOCK_ACQUIRED);
+    release_held(b);
+
+    fx_stop_server(f, pids[1]);
+    fx_name(f, "quorum-lost", name);
+    c = fx_lock(f, name);
+    t0 = mono_us();
+    rc = lock_acquire(c, 0, 5000, &st);
+    ms = (mono_us() - t0) / 1000;
+    print_message("      two servers stopped: acquire = %d (%s) in %lld ms\n",
+                  rc, rc_str(rc), (long long)ms);
+    assert_true(rc < 0);
+    assert_int_not_equal(rc, -EINVAL);
+    assert_int_equal(lock_holds(c), 0);
+    assert_true(ms <= bound);
+    t0 = mono_us();
+    rc = lock_acquire(c, 500, 5000, &st);
+    ms = (mono_us() - t0) / 1000;
+    print_message("      ... with a 500 ms wait: %d (%s) in %lld ms\n", rc,
+                  rc_str(rc), (long long)ms);
+    assert_true(rc < 0);
+    assert_true(ms <= 500 + bound);
+
+    fx_resume_servers(f);
+    fx_name(f, "quorum-back", name);
+    d = fx_lock(f, name);
+    acquire_expect(d, 3000, 5000, LOCK_ACQUIRED);
+    release_held(d);
+}
+
+/* ---- 8. wake-up ---- */
+
+/*
+ * A waiter in another process, blocked with a 5 s budget, takes the lock
+ * within HANDOVER_MAX_MS of its release: woken by the release, not by its
+ * retry timer.
+ */
+static void test_release_wakes_waiter(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    int64_t handover[HANDOVER_ROUNDS], worst = 0, t0;
+    struct agent_reply r;
+    struct agent *w;
+    struct lock *a;
+    int i;
+
+    fx_name(f, "wakeup", name);
+    w = agent_start(f, name);
+    a = fx_lock(f, name);
+    for (i = 0; i < HANDOVER_ROUNDS; i++) {
+        acquire_expect(a, 3000, LONG_LEASE_MS, LOCK_ACQUIRED);
+        agent_send(w, AG_ACQUIRE, 5000, LONG_LEASE_MS, 0);
+        /* Long enough for the waiter to be asleep on the lock. */
+        sleep_ms(200 + 37 * i);
+        t0 = mono_us();
+        release_held(a);
+        r = agent_recv(w, AGENT_REPLY_MS);
+        assert_agent_acquired(r);
+        handover[i] = r.t_us - t0;
+        if (handover[i] > worst)
+            worst = handover[i];
+        r = agent_call(w, AG_RELEASE, 0, 0, 0);
+        assert_int_equal(r.rc, 0);
+        assert_int_equal(r.held, 1);
+    }
+    print_message("      release -> waiter's acquire:");
+    for (i = 0; i < HANDOVER_ROUNDS; i++)
+        print_message(" %.1f", (double)handover[i] / 1000.0);
+    print_message(" ms\n");
+    assert_true(worst < HANDOVER_MAX_MS * 1000);
+    agent_finish(w, 10000);
+}
+
+/* ---- 9. a backend that is down ---- */
+
+/* f's scheme and credentials with every host replaced by 127.0.0.1:port. */
+static void down_url(const struct fx *f, const uint16_t *ports, char *buf,
+                     size_t size)
+{
+    size_t len;
+    int i;
+
+    len = (size_t)snprintf(buf, size, "%s://", f->u.scheme);
+    if (f->u.user[0] || f->u.has_pass)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s%s@", f->u.user,
+                                f->u.has_pass ? ":" : "", f->u.pass);
+    for (i = 0; i < f->u.nhosts; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s127.0.0.1:%u",
+                                i ? "," : "", (unsigned)ports[i]);
+    len += (size_t)snprintf(buf + len, size - len, "%s%s?timeout_ms=%u",
+                            f->u.path[0] ? "/" : "", f->u.path, TIMEOUT_MS);
+    if (f->b->kind == BK_ZK)
+        snprintf(buf + len, size - len, "&session_ms=%u", ZK_SESSION_MS);
+}
+
+/* Acquire through url in an agent (a hang there cannot hang the test):
+ * errors within the bound, and the client closes quickly. */
+static void check_down(struct fx *f, const char *what, const char *url)
+{
+    const int64_t bound =
+        2LL * TIMEOUT_MS * (f->b->kind == BK_REDLOCK ? f->u.nhosts : 1) +
+        FAIL_SLACK_MS;
+    char name[LOCK_NAME_MAX + 1];
+    struct agent_reply r;
+    struct agent *ag;
+    int64_t ms;
+
+    fx_name(f, "down", name);
+    ag = agent_start_url(f, url, name);
+    r = agent_call(ag, AG_ACQUIRE, 0, 1000, 0);
+    ms = (r.t_us - r.t0_us) / 1000;
+    print_message("      %s: acquire = %d (%s) in %lld ms\n", what, r.rc,
+                  rc_str(r.rc), (long long)ms);
+    assert_true(r.rc < 0);
+    assert_int_not_equal(r.rc, -EINVAL);
+    assert_int_equal(r.holds, 0);
+    assert_true(ms <= bound);
+
+    r = agent_call(ag, AG_ACQUIRE, 1000, 1000, 0);
+    ms = (r.t_us - r.t0_us) / 1000;
+    print_message("      %s: acquire with a 1 s wait = %d (%s) in %lld ms\n",
+                  what, r.rc, rc_str(r.rc), (long long)ms);
+    assert_true(r.rc < 0);
+    assert_int_not_equal(r.rc, -EINVAL);
+    assert_true(ms <= 1000 + bound);
+
+    ms = agent_finish(ag, 10000);
+    print_message("      %s: client closed in %lld ms\n", what, (long long)ms);
+    assert_true(ms <= bound);
+}
+
+/*
+ * A client for a port nobody listens on, and for one that accepts but
+ * never answers (a stopped server): acquire returns an error (not -EINVAL,
+ * not BUSY) within about the timeouts, never hangs.
+ */
+static void test_backend_down_fails_fast(void **state)
+{
+    struct fx *f = fx_begin(state);
+    uint16_t ports[LOCK_URL_HOSTS_MAX];
+    char url[1024];
+    int i, fd;
+
+    for (i = 0; i < f->u.nhosts; i++) {
+        ports[i] = it_free_port();
+        assert_int_not_equal(ports[i], 0);
+    }
+    down_url(f, ports, url, sizeof(url));
+    check_down(f, "closed port", url);
+
+    for (i = 0; i < f->u.nhosts; i++) {
+        assert_true(f->nfds < FX_FDS_MAX);
+        fd = it_blackhole_listen(&ports[i]);
+        assert_true(fd >= 0);
+        f->fds[f->nfds++] = fd;
+    }
+    down_url(f, ports, url, sizeof(url));
+    check_down(f, "silent server", url);
+}
+
+/* ---- 10. input checks ---- */
+
+/*
+ * Names: empty, NULL or longer than LOCK_NAME_MAX are -EINVAL. Any other
+ * bytes work and stay distinct: two LOCK_NAME_MAX names differing only in
+ * their last byte, and names with '/', "..", '%', spaces, UTF-8 and
+ * non-UTF-8 bytes are separate locks (no truncation, no encoding clash),
+ * each excluding a second owner of the same name.
+ */
+static void test_names_checked(void **state)
+{
+    static const char *const odd[] = {
+        "x/y", "x_y", "x%2Fy",     "x%2fy",     "x y",       "x/../y", "/x",
+        "x/",  "x.",  "x\xc3\xa9", "x\x01\xff", "x\x01\xfe", "x\\y",   "x\ny",
+    };
+    enum { NODD = sizeof(odd) / sizeof(odd[0]) };
+    struct fx *f = fx_begin(state);
+    struct lock_client *c = fx_client(f);
+    char name[LOCK_NAME_MAX + 2], name2[LOCK_NAME_MAX + 1];
+    struct lock *l = NULL, *l1, *l2, *dup, *mine[NODD];
+    size_t plen = strlen(f->prefix), i;
+
+    assert_string_equal(lock_client_backend(c), f->b->name);
+    assert_int_equal(lock_new(c, "", &l), -EINVAL);
+    assert_int_equal(lock_new(c, NULL, &l), -EINVAL);
+    memset(name, 'n', sizeof(name));
+    memcpy(name, f->prefix, plen);
+    name[LOCK_NAME_MAX + 1] = '\0';
+    assert_int_equal(lock_new(c, name, &l), -EINVAL);
+
+    /* Longest names, differing in the last byte only. */
+    name[LOCK_NAME_MAX] = '\0';
+    name[LOCK_NAME_MAX - 1] = 'A';
+    memcpy(name2, name, sizeof(name2));
+    name2[LOCK_NAME_MAX - 1] = 'B';
+    l1 = fx_lock(f, name);
+    l2 = fx_lock(f, name2);
+    assert_string_equal(lock_name(l1), name);
+    assert_int_equal(strlen(lock_owner(l1)), 32);
+    assert_int_equal(strspn(lock_owner(l1), "0123456789abcdefABCDEF"), 32);
+    assert_string_not_equal(lock_owner(l1), lock_owner(l2));
+    acquire_expect(l1, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    acquire_expect(l2, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    dup = fx_lock(f, name);
+    acquire_expect(dup, 0, LONG_LEASE_MS, LOCK_BUSY);
+    release_held(l1);
+    release_held(l2);
+
+    for (i = 0; i < NODD; i++) {
+        fx_name(f, odd[i], name);
+        mine[i] = fx_lock(f, name);
+        acquire_expect(mine[i], 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    }
+    for (i = 0; i < NODD; i++) {
+        fx_name(f, odd[i], name);
+        dup = fx_lock(f, name);
+        acquire_expect(dup, 0, LONG_LEASE_MS, LOCK_BUSY);
+    }
+    for (i = 0; i < NODD; i++)
+        release_held(mine[i]);
+}
+
+/* Asserts lock_client_open(url) is -EINVAL. */
+#define url_refused(url) url_refused_at((url), __FILE__, __LINE__)
+static void url_refused_at(const char *url, const char *file, int line)
+{
+    struct lock_client *c = NULL;
+    int rc = lock_client_open(url, NULL, &c);
+
+    if (rc != -EINVAL) {
+        print_error("lock_client_open(\"%s\") = %d (%s), expected -EINVAL\n",
+                    url ? url : "(null)", rc, rc_str(rc));
+        if (rc == 0)
+            lock_client_close(c);
+        _fail(file, line);
+    }
+}
+
+/* Asserts lock_client_open(url) works (no I/O: nothing needs to listen). */
+#define url_accepted(url) url_accepted_at((url), __FILE__, __LINE__)
+static void url_accepted_at(const char *url, const char *file, int line)
+{
+    struct lock_client *c = NULL;
+    int rc = lock_client_open(url, NULL, &c);
+
+    if (rc != 0) {
+        print_error("lock_client_open(\"%s\") = %d (%s), expected 0\n", url, rc,
+                    rc_str(rc));
+        _fail(file, line);
+    }
+    lock_client_close(c);
+}
+
+/*
+ * URLs: no scheme, an unknown one, no host, a bad port, an unknown or
+ * malformed setting are -EINVAL; so are several hosts for a one-server
+ * backend, a Redis database that is not a number, and for RedLock fewer
+ * than three servers (two cannot outlive a failure) or more than
+ * LOCK_URL_HOSTS_MAX. Each bad URL differs from a good one in one place.
+ */
+static void test_urls_checked(void **state)
+{
+    struct fx *f = fx_begin(state);
+    const char *s = f->u.scheme;
+    const char *who = f->b->kind == BK_MYSQL ? "u:p@" : "";
+    /* RedLock needs three hosts: the last one is the one made bad. */
+    const char *more =
+        f->b->kind == BK_REDLOCK ? "127.0.0.1:1,127.0.0.1:2," : "";
+    const char *tail = f->b->kind == BK_ZK      ? "/locks"
+                       : f->b->kind == BK_MYSQL ? "/db"
+                                                : "/0";
+    char url[1024];
+
+    url_refused(NULL);
+    url_refused("");
+    url_refused("127.0.0.1:6379");
+    url_refused("nosuch://127.0.0.1:1/0");
+    snprintf(url, sizeof(url), "%s", s);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://", s);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s", s, who, tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s:1%s", s, who, more, tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:99999%s", s, who, more,
+             tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:12ab%s", s, who, more, tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:3%s?bogus=1", s, who, more,
+             tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:3%s?timeout_ms=abc", s, who,
+             more, tail);
+    url_refused(url);
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:3%s?timeout_ms=", s, who,
+             more, tail);
+    url_refused(url);
+
+    /* The good one they all differ from (no I/O at open). */
+    snprintf(url, sizeof(url), "%s://%s%s127.0.0.1:3%s?timeout_ms=100", s, who,
+             more, tail);
+    url_accepted(url);
+    switch (f->b->kind) {
+    case BK_REDIS:
+        url_refused("redis://127.0.0.1:1/notadb");
+        url_refused("redis://127.0.0.1:1,127.0.0.1:2/0");
+        break;
+    case BK_MYSQL:
+        url_refused("mysql://u:p@127.0.0.1:1,127.0.0.1:2/db");
+        break;
+    case BK_REDLOCK:
+        url_refused("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/notadb");
+        url_refused("redlock://127.0.0.1:1/0");
+        url_refused("redlock://127.0.0.1:1,127.0.0.1:2/0");
+        url_refused("redlock://127.0.0.1:1,,127.0.0.1:3/0");
+        url_refused("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,"
+                    "127.0.0.1:4,127.0.0.1:5,127.0.0.1:6,127.0.0.1:7,"
+                    "127.0.0.1:8,127.0.0.1:9,127.0.0.1:10/0");
+        break;
+    case BK_ZK:
+        url_refused("zookeeper://127.0.0.1:1/locks?session_ms=abc");
+        break;
+    }
+}
+
+/* ---- main ---- */
+
+struct test_def {
+    const char *name;
+    CMUnitTestFunction fn;
+    int only; /* a backend kind, or -1 for all */
+};
+
+static const struct test_def test_defs[] = {
+    {"input: names", test_names_checked, -1},
+    {"input: urls", test_urls_checked, -1},
+    {"mutual exclusion", test_mutual_exclusion, -1},
+    {"only the owner releases", test_only_owner_releases, -1},
+    {"reentrancy", test_reentrancy, -1},
+    {"killed holder frees the lock", test_killed_holder_frees, -1},
+    {"watchdog keeps the lock, then stops", test_watchdog_keeps_then_stops, -1},
+    {"watchdog detects a lost lock", test_watchdog_detects_loss, -1},
+    {"fencing rejects a paused holder", test_fencing_rejects_stale_holder, -1},
+    {"redlock quorum", test_redlock_quorum, BK_REDLOCK},
+    {"release wakes a waiter", test_release_wakes_waiter, -1},
+    {"backend down fails fast", test_backend_down_fails_fast, -1},
+};
+enum { NTESTS = sizeof(test_defs) / sizeof(test_defs[0]) };
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_acquire_then_busy, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_only_owner_releases, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_release_after_script_flush, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_dead_holder_expires, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(
-            test_expired_lock_not_released_by_old_owner, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_contention_no_lost_updates, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_connection, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_reply, setup, teardown),
-    };
+    static char names[NTESTS][96];
+    struct CMUnitTest tests[NTESTS];
+    const char *filter;
+    int failed = 0;
+    size_t i, k, n;
 
-    return cmocka_run_group_tests(tests, group_setup, NULL);
+    it_init();
+    /* SECKILL_IT_FILTER="redis: *" runs only the tests matching it. */
+    filter = getenv("SECKILL_IT_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    for (i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+        for (k = 0, n = 0; k < NTESTS; k++) {
+            if (test_defs[k].only >= 0 &&
+                test_defs[k].only != (int)backends[i].kind)
+                continue;
+            snprintf(names[n], sizeof(names[n]), "%s: %s", backends[i].name,
+                     test_defs[k].name);
+            tests[n] = (struct CMUnitTest){
+                .name = names[n],
+                .test_func = test_defs[k].fn,
+                .setup_func = fx_setup,
+                .teardown_func = fx_teardown,
+                .initial_state = &backends[i],
+            };
+            n++;
+        }
+        failed +=
+            _cmocka_run_group_tests(backends[i].name, tests, n, NULL, NULL);
+    }
+    it_sql_close();
+    return failed;
 }
