@@ -4,6 +4,7 @@
 #include "common/token.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sodium.h>
 
@@ -32,6 +33,22 @@ static uint64_t get_be64(const unsigned char *p)
     return v;
 }
 
+/*
+ * Only base64url characters: libsodium 1.0.18 decodes every byte from 0x80
+ * up as '_' (a negative char passes its constant-time compares), which
+ * would give a token up to 129 spellings per '_', all verifying.
+ */
+static bool b64url_only(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+              (c >= '0' && c <= '9') || c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
 int token_sign(const unsigned char key[TOKEN_KEY_LEN],
                const struct token_claims *claims, char *out)
 {
@@ -56,7 +73,8 @@ int token_verify(const unsigned char key[TOKEN_KEY_LEN], const char *tok,
     size_t rawlen = 0;
     const char *end = NULL;
 
-    if (len != sodium_base64_ENCODED_LEN(RAW_LEN, B64_VARIANT) - 1)
+    if (len != sodium_base64_ENCODED_LEN(RAW_LEN, B64_VARIANT) - 1 ||
+        !b64url_only(tok, len))
         return -EINVAL;
     if (sodium_base642bin(raw, sizeof(raw), tok, len, NULL, &rawlen, &end,
                           B64_VARIANT) != 0 ||

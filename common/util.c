@@ -13,6 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* 9999-12-31T23:59:59Z, the last second util_time_parse accepts. */
+#define TIME_MAX 253402300799LL
+
 static enum log_level min_level = LOG_INFO;
 
 static void oom(size_t n)
@@ -173,6 +176,7 @@ static int days_in_month(int y, int m)
 int util_time_parse(const char *s, int64_t *out)
 {
     int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+    int64_t t;
     const char *p = s;
     struct tm tm = {0};
 
@@ -213,7 +217,12 @@ int util_time_parse(const char *s, int64_t *out)
     tm.tm_hour = h;
     tm.tm_min = mi;
     tm.tm_sec = sec;
-    *out = (int64_t)timegm(&tm) - sign * (oh * 3600 + om * 60);
+    t = (int64_t)timegm(&tm) - sign * (oh * 3600 + om * 60);
+    /* An offset can carry a time past either end of the years checked
+     * above; MariaDB would store year 10000 as a zero date. */
+    if (t < 0 || t > TIME_MAX)
+        return -EINVAL;
+    *out = t;
     return 0;
 }
 

@@ -55,7 +55,9 @@ char *util_time_format(int64_t epoch_s, char *buf);
 /*
  * Parse an RFC 3339 date-time ("2026-11-21T05:35:00Z", optional fraction,
  * 'Z' or a +hh:mm / -hh:mm offset) into epoch seconds (fraction dropped).
- * Returns 0, or -EINVAL for anything else, including impossible dates.
+ * Returns 0, or -EINVAL for anything else, including impossible dates and
+ * times outside 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59Z (what
+ * util_time_format writes back and a DATETIME column holds).
  */
 int util_time_parse(const char *s, int64_t *out);
 

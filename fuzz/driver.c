@@ -1,0 +1,467 @@
+/*
+ * driver.c - run one request through seckilld's own request code and
+ * check the reply.
+ *
+ * handlers/http.c is included rather than linked, so that its static
+ * access handler (on_request: the 64 KiB cap, body accumulation, routing,
+ * the 405/404/400 answers, the dispatch to the endpoint handlers) and its
+ * completion callback run here exactly as in the service. The few
+ * libmicrohttpd functions they call are faked below over a struct
+ * fuzz_request; the backends are the fakes of fake_backend.c.
+ *
+ * Every reply must keep these invariants (fuzz_http_run aborts if not):
+ * the body is one JSON object and a newline; errors are exactly
+ * {"error":{"code","message"}} with a code from the README's table and its
+ * status; Allow comes with 405 only, Retry-After with every 503; an over-
+ * large body is 413 before any backend call; unknown paths are 404, bad
+ * ids 400, wrong methods 405 with the route's Allow; the authenticated
+ * routes answer 401/403 without touching a backend unless a token signed
+ * with the service key was sent, and a user sees only their own order.
+ */
+#include "handlers/http.c"
+
+#include <strings.h>
+#include <sodium.h>
+
+#include "fuzz/fuzz.h"
+
+const unsigned char fuzz_key[TOKEN_KEY_LEN] = {
+    0x5e, 0xc4, 0x11, 0x1d, 0x0f, 0x02, 0x7a, 0x9b, 0x33, 0xe8, 0x41,
+    0x6c, 0x90, 0x2d, 0xb7, 0x18, 0xa4, 0x55, 0x0e, 0xc9, 0x71, 0x3f,
+    0x86, 0x2b, 0xd0, 0x64, 0x1a, 0xf3, 0x98, 0x47, 0xbe, 0x05};
+
+static const unsigned char other_key[TOKEN_KEY_LEN] = {1};
+
+static struct handlers_config cfg;
+static struct handlers_server srv;
+static bool verbose; /* FUZZ_VERBOSE=1: print each reply to stderr */
+
+/* ---- a fake libmicrohttpd, just what http.c and request.c call ---- */
+
+#define RESP_HEADERS_MAX 8
+
+struct MHD_Response {
+    char *data;
+    size_t len;
+    bool owned;
+    unsigned refs;
+    char *names[RESP_HEADERS_MAX];
+    char *values[RESP_HEADERS_MAX];
+    unsigned nheaders;
+};
+
+struct MHD_Connection {
+    const struct fuzz_request *rq;
+    const char *header_values[FUZZ_KV_MAX]; /* after token markers */
+    struct MHD_Response *response;
+    unsigned status;
+    unsigned queued;
+};
+
+/* Keys compare without case for every kind, as in libmicrohttpd. */
+const char *MHD_lookup_connection_value(struct MHD_Connection *connection,
+                                        enum MHD_ValueKind kind,
+                                        const char *key)
+{
+    const struct fuzz_request *rq = connection->rq;
+
+    if (!key)
+        return NULL;
+    if (kind & MHD_HEADER_KIND)
+        for (size_t i = 0; i < rq->nheaders; i++)
+            if (strcasecmp(rq->headers[i].key, key) == 0)
+                return connection->header_values[i];
+    if (kind & MHD_GET_ARGUMENT_KIND)
+        for (size_t i = 0; i < rq->nargs; i++)
+            if (strcasecmp(rq->args[i].key, key) == 0)
+                return rq->args[i].value;
+    return NULL;
+}
+
+struct MHD_Response *
+MHD_create_response_from_buffer(size_t size, void *buffer,
+                                enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = xcalloc(1, sizeof(*r));
+
+    r->len = size;
+    r->refs = 1;
+    switch (mode) {
+    case MHD_RESPMEM_PERSISTENT:
+        r->data = buffer;
+        break;
+    case MHD_RESPMEM_MUST_FREE:
+        r->data = buffer;
+        r->owned = true;
+        break;
+    case MHD_RESPMEM_MUST_COPY:
+        r->data = xmalloc(size ? size : 1);
+        memcpy(r->data, buffer, size);
+        r->owned = true;
+        break;
+    }
+    return r;
+}
+
+enum MHD_Result MHD_add_response_header(struct MHD_Response *response,
+                                        const char *header, const char *content)
+{
+    FUZZ_CHECK(response->nheaders < RESP_HEADERS_MAX, "too many headers");
+    for (unsigned i = 0; i < response->nheaders; i++)
+        FUZZ_CHECK(strcasecmp(response->names[i], header) != 0,
+                   "header %s set twice", header);
+    FUZZ_CHECK(!strpbrk(content, "\r\n"), "header %s breaks the line", header);
+    response->names[response->nheaders] = xstrdup(header);
+    response->values[response->nheaders++] = xstrdup(content);
+    return MHD_YES;
+}
+
+void MHD_destroy_response(struct MHD_Response *response)
+{
+    if (--response->refs)
+        return;
+    for (unsigned i = 0; i < response->nheaders; i++) {
+        free(response->names[i]);
+        free(response->values[i]);
+    }
+    if (response->owned)
+        free(response->data);
+    free(response);
+}
+
+enum MHD_Result MHD_queue_response(struct MHD_Connection *connection,
+                                   unsigned int status_code,
+                                   struct MHD_Response *response)
+{
+    FUZZ_CHECK(!connection->queued, "a second reply for one request");
+    connection->queued++;
+    connection->status = status_code;
+    connection->response = response;
+    response->refs++;
+    return MHD_YES;
+}
+
+/* No socket behind the fake: no deadline record, no client address. */
+const union MHD_ConnectionInfo *
+MHD_get_connection_info(struct MHD_Connection *connection,
+                        enum MHD_ConnectionInfoType info_type, ...)
+{
+    (void)connection;
+    (void)info_type;
+    return NULL;
+}
+
+/* The daemon itself never runs in the fuzz builds. */
+struct MHD_Daemon *MHD_start_daemon(unsigned int flags, uint16_t port,
+                                    MHD_AcceptPolicyCallback apc, void *apc_cls,
+                                    MHD_AccessHandlerCallback dh, void *dh_cls,
+                                    ...)
+{
+    (void)flags;
+    (void)port;
+    (void)apc;
+    (void)apc_cls;
+    (void)dh;
+    (void)dh_cls;
+    return NULL;
+}
+
+const union MHD_DaemonInfo *
+MHD_get_daemon_info(struct MHD_Daemon *daemon,
+                    enum MHD_DaemonInfoType info_type, ...)
+{
+    (void)daemon;
+    (void)info_type;
+    return NULL;
+}
+
+MHD_socket MHD_quiesce_daemon(struct MHD_Daemon *daemon)
+{
+    (void)daemon;
+    return MHD_INVALID_SOCKET;
+}
+
+void MHD_stop_daemon(struct MHD_Daemon *daemon)
+{
+    (void)daemon;
+}
+
+/* ---- the driver ---- */
+
+enum mark { MARK_NONE = -1, MARK_ADMIN, MARK_USER, MARK_EXPIRED, MARK_OTHER };
+
+static const struct {
+    const char *text;
+    int64_t user_id;
+    enum token_role role;
+    int64_t ttl_s;
+    const unsigned char *key;
+} marks[] = {
+    [MARK_ADMIN] = {"@admin", FUZZ_ADMIN_ID, TOKEN_ROLE_ADMIN, 3600, fuzz_key},
+    [MARK_USER] = {"@user", FUZZ_USER_ID, TOKEN_ROLE_USER, 3600, fuzz_key},
+    [MARK_EXPIRED] = {"@expired", FUZZ_USER_ID, TOKEN_ROLE_USER, -10, fuzz_key},
+    [MARK_OTHER] = {"@otherkey", FUZZ_ADMIN_ID, TOKEN_ROLE_ADMIN, 3600,
+                    other_key},
+};
+
+/* Replace the first token marker in value; *which says which it was. */
+static char *substitute(const char *value, enum mark *which)
+{
+    *which = MARK_NONE;
+    for (size_t i = 0; i < sizeof(marks) / sizeof(marks[0]); i++) {
+        const char *at = strstr(value, marks[i].text);
+        if (!at)
+            continue;
+        struct token_claims c = {marks[i].user_id, marks[i].role,
+                                 util_now_ms() / 1000 + marks[i].ttl_s};
+        char tok[TOKEN_STR_LEN];
+        FUZZ_CHECK(token_sign(marks[i].key, &c, tok) == 0, "token_sign");
+        *which = (enum mark)i;
+        return xasprintf("%.*s%s%s", (int)(at - value), value, tok,
+                         at + strlen(marks[i].text));
+    }
+    return xstrdup(value);
+}
+
+void fuzz_driver_init(void)
+{
+    FUZZ_CHECK(sodium_init() >= 0, "sodium_init");
+    /* The handlers log every backend error; a fuzzer makes millions. */
+    log_set_level((enum log_level)(LOG_ERROR + 1));
+    memcpy(cfg.secret, fuzz_key, sizeof(cfg.secret));
+    cfg.bind = "127.0.0.1";
+    cfg.threads = 1;
+    cfg.lock_ttl_ms = 10000;
+    cfg.lock_url = "redis://127.0.0.1:1";
+    cfg.dev = true;
+    srv.cfg = &cfg;
+    srv.locks = fuzz_backend_lock_client();
+    pthread_once(&store_key_once, store_key_create);
+    verbose = getenv("FUZZ_VERBOSE") && *getenv("FUZZ_VERBOSE") == '1';
+}
+
+void fuzz_reply_clear(struct fuzz_reply *rep)
+{
+    json_decref(rep->json);
+    free(rep->content_type);
+    free(rep->allow);
+    free(rep->retry_after);
+    memset(rep, 0, sizeof(*rep));
+}
+
+const char *fuzz_reply_code(const struct fuzz_reply *rep)
+{
+    return json_string_value(
+        json_object_get(json_object_get(rep->json, "error"), "code"));
+}
+
+static char *response_header(const struct MHD_Response *r, const char *name)
+{
+    for (unsigned i = 0; i < r->nheaders; i++)
+        if (strcasecmp(r->names[i], name) == 0)
+            return xstrdup(r->values[i]);
+    return NULL;
+}
+
+/* Read the queued response back as a client would. */
+static void parse_response(const struct MHD_Connection *conn,
+                           struct fuzz_reply *rep)
+{
+    const struct MHD_Response *r = conn->response;
+    json_error_t jerr;
+
+    rep->status = conn->status;
+    rep->content_type = response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    rep->allow = response_header(r, MHD_HTTP_HEADER_ALLOW);
+    rep->retry_after = response_header(r, MHD_HTTP_HEADER_RETRY_AFTER);
+    FUZZ_CHECK(r->len >= 2 && r->data[r->len - 1] == '\n' &&
+                   !memchr(r->data, '\0', r->len),
+               "the body is not one line of text (%zu bytes)", r->len);
+    rep->json = json_loadb(r->data, r->len - 1, JSON_REJECT_DUPLICATES, &jerr);
+    FUZZ_CHECK(rep->json, "the reply is not JSON: %s: %.*s", jerr.text,
+               (int)(r->len > 200 ? 200 : r->len), r->data);
+    FUZZ_CHECK(json_is_object(rep->json), "the reply is not a JSON object");
+}
+
+static void check_error_body(const struct fuzz_reply *rep)
+{
+    json_t *err = json_object_get(rep->json, "error");
+    json_t *code = json_object_get(err, "code");
+    json_t *msg = json_object_get(err, "message");
+    size_t i;
+
+    FUZZ_CHECK(json_object_size(rep->json) == 1 && json_is_object(err) &&
+                   json_object_size(err) == 2,
+               "status %u without {\"error\":{\"code\",\"message\"}}",
+               rep->status);
+    FUZZ_CHECK(json_is_string(code) && json_is_string(msg) &&
+                   json_string_length(msg) > 0,
+               "error code or message missing");
+    for (i = 0; i < ERR_COUNT; i++)
+        if (strcmp(api_errors[i].code, json_string_value(code)) == 0)
+            break;
+    FUZZ_CHECK(i < ERR_COUNT, "code %s is not in the table",
+               json_string_value(code));
+    FUZZ_CHECK(api_errors[i].status == rep->status, "%s with status %u",
+               api_errors[i].code, rep->status);
+}
+
+/* The id in a success reply member: a decimal string of a valid id. */
+static int64_t reply_id(const struct fuzz_reply *rep, const char *name)
+{
+    const char *s = json_string_value(json_object_get(rep->json, name));
+    int64_t id = 0;
+
+    FUZZ_CHECK(s && util_parse_id(s, strlen(s), &id) == 0,
+               "reply member %s is not an id", name);
+    return id;
+}
+
+static void check_reply(const struct fuzz_request *rq,
+                        const struct fuzz_reply *rep, bool too_large,
+                        unsigned calls)
+{
+    const struct route *route = NULL;
+    handler_fn fn = NULL;
+    int64_t id = 0;
+    unsigned st = rep->status;
+
+    FUZZ_CHECK(rep->content_type &&
+                   strcmp(rep->content_type, "application/json") == 0,
+               "Content-Type %s", rep->content_type);
+    if (st >= 400) {
+        check_error_body(rep);
+    } else {
+        FUZZ_CHECK(st == 200 || st == 201, "status %u", st);
+        FUZZ_CHECK(!json_object_get(rep->json, "error"),
+                   "a %u reply with an error member", st);
+    }
+    FUZZ_CHECK(!rep->allow == (st != 405), "Allow with status %u", st);
+    FUZZ_CHECK(st != 503 ||
+                   (rep->retry_after && strcmp(rep->retry_after, "1") == 0),
+               "503 without Retry-After: 1");
+    FUZZ_CHECK(!rep->retry_after || st == 503 || st == 429,
+               "Retry-After with status %u", st);
+
+    if (too_large) {
+        FUZZ_CHECK(st == 413 && calls == 0, "over 64 KiB: %u, %u calls", st,
+                   calls);
+        return;
+    }
+    FUZZ_CHECK(st != 413, "413 for a body within the limit");
+
+    switch (route_match(rq->path, &route, &id)) {
+    case ROUTE_NOT_FOUND:
+        FUZZ_CHECK(st == 404 && calls == 0, "unknown path: %u", st);
+        return;
+    case ROUTE_BAD_ID:
+        FUZZ_CHECK(st == 400 && calls == 0, "bad id: %u", st);
+        return;
+    case ROUTE_OK:
+        break;
+    }
+    FUZZ_CHECK(id >= 0 && (id > 0) == (strstr(route->pattern, "{id}") != NULL),
+               "route %s with id %lld", route->pattern, (long long)id);
+    if (strcmp(rq->method, "GET") == 0)
+        fn = route->get;
+    else if (strcmp(rq->method, "POST") == 0)
+        fn = route->post;
+    if (!fn) {
+        FUZZ_CHECK(st == 405 && calls == 0 && rep->allow &&
+                       strcmp(rep->allow, route->allow) == 0,
+                   "wrong method on %s: %u", route->pattern, st);
+        return;
+    }
+    FUZZ_CHECK(st != 405, "405 for %s %s", rq->method, route->pattern);
+
+    if (fn == vouchers_post || fn == voucher_seckill_post || fn == orders_get ||
+        fn == order_get) {
+        if (!rep->user_token)
+            FUZZ_CHECK(st == 401 && calls == 0,
+                       "%s answered %u (%u backend calls) without a token",
+                       route->pattern, st, calls);
+        if (fn == vouchers_post && !rep->admin_token)
+            FUZZ_CHECK((st == 401 || st == 403) && calls == 0,
+                       "voucher created without an admin token: %u", st);
+    }
+    if (fn == order_get && st == 200 && !rep->admin_token)
+        FUZZ_CHECK(reply_id(rep, "userId") == FUZZ_USER_ID,
+                   "a user read someone else's order");
+    if (fn == voucher_seckill_post && st == 201)
+        reply_id(rep, "orderId");
+    if (fn == vouchers_post && st == 201) {
+        const struct store_voucher *v = fuzz_backend_last_voucher();
+        FUZZ_CHECK(v && reply_id(rep, "id") == v->id,
+                   "201 without the voucher stored");
+    }
+}
+
+void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
+{
+    struct MHD_Connection conn = {.rq = rq};
+    char *values[FUZZ_KV_MAX] = {0};
+    enum mark auth = MARK_NONE;
+    bool seen_auth = false;
+    void *req_cls = NULL;
+    size_t n = 0, off = 0;
+    enum MHD_Result r;
+
+    memset(out, 0, sizeof(*out));
+    FUZZ_CHECK(rq->nheaders <= FUZZ_KV_MAX && rq->nargs <= FUZZ_KV_MAX,
+               "too many headers or arguments");
+    for (size_t i = 0; i < rq->nheaders; i++) {
+        enum mark which;
+        values[i] = substitute(rq->headers[i].value, &which);
+        conn.header_values[i] = values[i];
+        /* The handlers read the first Authorization header only. */
+        if (!seen_auth &&
+            strcasecmp(rq->headers[i].key, "Authorization") == 0) {
+            seen_auth = true;
+            auth = which;
+        }
+    }
+    out->user_token = auth == MARK_USER || auth == MARK_ADMIN;
+    out->admin_token = auth == MARK_ADMIN;
+    const char *cl = MHD_lookup_connection_value(
+        &conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    bool too_large =
+        (cl && strtoull(cl, NULL, 10) > BODY_MAX) || rq->body_len > BODY_MAX;
+
+    r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
+                   &req_cls);
+    while (r == MHD_YES && !conn.queued && off < rq->body_len) {
+        size_t piece = rq->body_len - off;
+        if (rq->chunk && piece > rq->chunk)
+            piece = rq->chunk;
+        /* A copy of exactly this piece, so ASan sees any over-read. */
+        char *buf = xmalloc(piece);
+        memcpy(buf, rq->body + off, piece);
+        n = piece;
+        r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", buf, &n,
+                       &req_cls);
+        free(buf);
+        FUZZ_CHECK(n == 0, "the handler left %zu upload bytes", n);
+        off += piece;
+    }
+    if (r == MHD_YES && !conn.queued) {
+        n = 0;
+        r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
+                       &req_cls);
+    }
+    FUZZ_CHECK(r == MHD_YES && conn.queued == 1, "no reply queued");
+    on_completed(&srv, &conn, &req_cls, MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    FUZZ_CHECK(!req_cls, "the request state outlived the request");
+
+    unsigned calls = fuzz_backend_calls();
+    if (verbose)
+        fprintf(stderr, "%s %s -> %u, %u backend calls: %.*s", rq->method,
+                rq->path, conn.status, calls,
+                (int)(conn.response->len > 300 ? 300 : conn.response->len),
+                conn.response->data);
+    parse_response(&conn, out);
+    check_reply(rq, out, too_large, calls);
+    fuzz_backend_finish();
+    MHD_destroy_response(conn.response);
+    for (size_t i = 0; i < rq->nheaders; i++)
+        free(values[i]);
+}

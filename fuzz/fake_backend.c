@@ -1,0 +1,542 @@
+/*
+ * fake_backend.c - store/, lock/ and idgen/ for the fuzz builds: no MySQL,
+ * Redis or lock server, just answers chosen by a per-request script (see
+ * fuzz_backend_script in fuzz.h), so that the handlers' every branch can
+ * be reached from fuzz input.
+ *
+ * Each fake also checks what the handlers hand it: that is the point where
+ * input validation must already have happened. A phone that is not 6 to 15
+ * digits, a voucher title longer than the schema allows, a purchase
+ * outside the user's lock or a lock never released abort the run.
+ * fuzz_fail() and fuzz_utf8_valid(), which every harness uses, live here
+ * too.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "fuzz/fuzz.h"
+#include "idgen/idgen.h"
+#include "lock/lock.h"
+
+/* The API's limits (README "API"), restated here on purpose: a change in
+ * the handlers that lets more through must trip these checks. */
+#define MONEY_MAX 100000000000LL
+#define STOCK_MAX 1000000000LL
+/* Times the store can write: 1970-01-01 to 9999-12-31T23:59:59Z. */
+#define TIME_MAX 253402300799LL
+
+struct store {
+    int unused;
+};
+
+struct lock_client {
+    int unused;
+};
+
+struct lock {
+    char name[LOCK_NAME_MAX + 1];
+    int held;
+};
+
+static struct store fake_store;
+static struct lock_client fake_locks;
+static redisContext fake_redis;
+
+static char script[256];
+static size_t script_len, script_pos;
+static unsigned calls;
+static unsigned locks_live, locks_held;
+static char held_name[LOCK_NAME_MAX + 1];
+static struct store_voucher last_voucher;
+static bool have_last_voucher;
+
+void fuzz_fail(const char *file, int line, const char *cond, const char *fmt,
+               ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "fuzz invariant broken at %s:%d (%s): ", file, line, cond);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    abort();
+}
+
+bool fuzz_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned c = s[i], n;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (len - i <= n) /* truncated sequence */
+            return false;
+        for (unsigned k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+void fuzz_backend_script(const char *s, size_t len)
+{
+    if (len > sizeof(script))
+        len = sizeof(script);
+    memcpy(script, s, len);
+    script_len = len;
+    script_pos = 0;
+    have_last_voucher = false;
+}
+
+/*
+ * Take the next script step: a -errno, or 0 with *variant set to the
+ * alternative outcome (0 for the plain one).
+ */
+static int step(unsigned *variant)
+{
+    char c = script_pos < script_len ? script[script_pos++] : '.';
+
+    calls++;
+    *variant = 0;
+    switch (c) {
+    case 'n':
+        return -ENOTCONN;
+    case 'r':
+        return -ECONNRESET;
+    case 't':
+        return -ETIMEDOUT;
+    case 'p':
+        return -EINPROGRESS;
+    case 'd':
+        return -EDEADLK;
+    case 'e':
+        return -ENOENT;
+    case 'x':
+        return -EEXIST;
+    case 'i':
+        return -EIO;
+    default:
+        if (c >= '1' && c <= '9')
+            *variant = (unsigned)(c - '0');
+        return 0;
+    }
+}
+
+unsigned fuzz_backend_calls(void)
+{
+    return calls;
+}
+
+struct lock_client *fuzz_backend_lock_client(void)
+{
+    return &fake_locks;
+}
+
+const struct store_voucher *fuzz_backend_last_voucher(void)
+{
+    return have_last_voucher ? &last_voucher : NULL;
+}
+
+void fuzz_backend_finish(void)
+{
+    FUZZ_CHECK(locks_held == 0, "a lock was left held: %s", held_name);
+    FUZZ_CHECK(locks_live == 0, "%u lock handles were not freed", locks_live);
+    script_len = script_pos = 0;
+    calls = 0;
+}
+
+static void check_store(const struct store *st)
+{
+    FUZZ_CHECK(st == &fake_store, "a handler used a store it did not get");
+}
+
+static void check_phone(const char *phone)
+{
+    const char *p = phone + (phone[0] == '+');
+    size_t n = strlen(p);
+
+    FUZZ_CHECK(n >= 6 && n <= 15 && strspn(p, "0123456789") == n,
+               "phone reached the store unvalidated: \"%.40s\"", phone);
+}
+
+static void check_code(const char *code)
+{
+    FUZZ_CHECK(strlen(code) == 6 && strspn(code, "0123456789") == 6,
+               "login code reached the store unvalidated");
+}
+
+/* Text for a VARCHAR(max_chars) utf8mb4 column that fits buf of cap. */
+static void check_text(const char *what, const char *s, size_t cap,
+                       size_t max_chars, bool required)
+{
+    size_t len = strnlen(s, cap);
+    size_t chars = 0;
+
+    FUZZ_CHECK(len < cap, "%s overflows its buffer", what);
+    FUZZ_CHECK(fuzz_utf8_valid(s, len), "%s is not valid UTF-8", what);
+    for (size_t i = 0; i < len; i++)
+        chars += ((unsigned char)s[i] & 0xc0) != 0x80;
+    FUZZ_CHECK(chars <= max_chars, "%s has %zu characters", what, chars);
+    FUZZ_CHECK(!required || chars > 0, "%s is empty", what);
+}
+
+static void check_id(const char *what, int64_t id)
+{
+    FUZZ_CHECK(id > 0, "%s %lld reached the store", what, (long long)id);
+}
+
+struct store *store_new(const struct store_config *cfg)
+{
+    (void)cfg;
+    return &fake_store;
+}
+
+void store_free(struct store *st)
+{
+    (void)st;
+}
+
+redisContext *store_redis(struct store *st)
+{
+    unsigned variant;
+
+    check_store(st);
+    return step(&variant) ? NULL : &fake_redis;
+}
+
+void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    err = step(&variant);
+    *mysql_ok = !err && variant != 1 && variant != 3;
+    *redis_ok = !err && variant != 2 && variant != 3;
+}
+
+int store_user_login(struct store *st, const char *phone, int64_t *user_id)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_phone(phone);
+    if ((err = step(&variant)))
+        return err;
+    *user_id = FUZZ_USER_ID + variant;
+    return 0;
+}
+
+int store_code_put(struct store *st, const char *phone, const char *code,
+                   unsigned ttl_s)
+{
+    unsigned variant;
+
+    check_store(st);
+    check_phone(phone);
+    check_code(code);
+    FUZZ_CHECK(ttl_s > 0, "a login code without a lifetime");
+    return step(&variant);
+}
+
+int store_code_check(struct store *st, const char *phone, const char *code,
+                     unsigned max_tries, enum store_code *outcome)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_phone(phone);
+    check_code(code);
+    FUZZ_CHECK(max_tries > 0, "login codes without tries");
+    if ((err = step(&variant)))
+        return err;
+    *outcome = variant == 0   ? STORE_CODE_OK
+               : variant == 1 ? STORE_CODE_WRONG
+                              : STORE_CODE_MISSING;
+    return 0;
+}
+
+int store_voucher_insert(struct store *st, struct store_voucher *v)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("shopId", v->shop_id);
+    check_text("title", v->title, sizeof(v->title), 255, true);
+    check_text("subTitle", v->sub_title, sizeof(v->sub_title), 255, false);
+    check_text("rules", v->rules, sizeof(v->rules), 1024, false);
+    FUZZ_CHECK(v->pay_value >= 0 && v->pay_value <= MONEY_MAX &&
+                   v->actual_value >= 0 && v->actual_value <= MONEY_MAX,
+               "money out of range");
+    if (v->type == VOUCHER_SECKILL) {
+        FUZZ_CHECK(v->stock >= 0 && v->stock <= STOCK_MAX, "stock %lld",
+                   (long long)v->stock);
+        FUZZ_CHECK(v->begin_time >= 0 && v->end_time <= TIME_MAX,
+                   "sale window %lld..%lld is outside what the store holds",
+                   (long long)v->begin_time, (long long)v->end_time);
+        FUZZ_CHECK(v->begin_time < v->end_time, "empty sale window");
+    } else {
+        FUZZ_CHECK(v->type == VOUCHER_NORMAL, "voucher type %d", v->type);
+        FUZZ_CHECK(!v->stock && !v->begin_time && !v->end_time,
+                   "a normal voucher with seckill fields");
+    }
+    if ((err = step(&variant)))
+        return err;
+    v->id = 1000 + variant;
+    last_voucher = *v;
+    have_last_voucher = true;
+    return 0;
+}
+
+static void fill_voucher(struct store_voucher *v, int64_t id, unsigned variant)
+{
+    int64_t now = util_now_ms() / 1000;
+
+    memset(v, 0, sizeof(*v));
+    v->id = id;
+    v->shop_id = 1;
+    strcpy(v->title, "50 off 47.50 \"quoted\" \xe7\xa7\x92\xe6\x9d\x80");
+    v->pay_value = 4750;
+    v->actual_value = 5000;
+    v->type = variant % 2 ? VOUCHER_NORMAL : VOUCHER_SECKILL;
+    if (v->type == VOUCHER_SECKILL) {
+        v->stock = variant;
+        v->begin_time = now - 60;
+        v->end_time = now + 3600;
+    }
+    v->created = v->updated = now - 120;
+}
+
+int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", id);
+    if ((err = step(&variant)))
+        return err;
+    fill_voucher(v, id, variant);
+    return 0;
+}
+
+int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
+                       struct store_voucher **items, size_t *count)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(shop_id >= 0, "shopId %lld", (long long)shop_id);
+    FUZZ_CHECK(limit >= 1 && limit <= 100, "limit %u", limit);
+    if ((err = step(&variant)))
+        return err;
+    *count = variant < limit ? variant : limit;
+    *items = xcalloc(*count ? *count : 1, sizeof(**items));
+    for (size_t i = 0; i < *count; i++)
+        fill_voucher(&(*items)[i], (int64_t)(i + 1), (unsigned)i);
+    return 0;
+}
+
+int store_seckill_get(struct store *st, int64_t voucher_id,
+                      struct store_seckill *s)
+{
+    int64_t now = util_now_ms() / 1000;
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    if ((err = step(&variant)))
+        return err;
+    /* 0 on sale, 1 normal, 2 not started, 3 ended, 4 sold out. */
+    s->type = variant == 1 ? VOUCHER_NORMAL : VOUCHER_SECKILL;
+    s->stock = variant == 4 ? 0 : 10;
+    s->begin_time = variant == 2 ? now + 60 : now - 60;
+    s->end_time = variant == 3 ? now : now + 3600;
+    if (s->type == VOUCHER_NORMAL)
+        s->stock = s->begin_time = s->end_time = 0;
+    return 0;
+}
+
+int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
+                         int64_t voucher_id, enum store_purchase *outcome)
+{
+    char name[64];
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("order id", order_id);
+    check_id("user id", user_id);
+    check_id("voucher id", voucher_id);
+    snprintf(name, sizeof(name), "lock:order:%lld", (long long)user_id);
+    FUZZ_CHECK(locks_held == 1 && strcmp(held_name, name) == 0,
+               "a purchase outside the user's lock (held: %u \"%s\")",
+               locks_held, held_name);
+    if ((err = step(&variant)))
+        return err;
+    *outcome = variant == 1   ? STORE_PURCHASE_SOLD_OUT
+               : variant == 2 ? STORE_PURCHASE_DUPLICATE
+                              : STORE_PURCHASE_OK;
+    return 0;
+}
+
+static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
+                       unsigned variant)
+{
+    o->id = id;
+    o->user_id = user_id;
+    o->voucher_id = 7;
+    o->status = (enum order_status)(ORDER_UNPAID + variant % 6);
+    o->created = util_now_ms() / 1000;
+}
+
+int store_order_get(struct store *st, int64_t id, struct store_order *o)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("order id", id);
+    if ((err = step(&variant)))
+        return err;
+    /* Odd variants: someone else's order. */
+    fill_order(o, id, FUZZ_USER_ID + variant % 2, variant);
+    return 0;
+}
+
+int store_order_list(struct store *st, int64_t user_id, unsigned limit,
+                     struct store_order **items, size_t *count)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("user id", user_id);
+    FUZZ_CHECK(limit >= 1 && limit <= 100, "limit %u", limit);
+    if ((err = step(&variant)))
+        return err;
+    *count = variant < limit ? variant : limit;
+    *items = xcalloc(*count ? *count : 1, sizeof(**items));
+    for (size_t i = 0; i < *count; i++)
+        fill_order(&(*items)[i], (int64_t)(i + 1), user_id, (unsigned)i);
+    return 0;
+}
+
+int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
+{
+    int64_t now_s = util_now_ms() / 1000;
+    unsigned variant;
+    int err;
+
+    FUZZ_CHECK(rc == &fake_redis, "idgen without the store's Redis");
+    FUZZ_CHECK(strcmp(prefix, "order") == 0, "idgen prefix %s", prefix);
+    if ((err = step(&variant)))
+        return err;
+    *id = (now_s - IDGEN_EPOCH) << IDGEN_SEQ_BITS | (variant + 1);
+    return 0;
+}
+
+int lock_client_open(const char *url, const struct lock_options *opt,
+                     struct lock_client **out)
+{
+    (void)url;
+    (void)opt;
+    *out = &fake_locks;
+    return 0;
+}
+
+void lock_client_close(struct lock_client *c)
+{
+    (void)c;
+}
+
+int lock_new(struct lock_client *c, const char *name, struct lock **out)
+{
+    unsigned variant;
+    int err;
+
+    FUZZ_CHECK(c == &fake_locks, "a lock from an unknown client");
+    FUZZ_CHECK(strlen(name) <= LOCK_NAME_MAX, "lock name too long");
+    if ((err = step(&variant)))
+        return err;
+    *out = xcalloc(1, sizeof(**out));
+    strcpy((*out)->name, name);
+    locks_live++;
+    return 0;
+}
+
+void lock_free(struct lock *l)
+{
+    if (!l)
+        return;
+    FUZZ_CHECK(!l->held, "lock %s freed while held", l->name);
+    locks_live--;
+    free(l);
+}
+
+int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
+                 enum lock_status *status)
+{
+    unsigned variant;
+    int err;
+
+    FUZZ_CHECK(!l->held, "lock %s taken twice", l->name);
+    /* The purchase fails fast (README, "How a purchase works"). */
+    FUZZ_CHECK(wait_ms == 0 && lease_ms > 0, "wait %u lease %u", wait_ms,
+               lease_ms);
+    if ((err = step(&variant)))
+        return err;
+    *status = variant == 1 ? LOCK_BUSY : LOCK_ACQUIRED;
+    if (*status == LOCK_ACQUIRED) {
+        l->held = 1;
+        locks_held++;
+        strcpy(held_name, l->name);
+    }
+    return 0;
+}
+
+int lock_release(struct lock *l, int *held)
+{
+    unsigned variant;
+    int err;
+
+    FUZZ_CHECK(l->held, "lock %s released but not held", l->name);
+    /* Tried is enough: a failed release ends with the lease. */
+    l->held = 0;
+    locks_held--;
+    held_name[0] = '\0';
+    if ((err = step(&variant)))
+        return err;
+    *held = variant != 1;
+    return 0;
+}
