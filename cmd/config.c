@@ -39,6 +39,20 @@ const char config_usage[] =
     "zookeeper:// (the Redis URL)\n"
     "  --dev[=0|1]         SECKILL_DEV          "
     "1: echo login codes in responses (0)\n"
+    "  --rate-user R,B     SECKILL_RATE_USER    "
+    "per-user token bucket: R a second,\n"
+    "                                           "
+    "burst B; 0 off (20,40)\n"
+    "  --rate-ip R,B       SECKILL_RATE_IP      "
+    "the same per client address (0)\n"
+    "  --conn-timeout-s N  SECKILL_CONN_TIMEOUT_S\n"
+    "                                           "
+    "idle timeout, request deadline (30)\n"
+    "  --max-conn N        SECKILL_MAX_CONN     "
+    "open connections in all (60000)\n"
+    "  --max-conn-per-ip N SECKILL_MAX_CONN_PER_IP\n"
+    "                                           "
+    "per client address; 0 off (0)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -54,6 +68,11 @@ enum setting_id {
     SET_LOCK_TTL,
     SET_LOCK_URL,
     SET_DEV,
+    SET_RATE_USER,
+    SET_RATE_IP,
+    SET_CONN_TIMEOUT,
+    SET_MAX_CONN,
+    SET_MAX_CONN_PER_IP,
     SET_COUNT
 };
 
@@ -71,6 +90,11 @@ static const struct {
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
+    [SET_RATE_USER] = {"rate-user", "SECKILL_RATE_USER", "20,40"},
+    [SET_RATE_IP] = {"rate-ip", "SECKILL_RATE_IP", "0"},
+    [SET_CONN_TIMEOUT] = {"conn-timeout-s", "SECKILL_CONN_TIMEOUT_S", "30"},
+    [SET_MAX_CONN] = {"max-conn", "SECKILL_MAX_CONN", "60000"},
+    [SET_MAX_CONN_PER_IP] = {"max-conn-per-ip", "SECKILL_MAX_CONN_PER_IP", "0"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -110,6 +134,32 @@ static int parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
     if (errno || end == s || *end || v < min || v > max)
         return -EINVAL;
     *out = v;
+    return 0;
+}
+
+/*
+ * A token bucket "RATE,BURST" (RATE a second, decimals allowed, from 0.001
+ * to 1000000; BURST 1..1000000), or "0" for no limit.
+ */
+static int parse_rate(const char *s, struct handlers_rate *r)
+{
+    char *end;
+    int64_t burst;
+
+    if (strcmp(s, "0") == 0) {
+        r->per_s = 0;
+        r->burst = 0;
+        return 0;
+    }
+    if (s[0] < '0' || s[0] > '9')
+        return -EINVAL; /* strtod would take spaces, "inf" and "nan" */
+    errno = 0;
+    double per_s = strtod(s, &end);
+    if (errno || *end != ',' || !(per_s >= 0.001 && per_s <= 1e6) ||
+        parse_int(end + 1, 1, 1000000, &burst))
+        return -EINVAL;
+    r->per_s = per_s;
+    r->burst = (uint32_t)burst;
     return 0;
 }
 
@@ -291,6 +341,35 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             h->dev = false;
         else
             return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+        return 0;
+    case SET_RATE_USER:
+    case SET_RATE_IP:
+        if (parse_rate(v, id == SET_RATE_USER ? &h->rate_user : &h->rate_ip))
+            return fail(err, errlen,
+                        "%s: must be 0 (off) or RATE,BURST such as 20,40 "
+                        "(got \"%s\")",
+                        env, v);
+        return 0;
+    case SET_CONN_TIMEOUT:
+        if (parse_int(v, 1, 3600, &n))
+            return fail(err, errlen, "%s: must be 1..3600 seconds (got \"%s\")",
+                        env, v);
+        h->conn_timeout_s = (unsigned)n;
+        return 0;
+    case SET_MAX_CONN:
+        /* Split between the threads, so at least one each. */
+        if (parse_int(v, 1, 1000000, &n) || n < h->threads)
+            return fail(err, errlen,
+                        "%s: must be %u..1000000, at least one per thread "
+                        "(got \"%s\")",
+                        env, h->threads, v);
+        h->max_conn = (unsigned)n;
+        return 0;
+    case SET_MAX_CONN_PER_IP:
+        if (parse_int(v, 0, 1000000, &n))
+            return fail(err, errlen, "%s: must be 0..1000000 (got \"%s\")", env,
+                        v);
+        h->max_conn_per_ip = (unsigned)n;
         return 0;
     case SET_COUNT:
         break;

@@ -11,6 +11,12 @@
 #include "common/token.h"
 #include "store/store.h"
 
+/* A token bucket: per_s tokens a second, at most burst saved up. */
+struct handlers_rate {
+    double per_s;   /* 0: no limit */
+    uint32_t burst; /* >= 1 when per_s > 0 */
+};
+
 struct handlers_config {
     const char *bind; /* IPv4 or IPv6 literal */
     uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
@@ -18,6 +24,12 @@ struct handlers_config {
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
     bool dev;             /* echo login codes in responses */
+    /* Abuse limits (README, Configuration): */
+    struct handlers_rate rate_user; /* per user token; admins are exempt */
+    struct handlers_rate rate_ip;   /* per client address (IPv6: per /64) */
+    unsigned conn_timeout_s;        /* idle timeout and request deadline */
+    unsigned max_conn;              /* open connections in all, >= threads */
+    unsigned max_conn_per_ip;       /* 0: no limit */
     unsigned char secret[TOKEN_KEY_LEN];
     struct store_config store;
 };

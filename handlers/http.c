@@ -1,7 +1,8 @@
 /*
  * http.c - libmicrohttpd wiring: the daemon and its thread pool, per-thread
- * stores, body accumulation with the 64 KiB cap, dispatch through the route
- * table, and sending the JSON reply.
+ * stores, connection limits and request deadlines, body accumulation with
+ * the 64 KiB cap, rate limits and dispatch through the route table, and
+ * sending the JSON reply.
  */
 #include "handlers/internal.h"
 
@@ -22,6 +23,7 @@ struct handlers_server {
     struct MHD_Daemon *daemon;
     const struct handlers_config *cfg;
     struct lock_client *locks;
+    struct deadlines *deadlines;
     uint16_t port;
 };
 
@@ -112,7 +114,26 @@ static void dispatch(struct request *req)
         return;
     }
     req->st = thread_store(req->cfg);
+    /* Probes stay cheap and always answer, whoever asks how often. */
+    if (fn != health_get && fn != ready_get && ratelimit_or_reply(req))
+        return;
     fn(req);
+}
+
+/* The deadline record of conn (set when it was accepted), or NULL. */
+static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A response is about to be queued: the request has fully arrived. */
+static enum MHD_Result reply_now(struct MHD_Connection *conn,
+                                 struct request *req)
+{
+    deadline_conn_busy(conn_deadline(conn));
+    return send_reply(conn, req);
 }
 
 /* Declared length above the cap: refuse before reading the body. */
@@ -144,7 +165,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *req_cls = req;
         if (declared_too_large(conn)) {
             req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
-            return send_reply(conn, req);
+            return reply_now(conn, req);
         }
         return MHD_YES;
     }
@@ -168,22 +189,80 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
     else
         dispatch(req);
-    return send_reply(conn, req);
+    return reply_now(conn, req);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    struct handlers_server *srv = cls;
     struct request *req = *req_cls;
-    (void)cls;
-    (void)conn;
     (void)toe;
 
+    /* Keep-alive: the next request is due within the timeout. */
+    deadline_conn_idle(srv->deadlines, conn_deadline(conn));
     if (!req)
         return;
     request_clear(req);
     free(req);
     *req_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct handlers_server *srv = cls;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            *socket_context = deadline_conn_add(srv->deadlines, ci->connect_fd);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        /* Before libmicrohttpd closes the socket: see deadline.c. */
+        deadline_conn_remove(srv->deadlines, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/*
+ * Percent-decode the path and the query arguments in place, as
+ * libmicrohttpd does, except "%00": a decoded NUL would cut the C string
+ * short, so "/api/orders/1%00x" would read as order 1 and "limit=5%00x"
+ * as 5. Left encoded, it makes such a value invalid. Returns the length.
+ */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    char *w = s;
+    const char *r = s;
+    (void)cls;
+    (void)conn;
+
+    while (*r) {
+        int hi = r[0] == '%' ? hex_digit(r[1]) : -1;
+        int lo = hi >= 0 ? hex_digit(r[2]) : -1;
+
+        if (lo >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - s);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -227,18 +306,25 @@ int handlers_server_start(const struct handlers_config *cfg,
         free(srv);
         return err;
     }
+    srv->deadlines = deadlines_start(cfg->conn_timeout_s);
+    /* MHD splits the connection limit between the threads of the pool;
+     * the per-address limit is counted over all of them. */
     srv->daemon = MHD_start_daemon(
         flags, cfg->port, NULL, NULL, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)60000,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+        (unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT, cfg->max_conn,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conn_per_ip,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
         err = errno ? -errno : -EIO;
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
+        deadlines_stop(srv->deadlines);
         lock_client_close(srv->locks);
         free(srv);
         return err;
@@ -263,6 +349,8 @@ void handlers_server_stop(struct handlers_server *srv)
      * thread-exit destructor closes each thread's connections. */
     MHD_quiesce_daemon(srv->daemon);
     MHD_stop_daemon(srv->daemon);
+    /* After the daemon: every connection has been removed by now. */
+    deadlines_stop(srv->deadlines);
     lock_client_close(srv->locks);
     free(srv);
 }

@@ -33,6 +33,7 @@ enum api_error {
     ERR_ALREADY_PURCHASED,
     ERR_PAYLOAD_TOO_LARGE,
     ERR_BUSY,
+    ERR_RATE_LIMITED,
     ERR_INTERNAL,
     ERR_UNAVAILABLE,
     ERR_COUNT
@@ -60,7 +61,9 @@ struct request {
     size_t body_len;
     bool too_large;
     json_t *json;             /* parsed body object, owned */
-    struct token_claims auth; /* valid after req_user_or_reply() */
+    struct token_claims auth; /* valid after req_auth() returned 0 */
+    bool auth_done;           /* req_auth() ran; its result is auth_err */
+    int auth_err;
     /* the reply: */
     unsigned status;
     json_t *reply;        /* owned; dumped when sent */
@@ -89,6 +92,14 @@ unsigned req_backend_error(struct request *req, int err, const char *op);
 
 /* A query-string argument, or NULL. */
 const char *req_query(struct request *req, const char *name);
+
+/*
+ * Verify the bearer token into req->auth, once per request (later calls
+ * return the first result). Returns 0, -ENOENT without an Authorization
+ * header, -EPROTONOSUPPORT for a scheme other than Bearer, or the error
+ * of token_verify(). Sets no reply.
+ */
+int req_auth(struct request *req);
 
 /*
  * Authenticate the bearer token into req->auth. Returns 0, or sets the
@@ -125,6 +136,45 @@ bool query_int_or_reply(struct request *req, const char *name, int64_t def,
 json_t *json_id(int64_t id);
 /* JSON value of a time: an RFC 3339 UTC string. */
 json_t *json_time(int64_t epoch_s);
+
+/* ---- abuse limits (ratelimit.c, deadline.c) ---- */
+
+/*
+ * Spend one token from each bucket this request counts against: its
+ * client address when cfg->rate_ip is on, its user when cfg->rate_user is
+ * on and it carries a valid user token (admins are exempt). One EVALSHA
+ * on this thread's Redis connection (req->st must be set); the script
+ * takes from all buckets or from none. Returns 0 to go on, or sets 429
+ * RATE_LIMITED with Retry-After (seconds until a token is due) and
+ * returns 429. Fails open: when Redis is unreachable or answers an error
+ * the request goes on, with a log line at most once a second per thread.
+ */
+unsigned ratelimit_or_reply(struct request *req);
+
+/*
+ * Request deadlines against slow clients. libmicrohttpd's connection
+ * timeout is an idle timeout: a client that sends a byte before each
+ * timeout keeps its connection forever (slowloris). A connection waiting
+ * for a request (from its start, or from the end of its previous request)
+ * must deliver the whole request, headers and body, within timeout_s;
+ * otherwise a reaper thread shuts its socket down, and libmicrohttpd then
+ * closes it. Thread-safe.
+ */
+struct deadlines;
+struct deadline_conn;
+
+/* Start the reaper. Never returns NULL (aborts if no thread starts). */
+struct deadlines *deadlines_start(unsigned timeout_s);
+/* Stop the reaper and free d; every connection must be removed. NULL ok. */
+void deadlines_stop(struct deadlines *d);
+/* Track connection socket fd, waiting for its first request. */
+struct deadline_conn *deadline_conn_add(struct deadlines *d, int fd);
+/* Stop tracking c (before its socket is closed) and free it. NULL ok. */
+void deadline_conn_remove(struct deadlines *d, struct deadline_conn *c);
+/* The request of c has arrived: no deadline until it completes. */
+void deadline_conn_busy(struct deadline_conn *c);
+/* The request of c completed: the next one is due within the timeout. */
+void deadline_conn_idle(struct deadlines *d, struct deadline_conn *c);
 
 /* ---- routing ---- */
 

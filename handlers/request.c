@@ -32,6 +32,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
                                "the request body is larger than 64 KiB"},
     [ERR_BUSY] = {429, "BUSY",
                   "another purchase of yours is in progress; retry"},
+    [ERR_RATE_LIMITED] = {429, "RATE_LIMITED",
+                          "too many requests; retry after Retry-After "
+                          "seconds"},
     [ERR_INTERNAL] = {500, "INTERNAL", "internal error"},
     [ERR_UNAVAILABLE] = {503, "UNAVAILABLE",
                          "the service is temporarily unavailable; retry"},
@@ -92,25 +95,38 @@ const char *req_query(struct request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
-unsigned req_user_or_reply(struct request *req)
+int req_auth(struct request *req)
 {
     const char *h = NULL;
-    int err;
 
+    if (req->auth_done)
+        return req->auth_err;
+    req->auth_done = true;
     if (req->conn)
         h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
                                         MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h)
-        return req_error(req, ERR_UNAUTHORIZED,
-                         "missing Authorization: Bearer token");
+        return req->auth_err = -ENOENT;
     if (strncasecmp(h, "Bearer ", 7) != 0)
-        return req_error(req, ERR_UNAUTHORIZED,
-                         "the Authorization scheme must be Bearer");
+        return req->auth_err = -EPROTONOSUPPORT;
     h += 7;
     while (*h == ' ')
         h++;
-    err = token_verify(req->cfg->secret, h, strlen(h), util_now_ms() / 1000,
-                       &req->auth);
+    req->auth_err = token_verify(req->cfg->secret, h, strlen(h),
+                                 util_now_ms() / 1000, &req->auth);
+    return req->auth_err;
+}
+
+unsigned req_user_or_reply(struct request *req)
+{
+    int err = req_auth(req);
+
+    if (err == -ENOENT)
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "missing Authorization: Bearer token");
+    if (err == -EPROTONOSUPPORT)
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "the Authorization scheme must be Bearer");
     if (err == -ETIMEDOUT)
         return req_error(req, ERR_UNAUTHORIZED, "the token has expired");
     if (err)
@@ -151,6 +167,12 @@ bool body_object_or_reply(struct request *req)
         json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->json) {
         char msg[200];
+        /* jerr.text quotes the input, which need not be UTF-8 (and jansson
+         * may cut it mid-character): json_pack would refuse such a message
+         * and the 400 would go out as a 500. Keep its ASCII only. */
+        for (char *p = jerr.text; *p; p++)
+            if ((unsigned char)*p >= 0x80)
+                *p = '?';
         snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s",
                  jerr.line, jerr.column, jerr.text);
         req_error(req, ERR_BAD_REQUEST, msg);

@@ -6,7 +6,8 @@
  *   2. take the user's lock lock:order:{userId} from the lock backend
  *      (SECKILL_LOCK_URL; fail fast: a second concurrent request of the
  *      same user gets 429 BUSY);
- *   3. take an order id from the Redis ID worker;
+ *   3. take an order id from the Redis ID worker (idgen/idgen.h: unique
+ *      also across a Redis restart that loses its counter);
  *   4. one MySQL transaction: no order yet for (user, voucher), insert the
  *      order, CAS the stock, commit (store_order_purchase);
  *   5. release the lock on every path, then reply.
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 #include "idgen/idgen.h"
 #include "lock/lock.h"
@@ -50,7 +52,7 @@ static unsigned precheck_or_reply(struct request *req, int64_t now_s)
 #define ID_ATTEMPTS 3
 
 /* Steps 3 and 4, under the lock. */
-static unsigned buy_locked(struct request *req, int64_t now_s)
+static unsigned buy_locked(struct request *req)
 {
     enum store_purchase outcome;
     int64_t order_id;
@@ -60,7 +62,7 @@ static unsigned buy_locked(struct request *req, int64_t now_s)
         redisContext *rc = store_redis(req->st);
         if (!rc)
             return req_backend_error(req, -ENOTCONN, "idgen");
-        err = idgen_next(rc, "order", now_s, &order_id);
+        err = idgen_next(rc, "order", &order_id);
         if (err)
             return req_backend_error(req, err, "idgen");
         err = store_order_purchase(req->st, order_id, req->auth.user_id,
@@ -108,7 +110,8 @@ unsigned voucher_seckill_post(struct request *req)
         goto out;
     }
 
-    status = buy_locked(req, now_s);
+    FAILPOINT("after_lock");
+    status = buy_locked(req);
 
     /* Step 5, whatever happened above. If the lock backend is gone the
      * lock ends with its lease or session; the reply stands, since MySQL
