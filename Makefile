@@ -6,14 +6,25 @@
 #   make services  only start MariaDB + Redis and write .run/env
 #   make stop      stop them
 #   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
+#   make test-faults the fault-injection suite (tests/faults; not in make test)
+#   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
+#                  make fuzz-smoke is the same for 5 s each (part of make test)
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
 # WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
+# FAILPOINTS=1 builds into build/fp with the test failpoints compiled in
+# (common/failpoint.h).
 
 SHELL := /bin/bash
 CC ?= cc
 SANITIZE ?=
 WERROR ?= 1
+
+FAILPOINTS ?=
+ifneq ($(FAILPOINTS),)
+BUILD ?= build/fp$(if $(SANITIZE),/san)
+FPFLAGS := -DSECKILL_FAILPOINTS
+endif
 
 ifeq ($(SANITIZE),)
 BUILD ?= build
@@ -36,8 +47,8 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
 
 CFLAGS ?= -O2 -g
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(CFLAGS) \
-             $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(FPFLAGS) \
+             $(CFLAGS) $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 ifeq ($(V),1)
@@ -60,7 +71,7 @@ IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
-        test-san bench-lock format format-check clean
+        test-san bench-lock faults test-faults format format-check clean
 
 all: build
 
@@ -112,6 +123,7 @@ test: services
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
+	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)
@@ -125,6 +137,29 @@ test-san: services
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build/san
 
+# ---- fault injection: its own target, not part of make test ----
+
+FAULTS_SRC := $(wildcard tests/faults/*.c)
+FAULTS_OBJ := $(FAULTS_SRC:%.c=$(BUILD)/obj/%.o)
+
+$(BUILD)/tests/faults: $(FAULTS_OBJ) $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+$(BUILD)/tools/tcpproxy: $(BUILD)/obj/tests/tools/tcpproxy.o
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+
+faults: $(BUILD)/seckilld $(BUILD)/tests/faults $(BUILD)/tools/tcpproxy
+
+# Crashes, pauses, restarts and broken networks under load; prints a table
+# and fails on any broken invariant (docs/reliability.md).
+test-faults: services
+	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
+	@tests/faults/run.sh build/fp
+
 # ---- benchmarks ----
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
@@ -136,6 +171,50 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
 bench-lock: services
 	@$(MAKE) --no-print-directory $(BUILD)/bench/lock_bench
 	@bench/lock.sh $(BUILD)
+
+# ---- fuzzing (fuzz/: libFuzzer harnesses, clang) ----
+
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := route json token
+FUZZ_DIR := build/fuzz
+FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined \
+            -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) -g -O1 $(FUZZ_SAN) \
+              $(PKG_CFLAGS) -MMD -MP
+# The service's request code without http.c (fuzz/driver.c includes it)
+# and without store/, lock/ and idgen/ (fuzz/fake_backend.c stands in).
+FUZZ_LIB_SRC = $(wildcard common/*.c) \
+               $(filter-out handlers/http.c,$(wildcard handlers/*.c)) \
+               fuzz/driver.c fuzz/fake_backend.c
+FUZZ_LIB_OBJ = $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
+
+.PHONY: fuzz fuzz-build fuzz-smoke
+
+$(FUZZ_DIR)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC  $< (fuzz)"
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+	@echo "  LD  $@"
+	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ \
+	    $(shell pkg-config --libs jansson libsodium hiredis) -lpthread
+
+# Kept between runs, though only pattern rules name them.
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.o)
+
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
+
+fuzz-build: deps
+	@$(MAKE) -s --no-print-directory $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
+
+# Each harness on a scratch copy of fuzz/corpus/<target>; fails on a crash.
+fuzz: fuzz-build
+	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5
 
 # ---- style ----
 

@@ -1,15 +1,63 @@
 /*
  * idgen.c - the Redis ID worker (seed 002, section 1): a timestamp in the
- * high 32 bits and the day's INCR counter in the low 32 bits.
+ * high 32 bits and the day's INCR counter in the low 32 bits, both picked
+ * by one Lua script on the Redis server so that a restart that loses the
+ * counter can never repeat an id (see idgen.h for the argument).
  */
 #include "idgen/idgen.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/util.h"
+
+/*
+ * KEYS[1] the clock hash; KEYS[2..4] the counters of days ARGV[1] + 0..2;
+ * ARGV[2] the counters' TTL. Replies {t, n}, or {-1, microseconds to wait}
+ * while ids are paused after a change of server, or {-2, t} when t's day
+ * is not among the keys given (the caller's guess of the day was wrong).
+ */
+static const char script[] =
+    "local run = string.match(redis.call('INFO', 'server'), "
+    "'run_id:(%x+)')\n"
+    "local tm = redis.call('TIME')\n"
+    "local now, us = tonumber(tm[1]), tonumber(tm[2])\n"
+    "local c = redis.call('HMGET', KEYS[1], 'run', 'born', 'last')\n"
+    "local last = tonumber(c[3]) or 0\n"
+    "if c[1] ~= run then\n"
+    /* A server that has not handed out ids yet (restarted, flushed,
+     * promoted): ids handed out before used seconds up to now or last. */
+    "  local born = math.max(now, last)\n"
+    "  redis.call('HSET', KEYS[1], 'run', run, 'born', born, 'last', born)\n"
+    "  return {-1, (born - now) * 1000000 + 1000000 - us}\n"
+    "end\n"
+    "local born = tonumber(c[2]) or 0\n"
+    "local t = math.max(now, last)\n"
+    "if t <= born then\n"
+    "  return {-1, (born - now) * 1000000 + 1000000 - us}\n"
+    "end\n"
+    "local i = math.floor(t / 86400) - tonumber(ARGV[1])\n"
+    "if i < 0 or i > 2 then\n"
+    "  return {-2, t}\n"
+    "end\n"
+    "if t ~= last then\n"
+    "  redis.call('HSET', KEYS[1], 'last', t)\n"
+    "end\n"
+    "local n = redis.call('INCR', KEYS[2 + i])\n"
+    "redis.call('EXPIRE', KEYS[2 + i], ARGV[2])\n"
+    "return {t, n}\n";
+
+/* The script's SHA, learned once from SCRIPT LOAD. */
+static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
+static char sha[41];
+static atomic_int sha_known;
+
+/* Server time minus local time, in seconds: the next guess of the day. */
+static atomic_llong skew_s;
 
 static int prefix_ok(const char *p)
 {
@@ -45,43 +93,157 @@ int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len)
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int idgen_next(redisContext *rc, const char *prefix, int64_t now_s, int64_t *id)
+int idgen_window(const char *prefix, int64_t hint_s,
+                 char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], int64_t *first_day)
 {
-    char key[64];
-    redisReply *incr = NULL, *expire = NULL;
+    /* Floor division: the day of a time before 1970 is negative. */
+    int64_t day = hint_s >= 0 ? hint_s / 86400 : -((-hint_s + 86399) / 86400);
+
+    *first_day = day - 1;
+    for (int i = 0; i < IDGEN_WINDOW; i++)
+        if (idgen_day_key(prefix, (*first_day + i) * 86400, keys[i],
+                          IDGEN_KEY_MAX))
+            return -ENAMETOOLONG;
+    return 0;
+}
+
+/* Learn the script's SHA (once per process). 0 or -ECONNRESET/-EIO. */
+static int sha_learn(redisContext *rc)
+{
+    redisReply *r;
     int err = 0;
 
-    /* The timestamp must fit in 31 bits so the id stays positive. */
-    if (!prefix_ok(prefix) || now_s < IDGEN_EPOCH ||
-        now_s - IDGEN_EPOCH > INT32_MAX)
-        return -EINVAL;
-    if (idgen_day_key(prefix, now_s, key, sizeof(key)))
-        return -EINVAL;
-
-    /* INCR and EXPIRE in one round trip; the TTL keeps old day keys from
-     * piling up and is refreshed while the day is in use. */
-    redisAppendCommand(rc, "INCR %s", key);
-    redisAppendCommand(rc, "EXPIRE %s %d", key, IDGEN_KEY_TTL_S);
-    if (redisGetReply(rc, (void **)&incr) != REDIS_OK ||
-        redisGetReply(rc, (void **)&expire) != REDIS_OK) {
-        log_warn("redis command failed", "op=idgen_next err=\"%s\"",
+    if (atomic_load_explicit(&sha_known, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&sha_mu);
+    if (atomic_load_explicit(&sha_known, memory_order_relaxed))
+        goto unlock;
+    r = redisCommand(rc, "SCRIPT LOAD %s", script);
+    if (!r) {
+        log_warn("redis command failed", "op=idgen_load err=\"%s\"",
                  rc->errstr);
         err = -ECONNRESET;
-        goto out;
+    } else if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        log_warn("redis reply unexpected", "op=idgen_load type=%d", r->type);
+        err = -EIO;
+    } else {
+        memcpy(sha, r->str, 40);
+        atomic_store_explicit(&sha_known, 1, memory_order_release);
     }
-    if (incr->type != REDIS_REPLY_INTEGER) {
-        log_warn("redis reply unexpected", "op=idgen_next type=%d", incr->type);
+    freeReplyObject(r);
+unlock:
+    pthread_mutex_unlock(&sha_mu);
+    return err;
+}
+
+/*
+ * Run the script once with the window of days around hint_s. Returns 0
+ * with *a and *b set to the reply's two integers, or a negative errno.
+ */
+static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
+                      long long *a, long long *b)
+{
+    char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], clock_key[IDGEN_KEY_MAX];
+    char first[24], ttl[16];
+    const char *argv[10];
+    int64_t first_day;
+    redisReply *r;
+    int argc = 0, err = 0;
+
+    if (idgen_window(prefix, hint_s, keys, &first_day) ||
+        snprintf(clock_key, sizeof(clock_key), "icr:%s:clock", prefix) >=
+            (int)sizeof(clock_key))
+        return -EINVAL;
+    snprintf(first, sizeof(first), "%lld", (long long)first_day);
+    snprintf(ttl, sizeof(ttl), "%d", IDGEN_KEY_TTL_S);
+
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = sha;
+    argv[argc++] = "4";
+    argv[argc++] = clock_key;
+    for (int i = 0; i < IDGEN_WINDOW; i++)
+        argv[argc++] = keys[i];
+    argv[argc++] = first;
+    argv[argc++] = ttl;
+    r = redisCommandArgv(rc, argc, argv, NULL);
+    if (r && r->type == REDIS_REPLY_ERROR &&
+        strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        /* The server forgot it (restart, SCRIPT FLUSH): EVAL loads it. */
+        freeReplyObject(r);
+        argv[0] = "EVAL";
+        argv[1] = script;
+        r = redisCommandArgv(rc, argc, argv, NULL);
+    }
+    if (!r) {
+        log_warn("redis command failed", "op=idgen_next err=\"%s\"",
+                 rc->errstr);
+        return -ECONNRESET;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        log_warn("redis reply unexpected", "op=idgen_next type=%d err=\"%s\"",
+                 r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
         err = -EIO;
         goto out;
     }
-    if (incr->integer <= 0 || incr->integer > (long long)UINT32_MAX) {
-        log_error("id counter overflow", "key=%s n=%lld", key, incr->integer);
-        err = -EOVERFLOW;
-        goto out;
-    }
-    *id = idgen_compose(now_s, (uint32_t)incr->integer);
+    *a = r->element[0]->integer;
+    *b = r->element[1]->integer;
 out:
-    freeReplyObject(incr);
-    freeReplyObject(expire);
+    freeReplyObject(r);
     return err;
+}
+
+int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
+{
+    int64_t deadline = util_mono_ms() + IDGEN_WAIT_MAX_MS;
+    long long a, b;
+    int misses = 0, err;
+
+    if (!prefix_ok(prefix))
+        return -EINVAL;
+    err = sha_learn(rc);
+    if (err)
+        return err;
+    for (;;) {
+        int64_t local = util_now_ms() / 1000;
+
+        err = run_script(rc, prefix, local + atomic_load(&skew_s), &a, &b);
+        if (err)
+            return err;
+        if (a == -2 && misses++ < 2) {
+            /* This clock is off by a day or more: guess the server's. */
+            atomic_store(&skew_s, b - local);
+            continue;
+        }
+        if (a != -1)
+            break;
+        /* Ids are paused after a change of server: sleep past the
+         * second it started in, then ask again. */
+        if (b < 0 || util_mono_ms() + b / 1000 > deadline) {
+            log_warn("id worker paused", "prefix=%s wait_us=%lld", prefix, b);
+            return -ETIMEDOUT;
+        }
+        log_info("id worker waits for the next second after a redis change",
+                 "prefix=%s wait_us=%lld", prefix, b);
+        struct timespec ts = {(time_t)(b / 1000000),
+                              (long)(b % 1000000) * 1000 + 1000000};
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        nanosleep(&ts, NULL);
+    }
+    if (a < IDGEN_EPOCH || a - IDGEN_EPOCH > INT32_MAX) {
+        log_error("id worker time out of range", "t=%lld", a);
+        return -EINVAL;
+    }
+    if (b <= 0 || b > (long long)UINT32_MAX) {
+        log_error("id counter overflow", "prefix=%s t=%lld n=%lld", prefix, a,
+                  b);
+        return -EOVERFLOW;
+    }
+    atomic_store(&skew_s, a - util_now_ms() / 1000);
+    *id = idgen_compose(a, (uint32_t)b);
+    return 0;
 }

@@ -1,12 +1,38 @@
 /*
  * idgen.h - the Redis ID worker: 64-bit positive ids that are unique across
- * threads and processes and grow with time.
+ * threads and processes, also across a Redis restart that loses the
+ * counters, and that grow with time.
  *
- *   id = (now - IDGEN_EPOCH) << 32 | n
+ *   id = (t - IDGEN_EPOCH) << 32 | n
  *
- * where now is in epoch seconds and n comes from INCR icr:{prefix}:{yyyy:MM:dd}
- * on the UTC day of now; the day key expires after IDGEN_KEY_TTL_S. Ids
- * within one day differ by n, ids of different days by their timestamp.
+ * t is a second of the Redis server's clock (TIME), n comes from INCR
+ * icr:{prefix}:{yyyy:MM:dd} on the UTC day of t; the day key expires after
+ * IDGEN_KEY_TTL_S. One Lua script picks t and takes n atomically, and keeps
+ * a small hash icr:{prefix}:clock (no TTL) with the run_id of the Redis
+ * process that hands out ids, the last t used and the second that process
+ * started handing out ids:
+ *
+ *   - t never goes backwards for one Redis data set: if the server's clock
+ *     steps back, t stays at the last second used until the clock catches
+ *     up (n keeps counting, so ids stay unique);
+ *   - when the run_id differs from the stored one, or the hash is missing
+ *     (a restart with or without persistence, FLUSHALL, a failover to a
+ *     replica), the counters may have lost increments. The script records
+ *     the new run_id and that second, and hands out nothing until the
+ *     server clock has moved past it: every id after the loss has a t
+ *     strictly greater than every id before it, so a restarted counter
+ *     cannot repeat a (t, n) pair. idgen_next() sleeps through that wait
+ *     (under a second).
+ *
+ * Using the server's clock means the service instances' clocks (skewed,
+ * stepped, or faked with faketime) never enter an id. What is not
+ * guaranteed (docs/reliability.md): a Redis that loses keys while it keeps
+ * running (eviction of a day key, a DEL by hand), two masters accepting
+ * INCRs at once (split brain), a new master whose clock is behind the old
+ * one's by more than the wait, or a server clock stepped back across a
+ * restart. The orders' PRIMARY KEY refuses a repeated id and the purchase
+ * retries with a fresh one: the last line of defence.
+ *
  * JSON carries ids as decimal strings (JavaScript loses integers > 2^53).
  */
 #ifndef SECKILL_IDGEN_H
@@ -19,17 +45,26 @@
 #define IDGEN_EPOCH 1640995200LL /* 2022-01-01T00:00:00Z */
 #define IDGEN_SEQ_BITS 32
 #define IDGEN_KEY_TTL_S (3 * 86400)
+/* Longest waited for the server clock after a loss before giving up. */
+#define IDGEN_WAIT_MAX_MS 2500
+/* The script is given the day keys of this many days around a guess of
+ * the server's day (the day before, the day, the day after). */
+#define IDGEN_WINDOW 3
+#define IDGEN_KEY_MAX 64
 
 /*
- * Take the next id for prefix (a short [a-z0-9_] name such as "order") at
- * time now_s (epoch seconds, >= IDGEN_EPOCH) in one round trip (INCR and
- * EXPIRE pipelined). rc is the caller's connected context, not kept.
- * Returns 0 and stores the id, -EINVAL for a bad prefix or time,
- * -EOVERFLOW when the day's counter passed 2^32 - 1, -EIO on a Redis
- * error, -ECONNRESET when the connection failed (rc->err is then set).
+ * Take the next id for prefix (a short [a-z0-9_] name such as "order").
+ * Usually one round trip (EVALSHA); after a Redis restart it sleeps until
+ * the server's clock has passed the restart second (at most
+ * IDGEN_WAIT_MAX_MS). rc is the caller's connected context, not kept.
+ * Thread-safe (each thread with its own rc).
+ * Returns 0 and stores the id, -EINVAL for a bad prefix or a server time
+ * outside the id range, -EOVERFLOW when the day's counter passed
+ * 2^32 - 1, -ETIMEDOUT when the wait after a restart ran out (the server
+ * clock is behind the last second used), -EIO on a Redis error,
+ * -ECONNRESET when the connection failed (rc->err is then set).
  */
-int idgen_next(redisContext *rc, const char *prefix, int64_t now_s,
-               int64_t *id);
+int idgen_next(redisContext *rc, const char *prefix, int64_t *id);
 
 /* Compose an id from a time and a sequence number (pure). */
 int64_t idgen_compose(int64_t now_s, uint32_t seq);
@@ -42,5 +77,14 @@ void idgen_decode(int64_t id, int64_t *epoch_s, uint32_t *seq);
  * ("icr:order:2026:11:21"). Returns 0 or -ENAMETOOLONG if len is too small.
  */
 int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len);
+
+/*
+ * The keys the script is given for a guess hint_s of the server's time:
+ * keys[i] is the counter key of UTC day *first_day + i (days since the
+ * Unix epoch), *first_day being the day before hint_s's (pure).
+ * Returns 0 or -ENAMETOOLONG.
+ */
+int idgen_window(const char *prefix, int64_t hint_s,
+                 char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], int64_t *first_day);
 
 #endif

@@ -9,7 +9,10 @@
 #
 # ZooKeeper comes from Debian's zookeeper package (the server's jars; we run
 # java on them directly), libslf4j-java gives it a logger (slf4j-simple) and
-# redis-tools brings redis-cli and redis-benchmark.
+# redis-tools brings redis-cli and redis-benchmark. clang and
+# libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz
+# harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
+# make test-faults.
 set -euo pipefail
 
 PACKAGES=(
@@ -18,7 +21,8 @@ PACKAGES=(
     libmariadb-dev-compat libsodium-dev libcmocka-dev libcurl4-openssl-dev
     mariadb-server mariadb-client redis-server redis-tools
     zookeeper libzookeeper-mt-dev default-jre-headless libslf4j-java
-    curl jq ca-certificates
+    curl jq ca-certificates faketime
+    clang libclang-rt-14-dev
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 
 /* Deadlocks and lock wait timeouts are retried this many times in all. */
@@ -84,12 +85,14 @@ static int purchase_once(struct store *st, void *arg)
         *a->outcome = STORE_PURCHASE_SOLD_OUT;
         return rollback(st, 0);
     }
+    FAILPOINT("after_update");
 
     if (mysql_commit(st->my)) {
         err = store_mysql_error(st, NULL, "commit");
         /* The COMMIT may or may not have happened: never report either. */
         return err == -ENOTCONN ? -EINPROGRESS : rollback(st, err);
     }
+    FAILPOINT("after_commit");
     *a->outcome = STORE_PURCHASE_OK;
     return 0;
 }

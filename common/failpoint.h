@@ -1,0 +1,39 @@
+/*
+ * failpoint.h - named places in the purchase path where a test build can
+ * crash, stop or stall the process on purpose (tests/faults). Compiled in
+ * only with -DSECKILL_FAILPOINTS (`make FAILPOINTS=1`, into build/fp);
+ * otherwise FAILPOINT() is an empty statement and costs nothing.
+ *
+ * A failpoint build reads SECKILL_FAILPOINTS on the first hit of any
+ * point: a comma-separated list of name=action[@n], where action is
+ *
+ *   kill       SIGKILL the process (a crash: no cleanup, no reply)
+ *   stop       SIGSTOP the process, all threads, until a SIGCONT
+ *   sleep:MS   block the calling thread for MS milliseconds
+ *
+ * and @n makes it fire on the n-th time that point is reached (default
+ * the first), once. Example:
+ *
+ *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
+ *
+ * The points: after_lock (handlers/seckill.c, the user's lock is held),
+ * after_update (store/orders.c, the stock UPDATE ran, no COMMIT yet),
+ * after_commit (store/orders.c, COMMIT succeeded, no reply yet).
+ * A malformed list aborts the process: a test must not run with a
+ * failpoint it did not get.
+ */
+#ifndef SECKILL_FAILPOINT_H
+#define SECKILL_FAILPOINT_H
+
+#ifdef SECKILL_FAILPOINTS
+/*
+ * Count a hit of the point called name and run its action if this is the
+ * hit it was armed for. Thread-safe.
+ */
+void failpoint_hit(const char *name);
+#define FAILPOINT(name) failpoint_hit(name)
+#else
+#define FAILPOINT(name) ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,224 @@
+/*
+ * test_idgen.c - the ID worker against the test Redis: ids unique and
+ * increasing across threads, and never repeated when the counter is lost
+ * (a changed run_id or a flushed clock hash stands in for a restart; the
+ * fault suite restarts a real Redis). Each run uses its own prefix.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "idgen/idgen.h"
+#include "tests/it/harness.h"
+
+#define THREADS 4
+#define PER_THREAD 1000
+
+static char prefix[32];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    it_init();
+    snprintf(prefix, sizeof(prefix), "t%lld", (long long)it_unique());
+    return 0;
+}
+
+static redisReply *cmd(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    assert_int_not_equal(REDIS_REPLY_ERROR, r->type);
+    return r;
+}
+
+static int64_t next_id(redisContext *rc)
+{
+    int64_t id = 0;
+
+    assert_int_equal(0, idgen_next(rc, prefix, &id));
+    assert_true(id > 0);
+    return id;
+}
+
+struct worker {
+    int64_t ids[PER_THREAD];
+    int err;
+};
+
+static void *worker_run(void *arg)
+{
+    struct worker *w = arg;
+    redisContext *rc = it_redis_open(it_store_config());
+
+    if (!rc) {
+        w->err = -ENOTCONN;
+        return NULL;
+    }
+    for (int i = 0; i < PER_THREAD && !w->err; i++)
+        w->err = idgen_next(rc, prefix, &w->ids[i]);
+    redisFree(rc);
+    return NULL;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_unique_across_threads(void **state)
+{
+    static struct worker w[THREADS];
+    static int64_t all[THREADS * PER_THREAD];
+    pthread_t th[THREADS];
+    (void)state;
+
+    it_store_config(); /* parsed here, not racing in the threads */
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(0, pthread_create(&th[t], NULL, worker_run, &w[t]));
+    for (int t = 0; t < THREADS; t++) {
+        assert_int_equal(0, pthread_join(th[t], NULL));
+        assert_int_equal(0, w[t].err);
+        for (int i = 1; i < PER_THREAD; i++)
+            assert_true(w[t].ids[i] > w[t].ids[i - 1]);
+        memcpy(&all[t * PER_THREAD], w[t].ids, sizeof(w[t].ids));
+    }
+    qsort(all, THREADS * PER_THREAD, sizeof(all[0]), cmp_id);
+    for (int i = 1; i < THREADS * PER_THREAD; i++)
+        assert_true(all[i] != all[i - 1]);
+}
+
+/* The clock hash has no TTL, the day counters have one. */
+static void test_keys(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    char key[IDGEN_KEY_MAX];
+    int64_t t, id = next_id(rc);
+    uint32_t seq;
+    redisReply *r;
+    (void)state;
+
+    idgen_decode(id, &t, &seq);
+    assert_int_equal(0, idgen_day_key(prefix, t, key, sizeof(key)));
+    r = cmd(rc, "TTL %s", key);
+    assert_true(r->integer > 0 && r->integer <= IDGEN_KEY_TTL_S);
+    freeReplyObject(r);
+    r = cmd(rc, "TTL icr:%s:clock", prefix);
+    assert_int_equal(-1, r->integer);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+/*
+ * A restart loses the counter: simulated by a foreign run_id in the clock
+ * hash (what a restarted server sees, its own run_id being new) and the
+ * day counters deleted. The next id waits for the next second, and every
+ * id after the loss is greater than every id before it.
+ */
+static void lose_counter(redisContext *rc, int64_t before, bool flush_hash)
+{
+    char key[IDGEN_KEY_MAX];
+    int64_t t, now_ms, id, after;
+    uint32_t seq;
+
+    idgen_decode(before, &t, &seq);
+    assert_int_equal(0, idgen_day_key(prefix, t, key, sizeof(key)));
+    freeReplyObject(cmd(rc, "DEL %s", key));
+    if (flush_hash)
+        freeReplyObject(cmd(rc, "DEL icr:%s:clock", prefix));
+    else
+        freeReplyObject(cmd(rc, "HSET icr:%s:clock run 0000", prefix));
+    now_ms = util_mono_ms();
+    id = next_id(rc);
+    after = util_mono_ms() - now_ms;
+    print_message("      first id after the loss took %lld ms\n",
+                  (long long)after);
+    assert_true(id > before);
+    idgen_decode(id, &t, &seq);
+    {
+        int64_t t0;
+        uint32_t s0;
+
+        idgen_decode(before, &t0, &s0);
+        assert_true(t > t0);
+    }
+    for (int i = 0; i < 100; i++) {
+        int64_t more = next_id(rc);
+        assert_true(more > id);
+        id = more;
+    }
+}
+
+static void test_restart_never_repeats(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    int64_t last = 0;
+    (void)state;
+
+    for (int i = 0; i < 100; i++)
+        last = next_id(rc);
+    lose_counter(rc, last, false);
+    last = next_id(rc);
+    lose_counter(rc, last, true);
+    redisFree(rc);
+}
+
+/* A server clock behind the last second used (a step back): ids keep the
+ * last second and go on counting, no pause. */
+static void test_clock_behind(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    int64_t id = next_id(rc), t, t1;
+    uint32_t seq, seq1;
+    redisReply *r;
+    (void)state;
+
+    idgen_decode(id, &t, &seq);
+    r = cmd(rc, "HSET icr:%s:clock last %lld", prefix, (long long)(t + 30));
+    freeReplyObject(r);
+    for (int i = 0; i < 50; i++) {
+        int64_t next = next_id(rc);
+        assert_true(next > id);
+        idgen_decode(next, &t1, &seq1);
+        assert_int_equal(t + 30, t1);
+        id = next;
+    }
+    redisFree(rc);
+}
+
+static void test_bad_prefix(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    int64_t id;
+    (void)state;
+
+    assert_int_equal(-EINVAL, idgen_next(rc, "Order", &id));
+    assert_int_equal(-EINVAL, idgen_next(rc, "", &id));
+    redisFree(rc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unique_across_threads),
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_restart_never_repeats),
+        cmocka_unit_test(test_clock_behind),
+        cmocka_unit_test(test_bad_prefix),
+    };
+    return cmocka_run_group_tests_name("idgen", tests, group_setup, NULL);
+}
