@@ -4,7 +4,8 @@
  *   redis://[[user]:pass@]host[:port][/db]     one Redis server
  *   redlock://[[user]:pass@]h1:p1,h2:p2,h3:p3[/db]
  *                                              RedLock over N independent
- *                                              Redis masters (quorum N/2+1)
+ *                                              Redis masters, 3 <= N <= 9
+ *                                              (quorum N/2+1)
  *   mysql://user:pass@host[:port]/db           GET_LOCK/RELEASE_LOCK, one
  *                                              session per held lock
  *   zookeeper://h1:p1[,h2:p2...]/path          ephemeral sequential nodes
@@ -35,8 +36,9 @@
  *
  * Functions return 0 or a negative errno:
  *   -EINVAL        bad argument (URL, name, or a lock used wrongly);
- *   -ENOLCK        release or reentrant acquire of a lock not held, or
- *                  held once but since lost;
+ *   -ENOLCK        release of a lock not held, or reentrant acquire of
+ *                  a hold that was lost meanwhile (its release then
+ *                  returns 0 with *held = 0);
  *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
  *                  the backend is unreachable, too slow, dropped the
  *                  connection, or answered with an error. Every call that

@@ -192,6 +192,7 @@ struct rconn_mux {
     char *obuf, *wbuf;
     size_t olen, ocap, wcap;
     int64_t next_try_ms; /* connect back-off */
+    int backoff_err;     /* what calls get until then */
     int64_t used_ms;     /* last reply or send */
 };
 
@@ -271,10 +272,16 @@ static int mux_connect(struct rconn_mux *m)
     if (m->rc)
         return 0;
     if (now < m->next_try_ms)
-        return -ECONNREFUSED;
+        return m->backoff_err;
     m->rc = connect_one(m->url, m->host, m->timeout_ms, &err);
     if (!m->rc) {
-        m->next_try_ms = lock__mono_ms() + CONNECT_BACKOFF_MS;
+        /* A server that accepts but does not answer costs a whole
+         * timeout per try: wait at least that long before the next. */
+        uint32_t ms = err == -ETIMEDOUT && m->timeout_ms > CONNECT_BACKOFF_MS
+                          ? m->timeout_ms
+                          : CONNECT_BACKOFF_MS;
+        m->next_try_ms = lock__mono_ms() + ms;
+        m->backoff_err = err;
         return err;
     }
     m->reader = redisReaderCreate();
@@ -364,6 +371,7 @@ static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
         call->next = NULL;
         call->done = 0;
         call->reply = NULL;
+        call->due_ms = lock__mono_ms() + m->timeout_ms;
         if (m->tail)
             m->tail->next = call;
         else
@@ -405,21 +413,43 @@ static void mux_read(struct rconn_mux *m)
     char buf[READ_CHUNK];
     int fd = m->rc->fd;
     redisReader *reader = m->reader;
+    /* The oldest call's reply is due timeout_ms after it was sent, so a
+     * caller waiting on several servers (RedLock) waits about one timeout
+     * in all, not one per server. */
+    int64_t left = m->head ? m->head->due_ms - lock__mono_ms() : 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    ssize_t n = -1;
+    int rerr = -ETIMEDOUT;
 
     m->reading = 1;
     pthread_mutex_unlock(&m->mu);
-    ssize_t n;
+    int ready;
     do
-        n = read(fd, buf, sizeof(buf));
-    while (n < 0 && errno == EINTR);
-    int rerr = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -ETIMEDOUT
+        ready = poll(&pfd, 1, left > 0 ? (int)left : 0);
+    while (ready < 0 && errno == EINTR);
+    if (ready > 0) {
+        do
+            n = read(fd, buf, sizeof(buf));
+        while (n < 0 && errno == EINTR);
+        rerr = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -ETIMEDOUT
                                                                   : -ECONNRESET;
+    }
     pthread_mutex_lock(&m->mu);
     m->reading = 0;
 
     if (n <= 0 || redisReaderFeed(reader, buf, (size_t)n) != REDIS_OK) {
         log_warn("redis lock connection lost", "host=%s err=%d",
                  m->url->hosts[m->host].host, n <= 0 ? rerr : -EIO);
+        /* A server that stopped answering is not tried again at once
+         * (the release that follows a failed RedLock round would wait
+         * for it a second time). */
+        if (rerr == -ETIMEDOUT) {
+            uint32_t ms = m->timeout_ms > CONNECT_BACKOFF_MS
+                              ? m->timeout_ms
+                              : CONNECT_BACKOFF_MS;
+            m->next_try_ms = lock__mono_ms() + ms;
+            m->backoff_err = -ETIMEDOUT;
+        }
         mux_reset(m, n <= 0 ? rerr : -EIO);
         return;
     }

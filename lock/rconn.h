@@ -49,7 +49,8 @@ enum rconn_script {
  * Thread-safe. The connection opens on first use (AUTH, SELECT, SCRIPT
  * LOAD), is checked before reuse after a second idle, and after a failure
  * every call in flight fails and the next call reconnects (after a 200 ms
- * back-off if connecting failed).
+ * back-off after a failed connect or a reply that timed out; calls in the
+ * back-off get the error that started it).
  */
 struct rconn_mux;
 
@@ -67,6 +68,7 @@ struct rconn_call {
     const size_t *lens;
     redisReply *reply;
     int err, done;
+    int64_t due_ms; /* monotonic: its reply is late after this */
     pthread_cond_t cv;
 };
 

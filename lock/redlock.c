@@ -74,6 +74,7 @@ static void redlock_close(struct lock_client *c)
 /* The outcome of one script on one server. */
 struct answer {
     int err;       /* 0, or the server did not answer usefully */
+    int sent;      /* the command went out (it may have run) */
     redisReply *r; /* the reply when err == 0; freed by fan_out_free */
 };
 
@@ -90,12 +91,13 @@ static void fan_out(struct redlock_impl *ri, enum rconn_script s, int nkeys,
 
     for (int i = 0; i < ri->n; i++) {
         a[i].r = NULL;
+        a[i].sent = 0;
         a[i].err = -ENOTCONN;
         if (only && !only[i])
             continue;
         a[i].err =
             rconn_mux_send(ri->mux[i], &call[i], s, nkeys, argc, argv, lens);
-        sent[i] = a[i].err == 0;
+        sent[i] = a[i].sent = a[i].err == 0;
     }
     for (int i = 0; i < ri->n; i++)
         if (sent[i])
@@ -108,8 +110,12 @@ static void fan_out_free(struct redlock_impl *ri, struct answer *a)
         freeReplyObject(a[i].r);
 }
 
-/* Release on every server; returns how many still held it for us. */
-static int release_all(struct redlock_impl *ri, struct lock *l, int *err)
+/*
+ * Release on every server (only on those in only[] when not NULL);
+ * returns how many still held it for us.
+ */
+static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
+                      int *err)
 {
     char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
     const char *argv[3] = {l->name, channel, l->owner};
@@ -121,7 +127,7 @@ static int release_all(struct redlock_impl *ri, struct lock *l, int *err)
     lens[1] = (size_t)snprintf(channel, sizeof(channel),
                                RCONN_CHANNEL_PREFIX "%s", l->name);
     lens[2] = strlen(l->owner);
-    fan_out(ri, RCONN_RELEASE, 2, 3, argv, lens, NULL, a);
+    fan_out(ri, RCONN_RELEASE, 2, 3, argv, lens, only, a);
     *err = 0;
     for (int i = 0; i < ri->n; i++) {
         if (a[i].err) {
@@ -173,7 +179,8 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     size_t lens[4];
     struct answer a[LOCK_URL_HOSTS_MAX];
     int granted[LOCK_URL_HOSTS_MAX] = {0};
-    int ngranted = 0, answered = 0, err = 0, rel_err;
+    int undo[LOCK_URL_HOSTS_MAX] = {0};
+    int ngranted = 0, nundo = 0, answered = 0, err = 0, rel_err;
     uint64_t token = 0;
     int64_t start = lock__mono_ms();
 
@@ -186,6 +193,14 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     *pttl = -1;
     for (int i = 0; i < ri->n; i++) {
         redisReply *r = a[i].r;
+        /* Granted, or sent without a usable answer (it may have run):
+         * to be undone unless the lock is ours. */
+        undo[i] =
+            a[i].sent &&
+            (a[i].err || (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                          r->element[0]->type == REDIS_REPLY_INTEGER &&
+                          r->element[0]->integer == 1));
+        nundo += undo[i];
         if (a[i].err) {
             err = a[i].err;
             continue;
@@ -216,10 +231,12 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
         *taken = 1;
         return 0;
     }
-    /* Undo partial grants everywhere, including servers that timed out
-     * after they may have set the key. */
-    if (ngranted > 0 || answered < ri->n)
-        release_all(ri, l, &rel_err);
+    /* Undo partial grants, including on servers that took the command
+     * but timed out (they may have set the key). A server the command
+     * never reached has nothing to undo, and asking it again would cost
+     * another timeout. */
+    if (nundo > 0)
+        release_on(ri, l, undo, &rel_err);
     if (answered < ri->quorum) {
         log_warn("redlock quorum unreachable",
                  "name=\"%s\" answered=%d "
@@ -295,7 +312,7 @@ static int redlock_release(struct lock *l, int *held)
 {
     struct redlock_impl *ri = l->c->impl;
     int err;
-    int n = release_all(ri, l, &err);
+    int n = release_on(ri, l, NULL, &err);
 
     *held = n >= ri->quorum;
     return err;
