@@ -7,11 +7,13 @@
 
 #include <string.h>
 
+#include "common/metrics.h"
 #include "common/util.h"
 
 static const struct route routes[] = {
     {"/healthz", health_get, NULL, "GET"},
     {"/readyz", ready_get, NULL, "GET"},
+    {"/metrics", metrics_get, NULL, "GET"},
     {"/api/auth/code", NULL, auth_code_post, "POST"},
     {"/api/auth/login", NULL, auth_login_post, "POST"},
     {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST"},
@@ -61,4 +63,23 @@ enum route_result route_match(const char *path, const struct route **route,
         return m > 0 ? ROUTE_OK : ROUTE_BAD_ID;
     }
     return ROUTE_NOT_FOUND;
+}
+
+/* Each route and "unmatched" need their own slot in the metrics. */
+_Static_assert(sizeof(routes) / sizeof(routes[0]) < METRICS_ROUTES_MAX,
+               "raise METRICS_ROUTES_MAX in common/metrics.h");
+
+unsigned route_count(void)
+{
+    return sizeof(routes) / sizeof(routes[0]);
+}
+
+unsigned route_index(const struct route *r)
+{
+    return (unsigned)(r - routes);
+}
+
+const char *route_pattern(unsigned i)
+{
+    return i < route_count() ? routes[i].pattern : NULL;
 }

@@ -13,10 +13,54 @@
 #include <errmsg.h>
 #include <mysqld_error.h>
 
+#include "common/metrics.h"
 #include "common/util.h"
 
 /* A dead server is retried at most this often, so requests fail fast. */
 #define RETRY_BACKOFF_MS 200
+
+/*
+ * A voucher's stock: its seckill_vouchers row plus its segments (0 rows
+ * unless it was created with SECKILL_STOCK_SEGMENTS > 1). NULL for a
+ * voucher without a stock row, as before.
+ */
+#define STOCK_TOTAL                                                            \
+    "CAST(s.stock + COALESCE((SELECT SUM(g.stock) FROM "                       \
+    "seckill_stock_segments g WHERE g.voucher_id = s.voucher_id), 0) "         \
+    "AS SIGNED)"
+
+/* Fixed lists of placeholders (2^i) and order rows (1..16, 32, 64) for the
+ * merged purchase: the SQL text stays constant, a batch binds its rows
+ * into one or a few of them. */
+#define LIST_1 "?"
+#define LIST_2 LIST_1 ", " LIST_1
+#define LIST_4 LIST_2 ", " LIST_2
+#define LIST_8 LIST_4 ", " LIST_4
+#define LIST_16 LIST_8 ", " LIST_8
+#define LIST_32 LIST_16 ", " LIST_16
+#define LIST_64 LIST_32 ", " LIST_32
+#define ROWS_1 "(?, ?, ?, 1)"
+#define ROWS_2 ROWS_1 ", " ROWS_1
+#define ROWS_3 ROWS_2 ", " ROWS_1
+#define ROWS_4 ROWS_2 ", " ROWS_2
+#define ROWS_5 ROWS_4 ", " ROWS_1
+#define ROWS_6 ROWS_4 ", " ROWS_2
+#define ROWS_7 ROWS_4 ", " ROWS_3
+#define ROWS_8 ROWS_4 ", " ROWS_4
+#define ROWS_9 ROWS_8 ", " ROWS_1
+#define ROWS_10 ROWS_8 ", " ROWS_2
+#define ROWS_11 ROWS_8 ", " ROWS_3
+#define ROWS_12 ROWS_8 ", " ROWS_4
+#define ROWS_13 ROWS_8 ", " ROWS_5
+#define ROWS_14 ROWS_8 ", " ROWS_6
+#define ROWS_15 ROWS_8 ", " ROWS_7
+#define ROWS_16 ROWS_8 ", " ROWS_8
+#define ROWS_32 ROWS_16 ", " ROWS_16
+#define ROWS_64 ROWS_32 ", " ROWS_32
+#define ORDERS_EXIST                                                           \
+    "SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN "
+#define ORDERS_INSERT                                                          \
+    "INSERT INTO voucher_orders (id, user_id, voucher_id, status) VALUES "
 
 static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_USER_LOGIN] = "INSERT INTO users (phone) VALUES (?) "
@@ -29,23 +73,24 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "end_time) VALUES (?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
-        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_VOUCHER_LIST_SHOP] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
-        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
-        "v.actual_value, v.type, s.stock, s.begin_time, s.end_time, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "ORDER BY v.id DESC LIMIT ?",
     [STMT_SECKILL_GET] =
-        "SELECT v.type, s.stock, s.begin_time, s.end_time FROM vouchers v "
+        "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time "
+        "FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
@@ -62,6 +107,42 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ORDER_LIST] =
         "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
         "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+    [STMT_STOCK_GET] =
+        "SELECT stock FROM seckill_vouchers WHERE voucher_id = ?",
+    /* The merged CAS: k purchases at once, or none. */
+    [STMT_STOCK_TAKE] = "UPDATE seckill_vouchers SET stock = stock - ? "
+                        "WHERE voucher_id = ? AND stock >= ?",
+    [STMT_ORDERS_EXIST_1] = ORDERS_EXIST "(" LIST_1 ")",
+    [STMT_ORDERS_EXIST_2] = ORDERS_EXIST "(" LIST_2 ")",
+    [STMT_ORDERS_EXIST_4] = ORDERS_EXIST "(" LIST_4 ")",
+    [STMT_ORDERS_EXIST_8] = ORDERS_EXIST "(" LIST_8 ")",
+    [STMT_ORDERS_EXIST_16] = ORDERS_EXIST "(" LIST_16 ")",
+    [STMT_ORDERS_EXIST_32] = ORDERS_EXIST "(" LIST_32 ")",
+    [STMT_ORDERS_EXIST_64] = ORDERS_EXIST "(" LIST_64 ")",
+    [STMT_ORDERS_INSERT_2] = ORDERS_INSERT ROWS_2,
+    [STMT_ORDERS_INSERT_3] = ORDERS_INSERT ROWS_3,
+    [STMT_ORDERS_INSERT_4] = ORDERS_INSERT ROWS_4,
+    [STMT_ORDERS_INSERT_5] = ORDERS_INSERT ROWS_5,
+    [STMT_ORDERS_INSERT_6] = ORDERS_INSERT ROWS_6,
+    [STMT_ORDERS_INSERT_7] = ORDERS_INSERT ROWS_7,
+    [STMT_ORDERS_INSERT_8] = ORDERS_INSERT ROWS_8,
+    [STMT_ORDERS_INSERT_9] = ORDERS_INSERT ROWS_9,
+    [STMT_ORDERS_INSERT_10] = ORDERS_INSERT ROWS_10,
+    [STMT_ORDERS_INSERT_11] = ORDERS_INSERT ROWS_11,
+    [STMT_ORDERS_INSERT_12] = ORDERS_INSERT ROWS_12,
+    [STMT_ORDERS_INSERT_13] = ORDERS_INSERT ROWS_13,
+    [STMT_ORDERS_INSERT_14] = ORDERS_INSERT ROWS_14,
+    [STMT_ORDERS_INSERT_15] = ORDERS_INSERT ROWS_15,
+    [STMT_ORDERS_INSERT_16] = ORDERS_INSERT ROWS_16,
+    [STMT_ORDERS_INSERT_32] = ORDERS_INSERT ROWS_32,
+    [STMT_ORDERS_INSERT_64] = ORDERS_INSERT ROWS_64,
+    [STMT_SEGMENT_INSERT] = "INSERT INTO seckill_stock_segments (voucher_id, "
+                            "segment, stock) VALUES (?, ?, ?)",
+    [STMT_SEGMENT_COUNT] =
+        "SELECT COUNT(*) FROM seckill_stock_segments WHERE voucher_id = ?",
+    /* The CAS of one segment (seed 003, section 8). */
+    [STMT_SEGMENT_DECR] = "UPDATE seckill_stock_segments SET stock = stock - 1 "
+                          "WHERE voucher_id = ? AND segment = ? AND stock > 0",
 };
 
 struct store *store_new(const struct store_config *cfg)
@@ -143,6 +224,7 @@ int store_mysql_ensure(struct store *st)
         log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
                  c->mysql_host, c->mysql_port, mysql_errno(my),
                  mysql_error(my));
+        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
         mysql_close(my);
         st->my_next_try_ms = now + RETRY_BACKOFF_MS;
         return -ENOTCONN;
@@ -181,6 +263,7 @@ int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)
     if (is_connection_error(e)) {
         log_warn("mysql connection lost", "op=%s errno=%u err=\"%s\"", op, e,
                  msg);
+        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
         mysql_drop(st);
         return -ENOTCONN;
     }
@@ -278,6 +361,7 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
      * reconnect would run the rest of it outside the transaction. */
     if (st->my && idle_conn_dead((int)mysql_get_socket(st->my))) {
         log_warn("mysql connection lost", "op=idle_check");
+        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
         mysql_drop(st);
     }
     int was_open = st->my != NULL;
@@ -370,6 +454,7 @@ redisContext *store_redis(struct store *st)
     if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
                  st->rc->err ? st->rc->errstr : "closed while idle");
+        metrics_count(METRIC_CONN_ERROR_REDIS, 1);
         redisFree(st->rc);
         st->rc = NULL;
     }
@@ -401,6 +486,7 @@ redisContext *store_redis(struct store *st)
     st->rc = rc;
     return rc;
 fail:
+    metrics_count(METRIC_CONN_ERROR_REDIS, 1);
     if (rc)
         redisFree(rc);
     st->rc_next_try_ms = now + RETRY_BACKOFF_MS;

@@ -1,0 +1,89 @@
+/*
+ * metrics.h - counters and histograms for GET /metrics, cheap enough for
+ * the purchase path. Every thread that records something gets its own
+ * block of counters (allocated and linked into a global list on its first
+ * record, the only time a mutex is taken); a record is a relaxed load and
+ * store on that thread's own cache lines, with no lock and no atomic
+ * read-modify-write. metrics_render() sums the blocks when scraped. The
+ * block of a thread that exits is kept (its counts stay in the sums) and
+ * handed to the next new thread, so the number of blocks is bounded by
+ * the number of threads alive at once.
+ *
+ * Every function here is thread-safe and may be called from any thread,
+ * including before main() has set anything up.
+ */
+#ifndef SECKILL_METRICS_H
+#define SECKILL_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Counters, rendered as seckill_lock_acquisitions_total{outcome=...},
+ * seckill_purchases_total{outcome=...},
+ * seckill_connection_errors_total{backend=...}, and (the last two)
+ * seckill_http_connections_total and the seckill_http_open_connections
+ * gauge.
+ */
+enum metric_counter {
+    METRIC_LOCK_ACQUIRED,            /* lock_acquire() got the lock */
+    METRIC_LOCK_BUSY,                /* held by someone else: 429 BUSY */
+    METRIC_LOCK_ERROR,               /* the lock backend failed */
+    METRIC_PURCHASE_OK,              /* an order was written */
+    METRIC_PURCHASE_SOLD_OUT,        /* the database said no stock left */
+    METRIC_PURCHASE_DUPLICATE,       /* the user already had an order */
+    METRIC_PURCHASE_SOLD_OUT_CACHED, /* refused from the sold-out cache */
+    METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
+    METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
+    METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
+    METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
+    METRIC_COUNTERS
+};
+
+/* Add n to counter c on the calling thread's block. Lock-free. */
+void metrics_count(enum metric_counter c, uint64_t n);
+
+/*
+ * Record one database transaction that wrote purchases_in_tx purchases
+ * (1 without batching) in the batch-size histogram. Lock-free.
+ */
+void metrics_observe_batch(unsigned purchases_in_tx);
+
+/*
+ * HTTP requests. Routes are small integers chosen by the caller (the
+ * index in its route table, one more for "no route"), named only when
+ * rendering; route >= METRICS_ROUTES_MAX is counted in the last slot.
+ * status is the HTTP status sent (0: none); duration_ns the time from
+ * the request's first callback (its headers read) to its completion.
+ * Lock-free.
+ */
+#define METRICS_ROUTES_MAX 24
+void metrics_request_observe(unsigned route, unsigned status,
+                             uint64_t duration_ns);
+
+/* What the caller knows that this module cannot see. */
+struct metrics_extra {
+    const char *const *route_names; /* route_names[i] names route i */
+    unsigned routes;                /* entries in route_names */
+};
+
+/*
+ * Sum every thread's block and render the Prometheus text exposition
+ * format (version 0.0.4) with HELP and TYPE lines, names prefixed
+ * "seckill_": the counters above, requests by route and status, the
+ * latency histogram by route, the batch-size histogram, and process
+ * gauges (resident memory, uptime, open connections). extra may be NULL
+ * (routes are then named by number). Returns a NUL-terminated string,
+ * never NULL, that the caller frees with free(3), and stores its length
+ * in *len (len may be NULL). Counts recorded while it runs may or may not be
+ * included; each histogram's _count equals its +Inf bucket.
+ */
+char *metrics_render(const struct metrics_extra *extra, size_t *len);
+
+/*
+ * The sum over all threads of counter c, for tests and logs. Counts
+ * recorded while it runs may or may not be included.
+ */
+uint64_t metrics_counter_get(enum metric_counter c);
+
+#endif

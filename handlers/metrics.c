@@ -1,0 +1,31 @@
+/*
+ * metrics.c - GET /metrics: the counters of common/metrics.h in the
+ * Prometheus text format, with the route table's patterns as route
+ * labels. No token and no rate limit: it is for a scraper on the
+ * operator's network (README).
+ */
+#include "handlers/internal.h"
+
+#include <stdlib.h>
+
+#include "common/metrics.h"
+#include "common/util.h"
+
+unsigned metrics_get(struct request *req)
+{
+    unsigned n = route_count();
+    const char **names = xcalloc(n + 1, sizeof(*names));
+    struct metrics_extra extra;
+
+    for (unsigned i = 0; i < n; i++)
+        names[i] = route_pattern(i);
+    /* http.c counts requests without a route at index route_count(). */
+    names[n] = "unmatched";
+    extra.route_names = names;
+    extra.routes = n + 1;
+    req->text = metrics_render(&extra, &req->text_len);
+    req->text_type = "text/plain; version=0.0.4; charset=utf-8";
+    free(names);
+    req->status = 200;
+    return 200;
+}
