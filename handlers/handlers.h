@@ -30,6 +30,9 @@ struct handlers_config {
     unsigned conn_timeout_s;        /* idle timeout and request deadline */
     unsigned max_conn;              /* open connections in all, >= threads */
     unsigned max_conn_per_ip;       /* 0: no limit */
+    /* Voucher cache: how long a sold-out flag or an unknown id is trusted
+     * without a message (handlers/vcache.c); 0: no cache. */
+    unsigned soldout_ttl_ms;
     unsigned char secret[TOKEN_KEY_LEN];
     struct store_config store;
 };

@@ -15,14 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <microhttpd.h>
 
+#include "common/metrics.h"
 #include "common/util.h"
 
 struct handlers_server {
     struct MHD_Daemon *daemon;
     const struct handlers_config *cfg;
     struct lock_client *locks;
+    struct vcache *vcache;
     struct deadlines *deadlines;
     uint16_t port;
 };
@@ -60,6 +63,19 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
     struct MHD_Response *resp;
     enum MHD_Result ret;
 
+    if (req->text) {
+        /* A text reply (GET /metrics): the response takes the buffer. */
+        resp = MHD_create_response_from_buffer(req->text_len, req->text,
+                                               MHD_RESPMEM_MUST_FREE);
+        if (!resp)
+            return MHD_NO;
+        req->text = NULL;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                req->text_type);
+        ret = MHD_queue_response(conn, req->status, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
     if (!req->reply)
         req_error(req, ERR_INTERNAL, NULL);
     text = json_dumps(req->reply, JSON_COMPACT);
@@ -99,9 +115,11 @@ static void dispatch(struct request *req)
         req_error(req, ERR_NOT_FOUND, "no such endpoint");
         return;
     case ROUTE_BAD_ID:
+        req->route_id = route_index(route);
         req_error(req, ERR_BAD_REQUEST, "the id must be a positive integer");
         return;
     case ROUTE_OK:
+        req->route_id = route_index(route);
         break;
     }
     if (req->method == HTTP_GET)
@@ -114,10 +132,22 @@ static void dispatch(struct request *req)
         return;
     }
     req->st = thread_store(req->cfg);
-    /* Probes stay cheap and always answer, whoever asks how often. */
-    if (fn != health_get && fn != ready_get && ratelimit_or_reply(req))
+    /* Probes stay cheap and always answer, whoever asks how often. The
+     * purchase runs the limiter itself, after what it can refuse from
+     * memory (a sold-out voucher must not cost a Redis round trip). */
+    if (fn != health_get && fn != ready_get && fn != metrics_get &&
+        fn != voucher_seckill_post && ratelimit_or_reply(req))
         return;
     fn(req);
+}
+
+/* Monotonic nanoseconds, for request durations. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The deadline record of conn (set when it was accepted), or NULL. */
@@ -155,8 +185,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 
     if (!req) {
         req = xcalloc(1, sizeof(*req));
+        req->start_ns = now_ns();
+        req->route_id = route_count(); /* "unmatched" until dispatch */
         req->cfg = srv->cfg;
         req->locks = srv->locks;
+        req->vcache = srv->vcache;
         req->conn = conn;
         req->path = url;
         req->method = strcmp(method, "GET") == 0    ? HTTP_GET
@@ -203,7 +236,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     deadline_conn_idle(srv->deadlines, conn_deadline(conn));
     if (!req)
         return;
+    metrics_request_observe(req->route_id, req->status,
+                            now_ns() - req->start_ns);
     request_clear(req);
+    free(req->text);
     free(req);
     *req_cls = NULL;
 }
@@ -215,11 +251,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     struct handlers_server *srv = cls;
 
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        metrics_count(METRIC_HTTP_CONN_OPENED, 1);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci)
             *socket_context = deadline_conn_add(srv->deadlines, ci->connect_fd);
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        metrics_count(METRIC_HTTP_CONN_CLOSED, 1);
         /* Before libmicrohttpd closes the socket: see deadline.c. */
         deadline_conn_remove(srv->deadlines, *socket_context);
         *socket_context = NULL;
@@ -306,6 +344,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         free(srv);
         return err;
     }
+    srv->vcache = vcache_new(cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
      * the per-address limit is counted over all of them. */
@@ -325,6 +364,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
+        vcache_free(srv->vcache);
         lock_client_close(srv->locks);
         free(srv);
         return err;
@@ -351,6 +391,7 @@ void handlers_server_stop(struct handlers_server *srv)
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);
+    vcache_free(srv->vcache);
     lock_client_close(srv->locks);
     free(srv);
 }

@@ -53,6 +53,7 @@ struct request {
     const struct handlers_config *cfg;
     struct store *st;          /* this thread's store */
     struct lock_client *locks; /* the server's, shared by all threads */
+    struct vcache *vcache;     /* the server's voucher cache, or NULL */
     void *conn;                /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
@@ -69,6 +70,12 @@ struct request {
     json_t *reply;        /* owned; dumped when sent */
     const char *allow;    /* Allow header for 405 */
     unsigned retry_after; /* Retry-After header when > 0 */
+    char *text;           /* owned; sent instead of reply when set */
+    size_t text_len;
+    const char *text_type; /* Content-Type of text */
+    /* for the metrics (http.c): */
+    uint64_t start_ns; /* monotonic, at the first callback */
+    unsigned route_id; /* route_index(), or route_count() for no route */
 };
 
 /* Release what a request owns (not the request itself). */
@@ -176,6 +183,69 @@ void deadline_conn_busy(struct deadline_conn *c);
 /* The request of c completed: the next one is due within the timeout. */
 void deadline_conn_idle(struct deadlines *d, struct deadline_conn *c);
 
+/* ---- the voucher cache of the purchase (vcache.c) ---- */
+
+/*
+ * A per-instance cache of what step 1 of a purchase needs about a voucher,
+ * with a sold-out flag, so that refusals (sold out, not started, ended,
+ * not a seckill voucher, no such voucher) need no MySQL or Redis round
+ * trip. Flags and 404s are trusted for SECKILL_SOLDOUT_TTL_MS and dropped
+ * on every instance at once when stock changes (vcache_voucher_changed()
+ * publishes on Redis; each instance runs one subscriber thread). vcache.c
+ * says exactly how stale an answer can be and why that never oversells.
+ * Every function is thread-safe and accepts a NULL cache (no caching, no
+ * publishing: the fuzz builds).
+ */
+struct vcache;
+
+/* What the cache knows about one voucher. */
+struct vcache_voucher {
+    bool found; /* false: there is no voucher with this id */
+    enum voucher_type type;
+    int64_t begin_time; /* epoch seconds, seckill vouchers only */
+    int64_t end_time;   /* epoch seconds, exclusive */
+    bool sold_out;      /* seckill vouchers only */
+};
+
+/*
+ * The server's cache: cfg->soldout_ttl_ms (0: nothing is cached, but
+ * changes are still published for other instances), the Redis server of
+ * cfg->store for the subscriber thread (it connects in the background and
+ * retries with back-off) and the MySQL of cfg->store for the refresher
+ * thread, both started here. cfg must outlive the cache. Never returns
+ * NULL.
+ */
+struct vcache *vcache_new(const struct handlers_config *cfg);
+/* Stop the subscriber and free vc. NULL ok. */
+void vcache_free(struct vcache *vc);
+
+/*
+ * Look voucher id up without I/O or locks. True and *v when the cache has
+ * a usable entry (an entry due for a refresh is still usable while the
+ * cache's refresher thread re-reads it); false when the caller must read
+ * the row and store it with vcache_entry_put(). *gen is always set: pass
+ * it to the put or vcache_sold_out_set() of this request, so that what it
+ * learned is dropped if the voucher changed meanwhile.
+ */
+bool vcache_entry_get(struct vcache *vc, int64_t id, struct vcache_voucher *v,
+                      uint64_t *gen);
+/* Store what a read of the row found (v->found false: no such row). */
+void vcache_entry_put(struct vcache *vc, int64_t id,
+                      const struct vcache_voucher *v, uint64_t gen);
+/* A purchase found no stock left: flag voucher id as sold out. */
+void vcache_sold_out_set(struct vcache *vc, int64_t id, uint64_t gen);
+/* What a voucher row (s; NULL: no such row) says, in the cache's terms. */
+void vcache_voucher_from_row(struct vcache_voucher *v,
+                             const struct store_seckill *s);
+
+/*
+ * Voucher id was created or its stock or row changed (after the commit):
+ * drop it here and publish it to every instance, on st's Redis
+ * connection. A failed publish is logged; the other instances then
+ * catch up within the TTL.
+ */
+void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id);
+
 /* ---- routing ---- */
 
 typedef unsigned (*handler_fn)(struct request *req);
@@ -196,10 +266,17 @@ enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
  */
 enum route_result route_match(const char *path, const struct route **route,
                               int64_t *id);
+/* Routes in the table; route_index() of each is below this. */
+unsigned route_count(void);
+/* The position of r in the table, a small integer for the metrics. */
+unsigned route_index(const struct route *r);
+/* The pattern of the route at index i < route_count(). */
+const char *route_pattern(unsigned i);
 
 /* Endpoint handlers, one file per group. */
 unsigned health_get(struct request *req);
 unsigned ready_get(struct request *req);
+unsigned metrics_get(struct request *req);
 unsigned auth_code_post(struct request *req);
 unsigned auth_login_post(struct request *req);
 unsigned vouchers_post(struct request *req);

@@ -97,6 +97,9 @@ unsigned vouchers_post(struct request *req)
     }
     log_info("voucher created", "id=%lld type=%d stock=%lld", (long long)v->id,
              v->type, (long long)v->stock);
+    /* Instances that answered 404 for this id from their cache (someone
+     * tried it early) drop that answer now instead of after the TTL. */
+    vcache_voucher_changed(req->vcache, req->st, v->id);
     req_reply(req, 201, json_pack("{s:o}", "id", json_id(v->id)));
 out:
     free(v);
