@@ -53,6 +53,21 @@ const char config_usage[] =
     "  --max-conn-per-ip N SECKILL_MAX_CONN_PER_IP\n"
     "                                           "
     "per client address; 0 off (0)\n"
+    "  --soldout-ttl-ms N  SECKILL_SOLDOUT_TTL_MS\n"
+    "                                           "
+    "trust a cached sold-out flag this long;\n"
+    "                                           "
+    "0: no voucher cache (1000)\n"
+    "  --batch-max N       SECKILL_BATCH_MAX    "
+    "purchases of a voucher merged into one\n"
+    "                                           "
+    "transaction, 1..256; 1 off (64)\n"
+    "  --batch-linger-us N SECKILL_BATCH_LINGER_US\n"
+    "                                           "
+    "a batch waits this long for more (0)\n"
+    "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
+    "                                           "
+    "new vouchers' stock in N rows, 1..64 (1)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -73,6 +88,10 @@ enum setting_id {
     SET_CONN_TIMEOUT,
     SET_MAX_CONN,
     SET_MAX_CONN_PER_IP,
+    SET_SOLDOUT_TTL,
+    SET_BATCH_MAX,
+    SET_BATCH_LINGER,
+    SET_STOCK_SEGMENTS,
     SET_COUNT
 };
 
@@ -95,6 +114,10 @@ static const struct {
     [SET_CONN_TIMEOUT] = {"conn-timeout-s", "SECKILL_CONN_TIMEOUT_S", "30"},
     [SET_MAX_CONN] = {"max-conn", "SECKILL_MAX_CONN", "60000"},
     [SET_MAX_CONN_PER_IP] = {"max-conn-per-ip", "SECKILL_MAX_CONN_PER_IP", "0"},
+    [SET_SOLDOUT_TTL] = {"soldout-ttl-ms", "SECKILL_SOLDOUT_TTL_MS", "1000"},
+    [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
+    [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
+    [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -370,6 +393,32 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 0..1000000 (got \"%s\")", env,
                         v);
         h->max_conn_per_ip = (unsigned)n;
+        return 0;
+    case SET_SOLDOUT_TTL:
+        if (parse_int(v, 0, 60000, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..60000 milliseconds (got \"%s\")", env,
+                        v);
+        h->soldout_ttl_ms = (unsigned)n;
+        return 0;
+    case SET_BATCH_MAX:
+        if (parse_int(v, 1, STORE_BATCH_MAX, &n))
+            return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
+                        STORE_BATCH_MAX, v);
+        h->store.batch_max = (unsigned)n;
+        return 0;
+    case SET_BATCH_LINGER:
+        if (parse_int(v, 0, STORE_BATCH_LINGER_MAX_US, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..%d microseconds (got \"%s\")", env,
+                        STORE_BATCH_LINGER_MAX_US, v);
+        h->store.batch_linger_us = (unsigned)n;
+        return 0;
+    case SET_STOCK_SEGMENTS:
+        if (parse_int(v, 1, STORE_SEGMENTS_MAX, &n))
+            return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
+                        STORE_SEGMENTS_MAX, v);
+        h->store.stock_segments = (unsigned)n;
         return 0;
     case SET_COUNT:
         break;

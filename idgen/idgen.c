@@ -1,13 +1,17 @@
 /*
  * idgen.c - the Redis ID worker (seed 002, section 1): a timestamp in the
- * high 32 bits and the day's INCR counter in the low 32 bits, both picked
- * by one Lua script on the Redis server so that a restart that loses the
- * counter can never repeat an id (see idgen.h for the argument).
+ * high 32 bits and the day's counter in the low 32 bits, both picked by
+ * one Lua script on the Redis server so that a restart that loses the
+ * counter can never repeat an id (see idgen.h for the argument). The
+ * script reserves a block of counter values at once (INCRBY); the
+ * process hands them out from memory until the block is used up, too old
+ * or of another day.
  */
 #include "idgen/idgen.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,9 +21,11 @@
 
 /*
  * KEYS[1] the clock hash; KEYS[2..4] the counters of days ARGV[1] + 0..2;
- * ARGV[2] the counters' TTL. Replies {t, n}, or {-1, microseconds to wait}
- * while ids are paused after a change of server, or {-2, t} when t's day
- * is not among the keys given (the caller's guess of the day was wrong).
+ * ARGV[2] the counters' TTL; ARGV[3] how many counter values to reserve.
+ * Replies {t, n}: the values n - ARGV[3] + 1 .. n of t's day are this
+ * caller's. Or {-1, microseconds to wait} while ids are paused after a
+ * change of server, or {-2, t} when t's day is not among the keys given
+ * (the caller's guess of the day was wrong).
  */
 static const char script[] =
     "local run = string.match(redis.call('INFO', 'server'), "
@@ -47,7 +53,7 @@ static const char script[] =
     "if t ~= last then\n"
     "  redis.call('HSET', KEYS[1], 'last', t)\n"
     "end\n"
-    "local n = redis.call('INCR', KEYS[2 + i])\n"
+    "local n = redis.call('INCRBY', KEYS[2 + i], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[2 + i], ARGV[2])\n"
     "return {t, n}\n";
 
@@ -62,7 +68,7 @@ static atomic_llong skew_s;
 static int prefix_ok(const char *p)
 {
     size_t n = strlen(p);
-    if (n == 0 || n > 32)
+    if (n == 0 || n > IDGEN_PREFIX_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9') ||
@@ -137,15 +143,16 @@ unlock:
 }
 
 /*
- * Run the script once with the window of days around hint_s. Returns 0
- * with *a and *b set to the reply's two integers, or a negative errno.
+ * Run the script once with the window of days around hint_s, reserving
+ * count values. Returns 0 with *a and *b set to the reply's two integers,
+ * or a negative errno.
  */
 static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
-                      long long *a, long long *b)
+                      uint32_t count, long long *a, long long *b)
 {
     char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], clock_key[IDGEN_KEY_MAX];
-    char first[24], ttl[16];
-    const char *argv[10];
+    char first[24], ttl[16], cnt[16];
+    const char *argv[11];
     int64_t first_day;
     redisReply *r;
     int argc = 0, err = 0;
@@ -156,6 +163,7 @@ static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
         return -EINVAL;
     snprintf(first, sizeof(first), "%lld", (long long)first_day);
     snprintf(ttl, sizeof(ttl), "%d", IDGEN_KEY_TTL_S);
+    snprintf(cnt, sizeof(cnt), "%u", count);
 
     argv[argc++] = "EVALSHA";
     argv[argc++] = sha;
@@ -165,6 +173,7 @@ static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
         argv[argc++] = keys[i];
     argv[argc++] = first;
     argv[argc++] = ttl;
+    argv[argc++] = cnt;
     r = redisCommandArgv(rc, argc, argv, NULL);
     if (r && r->type == REDIS_REPLY_ERROR &&
         strncmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -194,21 +203,33 @@ out:
     return err;
 }
 
-int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
+/* A reserved range of counter values of one second's day. */
+struct range {
+    int64_t t;           /* the server second of the reservation */
+    uint32_t next, last; /* values next..last; empty when next > last */
+};
+
+/*
+ * Reserve count values for prefix: one script call, more after a change
+ * of server (sleeping through the pause) or a wrong guess of the day.
+ * Returns 0 with *out set (it may hold fewer than count values at the top
+ * of the counter's range), or as idgen_next().
+ */
+static int reserve(redisContext *rc, const char *prefix, uint32_t count,
+                   struct range *out)
 {
     int64_t deadline = util_mono_ms() + IDGEN_WAIT_MAX_MS;
-    long long a, b;
+    long long a, b, first;
     int misses = 0, err;
 
-    if (!prefix_ok(prefix))
-        return -EINVAL;
     err = sha_learn(rc);
     if (err)
         return err;
     for (;;) {
         int64_t local = util_now_ms() / 1000;
 
-        err = run_script(rc, prefix, local + atomic_load(&skew_s), &a, &b);
+        err =
+            run_script(rc, prefix, local + atomic_load(&skew_s), count, &a, &b);
         if (err)
             return err;
         if (a == -2 && misses++ < 2) {
@@ -238,12 +259,160 @@ int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
         log_error("id worker time out of range", "t=%lld", a);
         return -EINVAL;
     }
-    if (b <= 0 || b > (long long)UINT32_MAX) {
+    first = b - (long long)count + 1;
+    if (first <= 0 || first > (long long)UINT32_MAX) {
         log_error("id counter overflow", "prefix=%s t=%lld n=%lld", prefix, a,
                   b);
         return -EOVERFLOW;
     }
     atomic_store(&skew_s, a - util_now_ms() / 1000);
-    *id = idgen_compose(a, (uint32_t)b);
+    out->t = a;
+    out->next = (uint32_t)first;
+    /* The top of the range may pass 2^32 - 1: those values are lost. */
+    out->last = b > (long long)UINT32_MAX ? UINT32_MAX : (uint32_t)b;
     return 0;
+}
+
+/*
+ * The block of one prefix, shared by the process's threads. Invariant:
+ * every value of [next, last] of t's day counter was reserved by this
+ * process and not handed out yet.
+ */
+struct block {
+    char prefix[IDGEN_PREFIX_MAX + 1];
+    pthread_mutex_t mu;
+    struct range r;
+    int64_t taken_ms; /* monotonic time of the reservation */
+    uint32_t used;    /* values handed out from r */
+    uint32_t size;    /* size of the next reservation */
+};
+
+static struct block blocks[IDGEN_BLOCKS_MAX];
+static atomic_int nblocks;
+static pthread_mutex_t blocks_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The block of prefix, created on first use; NULL when the table is full
+ * (that prefix then reserves one value per id). */
+static struct block *block_of(const char *prefix)
+{
+    int n = atomic_load_explicit(&nblocks, memory_order_acquire);
+    struct block *b = NULL;
+
+    for (int i = 0; i < n; i++)
+        if (strcmp(blocks[i].prefix, prefix) == 0)
+            return &blocks[i];
+    pthread_mutex_lock(&blocks_mu);
+    n = atomic_load_explicit(&nblocks, memory_order_relaxed);
+    for (int i = 0; i < n && !b; i++)
+        if (strcmp(blocks[i].prefix, prefix) == 0)
+            b = &blocks[i];
+    if (!b && n < IDGEN_BLOCKS_MAX) {
+        b = &blocks[n];
+        snprintf(b->prefix, sizeof(b->prefix), "%s", prefix);
+        pthread_mutex_init(&b->mu, NULL);
+        b->r.next = 1; /* empty */
+        b->size = IDGEN_BLOCK_MIN;
+        atomic_store_explicit(&nblocks, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&blocks_mu);
+    return b;
+}
+
+/* Floor division of a time by a day. */
+static int64_t day_of(int64_t s)
+{
+    return s >= 0 ? s / 86400 : -((-s + 86399) / 86400);
+}
+
+/*
+ * Whether b's block may still hand out ids at monotonic time now_ms: not
+ * used up, younger than IDGEN_BLOCK_MAX_AGE_MS (a monotonic clock that
+ * went backwards, as under libfaketime, counts as too old) and of the
+ * day the server is in by our guess.
+ */
+static bool block_fresh(const struct block *b, int64_t now_ms)
+{
+    int64_t age = now_ms - b->taken_ms;
+    int64_t server_s = util_now_ms() / 1000 + atomic_load(&skew_s);
+
+    return b->r.next <= b->r.last && age >= 0 && age < IDGEN_BLOCK_MAX_AGE_MS &&
+           day_of(server_s) == day_of(b->r.t);
+}
+
+/* The size of the reservation that replaces b's block. */
+static uint32_t block_next_size(const struct block *b, int64_t now_ms)
+{
+    uint32_t size = IDGEN_BLOCK_MIN;
+
+    if (b->used == 0)
+        return b->size;
+    if (b->r.next > b->r.last && now_ms - b->taken_ms >= 0 &&
+        now_ms - b->taken_ms < IDGEN_BLOCK_MAX_AGE_MS)
+        /* Used up while young: the demand is higher. */
+        size = b->size * 2;
+    else
+        /* Aged out or a new day: as many as were used, rounded up. */
+        while (size < b->used)
+            size *= 2;
+    return size < IDGEN_BLOCK_MAX ? size : IDGEN_BLOCK_MAX;
+}
+
+int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
+{
+    struct block *b;
+    struct range r;
+    int64_t now_ms;
+    int err;
+
+    if (!prefix_ok(prefix))
+        return -EINVAL;
+    b = block_of(prefix);
+    if (!b) {
+        err = reserve(rc, prefix, 1, &r);
+        if (!err)
+            *id = idgen_compose(r.t, r.next);
+        return err;
+    }
+
+    pthread_mutex_lock(&b->mu);
+    now_ms = util_mono_ms();
+    if (!block_fresh(b, now_ms)) {
+        uint32_t size = block_next_size(b, now_ms);
+
+        /* Under the mutex: the other threads would only wait for the
+         * same round trip (or the same pause after a change of server). */
+        err = reserve(rc, prefix, size, &r);
+        if (err)
+            goto unlock;
+        b->r = r;
+        b->taken_ms = util_mono_ms();
+        b->used = 0;
+        b->size = size;
+    }
+    *id = idgen_compose(b->r.t, b->r.next);
+    /* next passes last (empty) without wrapping: last < 2^32 - 1 or the
+     * block is dropped below. */
+    if (b->r.next == UINT32_MAX)
+        b->r.last = 0;
+    else
+        b->r.next++;
+    b->used++;
+    err = 0;
+unlock:
+    pthread_mutex_unlock(&b->mu);
+    return err;
+}
+
+void idgen_discard(const char *prefix)
+{
+    struct block *b;
+
+    if (!prefix_ok(prefix) || !(b = block_of(prefix)))
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->r.next = 1;
+    b->r.last = 0;
+    b->used = 0;
+    b->size = IDGEN_BLOCK_MIN;
+    pthread_mutex_unlock(&b->mu);
 }

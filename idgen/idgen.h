@@ -5,12 +5,13 @@
  *
  *   id = (t - IDGEN_EPOCH) << 32 | n
  *
- * t is a second of the Redis server's clock (TIME), n comes from INCR
- * icr:{prefix}:{yyyy:MM:dd} on the UTC day of t; the day key expires after
- * IDGEN_KEY_TTL_S. One Lua script picks t and takes n atomically, and keeps
- * a small hash icr:{prefix}:clock (no TTL) with the run_id of the Redis
- * process that hands out ids, the last t used and the second that process
- * started handing out ids:
+ * t is a second of the Redis server's clock (TIME), n a value of the
+ * counter icr:{prefix}:{yyyy:MM:dd} of the UTC day of t; the day key
+ * expires after IDGEN_KEY_TTL_S. One Lua script picks t and reserves a
+ * block of counter values with INCRBY atomically, and keeps a small hash
+ * icr:{prefix}:clock (no TTL) with the run_id of the Redis process that
+ * hands out ids, the last t used and the second that process started
+ * handing out ids:
  *
  *   - t never goes backwards for one Redis data set: if the server's clock
  *     steps back, t stays at the last second used until the clock catches
@@ -18,20 +19,41 @@
  *   - when the run_id differs from the stored one, or the hash is missing
  *     (a restart with or without persistence, FLUSHALL, a failover to a
  *     replica), the counters may have lost increments. The script records
- *     the new run_id and that second, and hands out nothing until the
- *     server clock has moved past it: every id after the loss has a t
- *     strictly greater than every id before it, so a restarted counter
- *     cannot repeat a (t, n) pair. idgen_next() sleeps through that wait
- *     (under a second).
+ *     the new run_id and that second, and reserves nothing until the
+ *     server clock has moved past it: every block reserved after the loss
+ *     has a t strictly greater than every block reserved before it, so a
+ *     restarted counter cannot repeat a (t, n) pair. idgen_next() sleeps
+ *     through that wait (under a second).
+ *
+ * Blocks. Each process keeps one block per prefix, shared by its threads:
+ * the values n..m of t's day that one script call reserved, handed out
+ * from memory in order, each id (t, n) with the t of the reservation.
+ * Why this stays unique: while the counter is not lost, INCRBY gives
+ * every reservation of a day key values no other reservation has, and
+ * ids with equal t use the same day key; values reserved before a loss
+ * all carry a t below every t reserved after it (above). A block held
+ * across a loss therefore still hands out ids nobody else gets.
+ * A block is dropped, its unused values wasted, when it is
+ * IDGEN_BLOCK_MAX_AGE_MS old, when our guess of the server's day is no
+ * longer t's day, and by idgen_discard(). Hence the ordering promises:
+ * ids from one process increase; ids of different processes are ordered
+ * by time up to IDGEN_BLOCK_MAX_AGE_MS plus the one-second grain of t;
+ * and every id taken more than IDGEN_BLOCK_MAX_AGE_MS after a loss of
+ * the counter is greater than every id taken before it. Block sizes adapt
+ * between IDGEN_BLOCK_MIN and IDGEN_BLOCK_MAX: doubled when a block is
+ * used up while young, cut to the number used when it ages out, so at
+ * low rates a purchase costs one round trip as before and at high rates
+ * about one in a thousand does; the waste is bounded by what was used.
  *
  * Using the server's clock means the service instances' clocks (skewed,
  * stepped, or faked with faketime) never enter an id. What is not
  * guaranteed (docs/reliability.md): a Redis that loses keys while it keeps
  * running (eviction of a day key, a DEL by hand), two masters accepting
- * INCRs at once (split brain), a new master whose clock is behind the old
- * one's by more than the wait, or a server clock stepped back across a
+ * INCRBYs at once (split brain), a new master whose clock is behind the
+ * old one's by more than the wait, or a server clock stepped back across a
  * restart. The orders' PRIMARY KEY refuses a repeated id and the purchase
- * retries with a fresh one: the last line of defence.
+ * retries with a fresh one (after idgen_discard()): the last line of
+ * defence.
  *
  * JSON carries ids as decimal strings (JavaScript loses integers > 2^53).
  */
@@ -51,11 +73,21 @@
  * the server's day (the day before, the day, the day after). */
 #define IDGEN_WINDOW 3
 #define IDGEN_KEY_MAX 64
+/* A prefix is 1..IDGEN_PREFIX_MAX characters of [a-z0-9_]. */
+#define IDGEN_PREFIX_MAX 32
+/* Reservation sizes, and the age at which a block is dropped. */
+#define IDGEN_BLOCK_MIN 1
+#define IDGEN_BLOCK_MAX 1024
+#define IDGEN_BLOCK_MAX_AGE_MS 200
+/* Prefixes with a block per process; more reserve one value per id. */
+#define IDGEN_BLOCKS_MAX 16
 
 /*
  * Take the next id for prefix (a short [a-z0-9_] name such as "order").
- * Usually one round trip (EVALSHA); after a Redis restart it sleeps until
- * the server's clock has passed the restart second (at most
+ * Usually from the process's block in memory, without I/O; otherwise one
+ * round trip (EVALSHA) on rc reserves a new block, during which the
+ * process's other callers for prefix wait; after a Redis restart it sleeps
+ * until the server's clock has passed the restart second (at most
  * IDGEN_WAIT_MAX_MS). rc is the caller's connected context, not kept.
  * Thread-safe (each thread with its own rc).
  * Returns 0 and stores the id, -EINVAL for a bad prefix or a server time
@@ -65,6 +97,13 @@
  * -ECONNRESET when the connection failed (rc->err is then set).
  */
 int idgen_next(redisContext *rc, const char *prefix, int64_t *id);
+
+/*
+ * Drop the process's block for prefix (its unused values are wasted) and
+ * start the next reservation small: after the PRIMARY KEY refused an id,
+ * the rest of its block is suspect. Thread-safe; a bad prefix is ignored.
+ */
+void idgen_discard(const char *prefix);
 
 /* Compose an id from a time and a sequence number (pure). */
 int64_t idgen_compose(int64_t now_s, uint32_t seq);

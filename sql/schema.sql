@@ -43,6 +43,21 @@ CREATE TABLE IF NOT EXISTS seckill_vouchers (
         REFERENCES vouchers (id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Segmented stock (seed 003, section 8; SECKILL_STOCK_SEGMENTS=N > 1): a
+-- voucher created with N segments keeps its stock here, split over N rows,
+-- and 0 in seckill_vouchers.stock, so that concurrent purchases lock
+-- different rows. A voucher's stock is always its seckill_vouchers.stock
+-- plus the sum of its segments (none for an unsegmented voucher).
+CREATE TABLE IF NOT EXISTS seckill_stock_segments (
+    voucher_id  BIGINT UNSIGNED   NOT NULL,
+    segment     SMALLINT UNSIGNED NOT NULL,
+    stock       INT               NOT NULL,
+    PRIMARY KEY (voucher_id, segment),
+    CONSTRAINT ck_segment_stock CHECK (stock >= 0),
+    CONSTRAINT fk_segment_seckill FOREIGN KEY (voucher_id)
+        REFERENCES seckill_vouchers (voucher_id) ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 -- id comes from the Redis ID worker (idgen/), not AUTO_INCREMENT.
 -- status: 1 = unpaid, 2 = paid, 3 = used, 4 = cancelled, 5 = refunding,
 -- 6 = refunded. No foreign keys on the purchase path: they would take extra

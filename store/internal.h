@@ -6,6 +6,7 @@
 #ifndef SECKILL_STORE_INTERNAL_H
 #define SECKILL_STORE_INTERNAL_H
 
+#include <stdbool.h>
 #include <mysql.h>
 
 #include "store/store.h"
@@ -23,8 +24,44 @@ enum stmt_id {
     STMT_STOCK_DECR,
     STMT_ORDER_GET,
     STMT_ORDER_LIST,
+    /* merged purchases (batch.c): */
+    STMT_STOCK_GET,
+    STMT_STOCK_TAKE,
+    STMT_ORDERS_EXIST_1, /* ..._64: user_id IN a list of 2^i */
+    STMT_ORDERS_EXIST_2,
+    STMT_ORDERS_EXIST_4,
+    STMT_ORDERS_EXIST_8,
+    STMT_ORDERS_EXIST_16,
+    STMT_ORDERS_EXIST_32,
+    STMT_ORDERS_EXIST_64,
+    /* n rows for n = 2..16, 32, 64 (one row is STMT_ORDER_INSERT): a
+     * batch of up to 16 is one statement. */
+    STMT_ORDERS_INSERT_2,
+    STMT_ORDERS_INSERT_3,
+    STMT_ORDERS_INSERT_4,
+    STMT_ORDERS_INSERT_5,
+    STMT_ORDERS_INSERT_6,
+    STMT_ORDERS_INSERT_7,
+    STMT_ORDERS_INSERT_8,
+    STMT_ORDERS_INSERT_9,
+    STMT_ORDERS_INSERT_10,
+    STMT_ORDERS_INSERT_11,
+    STMT_ORDERS_INSERT_12,
+    STMT_ORDERS_INSERT_13,
+    STMT_ORDERS_INSERT_14,
+    STMT_ORDERS_INSERT_15,
+    STMT_ORDERS_INSERT_16,
+    STMT_ORDERS_INSERT_32,
+    STMT_ORDERS_INSERT_64,
+    /* segmented stock: */
+    STMT_SEGMENT_INSERT,
+    STMT_SEGMENT_COUNT,
+    STMT_SEGMENT_DECR,
     STMT_COUNT
 };
+
+/* The largest list of STMT_ORDERS_EXIST_* and STMT_ORDERS_INSERT_*. */
+#define STMT_ROWS_MAX 64
 
 struct store {
     const struct store_config *cfg;
@@ -78,6 +115,50 @@ int store_query(struct store *st, const char *sql);
  * must have had no durable effect when it returns -ENOTCONN.
  */
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
+
+/* ---- the purchase (orders.c, batch.c) ---- */
+
+/* Deadlocks and lock wait timeouts are retried this many times in all. */
+#define PURCHASE_ATTEMPTS 3
+
+/*
+ * What this process knows about one voucher's purchases (batch.c): the
+ * queue of its merged purchases, its number of stock segments and which
+ * of them were seen empty. Created on first use, kept until exit.
+ */
+struct voucher_state;
+
+/* The state of voucher_id. Never NULL. Thread-safe. */
+struct voucher_state *store_voucher_state_get(int64_t voucher_id);
+
+/*
+ * The voucher's number of stock segments (1: not segmented), read from
+ * MySQL on first use and then remembered (segments are made with the
+ * voucher and never change). Returns 0 or as store_mysql_error().
+ */
+int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
+                               unsigned *n);
+
+/* Segment seg was seen at 0 (stock never grows back): skip it. */
+bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg);
+void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
+
+/*
+ * One purchase in its own transaction (orders.c): the naive CAS on the
+ * stock row, or on a segment when segments > 1. Retries deadlocks and a
+ * broken connection. Returns as store_order_purchase().
+ */
+int store_purchase_single(struct store *st, struct voucher_state *vs,
+                          unsigned segments, int64_t order_id, int64_t user_id,
+                          int64_t voucher_id, enum store_purchase *outcome);
+
+/* A merged purchase (batch.c); returns as store_order_purchase(). */
+int store_purchase_merged(struct store *st, struct voucher_state *vs,
+                          int64_t order_id, int64_t user_id,
+                          enum store_purchase *outcome);
+
+/* Roll back the open transaction, if any; returns err unchanged. */
+int store_tx_rollback(struct store *st, int err);
 
 /* MYSQL_BIND fillers; the bind must be zeroed first. */
 void bind_i64(MYSQL_BIND *b, int64_t *v);

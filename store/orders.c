@@ -1,5 +1,7 @@
 /*
- * orders.c - the purchase transaction and order reads.
+ * orders.c - the purchase: the one-purchase transaction (naive, or on a
+ * stock segment), the choice between it and a merged transaction
+ * (batch.c), and order reads.
  */
 #include "store/internal.h"
 
@@ -7,24 +9,59 @@
 #include <string.h>
 
 #include "common/failpoint.h"
+#include "common/metrics.h"
 #include "common/util.h"
-
-/* Deadlocks and lock wait timeouts are retried this many times in all. */
-#define PURCHASE_ATTEMPTS 3
 
 struct purchase_args {
     int64_t order_id;
     int64_t user_id;
     int64_t voucher_id;
+    struct voucher_state *vs;
+    unsigned segments; /* > 1: CAS a segment, not the stock row */
     enum store_purchase *outcome;
 };
 
-/* Roll back after a business outcome or an error; keep err. */
-static int rollback(struct store *st, int err)
+int store_tx_rollback(struct store *st, int err)
 {
     if (st->my && mysql_rollback(st->my))
         store_mysql_error(st, NULL, "rollback");
     return err;
+}
+
+/*
+ * The CAS of a segmented voucher: take 1 from segment user_id % N, else
+ * from the next ones in turn, skipping those seen empty before. A failed
+ * UPDATE saw the segment's committed 0 (it waits for a holder of the row
+ * lock), so the segment stays empty. Sets *taken.
+ */
+static int segment_take(struct store *st, struct purchase_args *a, bool *taken)
+{
+    unsigned n = a->segments, first = (unsigned)(a->user_id % n);
+    MYSQL_BIND p[2];
+    MYSQL_STMT *s;
+    int64_t seg;
+    int err;
+
+    *taken = false;
+    for (unsigned k = 0; k < n; k++) {
+        unsigned j = (first + k) % n;
+
+        if (store_segment_is_empty(a->vs, j))
+            continue;
+        memset(p, 0, sizeof(p));
+        seg = j;
+        bind_i64(&p[0], &a->voucher_id);
+        bind_i64(&p[1], &seg);
+        err = store_stmt_exec(st, STMT_SEGMENT_DECR, p, NULL, &s);
+        if (err)
+            return err;
+        if (mysql_stmt_affected_rows(s) == 1) {
+            *taken = true;
+            return 0;
+        }
+        store_segment_mark_empty(a->vs, j);
+    }
+    return 0;
 }
 
 static int purchase_once(struct store *st, void *arg)
@@ -33,6 +70,7 @@ static int purchase_once(struct store *st, void *arg)
     MYSQL_BIND p[3] = {0}, r[1] = {0};
     int64_t one = 0;
     MYSQL_STMT *s;
+    bool taken;
     size_t n;
     int err;
 
@@ -47,10 +85,10 @@ static int purchase_once(struct store *st, void *arg)
     bind_i64(&r[0], &one);
     err = store_stmt_rows(st, STMT_ORDER_EXISTS, p, r, 1, NULL, NULL, &n);
     if (err)
-        return rollback(st, err);
+        return store_tx_rollback(st, err);
     if (n) {
         *a->outcome = STORE_PURCHASE_DUPLICATE;
-        return rollback(st, 0);
+        return store_tx_rollback(st, 0);
     }
 
     /* 2. the order row. */
@@ -66,45 +104,93 @@ static int purchase_once(struct store *st, void *arg)
         const char *m = mysql_stmt_error(st->stmts[STMT_ORDER_INSERT]);
         if (strstr(m, "uk_orders_user_voucher")) {
             *a->outcome = STORE_PURCHASE_DUPLICATE;
-            return rollback(st, 0);
+            return store_tx_rollback(st, 0);
         }
         log_error("order id already used", "id=%lld", (long long)a->order_id);
-        return rollback(st, -EEXIST);
+        return store_tx_rollback(st, -EEXIST);
     }
     if (err)
-        return rollback(st, err);
+        return store_tx_rollback(st, err);
 
-    /* 3. the CAS on the hot row, last, so its row lock is held only for
-     *    this statement and the COMMIT. */
-    memset(p, 0, sizeof(p));
-    bind_i64(&p[0], &a->voucher_id);
-    err = store_stmt_exec(st, STMT_STOCK_DECR, p, NULL, &s);
+    /* 3. the CAS on the hot row (or a segment), last, so its row lock is
+     *    held only for this statement and the COMMIT. */
+    if (a->segments > 1) {
+        err = segment_take(st, a, &taken);
+    } else {
+        memset(p, 0, sizeof(p));
+        bind_i64(&p[0], &a->voucher_id);
+        err = store_stmt_exec(st, STMT_STOCK_DECR, p, NULL, &s);
+        taken = !err && mysql_stmt_affected_rows(s) == 1;
+    }
     if (err)
-        return rollback(st, err);
-    if (mysql_stmt_affected_rows(s) != 1) {
+        return store_tx_rollback(st, err);
+    if (!taken) {
         *a->outcome = STORE_PURCHASE_SOLD_OUT;
-        return rollback(st, 0);
+        return store_tx_rollback(st, 0);
     }
     FAILPOINT("after_update");
 
     if (mysql_commit(st->my)) {
         err = store_mysql_error(st, NULL, "commit");
         /* The COMMIT may or may not have happened: never report either. */
-        return err == -ENOTCONN ? -EINPROGRESS : rollback(st, err);
+        return err == -ENOTCONN ? -EINPROGRESS : store_tx_rollback(st, err);
     }
     FAILPOINT("after_commit");
+    metrics_observe_batch(1);
     *a->outcome = STORE_PURCHASE_OK;
     return 0;
+}
+
+/* Every segment of a segmented voucher seen empty: sold out for good. */
+static bool segments_all_empty(const struct voucher_state *vs, unsigned n)
+{
+    for (unsigned j = 0; j < n; j++)
+        if (!store_segment_is_empty(vs, j))
+            return false;
+    return true;
+}
+
+int store_purchase_single(struct store *st, struct voucher_state *vs,
+                          unsigned segments, int64_t order_id, int64_t user_id,
+                          int64_t voucher_id, enum store_purchase *outcome)
+{
+    struct purchase_args a = {order_id, user_id,  voucher_id,
+                              vs,       segments, outcome};
+    int err = -EDEADLK;
+
+    if (segments > 1 && segments_all_empty(vs, segments)) {
+        *outcome = STORE_PURCHASE_SOLD_OUT;
+        return 0;
+    }
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
+        err = store_retry(st, purchase_once, &a);
+    return err;
 }
 
 int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
                          int64_t voucher_id, enum store_purchase *outcome)
 {
-    struct purchase_args a = {order_id, user_id, voucher_id, outcome};
-    int err = -EDEADLK;
+    static const enum metric_counter counter[] = {
+        [STORE_PURCHASE_OK] = METRIC_PURCHASE_OK,
+        [STORE_PURCHASE_SOLD_OUT] = METRIC_PURCHASE_SOLD_OUT,
+        [STORE_PURCHASE_DUPLICATE] = METRIC_PURCHASE_DUPLICATE,
+    };
+    struct voucher_state *vs = store_voucher_state_get(voucher_id);
+    unsigned segments, batch_max = st->cfg->batch_max;
+    int err;
 
-    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
-        err = store_retry(st, purchase_once, &a);
+    err = store_voucher_segments_get(st, vs, &segments);
+    if (err)
+        return err;
+    if (batch_max == 0)
+        batch_max = STORE_BATCH_DEFAULT;
+    if (segments > 1 || batch_max == 1)
+        err = store_purchase_single(st, vs, segments, order_id, user_id,
+                                    voucher_id, outcome);
+    else
+        err = store_purchase_merged(st, vs, order_id, user_id, outcome);
+    if (!err)
+        metrics_count(counter[*outcome], 1);
     return err;
 }
 

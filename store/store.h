@@ -33,7 +33,17 @@ struct store_config {
     unsigned redis_db;
     unsigned connect_timeout_ms;
     unsigned io_timeout_ms;
+    /* The purchase (README, Configuration; 0 reads as the default): */
+    unsigned batch_max;       /* purchases per transaction; 1: no merging */
+    unsigned batch_linger_us; /* a leader waits this long for more */
+    unsigned stock_segments;  /* new vouchers' stock rows; 1: one row */
 };
+
+/* Bounds of the purchase settings above. */
+#define STORE_BATCH_MAX 256
+#define STORE_BATCH_DEFAULT 64
+#define STORE_BATCH_LINGER_MAX_US 10000
+#define STORE_SEGMENTS_MAX 64
 
 struct store;
 
@@ -113,7 +123,12 @@ struct store_voucher {
 /*
  * Insert v (and its stock row when it is a seckill voucher) in one
  * transaction; sets v->id. Strings must fit the schema (the caller
- * validates lengths).
+ * validates lengths). With cfg->stock_segments N > 1 a seckill voucher's
+ * stock goes into N rows of seckill_stock_segments instead (the first
+ * stock % N rows one more than the others) and its seckill_vouchers row
+ * holds 0: purchases then lock different rows (seed 003, section 8).
+ * Either way a voucher's stock is its seckill_vouchers.stock plus the sum
+ * of its segments, which is what every read below reports.
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v);
 
@@ -150,12 +165,39 @@ enum store_purchase {
 
 /*
  * The purchase transaction: check the user has no order for the voucher,
- * insert order_id, then CAS the stock (stock = stock - 1 WHERE stock > 0)
- * as the last statement before COMMIT so the hot row is locked briefly.
- * 0 with *outcome set means the outcome is durable (committed or rolled
- * back). The unique (user_id, voucher_id) key backs the check up.
- * -EEXIST: order_id is already taken (the ID worker's counter was lost);
- * nothing was written, retry with a new id.
+ * insert order_id, then CAS the stock as the last statement before COMMIT
+ * so the hot row is locked briefly. 0 with *outcome set means the outcome
+ * is durable (committed or rolled back). The unique (user_id, voucher_id)
+ * key backs the check up.
+ *
+ * Three ways, chosen per voucher:
+ *   - segmented (created with stock_segments > 1): one transaction per
+ *     purchase whose CAS takes 1 from the segment user_id % N, falling
+ *     through to the next segments when one is empty; sold out when every
+ *     segment is 0 (segments seen empty are remembered per process);
+ *   - cfg->batch_max 1: one transaction per purchase, CAS stock = stock - 1
+ *     WHERE stock > 0 (the naive design, kept as the baseline);
+ *   - else merged: concurrent purchases of the same voucher in this
+ *     process join a queue; one caller at a time (the leader) takes up to
+ *     batch_max of them (after batch_linger_us, if set) and runs one
+ *     transaction for all on its own connection: one multi-row INSERT,
+ *     one CAS stock = stock - k WHERE stock >= k, COMMIT. If the INSERT
+ *     hits the unique key, the users' existing orders are looked up
+ *     (DUPLICATE) and the rest retried; if the CAS matches nothing, the
+ *     stock s is read and the first s by arrival are retried (the rest
+ *     SOLD_OUT). The others wait (blocking this thread) for their own
+ *     outcome. A broken connection before COMMIT retries the whole batch
+ *     on a fresh one, a deadlock retries it, any other key clash in the
+ *     INSERT (a user twice, an order id taken before) falls back to one
+ *     transaction per purchase, and each member gets the answer below as
+ *     if it had run alone.
+ *
+ * Returns 0, or as above (-EINPROGRESS for every member of a batch whose
+ * COMMIT went unanswered), or -EEXIST: order_id is already taken (the ID
+ * worker's counter was lost); nothing was written for this purchase,
+ * retry with a new id. Counts the
+ * outcomes and transaction sizes in common/metrics.h. Thread-safe in the
+ * sense of this header: st is the calling thread's own.
  */
 int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
                          int64_t voucher_id, enum store_purchase *outcome);

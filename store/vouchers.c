@@ -81,20 +81,39 @@ static int voucher_insert_once(struct store *st, void *arg)
     if (v->type == VOUCHER_SECKILL) {
         MYSQL_BIND q[4] = {0};
         MYSQL_TIME b, e;
+        unsigned segments = st->cfg->stock_segments;
+        /* Segmented: the stock lives in the segments, the row holds 0. */
+        int64_t row_stock = segments > 1 ? 0 : v->stock;
+
         time_from_epoch(&b, v->begin_time);
         time_from_epoch(&e, v->end_time);
         bind_i64(&q[0], &v->id);
-        bind_i64(&q[1], &v->stock);
+        bind_i64(&q[1], &row_stock);
         bind_time(&q[2], &b);
         bind_time(&q[3], &e);
         err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
         if (err)
             goto rollback;
+        for (unsigned i = 0; segments > 1 && i < segments; i++) {
+            int64_t seg = i, stock = v->stock / segments +
+                                     ((int64_t)i < v->stock % segments);
+
+            memset(q, 0, sizeof(q));
+            bind_i64(&q[0], &v->id);
+            bind_i64(&q[1], &seg);
+            bind_i64(&q[2], &stock);
+            err = store_stmt_exec(st, STMT_SEGMENT_INSERT, q, NULL, &s);
+            if (err)
+                goto rollback;
+        }
     }
     if (mysql_commit(st->my)) {
         err = store_mysql_error(st, NULL, "commit");
         return err == -ENOTCONN ? -EINPROGRESS : err;
     }
+    if (v->type == VOUCHER_SECKILL && st->cfg->stock_segments > 1)
+        log_info("voucher stock split into segments", "voucher=%lld n=%u",
+                 (long long)v->id, st->cfg->stock_segments);
     return 0;
 
 rollback:

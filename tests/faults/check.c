@@ -101,11 +101,8 @@ void run_finish(struct run *r, int bound_ms, int drain_ms)
     r->stock_at_heal = -1;
     for (int tries = 0; tries < 20 && r->stock_at_heal < 0; tries++) {
         my = fdb_connect(&r->db, 2);
-        if (!my ||
-            fdb_scalar(my, &r->stock_at_heal,
-                       "SELECT stock FROM seckill_vouchers WHERE voucher_id = "
-                       "%lld",
-                       (long long)r->voucher) != 0)
+        if (!my || fdb_scalar(my, &r->stock_at_heal, STOCK_SQL,
+                              (long long)r->voucher) != 0)
             sleep_ms(100);
         if (my)
             mysql_close(my);
@@ -136,10 +133,7 @@ void run_finish(struct run *r, int bound_ms, int drain_ms)
         if (!my)
             my = fdb_connect(&r->db, 2);
         if (my &&
-            fdb_scalar(my, &stock,
-                       "SELECT stock FROM seckill_vouchers WHERE "
-                       "voucher_id = %lld",
-                       (long long)r->voucher) == 0 &&
+            fdb_scalar(my, &stock, STOCK_SQL, (long long)r->voucher) == 0 &&
             stock == 0)
             break;
         sleep_ms(200);
@@ -410,10 +404,7 @@ void check_invariants(struct run *r)
                    "SELECT COUNT(*) FROM voucher_orders WHERE "
                    "voucher_id = %lld",
                    (long long)r->voucher) ||
-        fdb_scalar(my, &r->stock_final,
-                   "SELECT stock FROM seckill_vouchers WHERE voucher_id = "
-                   "%lld",
-                   (long long)r->voucher) ||
+        fdb_scalar(my, &r->stock_final, STOCK_SQL, (long long)r->voucher) ||
         fdb_scalar(my, &dups,
                    "SELECT COUNT(*) FROM (SELECT user_id FROM voucher_orders "
                    "WHERE voucher_id = %lld GROUP BY user_id HAVING "

@@ -42,6 +42,16 @@ struct db_target {
 /* Connect with connect/read timeouts of timeout_s; NULL on failure. */
 MYSQL *fdb_connect(const struct db_target *t, unsigned timeout_s);
 
+/*
+ * A voucher's stock (format argument: its id): its seckill_vouchers row
+ * plus its segments, so that the suite also runs against vouchers created
+ * with SECKILL_STOCK_SEGMENTS > 1 (store/store.h).
+ */
+#define STOCK_SQL                                                              \
+    "SELECT s.stock + COALESCE((SELECT SUM(g.stock) FROM "                     \
+    "seckill_stock_segments g WHERE g.voucher_id = s.voucher_id), 0) "         \
+    "FROM seckill_vouchers s WHERE s.voucher_id = %lld"
+
 /* First column of the first row as an integer (NULL reads -1). 0 or -1. */
 int fdb_scalar(MYSQL *my, int64_t *out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -342,10 +342,8 @@ static void *sampler_run(void *arg)
 
         if (!my)
             my = fdb_connect(&s->db, 2);
-        if (my && fdb_scalar(my, &stock,
-                             "SELECT stock FROM seckill_vouchers WHERE "
-                             "voucher_id = %lld",
-                             (long long)s->voucher) == 0) {
+        if (my &&
+            fdb_scalar(my, &stock, STOCK_SQL, (long long)s->voucher) == 0) {
             long long min = atomic_load(&s->min_stock);
 
             while (stock < min &&

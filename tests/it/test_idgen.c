@@ -1,8 +1,9 @@
 /*
  * test_idgen.c - the ID worker against the test Redis: ids unique and
- * increasing across threads, and never repeated when the counter is lost
- * (a changed run_id or a flushed clock hash stands in for a restart; the
- * fault suite restarts a real Redis). Each run uses its own prefix.
+ * increasing across threads, taken from blocks so that most need no round
+ * trip, and never repeated when the counter is lost (a changed run_id or
+ * a flushed clock hash stands in for a restart; the fault suite restarts
+ * a real Redis). Each run uses its own prefix.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -74,6 +76,18 @@ static void *worker_run(void *arg)
     return NULL;
 }
 
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Past the age at which a block is dropped. */
+static void block_age_out(void)
+{
+    sleep_ms(IDGEN_BLOCK_MAX_AGE_MS + 50);
+}
+
 static int cmp_id(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -102,6 +116,62 @@ static void test_unique_across_threads(void **state)
         assert_true(all[i] != all[i - 1]);
 }
 
+/*
+ * Ids come from blocks: taken in a burst, most need no round trip (a
+ * block holds up to IDGEN_BLOCK_MAX; sizes double from IDGEN_BLOCK_MIN).
+ * Someone else bumps the day counter after every id, so every new
+ * reservation shows as a gap in the counter values handed out, while ids
+ * from the block in memory stay consecutive.
+ */
+static void test_blocks(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    int64_t prev = next_id(rc), id, t;
+    char key[IDGEN_KEY_MAX];
+    int breaks = 0;
+    uint32_t seq;
+    (void)state;
+
+    for (int i = 0; i < 2000; i++) {
+        idgen_decode(prev, &t, &seq);
+        assert_int_equal(0, idgen_day_key(prefix, t, key, sizeof(key)));
+        freeReplyObject(cmd(rc, "INCR %s", key));
+        id = next_id(rc);
+        assert_true(id > prev);
+        breaks += id != prev + 1;
+        prev = id;
+    }
+    print_message("      2000 ids from %d reservation(s)\n", breaks + 1);
+    /* A reservation per id would be 2000; doubling from 1 to 1024 takes
+     * about 11, and a block can age out or a second turn meanwhile. */
+    assert_true(breaks < 60);
+
+    /* A block older than IDGEN_BLOCK_MAX_AGE_MS is dropped: its unused
+     * values are skipped and the next id has a fresh second. */
+    idgen_decode(prev, &t, &seq);
+    block_age_out();
+    id = next_id(rc);
+    {
+        int64_t t1;
+        uint32_t s1;
+
+        idgen_decode(id, &t1, &s1);
+        assert_true(t1 > t || s1 > seq);
+    }
+    assert_true(id > prev);
+
+    /* idgen_discard() drops the block: the next id skips its rest.
+     * After a discard the next block holds IDGEN_BLOCK_MIN (1) value,
+     * the one after that, used up at once, twice as many. */
+    idgen_discard(prefix);
+    (void)next_id(rc);
+    id = next_id(rc); /* the first of a block of 2 */
+    idgen_discard(prefix);
+    prev = next_id(rc);
+    assert_true(prev > id + 1);
+    redisFree(rc);
+}
+
 /* The clock hash has no TTL, the day counters have one. */
 static void test_keys(void **state)
 {
@@ -126,13 +196,15 @@ static void test_keys(void **state)
 /*
  * A restart loses the counter: simulated by a foreign run_id in the clock
  * hash (what a restarted server sees, its own run_id being new) and the
- * day counters deleted. The next id waits for the next second, and every
- * id after the loss is greater than every id before it.
+ * day counters deleted. The block this process holds may still hand out
+ * ids (reserved before the loss, nobody else has them); once it has aged
+ * out, the next reservation waits for the next second, and every id
+ * after that is greater than every id before the loss.
  */
 static void lose_counter(redisContext *rc, int64_t before, bool flush_hash)
 {
     char key[IDGEN_KEY_MAX];
-    int64_t t, now_ms, id, after;
+    int64_t t, now_ms, id, after, held[8];
     uint32_t seq;
 
     idgen_decode(before, &t, &seq);
@@ -142,12 +214,19 @@ static void lose_counter(redisContext *rc, int64_t before, bool flush_hash)
         freeReplyObject(cmd(rc, "DEL icr:%s:clock", prefix));
     else
         freeReplyObject(cmd(rc, "HSET icr:%s:clock run 0000", prefix));
+    /* Right after the loss: from the held block, or a new reservation;
+     * unique either way. */
+    for (int i = 0; i < 8; i++) {
+        held[i] = next_id(rc);
+        assert_true(held[i] > (i ? held[i - 1] : before));
+    }
+    block_age_out();
     now_ms = util_mono_ms();
     id = next_id(rc);
     after = util_mono_ms() - now_ms;
     print_message("      first id after the loss took %lld ms\n",
                   (long long)after);
-    assert_true(id > before);
+    assert_true(id > before && id > held[7]);
     idgen_decode(id, &t, &seq);
     {
         int64_t t0;
@@ -190,6 +269,8 @@ static void test_clock_behind(void **state)
     idgen_decode(id, &t, &seq);
     r = cmd(rc, "HSET icr:%s:clock last %lld", prefix, (long long)(t + 30));
     freeReplyObject(r);
+    /* Else the block in memory would hand out ids of second t first. */
+    idgen_discard(prefix);
     for (int i = 0; i < 50; i++) {
         int64_t next = next_id(rc);
         assert_true(next > id);
@@ -215,6 +296,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unique_across_threads),
+        cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_restart_never_repeats),
         cmocka_unit_test(test_clock_behind),
