@@ -6,6 +6,8 @@
 #   make services  only start MariaDB + Redis and write .run/env
 #   make stop      stop them
 #   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
+#   make bench     the flash sale against sysbench, nginx and redis-benchmark
+#                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
@@ -71,7 +73,8 @@ IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
-        test-san bench-lock faults test-faults format format-check clean
+        test-san bench-lock bench bench-jmeter faults test-faults format \
+        format-check clean
 
 all: build
 
@@ -86,7 +89,8 @@ $(BUILD)/obj/%.o: %.c
 	@echo "  CC  $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN)
+# tcpproxy: test_soldout stalls an instance's backends with it.
+tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
 
 $(BUILD)/tests/unit_%: $(BUILD)/obj/tests/unit/%.o $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -171,6 +175,20 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
 bench-lock: services
 	@$(MAKE) --no-print-directory $(BUILD)/bench/lock_bench
 	@bench/lock.sh $(BUILD)
+
+# The flash sale under wrk beside sysbench, nginx and redis-benchmark in the
+# same run (docs/performance.md); ends "bench-ratios selling= soldout=
+# rss_mib=". BENCH_QUICK=1 for a short smoke run. Not part of make test.
+bench: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/run.sh $(BUILD)
+
+# The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
+bench-jmeter: services
+	@scripts/deps.sh jmeter
+	@$(MAKE) --no-print-directory build
+	@bench/jmeter/run.sh $(BUILD)
 
 # ---- fuzzing (fuzz/: libFuzzer harnesses, clang) ----
 

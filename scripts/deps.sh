@@ -13,6 +13,8 @@
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
 # make test-faults.
+#
+#   scripts/deps.sh [bench] [jmeter]
 set -euo pipefail
 
 PACKAGES=(
@@ -26,6 +28,19 @@ PACKAGES=(
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }
+
+# Optional groups, named as arguments: `scripts/deps.sh bench` (make bench)
+# adds the load generators, the raw-limit tools and the chart (wrk,
+# sysbench, nginx-light, gnuplot-nox); `jmeter` adds JMeter with its HTTP
+# sampler and a JDK (bench/jmeter/JMeterLauncher.java runs as a source
+# file), which are large: only make bench-jmeter asks for them.
+for group in "$@"; do
+    case $group in
+    bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
+    jmeter) PACKAGES+=(jmeter jmeter-http default-jdk-headless) ;;
+    *) die "unknown package group '$group' (known: bench, jmeter)" ;;
+    esac
+done
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

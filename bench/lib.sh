@@ -1,0 +1,181 @@
+# shellcheck shell=bash
+# lib.sh - shared by bench/run.sh (make bench) and bench/jmeter/run.sh
+# (make bench-jmeter): the settings of .run/env, MySQL and Redis helpers,
+# seckilld instances on loopback ports, vouchers through the admin API,
+# user tokens, the sale invariants, and clean-up on exit.
+#
+# The caller sets ROOT, BIN (the seckilld binary), PORT (the first
+# instance's; vouchers are created through it) and FIRST_USER, then
+# sources this file, which sets RUN_ID, OUT (bench/results/<RUN_ID>), RAW
+# (OUT/raw) and WORK (.run/bench), and installs the EXIT trap: instances
+# started with start_instance (and any pid added to PIDS) are stopped, and
+# the vouchers made by new_voucher are deleted with their orders unless
+# BENCH_KEEP=1.
+
+: "${ROOT:?}" "${BIN:?}" "${PORT:?}" "${FIRST_USER:?}" # set by the caller
+
+die() { echo "bench: error: $*" >&2; exit 1; }
+say() { printf "bench: [%3ss] %s\n" "$SECONDS" "$*" >&2; }
+
+[[ -x $BIN ]] || die "$BIN missing (make build)"
+[[ -r $ROOT/.run/env ]] || die ".run/env missing (make services)"
+# shellcheck disable=SC1091
+. "$ROOT/.run/env"
+export SECKILL_RATE_USER=0
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+RUN_ID=$(date -u +%Y%m%dT%H%M%SZ)
+OUT=$ROOT/bench/results/$RUN_ID
+RAW=$OUT/raw
+mkdir -p "$RAW"
+WORK=$ROOT/.run/bench
+mkdir -p "$WORK"
+
+# ---- MySQL and Redis from .run/env ----
+
+# mysql://user:pass@host:port/db (the bench's URLs have no %-escapes).
+url=${SECKILL_MYSQL_URL#mysql://}
+MY_USER=${url%%:*}
+url=${url#*:}
+MY_PASS=${url%%@*}
+url=${url#*@}
+MY_HOST=${url%%:*}
+url=${url#*:}
+MY_PORT=${url%%/*}
+MY_DB=${url#*/}
+sql() {
+    mariadb --no-defaults -h "$MY_HOST" -P "$MY_PORT" -u "$MY_USER" \
+        -p"$MY_PASS" -N -B "$MY_DB" -e "$1"
+}
+
+rest=${SECKILL_REDIS_URL#redis://}
+rest=${rest##*@}
+R_HOST=${rest%%[:/]*}
+R_PORT=$(sed -n 's/^[^:]*:\([0-9]*\).*/\1/p' <<<"$rest")
+R_PORT=${R_PORT:-6379}
+R_DB=$(sed -n 's|^[^/]*/\([0-9]*\).*|\1|p' <<<"$rest")
+R_DB=${R_DB:-0}
+rcli() { redis-cli -h "$R_HOST" -p "$R_PORT" -n "$R_DB" "$@"; }
+
+# ---- processes we start, stopped on exit ----
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    done
+    local vouchers=()
+    [[ -r $OUT/vouchers.txt ]] && mapfile -t vouchers <"$OUT/vouchers.txt"
+    if [[ ${BENCH_KEEP:-0} != 1 && ${#vouchers[@]} -gt 0 ]]; then
+        say "deleting the bench's ${#vouchers[@]} vouchers and their orders (BENCH_KEEP=1 keeps them)"
+        local v ids
+        ids=$(IFS=,; echo "${vouchers[*]}")
+        for v in "${vouchers[@]}"; do
+            # In slices, so no transaction grows huge.
+            while [[ $(sql "DELETE FROM voucher_orders WHERE voucher_id = $v LIMIT 50000; SELECT ROW_COUNT();" 2>/dev/null || echo 0) -gt 0 ]]; do :; done
+        done
+        sql "DELETE FROM vouchers WHERE id IN ($ids)" || true
+    fi
+    rcli DEL icr:bench:clock >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+trap 'say "failed at line $LINENO: $BASH_COMMAND"' ERR
+
+# port_check PORT: die if something listens on 127.0.0.1:PORT already (its
+# answers would be taken for ours).
+port_check() {
+    [[ -z $(ss -Hltn "( sport = :$1 )" 2>/dev/null) ]] ||
+        die "port $1 is in use; pick another BENCH_PORT (uses it, +1 and +9)"
+}
+
+# listens PID PORT: PID is the process listening on PORT.
+listens() { ss -Hltnp "( sport = :$2 )" 2>/dev/null | grep -q "pid=$1,"; }
+
+# start_instance NAME PORT: seckilld in the background; prints its pid.
+start_instance() {
+    local name=$1 port=$2 pid
+    port_check "$port"
+    SECKILL_PORT=$port setsid "$BIN" </dev/null >"$OUT/instance-$name.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        if curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 &&
+            listens "$pid" "$port"; then
+            echo "$pid"
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$pid" 2>/dev/null || true
+    tail -5 "$OUT/instance-$name.log" >&2
+    die "instance $name on :$port did not become ready"
+}
+
+# ---- vouchers, tokens, wrk ----
+
+ADMIN=$("$BIN" token --user 1 --admin)
+
+# new_voucher STOCK: a seckill voucher on sale from a minute ago for a day.
+new_voucher() {
+    local begin end body id
+    begin=$(date -u -d '-1 min' +%Y-%m-%dT%H:%M:%SZ)
+    end=$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)
+    body="{\"shopId\":1,\"title\":\"make bench $RUN_ID\",\"payValue\":100,"
+    body+="\"actualValue\":200,\"type\":\"seckill\",\"stock\":$1,"
+    body+="\"beginTime\":\"$begin\",\"endTime\":\"$end\"}"
+    id=$(curl -sf -X POST "http://127.0.0.1:$PORT/api/vouchers" \
+        -H "Authorization: Bearer $ADMIN" -d "$body" | jq -r .id) ||
+        die "creating a voucher failed"
+    [[ $id =~ ^[0-9]+$ ]] || die "creating a voucher answered '$id'"
+    echo "$id" >>"$OUT/vouchers.txt" # new_voucher runs in $(...)
+    echo "$id"
+}
+
+TOKENS=$WORK/users.csv
+tokens_have=0
+# ensure_users N: the tokens file holds at least N users.
+ensure_users() {
+    ((tokens_have >= $1)) && return 0
+    "$BIN" tokens --first "$FIRST_USER" --count "$1" >"$TOKENS"
+    tokens_have=$1
+}
+
+# j FILE EXPR: one number from a JSON file.
+j() { jq -r "$2" "$1"; }
+
+# ratio A B: A / B with 3 decimals (0 when B is 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "0" }'; }
+
+# ---- invariants ----
+
+BROKEN=0 # set by check_voucher, read by the callers
+# shellcheck disable=SC2034
+# check_voucher NAME VOUCHER INITIAL OK_SEEN: the invariants of one sale.
+check_voucher() {
+    local name=$1 v=$2 initial=$3 seen=$4 row final orders dups verdict=ok
+    row=$(sql "SELECT s.stock, (SELECT COUNT(*) FROM voucher_orders o WHERE o.voucher_id = $v),
+        (SELECT COUNT(*) FROM (SELECT user_id FROM voucher_orders WHERE voucher_id = $v
+         GROUP BY user_id HAVING COUNT(*) > 1) d)
+        FROM seckill_vouchers s WHERE s.voucher_id = $v")
+    read -r final orders dups <<<"$row"
+    if ((orders != initial - final || dups != 0 || final < 0 || seen > orders)); then
+        verdict=BROKEN
+        BROKEN=1
+    fi
+    jq -n --arg name "$name" --argjson v "$v" --argjson initial "$initial" \
+        --argjson final "$final" --argjson orders "$orders" --argjson dups "$dups" \
+        --argjson seen "$seen" --arg verdict "$verdict" \
+        '{name: $name, voucher: $v, initial_stock: $initial, final_stock: $final,
+          orders: $orders, users_twice: $dups, created_201_seen: $seen,
+          verdict: $verdict}' >"$RAW/invariants-$name.json"
+    say "invariants $name: voucher $v initial=$initial final=$final orders=$orders users_twice=$dups 201s=$seen -> $verdict"
+}
+

@@ -1,0 +1,553 @@
+#!/usr/bin/env bash
+# run.sh - `make bench`: the flash sale under wrk, beside the raw limits of
+# MariaDB, nginx and Redis measured in the same run on the same machine.
+#
+#   bench/run.sh [BUILD_DIR]   (default build; make bench first runs
+#                               scripts/deps.sh bench, make services, make build)
+#
+# Set-up: two seckilld instances from BUILD_DIR on 127.0.0.1:BENCH_PORT and
+# BENCH_PORT+1 with the settings of .run/env (database seckill, Redis db 0)
+# plus SECKILL_RATE_USER=0 (the per-user rate limit would throttle the
+# load), a private nginx on BENCH_PORT+9 serving the service's 409 SOLD_OUT
+# body as a static file (config under .run/bench/nginx), fresh seckill
+# vouchers through the admin API, and user tokens from `seckilld tokens`
+# (users 1,000,000,000 and up). wrk runs bench/wrk/buy.lua: every request
+# is the next user's token, the two wrk threads take alternate users and
+# with two instances send to one instance each.
+#
+# Phases (connections are wrk's, over both instances unless said):
+#   1. scaling: purchases/s and p99 at BENCH_CONNS (16 64 256 1024)
+#      connections, 1 and then 2 instances, BENCH_CELL_SECONDS each on a
+#      fresh voucher with more stock than the cell can sell; peak memory
+#      (VmHWM) of the first instance after 1,024 connections on it alone.
+#   2. raw limits: sysbench running the purchase transaction
+#      (bench/sysbench/purchase.lua) on one hot row at 16 threads here, and
+#      at 64 and 256 threads right before and after the selling phase of
+#      the same concurrency (their mean is that phase's raw limit);
+#      redis-benchmark on the three Redis scripts of a purchase (lock
+#      acquire, order id, lock release) at 256 clients.
+#   3. selling: at 64 and 256 connections, one voucher each with stock for
+#      about BENCH_SELL_SECONDS (the rate of a BENCH_CALIBRATE_SECONDS run
+#      just before x 1.5 x seconds, or BENCH_STOCK) and twice as many
+#      users; wrk stops at the first 409 SOLD_OUT, and purchases/s = stock
+#      / (first SOLD_OUT received - first request sent). Then the invariants in MySQL:
+#      orders == initial - final stock, no user twice, stock >= 0, every
+#      201 seen is an order (checked after every cell of phase 1 too).
+#   4. sold out: the same crowd on the sold-out 256 voucher, alternating
+#      with nginx under the same wrk script and connections (GET of the
+#      static file: nginx refuses POST to a file), BENCH_ROUNDS times
+#      BENCH_SOLDOUT_SECONDS each; the round with the median ratio counts:
+#      rejections/s, p50/p99.
+#
+# Prints a summary table, writes bench/results/<UTC time>/ (summary.md,
+# results.json with every number, scaling.dat and scaling.png, raw/ with
+# each tool's output, the instances' logs), and ends with
+#   bench-ratios selling=<x> soldout=<y> rss_mib=<z>
+# selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
+# soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
+# instance after 1,024 connections. Exit 1 when an invariant is broken.
+#
+# Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
+# about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
+# BENCH_CALIBRATE_SECONDS (4), BENCH_SOLDOUT_SECONDS (4), BENCH_ROUNDS (3),
+# BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
+# stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
+# it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
+# orders in MySQL).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${1:-build}
+BIN=$ROOT/$BUILD/seckilld
+LUA=$ROOT/bench/wrk/buy.lua
+SB_LUA=$ROOT/bench/sysbench/purchase.lua
+
+if [[ ${BENCH_QUICK:-0} == 1 ]]; then
+    d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2
+else
+    d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4
+fi
+CELL=${BENCH_CELL_SECONDS:-$d_cell}
+SELL=${BENCH_SELL_SECONDS:-$d_sell}
+CAL=${BENCH_CALIBRATE_SECONDS:-$d_cal}
+SOLDOUT=${BENCH_SOLDOUT_SECONDS:-$d_soldout}
+RAWS=${BENCH_RAW_SECONDS:-$d_raw}
+ROUNDS=${BENCH_ROUNDS:-3}
+USERS=${BENCH_USERS:-$d_users}
+CONNS=${BENCH_CONNS:-16 64 256 1024}
+PORT=${BENCH_PORT:-17180}
+PORT_B=$((PORT + 1))
+NGINX_PORT=$((PORT + 9))
+FIRST_USER=1000000000
+MAX_STOCK=2000000
+
+die() { echo "bench: error: $*" >&2; exit 1; }
+for tool in wrk sysbench nginx gnuplot redis-benchmark redis-cli mariadb jq curl; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool not found (scripts/deps.sh bench)"
+done
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+
+start_nginx() {
+    local d=$WORK/nginx user=""
+    mkdir -p "$d/www" "$d/tmp"
+    # The service's SOLD_OUT body (handlers/request.c), byte for byte.
+    printf '{"error":{"code":"SOLD_OUT","message":"the voucher is sold out"}}' \
+        >"$d/www/soldout.json"
+    # Workers of a root master run as nobody, who cannot enter .run/ (0700).
+    ((EUID == 0)) && user="user root root;"
+    cat >"$d/nginx.conf" <<EOF
+# Written by bench/run.sh at every run.
+$user
+worker_processes $(nproc);
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $d/tmp/body;
+    proxy_temp_path $d/tmp/proxy;
+    fastcgi_temp_path $d/tmp/fastcgi;
+    scgi_temp_path $d/tmp/scgi;
+    uwsgi_temp_path $d/tmp/uwsgi;
+    keepalive_requests 1000000000;
+    keepalive_timeout 300s;
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        root $d/www;
+        default_type application/json;
+        location / { try_files /soldout.json =404; }
+    }
+}
+EOF
+    port_check "$NGINX_PORT"
+    setsid nginx -p "$d" -c "$d/nginx.conf" -e "$d/error.log" -g 'daemon off;' \
+        </dev/null >"$d/stdout.log" 2>&1 &
+    local pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 50); do
+        curl -sf "http://127.0.0.1:$NGINX_PORT/x" >/dev/null 2>&1 &&
+            listens "$pid" "$NGINX_PORT" && return 0
+        sleep 0.1
+    done
+    cat "$d/error.log" >&2 || true
+    die "nginx on :$NGINX_PORT did not start"
+}
+
+# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
+# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
+# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
+# script signals itself, and since wrk's main thread sleeps through -d
+# unless that signal lands on it, it is also signalled from here until it
+# exits (once its workers have stopped, a signal can only reach main).
+run_wrk() {
+    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
+    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
+    rm -f "$marker"
+    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
+        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
+        BUY_REPORT=$RAW/$name.json \
+        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
+        "http://$first/" >"$RAW/$name.txt" 2>&1 &
+    pid=$!
+    if ((stop)); then
+        while kill -0 "$pid" 2>/dev/null; do
+            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
+            sleep 0.1
+        done
+    fi
+    wait "$pid" || rc=$?
+    rm -f "$marker"
+    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
+    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
+}
+
+# ---- set-up ----
+
+say "results in ${OUT#"$ROOT"/}"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+awk -v l="${LOAD_START%% *}" -v c="$(nproc)" 'BEGIN { exit !(l > c / 2) }' &&
+    say "warning: load average $LOAD_START on $(nproc) cores before the run: other work competes, figures will be noisy"
+ensure_users "$USERS"
+PID_A=$(start_instance A "$PORT")
+PIDS+=("$PID_A")
+PID_B=$(start_instance B "$PORT_B")
+PIDS+=("$PID_B")
+start_nginx
+HOSTS_1=127.0.0.1:$PORT,127.0.0.1:$PORT
+HOSTS_2=127.0.0.1:$PORT,127.0.0.1:$PORT_B
+
+# ---- 1. scaling ----
+
+declare -A rate p99 p50
+RSS_SAMPLE_KIB=0
+OPEN_CONNS=0
+for n in 1 2; do
+    hosts=$HOSTS_1
+    ((n == 2)) && hosts=$HOSTS_2
+    for c in $CONNS; do
+        v=$(new_voucher "$tokens_have")
+        name=scale-i$n-c$c
+        sampler=""
+        if ((n == 1 && c == 1024)); then
+            # Resident memory and open connections of instance A mid-cell.
+            (
+                sleep "$(awk -v s="$CELL" 'BEGIN { print s * 0.6 + 0.5 }')"
+                grep VmRSS "/proc/$PID_A/status" | awk '{ print $2 }' >"$RAW/rss-mid.kib"
+                ss -Htn state established "( sport = :$PORT )" | wc -l >"$RAW/conns-mid.count"
+            ) &
+            sampler=$!
+        fi
+        run_wrk "$name" "$c" "$CELL" "$hosts" "/api/vouchers/$v/seckill" 1
+        [[ -n $sampler ]] && wait "$sampler"
+        f=$RAW/$name.json
+        rate[$n,$c]=$(awk -v ok="$(j "$f" .ok)" -v d="$(j "$f" .duration_s)" 'BEGIN { printf "%.0f", ok / d }')
+        p50[$n,$c]=$(j "$f" .p50_ms)
+        p99[$n,$c]=$(j "$f" .p99_ms)
+        check_voucher "$name" "$v" "$tokens_have" "$(j "$f" .ok)"
+        # A faster service needs more users than a cell sells (a user seen
+        # twice answers ALREADY_PURCHASED): keep three times the best cell.
+        need=$(($(j "$f" .requests) * 3))
+        ((need <= MAX_STOCK)) || need=$MAX_STOCK
+        ensure_users "$need"
+        say "scaling: $n instance(s), $c connections: ${rate[$n,$c]} purchases/s, p99 ${p99[$n,$c]} ms, other replies $(j "$f" '.unavailable + .other + .busy + .limited + .duplicate')"
+        if ((n == 1 && c == 1024)); then
+            RSS_SAMPLE_KIB=$(cat "$RAW/rss-mid.kib")
+            OPEN_CONNS=$(cat "$RAW/conns-mid.count")
+        fi
+    done
+done
+HWM_KIB=$(awk '/VmHWM/ { print $2 }' "/proc/$PID_A/status")
+RSS_MIB=$(awk -v k="$HWM_KIB" 'BEGIN { printf "%.1f", k / 1024 }')
+say "memory: instance A VmHWM ${RSS_MIB} MiB (VmRSS $((RSS_SAMPLE_KIB / 1024)) MiB with $OPEN_CONNS connections open)"
+
+# ---- 2. raw limits: sysbench and redis-benchmark ----
+
+SB_VOUCHER=$(new_voucher 1000000000)
+sb_initial=1000000000
+sb_runs=0
+# run_sysbench C: the purchase transaction on SB_VOUCHER's row with C
+# threads for RAWS seconds; sets SB_RATE, SB_P99 and SB_ERR.
+run_sysbench() {
+    local c=$1 id_base f
+    sb_runs=$((sb_runs + 1))
+    # Fresh ids per run (below 2^53, far under the service's).
+    id_base=$((1000000000000000 + ($(date +%s) % 80000) * 100000000000 + sb_runs * 10000000000))
+    f=$RAW/sysbench-c$c-$sb_runs.txt
+    sysbench "$SB_LUA" --db-driver=mysql --mysql-host="$MY_HOST" \
+        --mysql-port="$MY_PORT" --mysql-user="$MY_USER" \
+        --mysql-password="$MY_PASS" --mysql-db="$MY_DB" \
+        --mysql-ignore-errors=1205,1213 --voucher="$SB_VOUCHER" \
+        --id-base="$id_base" --threads="$c" --time="$RAWS" --percentile=99 \
+        run >"$f" 2>&1 || { tail -20 "$f" >&2; die "sysbench at $c threads failed"; }
+    SB_RATE=$(sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p' "$f" | awk '{ printf "%.0f", $1 }')
+    SB_P99=$(sed -n 's/.*99th percentile: *\([0-9.]*\).*/\1/p' "$f")
+    SB_ERR=$(sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p' "$f")
+    say "sysbench: $c threads: $SB_RATE transactions/s, p99 $SB_P99 ms, ignored errors $SB_ERR"
+}
+
+# 16 threads here; 64 and 256 right before and after the selling phase of
+# the same concurrency (phase 3), against the noise of a shared machine.
+declare -A sb_rate sb_p99 sb_err
+run_sysbench 16
+sb_rate[16]=$SB_RATE sb_p99[16]=$SB_P99 sb_err[16]=$SB_ERR
+
+# The Redis scripts of a purchase, as the service sends them.
+c_string() { # FILE START_PATTERN: the C string literal from START to ';'
+    awk -v want="$2" 'started && /;[[:space:]]*$/ { print; exit }
+        index($0, want) { started = 1 } started { print }' "$1" |
+        grep -o '"\([^"\\]\|\\.\)*"' | sed 's/^"//; s/"$//' | tr -d '\n'
+}
+lock_script() { # the RCONN_X entry of lock/rconn.c
+    awk -v want="[$1] =" 'index($0, "[RCONN_") && started { exit }
+        index($0, want) { started = 1 } started { print }' "$ROOT/lock/rconn.c" |
+        grep -o '"[^"]*"' | sed 's/^"//; s/"$//' | tr -d '\n'
+}
+declare -A rb_rate
+# redis_rate NAME SCRIPT ARGS...: requests/s of EVALSHA of SCRIPT with ARGS
+# at 256 clients. Loads the script first, and once more if the run failed
+# (a test elsewhere may SCRIPT FLUSH the shared server).
+redis_rate() {
+    local name=$1 text=$2 sha r=""
+    shift 2
+    for _ in 1 2; do
+        sha=$(rcli SCRIPT LOAD "$text" 2>/dev/null) || continue
+        r=$(redis-benchmark -h "$R_HOST" -p "$R_PORT" --dbnum "$R_DB" -c 256 \
+            -n "$((RAWS * 25000))" -r 100000000 -q --csv EVALSHA "$sha" "$@" \
+            2>"$RAW/redis-$name.err" | tail -1 | cut -d, -f2 | tr -d '"') || r=""
+        [[ $r =~ ^[0-9.]+$ && ! -s $RAW/redis-$name.err ]] && break
+        r=""
+    done
+    echo "$name ${r:-0}" >>"$RAW/redis-benchmark.txt"
+    rb_rate[$name]=${r:-0}
+}
+redis_rate lock_acquire "$(lock_script RCONN_ACQUIRE)" 2 \
+    "bench:raw:lock:__rand_int__" bench:raw:fence \
+    0123456789abcdef0123456789abcdef 10000
+redis_rate lock_release "$(lock_script RCONN_RELEASE)" 2 \
+    "bench:raw:lock:__rand_int__" lock-ch:bench \
+    0123456789abcdef0123456789abcdef
+# idgen/idgen.c's script with its keys for prefix "bench": the clock hash,
+# the day keys of yesterday, today and tomorrow, the first day, the TTL,
+# and the values reserved per call: 1, one id per purchase, the naive cost
+# (the service may reserve blocks; a script without ARGV[3] ignores it).
+ID_SCRIPT=$(printf '%b' "$(c_string "$ROOT/idgen/idgen.c" 'static const char script[] =')")
+day=$(($(date +%s) / 86400))
+id_keys=()
+for i in 0 1 2; do
+    id_keys+=("icr:bench:$(date -u -d "@$(((day - 1 + i) * 86400))" +%Y:%m:%d)")
+done
+id_args=(4 icr:bench:clock "${id_keys[@]}" "$((day - 1))" 259200 1)
+# The first call records this Redis as the id server: ids pause until the
+# next second (idgen.h), so wait that out before measuring.
+if [[ -n $ID_SCRIPT ]] && rcli EVAL "$ID_SCRIPT" "${id_args[@]}" >/dev/null 2>&1 &&
+    sleep 1.1 && [[ $(rcli EVAL "$ID_SCRIPT" "${id_args[@]}" | head -1) -gt 0 ]]; then
+    redis_rate order_id "$ID_SCRIPT" "${id_args[@]}"
+else
+    say "redis-benchmark: idgen/idgen.c's script was not recognised; order_id skipped"
+    rb_rate[order_id]=0
+fi
+rcli --scan --pattern 'bench:raw:*' | xargs -r -n 1000 redis-cli -h "$R_HOST" -p "$R_PORT" -n "$R_DB" DEL >/dev/null
+# All three per purchase, one after the other: the purchases/s Redis alone allows.
+RB_PURCHASE=$(awk -v a="${rb_rate[lock_acquire]}" -v r="${rb_rate[lock_release]}" \
+    -v i="${rb_rate[order_id]}" 'BEGIN { if (a > 0 && r > 0 && i > 0)
+        printf "%.0f", 1 / (1 / a + 1 / r + 1 / i); else print 0 }')
+say "redis-benchmark (256 clients): acquire ${rb_rate[lock_acquire]}/s, release ${rb_rate[lock_release]}/s, order id ${rb_rate[order_id]}/s; all three: $RB_PURCHASE/s"
+
+# ---- 3. selling ----
+
+declare -A sell_rate sell_p50 sell_p99 sell_err sell_stock sell_secs sell_span sell_done
+for c in 64 256; do
+    if [[ -n ${BENCH_STOCK:-} ]]; then
+        stock=$BENCH_STOCK
+    else
+        # Calibration right before the sale, at the same concurrency (the
+        # scaling cells are minutes earlier, and the machine's load moves).
+        cv=$(new_voucher "$tokens_have")
+        run_wrk "calibrate-c$c" "$c" "$CAL" "$HOSTS_2" "/api/vouchers/$cv/seckill" 1
+        check_voucher "calibrate-c$c" "$cv" "$tokens_have" "$(j "$RAW/calibrate-c$c.json" .ok)"
+        stock=$(jq -r '.ok / .duration_s' "$RAW/calibrate-c$c.json" |
+            awk -v s="$SELL" -v m="$MAX_STOCK" \
+                '{ x = int($1 * s * 1.5); if (x < 1000) x = 1000; if (x > m) x = m; print x }')
+    fi
+    ensure_users $((stock * 2))
+    v=$(new_voucher "$stock")
+    name=selling-c$c
+    run_sysbench "$c"
+    before_rate=$SB_RATE before_p99=$SB_P99 before_err=$SB_ERR
+    say "selling: $c connections, stock $stock, $((stock * 2)) users"
+    # A ceiling of three times the planned length, so a slow service still
+    # ends the run in minutes (the figures then say it did not sell out).
+    run_wrk "$name" "$c" $((SELL * 3 + 30)) "$HOSTS_2" "/api/vouchers/$v/seckill" 1
+    run_sysbench "$c"
+    # The raw limit of this phase: the mean of the runs before and after.
+    sb_rate[$c]=$(((before_rate + SB_RATE) / 2))
+    sb_p99[$c]=$(awk -v a="$before_p99" -v b="$SB_P99" 'BEGIN { printf "%.2f", (a + b) / 2 }')
+    sb_err[$c]=$((before_err + SB_ERR))
+    f=$RAW/$name.json
+    sell_stock[$c]=$stock
+    if (($(j "$f" .sold_out) > 0)); then
+        # From the first request sent to the first SOLD_OUT received.
+        sell_secs[$c]=$(jq -r 'if .sold_out_after_s > 0 then .sold_out_after_s else .duration_s end' "$f")
+        sell_rate[$c]=$(awk -v s="$stock" -v d="${sell_secs[$c]}" 'BEGIN { printf "%.0f", s / d }')
+        sell_done[$c]=yes
+        awk -v d="${sell_secs[$c]}" -v s="$SELL" 'BEGIN { exit !(d < s * 0.9) }' &&
+            say "warning: $name sold out in ${sell_secs[$c]} s, short of the planned $SELL s (the service ran faster than calibrated)"
+    else
+        say "warning: $name did not sell out within wrk's $(j "$f" .duration_s) s"
+        sell_secs[$c]=$(j "$f" .duration_s)
+        sell_rate[$c]=$(awk -v s="$(j "$f" .ok)" -v d="${sell_secs[$c]}" 'BEGIN { printf "%.0f", s / d }')
+        sell_done[$c]=no
+    fi
+    sell_p50[$c]=$(j "$f" .p50_ms)
+    sell_p99[$c]=$(j "$f" .p99_ms)
+    sell_err[$c]=$(j "$f" '.unavailable + .other + .busy + .limited + .duplicate +
+        .socket_errors.connect + .socket_errors.read + .socket_errors.write + .socket_errors.timeout')
+    check_voucher "$name" "$v" "$stock" "$(j "$f" .ok)"
+    # Cross-check from the orders' own (whole-second) timestamps.
+    sell_span[$c]=$(sql "SELECT TIMESTAMPDIFF(SECOND, MIN(created), MAX(created)) + 1
+        FROM voucher_orders WHERE voucher_id = $v")
+    say "selling: $c connections: $stock sold in ${sell_secs[$c]} s (orders' timestamps span ${sell_span[$c]} s) = ${sell_rate[$c]} purchases/s, p50 ${sell_p50[$c]} ms, p99 ${sell_p99[$c]} ms, errors ${sell_err[$c]}; sysbench $before_rate before, $SB_RATE after"
+    SOLD_VOUCHER=$v
+    SOLD_STOCK=$stock
+done
+check_voucher sysbench "$SB_VOUCHER" "$sb_initial" 0
+
+# ---- 4. sold out, against nginx ----
+
+# ROUNDS alternations of the service and nginx, SOLDOUT seconds each; the
+# round with the median ratio is kept (the machine is shared and noisy).
+ratios=()
+for ((r = 1; r <= ROUNDS; r++)); do
+    run_wrk soldout-c256-r$r 256 "$SOLDOUT" "$HOSTS_2" "/api/vouchers/$SOLD_VOUCHER/seckill"
+    run_wrk nginx-c256-r$r 256 "$SOLDOUT" "127.0.0.1:$NGINX_PORT,127.0.0.1:$NGINX_PORT" /soldout.json 0 GET
+    so=$(jq -r '.sold_out / .duration_s' "$RAW/soldout-c256-r$r.json")
+    ng=$(jq -r '.requests / .duration_s' "$RAW/nginx-c256-r$r.json")
+    ratios+=("$(ratio "$so" "$ng") $r")
+    say "sold out, round $r: $(printf '%.0f' "$so") rejections/s, nginx $(printf '%.0f' "$ng") requests/s"
+done
+mid=$(printf '%s\n' "${ratios[@]}" | sort -n | sed -n "$(((ROUNDS + 1) / 2))p" | cut -d' ' -f2)
+f=$RAW/soldout-c256-r$mid.json
+SO_RATE=$(awk -v n="$(j "$f" .sold_out)" -v d="$(j "$f" .duration_s)" 'BEGIN { printf "%.0f", n / d }')
+SO_P50=$(j "$f" .p50_ms)
+SO_P99=$(j "$f" .p99_ms)
+SO_ERR=$(j "$f" '.requests - .sold_out')
+check_voucher soldout-c256 "$SOLD_VOUCHER" "$SOLD_STOCK" 0
+f=$RAW/nginx-c256-r$mid.json
+NG_RATE=$(awk -v n="$(j "$f" .requests)" -v d="$(j "$f" .duration_s)" 'BEGIN { printf "%.0f", n / d }')
+NG_P50=$(j "$f" .p50_ms)
+NG_P99=$(j "$f" .p99_ms)
+say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50 ms, p99 $SO_P99 ms, other replies $SO_ERR; nginx $NG_RATE requests/s, p50 $NG_P50 ms, p99 $NG_P99 ms"
+
+# ---- results ----
+
+SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
+# More threads on one row can be slower than fewer: the best sysbench rate
+# at any thread count is the stricter ceiling, reported beside.
+SB_BEST=0
+SB_BEST_C=0
+for c in 16 64 256; do
+    if ((sb_rate[$c] > SB_BEST)); then SB_BEST=${sb_rate[$c]} SB_BEST_C=$c; fi
+done
+SELLING_BEST_RATIO=$(ratio "${sell_rate[256]}" "$SB_BEST")
+SOLDOUT_RATIO=$(ratio "$SO_RATE" "$NG_RATE")
+
+# scaling.dat: connections, 1 instance rate and p99, 2 instances rate and
+# p99, sysbench rate (NaN where not run).
+{
+    echo "# conns rate_1 p99_1 rate_2 p99_2 sysbench"
+    for c in $CONNS; do
+        echo "$c ${rate[1,$c]} ${p99[1,$c]} ${rate[2,$c]} ${p99[2,$c]} ${sb_rate[$c]:-NaN}"
+    done
+} >"$OUT/scaling.dat"
+gnuplot <<EOF 2>"$RAW/gnuplot.err" || say "gnuplot failed (see raw/gnuplot.err)"
+set terminal png size 900,720 font ",10"
+set output "$OUT/scaling.png"
+set multiplot layout 2,1 title "seckilld make bench $RUN_ID ($(nproc) cores shared by wrk, instances, MariaDB, Redis)"
+set logscale x 2
+set xtics ($(for c in $CONNS; do printf '"%s" %s,' "$c" "$c"; done | sed 's/,$//'))
+set xlabel "wrk connections"
+set grid
+set key below horizontal maxrows 1
+set bmargin 6
+set ylabel "purchases/s"
+set yrange [0:*]
+plot "$OUT/scaling.dat" using 1:2 with linespoints lw 2 title "1 instance", \
+     "" using 1:4 with linespoints lw 2 title "2 instances", \
+     "" using 1:6 with linespoints lw 2 dt 2 title "sysbench, same transaction (x = threads)"
+set ylabel "p99 latency (ms, log scale)"
+set logscale y
+set yrange [*:*]
+plot "$OUT/scaling.dat" using 1:3 with linespoints lw 2 title "1 instance", \
+     "" using 1:5 with linespoints lw 2 title "2 instances"
+unset multiplot
+EOF
+
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git -C "$ROOT" status --porcelain -- cmd common handlers store lock idgen 2>/dev/null) ]] &&
+    commit+="+dirty"
+scaling_json=$(for n in 1 2; do for c in $CONNS; do
+    echo "{\"instances\":$n,\"connections\":$c,\"purchases_per_s\":${rate[$n,$c]},\"p50_ms\":${p50[$n,$c]},\"p99_ms\":${p99[$n,$c]}}"
+done; done | jq -s .)
+sysbench_json=$(for c in 16 64 256; do
+    echo "{\"threads\":$c,\"transactions_per_s\":${sb_rate[$c]},\"p99_ms\":${sb_p99[$c]:-0},\"ignored_errors\":${sb_err[$c]:-0}}"
+done | jq -s .)
+selling_json=$(for c in 64 256; do
+    echo "{\"connections\":$c,\"stock\":${sell_stock[$c]},\"seconds\":${sell_secs[$c]},\"orders_timestamp_span_s\":${sell_span[$c]},\"sold_out\":$([[ ${sell_done[$c]} == yes ]] && echo true || echo false),\"purchases_per_s\":${sell_rate[$c]},\"p50_ms\":${sell_p50[$c]},\"p99_ms\":${sell_p99[$c]},\"errors\":${sell_err[$c]}}"
+done | jq -s .)
+IFS=$'\t' read -r my_ver my_flush my_sync my_binlog my_iso my_pool < <(sql "SELECT
+    @@version, @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@log_bin,
+    @@tx_isolation, @@innodb_buffer_pool_size")
+mysql_settings=$(jq -n --arg v "$my_ver" --arg f "$my_flush" --arg s "$my_sync" \
+    --arg b "$my_binlog" --arg i "$my_iso" --arg p "$my_pool" \
+    '{version: $v, innodb_flush_log_at_trx_commit: ($f | tonumber),
+      sync_binlog: ($s | tonumber), log_bin: ($b == "1"), isolation: $i,
+      innodb_buffer_pool_size: ($p | tonumber)}')
+jq -n --arg run "$RUN_ID" --arg commit "$commit" \
+    --arg cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)" \
+    --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
+    --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg load0 "$LOAD_START" \
+    --argjson quick "${BENCH_QUICK:-0}" \
+    --argjson cell "$CELL" --argjson instance_threads "$((4 * $(nproc)))" \
+    --argjson mysql "$mysql_settings" \
+    --argjson scaling "$scaling_json" --argjson sysbench "$sysbench_json" \
+    --argjson selling "$selling_json" \
+    --argjson so_rate "$SO_RATE" --argjson so_p50 "$SO_P50" --argjson so_p99 "$SO_P99" \
+    --argjson so_err "$SO_ERR" --argjson so_secs "$SOLDOUT" --argjson rounds "$ROUNDS" \
+    --argjson ng_rate "$NG_RATE" --argjson ng_p50 "$NG_P50" --argjson ng_p99 "$NG_P99" \
+    --argjson acq "${rb_rate[lock_acquire]}" --argjson rel "${rb_rate[lock_release]}" \
+    --argjson oid "${rb_rate[order_id]}" --argjson rbp "$RB_PURCHASE" \
+    --argjson hwm "$RSS_MIB" --argjson rss_mid "$((RSS_SAMPLE_KIB / 1024))" \
+    --argjson open "$OPEN_CONNS" \
+    --argjson sr "$SELLING_RATIO" --argjson sor "$SOLDOUT_RATIO" \
+    --argjson srb "$SELLING_BEST_RATIO" --argjson sbb "$SB_BEST" --argjson sbbc "$SB_BEST_C" \
+    --argjson broken "$BROKEN" \
+    --slurpfile inv <(cat "$RAW"/invariants-*.json) \
+    '{run: $run, commit: $commit,
+      machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
+                load_at_start: $load0, load_at_end: $load},
+      settings: {quick: ($quick == 1), cell_seconds: $cell,
+                 instance_threads: $instance_threads, wrk_threads: 2,
+                 mysql: $mysql},
+      scaling: $scaling,
+      selling: $selling,
+      sold_out: {connections: 256, seconds: $so_secs, rounds: $rounds, rejections_per_s: $so_rate,
+                 p50_ms: $so_p50, p99_ms: $so_p99, other_replies: $so_err},
+      raw: {sysbench: $sysbench,
+            nginx: {connections: 256, requests_per_s: $ng_rate, p50_ms: $ng_p50, p99_ms: $ng_p99},
+            redis_benchmark_256_clients: {lock_acquire: $acq, lock_release: $rel,
+                 order_id: $oid, all_three_per_purchase: $rbp}},
+      memory: {instance_vmhwm_mib: $hwm, vmrss_mib_at_1024: $rss_mid,
+               open_connections_seen: $open},
+      invariants: $inv, invariants_ok: ($broken == 0),
+      ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm,
+               selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
+               best_sysbench_threads: $sbbc}}' >"$OUT/results.json"
+
+table() {
+    echo "| figure | value | raw limit, same run | ratio |"
+    echo "|---|---:|---:|---:|"
+    for c in 64 256; do
+        printf '| selling, %s conns, 2 instances: purchases/s (%s in %s s%s) | %s | sysbench %s threads: %s tx/s | %s |\n' \
+            "$c" "${sell_stock[$c]}" "$(printf '%.1f' "${sell_secs[$c]}")" \
+            "$([[ ${sell_done[$c]} == yes ]] || echo ', NOT sold out')" \
+            "${sell_rate[$c]}" "$c" "${sb_rate[$c]}" "$(ratio "${sell_rate[$c]}" "${sb_rate[$c]}")"
+        printf '| selling, %s conns: p50 / p99 ms (errors) | %s / %s (%s) | sysbench p99 %s ms | |\n' \
+            "$c" "${sell_p50[$c]}" "${sell_p99[$c]}" "${sell_err[$c]}" "${sb_p99[$c]}"
+    done
+    printf '| selling, 256 conns, against the best sysbench rate | %s | sysbench %s threads: %s tx/s | %s |\n' \
+        "${sell_rate[256]}" "$SB_BEST_C" "$SB_BEST" "$SELLING_BEST_RATIO"
+    printf '| sold out, 256 conns: rejections/s | %s | nginx static file: %s req/s | %s |\n' \
+        "$SO_RATE" "$NG_RATE" "$SOLDOUT_RATIO"
+    printf '| sold out, 256 conns: p50 / p99 ms | %s / %s | nginx %s / %s | |\n' \
+        "$SO_P50" "$SO_P99" "$NG_P50" "$NG_P99"
+    printf '| Redis per purchase (acquire + id + release), 256 clients | | %s /s (%s, %s, %s) | %s |\n' \
+        "$RB_PURCHASE" "${rb_rate[lock_acquire]}" "${rb_rate[order_id]}" "${rb_rate[lock_release]}" \
+        "$(ratio "${sell_rate[256]}" "$RB_PURCHASE")"
+    printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
+    echo
+    printf '| scaling: connections |'
+    for c in $CONNS; do printf ' %s |' "$c"; done
+    printf '\n|---|'
+    for c in $CONNS; do printf -- '---:|'; done
+    echo
+    for n in 1 2; do
+        printf '| %s instance(s): purchases/s (p99 ms) |' "$n"
+        for c in $CONNS; do printf ' %s (%s) |' "${rate[$n,$c]}" "${p99[$n,$c]}"; done
+        echo
+    done
+    printf '| sysbench purchase transaction: tx/s (p99 ms) |'
+    for c in $CONNS; do
+        if [[ -n ${sb_rate[$c]:-} ]]; then printf ' %s (%s) |' "${sb_rate[$c]}" "${sb_p99[$c]}"; else printf ' - |'; fi
+    done
+    echo
+    echo
+    echo "Invariants: $( ((BROKEN)) && echo BROKEN || echo "all hold") ($(find "$RAW" -name 'invariants-*.json' | wc -l) vouchers checked)."
+    echo "Run $RUN_ID, commit $commit, $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load $LOAD_START at start, $(cut -d' ' -f1-3 /proc/loadavg) at end."
+    echo "Command: make bench$( [[ ${BENCH_QUICK:-0} == 1 ]] && echo " BENCH_QUICK=1")"
+}
+table | tee "$OUT/summary.md"
+echo
+echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB"
+((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }
