@@ -52,8 +52,8 @@
 # BENCH_CALIBRATE_SECONDS (4), BENCH_SOLDOUT_SECONDS (4), BENCH_ROUNDS (3),
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
-# it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
-# orders in MySQL).
+# it), BENCH_PORT (17180), BENCH_THREADS (worker threads per instance, 32),
+# BENCH_KEEP=1 (keep the bench's vouchers and orders in MySQL).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
