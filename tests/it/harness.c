@@ -1245,3 +1245,39 @@ size_t it_sql_kill_sessions_of(pid_t pid, uint16_t port)
     }
     return killed;
 }
+
+void it_http_run_all(struct it_req *reqs, const struct it_server **to,
+                     struct it_resp *resps, size_t n)
+{
+    CURLM *multi = curl_multi_init();
+    CURLMsg *msg;
+    int running = 0, left;
+    size_t i, done = 0;
+
+    assert_non_null(multi);
+    for (i = 0; i < n; i++) {
+        CURL *h = it_http_prepare(to[i], &reqs[i], &resps[i]);
+
+        assert_int_equal(CURLM_OK, curl_multi_add_handle(multi, h));
+    }
+    do {
+        assert_int_equal(CURLM_OK, curl_multi_perform(multi, &running));
+        while ((msg = curl_multi_info_read(multi, &left))) {
+            struct it_resp *resp = NULL;
+            CURL *h = msg->easy_handle;
+            CURLcode rc = msg->data.result;
+
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            curl_easy_getinfo(h, CURLINFO_PRIVATE, &resp);
+            curl_multi_remove_handle(multi, h);
+            it_http_complete(h, rc, resp);
+            done++;
+        }
+        if (running)
+            assert_int_equal(CURLM_OK,
+                             curl_multi_poll(multi, NULL, 0, 1000, NULL));
+    } while (running);
+    assert_int_equal(n, done);
+    curl_multi_cleanup(multi);
+}

@@ -167,6 +167,14 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
 /* Record rc and the status, parse the body, free the easy handle h. */
 void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp);
 
+/*
+ * Send reqs[i] to to[i] for every i < n all at once on one multi handle
+ * (every request in flight together) and wait for them all; resps[i] gets
+ * each answer. Fails the test (cmocka) if curl itself fails.
+ */
+void it_http_run_all(struct it_req *reqs, const struct it_server **to,
+                     struct it_resp *resps, size_t n);
+
 /* Perform req synchronously. Returns the HTTP status (0 on failure). */
 long it_http_do(const struct it_server *srv, const struct it_req *req,
                 struct it_resp *resp);
