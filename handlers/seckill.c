@@ -24,7 +24,6 @@
 
 #include <errno.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "common/failpoint.h"
 #include "common/metrics.h"
@@ -73,23 +72,13 @@ static unsigned precheck_or_reply(struct request *req, int64_t now_s,
     return verdict_or_reply(req, &v, now_s, false);
 }
 
-/* The reply is 409 SOLD_OUT: how the purchase reports that its CAS found
- * no stock (STORE_PURCHASE_SOLD_OUT). */
-static bool replied_sold_out(const struct request *req)
-{
-    json_t *err = json_object_get(req->reply, "error");
-    const char *code = json_string_value(json_object_get(err, "code"));
-
-    return req->status == 409 && code &&
-           strcmp(code, api_errors[ERR_SOLD_OUT].code) == 0;
-}
-
 /* An id the ID worker handed out before (its counter was lost) is
  * refused by the primary key; a fresh id is tried this many times. */
 #define ID_ATTEMPTS 3
 
-/* Steps 3 and 4, under the lock. */
-static unsigned buy_locked(struct request *req)
+/* Steps 3 and 4, under the lock. A sold-out outcome also sets the
+ * voucher's flag in the cache (gen: the cache generation read at step 1). */
+static unsigned buy_locked(struct request *req, uint64_t gen)
 {
     enum store_purchase outcome;
     int64_t order_id;
@@ -112,6 +101,7 @@ static unsigned buy_locked(struct request *req)
         return req_backend_error(req, err, "purchase");
     switch (outcome) {
     case STORE_PURCHASE_SOLD_OUT:
+        vcache_sold_out_set(req->vcache, req->id, gen);
         return req_error(req, ERR_SOLD_OUT, NULL);
     case STORE_PURCHASE_DUPLICATE:
         return req_error(req, ERR_ALREADY_PURCHASED, NULL);
@@ -167,9 +157,7 @@ unsigned voucher_seckill_post(struct request *req)
     metrics_count(METRIC_LOCK_ACQUIRED, 1);
 
     FAILPOINT("after_lock");
-    status = buy_locked(req);
-    if (replied_sold_out(req))
-        vcache_sold_out_set(req->vcache, req->id, gen);
+    status = buy_locked(req, gen);
 
     /* Step 5, whatever happened above. If the lock backend is gone the
      * lock ends with its lease or session; the reply stands, since MySQL
