@@ -1,6 +1,8 @@
 /*
  * test_config.c - settings from the environment and flags: defaults,
- * precedence, URL parsing and one-line errors for bad values.
+ * precedence, URL parsing and one-line errors for bad values; also the
+ * abuse limits (rate limits, connection timeout and limits), the purchase
+ * settings (batching, stock segments) and the sold-out cache's TTL.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,10 +17,26 @@
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
-static const char *const vars[] = {"SECKILL_PORT",        "SECKILL_BIND",
-                                   "SECKILL_MYSQL_URL",   "SECKILL_REDIS_URL",
-                                   "SECKILL_SECRET",      "SECKILL_THREADS",
-                                   "SECKILL_LOCK_TTL_MS", "SECKILL_DEV"};
+static const char *const vars[] = {
+    "SECKILL_PORT",
+    "SECKILL_BIND",
+    "SECKILL_MYSQL_URL",
+    "SECKILL_REDIS_URL",
+    "SECKILL_SECRET",
+    "SECKILL_THREADS",
+    "SECKILL_LOCK_TTL_MS",
+    "SECKILL_LOCK_URL",
+    "SECKILL_DEV",
+    "SECKILL_RATE_USER",
+    "SECKILL_RATE_IP",
+    "SECKILL_CONN_TIMEOUT_S",
+    "SECKILL_MAX_CONN",
+    "SECKILL_MAX_CONN_PER_IP",
+    "SECKILL_BATCH_MAX",
+    "SECKILL_BATCH_LINGER_US",
+    "SECKILL_STOCK_SEGMENTS",
+    "SECKILL_SOLDOUT_TTL_MS",
+};
 
 static int reset_env(void **state)
 {
@@ -39,6 +57,16 @@ static int parse(struct config *cfg, char *err, int argc, ...)
     for (int i = 1; i < argc; i++)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
+    return config_parse(cfg, argc, argv, err, 256);
+}
+
+/* The same with the flags in an array (argc counts the program). */
+static int parse_argv(struct config *cfg, char *err, int argc, char **rest)
+{
+    char *argv[16] = {"seckilld"};
+
+    for (int i = 1; i < argc && i < 16; i++)
+        argv[i] = rest[i - 1];
     return config_parse(cfg, argc, argv, err, 256);
 }
 
@@ -212,6 +240,217 @@ static void test_commands(void **state)
     config_free(&c);
 }
 
+/* ---- abuse limits ---- */
+
+/* The defaults keep loopback load tests working: per-user on, per-address
+ * limits off (README, Configuration). */
+static void test_limits_defaults(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_true(c.http.rate_user.per_s > 19.999 &&
+                c.http.rate_user.per_s < 20.001);
+    assert_int_equal(c.http.rate_user.burst, 40);
+    assert_true(c.http.rate_ip.per_s == 0);
+    assert_int_equal(c.http.conn_timeout_s, 30);
+    assert_int_equal(c.http.max_conn, 60000);
+    assert_int_equal(c.http.max_conn_per_ip, 0);
+    config_free(&c);
+}
+
+static void test_limits_values(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    setenv("SECKILL_RATE_IP", "100,200", 1);
+    setenv("SECKILL_MAX_CONN_PER_IP", "256", 1);
+    assert_int_equal(parse(&c, err, 9, "--rate-user=0.5,3", "--conn-timeout-s",
+                           "5", "--max-conn", "1000", "--threads", "4",
+                           "--rate-ip=0"),
+                     0);
+    assert_true(c.http.rate_user.per_s > 0.499 &&
+                c.http.rate_user.per_s < 0.501);
+    assert_int_equal(c.http.rate_user.burst, 3);
+    /* The flag wins over the environment. */
+    assert_true(c.http.rate_ip.per_s == 0);
+    assert_int_equal(c.http.conn_timeout_s, 5);
+    assert_int_equal(c.http.max_conn, 1000);
+    assert_int_equal(c.http.max_conn_per_ip, 256);
+    config_free(&c);
+
+    setenv("SECKILL_RATE_USER", "0", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_true(c.http.rate_user.per_s == 0);
+    config_free(&c);
+    reset_env(NULL);
+}
+
+static void test_limits_bad_values(void **state)
+{
+    static const struct {
+        const char *var, *val;
+    } cases[] = {
+        {"SECKILL_RATE_USER", ""},         {"SECKILL_RATE_USER", "20"},
+        {"SECKILL_RATE_USER", "20,"},      {"SECKILL_RATE_USER", ",40"},
+        {"SECKILL_RATE_USER", "20,0"},     {"SECKILL_RATE_USER", "0,40"},
+        {"SECKILL_RATE_USER", "-1,40"},    {"SECKILL_RATE_USER", " 20,40"},
+        {"SECKILL_RATE_USER", "inf,40"},   {"SECKILL_RATE_USER", "nan,40"},
+        {"SECKILL_RATE_USER", "20,40,60"}, {"SECKILL_RATE_USER", "20/s,40"},
+        {"SECKILL_RATE_USER", "0.0001,1"}, {"SECKILL_RATE_USER", "2000000,1"},
+        {"SECKILL_RATE_IP", "1,1000001"},  {"SECKILL_RATE_IP", "off"},
+        {"SECKILL_CONN_TIMEOUT_S", "0"},   {"SECKILL_CONN_TIMEOUT_S", "3601"},
+        {"SECKILL_CONN_TIMEOUT_S", "1s"},  {"SECKILL_MAX_CONN", "0"},
+        {"SECKILL_MAX_CONN", "1000001"},   {"SECKILL_MAX_CONN_PER_IP", "-1"},
+        {"SECKILL_MAX_CONN_PER_IP", "x"},
+    };
+    struct config c;
+    char err[256];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        reset_env(NULL);
+        setenv(cases[i].var, cases[i].val, 1);
+        err[0] = '\0';
+        if (parse(&c, err, 1) == 0) {
+            print_error("%s=\"%s\" was accepted\n", cases[i].var, cases[i].val);
+            fail();
+        }
+        assert_non_null(strstr(err, cases[i].var));
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+    /* Fewer connections than threads would leave a thread with none. */
+    reset_env(NULL);
+    setenv("SECKILL_THREADS", "8", 1);
+    setenv("SECKILL_MAX_CONN", "7", 1);
+    assert_int_not_equal(parse(&c, err, 1), 0);
+    assert_non_null(strstr(err, "SECKILL_MAX_CONN"));
+    config_free(&c);
+    reset_env(NULL);
+}
+
+/* ---- purchase settings ---- */
+
+/* Merged transactions of up to 64 by default, no linger, no segments. */
+static void test_purchase_defaults(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.store.batch_max, STORE_BATCH_DEFAULT);
+    assert_int_equal(c.http.store.batch_linger_us, 0);
+    assert_int_equal(c.http.store.stock_segments, 1);
+    config_free(&c);
+}
+
+static void test_purchase_values(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    setenv("SECKILL_BATCH_MAX", "1", 1);
+    setenv("SECKILL_STOCK_SEGMENTS", "64", 1);
+    assert_int_equal(
+        parse(&c, err, 3, "--batch-linger-us=200", "--stock-segments=16"), 0);
+    assert_int_equal(c.http.store.batch_max, 1);
+    assert_int_equal(c.http.store.batch_linger_us, 200);
+    /* The flag wins over the environment. */
+    assert_int_equal(c.http.store.stock_segments, 16);
+    config_free(&c);
+
+    assert_int_equal(parse(&c, err, 3, "--batch-max", "256"), 0);
+    assert_int_equal(c.http.store.batch_max, STORE_BATCH_MAX);
+    assert_int_equal(c.http.store.stock_segments, 64);
+    config_free(&c);
+}
+
+static void test_purchase_bad_values(void **state)
+{
+    static const struct {
+        const char *var, *val;
+    } cases[] = {
+        {"SECKILL_BATCH_MAX", "0"},
+        {"SECKILL_BATCH_MAX", "257"},
+        {"SECKILL_BATCH_MAX", "x"},
+        {"SECKILL_BATCH_MAX", ""},
+        {"SECKILL_BATCH_LINGER_US", "-1"},
+        {"SECKILL_BATCH_LINGER_US", "10001"},
+        {"SECKILL_BATCH_LINGER_US", "1ms"},
+        {"SECKILL_STOCK_SEGMENTS", "0"},
+        {"SECKILL_STOCK_SEGMENTS", "65"},
+        {"SECKILL_STOCK_SEGMENTS", "2.5"},
+    };
+    struct config c;
+    char err[256];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        reset_env(NULL);
+        setenv(cases[i].var, cases[i].val, 1);
+        err[0] = '\0';
+        if (parse(&c, err, 1) == 0) {
+            print_error("%s=\"%s\" was accepted\n", cases[i].var, cases[i].val);
+            fail();
+        }
+        assert_non_null(strstr(err, cases[i].var));
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+    reset_env(NULL);
+}
+
+/* ---- the sold-out cache ---- */
+
+static void test_soldout_default_and_values(void **state)
+{
+    char *flag[] = {"--soldout-ttl-ms", "0"};
+    struct config c;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_int_equal(c.http.soldout_ttl_ms, 1000);
+    config_free(&c);
+
+    setenv("SECKILL_SOLDOUT_TTL_MS", "60000", 1);
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_int_equal(c.http.soldout_ttl_ms, 60000);
+    config_free(&c);
+
+    /* The flag wins; 0 turns the cache off. */
+    assert_int_equal(parse_argv(&c, err, 3, flag), 0);
+    assert_int_equal(c.http.soldout_ttl_ms, 0);
+    config_free(&c);
+}
+
+static void test_soldout_bad_values(void **state)
+{
+    static const char *const bad[] = {"", "-1", "60001", "1s", "1.5", "x"};
+    struct config c;
+    char err[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SECKILL_SOLDOUT_TTL_MS", bad[i], 1);
+        err[0] = '\0';
+        if (parse_argv(&c, err, 1, NULL) == 0) {
+            print_error("SECKILL_SOLDOUT_TTL_MS=\"%s\" was accepted\n", bad[i]);
+            fail();
+        }
+        assert_non_null(strstr(err, "SECKILL_SOLDOUT_TTL_MS"));
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +460,14 @@ int main(void)
         cmocka_unit_test_setup(test_missing, reset_env),
         cmocka_unit_test_setup(test_urls, reset_env),
         cmocka_unit_test_setup(test_commands, reset_env),
+        cmocka_unit_test_setup(test_limits_defaults, reset_env),
+        cmocka_unit_test_setup(test_limits_values, reset_env),
+        cmocka_unit_test_setup(test_limits_bad_values, reset_env),
+        cmocka_unit_test_setup(test_purchase_defaults, reset_env),
+        cmocka_unit_test_setup(test_purchase_values, reset_env),
+        cmocka_unit_test_setup(test_purchase_bad_values, reset_env),
+        cmocka_unit_test_setup(test_soldout_default_and_values, reset_env),
+        cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
