@@ -60,8 +60,12 @@ Q := @
 endif
 LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 
+# The pages (web/) and the API description, compiled into the binary.
+WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
+WEB_GEN := build/gen/web_files.c
+
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
-           cmd/config.c
+           cmd/config.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -88,6 +92,12 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	@echo "  CC  $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The folders too, so that a deleted file is noticed.
+$(WEB_GEN): scripts/embed-web.sh $(WEB_SRC) web web/static
+	@mkdir -p $(@D)
+	@echo "  GEN $@"
+	$(Q)scripts/embed-web.sh $@
 
 # tcpproxy: test_soldout stalls an instance's backends with it.
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
@@ -204,7 +214,7 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) -g -O1 $(FUZZ_SAN) \
 # and without store/, lock/ and idgen/ (fuzz/fake_backend.c stands in).
 FUZZ_LIB_SRC = $(wildcard common/*.c) \
                $(filter-out handlers/http.c,$(wildcard handlers/*.c)) \
-               fuzz/driver.c fuzz/fake_backend.c
+               $(WEB_GEN) fuzz/driver.c fuzz/fake_backend.c
 FUZZ_LIB_OBJ = $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 .PHONY: fuzz fuzz-build fuzz-smoke

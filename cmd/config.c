@@ -68,6 +68,13 @@ const char config_usage[] =
     "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
     "                                           "
     "new vouchers' stock in N rows, 1..64 (1)\n"
+    "  --cors-origins LIST SECKILL_CORS_ORIGINS\n"
+    "                                           "
+    "web pages on these origins may call the\n"
+    "                                           "
+    "API: https://a.example,http://b:3000;\n"
+    "                                           "
+    "empty: off ()\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -92,6 +99,7 @@ enum setting_id {
     SET_BATCH_MAX,
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
+    SET_CORS_ORIGINS,
     SET_COUNT
 };
 
@@ -118,6 +126,7 @@ static const struct {
     [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
+    [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -303,6 +312,84 @@ int config_redis_url(struct config *cfg, const char *url,
     return 0;
 }
 
+/*
+ * One origin as a browser writes it in its Origin header: scheme "http" or
+ * "https", "://", a host in lower case (name, IPv4 or [IPv6]), and a port
+ * only when it is not the scheme's default; no path, no trailing slash. n
+ * bytes of s. Returns NULL when it is one, else what is wrong.
+ */
+static const char *origin_problem(const char *s, size_t n)
+{
+    size_t skip, host;
+    const char *p, *end = s + n;
+    int64_t port;
+
+    if (n == 1 && s[0] == '*')
+        return "\"*\" would let every site call the API; list the origins";
+    if (n == 4 && memcmp(s, "null", 4) == 0)
+        return "\"null\" is the origin of sandboxed and local pages, "
+               "which any site can make";
+    if (n > 7 && memcmp(s, "http://", 7) == 0)
+        skip = 7;
+    else if (n > 8 && memcmp(s, "https://", 8) == 0)
+        skip = 8;
+    else
+        return "an origin starts with http:// or https://";
+    p = s + skip;
+    if (*p == '[') {
+        host = 1 + strspn(p + 1, "0123456789abcdef:.");
+        if (p + host >= end || p[host] != ']' || host < 3)
+            return "a bracketed IPv6 host is hex digits and colons";
+        host++;
+    } else {
+        host = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-.");
+        if (host == 0 || (p + host < end && p[host] != ':'))
+            return "the host is lower-case letters, digits, '-' and '.', "
+                   "without a path or a trailing slash";
+    }
+    p += host;
+    if (p == end)
+        return NULL;
+    if (*p != ':')
+        return "an origin has no path and no trailing slash";
+    char buf[8];
+    size_t pn = (size_t)(end - p - 1);
+    if (pn == 0 || pn >= sizeof(buf) || strspn(p + 1, "0123456789") < pn)
+        return "the port is a number 1..65535";
+    memcpy(buf, p + 1, pn);
+    buf[pn] = '\0';
+    if (parse_int(buf, 1, 65535, &port))
+        return "the port is a number 1..65535";
+    if ((skip == 7 && port == 80) || (skip == 8 && port == 443))
+        return "browsers leave the scheme's default port out: drop it";
+    return NULL;
+}
+
+/* A comma-separated list of origins (spaces around them are allowed). */
+static int parse_origins(const char *v, const char *env, char *err,
+                         size_t errlen)
+{
+    const char *p = v;
+
+    while (*p) {
+        p += strspn(p, " ");
+        size_t n = strcspn(p, ","), m = n;
+        while (m && p[m - 1] == ' ')
+            m--;
+        if (m == 0)
+            return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
+        const char *why = origin_problem(p, m);
+        if (why)
+            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p, why);
+        p += n;
+        if (*p == ',')
+            p++;
+        if (!*p && p[-1] == ',')
+            return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
+    }
+    return 0;
+}
+
 static int apply(struct config *cfg, enum setting_id id, const char *v,
                  char *err, size_t errlen)
 {
@@ -419,6 +506,11 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
                         STORE_SEGMENTS_MAX, v);
         h->store.stock_segments = (unsigned)n;
+        return 0;
+    case SET_CORS_ORIGINS:
+        if (parse_origins(v, env, err, errlen))
+            return -EINVAL;
+        h->cors_origins = v[strspn(v, " ")] ? v : NULL;
         return 0;
     case SET_COUNT:
         break;

@@ -33,6 +33,10 @@ struct handlers_config {
     /* Voucher cache: how long a sold-out flag or an unknown id is trusted
      * without a message (handlers/vcache.c); 0: no cache. */
     unsigned soldout_ttl_ms;
+    /* Browsers on these origins may call the API (handlers/cors.c): exact
+     * origins such as "https://shop.example.com", comma-separated,
+     * validated by the configuration; NULL: CORS off. */
+    const char *cors_origins;
     unsigned char secret[TOKEN_KEY_LEN];
     struct store_config store;
 };

@@ -56,13 +56,39 @@ static struct store *thread_store(const struct handlers_config *cfg)
     return st;
 }
 
+/* Add req's extra headers to resp, queue it and drop our reference. */
+static enum MHD_Result queue_reply(struct MHD_Connection *conn,
+                                   struct request *req,
+                                   struct MHD_Response *resp)
+{
+    enum MHD_Result ret;
+
+    for (unsigned i = 0; i < req->n_headers; i++)
+        MHD_add_response_header(resp, req->headers[i].name,
+                                req->headers[i].value);
+    ret = MHD_queue_response(conn, req->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result send_reply(struct MHD_Connection *conn,
                                   struct request *req)
 {
     char *text;
     struct MHD_Response *resp;
-    enum MHD_Result ret;
 
+    cors_reply_headers(req);
+    if (req->raw) {
+        /* An embedded file, or no body (204, 304): not ours to free. */
+        resp = MHD_create_response_from_buffer(req->data_len, (void *)req->data,
+                                               MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        if (req->text_type)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                    req->text_type);
+        return queue_reply(conn, req, resp);
+    }
     if (req->text) {
         /* A text reply (GET /metrics): the response takes the buffer. */
         resp = MHD_create_response_from_buffer(req->text_len, req->text,
@@ -72,9 +98,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         req->text = NULL;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 req->text_type);
-        ret = MHD_queue_response(conn, req->status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return queue_reply(conn, req, resp);
     }
     if (!req->reply)
         req_error(req, ERR_INTERNAL, NULL);
@@ -100,9 +124,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         snprintf(ra, sizeof(ra), "%u", req->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
-    ret = MHD_queue_response(conn, req->status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return queue_reply(conn, req, resp);
 }
 
 static void dispatch(struct request *req)
@@ -122,6 +144,10 @@ static void dispatch(struct request *req)
         req->route_id = route_index(route);
         break;
     }
+    if (req->method == HTTP_OPTIONS) {
+        cors_options(req, route);
+        return;
+    }
     if (req->method == HTTP_GET)
         fn = route->get;
     else if (req->method == HTTP_POST)
@@ -132,11 +158,13 @@ static void dispatch(struct request *req)
         return;
     }
     req->st = thread_store(req->cfg);
-    /* Probes stay cheap and always answer, whoever asks how often. The
-     * purchase runs the limiter itself, after what it can refuse from
+    /* Probes stay cheap and always answer, whoever asks how often; so do
+     * the pages' files (from memory: counting them would cost more than
+     * serving them, and a page load must not eat a client's API budget).
+     * The purchase runs the limiter itself, after what it can refuse from
      * memory (a sold-out voucher must not cost a Redis round trip). */
     if (fn != health_get && fn != ready_get && fn != metrics_get &&
-        fn != voucher_seckill_post && ratelimit_or_reply(req))
+        fn != voucher_seckill_post && fn != web_get && ratelimit_or_reply(req))
         return;
     fn(req);
 }
@@ -181,7 +209,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 {
     struct handlers_server *srv = cls;
     struct request *req = *req_cls;
-    (void)version;
 
     if (!req) {
         req = xcalloc(1, sizeof(*req));
@@ -192,10 +219,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         req->vcache = srv->vcache;
         req->conn = conn;
         req->path = url;
-        req->method = strcmp(method, "GET") == 0    ? HTTP_GET
-                      : strcmp(method, "POST") == 0 ? HTTP_POST
-                                                    : HTTP_OTHER;
+        req->version = version;
+        req->method = strcmp(method, "GET") == 0       ? HTTP_GET
+                      : strcmp(method, "POST") == 0    ? HTTP_POST
+                      : strcmp(method, "OPTIONS") == 0 ? HTTP_OPTIONS
+                                                       : HTTP_OTHER;
         *req_cls = req;
+        if (req_protocol_or_reply(req))
+            return reply_now(conn, req);
         if (declared_too_large(conn)) {
             req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
             return reply_now(conn, req);

@@ -36,6 +36,7 @@ enum api_error {
     ERR_RATE_LIMITED,
     ERR_INTERNAL,
     ERR_UNAVAILABLE,
+    ERR_NOT_IMPLEMENTED,
     ERR_COUNT
 };
 
@@ -47,7 +48,16 @@ struct api_error_info {
 
 extern const struct api_error_info api_errors[ERR_COUNT];
 
-enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
+enum http_method { HTTP_GET, HTTP_POST, HTTP_OPTIONS, HTTP_OTHER };
+
+/* Room for the extra headers of one reply (req_header_add). */
+#define REQ_HEADERS_MAX 10
+
+/* An extra reply header; both strings must outlive the reply. */
+struct req_header {
+    const char *name;
+    const char *value;
+};
 
 struct request {
     const struct handlers_config *cfg;
@@ -57,8 +67,9 @@ struct request {
     void *conn;                /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
-    int64_t id; /* the {id} of the route, if any */
-    char *body; /* accumulated upload, NUL-terminated */
+    const char *version; /* "HTTP/1.1"; libmicrohttpd's, like path */
+    int64_t id;          /* the {id} of the route, if any */
+    char *body;          /* accumulated upload, NUL-terminated */
     size_t body_len;
     bool too_large;
     json_t *json;             /* parsed body object, owned */
@@ -72,7 +83,15 @@ struct request {
     unsigned retry_after; /* Retry-After header when > 0 */
     char *text;           /* owned; sent instead of reply when set */
     size_t text_len;
-    const char *text_type; /* Content-Type of text */
+    const char *text_type; /* Content-Type of text or data */
+    /* A reply sent as is instead of JSON: an embedded file, or nothing
+     * (204, 304). data is not owned and outlives the server. */
+    bool raw;
+    const void *data;
+    size_t data_len;
+    /* Extra reply headers (files, CORS), added to any kind of reply. */
+    struct req_header headers[REQ_HEADERS_MAX];
+    unsigned n_headers;
     /* for the metrics (http.c): */
     uint64_t start_ns; /* monotonic, at the first callback */
     unsigned route_id; /* route_index(), or route_count() for no route */
@@ -96,6 +115,27 @@ unsigned req_error(struct request *req, enum api_error e, const char *message);
  * op names the failed step for the log. Returns the status.
  */
 unsigned req_backend_error(struct request *req, int err, const char *op);
+
+/*
+ * Add a header to the reply. name and value are not copied: string
+ * literals, configuration, or libmicrohttpd's request strings. At most
+ * REQ_HEADERS_MAX per request (more is a programmer error: abort).
+ */
+void req_header_add(struct request *req, const char *name, const char *value);
+
+/* Set a raw reply of status: len bytes of data (not owned) of type. */
+unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
+                       const void *data, size_t len);
+
+/*
+ * Check what libmicrohttpd accepted of the request's framing but a server
+ * must refuse (protocol.c): HTTP/1.1 without exactly one Host, a header
+ * name that is not a token, control characters in a header value, a
+ * Content-Length beside Transfer-Encoding or twice, a transfer coding
+ * other than chunked. Called when the headers are in, before the body.
+ * Returns 0, or sets the 400 (501 for the coding) and returns its status.
+ */
+unsigned req_protocol_or_reply(struct request *req);
 
 /* A query-string argument, or NULL. */
 const char *req_query(struct request *req, const char *name);
@@ -246,15 +286,54 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
  */
 void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id);
 
+/* ---- browsers: CORS (cors.c) ---- */
+
+struct route;
+
+/*
+ * Add the CORS headers of an answer to req when cfg->cors_origins is set:
+ * Vary: Origin always, and Access-Control-Allow-Origin (the request's
+ * Origin, never "*") with Access-Control-Expose-Headers when the Origin
+ * is one of the listed ones. Called once per reply, by http.c.
+ */
+void cors_reply_headers(struct request *req);
+
+/*
+ * Answer OPTIONS on route: a CORS preflight (Origin and
+ * Access-Control-Request-Method present) from a listed origin gets 204
+ * with the route's methods, the Authorization and Content-Type request
+ * headers and Access-Control-Max-Age; from any other origin 403
+ * FORBIDDEN. A plain OPTIONS gets 204 with Allow. Returns the status.
+ */
+unsigned cors_options(struct request *req, const struct route *route);
+
+/* ---- the pages (web.c) ---- */
+
+/*
+ * A file of web/ (or docs/openapi.json) compiled into the binary by
+ * scripts/embed-web.sh, which writes the table web_files[] of
+ * build/gen/web_files.c, sorted by path.
+ */
+struct web_file {
+    const char *path; /* the URL path: "/", "/admin", "/static/app.js" */
+    const char *type; /* Content-Type */
+    const unsigned char *data;
+    size_t len;
+    const char *etag; /* a strong entity tag from the content's SHA-256 */
+};
+
+extern const struct web_file web_files[];
+extern const size_t web_file_count;
+
 /* ---- routing ---- */
 
 typedef unsigned (*handler_fn)(struct request *req);
 
 struct route {
-    const char *pattern; /* "/api/vouchers/{id}/seckill" */
+    const char *pattern; /* "/api/vouchers/{id}/seckill", "/static/{file}" */
     handler_fn get;
     handler_fn post;
-    const char *allow; /* "GET", "POST" or "GET, POST" */
+    const char *allow; /* the Allow header: "GET, POST, OPTIONS" */
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
@@ -262,7 +341,8 @@ enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
 /*
  * Find the route for path. ROUTE_OK sets *route and *id (0 without an
  * {id}); ROUTE_BAD_ID sets *route for a path whose {id} segment is not a
- * positive integer.
+ * positive integer. A "{file}" segment matches any non-empty segment (the
+ * handler reads the path itself).
  */
 enum route_result route_match(const char *path, const struct route **route,
                               int64_t *id);
@@ -285,5 +365,7 @@ unsigned voucher_get(struct request *req);
 unsigned voucher_seckill_post(struct request *req);
 unsigned orders_get(struct request *req);
 unsigned order_get(struct request *req);
+/* The pages, their files and /openapi.json, embedded at build time. */
+unsigned web_get(struct request *req);
 
 #endif

@@ -38,6 +38,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_INTERNAL] = {500, "INTERNAL", "internal error"},
     [ERR_UNAVAILABLE] = {503, "UNAVAILABLE",
                          "the service is temporarily unavailable; retry"},
+    [ERR_NOT_IMPLEMENTED] = {501, "NOT_IMPLEMENTED",
+                             "the request uses a feature this server does "
+                             "not implement"},
 };
 
 void request_clear(struct request *req)
@@ -53,6 +56,7 @@ void request_clear(struct request *req)
 unsigned req_reply(struct request *req, unsigned status, json_t *body)
 {
     json_decref(req->reply);
+    req->raw = false;
     req->reply = body;
     req->status = status;
     return status;
@@ -86,6 +90,27 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
         log_error("backend failed", "op=%s err=%d", op, err);
         return req_error(req, ERR_INTERNAL, NULL);
     }
+}
+
+void req_header_add(struct request *req, const char *name, const char *value)
+{
+    if (req->n_headers >= REQ_HEADERS_MAX)
+        abort(); /* programmer error: raise REQ_HEADERS_MAX */
+    req->headers[req->n_headers].name = name;
+    req->headers[req->n_headers++].value = value;
+}
+
+unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
+                       const void *data, size_t len)
+{
+    json_decref(req->reply);
+    req->reply = NULL;
+    req->raw = true;
+    req->text_type = type;
+    req->data = data;
+    req->data_len = len;
+    req->status = status;
+    return status;
 }
 
 const char *req_query(struct request *req, const char *name)

@@ -14,7 +14,7 @@
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
 # make test-faults.
 #
-#   scripts/deps.sh [bench] [jmeter]
+#   scripts/deps.sh [bench] [jmeter] [web]
 set -euo pipefail
 
 PACKAGES=(
@@ -33,12 +33,23 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # adds the load generators, the raw-limit tools and the chart (wrk,
 # sysbench, nginx-light, gnuplot-nox); `jmeter` adds JMeter with its HTTP
 # sampler and a JDK (bench/jmeter/JMeterLauncher.java runs as a source
-# file), which are large: only make bench-jmeter asks for them.
+# file), which are large: only make bench-jmeter asks for them. `web`
+# (make test) adds what the browser and OpenAPI tests run on: Debian's
+# chromium, driven by playwright-core, and Node.js with npm for the npm
+# packages of tests/package-lock.json (scripts/npm.sh). A Node.js that is
+# already installed from elsewhere (NodeSource's nodejs carries its own npm
+# and conflicts with Debian's) is kept.
 for group in "$@"; do
     case $group in
     bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
     jmeter) PACKAGES+=(jmeter jmeter-http default-jdk-headless) ;;
-    *) die "unknown package group '$group' (known: bench, jmeter)" ;;
+    web)
+        PACKAGES+=(chromium fonts-dejavu-core)
+        if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+            PACKAGES+=(nodejs npm)
+        fi
+        ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, web)" ;;
     esac
 done
 

@@ -322,6 +322,123 @@ size_t it_proc_tcp_ports(pid_t pid, uint16_t remote_port, uint16_t *out,
     return n;
 }
 
+/* ---- raw sockets ---- */
+
+int it_raw_connect(uint16_t port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        print_error("connect to port %u: %s\n", (unsigned)port,
+                    strerror(errno));
+        close(fd);
+        fail();
+    }
+    return fd;
+}
+
+/* Send all of s; false if the peer has closed. */
+bool it_raw_send(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        s += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+bool it_raw_send_str(int fd, const char *s)
+{
+    return it_raw_send(fd, s, strlen(s));
+}
+
+/*
+ * Read from fd until the peer closes (EOF or reset) or timeout_ms passes.
+ * Returns true if it closed. The data read so far goes to *out when out is
+ * not NULL (NUL-terminated; free(3) it).
+ */
+bool it_raw_read_to_close(int fd, int timeout_ms, char **out)
+{
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    size_t len = 0, cap = 4096;
+    char *buf = xmalloc(cap);
+    bool closed = false;
+
+    for (;;) {
+        int64_t left = deadline - util_mono_ms();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        if (len + 1024 > cap)
+            buf = xrealloc(buf, cap *= 2);
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            closed = true;
+            break;
+        }
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return closed;
+}
+
+/* Send request (complete, with "Connection: close") and read the answer. */
+void it_raw_request(uint16_t port, const char *request, size_t len,
+                    int timeout_ms, struct it_raw_resp *resp)
+{
+    int fd = it_raw_connect(port);
+
+    memset(resp, 0, sizeof(*resp));
+    it_raw_send(fd, request, len);
+    resp->closed = it_raw_read_to_close(fd, timeout_ms, &resp->text);
+    close(fd);
+    if (sscanf(resp->text, "HTTP/1.%*d %ld", &resp->status) != 1)
+        resp->status = 0;
+    resp->body = strstr(resp->text, "\r\n\r\n");
+    resp->body = resp->body ? resp->body + 4 : "";
+    resp->json = json_loads(resp->body, 0, NULL);
+}
+
+void it_raw_resp_free(struct it_raw_resp *resp)
+{
+    free(resp->text);
+    json_decref(resp->json);
+    memset(resp, 0, sizeof(*resp));
+}
+
+/* Assert a raw answer is the JSON error status/code. */
+void it_raw_assert_error(const struct it_raw_resp *resp, long status,
+                         const char *code)
+{
+    const char *got = it_json_str(json_object_get(resp->json, "error"), "code");
+
+    if (resp->status != status || !got || strcmp(got, code) != 0) {
+        print_error("expected %ld %s, got:\n%.600s\n", status, code,
+                    resp->text);
+        fail();
+    }
+    if (!strstr(resp->text, "Content-Type: application/json")) {
+        print_error("not JSON:\n%.600s\n", resp->text);
+        fail();
+    }
+}
+
 /* ---- seckilld ---- */
 
 /* The current environment with overrides applied; free with free_env. */
@@ -568,8 +685,13 @@ static size_t it_on_header(char *data, size_t size, size_t nmemb, void *arg)
     /* A new status line (after a 100 Continue) starts a new header set. */
     if (n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
         resp->allow[0] = resp->retry_after[0] = resp->content_type[0] = '\0';
+        resp->headers_len = 0;
         return n;
     }
+    resp->headers = xrealloc(resp->headers, resp->headers_len + n + 1);
+    memcpy(resp->headers + resp->headers_len, data, n);
+    resp->headers_len += n;
+    resp->headers[resp->headers_len] = '\0';
     it_take_header(data, n, "Allow", resp->allow, sizeof(resp->allow));
     it_take_header(data, n, "Retry-After", resp->retry_after,
                    sizeof(resp->retry_after));
@@ -617,6 +739,8 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
         resp->hdrs_ = curl_slist_append(resp->hdrs_, auth);
     }
     free(auth);
+    for (size_t i = 0; req->headers && req->headers[i]; i++)
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, req->headers[i]);
 
     if (strcmp(req->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -671,8 +795,32 @@ long it_http(const struct it_server *srv, const char *method, const char *path,
     return it_http_do(srv, &req, resp);
 }
 
+size_t it_resp_header(const struct it_resp *resp, const char *name, char *buf,
+                      size_t cap)
+{
+    const char *line = resp->headers;
+    size_t count = 0;
+
+    buf[0] = '\0';
+    while (line && *line) {
+        size_t len = strcspn(line, "\n");
+        char value[1024];
+
+        value[0] = '\0';
+        it_take_header(line, len, name, value, sizeof(value));
+        if (value[0] || (len > strlen(name) && line[strlen(name)] == ':' &&
+                         strncasecmp(line, name, strlen(name)) == 0)) {
+            if (count++ == 0)
+                snprintf(buf, cap, "%s", value);
+        }
+        line += len + (line[len] == '\n');
+    }
+    return count;
+}
+
 void it_resp_free(struct it_resp *resp)
 {
+    free(resp->headers);
     free(resp->body);
     json_decref(resp->json);
     curl_slist_free_all(resp->hdrs_);

@@ -139,6 +139,8 @@ struct it_req {
     const char *token;  /* NULL: no Authorization header */
     /* Raw Authorization value ("Basic x"); overrides token. */
     const char *authorization;
+    /* More request headers, "Name: value" each, NULL-terminated; or NULL. */
+    const char *const *headers;
     long timeout_s; /* 0: IT_HTTP_TIMEOUT_S */
 };
 
@@ -152,6 +154,10 @@ struct it_resp {
     char allow[256];
     char retry_after[64];
     char content_type[256];
+    /* Every header line of the (final) answer, "Name: value\r\n" each;
+     * owned. Read one with it_resp_header(). */
+    char *headers;
+    size_t headers_len;
     /* private */
     struct curl_slist *hdrs_;
     char errbuf_[CURL_ERROR_SIZE];
@@ -183,6 +189,14 @@ long it_http(const struct it_server *srv, const char *method, const char *path,
              const char *body, const char *token, struct it_resp *resp);
 /* Release what resp owns; zeroes it. */
 void it_resp_free(struct it_resp *resp);
+
+/*
+ * How many headers called name (any case) the answer has; the value of
+ * the first (trimmed, cut to cap - 1 bytes) goes to buf, "" when there is
+ * none.
+ */
+size_t it_resp_header(const struct it_resp *resp, const char *name, char *buf,
+                      size_t cap);
 
 /*
  * The assertions below are macros so that a failure names the caller's
@@ -219,6 +233,41 @@ int64_t it_json_id_at(const json_t *obj, const char *key, const char *file,
                       int line);
 /* True if a comma-separated header value lists token (trimmed, exact). */
 bool it_header_lists(const char *value, const char *token);
+
+/* ---- raw sockets: what curl will not send ---- */
+
+/* A TCP connection to 127.0.0.1:port; asserts it connects. */
+int it_raw_connect(uint16_t port);
+/* Send all n bytes of s; false if the peer has closed. */
+bool it_raw_send(int fd, const char *s, size_t n);
+bool it_raw_send_str(int fd, const char *s);
+/*
+ * Read from fd until the peer closes (EOF or reset) or timeout_ms passes.
+ * Returns true if it closed. The data read so far goes to *out when out is
+ * not NULL (NUL-terminated; free(3) it).
+ */
+bool it_raw_read_to_close(int fd, int timeout_ms, char **out);
+
+/* An answer read off a raw socket. */
+struct it_raw_resp {
+    long status; /* 0: no HTTP answer */
+    char *text;  /* the whole answer, headers and body */
+    const char *body;
+    json_t *json;
+    bool closed;
+};
+
+/*
+ * Send len bytes of request on a new connection and read the answer
+ * until the server closes it or timeout_ms passes (so send a complete
+ * request with "Connection: close", or one the server refuses).
+ */
+void it_raw_request(uint16_t port, const char *request, size_t len,
+                    int timeout_ms, struct it_raw_resp *resp);
+void it_raw_resp_free(struct it_raw_resp *resp);
+/* Asserts a raw answer is the JSON error status/code. */
+void it_raw_assert_error(const struct it_raw_resp *resp, long status,
+                         const char *code);
 
 /* ---- tokens ---- */
 

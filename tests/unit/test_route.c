@@ -23,7 +23,7 @@ static void test_routes(void **state)
     assert_ptr_equal(r->get, health_get);
     assert_int_equal(route_match("/api/vouchers", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->post, vouchers_post);
-    assert_string_equal(r->allow, "GET, POST");
+    assert_string_equal(r->allow, "GET, POST, OPTIONS");
     assert_int_equal(route_match("/api/vouchers/42", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->get, voucher_get);
     assert_int_equal(id, 42);
@@ -44,17 +44,35 @@ static void test_routes(void **state)
     for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++)
         assert_int_equal(route_match(bad_ids[i], &r, &id), ROUTE_BAD_ID);
 
-    const char *missing[] = {"/",
-                             "",
+    const char *missing[] = {"",
                              "/api",
                              "/api/vouchers/",
                              "/api/vouchers/1/",
                              "/api/vouchers/1/seckill/x",
                              "/healthzz",
                              "/API/vouchers",
-                             "/api/orders/1/x"};
+                             "/api/orders/1/x",
+                             "/admin/",
+                             "/static",
+                             "/static/",
+                             "/static/a/b",
+                             "/index.html"};
     for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++)
         assert_int_equal(route_match(missing[i], &r, &id), ROUTE_NOT_FOUND);
+
+    /* The pages and their files: one handler, any file name. */
+    const char *pages[] = {"/",
+                           "/admin",
+                           "/openapi.json",
+                           "/static/app.css",
+                           "/static/no-such-file",
+                           "/static/..."};
+    for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+        assert_int_equal(route_match(pages[i], &r, &id), ROUTE_OK);
+        assert_ptr_equal(r->get, web_get);
+        assert_null(r->post);
+        assert_int_equal(id, 0);
+    }
 }
 
 static void test_error_table(void **state)
