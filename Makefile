@@ -11,6 +11,10 @@
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
+#   make test-web  the pages in headless Chromium and docs/openapi.yaml against
+#                  live traffic (part of make test; tests/web/run.sh)
+#   make openapi   write docs/openapi.json (served at /openapi.json) from
+#                  docs/openapi.yaml
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
 # WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
@@ -77,8 +81,8 @@ IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
-        test-san bench-lock bench bench-jmeter faults test-faults format \
-        format-check clean
+        test-san test-web web-deps openapi bench-lock bench bench-jmeter \
+        faults test-faults format format-check clean
 
 all: build
 
@@ -137,6 +141,7 @@ test: services
 	@$(MAKE) --no-print-directory tests
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
+	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
 
 test-unit: tests
@@ -150,6 +155,24 @@ test-san: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build/san
+
+# ---- the pages and the API description (tests/web, docs/openapi.yaml) ----
+
+# Chromium and Node.js from Debian, the npm packages of tests/package-lock.json.
+web-deps:
+	@scripts/deps.sh web
+	@scripts/npm.sh
+
+# The browser and OpenAPI tests against $(BUILD)/seckilld.
+test-web: services web-deps
+	@$(MAKE) --no-print-directory build
+	@tests/web/run.sh $(BUILD)
+
+# docs/openapi.json is what the binary serves; it is the YAML as JSON.
+openapi: web-deps
+	@REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	    tests/node_modules/.bin/redocly bundle docs/openapi.yaml --ext json \
+	    -o docs/openapi.json
 
 # ---- fault injection: its own target, not part of make test ----
 

@@ -365,13 +365,16 @@ static const char *origin_problem(const char *s, size_t n)
     return NULL;
 }
 
-/* A comma-separated list of origins (spaces around them are allowed). */
+/* A comma-separated list of origins (spaces around them are allowed);
+ * empty or only spaces: none. */
 static int parse_origins(const char *v, const char *env, char *err,
                          size_t errlen)
 {
     const char *p = v;
 
-    while (*p) {
+    if (!v[strspn(v, " ")])
+        return 0;
+    for (;;) {
         p += strspn(p, " ");
         size_t n = strcspn(p, ","), m = n;
         while (m && p[m - 1] == ' ')
@@ -380,14 +383,13 @@ static int parse_origins(const char *v, const char *env, char *err,
             return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
         const char *why = origin_problem(p, m);
         if (why)
-            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p, why);
+            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p,
+                        why);
         p += n;
-        if (*p == ',')
-            p++;
-        if (!*p && p[-1] == ',')
-            return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
+        if (!*p)
+            return 0;
+        p++; /* the comma */
     }
-    return 0;
 }
 
 static int apply(struct config *cfg, enum setting_id id, const char *v,

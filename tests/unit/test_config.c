@@ -2,7 +2,8 @@
  * test_config.c - settings from the environment and flags: defaults,
  * precedence, URL parsing and one-line errors for bad values; also the
  * abuse limits (rate limits, connection timeout and limits), the purchase
- * settings (batching, stock segments) and the sold-out cache's TTL.
+ * settings (batching, stock segments), the sold-out cache's TTL and the
+ * CORS origins.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -36,6 +37,7 @@ static const char *const vars[] = {
     "SECKILL_BATCH_LINGER_US",
     "SECKILL_STOCK_SEGMENTS",
     "SECKILL_SOLDOUT_TTL_MS",
+    "SECKILL_CORS_ORIGINS",
 };
 
 static int reset_env(void **state)
@@ -451,6 +453,90 @@ static void test_soldout_bad_values(void **state)
     }
 }
 
+static void test_cors_default_and_values(void **state)
+{
+    static const char *const good[] = {
+        "https://shop.example.com",
+        "http://localhost:3000",
+        "https://a.example, http://127.0.0.1:8081 ,http://[::1]:9000",
+        "http://xn--fsq.example",
+    };
+    struct config c;
+    char err[256];
+    char *flag[] = {"--cors-origins", "https://flag.example"};
+
+    (void)state;
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_null(c.http.cors_origins);
+    config_free(&c);
+
+    /* Empty, or only spaces: off. */
+    setenv("SECKILL_CORS_ORIGINS", " ", 1);
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_null(c.http.cors_origins);
+    config_free(&c);
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        setenv("SECKILL_CORS_ORIGINS", good[i], 1);
+        if (parse_argv(&c, err, 1, NULL) != 0) {
+            print_error("\"%s\" refused: %s\n", good[i], err);
+            fail();
+        }
+        assert_string_equal(c.http.cors_origins, good[i]);
+        config_free(&c);
+    }
+    /* The flag wins over the environment. */
+    assert_int_equal(parse_argv(&c, err, 3, flag), 0);
+    assert_string_equal(c.http.cors_origins, "https://flag.example");
+    config_free(&c);
+}
+
+static void test_cors_bad_values(void **state)
+{
+    /* Each with a word of the reason the message must give. */
+    static const struct {
+        const char *value, *why;
+    } bad[] = {
+        {"*", "every site"},
+        {"null", "sandboxed"},
+        {"https://shop.example/", "trailing slash"},
+        {"https://shop.example/app", "path"},
+        {"shop.example", "http:// or https://"},
+        {"ftp://shop.example", "http:// or https://"},
+        {"https://Shop.example", "lower-case"},
+        {"https://shop.example:443", "default port"},
+        {"http://shop.example:80", "default port"},
+        {"http://shop.example:0", "port"},
+        {"http://shop.example:99999", "port"},
+        {"http://shop.example:8a", "port"},
+        {"http://", "http:// or https://"},
+        {"http://[zz]:1", "IPv6"},
+        {"https://a.example,", "empty origin"},
+        {"https://a.example,,https://b.example", "empty origin"},
+        {"https://a.example https://b.example", "lower-case"},
+    };
+    struct config c;
+    char err[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SECKILL_CORS_ORIGINS", bad[i].value, 1);
+        err[0] = '\0';
+        if (parse_argv(&c, err, 1, NULL) == 0) {
+            print_error("SECKILL_CORS_ORIGINS=\"%s\" was accepted\n",
+                        bad[i].value);
+            fail();
+        }
+        if (!strstr(err, "SECKILL_CORS_ORIGINS") || !strstr(err, bad[i].why)) {
+            print_error("\"%s\": message \"%s\" lacks \"%s\"\n", bad[i].value,
+                        err, bad[i].why);
+            fail();
+        }
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +554,8 @@ int main(void)
         cmocka_unit_test_setup(test_purchase_bad_values, reset_env),
         cmocka_unit_test_setup(test_soldout_default_and_values, reset_env),
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
+        cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
+        cmocka_unit_test_setup(test_cors_bad_values, reset_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
