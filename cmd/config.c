@@ -383,8 +383,7 @@ static int parse_origins(const char *v, const char *env, char *err,
             return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
         const char *why = origin_problem(p, m);
         if (why)
-            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p,
-                        why);
+            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p, why);
         p += n;
         if (!*p)
             return 0;

@@ -86,8 +86,7 @@ const char *MHD_lookup_connection_value(struct MHD_Connection *connection,
 
 int MHD_get_connection_values(struct MHD_Connection *connection,
                               enum MHD_ValueKind kind,
-                              MHD_KeyValueIterator iterator,
-                              void *iterator_cls)
+                              MHD_KeyValueIterator iterator, void *iterator_cls)
 {
     const struct fuzz_request *rq = connection->rq;
     int n = 0;
@@ -96,9 +95,9 @@ int MHD_get_connection_values(struct MHD_Connection *connection,
         return 0;
     for (size_t i = 0; i < rq->nheaders; i++) {
         n++;
-        if (iterator && iterator(iterator_cls, MHD_HEADER_KIND,
-                                 rq->headers[i].key,
-                                 connection->header_values[i]) != MHD_YES)
+        if (iterator &&
+            iterator(iterator_cls, MHD_HEADER_KIND, rq->headers[i].key,
+                     connection->header_values[i]) != MHD_YES)
             break;
     }
     return n;
@@ -402,8 +401,7 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
         for (const char *c = k; *c; c++)
             if (!isalnum((unsigned char)*c) && !strchr(tchar, *c))
                 return 400;
-        for (const unsigned char *c = (const unsigned char *)values[i]; *c;
-             c++)
+        for (const unsigned char *c = (const unsigned char *)values[i]; *c; c++)
             if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
                 return 400;
         hosts += strcasecmp(k, "Host") == 0;
@@ -413,8 +411,8 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
             coding = values[i];
         }
     }
-    if (hosts == 0 && strcmp(rq->version ? rq->version : "HTTP/1.1",
-                             "HTTP/1.0") != 0)
+    if (hosts == 0 &&
+        strcmp(rq->version ? rq->version : "HTTP/1.1", "HTTP/1.0") != 0)
         return 400;
     if (hosts > 1 || lengths > 1 || codings > 1 || (codings && lengths))
         return 400;
@@ -443,7 +441,8 @@ static void check_raw_reply(const struct fuzz_request *rq,
 {
     const struct route *route = NULL;
     const char *origin = request_header(rq, values, "Origin");
-    const char *ask = request_header(rq, values, "Access-Control-Request-Method");
+    const char *ask =
+        request_header(rq, values, "Access-Control-Request-Method");
     int64_t id = 0;
     unsigned st = rep->status;
 
@@ -451,8 +450,7 @@ static void check_raw_reply(const struct fuzz_request *rq,
     FUZZ_CHECK(route_match(rq->path, &route, &id) == ROUTE_OK,
                "a %u reply to %s", st, rq->path);
     if (st == 204) {
-        FUZZ_CHECK(strcmp(rq->method, "OPTIONS") == 0, "204 to %s",
-                   rq->method);
+        FUZZ_CHECK(strcmp(rq->method, "OPTIONS") == 0, "204 to %s", rq->method);
         if (origin && ask) /* a preflight: only from a listed origin */
             FUZZ_CHECK(origin_listed(origin) && rep->allow_origin &&
                            strcmp(rep->allow_origin, origin) == 0 &&
@@ -483,8 +481,8 @@ static void check_raw_reply(const struct fuzz_request *rq,
                    conn->response->len == f->len &&
                    memcmp(conn->response->data, f->data, f->len) == 0,
                "%s is not its embedded file", rq->path);
-    char *csp =
-        response_header(conn->response, MHD_HTTP_HEADER_CONTENT_SECURITY_POLICY);
+    char *csp = response_header(conn->response,
+                                MHD_HTTP_HEADER_CONTENT_SECURITY_POLICY);
     FUZZ_CHECK(csp && strstr(csp, "default-src 'self'"), "%s without a CSP",
                rq->path);
     free(csp);
@@ -504,9 +502,8 @@ static void check_reply(const struct fuzz_request *rq,
 
     /* CORS, on every reply: a listed origin exactly, never credentials. */
     FUZZ_CHECK(!rep->credentials, "Access-Control-Allow-Credentials");
-    FUZZ_CHECK(!rep->allow_origin ||
-                   (origin_listed(origin) &&
-                    strcmp(rep->allow_origin, origin) == 0),
+    FUZZ_CHECK(!rep->allow_origin || (origin_listed(origin) &&
+                                      strcmp(rep->allow_origin, origin) == 0),
                "Access-Control-Allow-Origin %s for Origin %s",
                rep->allow_origin, origin ? origin : "(none)");
 
@@ -588,8 +585,8 @@ static void check_reply(const struct fuzz_request *rq,
     }
     FUZZ_CHECK(st != 405, "405 for %s %s", rq->method, route->pattern);
     if (fn == web_get) {
-        FUZZ_CHECK(st == 404 && calls == 0, "%s answered %u in JSON",
-                   rq->path, st);
+        FUZZ_CHECK(st == 404 && calls == 0, "%s answered %u in JSON", rq->path,
+                   st);
         return;
     }
 

@@ -116,9 +116,9 @@ static void test_error_table_in_openapi(void **state)
         fail();
     }
     codes = json_object_get(
-        json_object_get(json_object_get(json_object_get(doc, "components"),
-                                        "schemas"),
-                        "ErrorCode"),
+        json_object_get(
+            json_object_get(json_object_get(doc, "components"), "schemas"),
+            "ErrorCode"),
         "enum");
     assert_true(json_is_array(codes));
     json_array_foreach(codes, i, v)
