@@ -353,18 +353,24 @@ async function adminFlow() {
     await page.click("#create-button");
     const created = await waitFor(async () => /Created voucher (\d+)/.exec(await page.textContent("#create-msg")), "the voucher created");
     const id = created[1];
-    const stock = page.locator(`#voucher-rows tr[data-voucher-id="${id}"] td.stock`);
+    const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
+    const stock = row.locator("td.stock");
     await waitFor(async () => (await stock.textContent()) === "40", "the new voucher with 40 in stock");
+    // "now" opened the sale at once.
+    assertEqual(await row.locator("td.status").textContent(), "on sale", "the new sale's status");
 
-    // A crowd in another process buys 30 of them, a few at a time.
+    // A crowd in another process buys 30 of them, two at a time, each
+    // buyer after a pause of 300 ms: at least 4.5 s of selling, whatever
+    // the machine's speed, so the page's readings (one a second) fall
+    // inside it.
     const crowd = start("browser-crowd", process.execPath, [
         path.join(ROOT, "tests/web/crowd.mjs"),
         server.url,
         id,
         String(9400000000 + RUN * 100),
         "30",
-        "3",
-        "150",
+        "2",
+        "300",
     ]);
     // The page reads the stock once a second: it must see it fall.
     const readings = new Set();

@@ -209,8 +209,10 @@ function toLocalInput(t) {
 }
 
 function setStart(inSeconds) {
-    // Whole seconds on the server's clock, as the API stores them.
-    const begin = Math.ceil((clock.now() + inSeconds * 1000) / 1000) * 1000;
+    // Whole seconds on the server's clock, as the API stores them; "now"
+    // is a second the server's clock has surely reached, so the sale is
+    // open at once.
+    const begin = Math.floor((clock.earliest() + inSeconds * 1000) / 1000) * 1000;
     $("f-beginTime").value = toLocalInput(begin);
     $("f-endTime").value = toLocalInput(begin + 3600 * 1000);
 }
@@ -387,7 +389,7 @@ function renderList() {
         }
     const sel = state.vouchers.find((v) => v.id === state.selected);
     if (sel && sel.type === "seckill") {
-        setText($("chart-title"), `Voucher ${sel.id}, “${sel.title}”: stock and units sold, last 5 minutes`);
+        setText($("chart-title"), `Voucher ${sel.id}, “${sel.title}”: stock and units sold`);
         drawChart($("chart"), state.history.get(sel.id) || [], clock.now());
     } else {
         setText($("chart-title"), "Select a flash-sale voucher to see its sales.");
@@ -472,6 +474,9 @@ async function pollMetrics() {
 }
 
 // ---- start ----
+
+// The chart is drawn to the page's width: again when that changes.
+window.addEventListener("resize", renderList);
 
 $("shop-id").value = state.shopId;
 syncType();

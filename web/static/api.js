@@ -44,9 +44,13 @@ export const clock = {
     now() {
         return localNow() + (this.known() ? (this.lo + this.hi) / 2 : 0);
     },
+    // The earliest time the server's clock can show now.
+    earliest() {
+        return localNow() + (this.known() ? this.lo : 0);
+    },
     // True once the server's clock has certainly reached t.
     surelyReached(t) {
-        return this.known() && localNow() + this.lo >= t;
+        return this.known() && this.earliest() >= t;
     },
     uncertainty() {
         return this.known() ? this.hi - this.lo : Infinity;

@@ -1,11 +1,10 @@
 // chart.js - a voucher's stock and sales over the last minutes as plain
 // SVG: the stock as a line (left scale), the units sold in each bucket as
-// bars (right scale), time running to "now" at the right edge.
+// bars (right scale), time running to "now" at the right edge. The window
+// grows with the readings, from one minute to five.
 
 const SVG = "http://www.w3.org/2000/svg";
-const W = 960;
-const H = 260;
-const PAD = { left: 44, right: 40, top: 12, bottom: 24 };
+const PAD = { left: 44, right: 40, top: 14, bottom: 24 };
 
 function node(tag, attrs, text) {
     const n = document.createElementNS(SVG, tag);
@@ -37,9 +36,22 @@ export function salesPerBucket(points, now, windowMs, bucketMs) {
     return sold;
 }
 
+// The window to show: from shortly before the first reading, at least a
+// minute and at most five; and a bucket for the bars, 60 to a window.
+export function chartWindow(points, now) {
+    const since = points.length ? now - points[0].t + 10000 : 0;
+    const windowMs = Math.min(5 * 60000, Math.max(60000, Math.ceil(since / 60000) * 60000));
+    return { windowMs, bucketMs: windowMs / 60 };
+}
+
 // Draw into svg the readings points ([{t: server ms, stock}], oldest
 // first) of the windowMs before now.
-export function drawChart(svg, points, now, windowMs = 5 * 60000, bucketMs = 5000) {
+export function drawChart(svg, points, now, { windowMs, bucketMs } = chartWindow(points, now)) {
+    // One unit of the drawing per CSS pixel, so its text keeps its size
+    // from a phone to a desktop.
+    const W = Math.max(320, Math.round(svg.clientWidth || 960));
+    const H = Math.max(200, Math.min(260, Math.round(W * 0.3)));
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
     const x0 = PAD.left;
     const x1 = W - PAD.right;
     const y0 = H - PAD.bottom;
@@ -61,13 +73,14 @@ export function drawChart(svg, points, now, windowMs = 5 * 60000, bucketMs = 500
             node("text", { x: x1 + 6, y: y + 4 }, String(Math.round((salesTop * k) / 4))),
         );
     }
-    const minutes = Math.round(windowMs / 60000);
-    for (let m = 0; m <= minutes; m++) {
-        const x = xOf(now - m * 60000);
+    // A tick every 10 s for one minute, every minute beyond; every other
+    // one when the drawing is narrow.
+    const tick = (windowMs <= 60000 ? 10000 : 60000) * (W < 600 ? 2 : 1);
+    for (let t = 0; t <= windowMs; t += tick) {
+        const x = xOf(now - t);
+        const label = t === 0 ? "now" : tick < 60000 ? `-${t / 1000} s` : `-${t / 60000} min`;
         parts.push(node("line", { x1: x, x2: x, y1: y0, y2: y0 + 4, class: "axis" }));
-        parts.push(
-            node("text", { x, y: H - 6, "text-anchor": "middle" }, m ? `-${m} min` : "now"),
-        );
+        parts.push(node("text", { x, y: H - 6, "text-anchor": "middle" }, label));
     }
     parts.push(node("line", { x1: x0, x2: x1, y1: y0, y2: y0, class: "axis" }));
 
@@ -97,6 +110,6 @@ export function drawChart(svg, points, now, windowMs = 5 * 60000, bucketMs = 500
         parts.push(node("path", { d, class: "stock" }));
     }
     parts.push(node("text", { x: x0, y: y1 - 2 }, "stock"));
-    parts.push(node("text", { x: x1, y: y1 - 2, "text-anchor": "end" }, `sold per ${bucketMs / 1000} s`));
+    parts.push(node("text", { x: x1, y: y1 - 2, "text-anchor": "end" }, `sold per ${Math.round(bucketMs / 100) / 10} s`));
     svg.replaceChildren(...parts);
 }
