@@ -74,6 +74,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san bench-lock bench bench-jmeter faults test-faults format \
+        check-dockerfile \
         format-check clean
 
 all: build
@@ -125,9 +126,20 @@ run: services
 test: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory check-dockerfile
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# Both Dockerfile stages install every library the binary links; the
+# second line proves the check notices a package taken out.
+check-dockerfile: build
+	@scripts/check-dockerfile.sh $(BUILD)/seckilld
+	@sed '/libzookeeper/d' Dockerfile > $(BUILD)/Dockerfile.broken
+	@if scripts/check-dockerfile.sh $(BUILD)/seckilld \
+	        $(BUILD)/Dockerfile.broken >/dev/null 2>&1; then \
+	    echo "check-dockerfile: a Dockerfile without libzookeeper passed"; \
+	    exit 1; fi
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)

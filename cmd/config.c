@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/redis.h"
+#include "common/url.h"
 #include "common/util.h"
 
 const char config_usage[] =
@@ -132,20 +134,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -EINVAL;
 }
 
-static char *own(struct config *cfg, char *s)
-{
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++)
-        if (!cfg->owned[i])
-            return cfg->owned[i] = s;
-    abort(); /* programmer error: too many owned strings */
-}
-
 void config_free(struct config *cfg)
 {
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++) {
-        free(cfg->owned[i]);
-        cfg->owned[i] = NULL;
-    }
+    /* Nothing is allocated: the URL parts live in cfg itself. */
+    (void)cfg;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -186,120 +178,47 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-/* Percent-decode n bytes of s into a new string. */
-static char *pct_decode(const char *s, size_t n)
-{
-    char *out = xmalloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char hex[1];
-        char two[3] = {0};
-        if (s[i] == '%' && i + 2 < n) {
-            memcpy(two, s + i + 1, 2);
-            if (util_hex_decode(two, hex, 1) == 0) {
-                *o++ = (char)hex[0];
-                i += 2;
-                continue;
-            }
-        }
-        *o++ = s[i];
-    }
-    *o = '\0';
-    return out;
-}
-
-struct url {
-    char *user, *pass, *host, *path; /* owned by cfg once parsed */
-    int64_t port;
-};
-
-/* scheme://[user[:pass]@]host[:port][/path] */
-static int parse_url(struct config *cfg, const char *url, const char *scheme,
-                     int64_t def_port, struct url *u)
-{
-    size_t sl = strlen(scheme);
-    const char *p, *at, *slash, *hend, *colon;
-
-    memset(u, 0, sizeof(*u));
-    if (strncmp(url, scheme, sl) != 0 || strncmp(url + sl, "://", 3) != 0)
-        return -EINVAL;
-    p = url + sl + 3;
-    slash = strchr(p, '/');
-    if (!slash)
-        slash = p + strlen(p);
-    at = memrchr(p, '@', (size_t)(slash - p));
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            u->user = own(cfg, pct_decode(p, (size_t)(colon - p)));
-            u->pass = own(cfg, pct_decode(colon + 1, (size_t)(at - colon - 1)));
-        } else {
-            u->user = own(cfg, pct_decode(p, (size_t)(at - p)));
-        }
-        p = at + 1;
-    }
-    if (*p == '[') { /* [v6]:port */
-        hend = memchr(p, ']', (size_t)(slash - p));
-        if (!hend)
-            return -EINVAL;
-        u->host = own(cfg, xstrndup(p + 1, (size_t)(hend - p - 1)));
-        hend++;
-    } else {
-        hend = memchr(p, ':', (size_t)(slash - p));
-        if (!hend)
-            hend = slash;
-        u->host = own(cfg, xstrndup(p, (size_t)(hend - p)));
-    }
-    if (!u->host[0])
-        return -EINVAL;
-    u->port = def_port;
-    if (hend < slash) {
-        char buf[16];
-        size_t n = (size_t)(slash - hend - 1);
-        if (*hend != ':' || n == 0 || n >= sizeof(buf))
-            return -EINVAL;
-        memcpy(buf, hend + 1, n);
-        buf[n] = '\0';
-        if (parse_int(buf, 1, 65535, &u->port))
-            return -EINVAL;
-    }
-    u->path = own(cfg, xstrdup(*slash ? slash + 1 : ""));
-    return 0;
-}
-
 int config_mysql_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
+    struct url *u = &cfg->mysql_url;
+    char why[160];
 
-    if (parse_url(cfg, url, "mysql", 3306, &u) || !u.user || !u.user[0] ||
-        !u.path[0] || strchr(u.path, '/') || strchr(u.path, '?'))
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "SECKILL_MYSQL_URL: %s", why);
+    if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
+        !u->path[0] || strchr(u->path, '/') || u->nquery)
         return fail(err, errlen,
                     "SECKILL_MYSQL_URL: expected "
                     "mysql://user:pass@host:port/db");
-    sc->mysql_host = u.host;
-    sc->mysql_port = (unsigned)u.port;
-    sc->mysql_user = u.user;
-    sc->mysql_pass = u.pass ? u.pass : "";
-    sc->mysql_db = u.path;
+    sc->mysql_host = u->hosts[0].host;
+    sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
+    sc->mysql_user = u->user;
+    sc->mysql_pass = u->pass;
+    sc->mysql_db = u->path;
     return 0;
 }
 
 int config_redis_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
-    int64_t db = 0;
+    struct url *u = &cfg->redis_url;
+    struct redis_server rs;
+    char why[160];
 
-    if (parse_url(cfg, url, "redis", 6379, &u) ||
-        (u.path[0] && parse_int(u.path, 0, 15, &db)) || (u.user && !u.pass))
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
+    if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+        redis_server_from_url(u, 0, &rs, why, sizeof(why)))
         return fail(err, errlen,
                     "SECKILL_REDIS_URL: expected "
-                    "redis://[[user]:pass@]host[:port][/db] with db 0..15");
-    sc->redis_host = u.host;
-    sc->redis_port = (unsigned)u.port;
-    sc->redis_user = u.user && u.user[0] ? u.user : NULL;
-    sc->redis_pass = u.pass;
-    sc->redis_db = (unsigned)db;
+                    "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
+                    REDIS_DB_MAX);
+    sc->redis_host = rs.host;
+    sc->redis_port = rs.port;
+    sc->redis_user = rs.user;
+    sc->redis_pass = rs.pass;
+    sc->redis_db = rs.db;
     return 0;
 }
 

@@ -68,6 +68,19 @@ unsigned req_error(struct request *req, enum api_error e, const char *message)
     return req_reply(req, info->status, body);
 }
 
+/* A backend that is down fails every request: say so at most once a
+ * second per thread, not once per request. */
+static bool log_due(void)
+{
+    static _Thread_local int64_t last_ms;
+    int64_t now = util_mono_ms();
+
+    if (last_ms && now - last_ms < 1000)
+        return false;
+    last_ms = now;
+    return true;
+}
+
 unsigned req_backend_error(struct request *req, int err, const char *op)
 {
     switch (err) {
@@ -76,7 +89,9 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     case -ECONNREFUSED:
     case -ETIMEDOUT:
     case -EDEADLK:
-        log_warn("backend unavailable", "op=%s err=%d", op, err);
+    case -EACCES: /* it refused our credentials: logged where it did */
+        if (log_due())
+            log_warn("backend unavailable", "op=%s err=%d", op, err);
         return req_error(req, ERR_UNAVAILABLE, NULL);
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);

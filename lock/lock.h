@@ -41,7 +41,8 @@
  *                  returns 0 with *held = 0);
  *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
  *                  the backend is unreachable, too slow, dropped the
- *                  connection, or answered with an error. Every call that
+ *                  connection, or answered with an error;
+ *   -EACCES        the backend refused the URL's credentials. Every call that
  *                  talks to a backend returns within a bounded time
  *                  (about timeout_ms per operation, plus the wait budget).
  * Business outcomes (busy) are enum lock_status, never errno.
@@ -91,6 +92,15 @@ void lock_client_close(struct lock_client *c);
 
 /* "redis", "redlock", "mysql" or "zookeeper". */
 const char *lock_client_backend(const struct lock_client *c);
+
+/*
+ * Check that the backend can serve locks now: a script round trip on
+ * Redis (a quorum of servers for RedLock), a query on a MySQL session, a
+ * connected ZooKeeper session. Within about timeout_ms. Thread-safe.
+ * Returns 0, or a negative errno as below (-EACCES: the server refused
+ * the credentials).
+ */
+int lock_client_ping(struct lock_client *c);
 
 /*
  * Make an owner for the lock called name (1..LOCK_NAME_MAX bytes). No I/O.

@@ -25,6 +25,7 @@
 #define FALLBACK_MS 500
 
 struct redis_impl {
+    struct redis_server srv; /* its strings: the client's URL */
     struct rconn_mux *mux;
     struct rconn_hub hub;
     struct rconn_psub *ps;
@@ -33,17 +34,26 @@ struct redis_impl {
 static int redis_open(struct lock_client *c)
 {
     struct redis_impl *ri;
+    struct redis_server srv;
 
     if (c->url.nhosts != 1)
         return -EINVAL;
-    if (rconn_url_check(&c->url))
+    if (rconn_url_servers(&c->url, &srv))
         return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
-    ri->mux = rconn_mux_new(&c->url, 0, c->timeout_ms);
+    ri->srv = srv;
+    ri->mux = rconn_mux_new(&ri->srv, c->timeout_ms);
     rconn_hub_init(&ri->hub);
-    ri->ps = rconn_psub_new(&ri->hub, &c->url, 0, c->timeout_ms);
+    ri->ps = rconn_psub_new(&ri->hub, &ri->srv, c->timeout_ms);
     c->impl = ri;
     return 0;
+}
+
+static int redis_ping(struct lock_client *c)
+{
+    struct redis_impl *ri = c->impl;
+
+    return rconn_mux_ping(ri->mux);
 }
 
 static void redis_close(struct lock_client *c)
@@ -72,6 +82,31 @@ static redisReply *run_script(struct rconn_mux *mux, enum rconn_script s,
     return rconn_mux_wait(mux, &call, err);
 }
 
+/* The release script's keys and args for l (channel: the buffer). */
+static void release_args(const struct lock *l, char *channel, size_t cap,
+                         const char **argv, size_t *lens)
+{
+    argv[0] = l->name;
+    argv[1] = channel;
+    argv[2] = l->owner;
+    lens[0] = l->name_len;
+    lens[1] =
+        (size_t)snprintf(channel, cap, RCONN_CHANNEL_PREFIX "%s", l->name);
+    lens[2] = strlen(l->owner);
+}
+
+/* Compare-and-delete l without waiting: for an acquire of unknown
+ * outcome. Harmless if the lock was never set or is someone else's. */
+static void undo_acquire(struct redis_impl *ri, const struct lock *l)
+{
+    char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
+    const char *argv[3];
+    size_t lens[3];
+
+    release_args(l, channel, sizeof(channel), argv, lens);
+    rconn_mux_send_detached(ri->mux, RCONN_RELEASE, 2, 3, argv, lens);
+}
+
 /* One try: *taken = 1 with l->fence set, or 0 with *pttl (ms) left. */
 static int try_once(struct redis_impl *ri, struct lock *l, uint32_t lease,
                     int *taken, int64_t *pttl)
@@ -81,14 +116,26 @@ static int try_once(struct redis_impl *ri, struct lock *l, uint32_t lease,
     size_t lens[4];
     int err = 0;
 
+    struct rconn_call call;
+    redisReply *r;
+
     snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     lens[0] = l->name_len;
     lens[1] = strlen(RCONN_FENCE_KEY);
     lens[2] = strlen(l->owner);
     lens[3] = strlen(lease_s);
-    redisReply *r = run_script(ri->mux, RCONN_ACQUIRE, 2, 4, argv, lens, &err);
-    if (!r)
+    err = rconn_mux_send(ri->mux, &call, RCONN_ACQUIRE, 2, 4, argv, lens);
+    if (err)
+        return err; /* never sent: nothing to undo */
+    r = rconn_mux_wait(ri->mux, &call, &err);
+    if (!r) {
+        /* The SET may have run (a late reply, a connection lost after
+         * the send): delete the key if it is ours, behind the SET, so
+         * this owner's next try is not BUSY for a whole lease. */
+        if (err == -ETIMEDOUT || err == -ECONNRESET)
+            undo_acquire(ri, l);
         return err;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -159,15 +206,21 @@ static int redis_release(struct lock *l, int *held)
 {
     struct redis_impl *ri = l->c->impl;
     char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
-    const char *argv[3] = {l->name, channel, l->owner};
+    const char *argv[3];
     size_t lens[3];
+    redisReply *r = NULL;
     int err = 0;
 
-    lens[0] = l->name_len;
-    lens[1] = (size_t)snprintf(channel, sizeof(channel),
-                               RCONN_CHANNEL_PREFIX "%s", l->name);
-    lens[2] = strlen(l->owner);
-    redisReply *r = run_script(ri->mux, RCONN_RELEASE, 2, 3, argv, lens, &err);
+    release_args(l, channel, sizeof(channel), argv, lens);
+    /* A reply lost with its connection (or late) leaves the outcome
+     * unknown: ask once more, on a fresh connection if need be. The
+     * compare-and-delete is harmless twice; the second answer then says
+     * 0 when the first one had deleted the key. */
+    for (int attempt = 0; attempt < 2 && !r; attempt++) {
+        r = run_script(ri->mux, RCONN_RELEASE, 2, 3, argv, lens, &err);
+        if (!r && err != -ECONNRESET && err != -ETIMEDOUT)
+            break;
+    }
     if (!r)
         return err;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -210,4 +263,5 @@ const struct lock_backend lock__redis_backend = {
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,
+    .ping = redis_ping,
 };

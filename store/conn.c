@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 #include <errmsg.h>
 #include <mysqld_error.h>
 
 #include "common/metrics.h"
+#include "common/sqlflavour.h"
 #include "common/util.h"
 
 /* A dead server is retried at most this often, so requests fail fast. */
@@ -186,13 +188,18 @@ static bool idle_conn_dead(int fd)
     return fd < 0 || poll(&pfd, 1, 0) != 0;
 }
 
+/* Logged once per process: which server the store talks to. */
+static atomic_int flavour_logged;
+
 int store_mysql_ensure(struct store *st)
 {
     const struct store_config *c = st->cfg;
     unsigned ct = (c->connect_timeout_ms + 999) / 1000;
-    unsigned io = (c->io_timeout_ms + 999) / 1000;
+    unsigned rt = SQL_READ_TIMEOUT_S;
+    unsigned wt = (c->io_timeout_ms + 999) / 1000;
     unsigned proto = MYSQL_PROTOCOL_TCP;
     int64_t now = util_mono_ms();
+    enum sql_flavour flavour;
 
     if (st->my)
         return 0;
@@ -206,31 +213,38 @@ int store_mysql_ensure(struct store *st)
     }
     mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
     mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
-    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &io);
-    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &io);
+    /* Longer than the server's own bounds on lock waits and idle
+     * transactions (common/sqlflavour.h): the server ends a stuck
+     * statement first, so a retry never races its own first attempt. */
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &rt);
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     /* DATETIME columns hold UTC; CURRENT_TIMESTAMP must agree. */
     mysql_options(my, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
-    /* A client cut off in the middle of a purchase must not hold the hot
-     * row's lock until the server notices the dead socket: an idle open
-     * write transaction is rolled back after 5 s, and a purchase waiting
-     * for a row lock gives up after 5 s (retried, then 503) instead of
-     * MariaDB's 50 s. */
-    mysql_options(my, MYSQL_INIT_COMMAND,
-                  "SET SESSION idle_write_transaction_timeout = 5, "
-                  "innodb_lock_wait_timeout = 5");
     if (!mysql_real_connect(my, c->mysql_host, c->mysql_user, c->mysql_pass,
-                            c->mysql_db, c->mysql_port, NULL, 0)) {
-        log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
-                 c->mysql_host, c->mysql_port, mysql_errno(my),
-                 mysql_error(my));
-        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
-        mysql_close(my);
-        st->my_next_try_ms = now + RETRY_BACKOFF_MS;
-        return -ENOTCONN;
-    }
+                            c->mysql_db, c->mysql_port, NULL, 0))
+        goto fail;
+    /* A client cut off in the middle of a purchase must not hold the hot
+     * row's lock until the server notices the dead socket, and a purchase
+     * waiting for a row lock gives up after a few seconds (retried, then
+     * 503) instead of MariaDB's 50 s: the settings this server knows. */
+    flavour = sql_flavour_of(mysql_get_server_info(my));
+    if (mysql_real_query(my, sql_session_settings(flavour),
+                         strlen(sql_session_settings(flavour))))
+        goto fail;
+    if (!atomic_exchange(&flavour_logged, 1))
+        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
+                 sql_flavour_name(flavour), mysql_get_server_info(my),
+                 c->mysql_host, c->mysql_port);
     st->my = my;
     return 0;
+fail:
+    log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
+             c->mysql_host, c->mysql_port, mysql_errno(my), mysql_error(my));
+    metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+    mysql_close(my);
+    st->my_next_try_ms = now + RETRY_BACKOFF_MS;
+    return -ENOTCONN;
 }
 
 static int is_connection_error(unsigned e)
@@ -432,24 +446,21 @@ int64_t time_to_epoch(const MYSQL_TIME *t)
 
 /* ---- Redis ---- */
 
-static int redis_cmd_ok(redisContext *rc, const char *what, redisReply *r)
+void store_redis_server(const struct store_config *c, struct redis_server *out)
 {
-    int ok = r && r->type != REDIS_REPLY_ERROR;
-    if (!ok)
-        log_warn("redis setup failed", "op=%s err=\"%s\"", what,
-                 r ? r->str : rc->errstr);
-    freeReplyObject(r);
-    return ok;
+    out->host = c->redis_host;
+    out->port = c->redis_port;
+    out->user = c->redis_user;
+    out->pass = c->redis_pass;
+    out->db = c->redis_db;
 }
 
 redisContext *store_redis(struct store *st)
 {
     const struct store_config *c = st->cfg;
     int64_t now = util_mono_ms();
-    struct timeval ct = {c->connect_timeout_ms / 1000,
-                         (c->connect_timeout_ms % 1000) * 1000};
-    struct timeval io = {c->io_timeout_ms / 1000,
-                         (c->io_timeout_ms % 1000) * 1000};
+    struct redis_server rs;
+    int err;
 
     if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
@@ -462,35 +473,14 @@ redisContext *store_redis(struct store *st)
         return st->rc;
     if (now < st->rc_next_try_ms)
         return NULL;
-
-    redisContext *rc =
-        redisConnectWithTimeout(c->redis_host, (int)c->redis_port, ct);
-    if (!rc || rc->err) {
-        log_warn("redis connect failed", "host=%s port=%u err=\"%s\"",
-                 c->redis_host, c->redis_port, rc ? rc->errstr : "alloc");
-        goto fail;
+    store_redis_server(c, &rs);
+    st->rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
+                           "store", &st->rc_log, &err);
+    if (!st->rc) {
+        metrics_count(METRIC_CONN_ERROR_REDIS, 1);
+        st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
     }
-    redisSetTimeout(rc, io);
-    redisEnableKeepAlive(rc);
-    if (c->redis_pass) {
-        redisReply *r =
-            c->redis_user
-                ? redisCommand(rc, "AUTH %s %s", c->redis_user, c->redis_pass)
-                : redisCommand(rc, "AUTH %s", c->redis_pass);
-        if (!redis_cmd_ok(rc, "auth", r))
-            goto fail;
-    }
-    if (c->redis_db &&
-        !redis_cmd_ok(rc, "select", redisCommand(rc, "SELECT %u", c->redis_db)))
-        goto fail;
-    st->rc = rc;
-    return rc;
-fail:
-    metrics_count(METRIC_CONN_ERROR_REDIS, 1);
-    if (rc)
-        redisFree(rc);
-    st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
-    return NULL;
+    return st->rc;
 }
 
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <mysql.h>
 
+#include "common/redis.h"
 #include "store/store.h"
 
 enum stmt_id {
@@ -70,6 +71,7 @@ struct store {
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
+    struct redis_connect_log rc_log;
 };
 
 /*

@@ -64,6 +64,11 @@ void store_free(struct store *st);
  */
 redisContext *store_redis(struct store *st);
 
+/* The Redis server of cfg, for connections of their own. */
+struct redis_server;
+void store_redis_server(const struct store_config *cfg,
+                        struct redis_server *out);
+
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
 

@@ -6,6 +6,7 @@
  */
 #include <stdarg.h>
 #include <stddef.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cmd/config.h"
+#include "common/url.h"
 
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -201,6 +203,23 @@ static void test_urls(void **state)
     assert_string_equal(c.http.store.redis_user, "app");
     assert_string_equal(c.http.store.redis_pass, "pw");
     assert_int_equal(c.http.store.redis_db, 2);
+    config_free(&c);
+
+    /* The lock's URL defaults to the Redis URL, and the lock decodes it
+     * with the same parser: the same password reaches both. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%40ss@h:1/0", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.redis_pass, "p@ss");
+    assert_string_equal(c.http.lock_url, "redis://:p%40ss@h:1/0");
+    struct url u;
+    assert_int_equal(url_parse(c.http.lock_url, &u, err, sizeof(err)), 0);
+    assert_string_equal(u.pass, "p@ss");
+    config_free(&c);
+
+    /* A bad escape is a start-up error naming the setting. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%4@h", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_REDIS_URL"));
     config_free(&c);
     reset_env(NULL);
 }
