@@ -110,8 +110,8 @@ static void connect_logged(const struct redis_server *s, const char *who,
 {
     if (!err) {
         if (log && log->last_err)
-            log_info("redis connection restored", "who=%s host=%s port=%u",
-                     who, s->host, s->port);
+            log_info("redis connection restored", "who=%s host=%s port=%u", who,
+                     s->host, s->port);
         if (log)
             log->last_err = 0;
         return;
@@ -136,8 +136,8 @@ redisContext *redis_connect(const struct redis_server *s, unsigned connect_ms,
 {
     char why[160] = "";
     const char *step = "connect";
-    redisContext *rc = redisConnectWithTimeout(s->host, (int)s->port,
-                                               ms_tv(connect_ms));
+    redisContext *rc =
+        redisConnectWithTimeout(s->host, (int)s->port, ms_tv(connect_ms));
 
     *err = 0;
     if (!rc || rc->err) {
@@ -149,11 +149,11 @@ redisContext *redis_connect(const struct redis_server *s, unsigned connect_ms,
     redisEnableKeepAlive(rc);
     if (s->pass) {
         step = "auth";
-        *err = setup_reply(rc,
-                           s->user ? redisCommand(rc, "AUTH %s %s", s->user,
-                                                  s->pass)
-                                   : redisCommand(rc, "AUTH %s", s->pass),
-                           why, sizeof(why));
+        *err = setup_reply(
+            rc,
+            s->user ? redisCommand(rc, "AUTH %s %s", s->user, s->pass)
+                    : redisCommand(rc, "AUTH %s", s->pass),
+            why, sizeof(why));
         if (*err)
             goto fail;
     }

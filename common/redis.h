@@ -79,7 +79,10 @@ struct redis_script {
     char sha[41];
     atomic_int ready; /* sha is set */
 };
-#define REDIS_SCRIPT(source) {.src = (source)}
+#define REDIS_SCRIPT(source)                                                   \
+    {                                                                          \
+        .src = (source)                                                        \
+    }
 
 /*
  * Learn s's SHA-1 with SCRIPT LOAD on rc (no round trip once known).

@@ -148,8 +148,7 @@ static int parse_query(struct url *u, const char *s, size_t n, char *err,
         if (url_decode(s, (size_t)(eq - s), u->query[u->nquery].key,
                        sizeof(u->query[0].key)) ||
             url_decode(eq + 1, (size_t)(item_end - eq - 1),
-                       u->query[u->nquery].value,
-                       sizeof(u->query[0].value))) {
+                       u->query[u->nquery].value, sizeof(u->query[0].value))) {
             snprintf(err, errlen, "bad or over-long query item \"%.*s\"",
                      (int)(eq - s), s);
             return -EINVAL;

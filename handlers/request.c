@@ -93,6 +93,12 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
         if (log_due())
             log_warn("backend unavailable", "op=%s err=%d", op, err);
         return req_error(req, ERR_UNAVAILABLE, NULL);
+    case -ETIME:
+        if (log_due())
+            log_warn("purchase over its time budget", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the purchase took too long and nothing was "
+                         "bought; try again");
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);
         return req_error(req, ERR_UNAVAILABLE,

@@ -44,6 +44,7 @@
 struct member {
     int64_t order_id;
     int64_t user_id;
+    int64_t deadline_ms; /* monotonic: the end of its budget */
     /* Written by the leader before it posts wake, read after it: */
     enum store_purchase outcome;
     int err;
@@ -429,6 +430,15 @@ static int batch_attempt(struct store *st, void *arg)
     return 0;
 }
 
+/* Settle the members that have no time left for another attempt: -ETIME,
+ * nothing written for them (every attempt before rolled back). */
+static void expire(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!b->m[i]->settled && !store_attempt_fits(b->m[i]->deadline_ms))
+            settle(b->m[i], STORE_PURCHASE_SOLD_OUT, -ETIME);
+}
+
 /*
  * Run the batch m[0..n) to the end: every member settled. Attempts go
  * through store_retry() (a connection that broke before the COMMIT is
@@ -445,7 +455,7 @@ static void batch_run(struct store *st, struct voucher_state *vs,
      * only stops a bug from spinning. */
     int rounds = 0, rounds_max = 4 * (int)n + 64, deadlocks = 0, err = 0;
 
-    while (pending(&b)) {
+    while (expire(&b), pending(&b)) {
         if (rounds++ == rounds_max) {
             log_error("purchase batch made no progress", "voucher=%lld n=%zu",
                       (long long)b.voucher_id, n);
@@ -466,7 +476,8 @@ static void batch_run(struct store *st, struct voucher_state *vs,
                 if (m[i]->settled)
                     continue;
                 e = store_purchase_single(st, vs, 1, m[i]->order_id,
-                                          m[i]->user_id, vs->voucher_id, &o);
+                                          m[i]->user_id, vs->voucher_id,
+                                          m[i]->deadline_ms, &o);
                 settle(m[i], o, e);
             }
         }
@@ -513,9 +524,10 @@ static size_t queue_take(struct voucher_state *vs, struct member **out,
  */
 int store_purchase_merged(struct store *st, struct voucher_state *vs,
                           int64_t order_id, int64_t user_id,
-                          enum store_purchase *outcome)
+                          int64_t deadline_ms, enum store_purchase *outcome)
 {
-    struct member me = {.order_id = order_id, .user_id = user_id};
+    struct member me = {
+        .order_id = order_id, .user_id = user_id, .deadline_ms = deadline_ms};
     struct member *batch[STORE_BATCH_MAX], *next;
     size_t max = st->cfg->batch_max ? st->cfg->batch_max : STORE_BATCH_DEFAULT;
     unsigned linger = st->cfg->batch_linger_us;

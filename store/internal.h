@@ -124,6 +124,13 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 #define PURCHASE_ATTEMPTS 3
 
 /*
+ * Whether a purchase due by deadline_ms (monotonic) may start another
+ * transaction attempt: one that waits for a row lock takes up to
+ * SQL_LOCK_WAIT_S, which must fit in what is left of its budget.
+ */
+bool store_attempt_fits(int64_t deadline_ms);
+
+/*
  * What this process knows about one voucher's purchases (batch.c): the
  * queue of its merged purchases, its number of stock segments and which
  * of them were seen empty. Created on first use, kept until exit.
@@ -152,12 +159,13 @@ void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
  */
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, enum store_purchase *outcome);
+                          int64_t voucher_id, int64_t deadline_ms,
+                          enum store_purchase *outcome);
 
 /* A merged purchase (batch.c); returns as store_order_purchase(). */
 int store_purchase_merged(struct store *st, struct voucher_state *vs,
                           int64_t order_id, int64_t user_id,
-                          enum store_purchase *outcome);
+                          int64_t deadline_ms, enum store_purchase *outcome);
 
 /* Roll back the open transaction, if any; returns err unchanged. */
 int store_tx_rollback(struct store *st, int err);

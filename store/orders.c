@@ -10,6 +10,7 @@
 
 #include "common/failpoint.h"
 #include "common/metrics.h"
+#include "common/sqlflavour.h"
 #include "common/util.h"
 
 struct purchase_args {
@@ -150,9 +151,15 @@ static bool segments_all_empty(const struct voucher_state *vs, unsigned n)
     return true;
 }
 
+bool store_attempt_fits(int64_t deadline_ms)
+{
+    return util_mono_ms() + SQL_LOCK_WAIT_S * 1000 <= deadline_ms;
+}
+
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, enum store_purchase *outcome)
+                          int64_t voucher_id, int64_t deadline_ms,
+                          enum store_purchase *outcome)
 {
     struct purchase_args a = {order_id, user_id,  voucher_id,
                               vs,       segments, outcome};
@@ -162,8 +169,11 @@ int store_purchase_single(struct store *st, struct voucher_state *vs,
         *outcome = STORE_PURCHASE_SOLD_OUT;
         return 0;
     }
-    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++) {
+        if (!store_attempt_fits(deadline_ms))
+            return -ETIME; /* every attempt so far rolled back */
         err = store_retry(st, purchase_once, &a);
+    }
     return err;
 }
 
@@ -177,6 +187,7 @@ int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
     };
     struct voucher_state *vs = store_voucher_state_get(voucher_id);
     unsigned segments, batch_max = st->cfg->batch_max;
+    int64_t deadline = util_mono_ms() + STORE_PURCHASE_BUDGET_MS;
     int err;
 
     err = store_voucher_segments_get(st, vs, &segments);
@@ -186,9 +197,10 @@ int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
         batch_max = STORE_BATCH_DEFAULT;
     if (segments > 1 || batch_max == 1)
         err = store_purchase_single(st, vs, segments, order_id, user_id,
-                                    voucher_id, outcome);
+                                    voucher_id, deadline, outcome);
     else
-        err = store_purchase_merged(st, vs, order_id, user_id, outcome);
+        err =
+            store_purchase_merged(st, vs, order_id, user_id, deadline, outcome);
     if (!err)
         metrics_count(counter[*outcome], 1);
     return err;

@@ -44,6 +44,8 @@ struct store_config {
 #define STORE_BATCH_DEFAULT 64
 #define STORE_BATCH_LINGER_MAX_US 10000
 #define STORE_SEGMENTS_MAX 64
+/* The most time one purchase may spend in store_order_purchase(). */
+#define STORE_PURCHASE_BUDGET_MS 10000
 
 struct store;
 
@@ -197,10 +199,17 @@ enum store_purchase {
  *     transaction per purchase, and each member gets the answer below as
  *     if it had run alone.
  *
+ * A purchase is bounded: one that cannot finish within
+ * STORE_PURCHASE_BUDGET_MS of its call (waiting in the queue, for row
+ * locks, deadlock retries and a split batch included) returns -ETIME with
+ * nothing written for it. An attempt that might wait for a row lock
+ * (SQL_LOCK_WAIT_S) is started only while that much of the budget is
+ * left.
+ *
  * Returns 0, or as above (-EINPROGRESS for every member of a batch whose
- * COMMIT went unanswered), or -EEXIST: order_id is already taken (the ID
- * worker's counter was lost); nothing was written for this purchase,
- * retry with a new id. Counts the
+ * COMMIT went unanswered), -ETIME, or -EEXIST: order_id is already taken
+ * (the ID worker's counter was lost); nothing was written for this
+ * purchase, retry with a new id. Counts the
  * outcomes and transaction sizes in common/metrics.h. Thread-safe in the
  * sense of this header: st is the calling thread's own.
  */

@@ -43,8 +43,9 @@
 #define CROWD_STOCK 300
 #define SEGMENTS 8
 
-/* A and B: defaults (merged purchases); S creates segmented vouchers. */
-static struct it_server srv[3];
+/* A and B: defaults (merged purchases); S creates segmented vouchers; T
+ * merges at most two purchases per transaction. */
+static struct it_server srv[4];
 static int64_t next_user = USER_BASE;
 
 static int group_setup(void **state)
@@ -59,6 +60,13 @@ static int group_setup(void **state)
     static const char *const segmented[] = {
         "SECKILL_RATE_USER=0",      "SECKILL_THREADS=16", "SECKILL_BATCH_MAX",
         "SECKILL_STOCK_SEGMENTS=8", "SECKILL_LOCK_URL",   NULL};
+    static const char *const two[] = {"SECKILL_RATE_USER=0",
+                                      "SECKILL_THREADS=16",
+                                      "SECKILL_BATCH_MAX=2",
+                                      "SECKILL_BATCH_LINGER_US=0",
+                                      "SECKILL_STOCK_SEGMENTS",
+                                      "SECKILL_LOCK_URL",
+                                      NULL};
 
     (void)state;
     it_init();
@@ -68,8 +76,9 @@ static int group_setup(void **state)
     if (it_server_start(&srv[0], "batch-a", plain) != 0)
         return -1;
     if (it_server_start(&srv[1], "batch-b", plain) != 0 ||
-        it_server_start(&srv[2], "batch-s", segmented) != 0) {
-        it_group_teardown(srv, 3);
+        it_server_start(&srv[2], "batch-s", segmented) != 0 ||
+        it_server_start(&srv[3], "batch-t", two) != 0) {
+        it_group_teardown(srv, 4);
         return -1;
     }
     return 0;
@@ -78,7 +87,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    return it_group_teardown(srv, 3);
+    return it_group_teardown(srv, 4);
 }
 
 /* ---- over HTTP ---- */
@@ -135,11 +144,23 @@ static int64_t sql_stock_total(int64_t voucher)
 
 /*
  * users buyers, one request each, all at once, alternating between A and
- * B. Asserts exactly stock 201s, every other answer 409 SOLD_OUT, and the
- * invariants in MySQL: orders == stock sold, one per user, every 201's id
- * is that user's order, nothing left, nothing negative.
+ * B (crowd) or the servers given (crowd_on). Asserts exactly stock 201s, every
+ * other answer 409 SOLD_OUT, and the invariants in MySQL: orders == stock sold,
+ * one per user, every 201's id is that user's order, nothing left, nothing
+ * negative.
  */
+static void crowd_on(const struct it_server *on, size_t non, long timeout_s,
+                     int64_t voucher, int64_t stock, size_t users);
+
 static void crowd(int64_t voucher, int64_t stock, size_t users)
+{
+    crowd_on(srv, 2, 0, voucher, stock, users);
+}
+
+/* The same over the servers on[0..non), each request given timeout_s
+ * (0: the harness's default). */
+static void crowd_on(const struct it_server *on, size_t non, long timeout_s,
+                     int64_t voucher, int64_t stock, size_t users)
 {
     struct it_req *reqs = xcalloc(users, sizeof(*reqs));
     struct it_resp *resps = xcalloc(users, sizeof(*resps));
@@ -157,7 +178,8 @@ static void crowd(int64_t voucher, int64_t stock, size_t users)
         reqs[i].method = "POST";
         reqs[i].path = path;
         reqs[i].token = tokens[i];
-        to[i] = &srv[i % 2];
+        reqs[i].timeout_s = timeout_s;
+        to[i] = &on[i % non];
     }
     t0 = util_mono_ms();
     it_http_run_all(reqs, to, resps, users);
@@ -228,6 +250,29 @@ static void test_crowd_merged(void **state)
                   transactions > 0 ? purchases / transactions : 0.0);
     assert_true(purchases == CROWD_STOCK);
     assert_true(transactions < purchases);
+}
+
+/*
+ * Batches of at most two (no linger): 50 buyers at once on T, so the
+ * queue always holds more than one batch and every batch ends by handing
+ * the queue to the next leader. Each buyer must be answered within 10 s
+ * (a lost hand-off would leave the rest waiting forever).
+ */
+static void test_handoff_batch_max_2(void **state)
+{
+    int64_t v = it_seckill_create(&srv[3], 1, 30, -60, 3600);
+    struct batches t0, t1;
+
+    (void)state;
+    batches_get(&srv[3], &t0);
+    crowd_on(&srv[3], 1, 10, v, 30, 50);
+    batches_get(&srv[3], &t1);
+    print_message("      %.0f purchases in %.0f transactions\n",
+                  t1.purchases - t0.purchases,
+                  t1.transactions - t0.transactions);
+    assert_true(t1.purchases - t0.purchases == 30);
+    /* Never more than two in one transaction. */
+    assert_true(t1.transactions - t0.transactions >= 15);
 }
 
 /* A voucher made by S is split into segments; A and B sell it as such. */
@@ -543,6 +588,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crowd_merged),
+        cmocka_unit_test(test_handoff_batch_max_2),
         cmocka_unit_test(test_crowd_segmented),
         cmocka_unit_test(test_sold_out_mid_batch),
         cmocka_unit_test(test_store_duplicates_in_batch),

@@ -235,64 +235,14 @@ static void test_mysql_unreachable(void **state)
 
 /* ---- (b) Redis goes away and comes back ---- */
 
-/* The absolute path of prog found in $PATH (static buffer), or NULL. */
-static const char *which(const char *prog)
-{
-    static char buf[IT_PATH_MAX];
-    const char *path = getenv("PATH");
-    const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-
-    while (*p) {
-        size_t len = strcspn(p, ":");
-
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
-        if (len && access(buf, X_OK) == 0)
-            return buf;
-        p += len;
-        if (*p == ':')
-            p++;
-    }
-    return NULL;
-}
-
 /* Start a private redis-server on port, with a password when pass is not
  * NULL. */
 static pid_t redis_start_auth(uint16_t port, const char *log_path,
                               const char *pass)
 {
-    const char *bin = which("redis-server");
-    char port_arg[16];
-    char *argv[14];
-    pid_t pid;
+    pid_t pid = it_redis_start(port, log_path, pass);
 
-    if (!bin) {
-        print_error("redis-server not found in PATH\n");
-        fail();
-    }
-    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
-    argv[0] = (char *)bin;
-    argv[1] = (char *)"--port";
-    argv[2] = port_arg;
-    argv[3] = (char *)"--bind";
-    argv[4] = (char *)"127.0.0.1";
-    argv[5] = (char *)"--save";
-    argv[6] = (char *)"";
-    argv[7] = (char *)"--appendonly";
-    argv[8] = (char *)"no";
-    argv[9] = (char *)"--daemonize";
-    argv[10] = (char *)"no";
-    argv[11] = pass ? (char *)"--requirepass" : NULL;
-    argv[12] = (char *)pass;
-    argv[13] = NULL;
-    pid = it_spawn(argv, NULL, log_path);
     assert_true(pid > 0);
-    if (it_wait_tcp(port, 5000) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        print_error("redis-server on port %u did not start; log: %s\n",
-                    (unsigned)port, log_path);
-        fail();
-    }
     return pid;
 }
 

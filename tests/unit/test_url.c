@@ -34,8 +34,8 @@ static void test_good(void **state)
         /* the store's URLs */
         {"mysql://seckill:seckill@127.0.0.1:13306/seckill", "mysql", "seckill",
          "seckill", 1, 1, "127.0.0.1", 13306, "127.0.0.1", 13306, "seckill"},
-        {"redis://127.0.0.1:16379/1", "redis", "", "", 0, 1, "127.0.0.1",
-         16379, "127.0.0.1", 16379, "1"},
+        {"redis://127.0.0.1:16379/1", "redis", "", "", 0, 1, "127.0.0.1", 16379,
+         "127.0.0.1", 16379, "1"},
         {"redis://h", "redis", "", "", 0, 1, "h", 0, "h", 0, ""},
         /* percent-escapes, the same in every part and every scheme */
         {"redis://:p%40ss@h:6379/0", "redis", "", "p@ss", 1, 1, "h", 6379, "h",
@@ -91,8 +91,8 @@ static void test_query(void **state)
     assert_null(url_query_get(&u, "session_ms"));
     assert_string_equal("1", u.path);
     /* A query without a path. */
-    assert_int_equal(0, url_parse("zookeeper://h:1?session_ms=9", &u, err,
-                                  sizeof(err)));
+    assert_int_equal(
+        0, url_parse("zookeeper://h:1?session_ms=9", &u, err, sizeof(err)));
     assert_string_equal("", u.path);
     assert_string_equal("9", url_query_get(&u, "session_ms"));
 }
@@ -113,11 +113,11 @@ static void test_bad(void **state)
         "redis://h,,k",
         "redis://[::1",
         "redis://[::1]x",
-        "redis://:p%4@h",     /* a truncated escape */
-        "redis://:p%zz@h",    /* not hex */
-        "redis://:p%00ss@h",  /* NUL */
-        "redis://h/%",        /* in the path too */
-        "redis://h%41",       /* hosts are not decoded */
+        "redis://:p%4@h",    /* a truncated escape */
+        "redis://:p%zz@h",   /* not hex */
+        "redis://:p%00ss@h", /* NUL */
+        "redis://h/%",       /* in the path too */
+        "redis://h%41",      /* hosts are not decoded */
         "redis://h?timeout_ms",
         "redis://h?=1",
         "redis://h?a=1&a=2",
@@ -160,8 +160,8 @@ static void test_redis_server(void **state)
     char err[160];
 
     (void)state;
-    assert_int_equal(0, url_parse("redis://app:p%40ss@h:7000/3", &u, err,
-                                  sizeof(err)));
+    assert_int_equal(
+        0, url_parse("redis://app:p%40ss@h:7000/3", &u, err, sizeof(err)));
     assert_int_equal(0, redis_server_from_url(&u, 0, &s, err, sizeof(err)));
     assert_string_equal("h", s.host);
     assert_int_equal(7000, s.port);
@@ -194,8 +194,8 @@ static void test_redis_server(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good),     cmocka_unit_test(test_query),
-        cmocka_unit_test(test_bad),      cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_good),         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_bad),          cmocka_unit_test(test_decode),
         cmocka_unit_test(test_redis_server),
     };
     return cmocka_run_group_tests_name("url", tests, NULL, NULL);
