@@ -9,6 +9,7 @@
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
+#   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
 #
@@ -60,7 +61,8 @@ Q := @
 endif
 LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 
-LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
+LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c \
+                     handlers/*.c) \
            cmd/config.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
@@ -74,7 +76,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san bench-lock bench bench-jmeter faults test-faults format \
-        check-dockerfile \
+        check-dockerfile stress \
         format-check clean
 
 all: build
@@ -175,6 +177,24 @@ faults: $(BUILD)/seckilld $(BUILD)/tests/faults $(BUILD)/tools/tcpproxy
 test-faults: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
 	@tests/faults/run.sh build/fp
+
+# ---- stress: its own target, not part of make test ----
+
+$(BUILD)/tests/stress: $(BUILD)/obj/tests/stress/stress.o $(IT_HELPER_OBJ) \
+                       $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+# The two-instance crowd of 1,000 purchases STRESS_ROUNDS (30) times in a
+# row, plain and under the sanitizers; fails on a request without an
+# answer within 10 s or a broken invariant.
+stress: services
+	@scripts/services.sh reset-test
+	@$(MAKE) --no-print-directory build $(BUILD)/tests/stress
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined build \
+	    build/san/tests/stress
+	@tests/stress.sh build build/san
 
 # ---- benchmarks ----
 

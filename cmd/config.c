@@ -32,7 +32,14 @@ const char config_usage[] =
     "  --secret HEX        SECKILL_SECRET       "
     "64 hex chars, the token signing key (required)\n"
     "  --threads N         SECKILL_THREADS      "
-    "worker threads (4 per core)\n"
+    "HTTP threads (one per core, at least 2)\n"
+    "  --engine-threads N  SECKILL_ENGINE_THREADS\n"
+    "                                           "
+    "purchase engine threads (2 per core)\n"
+    "  --queue-max N       SECKILL_QUEUE_MAX    "
+    "purchases waiting per voucher; more get\n"
+    "                                           "
+    "429 BUSY at once (10000)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
@@ -82,6 +89,8 @@ enum setting_id {
     SET_REDIS_URL,
     SET_SECRET,
     SET_THREADS,
+    SET_ENGINE_THREADS,
+    SET_QUEUE_MAX,
     SET_LOCK_TTL,
     SET_LOCK_URL,
     SET_DEV,
@@ -108,6 +117,8 @@ static const struct {
     [SET_REDIS_URL] = {"redis-url", "SECKILL_REDIS_URL", NULL},
     [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
+    [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
+    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "10000"},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
@@ -254,15 +265,32 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
     case SET_THREADS:
+    case SET_ENGINE_THREADS: {
+        unsigned *dst = id == SET_THREADS ? &h->threads : &h->engine_threads;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+        if (cores < 1)
+            cores = 1;
+        /* HTTP threads only parse, route and reply (purchases wait in the
+         * engine, not on them): one per core, two at least so that one
+         * request's own short round trip never stalls all the others.
+         * Engine threads each run one batch of one voucher at a time. */
         if (!v[0]) {
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            h->threads = (unsigned)(cores > 0 ? cores * 4 : 4);
+            *dst = (unsigned)(id == SET_THREADS ? (cores < 2 ? 2 : cores)
+                                                : 2 * cores);
             return 0;
         }
         if (parse_int(v, 1, 1024, &n))
             return fail(err, errlen, "%s: must be 1..1024 (got \"%s\")", env,
                         v);
-        h->threads = (unsigned)n;
+        *dst = (unsigned)n;
+        return 0;
+    }
+    case SET_QUEUE_MAX:
+        if (parse_int(v, 1, 1000000, &n))
+            return fail(err, errlen, "%s: must be 1..1000000 (got \"%s\")", env,
+                        v);
+        h->queue_max = (unsigned)n;
         return 0;
     case SET_LOCK_TTL:
         if (parse_int(v, 100, 3600000, &n))

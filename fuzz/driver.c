@@ -56,6 +56,7 @@ struct MHD_Connection {
     struct MHD_Response *response;
     unsigned status;
     unsigned queued;
+    bool suspended, resumed;
 };
 
 /* Keys compare without case for every kind, as in libmicrohttpd. */
@@ -139,6 +140,20 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *connection,
     connection->response = response;
     response->refs++;
     return MHD_YES;
+}
+
+void MHD_suspend_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(!connection->suspended, "suspended twice");
+    FUZZ_CHECK(!connection->queued, "suspended after its reply");
+    connection->suspended = true;
+}
+
+void MHD_resume_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(connection->suspended && !connection->resumed,
+               "resumed without being suspended, or twice");
+    connection->resumed = true;
 }
 
 /* No socket behind the fake: no deadline record, no client address. */
@@ -298,8 +313,12 @@ static void check_error_body(const struct fuzz_reply *rep)
     json_t *msg = json_object_get(err, "message");
     size_t i;
 
+    json_t *details = json_object_get(err, "details");
+
+    /* details: an object, on /readyz only (what is down). */
     FUZZ_CHECK(json_object_size(rep->json) == 1 && json_is_object(err) &&
-                   json_object_size(err) == 2,
+                   json_object_size(err) == 2u + (details != NULL) &&
+                   (!details || json_is_object(details)),
                "status %u without {\"error\":{\"code\",\"message\"}}",
                rep->status);
     FUZZ_CHECK(json_is_string(code) && json_is_string(msg) &&
@@ -458,6 +477,17 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
         off += piece;
     }
     if (r == MHD_YES && !conn.queued) {
+        n = 0;
+        r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
+                       &req_cls);
+    }
+    /* Parked for the purchase engine: the engine answers, libmicrohttpd
+     * calls the handler again once the connection is resumed. */
+    if (r == MHD_YES && !conn.queued && conn.suspended) {
+        if (!conn.resumed)
+            FUZZ_CHECK(fuzz_backend_engine_run(),
+                       "parked with nothing to resume it");
+        FUZZ_CHECK(conn.resumed, "the engine answered, nothing resumed");
         n = 0;
         r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
                        &req_cls);

@@ -18,9 +18,11 @@ struct handlers_rate {
 };
 
 struct handlers_config {
-    const char *bind; /* IPv4 or IPv6 literal */
-    uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
-    unsigned threads; /* worker threads, >= 1 */
+    const char *bind;        /* IPv4 or IPv6 literal */
+    uint16_t port;           /* 0: pick a free one (see handlers_server_port) */
+    unsigned threads;        /* HTTP threads, >= 1 */
+    unsigned engine_threads; /* purchase engine threads, >= 1 */
+    unsigned queue_max;      /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
     bool dev;             /* echo login codes in responses */

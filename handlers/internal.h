@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "common/token.h"
+#include "engine/engine.h"
 #include "handlers/handlers.h"
 #include "lock/lock.h"
 #include "store/store.h"
@@ -49,12 +50,16 @@ extern const struct api_error_info api_errors[ERR_COUNT];
 
 enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
 
+struct handlers_server;
+
 struct request {
     const struct handlers_config *cfg;
-    struct store *st;          /* this thread's store */
-    struct lock_client *locks; /* the server's, shared by all threads */
-    struct vcache *vcache;     /* the server's voucher cache, or NULL */
-    void *conn;                /* struct MHD_Connection *, NULL in tests */
+    struct handlers_server *srv; /* the server it arrived at */
+    struct store *st;            /* this thread's store */
+    struct lock_client *locks;   /* the server's, shared by all threads */
+    struct vcache *vcache;       /* the server's voucher cache, or NULL */
+    struct engine *engine;       /* the server's purchase engine */
+    void *conn;                  /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
     int64_t id; /* the {id} of the route, if any */
@@ -76,7 +81,22 @@ struct request {
     /* for the metrics (http.c): */
     uint64_t start_ns; /* monotonic, at the first callback */
     unsigned route_id; /* route_index(), or route_count() for no route */
+    /* A request parked while the purchase engine works (req_park()): */
+    bool parked;
+    struct engine_purchase purchase;
+    uint64_t vcache_gen; /* of the voucher cache entry read at step 1 */
 };
+
+/*
+ * Park the request: the handler returns without a reply, its HTTP thread
+ * goes on serving other connections, and whoever finishes the work sets
+ * the reply and calls req_resume(). Only from a handler (the thread that
+ * runs the request).
+ */
+void req_park(struct request *req);
+/* The reply of a parked request is set: send it. From any thread, once;
+ * req must not be touched afterwards by the caller. */
+void req_resume(struct request *req);
 
 /* Release what a request owns (not the request itself). */
 void request_clear(struct request *req);

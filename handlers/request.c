@@ -99,6 +99,9 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
         return req_error(req, ERR_UNAVAILABLE,
                          "the purchase took too long and nothing was "
                          "bought; try again");
+    case -ESHUTDOWN:
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the service is stopping; nothing was bought, retry");
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);
         return req_error(req, ERR_UNAVAILABLE,

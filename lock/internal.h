@@ -77,6 +77,9 @@ struct lock {
  *   Never called while acquire or release of the same lock runs.
  * ping: check the backend answers (a quorum of servers, a session),
  *   within about one timeout. Thread-safe.
+ * acquire_many, release_many: as acquire (wait 0) and release for each
+ *   of n locks of this client, in one round trip; may be NULL (then the
+ *   generic layer calls acquire and release in turn).
  */
 struct lock_backend {
     const char *name;
@@ -87,6 +90,9 @@ struct lock_backend {
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
     int (*ping)(struct lock_client *c);
+    void (*acquire_many)(struct lock **l, size_t n, uint32_t lease_ms,
+                         enum lock_status *status, int *err);
+    void (*release_many)(struct lock **l, size_t n, int *held, int *err);
 };
 
 extern const struct lock_backend lock__redis_backend;

@@ -380,6 +380,67 @@ int lock_release(struct lock *l, int *held)
     return err;
 }
 
+int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
+                      enum lock_status *status, int *err)
+{
+    const struct lock_backend *be;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !status || !err || lease_ms == 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds || locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    for (size_t i = 0; i < n; i++)
+        atomic_store(&locks[i]->lost, 0);
+    if (be->acquire_many) {
+        be->acquire_many(locks, n, lease_ms, status, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->acquire(locks[i], 0, lease_ms, &status[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (err[i] || status[i] != LOCK_ACQUIRED)
+            continue;
+        locks[i]->holds = 1;
+        locks[i]->lease_ms = lease_ms;
+    }
+    return 0;
+}
+
+int lock_release_many(struct lock **locks, size_t n, int *held, int *err)
+{
+    const struct lock_backend *be;
+    int *h;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !err)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds != 1 || locks[i]->watched ||
+            locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    h = xcalloc(n, sizeof(*h));
+    if (be->release_many) {
+        be->release_many(locks, n, h, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->release(locks[i], &h[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        locks[i]->holds = 0;
+        locks[i]->fence = 0;
+        if (held)
+            held[i] = err[i] ? 0 : h[i];
+    }
+    free(h);
+    return 0;
+}
+
 uint64_t lock_fence(const struct lock *l)
 {
     return l && l->holds ? l->fence : 0;

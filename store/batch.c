@@ -1,8 +1,7 @@
 /*
- * batch.c - merged purchases (issue 4): concurrent purchases of the same
- * voucher in this process join the voucher's queue, and one of their
- * threads at a time, the leader, runs one transaction for up to
- * batch_max of them on its own connection:
+ * batch.c - merged purchases: the purchases of one voucher that arrived
+ * together (the purchase engine hands them over as one batch) run as one
+ * transaction on this thread's connection:
  *
  *   START TRANSACTION
  *   INSERT INTO voucher_orders VALUES (...), (...), ...  (k rows: one
@@ -21,11 +20,11 @@
  * Sold out: when the CAS matches no row, fewer than k remain: the
  * transaction rolls back, the stock s is read, and the first s members by
  * arrival are tried again (the others are SOLD_OUT once the stock reads
- * 0). Stock never grows, so each failed CAS sees a smaller s and the loop
- * ends.
+ * 0). Stock never grows during a batch's retries, so each failed CAS sees
+ * a smaller s and the loop ends (a bound stops a bug from spinning).
  *
- * Also the per-voucher state the purchase keeps for the process's
- * lifetime: the queue, and the segments of a segmented voucher.
+ * Also the per-voucher state the store keeps for the process's lifetime:
+ * the segments of a segmented voucher.
  */
 #include "store/internal.h"
 
@@ -40,30 +39,15 @@
 #include "common/metrics.h"
 #include "common/util.h"
 
-/* One purchase in a voucher's queue; lives on its caller's stack. */
-struct member {
-    int64_t order_id;
-    int64_t user_id;
-    int64_t deadline_ms; /* monotonic: the end of its budget */
-    /* Written by the leader before it posts wake, read after it: */
-    enum store_purchase outcome;
-    int err;
-    bool settled;        /* leader-private: outcome or err decided */
-    bool done;           /* answered; else a post of wake means: lead */
-    sem_t wake;          /* posted once: done, or lead the next batch */
-    struct member *next; /* under the voucher's mutex */
-};
-
 struct voucher_state {
     int64_t voucher_id;
     struct voucher_state *next; /* hash chain; fixed once published */
     atomic_uint segments;       /* 0: not read yet */
     atomic_uint_fast64_t empty; /* bit j: segment j seen at 0 */
-    pthread_mutex_t mu;
-    struct member *head, *tail; /* waiting for a leader, by arrival */
-    unsigned queued;
-    bool leading; /* a batch runs now (one at a time per process) */
 };
+
+/* A member of a batch: the caller's item. */
+#define member store_purchase_item
 
 /* The states: a hash of chains, read without a lock (a state is
  * published whole at the head of its chain and never removed). */
@@ -94,7 +78,6 @@ struct voucher_state *store_voucher_state_get(int64_t voucher_id)
         s = xcalloc(1, sizeof(*s));
         s->voucher_id = voucher_id;
         s->next = head;
-        pthread_mutex_init(&s->mu, NULL);
         atomic_store_explicit(&states[h], s, memory_order_release);
     }
     pthread_mutex_unlock(&states_mu);
@@ -447,8 +430,8 @@ static void expire(struct batch *b)
  * exactly as if it had been alone (DUPLICATE, or -EEXIST for a taken
  * order id: that caller retries with a fresh one).
  */
-static void batch_run(struct store *st, struct voucher_state *vs,
-                      struct member **m, size_t n)
+void store_batch_run(struct store *st, struct voucher_state *vs,
+                     struct member **m, size_t n)
 {
     struct batch b = {.voucher_id = vs->voucher_id, .m = m, .n = n, .cap = -1};
     /* Each round settles someone or sees the stock shrink; this bound
@@ -486,103 +469,4 @@ static void batch_run(struct store *st, struct voucher_state *vs,
     for (size_t i = 0; i < n; i++)
         if (!m[i]->settled)
             settle(m[i], STORE_PURCHASE_SOLD_OUT, err);
-}
-
-/* ---- the queue ---- */
-
-static void sleep_us(unsigned us)
-{
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Move up to max waiting members, oldest first, into out. vs->mu held. */
-static size_t queue_take(struct voucher_state *vs, struct member **out,
-                         size_t max)
-{
-    size_t n = 0;
-
-    while (vs->head && n < max) {
-        out[n++] = vs->head;
-        vs->head = vs->head->next;
-    }
-    if (!vs->head)
-        vs->tail = NULL;
-    vs->queued -= (unsigned)n;
-    return n;
-}
-
-/*
- * Join the voucher's queue and wait for the answer. A caller that finds no
- * batch running leads at once; a leader that finishes hands over to the
- * oldest waiter, if any, so each wakeup is for someone who has something
- * to do (its answer, or the next batch), and the leader, the oldest in
- * the queue, is in its own batch. One batch at a time per voucher and
- * process: a second one would only wait for the first one's row lock.
- * Members sleep on their own semaphore, posted outside the queue's mutex,
- * so that a woken member does not queue up for the mutex its waker holds.
- */
-int store_purchase_merged(struct store *st, struct voucher_state *vs,
-                          int64_t order_id, int64_t user_id,
-                          int64_t deadline_ms, enum store_purchase *outcome)
-{
-    struct member me = {
-        .order_id = order_id, .user_id = user_id, .deadline_ms = deadline_ms};
-    struct member *batch[STORE_BATCH_MAX], *next;
-    size_t max = st->cfg->batch_max ? st->cfg->batch_max : STORE_BATCH_DEFAULT;
-    unsigned linger = st->cfg->batch_linger_us;
-    bool lead;
-    size_t n;
-
-    if (max > STORE_BATCH_MAX)
-        max = STORE_BATCH_MAX;
-    sem_init(&me.wake, 0, 0);
-    pthread_mutex_lock(&vs->mu);
-    if (vs->tail)
-        vs->tail->next = &me;
-    else
-        vs->head = &me;
-    vs->tail = &me;
-    vs->queued++;
-    lead = !vs->leading;
-    vs->leading = true;
-    pthread_mutex_unlock(&vs->mu);
-
-    if (!lead) {
-        while (sem_wait(&me.wake) != 0)
-            ; /* EINTR */
-        if (me.done)
-            goto out;
-    }
-
-    /* Lead: whatever waits now forms the batch (after the linger, if one
-     * is set and the batch is not full yet). We are its oldest member. */
-    pthread_mutex_lock(&vs->mu);
-    if (linger && vs->queued < max) {
-        pthread_mutex_unlock(&vs->mu);
-        sleep_us(linger);
-        pthread_mutex_lock(&vs->mu);
-    }
-    n = queue_take(vs, batch, max);
-    pthread_mutex_unlock(&vs->mu);
-
-    batch_run(st, vs, batch, n);
-
-    pthread_mutex_lock(&vs->mu);
-    next = vs->head;
-    if (!next)
-        vs->leading = false;
-    pthread_mutex_unlock(&vs->mu);
-    /* Once done is seen a member may return: its stack is gone. */
-    for (size_t i = 0; i < n; i++) {
-        batch[i]->done = true;
-        if (batch[i] != &me)
-            sem_post(&batch[i]->wake);
-    }
-    if (next)
-        sem_post(&next->wake);
-out:
-    sem_destroy(&me.wake);
-    *outcome = me.outcome;
-    return me.err;
 }

@@ -131,9 +131,9 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 bool store_attempt_fits(int64_t deadline_ms);
 
 /*
- * What this process knows about one voucher's purchases (batch.c): the
- * queue of its merged purchases, its number of stock segments and which
- * of them were seen empty. Created on first use, kept until exit.
+ * What this process knows about one voucher's stock (batch.c): its number
+ * of stock segments and which of them were seen empty. Created on first
+ * use, kept until exit.
  */
 struct voucher_state;
 
@@ -155,17 +155,20 @@ void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
 /*
  * One purchase in its own transaction (orders.c): the naive CAS on the
  * stock row, or on a segment when segments > 1. Retries deadlocks and a
- * broken connection. Returns as store_order_purchase().
+ * broken connection. Returns 0 with *outcome, or an error of
+ * store_purchase_batch().
  */
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
                           int64_t voucher_id, int64_t deadline_ms,
                           enum store_purchase *outcome);
 
-/* A merged purchase (batch.c); returns as store_order_purchase(). */
-int store_purchase_merged(struct store *st, struct voucher_state *vs,
-                          int64_t order_id, int64_t user_id,
-                          int64_t deadline_ms, enum store_purchase *outcome);
+/*
+ * The merged transaction over m[0..n) (batch.c): every member settled, as
+ * store_purchase_batch() says.
+ */
+void store_batch_run(struct store *st, struct voucher_state *vs,
+                     struct store_purchase_item **m, size_t n);
 
 /* Roll back the open transaction, if any; returns err unchanged. */
 int store_tx_rollback(struct store *st, int err);

@@ -1,6 +1,6 @@
 /*
  * orders.c - the purchase: the one-purchase transaction (naive, or on a
- * stock segment), the choice between it and a merged transaction
+ * stock segment), the choice between it and the merged transaction
  * (batch.c), and order reads.
  */
 #include "store/internal.h"
@@ -177,8 +177,8 @@ int store_purchase_single(struct store *st, struct voucher_state *vs,
     return err;
 }
 
-int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
-                         int64_t voucher_id, enum store_purchase *outcome)
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n)
 {
     static const enum metric_counter counter[] = {
         [STORE_PURCHASE_OK] = METRIC_PURCHASE_OK,
@@ -187,23 +187,32 @@ int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
     };
     struct voucher_state *vs = store_voucher_state_get(voucher_id);
     unsigned segments, batch_max = st->cfg->batch_max;
-    int64_t deadline = util_mono_ms() + STORE_PURCHASE_BUDGET_MS;
     int err;
 
+    for (size_t i = 0; i < n; i++) {
+        items[i]->settled = false;
+        items[i]->err = 0;
+        items[i]->outcome = STORE_PURCHASE_SOLD_OUT;
+    }
     err = store_voucher_segments_get(st, vs, &segments);
-    if (err)
-        return err;
+    if (err) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = err;
+        return;
+    }
     if (batch_max == 0)
         batch_max = STORE_BATCH_DEFAULT;
-    if (segments > 1 || batch_max == 1)
-        err = store_purchase_single(st, vs, segments, order_id, user_id,
-                                    voucher_id, deadline, outcome);
-    else
-        err =
-            store_purchase_merged(st, vs, order_id, user_id, deadline, outcome);
-    if (!err)
-        metrics_count(counter[*outcome], 1);
-    return err;
+    if (segments > 1 || batch_max == 1) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = store_purchase_single(
+                st, vs, segments, items[i]->order_id, items[i]->user_id,
+                voucher_id, items[i]->deadline_ms, &items[i]->outcome);
+    } else {
+        store_batch_run(st, vs, items, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!items[i]->err)
+            metrics_count(counter[items[i]->outcome], 1);
 }
 
 /* Result buffers for one row of the order SELECTs. */

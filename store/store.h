@@ -35,7 +35,7 @@ struct store_config {
     unsigned io_timeout_ms;
     /* The purchase (README, Configuration; 0 reads as the default): */
     unsigned batch_max;       /* purchases per transaction; 1: no merging */
-    unsigned batch_linger_us; /* a leader waits this long for more */
+    unsigned batch_linger_us; /* a batch waits this long for more */
     unsigned stock_segments;  /* new vouchers' stock rows; 1: one row */
 };
 
@@ -44,7 +44,7 @@ struct store_config {
 #define STORE_BATCH_DEFAULT 64
 #define STORE_BATCH_LINGER_MAX_US 10000
 #define STORE_SEGMENTS_MAX 64
-/* The most time one purchase may spend in store_order_purchase(). */
+/* The most time one purchase may take from its arrival to its answer. */
 #define STORE_PURCHASE_BUDGET_MS 10000
 
 struct store;
@@ -170,12 +170,25 @@ enum store_purchase {
     STORE_PURCHASE_DUPLICATE, /* this user already has an order: rolled back */
 };
 
+/* One purchase handed to store_purchase_batch(). */
+struct store_purchase_item {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t deadline_ms; /* monotonic: the end of its time budget */
+    /* Set by store_purchase_batch(): */
+    enum store_purchase outcome; /* valid when err is 0 */
+    int err;
+    bool settled; /* private to the store */
+};
+
 /*
- * The purchase transaction: check the user has no order for the voucher,
- * insert order_id, then CAS the stock as the last statement before COMMIT
- * so the hot row is locked briefly. 0 with *outcome set means the outcome
- * is durable (committed or rolled back). The unique (user_id, voucher_id)
- * key backs the check up.
+ * The purchases items[0..n) of voucher_id, in arrival order (the caller
+ * holds each user's purchase lock). Each item gets its own answer: err 0
+ * with the outcome, which is then durable (committed or rolled back), or
+ * one of the errors below; nothing else is reported for it. The
+ * transaction inserts the orders and then CASes the stock as its last
+ * statement before COMMIT, so the hot row is locked briefly; the unique
+ * (user_id, voucher_id) key backs up the one-order-per-user rule.
  *
  * Three ways, chosen per voucher:
  *   - segmented (created with stock_segments > 1): one transaction per
@@ -184,37 +197,30 @@ enum store_purchase {
  *     segment is 0 (segments seen empty are remembered per process);
  *   - cfg->batch_max 1: one transaction per purchase, CAS stock = stock - 1
  *     WHERE stock > 0 (the naive design, kept as the baseline);
- *   - else merged: concurrent purchases of the same voucher in this
- *     process join a queue; one caller at a time (the leader) takes up to
- *     batch_max of them (after batch_linger_us, if set) and runs one
- *     transaction for all on its own connection: one multi-row INSERT,
- *     one CAS stock = stock - k WHERE stock >= k, COMMIT. If the INSERT
- *     hits the unique key, the users' existing orders are looked up
- *     (DUPLICATE) and the rest retried; if the CAS matches nothing, the
- *     stock s is read and the first s by arrival are retried (the rest
- *     SOLD_OUT). The others wait (blocking this thread) for their own
- *     outcome. A broken connection before COMMIT retries the whole batch
- *     on a fresh one, a deadlock retries it, any other key clash in the
- *     INSERT (a user twice, an order id taken before) falls back to one
- *     transaction per purchase, and each member gets the answer below as
- *     if it had run alone.
+ *   - else merged (batch.c): one transaction for all of them: one
+ *     multi-row INSERT, one CAS stock = stock - k WHERE stock >= k,
+ *     COMMIT. If the INSERT hits the unique key, the users' existing
+ *     orders are looked up (DUPLICATE) and the rest retried; if the CAS
+ *     matches nothing, the stock s is read and the first s by arrival are
+ *     retried (the rest SOLD_OUT). A broken connection before COMMIT
+ *     retries on a fresh one, a deadlock retries, and any other key clash
+ *     in the INSERT (a user twice, an order id taken before) falls back to
+ *     one transaction per purchase: each item gets the answer it would
+ *     have got alone.
  *
- * A purchase is bounded: one that cannot finish within
- * STORE_PURCHASE_BUDGET_MS of its call (waiting in the queue, for row
- * locks, deadlock retries and a split batch included) returns -ETIME with
- * nothing written for it. An attempt that might wait for a row lock
- * (SQL_LOCK_WAIT_S) is started only while that much of the budget is
- * left.
+ * A purchase is bounded in time: an item whose deadline_ms has passed, or
+ * leaves too little for an attempt that may wait for a row lock
+ * (SQL_LOCK_WAIT_S), gets -ETIME with nothing written for it.
  *
- * Returns 0, or as above (-EINPROGRESS for every member of a batch whose
- * COMMIT went unanswered), -ETIME, or -EEXIST: order_id is already taken
- * (the ID worker's counter was lost); nothing was written for this
- * purchase, retry with a new id. Counts the
- * outcomes and transaction sizes in common/metrics.h. Thread-safe in the
- * sense of this header: st is the calling thread's own.
+ * Errors per item: -ENOTCONN (MySQL unreachable; nothing written),
+ * -EINPROGRESS (its COMMIT went unanswered: the outcome is unknown), -ETIME,
+ * -EEXIST (its order_id is taken already, the ID worker's counter was
+ * lost: nothing written, retry it with a fresh id), -EIO. Counts the
+ * outcomes and transaction sizes in common/metrics.h. st is the calling
+ * thread's own.
  */
-int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
-                         int64_t voucher_id, enum store_purchase *outcome);
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n);
 
 enum order_status {
     ORDER_UNPAID = 1,

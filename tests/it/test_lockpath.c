@@ -71,8 +71,8 @@ static void buy_all(const struct it_server *s, int64_t v, const int64_t *users,
     snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
     for (size_t i = 0; i < n; i++) {
         it_token(users[i], TOKEN_ROLE_USER, 3600, toks[i]);
-        reqs[i] = (struct it_req){.method = "POST", .path = path,
-                                  .token = toks[i]};
+        reqs[i] =
+            (struct it_req){.method = "POST", .path = path, .token = toks[i]};
         to[i] = s;
     }
     it_http_run_all(reqs, to, resps, n);
@@ -122,10 +122,11 @@ static void assert_unlocked(uint16_t port, int64_t u)
 static void test_late_reply(void **state)
 {
     uint16_t port = it_free_port();
-    char *log_path = xasprintf("%s/redis-lockpath-%u.log", it_log_dir(),
-                               (unsigned)port);
-    char *lock_url = xasprintf(
-        "SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=400", (unsigned)port);
+    char *log_path =
+        xasprintf("%s/redis-lockpath-%u.log", it_log_dir(), (unsigned)port);
+    char *lock_url =
+        xasprintf("SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=400",
+                  (unsigned)port);
     const char *env[] = {lock_url, "SECKILL_THREADS=32", NULL};
     int64_t v = it_seckill_create(&srv, 1, 1000, -60, 3600);
     int64_t a[GROUP], b[GROUP], warm = fresh_user();
@@ -224,8 +225,8 @@ static void test_late_reply(void **state)
 static void test_unknown_acquire_undone(void **state)
 {
     uint16_t port = it_free_port();
-    char *log_path = xasprintf("%s/redis-lockpath-%u.log", it_log_dir(),
-                               (unsigned)port);
+    char *log_path =
+        xasprintf("%s/redis-lockpath-%u.log", it_log_dir(), (unsigned)port);
     struct it_proxy proxy;
     char *lock_url;
     int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
@@ -242,8 +243,9 @@ static void test_unknown_acquire_undone(void **state)
     redis = it_redis_start(port, log_path, NULL);
     assert_true(redis > 0);
     assert_int_equal(0, it_proxy_start(&proxy, "lockpath", port));
-    lock_url = xasprintf("SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=300",
-                         (unsigned)proxy.port);
+    lock_url =
+        xasprintf("SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=300",
+                  (unsigned)proxy.port);
     const char *env[] = {lock_url, NULL};
     assert_int_equal(0, it_server_start(&inst, "lockpath-undo", env));
     it_purchase(&inst, v, warm, &resp);
