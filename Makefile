@@ -76,7 +76,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san bench-lock bench bench-jmeter faults test-faults format \
-        check-dockerfile stress \
+        check-dockerfile stress bench-profile \
         format-check clean
 
 all: build
@@ -215,6 +215,14 @@ bench: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/run.sh $(BUILD)
+
+# CPU time and context switches per purchase of one instance under a
+# 256-connection crowd; BENCH_PROFILE="label=binary[:ENV=v,...] ..." to
+# compare builds in one run (bench/profile.sh).
+bench-profile: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/profile.sh $(BENCH_PROFILE)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services
