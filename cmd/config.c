@@ -39,7 +39,7 @@ const char config_usage[] =
     "  --queue-max N       SECKILL_QUEUE_MAX    "
     "purchases waiting per voucher; more get\n"
     "                                           "
-    "429 BUSY at once (10000)\n"
+    "429 BUSY at once (20000)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
@@ -118,7 +118,7 @@ static const struct {
     [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
     [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
-    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "10000"},
+    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "20000"},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},

@@ -93,7 +93,7 @@ static void test_defaults(void **state)
          * per core, and a queue that drains in about a second. */
         assert_int_equal(c.http.threads, cores < 2 ? 2 : cores);
         assert_int_equal(c.http.engine_threads, 2 * cores);
-        assert_int_equal(c.http.queue_max, 10000);
+        assert_int_equal(c.http.queue_max, 20000);
     }
     assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
     assert_int_equal(c.http.store.mysql_port, 13306);
