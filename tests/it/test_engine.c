@@ -106,8 +106,8 @@ static void test_client_hangs_up(void **state)
     int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
     int64_t u = next_user++;
     char tok[TOKEN_STR_LEN], path[96];
-    struct it_req req = {.method = "POST", .path = path, .token = tok,
-                         .timeout_s = 1};
+    struct it_req req = {
+        .method = "POST", .path = path, .token = tok, .timeout_s = 1};
     struct it_resp resp;
 
     (void)state;
@@ -151,18 +151,19 @@ static pid_t crowd_in_child(const struct it_server *s, int64_t v, int64_t first,
                  (long long)v);
         for (size_t i = 0; i < n; i++) {
             it_token(first + (int64_t)i, TOKEN_ROLE_USER, 3600, toks[i]);
-            reqs[i] = (struct it_req){.method = "POST", .path = path,
-                                      .token = toks[i], .timeout_s = 20};
+            reqs[i] = (struct it_req){.method = "POST",
+                                      .path = path,
+                                      .token = toks[i],
+                                      .timeout_s = 20};
             to[i] = s;
         }
         it_http_run_all(reqs, to, resps, n);
         for (size_t i = 0; i < n; i++)
-            status[i] = resps[i].status == 429 &&
-                                strcmp(resps[i].retry_after, "1") == 0
-                            ? 4291
-                            : resps[i].status;
-        _exit(write(fd, status, n * sizeof(long)) ==
-                      (ssize_t)(n * sizeof(long))
+            status[i] =
+                resps[i].status == 429 && strcmp(resps[i].retry_after, "1") == 0
+                    ? 4291
+                    : resps[i].status;
+        _exit(write(fd, status, n * sizeof(long)) == (ssize_t)(n * sizeof(long))
                   ? 0
                   : 1);
     }

@@ -72,8 +72,10 @@ static void one_round(int round, int64_t first)
     snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
     for (size_t i = 0; i < CROWD; i++) {
         it_token(first + (int64_t)i, TOKEN_ROLE_USER, 3600, toks[i]);
-        reqs[i] = (struct it_req){.method = "POST", .path = path,
-                                  .token = toks[i], .timeout_s = TIMEOUT_S};
+        reqs[i] = (struct it_req){.method = "POST",
+                                  .path = path,
+                                  .token = toks[i],
+                                  .timeout_s = TIMEOUT_S};
         to[i] = &srv[i % 2];
     }
     t0 = util_mono_ms();
@@ -87,13 +89,12 @@ static void one_round(int round, int64_t first)
             int64_t id = it_json_id(r->json, "orderId");
 
             created++;
-            assert_int_equal(1, it_sql_scalar(
-                                    "SELECT COUNT(*) FROM voucher_orders "
-                                    "WHERE id = %lld AND user_id = %lld AND "
-                                    "voucher_id = %lld",
-                                    (long long)id,
-                                    (long long)(first + (int64_t)i),
-                                    (long long)v));
+            assert_int_equal(
+                1, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                                 "WHERE id = %lld AND user_id = %lld AND "
+                                 "voucher_id = %lld",
+                                 (long long)id, (long long)(first + (int64_t)i),
+                                 (long long)v));
         } else {
             it_assert_error(r, 409, "SOLD_OUT");
         }
