@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 
 #include "tests/it/harness.h"
+#include "tests/it/promtext.h"
 
 #define USER_BASE 240000000000LL
 #define CROWD_MAX 64
@@ -235,6 +236,26 @@ static void test_sigterm_with_parked_purchases(void **state)
  * BUSY with Retry-After at once. Nothing is written for them; the rest
  * buy once the row is free.
  */
+/* One series of s's /metrics (-1 when absent). */
+static double metric(const struct it_server *s, const char *name,
+                     const char *labels)
+{
+    struct it_resp resp;
+    struct prom_doc doc;
+    double v;
+
+    it_http(s, "GET", "/metrics", NULL, NULL, &resp);
+    it_assert_status(&resp, 200);
+    if (prom_parse(resp.body, &doc) != 0) {
+        print_error("/metrics: %s\n", doc.error);
+        fail();
+    }
+    v = prom_value(&doc, name, labels);
+    prom_free(&doc);
+    it_resp_free(&resp);
+    return v;
+}
+
 static void test_queue_bound(void **state)
 {
     enum { N = 40 };
@@ -269,6 +290,15 @@ static void test_queue_bound(void **state)
     assert_true(busy >= N - 1 - 5 - 5);
     assert_int_equal((int64_t)created, it_sql_order_count(v));
     assert_int_equal(100 - (int64_t)created, it_sql_stock(v));
+    /* What /metrics shows of it: every refusal counted as shed, every
+     * purchase that ran timed in the queue, every connection's wait in
+     * front of the service. */
+    assert_true(metric(&inst, "seckill_purchases_total", "outcome=\"shed\"") ==
+                (double)busy);
+    assert_true(metric(&inst, "seckill_purchase_queue_wait_seconds_count",
+                       "") == (double)created);
+    assert_true(metric(&inst, "seckill_http_accept_wait_seconds_count", "") >=
+                N);
     assert_int_equal(0, it_server_stop(&inst));
 }
 
