@@ -428,6 +428,40 @@ static void test_redis_password(void **state)
     free(log_path);
 }
 
+/*
+ * Only the purchase lock's backend is unreachable (its own URL points at a
+ * closed port): /readyz says so (503, details.lock "unreachable") while
+ * MySQL and Redis answer, and purchases are 503 with nothing written.
+ */
+static void test_lock_unreachable(void **state)
+{
+    char *lock_url =
+        xasprintf("SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=200",
+                  (unsigned)it_free_port());
+    const char *env[] = {lock_url, NULL};
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    struct it_server inst;
+    struct it_resp resp;
+    const json_t *details;
+
+    (void)state;
+    assert_int_equal(0, it_server_start(&inst, "faults-nolock", env));
+    it_http(&inst, "GET", "/readyz", NULL, NULL, &resp);
+    it_assert_error(&resp, 503, "UNAVAILABLE");
+    details = json_object_get(json_object_get(resp.json, "error"), "details");
+    assert_string_equal("ok", it_json_str(details, "mysql"));
+    assert_string_equal("ok", it_json_str(details, "redis"));
+    assert_string_equal("unreachable", it_json_str(details, "lock"));
+    assert_string_equal("redis", it_json_str(details, "lockBackend"));
+    it_resp_free(&resp);
+    it_purchase(&inst, v, user_id(30), &resp);
+    assert_unavailable(&resp);
+    it_resp_free(&resp);
+    assert_int_equal(0, it_server_stop(&inst));
+    assert_int_equal(0, it_sql_order_count(v));
+    free(lock_url);
+}
+
 static void test_mysql_reconnect(void **state)
 {
     const struct store_config *sc = it_store_config();
@@ -592,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_mysql_unreachable),
         cmocka_unit_test(test_redis_reconnect),
         cmocka_unit_test(test_redis_password),
+        cmocka_unit_test(test_lock_unreachable),
         cmocka_unit_test(test_mysql_reconnect),
         cmocka_unit_test(test_id_reuse),
         cmocka_unit_test(test_clean_shutdown),
