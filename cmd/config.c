@@ -77,6 +77,13 @@ const char config_usage[] =
     "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
     "                                           "
     "new vouchers' stock in N rows, 1..64 (1)\n"
+    "  --pay-timeout-s N   SECKILL_PAY_TIMEOUT_S\n"
+    "                                           "
+    "an unpaid order expires after N s (900)\n"
+    "  --pay-secret HEX    SECKILL_PAY_SECRET   "
+    "64 hex chars, the payment provider's\n"
+    "                                           "
+    "notify key; none: no notify route\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -103,6 +110,8 @@ enum setting_id {
     SET_BATCH_MAX,
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
+    SET_PAY_TIMEOUT,
+    SET_PAY_SECRET,
     SET_COUNT
 };
 
@@ -131,6 +140,8 @@ static const struct {
     [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
+    [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
+    [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -366,6 +377,18 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
                         STORE_SEGMENTS_MAX, v);
         h->store.stock_segments = (unsigned)n;
+        return 0;
+    case SET_PAY_TIMEOUT:
+        if (parse_int(v, 1, STORE_PAY_TIMEOUT_MAX_S, &n))
+            return fail(err, errlen, "%s: must be 1..%d seconds (got \"%s\")",
+                        env, STORE_PAY_TIMEOUT_MAX_S, v);
+        h->store.pay_timeout_s = (unsigned)n;
+        return 0;
+    case SET_PAY_SECRET:
+        h->has_pay_secret = v[0] != '\0';
+        if (h->has_pay_secret &&
+            util_hex_decode(v, h->pay_secret, sizeof(h->pay_secret)))
+            return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
     case SET_COUNT:
         break;

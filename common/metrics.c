@@ -64,6 +64,10 @@ static const struct {
                                          "sold_out_cached"},
     [METRIC_PURCHASE_SHED] = {"purchases", "outcome", "shed"},
     [METRIC_PURCHASE_EXPIRED] = {"purchases", "outcome", "expired"},
+    [METRIC_ORDER_PAID] = {"order_transitions", "to", "paid"},
+    [METRIC_ORDER_CANCELLED] = {"order_transitions", "to", "cancelled"},
+    [METRIC_ORDER_EXPIRED] = {"order_transitions", "to", "expired"},
+    [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
     [METRIC_CONN_ERROR_MYSQL] = {"connection_errors", "backend", "mysql"},
     [METRIC_CONN_ERROR_REDIS] = {"connection_errors", "backend", "redis"},
     /* Rendered on their own: */
@@ -80,6 +84,11 @@ static const struct {
     {"purchases", "Purchase attempts that reached a decision, by outcome."},
     {"connection_errors",
      "MySQL and Redis connections that failed to open or broke."},
+    {"order_transitions",
+     "Unpaid orders that were paid, cancelled or expired."},
+    {"payments_refused",
+     "Payments refused because the order was closed or its deadline had "
+     "passed (the payment must be refunded)."},
 };
 
 /* ---- the per-thread block ---- */
@@ -471,6 +480,9 @@ static void render_waits(struct out *o, const struct sums *s)
         [METRIC_WAIT_QUEUE] = {"purchase_queue_wait_seconds",
                                "Time a purchase waited in its voucher's "
                                "queue for its batch to start."},
+        [METRIC_WAIT_EXPIRY_LAG] = {"order_expiry_lag_seconds",
+                                    "Time from an unpaid order's pay "
+                                    "deadline to its expiry."},
     };
 
     for (unsigned w = 0; w < METRIC_WAITS; w++) {

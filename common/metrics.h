@@ -35,6 +35,10 @@ enum metric_counter {
     METRIC_PURCHASE_SOLD_OUT_CACHED, /* refused from the sold-out cache */
     METRIC_PURCHASE_SHED,            /* its voucher's queue was full: 429 */
     METRIC_PURCHASE_EXPIRED,         /* over its time budget: 503 */
+    METRIC_ORDER_PAID,               /* an order went unpaid -> paid */
+    METRIC_ORDER_CANCELLED,          /* unpaid -> cancelled */
+    METRIC_ORDER_EXPIRED,            /* unpaid -> expired */
+    METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
     METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
@@ -61,6 +65,9 @@ enum metric_wait {
     /* seckill_purchase_queue_wait_seconds: from a purchase's submission
      * to the start of its batch. */
     METRIC_WAIT_QUEUE,
+    /* seckill_order_expiry_lag_seconds: from an unpaid order's pay
+     * deadline to its expiry. */
+    METRIC_WAIT_EXPIRY_LAG,
     METRIC_WAITS
 };
 

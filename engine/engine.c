@@ -1,7 +1,7 @@
 /*
  * engine.c - the purchase engine (see engine.h): per-voucher queues, a
- * list of vouchers ready for a batch, and worker threads that each run
- * one batch at a time.
+ * list of vouchers ready for a batch, a queue of tasks, worker threads
+ * that each run one batch or task at a time, and the expiry thread.
  *
  * One mutex guards the queues and the ready list; it is held only to
  * append, to take a batch and to put a voucher back on the list, never
@@ -48,9 +48,14 @@ struct engine {
     pthread_cond_t cond;
     struct vqueue *buckets[QUEUE_BUCKETS];
     struct vqueue *ready_head, *ready_tail;
+    struct engine_task *tasks_head, *tasks_tail;
     bool stopping;
     pthread_t *threads;
     unsigned nthreads;
+    /* the expiry thread */
+    pthread_t expiry;
+    bool expiry_started;
+    pthread_cond_t expiry_cond; /* CLOCK_MONOTONIC; signalled to stop */
 };
 
 /* One member of a batch, on its worker's stack. */
@@ -131,6 +136,25 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     q->tail = p;
     q->queued++;
     ready_push(e, q);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int engine_run(struct engine *e, struct engine_task *t)
+{
+    t->next = NULL;
+    t->err = 0;
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        return -ESHUTDOWN;
+    }
+    if (e->tasks_tail)
+        e->tasks_tail->next = t;
+    else
+        e->tasks_head = t;
+    e->tasks_tail = t;
+    pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->mu);
     return 0;
 }
@@ -341,10 +365,23 @@ static void *worker_main(void *arg)
         size_t n = 0;
         int64_t now;
 
-        while (!e->stopping && !e->ready_head)
+        while (!e->stopping && !e->ready_head && !e->tasks_head)
             pthread_cond_wait(&e->cond, &e->mu);
         if (e->stopping)
             break;
+        if (e->tasks_head) {
+            /* A task first: one transaction, and a person waiting. */
+            struct engine_task *t = e->tasks_head;
+
+            e->tasks_head = t->next;
+            if (!e->tasks_head)
+                e->tasks_tail = NULL;
+            pthread_mutex_unlock(&e->mu);
+            t->run(t, st);
+            t->done(t);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
         q = ready_pop(e);
         q->running = true;
         if (e->cfg.batch_linger_us && q->queued < e->cfg.batch_max) {
@@ -379,6 +416,55 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ---- the expiry of unpaid orders ---- */
+
+static void *expiry_main(void *arg)
+{
+    struct engine *e = arg;
+    struct store *st = store_new(e->cfg.store);
+    int64_t failing_since = 0;
+
+    pthread_mutex_lock(&e->mu);
+    while (!e->stopping) {
+        struct store_expired out;
+        int err;
+
+        pthread_mutex_unlock(&e->mu);
+        err = store_orders_expire(st, STORE_EXPIRE_BATCH_MAX, &out);
+        if (err) {
+            /* MySQL down: the deadlines wait in MySQL; log once a run. */
+            if (!failing_since)
+                log_warn("order expiry failed", "err=%d", err);
+            failing_since = util_mono_ms();
+        } else {
+            if (failing_since)
+                log_info("order expiry running again", NULL);
+            failing_since = 0;
+            metrics_count(METRIC_ORDER_EXPIRED, out.orders);
+            for (size_t i = 0; i < out.orders; i++)
+                metrics_observe_wait(
+                    METRIC_WAIT_EXPIRY_LAG,
+                    (uint64_t)(out.lag_us[i] > 0 ? out.lag_us[i] : 0) * 1000u);
+            for (size_t i = 0; i < out.nvouchers; i++)
+                if (e->cfg.stock_returned)
+                    e->cfg.stock_returned(e->cfg.stock_returned_ctx, st,
+                                          out.vouchers[i]);
+        }
+        pthread_mutex_lock(&e->mu);
+        /* A full batch: there may be more right away. */
+        if (!err && out.orders == STORE_EXPIRE_BATCH_MAX)
+            continue;
+        int64_t wake = util_mono_ms() + ENGINE_EXPIRY_POLL_MS;
+        struct timespec ts = {(time_t)(wake / 1000),
+                              (long)(wake % 1000) * 1000000L};
+        while (!e->stopping && util_mono_ms() < wake)
+            pthread_cond_timedwait(&e->expiry_cond, &e->mu, &ts);
+    }
+    pthread_mutex_unlock(&e->mu);
+    store_free(st);
+    return NULL;
+}
+
 struct engine *engine_start(const struct engine_config *cfg)
 {
     struct engine *e = xcalloc(1, sizeof(*e));
@@ -394,6 +480,21 @@ struct engine *engine_start(const struct engine_config *cfg)
         e->cfg.queue_max = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cond, NULL);
+    {
+        pthread_condattr_t attr;
+
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&e->expiry_cond, &attr);
+        pthread_condattr_destroy(&attr);
+    }
+    if (e->cfg.expiry) {
+        if (pthread_create(&e->expiry, NULL, expiry_main, e) != 0) {
+            log_error("order expiry start failed", NULL);
+            abort();
+        }
+        e->expiry_started = true;
+    }
     e->threads = xcalloc(e->cfg.workers, sizeof(*e->threads));
     for (unsigned i = 0; i < e->cfg.workers; i++) {
         if (pthread_create(&e->threads[i], NULL, worker_main, e) != 0) {
@@ -414,9 +515,20 @@ void engine_stop(struct engine *e)
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
     pthread_cond_broadcast(&e->cond);
+    pthread_cond_broadcast(&e->expiry_cond);
     pthread_mutex_unlock(&e->mu);
     for (unsigned i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i], NULL);
+    if (e->expiry_started)
+        pthread_join(e->expiry, NULL);
+    /* Tasks nobody ran: refused. */
+    while (e->tasks_head) {
+        struct engine_task *t = e->tasks_head;
+
+        e->tasks_head = t->next;
+        t->err = -ESHUTDOWN;
+        t->done(t);
+    }
 
     /* No worker left: whatever still waits is answered here. */
     for (size_t h = 0; h < QUEUE_BUCKETS; h++) {
@@ -440,6 +552,7 @@ void engine_stop(struct engine *e)
         p->err = -ESHUTDOWN;
         p->done(p);
     }
+    pthread_cond_destroy(&e->expiry_cond);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->mu);
     free(e->threads);

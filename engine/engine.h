@@ -27,17 +27,28 @@
  * anything written. So a purchase is answered within its deadline plus at
  * most one statement in flight (common/sqlflavour.h bounds those).
  *
- * Thread-safe: engine_submit() from any thread, done() from an engine
- * thread.
+ * Besides purchases the engine runs two more kinds of work off the HTTP
+ * threads: tasks (a cancel, a payment: one short transaction each, which
+ * may wait for a row another transaction holds), first come first served
+ * on the same workers; and the expiry of unpaid orders, on a thread of its
+ * own that closes, every EXPIRY_POLL_MS, the orders whose pay deadline has
+ * passed, in batches (store_orders_expire), on every instance at once
+ * without double work, and reports each voucher that got units back.
+ *
+ * Thread-safe: engine_submit() and engine_run() from any thread, done()
+ * from an engine thread.
  */
 #ifndef SECKILL_ENGINE_H
 #define SECKILL_ENGINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "lock/lock.h"
 #include "store/store.h"
+
+struct store;
 
 struct engine_config {
     const struct store_config *store; /* every worker's own store */
@@ -47,7 +58,16 @@ struct engine_config {
     unsigned batch_linger_us;         /* a batch waits this long for more */
     unsigned queue_max;               /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;             /* lease of the per-user lock */
+    /* Units of voucher_id went back on sale (a cancel or an expiry): tell
+     * whoever caches "sold out". Called on an engine thread with its
+     * store. May be NULL. */
+    void (*stock_returned)(void *ctx, struct store *st, int64_t voucher_id);
+    void *stock_returned_ctx;
+    bool expiry; /* run the expiry thread (false in unit tests) */
 };
+
+/* How often the expiry looks for unpaid orders past their deadline. */
+#define ENGINE_EXPIRY_POLL_MS 250
 
 enum engine_outcome {
     ENGINE_OK,        /* order order_id is committed */
@@ -95,9 +115,28 @@ struct engine *engine_start(const struct engine_config *cfg);
 int engine_submit(struct engine *e, struct engine_purchase *p);
 
 /*
- * Stop: refuse new purchases, let the batches that run finish (answered as
- * usual), answer every purchase still queued with -ESHUTDOWN, and join the
- * workers. Every done() has returned when this returns. Accepts NULL.
+ * A task: run() on an engine thread with that thread's store, then done()
+ * on the same thread. Owned by the caller until done() has been called.
+ */
+struct engine_task {
+    void (*run)(struct engine_task *t, struct store *st);
+    void (*done)(struct engine_task *t);
+    int err; /* -ESHUTDOWN when the engine stopped before running it */
+    /* Private to the engine: */
+    struct engine_task *next;
+};
+
+/*
+ * Queue task t. Returns 0: t->done(t) will be called exactly once, from an
+ * engine thread. Or -ESHUTDOWN (nothing queued, done() not called).
+ */
+int engine_run(struct engine *e, struct engine_task *t);
+
+/*
+ * Stop: refuse new purchases and tasks, let the batches and tasks that run
+ * finish (answered as usual), answer every purchase and task still queued
+ * with -ESHUTDOWN, stop the expiry and join the threads. Every done() has
+ * returned when this returns. Accepts NULL.
  */
 void engine_stop(struct engine *e);
 

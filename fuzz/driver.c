@@ -249,6 +249,9 @@ void fuzz_driver_init(void)
     cfg.lock_ttl_ms = 10000;
     cfg.lock_url = "redis://127.0.0.1:1";
     cfg.dev = true;
+    /* The notify route exists; its signature cannot be forged. */
+    cfg.has_pay_secret = true;
+    memset(cfg.pay_secret, 0x5a, sizeof(cfg.pay_secret));
     srv.cfg = &cfg;
     srv.locks = fuzz_backend_lock_client();
     pthread_once(&store_key_once, store_key_create);

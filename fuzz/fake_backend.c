@@ -47,8 +47,10 @@ static redisContext fake_redis;
 static char script[256];
 static size_t script_len, script_pos;
 static unsigned calls;
-/* The purchase the engine holds: answered by fuzz_backend_engine_run(). */
+/* The purchase or task the engine holds: answered by
+ * fuzz_backend_engine_run(). */
 static struct engine_purchase *pending;
+static struct engine_task *pending_task;
 static struct store_voucher last_voucher;
 static bool have_last_voucher;
 
@@ -161,6 +163,7 @@ const struct store_voucher *fuzz_backend_last_voucher(void)
 void fuzz_backend_finish(void)
 {
     FUZZ_CHECK(!pending, "a purchase was submitted and never answered");
+    FUZZ_CHECK(!pending_task, "a task was queued and never run");
     script_len = script_pos = 0;
     calls = 0;
 }
@@ -382,6 +385,9 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
     return 0;
 }
 
+static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
+                       unsigned variant);
+
 int engine_submit(struct engine *e, struct engine_purchase *p)
 {
     unsigned variant;
@@ -441,15 +447,88 @@ size_t engine_queue_top(struct engine *e, int64_t *ids, unsigned *depths,
     return 0;
 }
 
+int engine_run(struct engine *e, struct engine_task *t)
+{
+    (void)e;
+    FUZZ_CHECK(t->run && t->done, "a task without its functions");
+    FUZZ_CHECK(!pending && !pending_task, "a second task in one request");
+    t->err = 0;
+    pending_task = t;
+    return 0;
+}
+
 bool fuzz_backend_engine_run(void)
 {
     struct engine_purchase *p = pending;
+    struct engine_task *t = pending_task;
 
+    if (t) {
+        pending_task = NULL;
+        t->run(t, &fake_store);
+        t->done(t);
+        return true;
+    }
     if (!p)
         return false;
     pending = NULL;
     p->done(p);
     return true;
+}
+
+int store_order_cancel(struct store *st, int64_t order_id,
+                       enum store_close *outcome, struct store_order *o)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("order id", order_id);
+    if ((err = step(&variant)))
+        return err;
+    *outcome = (enum store_close)(variant % 5);
+    fill_order(o, order_id, FUZZ_USER_ID, variant);
+    return 0;
+}
+
+int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
+                    const char *txn_id, enum store_pay *outcome,
+                    struct store_order *o, int64_t *pay_value)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("order id", order_id);
+    FUZZ_CHECK(amount >= 0 && amount <= MONEY_MAX, "amount %lld",
+               (long long)amount);
+    FUZZ_CHECK(txn_id && *txn_id && strlen(txn_id) <= 64,
+               "a transaction id of %zu bytes", txn_id ? strlen(txn_id) : 0);
+    FUZZ_CHECK(fuzz_utf8_valid(txn_id, strlen(txn_id)), "txn id not UTF-8");
+    *pay_value = 4750;
+    if ((err = step(&variant)))
+        return err;
+    *outcome = (enum store_pay)(variant % 8);
+    fill_order(o, order_id, FUZZ_USER_ID, variant);
+    return 0;
+}
+
+int store_voucher_stats(struct store *st, int64_t voucher_id,
+                        struct store_voucher_stats *out)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    if ((err = step(&variant)))
+        return err;
+    out->initial_stock = variant == 1 ? -1 : 10;
+    out->stock = 3;
+    out->unpaid = 2;
+    out->paid = 4;
+    out->cancelled = 1;
+    out->expired = variant;
+    return 0;
 }
 
 static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
@@ -458,7 +537,15 @@ static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
     o->id = id;
     o->user_id = user_id;
     o->voucher_id = 7;
-    o->status = (enum order_status)(ORDER_UNPAID + variant % 6);
+    static const enum order_status st[] = {ORDER_UNPAID, ORDER_PAID,
+                                           ORDER_CANCELLED, ORDER_EXPIRED};
+    o->status = st[variant % 4];
+    o->pay_deadline_ms = variant % 2 ? 0 : util_now_ms() + 900000;
+    o->pay_time_ms = o->status == ORDER_PAID ? util_now_ms() : 0;
+    o->close_time_ms =
+        o->status == ORDER_CANCELLED || o->status == ORDER_EXPIRED
+            ? util_now_ms()
+            : 0;
     o->created = util_now_ms() / 1000;
 }
 

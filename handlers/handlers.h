@@ -36,6 +36,10 @@ struct handlers_config {
      * without a message (handlers/vcache.c); 0: no cache. */
     unsigned soldout_ttl_ms;
     unsigned char secret[TOKEN_KEY_LEN];
+    /* The payment provider's key for POST /api/payments/notify (HMAC-
+     * SHA256 of the body); without it the route does not exist. */
+    bool has_pay_secret;
+    unsigned char pay_secret[32];
     struct store_config store;
 };
 

@@ -373,6 +373,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http server error", "detail=\"%s\"", buf);
 }
 
+/* The engine's expiry gave units back: voucher caches must forget
+ * "sold out" (on the engine thread, with its store's Redis connection). */
+static void stock_returned(void *ctx, struct store *st, int64_t voucher_id)
+{
+    struct handlers_server *srv = ctx;
+
+    vcache_voucher_changed(srv->vcache, st, voucher_id);
+}
+
 int handlers_server_start(const struct handlers_config *cfg,
                           struct handlers_server **out)
 {
@@ -415,6 +424,9 @@ int handlers_server_start(const struct handlers_config *cfg,
         .batch_linger_us = cfg->store.batch_linger_us,
         .queue_max = cfg->queue_max,
         .lock_ttl_ms = cfg->lock_ttl_ms,
+        .stock_returned = stock_returned,
+        .stock_returned_ctx = srv,
+        .expiry = true,
     };
     srv->engine = engine_start(&srv->engine_cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);

@@ -32,6 +32,8 @@ enum api_error {
     ERR_ENDED,
     ERR_SOLD_OUT,
     ERR_ALREADY_PURCHASED,
+    ERR_ORDER_PAID,
+    ERR_ORDER_CLOSED,
     ERR_PAYLOAD_TOO_LARGE,
     ERR_BUSY,
     ERR_RATE_LIMITED,
@@ -85,6 +87,9 @@ struct request {
     bool parked;
     struct engine_purchase purchase;
     uint64_t vcache_gen; /* of the voucher cache entry read at step 1 */
+    /* An order's cancel or payment, run as an engine task (orders.c): */
+    struct engine_task task;
+    struct order_op *op;
 };
 
 /*
@@ -305,5 +310,26 @@ unsigned voucher_get(struct request *req);
 unsigned voucher_seckill_post(struct request *req);
 unsigned orders_get(struct request *req);
 unsigned order_get(struct request *req);
+unsigned order_cancel_post(struct request *req);
+unsigned order_pay_post(struct request *req);
+unsigned payment_notify_post(struct request *req);
+unsigned voucher_stats_get(struct request *req);
+
+/*
+ * An order as the API shows it: id, userId, voucherId, status ("unpaid",
+ * "paid", "cancelled", "expired"), createTime, payDeadline, payTime and
+ * closeTime (null until set). A new object.
+ */
+json_t *order_json(const struct store_order *o);
+
+/*
+ * Record a payment for an order on an engine thread and reply with the
+ * outcome (orders.c): for POST /api/payments/notify and the dev-mode
+ * POST /api/orders/{id}/pay. user_id > 0: only that user's order (else
+ * 404); amount < 0: the voucher's price (the simulated provider). Parks
+ * req; returns 0.
+ */
+unsigned order_pay_park(struct request *req, int64_t order_id, int64_t user_id,
+                        int64_t amount, const char *txn_id);
 
 #endif

@@ -19,8 +19,12 @@ static const struct route routes[] = {
     {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST"},
     {"/api/vouchers/{id}", voucher_get, NULL, "GET"},
     {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST"},
+    {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET"},
     {"/api/orders", orders_get, NULL, "GET"},
     {"/api/orders/{id}", order_get, NULL, "GET"},
+    {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST"},
+    {"/api/orders/{id}/pay", NULL, order_pay_post, "POST"},
+    {"/api/payments/notify", NULL, payment_notify_post, "POST"},
 };
 
 /* Match path against pattern; 1 = match, 0 = no, -1 = match but bad id. */

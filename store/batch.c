@@ -20,11 +20,12 @@
  * Sold out: when the CAS matches no row, fewer than k remain: the
  * transaction rolls back, the stock s is read, and the first s members by
  * arrival are tried again (the others are SOLD_OUT once the stock reads
- * 0). Stock never grows during a batch's retries, so each failed CAS sees
- * a smaller s and the loop ends (a bound stops a bug from spinning).
+ * 0). Stock can grow meanwhile (a cancelled or expired order gives its
+ * unit back), so a retry may sell more than the last read said; a bound on
+ * the rounds stops the loop from spinning however the stock moves.
  *
  * Also the per-voucher state the store keeps for the process's lifetime:
- * the segments of a segmented voucher.
+ * the segments of a segmented voucher, and which were seen empty lately.
  */
 #include "store/internal.h"
 
@@ -41,9 +42,10 @@
 
 struct voucher_state {
     int64_t voucher_id;
-    struct voucher_state *next; /* hash chain; fixed once published */
-    atomic_uint segments;       /* 0: not read yet */
-    atomic_uint_fast64_t empty; /* bit j: segment j seen at 0 */
+    struct voucher_state *next;  /* hash chain; fixed once published */
+    atomic_uint segments;        /* 0: not read yet */
+    atomic_uint_fast64_t empty;  /* bit j: segment j seen at 0 */
+    atomic_llong empty_since_ms; /* when the first of those was seen */
 };
 
 /* A member of a batch: the caller's item. */
@@ -100,8 +102,10 @@ static int segments_count_once(struct store *st, void *arg)
     return store_stmt_rows(st, STMT_SEGMENT_COUNT, p, r, 1, NULL, NULL, &n);
 }
 
-int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
-                               unsigned *n)
+/* As store_voucher_segments_get(), the read done by fn (which may be
+ * wrapped in store_retry() or not). */
+static int segments_get(struct store *st, struct voucher_state *vs, unsigned *n,
+                        bool retry)
 {
     struct segments_args a = {vs->voucher_id, 0};
     unsigned known = atomic_load_explicit(&vs->segments, memory_order_relaxed);
@@ -111,7 +115,8 @@ int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
         *n = known;
         return 0;
     }
-    err = store_retry(st, segments_count_once, &a);
+    err = retry ? store_retry(st, segments_count_once, &a)
+                : segments_count_once(st, &a);
     if (err)
         return err;
     if (a.count > STORE_SEGMENTS_MAX) {
@@ -127,17 +132,52 @@ int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
     return 0;
 }
 
-bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg)
+int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
+                               unsigned *n)
+{
+    return segments_get(st, vs, n, true);
+}
+
+int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
+                                unsigned *n)
+{
+    return segments_get(st, vs, n, false);
+}
+
+/* A segment seen empty is skipped for this long: a cancelled or expired
+ * order may have given it a unit back meanwhile (on another instance). */
+#define SEGMENT_EMPTY_TTL_MS 1000
+
+bool store_segment_is_empty(struct voucher_state *vs, unsigned seg)
 {
     uint_fast64_t bits = atomic_load_explicit(&vs->empty, memory_order_relaxed);
+
+    if (!bits)
+        return false;
+    if (util_mono_ms() -
+            atomic_load_explicit(&vs->empty_since_ms, memory_order_relaxed) >=
+        SEGMENT_EMPTY_TTL_MS) {
+        atomic_store_explicit(&vs->empty, 0, memory_order_relaxed);
+        return false;
+    }
     return seg < 64 && (bits >> seg & 1);
 }
 
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg)
 {
+    if (seg >= 64)
+        return;
+    if (!atomic_fetch_or_explicit(&vs->empty, (uint_fast64_t)1 << seg,
+                                  memory_order_relaxed))
+        atomic_store_explicit(&vs->empty_since_ms, util_mono_ms(),
+                              memory_order_relaxed);
+}
+
+void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg)
+{
     if (seg < 64)
-        atomic_fetch_or_explicit(&vs->empty, (uint_fast64_t)1 << seg,
-                                 memory_order_relaxed);
+        atomic_fetch_and_explicit(&vs->empty, ~((uint_fast64_t)1 << seg),
+                                  memory_order_relaxed);
 }
 
 /* ---- one batch's transaction ---- */
@@ -270,7 +310,8 @@ static int dups_settle(struct store *st, struct batch *b)
 static int orders_insert(struct store *st, struct batch *b, struct member **in,
                          size_t k)
 {
-    MYSQL_BIND p[3 * STMT_ROWS_MAX];
+    MYSQL_BIND p[4 * STMT_ROWS_MAX];
+    int64_t pay_timeout_s = store_pay_timeout_s(st);
     MYSQL_STMT *s;
     size_t done = 0;
     int err;
@@ -281,17 +322,18 @@ static int orders_insert(struct store *st, struct batch *b, struct member **in,
         while (insert_sizes[j].rows > k - done)
             j++;
         w = insert_sizes[j].rows;
-        memset(p, 0, 3 * w * sizeof(p[0]));
+        memset(p, 0, 4 * w * sizeof(p[0]));
         for (size_t r = 0; r < w; r++) {
-            bind_i64(&p[3 * r], &in[done + r]->order_id);
-            bind_i64(&p[3 * r + 1], &in[done + r]->user_id);
-            bind_i64(&p[3 * r + 2], &b->voucher_id);
+            bind_i64(&p[4 * r], &in[done + r]->order_id);
+            bind_i64(&p[4 * r + 1], &in[done + r]->user_id);
+            bind_i64(&p[4 * r + 2], &b->voucher_id);
+            bind_i64(&p[4 * r + 3], &pay_timeout_s);
         }
         err = store_stmt_exec(st, insert_sizes[j].id, p, NULL, &s);
         if (err == -EEXIST) {
             const char *m = mysql_stmt_error(st->stmts[insert_sizes[j].id]);
 
-            if (strstr(m, "uk_orders_user_voucher") && !b->dups_checked)
+            if (strstr(m, "uk_orders_active") && !b->dups_checked)
                 return BATCH_DUPS;
             log_warn("purchase batch split by a key clash",
                      "voucher=%lld batch=%zu err=\"%s\"",

@@ -41,7 +41,7 @@
 #define LIST_16 LIST_8 ", " LIST_8
 #define LIST_32 LIST_16 ", " LIST_16
 #define LIST_64 LIST_32 ", " LIST_32
-#define ROWS_1 "(?, ?, ?, 1)"
+#define ROWS_1 "(?, ?, ?, 1, NOW(3) + INTERVAL ? SECOND)"
 #define ROWS_2 ROWS_1 ", " ROWS_1
 #define ROWS_3 ROWS_2 ", " ROWS_1
 #define ROWS_4 ROWS_2 ", " ROWS_2
@@ -59,10 +59,17 @@
 #define ROWS_16 ROWS_8 ", " ROWS_8
 #define ROWS_32 ROWS_16 ", " ROWS_16
 #define ROWS_64 ROWS_32 ", " ROWS_32
+/* Active orders only: a cancelled or expired one does not stop a re-buy. */
 #define ORDERS_EXIST                                                           \
-    "SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN "
+    "SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND status IN "   \
+    "(1, 2) AND user_id IN "
 #define ORDERS_INSERT                                                          \
-    "INSERT INTO voucher_orders (id, user_id, voucher_id, status) VALUES "
+    "INSERT INTO voucher_orders (id, user_id, voucher_id, status, "            \
+    "pay_deadline) VALUES "
+/* An order as every read returns it. */
+#define ORDER_COLUMNS                                                          \
+    "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
+    "close_time "
 
 static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_USER_LOGIN] = "INSERT INTO users (phone) VALUES (?) "
@@ -71,8 +78,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
-        "INSERT INTO seckill_vouchers (voucher_id, stock, begin_time, "
-        "end_time) VALUES (?, ?, ?, ?)",
+        "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
+        "begin_time, end_time) VALUES (?, ?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
@@ -96,19 +103,15 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
-        "LIMIT 1",
-    [STMT_ORDER_INSERT] =
-        "INSERT INTO voucher_orders (id, user_id, voucher_id, status) "
-        "VALUES (?, ?, ?, 1)",
+        "AND status IN (1, 2) LIMIT 1",
+    [STMT_ORDER_INSERT] = ORDERS_INSERT ROWS_1,
     /* The CAS of seed 002 (2.3): only decrement while stock remains. */
     [STMT_STOCK_DECR] = "UPDATE seckill_vouchers SET stock = stock - 1 "
                         "WHERE voucher_id = ? AND stock > 0",
     [STMT_ORDER_GET] =
-        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
-        "WHERE id = ?",
-    [STMT_ORDER_LIST] =
-        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
-        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id = ?",
+    [STMT_ORDER_LIST] = "SELECT " ORDER_COLUMNS "FROM voucher_orders "
+                        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
     [STMT_STOCK_GET] =
         "SELECT stock FROM seckill_vouchers WHERE voucher_id = ?",
     /* The merged CAS: k purchases at once, or none. */
@@ -145,6 +148,35 @@ static const char *const stmt_sql[STMT_COUNT] = {
     /* The CAS of one segment (seed 003, section 8). */
     [STMT_SEGMENT_DECR] = "UPDATE seckill_stock_segments SET stock = stock - 1 "
                           "WHERE voucher_id = ? AND segment = ? AND stock > 0",
+    /* The order lifecycle (lifecycle.c). The order row is locked first,
+     * the voucher's stock row last, as in a purchase. */
+    [STMT_ORDER_LOCK] =
+        "SELECT o.user_id, o.voucher_id, o.status, COALESCE(o.txn_id, ''), "
+        "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), "
+        "v.pay_value FROM voucher_orders o JOIN vouchers v ON v.id = "
+        "o.voucher_id WHERE o.id = ? FOR UPDATE",
+    [STMT_ORDER_CLOSE] = "UPDATE voucher_orders SET status = ?, close_time = "
+                         "NOW(3) WHERE id = ? AND status = 1",
+    [STMT_ORDER_PAY] = "UPDATE voucher_orders SET status = 2, pay_time = "
+                       "NOW(3), txn_id = ? WHERE id = ? AND status = 1",
+    [STMT_STOCK_RETURN] = "UPDATE seckill_vouchers SET stock = stock + ? "
+                          "WHERE voucher_id = ?",
+    [STMT_SEGMENT_RETURN] = "UPDATE seckill_stock_segments SET stock = "
+                            "stock + ? WHERE voucher_id = ? AND segment = ?",
+    /* Unpaid orders past their deadline, oldest first; rows another
+     * instance's expiry holds are skipped, not waited for. */
+    [STMT_EXPIRE_SCAN] =
+        "SELECT id, user_id, voucher_id, TIMESTAMPDIFF(MICROSECOND, "
+        "pay_deadline, NOW(3)) FROM voucher_orders WHERE status = 1 AND "
+        "pay_deadline <= NOW(3) ORDER BY pay_deadline LIMIT ? "
+        "FOR UPDATE SKIP LOCKED",
+    [STMT_VOUCHER_STATS] =
+        "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "
+        "COALESCE(SUM(o.status = 1), 0), COALESCE(SUM(o.status = 2), 0), "
+        "COALESCE(SUM(o.status = 4), 0), COALESCE(SUM(o.status = 7), 0) "
+        "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
+        "o.voucher_id = s.voucher_id WHERE s.voucher_id = ? "
+        "GROUP BY s.voucher_id, s.initial_stock, s.stock",
 };
 
 struct store *store_new(const struct store_config *cfg)
@@ -415,6 +447,19 @@ void bind_time(MYSQL_BIND *b, MYSQL_TIME *t)
     b->buffer = t;
 }
 
+void bind_time_null(MYSQL_BIND *b, MYSQL_TIME *t, char *is_null)
+{
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = t;
+    b->is_null = (my_bool *)is_null;
+}
+
+int64_t store_pay_timeout_s(const struct store *st)
+{
+    return st->cfg->pay_timeout_s ? st->cfg->pay_timeout_s
+                                  : STORE_PAY_TIMEOUT_DEFAULT_S;
+}
+
 void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
 {
     struct tm tm;
@@ -429,6 +474,11 @@ void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
     t->minute = (unsigned)tm.tm_min;
     t->second = (unsigned)tm.tm_sec;
     t->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+int64_t time_to_epoch_ms(const MYSQL_TIME *t)
+{
+    return time_to_epoch(t) * 1000 + (int64_t)(t->second_part / 1000);
 }
 
 int64_t time_to_epoch(const MYSQL_TIME *t)

@@ -58,6 +58,14 @@ enum stmt_id {
     STMT_SEGMENT_INSERT,
     STMT_SEGMENT_COUNT,
     STMT_SEGMENT_DECR,
+    /* the order lifecycle: */
+    STMT_ORDER_LOCK,
+    STMT_ORDER_CLOSE,
+    STMT_ORDER_PAY,
+    STMT_STOCK_RETURN,
+    STMT_SEGMENT_RETURN,
+    STMT_EXPIRE_SCAN,
+    STMT_VOUCHER_STATS,
     STMT_COUNT
 };
 
@@ -148,9 +156,18 @@ struct voucher_state *store_voucher_state_get(int64_t voucher_id);
 int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
                                unsigned *n);
 
-/* Segment seg was seen at 0 (stock never grows back): skip it. */
-bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg);
+/* The same without store_retry(): for use inside a transaction. */
+int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
+                                unsigned *n);
+
+/*
+ * Segment seg was seen at 0: skip it for a second (a returned unit makes
+ * it sell again; this process clears the mark when it returns one, other
+ * processes' marks run out).
+ */
+bool store_segment_is_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
+void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
 
 /*
  * One purchase in its own transaction (orders.c): the naive CAS on the
@@ -178,8 +195,16 @@ void bind_i64(MYSQL_BIND *b, int64_t *v);
 void bind_str_in(MYSQL_BIND *b, const char *s, unsigned long *len);
 void bind_str_out(MYSQL_BIND *b, char *buf, size_t cap, unsigned long *len);
 void bind_time(MYSQL_BIND *b, MYSQL_TIME *t);
+/* A DATETIME result that may be NULL: *is_null says which after a fetch. */
+void bind_time_null(MYSQL_BIND *b, MYSQL_TIME *t, char *is_null);
 
 void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s);
 int64_t time_to_epoch(const MYSQL_TIME *t);
+/* The same with the fraction: milliseconds since the epoch. */
+int64_t time_to_epoch_ms(const MYSQL_TIME *t);
+
+/* How long a new order may stay unpaid (cfg->pay_timeout_s or the
+ * default), for the INSERTs' deadline. */
+int64_t store_pay_timeout_s(const struct store *st);
 
 #endif

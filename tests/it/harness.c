@@ -617,6 +617,8 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
         resp->hdrs_ = curl_slist_append(resp->hdrs_, auth);
     }
     free(auth);
+    if (req->header)
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, req->header);
 
     if (strcmp(req->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);

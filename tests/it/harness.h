@@ -151,7 +151,8 @@ struct it_req {
     const char *token;  /* NULL: no Authorization header */
     /* Raw Authorization value ("Basic x"); overrides token. */
     const char *authorization;
-    long timeout_s; /* 0: IT_HTTP_TIMEOUT_S */
+    long timeout_s;     /* 0: IT_HTTP_TIMEOUT_S */
+    const char *header; /* one more header, "Name: value", or NULL */
 };
 
 struct it_resp {
