@@ -9,6 +9,7 @@
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
+#   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
 #   make test-web  the pages in headless Chromium and docs/openapi.yaml against
@@ -68,7 +69,8 @@ LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
 
-LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
+LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c \
+                     handlers/*.c) \
            cmd/config.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
@@ -82,7 +84,8 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
-        faults test-faults format format-check clean
+        faults test-faults format check-dockerfile stress bench-profile \
+        format-check clean
 
 all: build
 
@@ -139,10 +142,21 @@ run: services
 test: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory check-dockerfile
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# Both Dockerfile stages install every library the binary links; the
+# second line proves the check notices a package taken out.
+check-dockerfile: build
+	@scripts/check-dockerfile.sh $(BUILD)/seckilld
+	@sed '/libzookeeper/d' Dockerfile > $(BUILD)/Dockerfile.broken
+	@if scripts/check-dockerfile.sh $(BUILD)/seckilld \
+	        $(BUILD)/Dockerfile.broken >/dev/null 2>&1; then \
+	    echo "check-dockerfile: a Dockerfile without libzookeeper passed"; \
+	    exit 1; fi
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)
@@ -197,6 +211,24 @@ test-faults: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
 	@tests/faults/run.sh build/fp
 
+# ---- stress: its own target, not part of make test ----
+
+$(BUILD)/tests/stress: $(BUILD)/obj/tests/stress/stress.o $(IT_HELPER_OBJ) \
+                       $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+# The two-instance crowd of 1,000 purchases STRESS_ROUNDS (30) times in a
+# row, plain and under the sanitizers; fails on a request without an
+# answer within 10 s or a broken invariant.
+stress: services
+	@scripts/services.sh reset-test
+	@$(MAKE) --no-print-directory build $(BUILD)/tests/stress
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined build \
+	    build/san/tests/stress
+	@tests/stress.sh build build/san
+
 # ---- benchmarks ----
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
@@ -216,6 +248,14 @@ bench: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/run.sh $(BUILD)
+
+# CPU time and context switches per purchase of one instance under a
+# 256-connection crowd; BENCH_PROFILE="label=binary[:ENV=v,...] ..." to
+# compare builds in one run (bench/profile.sh).
+bench-profile: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/profile.sh $(BENCH_PROFILE)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services

@@ -39,10 +39,15 @@
 #      BENCH_SOLDOUT_SECONDS each; the round with the median ratio counts:
 #      rejections/s, p50/p99.
 #
+# Head-of-line: while the 256-connection selling crowd runs, a separate
+# client sends 200 GET /healthz to instance A one at a time, each on a
+# fresh connection (and the same once before, with no crowd): p50, p99
+# and max show whether cheap requests wait behind purchases.
+#
 # Prints a summary table, writes bench/results/<UTC time>/ (summary.md,
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
-#   bench-ratios selling=<x> soldout=<y> rss_mib=<z>
+#   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections. Exit 1 when an invariant is broken.
@@ -52,8 +57,8 @@
 # BENCH_CALIBRATE_SECONDS (4), BENCH_SOLDOUT_SECONDS (4), BENCH_ROUNDS (3),
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
-# it), BENCH_PORT (17180), BENCH_THREADS (worker threads per instance, 32),
-# BENCH_KEEP=1 (keep the bench's vouchers and orders in MySQL).
+# it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
+# orders in MySQL). The instances run at the service's defaults.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -314,6 +319,34 @@ RB_PURCHASE=$(awk -v a="${rb_rate[lock_acquire]}" -v r="${rb_rate[lock_release]}
         printf "%.0f", 1 / (1 / a + 1 / r + 1 / i); else print 0 }')
 say "redis-benchmark (256 clients): acquire ${rb_rate[lock_acquire]}/s, release ${rb_rate[lock_release]}/s, order id ${rb_rate[order_id]}/s; all three: $RB_PURCHASE/s"
 
+# ---- head-of-line: cheap requests while a crowd buys ----
+
+# hol_probe NAME: 200 GET /healthz to instance A one at a time, each on a
+# fresh connection, in the background; their times (ms) go to
+# $RAW/NAME.ms. Sets HOL_PID.
+hol_probe() {
+    local name=$1
+    (
+        sleep 2 # into the crowd's steady state
+        for _ in $(seq 200); do
+            curl -s -o /dev/null -w '%{time_total}\n' --max-time 10 \
+                "http://127.0.0.1:$PORT/healthz" || echo 10
+        done | awk '{ printf "%.3f\n", $1 * 1000 }' >"$RAW/$name.ms"
+    ) &
+    HOL_PID=$!
+}
+# hol_stats NAME: "p50 p99 max" of $RAW/NAME.ms.
+hol_stats() {
+    sort -n "$RAW/$1.ms" | awk '{ v[NR] = $1 } END {
+        p50 = v[int(NR * 0.50 + 0.5)]; p99 = v[int(NR * 0.99 + 0.5)];
+        printf "%.1f %.1f %.1f", p50, p99, v[NR] }'
+}
+# Without a crowd first: what one request costs the probe by itself.
+hol_probe hol-idle
+wait "$HOL_PID"
+read -r HOL_IDLE_P50 HOL_IDLE_P99 HOL_IDLE_MAX <<<"$(hol_stats hol-idle)"
+say "head-of-line, no crowd: GET /healthz p50 $HOL_IDLE_P50 ms, p99 $HOL_IDLE_P99 ms, max $HOL_IDLE_MAX ms"
+
 # ---- 3. selling ----
 
 declare -A sell_rate sell_p50 sell_p99 sell_err sell_stock sell_secs sell_span sell_done
@@ -338,7 +371,13 @@ for c in 64 256; do
     say "selling: $c connections, stock $stock, $((stock * 2)) users"
     # A ceiling of three times the planned length, so a slow service still
     # ends the run in minutes (the figures then say it did not sell out).
+    ((c == 256)) && hol_probe hol-crowd
     run_wrk "$name" "$c" $((SELL * 3 + 30)) "$HOSTS_2" "/api/vouchers/$v/seckill" 1
+    if ((c == 256)); then
+        wait "$HOL_PID"
+        read -r HOL_P50 HOL_P99 HOL_MAX <<<"$(hol_stats hol-crowd)"
+        say "head-of-line, during the 256 crowd: GET /healthz p50 $HOL_P50 ms, p99 $HOL_P99 ms, max $HOL_MAX ms"
+    fi
     run_sysbench "$c"
     # The raw limit of this phase: the mean of the runs before and after.
     sb_rate[$c]=$(((before_rate + SB_RATE) / 2))
@@ -468,7 +507,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
     --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg load0 "$LOAD_START" \
     --argjson quick "${BENCH_QUICK:-0}" \
-    --argjson cell "$CELL" --argjson instance_threads "$((4 * $(nproc)))" \
+    --argjson cell "$CELL" \
     --argjson mysql "$mysql_settings" \
     --argjson scaling "$scaling_json" --argjson sysbench "$sysbench_json" \
     --argjson selling "$selling_json" \
@@ -482,12 +521,14 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson sr "$SELLING_RATIO" --argjson sor "$SOLDOUT_RATIO" \
     --argjson srb "$SELLING_BEST_RATIO" --argjson sbb "$SB_BEST" --argjson sbbc "$SB_BEST_C" \
     --argjson broken "$BROKEN" \
+    --argjson hol_p50 "$HOL_P50" --argjson hol_p99 "$HOL_P99" --argjson hol_max "$HOL_MAX" \
+    --argjson hol_i50 "$HOL_IDLE_P50" --argjson hol_i99 "$HOL_IDLE_P99" --argjson hol_imax "$HOL_IDLE_MAX" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
                 load_at_start: $load0, load_at_end: $load},
       settings: {quick: ($quick == 1), cell_seconds: $cell,
-                 instance_threads: $instance_threads, wrk_threads: 2,
+                 instance_settings: "defaults", wrk_threads: 2,
                  mysql: $mysql},
       scaling: $scaling,
       selling: $selling,
@@ -499,8 +540,11 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
                  order_id: $oid, all_three_per_purchase: $rbp}},
       memory: {instance_vmhwm_mib: $hwm, vmrss_mib_at_1024: $rss_mid,
                open_connections_seen: $open},
+      head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
+                     during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
+                     no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
       invariants: $inv, invariants_ok: ($broken == 0),
-      ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm,
+      ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc}}' >"$OUT/results.json"
 
@@ -525,6 +569,8 @@ table() {
         "$RB_PURCHASE" "${rb_rate[lock_acquire]}" "${rb_rate[order_id]}" "${rb_rate[lock_release]}" \
         "$(ratio "${sell_rate[256]}" "$RB_PURCHASE")"
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
+    printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
+        "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
     echo
     printf '| scaling: connections |'
     for c in $CONNS; do printf ' %s |' "$c"; done
@@ -549,5 +595,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/redis.h"
+#include "common/url.h"
 #include "common/util.h"
 
 const char config_usage[] =
@@ -30,7 +32,14 @@ const char config_usage[] =
     "  --secret HEX        SECKILL_SECRET       "
     "64 hex chars, the token signing key (required)\n"
     "  --threads N         SECKILL_THREADS      "
-    "worker threads (4 per core)\n"
+    "HTTP threads (one per core, at least 2)\n"
+    "  --engine-threads N  SECKILL_ENGINE_THREADS\n"
+    "                                           "
+    "purchase engine threads (2 per core)\n"
+    "  --queue-max N       SECKILL_QUEUE_MAX    "
+    "purchases waiting per voucher; more get\n"
+    "                                           "
+    "429 BUSY at once (20000)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
@@ -75,6 +84,13 @@ const char config_usage[] =
     "API: https://a.example,http://b:3000;\n"
     "                                           "
     "empty: off ()\n"
+    "  --pay-timeout-s N   SECKILL_PAY_TIMEOUT_S\n"
+    "                                           "
+    "an unpaid order expires after N s (900)\n"
+    "  --pay-secret HEX    SECKILL_PAY_SECRET   "
+    "64 hex chars, the payment provider's\n"
+    "                                           "
+    "notify key; none: no notify route\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -87,6 +103,8 @@ enum setting_id {
     SET_REDIS_URL,
     SET_SECRET,
     SET_THREADS,
+    SET_ENGINE_THREADS,
+    SET_QUEUE_MAX,
     SET_LOCK_TTL,
     SET_LOCK_URL,
     SET_DEV,
@@ -100,6 +118,8 @@ enum setting_id {
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
     SET_CORS_ORIGINS,
+    SET_PAY_TIMEOUT,
+    SET_PAY_SECRET,
     SET_COUNT
 };
 
@@ -114,6 +134,8 @@ static const struct {
     [SET_REDIS_URL] = {"redis-url", "SECKILL_REDIS_URL", NULL},
     [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
+    [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
+    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "20000"},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
@@ -127,6 +149,8 @@ static const struct {
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
     [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
+    [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
+    [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -141,20 +165,10 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -EINVAL;
 }
 
-static char *own(struct config *cfg, char *s)
-{
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++)
-        if (!cfg->owned[i])
-            return cfg->owned[i] = s;
-    abort(); /* programmer error: too many owned strings */
-}
-
 void config_free(struct config *cfg)
 {
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++) {
-        free(cfg->owned[i]);
-        cfg->owned[i] = NULL;
-    }
+    /* Nothing is allocated: the URL parts live in cfg itself. */
+    (void)cfg;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -195,120 +209,47 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-/* Percent-decode n bytes of s into a new string. */
-static char *pct_decode(const char *s, size_t n)
-{
-    char *out = xmalloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char hex[1];
-        char two[3] = {0};
-        if (s[i] == '%' && i + 2 < n) {
-            memcpy(two, s + i + 1, 2);
-            if (util_hex_decode(two, hex, 1) == 0) {
-                *o++ = (char)hex[0];
-                i += 2;
-                continue;
-            }
-        }
-        *o++ = s[i];
-    }
-    *o = '\0';
-    return out;
-}
-
-struct url {
-    char *user, *pass, *host, *path; /* owned by cfg once parsed */
-    int64_t port;
-};
-
-/* scheme://[user[:pass]@]host[:port][/path] */
-static int parse_url(struct config *cfg, const char *url, const char *scheme,
-                     int64_t def_port, struct url *u)
-{
-    size_t sl = strlen(scheme);
-    const char *p, *at, *slash, *hend, *colon;
-
-    memset(u, 0, sizeof(*u));
-    if (strncmp(url, scheme, sl) != 0 || strncmp(url + sl, "://", 3) != 0)
-        return -EINVAL;
-    p = url + sl + 3;
-    slash = strchr(p, '/');
-    if (!slash)
-        slash = p + strlen(p);
-    at = memrchr(p, '@', (size_t)(slash - p));
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            u->user = own(cfg, pct_decode(p, (size_t)(colon - p)));
-            u->pass = own(cfg, pct_decode(colon + 1, (size_t)(at - colon - 1)));
-        } else {
-            u->user = own(cfg, pct_decode(p, (size_t)(at - p)));
-        }
-        p = at + 1;
-    }
-    if (*p == '[') { /* [v6]:port */
-        hend = memchr(p, ']', (size_t)(slash - p));
-        if (!hend)
-            return -EINVAL;
-        u->host = own(cfg, xstrndup(p + 1, (size_t)(hend - p - 1)));
-        hend++;
-    } else {
-        hend = memchr(p, ':', (size_t)(slash - p));
-        if (!hend)
-            hend = slash;
-        u->host = own(cfg, xstrndup(p, (size_t)(hend - p)));
-    }
-    if (!u->host[0])
-        return -EINVAL;
-    u->port = def_port;
-    if (hend < slash) {
-        char buf[16];
-        size_t n = (size_t)(slash - hend - 1);
-        if (*hend != ':' || n == 0 || n >= sizeof(buf))
-            return -EINVAL;
-        memcpy(buf, hend + 1, n);
-        buf[n] = '\0';
-        if (parse_int(buf, 1, 65535, &u->port))
-            return -EINVAL;
-    }
-    u->path = own(cfg, xstrdup(*slash ? slash + 1 : ""));
-    return 0;
-}
-
 int config_mysql_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
+    struct url *u = &cfg->mysql_url;
+    char why[160];
 
-    if (parse_url(cfg, url, "mysql", 3306, &u) || !u.user || !u.user[0] ||
-        !u.path[0] || strchr(u.path, '/') || strchr(u.path, '?'))
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "SECKILL_MYSQL_URL: %s", why);
+    if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
+        !u->path[0] || strchr(u->path, '/') || u->nquery)
         return fail(err, errlen,
                     "SECKILL_MYSQL_URL: expected "
                     "mysql://user:pass@host:port/db");
-    sc->mysql_host = u.host;
-    sc->mysql_port = (unsigned)u.port;
-    sc->mysql_user = u.user;
-    sc->mysql_pass = u.pass ? u.pass : "";
-    sc->mysql_db = u.path;
+    sc->mysql_host = u->hosts[0].host;
+    sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
+    sc->mysql_user = u->user;
+    sc->mysql_pass = u->pass;
+    sc->mysql_db = u->path;
     return 0;
 }
 
 int config_redis_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
-    int64_t db = 0;
+    struct url *u = &cfg->redis_url;
+    struct redis_server rs;
+    char why[160];
 
-    if (parse_url(cfg, url, "redis", 6379, &u) ||
-        (u.path[0] && parse_int(u.path, 0, 15, &db)) || (u.user && !u.pass))
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
+    if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+        redis_server_from_url(u, 0, &rs, why, sizeof(why)))
         return fail(err, errlen,
                     "SECKILL_REDIS_URL: expected "
-                    "redis://[[user]:pass@]host[:port][/db] with db 0..15");
-    sc->redis_host = u.host;
-    sc->redis_port = (unsigned)u.port;
-    sc->redis_user = u.user && u.user[0] ? u.user : NULL;
-    sc->redis_pass = u.pass;
-    sc->redis_db = (unsigned)db;
+                    "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
+                    REDIS_DB_MAX);
+    sc->redis_host = rs.host;
+    sc->redis_port = rs.port;
+    sc->redis_user = rs.user;
+    sc->redis_pass = rs.pass;
+    sc->redis_db = rs.db;
     return 0;
 }
 
@@ -423,15 +364,32 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
     case SET_THREADS:
+    case SET_ENGINE_THREADS: {
+        unsigned *dst = id == SET_THREADS ? &h->threads : &h->engine_threads;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+        if (cores < 1)
+            cores = 1;
+        /* HTTP threads only parse, route and reply (purchases wait in the
+         * engine, not on them): one per core, two at least so that one
+         * request's own short round trip never stalls all the others.
+         * Engine threads each run one batch of one voucher at a time. */
         if (!v[0]) {
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            h->threads = (unsigned)(cores > 0 ? cores * 4 : 4);
+            *dst = (unsigned)(id == SET_THREADS ? (cores < 2 ? 2 : cores)
+                                                : 2 * cores);
             return 0;
         }
         if (parse_int(v, 1, 1024, &n))
             return fail(err, errlen, "%s: must be 1..1024 (got \"%s\")", env,
                         v);
-        h->threads = (unsigned)n;
+        *dst = (unsigned)n;
+        return 0;
+    }
+    case SET_QUEUE_MAX:
+        if (parse_int(v, 1, 1000000, &n))
+            return fail(err, errlen, "%s: must be 1..1000000 (got \"%s\")", env,
+                        v);
+        h->queue_max = (unsigned)n;
         return 0;
     case SET_LOCK_TTL:
         if (parse_int(v, 100, 3600000, &n))
@@ -512,6 +470,18 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
         if (parse_origins(v, env, err, errlen))
             return -EINVAL;
         h->cors_origins = v[strspn(v, " ")] ? v : NULL;
+        return 0;
+    case SET_PAY_TIMEOUT:
+        if (parse_int(v, 1, STORE_PAY_TIMEOUT_MAX_S, &n))
+            return fail(err, errlen, "%s: must be 1..%d seconds (got \"%s\")",
+                        env, STORE_PAY_TIMEOUT_MAX_S, v);
+        h->store.pay_timeout_s = (unsigned)n;
+        return 0;
+    case SET_PAY_SECRET:
+        h->has_pay_secret = v[0] != '\0';
+        if (h->has_pay_secret &&
+            util_hex_decode(v, h->pay_secret, sizeof(h->pay_secret)))
+            return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
     case SET_COUNT:
         break;

@@ -83,6 +83,12 @@ static int serve(const struct config *cfg)
              cfg->http.store.mysql_db, cfg->http.store.redis_host,
              cfg->http.store.redis_port, cfg->http.store.redis_db,
              cfg->http.dev);
+    /* Reach both servers once now: the log then says at start-up which
+     * SQL server this is (MariaDB or MySQL) or that one is down. */
+    struct store *probe = store_new(&cfg->http.store);
+    bool mysql_ok, redis_ok;
+    store_ping(probe, &mysql_ok, &redis_ok);
+    store_free(probe);
 
     sigwait(&set, &sig);
     log_info("stopping", "signal=%d", sig);

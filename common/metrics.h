@@ -33,6 +33,12 @@ enum metric_counter {
     METRIC_PURCHASE_SOLD_OUT,        /* the database said no stock left */
     METRIC_PURCHASE_DUPLICATE,       /* the user already had an order */
     METRIC_PURCHASE_SOLD_OUT_CACHED, /* refused from the sold-out cache */
+    METRIC_PURCHASE_SHED,            /* its voucher's queue was full: 429 */
+    METRIC_PURCHASE_EXPIRED,         /* over its time budget: 503 */
+    METRIC_ORDER_PAID,               /* an order went unpaid -> paid */
+    METRIC_ORDER_CANCELLED,          /* unpaid -> cancelled */
+    METRIC_ORDER_EXPIRED,            /* unpaid -> expired */
+    METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
     METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
@@ -48,6 +54,25 @@ void metrics_count(enum metric_counter c, uint64_t n);
  * (1 without batching) in the batch-size histogram. Lock-free.
  */
 void metrics_observe_batch(unsigned purchases_in_tx);
+
+/* Waits, rendered as histograms with the request latency buckets. */
+enum metric_wait {
+    /* seckill_http_accept_wait_seconds: from a connection's accept to
+     * the first callback of its first request (queueing in front of the
+     * service's code: a thread busy elsewhere, the request still
+     * arriving). */
+    METRIC_WAIT_ACCEPT,
+    /* seckill_purchase_queue_wait_seconds: from a purchase's submission
+     * to the start of its batch. */
+    METRIC_WAIT_QUEUE,
+    /* seckill_order_expiry_lag_seconds: from an unpaid order's pay
+     * deadline to its expiry. */
+    METRIC_WAIT_EXPIRY_LAG,
+    METRIC_WAITS
+};
+
+/* Record one wait of w lasting ns nanoseconds. Lock-free. */
+void metrics_observe_wait(enum metric_wait w, uint64_t ns);
 
 /*
  * HTTP requests. Routes are small integers chosen by the caller (the
@@ -65,6 +90,11 @@ void metrics_request_observe(unsigned route, unsigned status,
 struct metrics_extra {
     const char *const *route_names; /* route_names[i] names route i */
     unsigned routes;                /* entries in route_names */
+    /* The deepest purchase queues (seckill_purchase_queue_depth by
+     * voucher): queues of them, may be 0. */
+    const int64_t *queue_ids;
+    const unsigned *queue_depths;
+    size_t queues;
 };
 
 /*

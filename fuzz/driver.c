@@ -62,6 +62,7 @@ struct MHD_Connection {
     struct MHD_Response *response;
     unsigned status;
     unsigned queued;
+    bool suspended, resumed;
 };
 
 /* Keys compare without case for every kind, as in libmicrohttpd. */
@@ -166,6 +167,20 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *connection,
     return MHD_YES;
 }
 
+void MHD_suspend_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(!connection->suspended, "suspended twice");
+    FUZZ_CHECK(!connection->queued, "suspended after its reply");
+    connection->suspended = true;
+}
+
+void MHD_resume_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(connection->suspended && !connection->resumed,
+               "resumed without being suspended, or twice");
+    connection->resumed = true;
+}
+
 /* No socket behind the fake: no deadline record, no client address. */
 const union MHD_ConnectionInfo *
 MHD_get_connection_info(struct MHD_Connection *connection,
@@ -260,6 +275,9 @@ void fuzz_driver_init(void)
     cfg.lock_url = "redis://127.0.0.1:1";
     cfg.dev = true;
     cfg.cors_origins = FUZZ_CORS_ORIGINS;
+    /* The notify route exists; its signature cannot be forged. */
+    cfg.has_pay_secret = true;
+    memset(cfg.pay_secret, 0x5a, sizeof(cfg.pay_secret));
     srv.cfg = &cfg;
     srv.locks = fuzz_backend_lock_client();
     pthread_once(&store_key_once, store_key_create);
@@ -345,8 +363,12 @@ static void check_error_body(const struct fuzz_reply *rep)
     json_t *msg = json_object_get(err, "message");
     size_t i;
 
+    json_t *details = json_object_get(err, "details");
+
+    /* details: an object, on /readyz only (what is down). */
     FUZZ_CHECK(json_object_size(rep->json) == 1 && json_is_object(err) &&
-                   json_object_size(err) == 2,
+                   json_object_size(err) == 2u + (details != NULL) &&
+                   (!details || json_is_object(details)),
                "status %u without {\"error\":{\"code\",\"message\"}}",
                rep->status);
     FUZZ_CHECK(json_is_string(code) && json_is_string(msg) &&
@@ -661,6 +683,17 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
         off += piece;
     }
     if (r == MHD_YES && !conn.queued) {
+        n = 0;
+        r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
+                       &req_cls);
+    }
+    /* Parked for the purchase engine: the engine answers, libmicrohttpd
+     * calls the handler again once the connection is resumed. */
+    if (r == MHD_YES && !conn.queued && conn.suspended) {
+        if (!conn.resumed)
+            FUZZ_CHECK(fuzz_backend_engine_run(),
+                       "parked with nothing to resume it");
+        FUZZ_CHECK(conn.resumed, "the engine answered, nothing resumed");
         n = 0;
         r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
                        &req_cls);

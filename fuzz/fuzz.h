@@ -123,10 +123,16 @@ struct store_voucher;
 void fuzz_backend_script(const char *script, size_t len);
 
 /*
- * Checks after a request: every lock taken was released and freed. Aborts
- * otherwise. Also resets the per-request state.
+ * Checks after a request: every purchase submitted to the engine was
+ * answered. Aborts otherwise. Also resets the per-request state.
  */
 void fuzz_backend_finish(void);
+
+/*
+ * Answer the purchase the fake engine holds (its done() callback runs, as
+ * an engine thread would). False when none is held.
+ */
+bool fuzz_backend_engine_run(void);
 
 /* The lock client the fake lock calls expect (the server's). */
 struct lock_client *fuzz_backend_lock_client(void);

@@ -18,9 +18,11 @@ struct handlers_rate {
 };
 
 struct handlers_config {
-    const char *bind; /* IPv4 or IPv6 literal */
-    uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
-    unsigned threads; /* worker threads, >= 1 */
+    const char *bind;        /* IPv4 or IPv6 literal */
+    uint16_t port;           /* 0: pick a free one (see handlers_server_port) */
+    unsigned threads;        /* HTTP threads, >= 1 */
+    unsigned engine_threads; /* purchase engine threads, >= 1 */
+    unsigned queue_max;      /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
     bool dev;             /* echo login codes in responses */
@@ -38,6 +40,10 @@ struct handlers_config {
      * validated by the configuration; NULL: CORS off. */
     const char *cors_origins;
     unsigned char secret[TOKEN_KEY_LEN];
+    /* The payment provider's key for POST /api/payments/notify (HMAC-
+     * SHA256 of the body); without it the route does not exist. */
+    bool has_pay_secret;
+    unsigned char pay_secret[32];
     struct store_config store;
 };
 

@@ -1,7 +1,8 @@
 /*
  * http.c - libmicrohttpd wiring: the daemon and its thread pool, per-thread
  * stores, connection limits and request deadlines, body accumulation with
- * the 64 KiB cap, rate limits and dispatch through the route table, and
+ * the 64 KiB cap, rate limits and dispatch through the route table,
+ * parking a request while the purchase engine works (suspend/resume), and
  * sending the JSON reply.
  */
 #include "handlers/internal.h"
@@ -10,6 +11,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +28,18 @@ struct handlers_server {
     const struct handlers_config *cfg;
     struct lock_client *locks;
     struct vcache *vcache;
+    struct engine *engine;
+    struct engine_config engine_cfg;
     struct deadlines *deadlines;
     uint16_t port;
+    /* Requests parked and not yet completed (sent or abandoned). */
+    atomic_uint parked;
+};
+
+/* What the service keeps per client connection. */
+struct conn_info {
+    struct deadline_conn *deadline;
+    uint64_t accept_ns; /* monotonic; 0 once its first request started */
 };
 
 /* Each worker thread owns one store, freed when the thread exits. */
@@ -178,12 +190,37 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The deadline record of conn (set when it was accepted), or NULL. */
-static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+/* What was kept for conn when it was accepted, or NULL. */
+static struct conn_info *conn_info_of(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+/* The deadline record of conn (set when it was accepted), or NULL. */
+static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+{
+    struct conn_info *info = conn_info_of(conn);
+    return info ? info->deadline : NULL;
+}
+
+void req_park(struct request *req)
+{
+    struct handlers_server *srv = req->srv;
+
+    /* The request has fully arrived: no deadline while it waits. */
+    deadline_conn_busy(conn_deadline(req->conn));
+    atomic_fetch_add(&srv->parked, 1);
+    req->parked = true;
+    MHD_suspend_connection(req->conn);
+}
+
+void req_resume(struct request *req)
+{
+    /* libmicrohttpd calls on_request() again, on the connection's own
+     * thread, which sends the reply set here. */
+    MHD_resume_connection(req->conn);
 }
 
 /* A response is about to be queued: the request has fully arrived. */
@@ -211,12 +248,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     struct request *req = *req_cls;
 
     if (!req) {
+        struct conn_info *info = conn_info_of(conn);
+
         req = xcalloc(1, sizeof(*req));
         req->start_ns = now_ns();
+        if (info && info->accept_ns) {
+            metrics_observe_wait(METRIC_WAIT_ACCEPT,
+                                 req->start_ns - info->accept_ns);
+            info->accept_ns = 0;
+        }
         req->route_id = route_count(); /* "unmatched" until dispatch */
         req->cfg = srv->cfg;
+        req->srv = srv;
         req->locks = srv->locks;
         req->vcache = srv->vcache;
+        req->engine = srv->engine;
         req->conn = conn;
         req->path = url;
         req->version = version;
@@ -249,10 +295,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_size = 0;
         return MHD_YES;
     }
+    /* Back from the purchase engine: its reply is set. */
+    if (req->parked)
+        return send_reply(conn, req);
     if (req->too_large)
         req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
     else
         dispatch(req);
+    if (req->parked)
+        return MHD_YES; /* suspended: req_resume() brings it back */
     return reply_now(conn, req);
 }
 
@@ -267,6 +318,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     deadline_conn_idle(srv->deadlines, conn_deadline(conn));
     if (!req)
         return;
+    if (req->parked)
+        atomic_fetch_sub(&srv->parked, 1);
     metrics_request_observe(req->route_id, req->status,
                             now_ns() - req->start_ns);
     request_clear(req);
@@ -282,15 +335,23 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     struct handlers_server *srv = cls;
 
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        metrics_count(METRIC_HTTP_CONN_OPENED, 1);
+        struct conn_info *info = xcalloc(1, sizeof(*info));
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        metrics_count(METRIC_HTTP_CONN_OPENED, 1);
+        info->accept_ns = now_ns();
         if (ci)
-            *socket_context = deadline_conn_add(srv->deadlines, ci->connect_fd);
+            info->deadline = deadline_conn_add(srv->deadlines, ci->connect_fd);
+        *socket_context = info;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn_info *info = *socket_context;
+
         metrics_count(METRIC_HTTP_CONN_CLOSED, 1);
         /* Before libmicrohttpd closes the socket: see deadline.c. */
-        deadline_conn_remove(srv->deadlines, *socket_context);
+        if (info)
+            deadline_conn_remove(srv->deadlines, info->deadline);
+        free(info);
         *socket_context = NULL;
     }
 }
@@ -343,12 +404,21 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http server error", "detail=\"%s\"", buf);
 }
 
+/* The engine's expiry gave units back: voucher caches must forget
+ * "sold out" (on the engine thread, with its store's Redis connection). */
+static void stock_returned(void *ctx, struct store *st, int64_t voucher_id)
+{
+    struct handlers_server *srv = ctx;
+
+    vcache_voucher_changed(srv->vcache, st, voucher_id);
+}
+
 int handlers_server_start(const struct handlers_config *cfg,
                           struct handlers_server **out)
 {
     struct sockaddr_storage ss = {0};
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct handlers_server *srv;
 
     if (inet_pton(AF_INET, cfg->bind, &((struct sockaddr_in *)&ss)->sin_addr) ==
@@ -376,6 +446,20 @@ int handlers_server_start(const struct handlers_config *cfg,
         return err;
     }
     srv->vcache = vcache_new(cfg);
+    srv->engine_cfg = (struct engine_config){
+        .store = &cfg->store,
+        .locks = srv->locks,
+        .workers = cfg->engine_threads,
+        .batch_max =
+            cfg->store.batch_max ? cfg->store.batch_max : STORE_BATCH_DEFAULT,
+        .batch_linger_us = cfg->store.batch_linger_us,
+        .queue_max = cfg->queue_max,
+        .lock_ttl_ms = cfg->lock_ttl_ms,
+        .stock_returned = stock_returned,
+        .stock_returned_ctx = srv,
+        .expiry = true,
+    };
+    srv->engine = engine_start(&srv->engine_cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
      * the per-address limit is counted over all of them. */
@@ -395,6 +479,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
+        engine_stop(srv->engine);
         vcache_free(srv->vcache);
         lock_client_close(srv->locks);
         free(srv);
@@ -416,9 +501,17 @@ void handlers_server_stop(struct handlers_server *srv)
 {
     if (!srv)
         return;
-    /* Stop accepting first, then let the workers finish and exit; their
-     * thread-exit destructor closes each thread's connections. */
+    /* Stop accepting first. Then the engine finishes the batches that run
+     * and answers what still waits (503, nothing written), which resumes
+     * every parked request; give their replies a moment to go out before
+     * the workers finish and exit (their thread-exit destructor closes
+     * each thread's connections). */
     MHD_quiesce_daemon(srv->daemon);
+    engine_stop(srv->engine);
+    for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "common/token.h"
+#include "engine/engine.h"
 #include "handlers/handlers.h"
 #include "lock/lock.h"
 #include "store/store.h"
@@ -31,6 +32,8 @@ enum api_error {
     ERR_ENDED,
     ERR_SOLD_OUT,
     ERR_ALREADY_PURCHASED,
+    ERR_ORDER_PAID,
+    ERR_ORDER_CLOSED,
     ERR_PAYLOAD_TOO_LARGE,
     ERR_BUSY,
     ERR_RATE_LIMITED,
@@ -59,12 +62,16 @@ struct req_header {
     const char *value;
 };
 
+struct handlers_server;
+
 struct request {
     const struct handlers_config *cfg;
-    struct store *st;          /* this thread's store */
-    struct lock_client *locks; /* the server's, shared by all threads */
-    struct vcache *vcache;     /* the server's voucher cache, or NULL */
-    void *conn;                /* struct MHD_Connection *, NULL in tests */
+    struct handlers_server *srv; /* the server it arrived at */
+    struct store *st;            /* this thread's store */
+    struct lock_client *locks;   /* the server's, shared by all threads */
+    struct vcache *vcache;       /* the server's voucher cache, or NULL */
+    struct engine *engine;       /* the server's purchase engine */
+    void *conn;                  /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
     const char *version; /* "HTTP/1.1"; libmicrohttpd's, like path */
@@ -95,7 +102,25 @@ struct request {
     /* for the metrics (http.c): */
     uint64_t start_ns; /* monotonic, at the first callback */
     unsigned route_id; /* route_index(), or route_count() for no route */
+    /* A request parked while the purchase engine works (req_park()): */
+    bool parked;
+    struct engine_purchase purchase;
+    uint64_t vcache_gen; /* of the voucher cache entry read at step 1 */
+    /* An order's cancel or payment, run as an engine task (orders.c): */
+    struct engine_task task;
+    struct order_op *op;
 };
+
+/*
+ * Park the request: the handler returns without a reply, its HTTP thread
+ * goes on serving other connections, and whoever finishes the work sets
+ * the reply and calls req_resume(). Only from a handler (the thread that
+ * runs the request).
+ */
+void req_park(struct request *req);
+/* The reply of a parked request is set: send it. From any thread, once;
+ * req must not be touched afterwards by the caller. */
+void req_resume(struct request *req);
 
 /* Release what a request owns (not the request itself). */
 void request_clear(struct request *req);
@@ -367,5 +392,26 @@ unsigned orders_get(struct request *req);
 unsigned order_get(struct request *req);
 /* The pages, their files and /openapi.json, embedded at build time. */
 unsigned web_get(struct request *req);
+unsigned order_cancel_post(struct request *req);
+unsigned order_pay_post(struct request *req);
+unsigned payment_notify_post(struct request *req);
+unsigned voucher_stats_get(struct request *req);
+
+/*
+ * An order as the API shows it: id, userId, voucherId, status ("unpaid",
+ * "paid", "cancelled", "expired"), createTime, payDeadline, payTime and
+ * closeTime (null until set). A new object.
+ */
+json_t *order_json(const struct store_order *o);
+
+/*
+ * Record a payment for an order on an engine thread and reply with the
+ * outcome (orders.c): for POST /api/payments/notify and the dev-mode
+ * POST /api/orders/{id}/pay. user_id > 0: only that user's order (else
+ * 404); amount < 0: the voucher's price (the simulated provider). Parks
+ * req; returns 0.
+ */
+unsigned order_pay_park(struct request *req, int64_t order_id, int64_t user_id,
+                        int64_t amount, const char *txn_id);
 
 #endif

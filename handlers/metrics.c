@@ -11,11 +11,16 @@
 #include "common/metrics.h"
 #include "common/util.h"
 
+/* The deepest purchase queues shown; a bounded label set. */
+#define QUEUES_SHOWN 5
+
 unsigned metrics_get(struct request *req)
 {
     unsigned n = route_count();
     const char **names = xcalloc(n + 1, sizeof(*names));
-    struct metrics_extra extra;
+    struct metrics_extra extra = {0};
+    int64_t queue_ids[QUEUES_SHOWN];
+    unsigned queue_depths[QUEUES_SHOWN];
 
     for (unsigned i = 0; i < n; i++)
         names[i] = route_pattern(i);
@@ -23,6 +28,10 @@ unsigned metrics_get(struct request *req)
     names[n] = "unmatched";
     extra.route_names = names;
     extra.routes = n + 1;
+    extra.queues =
+        engine_queue_top(req->engine, queue_ids, queue_depths, QUEUES_SHOWN);
+    extra.queue_ids = queue_ids;
+    extra.queue_depths = queue_depths;
     req->text = metrics_render(&extra, &req->text_len);
     req->text_type = "text/plain; version=0.0.4; charset=utf-8";
     free(names);

@@ -28,6 +28,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_SOLD_OUT] = {409, "SOLD_OUT", "the voucher is sold out"},
     [ERR_ALREADY_PURCHASED] = {409, "ALREADY_PURCHASED",
                                "you already bought this voucher"},
+    [ERR_ORDER_PAID] = {409, "ORDER_PAID", "the order is paid already"},
+    [ERR_ORDER_CLOSED] = {409, "ORDER_CLOSED",
+                          "the order is closed (cancelled or expired)"},
     [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
                                "the request body is larger than 64 KiB"},
     [ERR_BUSY] = {429, "BUSY",
@@ -72,6 +75,19 @@ unsigned req_error(struct request *req, enum api_error e, const char *message)
     return req_reply(req, info->status, body);
 }
 
+/* A backend that is down fails every request: say so at most once a
+ * second per thread, not once per request. */
+static bool log_due(void)
+{
+    static _Thread_local int64_t last_ms;
+    int64_t now = util_mono_ms();
+
+    if (last_ms && now - last_ms < 1000)
+        return false;
+    last_ms = now;
+    return true;
+}
+
 unsigned req_backend_error(struct request *req, int err, const char *op)
 {
     switch (err) {
@@ -80,8 +96,19 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     case -ECONNREFUSED:
     case -ETIMEDOUT:
     case -EDEADLK:
-        log_warn("backend unavailable", "op=%s err=%d", op, err);
+    case -EACCES: /* it refused our credentials: logged where it did */
+        if (log_due())
+            log_warn("backend unavailable", "op=%s err=%d", op, err);
         return req_error(req, ERR_UNAVAILABLE, NULL);
+    case -ETIME:
+        if (log_due())
+            log_warn("purchase over its time budget", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the purchase took too long and nothing was "
+                         "bought; try again");
+    case -ESHUTDOWN:
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the service is stopping; nothing was bought, retry");
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);
         return req_error(req, ERR_UNAVAILABLE,

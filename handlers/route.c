@@ -20,8 +20,12 @@ static const struct route routes[] = {
     {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST, OPTIONS"},
     {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS"},
     {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS"},
+    {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS"},
     {"/api/orders", orders_get, NULL, "GET, OPTIONS"},
     {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS"},
+    {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS"},
+    {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS"},
+    {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS"},
     /* The buyer's and the admin's pages (web/), their files and the API
      * description, served from the binary. */
     {"/", web_get, NULL, "GET, OPTIONS"},

@@ -78,6 +78,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 #define SET_BITS 8
@@ -487,50 +488,35 @@ static bool reply_ok(redisContext *rc, redisReply *r, const char *what)
     return ok;
 }
 
-/* Connect, AUTH and SUBSCRIBE, with the store's timeouts. NULL: failed
- * (quietly when quiet: the first failure of a streak is logged). */
-static redisContext *subscribe(struct vcache *vc, bool quiet)
+/* Connect (common/redis.h: one log line per streak of failures) and
+ * SUBSCRIBE, with the store's timeouts. NULL: failed. */
+static redisContext *subscribe(struct vcache *vc, struct redis_connect_log *log)
 {
     const struct store_config *c = vc->sc;
-    struct timeval ct = {c->connect_timeout_ms / 1000,
-                         (c->connect_timeout_ms % 1000) * 1000};
-    struct timeval io = {c->io_timeout_ms / 1000,
-                         (c->io_timeout_ms % 1000) * 1000};
     int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S,
-        cnt = KEEPALIVE_CNT;
+        cnt = KEEPALIVE_CNT, err;
+    struct redis_server rs;
     redisContext *rc;
     redisReply *r;
 
-    rc = redisConnectWithTimeout(c->redis_host, (int)c->redis_port, ct);
-    if (!rc || rc->err) {
-        if (!quiet)
-            log_warn("voucher cache subscriber connect failed",
-                     "host=%s port=%u err=\"%s\"", c->redis_host, c->redis_port,
-                     rc ? rc->errstr : "alloc");
-        goto fail;
-    }
-    redisSetTimeout(rc, io);
+    store_redis_server(c, &rs);
+    rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
+                       "voucher cache", log, &err);
+    if (!rc)
+        return NULL;
+    /* A subscriber only reads: notice a dead peer within a minute. */
     setsockopt(rc->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    if (c->redis_pass &&
-        !reply_ok(rc,
-                  c->redis_user ? redisCommand(rc, "AUTH %s %s", c->redis_user,
-                                               c->redis_pass)
-                                : redisCommand(rc, "AUTH %s", c->redis_pass),
-                  "auth"))
-        goto fail;
     /* The reply is the subscription's confirmation: from here on no
      * message is missed. */
     r = redisCommand(rc, "SUBSCRIBE %s", vc->channel);
-    if (!reply_ok(rc, r, "subscribe"))
-        goto fail;
-    return rc;
-fail:
-    if (rc)
+    if (!reply_ok(rc, r, "subscribe")) {
         redisFree(rc);
-    return NULL;
+        return NULL;
+    }
+    return rc;
 }
 
 /* One pub/sub message: an id drops its entry, "*" the whole cache. */
@@ -587,24 +573,21 @@ static bool listen_until_error(struct vcache *vc, redisContext *rc)
 static void *subscriber_main(void *arg)
 {
     struct vcache *vc = arg;
+    struct redis_connect_log log = {0};
     int backoff = BACKOFF_MIN_MS;
-    bool failing = false;
 
     for (;;) {
-        redisContext *rc = subscribe(vc, failing);
+        redisContext *rc = subscribe(vc, &log);
 
         if (rc) {
             /* Whatever changed while we were not listening. */
             flush(vc);
             log_info("voucher cache subscribed", "channel=%s", vc->channel);
-            failing = false;
             backoff = BACKOFF_MIN_MS;
             bool stop = listen_until_error(vc, rc);
             redisFree(rc);
             if (stop)
                 break;
-        } else {
-            failing = true;
         }
         if (stop_or_sleep(vc, backoff))
             break;

@@ -1,6 +1,7 @@
 /*
- * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers and
- * GET /api/vouchers/{id}. The purchase is in seckill.c.
+ * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers,
+ * GET /api/vouchers/{id} and GET /api/vouchers/{id}/stats (admin: initial
+ * stock, stock now, orders by status). The purchase is in seckill.c.
  */
 #include "handlers/internal.h"
 
@@ -139,4 +140,30 @@ unsigned vouchers_get(struct request *req)
         json_array_append_new(arr, voucher_json(&items[i]));
     free(items);
     return req_reply(req, 200, json_pack("{s:o}", "items", arr));
+}
+
+unsigned voucher_stats_get(struct request *req)
+{
+    struct store_voucher_stats s;
+    unsigned status;
+    int err;
+
+    if ((status = req_admin_or_reply(req)))
+        return status;
+    err = store_voucher_stats(req->st, req->id, &s);
+    if (err == -ENOENT)
+        return req_error(req, ERR_NOT_FOUND, "no seckill voucher with this id");
+    if (err)
+        return req_backend_error(req, err, "voucher_stats");
+    return req_reply(
+        req, 200,
+        json_pack("{s:o,s:o,s:I,s:{s:I,s:I,s:I,s:I},s:I,s:I}", "voucherId",
+                  json_id(req->id), "initialStock",
+                  s.initial_stock >= 0 ? json_integer(s.initial_stock)
+                                       : json_null(),
+                  "stock", (json_int_t)s.stock, "orders", "unpaid",
+                  (json_int_t)s.unpaid, "paid", (json_int_t)s.paid, "cancelled",
+                  (json_int_t)s.cancelled, "expired", (json_int_t)s.expired,
+                  "sold", (json_int_t)(s.unpaid + s.paid), "returned",
+                  (json_int_t)(s.cancelled + s.expired)));
 }

@@ -13,40 +13,25 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/url.h"
 #include "lock/lock.h"
 
-#define LOCK_URL_HOSTS_MAX 9
 #define LOCK_OWNER_LEN 33 /* 32 hex characters and NUL */
 
-/* A parsed lock URL. Strings are NUL-terminated copies. */
-struct lock_url {
-    char scheme[16];
-    char user[128]; /* "" when absent */
-    char pass[128]; /* "" when absent */
-    int has_pass;
-    struct {
-        char host[256];
-        unsigned port; /* 0 when absent: the backend's default */
-    } hosts[LOCK_URL_HOSTS_MAX];
-    int nhosts;
-    char path[256]; /* after the first '/', without it; "" when absent */
-    uint32_t timeout_ms;
-    uint32_t session_ms;
-};
-
 /*
- * Parse url into u. Returns 0, or -EINVAL with a reason in err (errlen
- * bytes). Query keys other than timeout_ms and session_ms are refused.
+ * Check the query settings of a parsed lock URL (common/url.h): only
+ * timeout_ms and session_ms, each 1..3600000, which go to *timeout_ms and
+ * *session_ms (0 when absent). Returns 0, or -EINVAL with a reason in err.
  */
-int lock__url_parse(const char *url, struct lock_url *u, char *err,
-                    size_t errlen);
+int lock__url_settings(const struct url *u, uint32_t *timeout_ms,
+                       uint32_t *session_ms, char *err, size_t errlen);
 
 struct lock_backend;
 
 struct lock_client {
     const struct lock_backend *be;
     void *impl; /* the backend's state */
-    struct lock_url url;
+    struct url url;
     uint32_t timeout_ms;        /* resolved: option, URL, or 1000 */
     uint32_t session_ms;        /* resolved: option, URL, or 10000 */
     uint32_t watchdog_lease_ms; /* resolved: option or the default */
@@ -90,6 +75,11 @@ struct lock {
  *   backends: check the session still holds it); *held = 0 if not.
  *   Called from the watchdog thread; may be NULL (nothing to renew).
  *   Never called while acquire or release of the same lock runs.
+ * ping: check the backend answers (a quorum of servers, a session),
+ *   within about one timeout. Thread-safe.
+ * acquire_many, release_many: as acquire (wait 0) and release for each
+ *   of n locks of this client, in one round trip; may be NULL (then the
+ *   generic layer calls acquire and release in turn).
  */
 struct lock_backend {
     const char *name;
@@ -99,6 +89,10 @@ struct lock_backend {
                    enum lock_status *status);
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
+    int (*ping)(struct lock_client *c);
+    void (*acquire_many)(struct lock **l, size_t n, uint32_t lease_ms,
+                         enum lock_status *status, int *err);
+    void (*release_many)(struct lock **l, size_t n, int *held, int *err);
 };
 
 extern const struct lock_backend lock__redis_backend;

@@ -182,6 +182,7 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     char why[160];
     struct lock_client *c;
     pthread_condattr_t attr;
+    uint32_t url_timeout_ms, url_session_ms;
     int err;
 
     pthread_once(&sodium_once, init_sodium);
@@ -190,7 +191,10 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     if (!opt)
         opt = &no_options;
     c = xcalloc(1, sizeof(*c));
-    err = lock__url_parse(url, &c->url, why, sizeof(why));
+    err = url_parse(url, &c->url, why, sizeof(why));
+    if (!err)
+        err = lock__url_settings(&c->url, &url_timeout_ms, &url_session_ms, why,
+                                 sizeof(why));
     if (err)
         goto fail_free;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
@@ -201,12 +205,12 @@ int lock_client_open(const char *url, const struct lock_options *opt,
         err = -EINVAL;
         goto fail_free;
     }
-    c->timeout_ms = opt->timeout_ms     ? opt->timeout_ms
-                    : c->url.timeout_ms ? c->url.timeout_ms
-                                        : DEFAULT_TIMEOUT_MS;
-    c->session_ms = opt->session_ms     ? opt->session_ms
-                    : c->url.session_ms ? c->url.session_ms
-                                        : DEFAULT_SESSION_MS;
+    c->timeout_ms = opt->timeout_ms  ? opt->timeout_ms
+                    : url_timeout_ms ? url_timeout_ms
+                                     : DEFAULT_TIMEOUT_MS;
+    c->session_ms = opt->session_ms  ? opt->session_ms
+                    : url_session_ms ? url_session_ms
+                                     : DEFAULT_SESSION_MS;
     c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
                                                   : LOCK_WATCHDOG_LEASE_MS;
 
@@ -248,6 +252,11 @@ void lock_client_close(struct lock_client *c)
     pthread_cond_destroy(&c->wd_cond);
     pthread_mutex_destroy(&c->wd_mu);
     free(c);
+}
+
+int lock_client_ping(struct lock_client *c)
+{
+    return c->be->ping ? c->be->ping(c) : 0;
 }
 
 const char *lock_client_backend(const struct lock_client *c)
@@ -369,6 +378,67 @@ int lock_release(struct lock *l, int *held)
     if (held)
         *held = err ? 0 : h;
     return err;
+}
+
+int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
+                      enum lock_status *status, int *err)
+{
+    const struct lock_backend *be;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !status || !err || lease_ms == 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds || locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    for (size_t i = 0; i < n; i++)
+        atomic_store(&locks[i]->lost, 0);
+    if (be->acquire_many) {
+        be->acquire_many(locks, n, lease_ms, status, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->acquire(locks[i], 0, lease_ms, &status[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (err[i] || status[i] != LOCK_ACQUIRED)
+            continue;
+        locks[i]->holds = 1;
+        locks[i]->lease_ms = lease_ms;
+    }
+    return 0;
+}
+
+int lock_release_many(struct lock **locks, size_t n, int *held, int *err)
+{
+    const struct lock_backend *be;
+    int *h;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !err)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds != 1 || locks[i]->watched ||
+            locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    h = xcalloc(n, sizeof(*h));
+    if (be->release_many) {
+        be->release_many(locks, n, h, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->release(locks[i], &h[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        locks[i]->holds = 0;
+        locks[i]->fence = 0;
+        if (held)
+            held[i] = err[i] ? 0 : h[i];
+    }
+    free(h);
+    return 0;
 }
 
 uint64_t lock_fence(const struct lock *l)

@@ -41,7 +41,8 @@
  *                  returns 0 with *held = 0);
  *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
  *                  the backend is unreachable, too slow, dropped the
- *                  connection, or answered with an error. Every call that
+ *                  connection, or answered with an error;
+ *   -EACCES        the backend refused the URL's credentials. Every call that
  *                  talks to a backend returns within a bounded time
  *                  (about timeout_ms per operation, plus the wait budget).
  * Business outcomes (busy) are enum lock_status, never errno.
@@ -49,6 +50,7 @@
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Longest lock name, in bytes. Names are any bytes but NUL. */
@@ -93,6 +95,15 @@ void lock_client_close(struct lock_client *c);
 const char *lock_client_backend(const struct lock_client *c);
 
 /*
+ * Check that the backend can serve locks now: a script round trip on
+ * Redis (a quorum of servers for RedLock), a query on a MySQL session, a
+ * connected ZooKeeper session. Within about timeout_ms. Thread-safe.
+ * Returns 0, or a negative errno as below (-EACCES: the server refused
+ * the credentials).
+ */
+int lock_client_ping(struct lock_client *c);
+
+/*
  * Make an owner for the lock called name (1..LOCK_NAME_MAX bytes). No I/O.
  * Returns 0 with *out set, or -EINVAL. Free it with lock_free().
  */
@@ -126,6 +137,28 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
  * locally anyway: the lease or the session end frees it).
  */
 int lock_release(struct lock *l, int *held);
+
+/*
+ * Many locks at once, for callers that serve many owners together (the
+ * purchase engine takes the per-user locks of a whole batch): each of
+ * locks[0..n) is taken without waiting (as lock_acquire() with wait_ms 0)
+ * with the fixed lease lease_ms (> 0). On Redis every command goes out in
+ * one pipelined write and the replies come back in one round trip; on
+ * the other backends they run one after another. Per lock: err[i] is 0
+ * with status[i] set, or a negative errno as lock_acquire() (an acquire
+ * whose reply was lost is undone, as there). The locks must not be held
+ * and must belong to the same client. Returns 0, or -EINVAL (nothing
+ * done) for bad arguments.
+ */
+int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
+                      enum lock_status *status, int *err);
+
+/*
+ * Release each of locks[0..n) (each held exactly once), as
+ * lock_release(), in one round trip on Redis. held[i] (may be NULL) and
+ * err[i] per lock. Returns 0, or -EINVAL for bad arguments.
+ */
+int lock_release_many(struct lock **locks, size_t n, int *held, int *err);
 
 /* The fencing token of the current hold, or 0 when not held. */
 uint64_t lock_fence(const struct lock *l);

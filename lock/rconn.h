@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "common/redis.h"
 #include "lock/internal.h"
 
 #define RCONN_FENCE_KEY "lock:fence"
@@ -34,6 +35,8 @@ enum rconn_script {
     RCONN_RENEW,
     /* KEYS fence; ARGV token. Raise the counter to at least token. */
     RCONN_FENCE_RAISE,
+    /* No keys: 1. A health check that also proves scripts run. */
+    RCONN_PING,
     RCONN_NSCRIPTS
 };
 
@@ -46,37 +49,47 @@ enum rconn_script {
  * replies read back in the same order by whichever waiting caller is
  * reading at the time (leader/follower, no extra thread), so concurrent
  * lock operations travel pipelined and Redis serves them in batches.
- * Thread-safe. The connection opens on first use (AUTH, SELECT, SCRIPT
- * LOAD), is checked before reuse after a second idle, and after a failure
- * every call in flight fails and the next call reconnects (after a 200 ms
- * back-off after a failed connect or a reply that timed out; calls in the
- * back-off get the error that started it).
+ * Thread-safe. The connection opens on first use (common/redis.h:
+ * redis_connect) and is checked before reuse after a second idle.
+ *
+ * Each call's reply is due timeout_ms after its command was written. A
+ * call whose reply is late fails alone with -ETIMEDOUT; its reply, when
+ * it comes, is dropped. The connection itself is dropped only when it is
+ * broken: end of file, a protocol error, or nothing at all received for
+ * RCONN_DEAD_TIMEOUTS timeouts (at least a second) while replies are
+ * owed; then every call in flight fails and the next call reconnects. A
+ * failed connect is not retried for 200 ms (a timeout, if the server
+ * accepted but never answered); calls in that back-off get its error.
  */
 struct rconn_mux;
 
-struct rconn_mux *rconn_mux_new(const struct lock_url *url, int host,
+#define RCONN_DEAD_TIMEOUTS 4
+
+/* A mux for srv (its strings must outlive the mux). Never NULL. */
+struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
                                 uint32_t timeout_ms);
 void rconn_mux_free(struct rconn_mux *m);
 
 /* One call in flight: the caller's, usually on its stack, until
  * rconn_mux_wait() returns. Fields are private to rconn.c. */
 struct rconn_call {
-    struct rconn_call *next;
+    struct rconn_slot *slot; /* its place in the reply queue */
     enum rconn_script script;
     int nkeys, argc, eval;
     const char **argv;
     const size_t *lens;
     redisReply *reply;
     int err, done;
-    int64_t due_ms; /* monotonic: its reply is late after this */
     pthread_cond_t cv;
 };
 
 /*
  * Send EVALSHA of script s with nkeys keys followed by the args (argc
  * strings with lengths, at most RCONN_ARGS_MAX; they must stay valid until
- * rconn_mux_wait() returns). Returns 0, or an errno (-ECONNREFUSED,
- * -ETIMEDOUT, -ECONNRESET) and then the call must not be waited for.
+ * rconn_mux_wait() returns). Returns 0 once the command is on its way
+ * (then wait for it), or an errno when it was not sent (-ECONNREFUSED,
+ * -ETIMEDOUT, -ECONNRESET, -EACCES: the server refused the credentials)
+ * and then the call must not be waited for.
  */
 int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
                    enum rconn_script s, int nkeys, int argc, const char **argv,
@@ -85,17 +98,38 @@ int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
 /*
  * Wait for the reply of a sent call, at most about the timeout, running
  * EVAL if the server answered NOSCRIPT. Returns the reply (the caller
- * frees it with freeReplyObject) or NULL with *err set: -ETIMEDOUT,
- * -ECONNRESET, or -EIO for an error reply (logged).
+ * frees it with freeReplyObject) or NULL with *err set: -ETIMEDOUT (the
+ * command may still run), -ECONNRESET (it may have run), or -EIO for an
+ * error reply (logged).
  */
 redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
                            int *err);
 
-/* 0 if the URL's path is empty or a database number, else -EINVAL. */
-int rconn_url_check(const struct lock_url *u);
+/*
+ * Send script s (keys and args as above, copied) without waiting for its
+ * reply, which is dropped (an error reply is logged). For undoing a
+ * command whose outcome is unknown, such as an acquire whose reply timed
+ * out: on a live connection it travels behind that command, so Redis runs
+ * it after; when the connection is down it is kept (a bounded number) and
+ * sent first on the next connection. Use it only for commands that are
+ * harmless to run twice.
+ */
+void rconn_mux_send_detached(struct rconn_mux *m, enum rconn_script s,
+                             int nkeys, int argc, const char **argv,
+                             const size_t *lens);
 
-/* Map a failed context to an errno (-ETIMEDOUT, -ECONNRESET, ...). */
-int rconn_errno(const redisContext *rc);
+/*
+ * Check the server answers scripts (RCONN_PING), within the timeout.
+ * Returns 0 or an errno as rconn_mux_send()/rconn_mux_wait().
+ */
+int rconn_mux_ping(struct rconn_mux *m);
+
+/*
+ * The servers of a redis:// or redlock:// lock URL, host by host, into
+ * out[0..u->nhosts). Returns 0, or -EINVAL (logged) when a database or a
+ * user is malformed.
+ */
+int rconn_url_servers(const struct url *u, struct redis_server *out);
 
 /*
  * One pub/sub listener per server. All listeners of a client share a
@@ -112,9 +146,10 @@ struct rconn_psub;
 void rconn_hub_init(struct rconn_hub *h);
 void rconn_hub_destroy(struct rconn_hub *h);
 
-/* Start a listener for one server (its thread connects lazily). */
+/* Start a listener for srv (its strings must outlive the listener; its
+ * thread connects lazily). */
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
-                                  const struct lock_url *url, int host,
+                                  const struct redis_server *srv,
                                   uint32_t timeout_ms);
 void rconn_psub_free(struct rconn_psub *ps);
 

@@ -24,6 +24,7 @@ MYSQL_PORT=${SECKILL_MYSQL_PORT:-13306}
 REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
 ZK_PORT=${SECKILL_ZK_PORT:-12181}
 SCHEMA=$ROOT/sql/schema.sql
+UPGRADE=$ROOT/sql/upgrade-mariadb.sql
 
 for p in "$MYSQL_PORT" "$REDIS_PORT" "$ZK_PORT"; do
     if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p > 65535)); then die "bad port: '$p'"; fi
@@ -216,8 +217,10 @@ mysql_provision() {
         sql+="GRANT PROCESS ON *.* TO 'seckill'@'$host';"$'\n'
     done
     mysql_admin <<<"$sql" || die "provisioning MariaDB (databases, user seckill) failed"
-    mysql_admin seckill <"$SCHEMA" || die "loading $SCHEMA into seckill failed"
-    mysql_admin seckill_test <"$SCHEMA" || die "loading $SCHEMA into seckill_test failed"
+    for db in seckill seckill_test; do
+        mysql_admin "$db" <"$SCHEMA" || die "loading $SCHEMA into $db failed"
+        mysql_admin "$db" <"$UPGRADE" || die "applying $UPGRADE to $db failed"
+    done
     # The apps connect over TCP as seckill: check exactly that.
     mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
         -u seckill -pseckill seckill -e 'SELECT 1' >/dev/null ||

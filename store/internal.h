@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <mysql.h>
 
+#include "common/redis.h"
 #include "store/store.h"
 
 enum stmt_id {
@@ -57,6 +58,14 @@ enum stmt_id {
     STMT_SEGMENT_INSERT,
     STMT_SEGMENT_COUNT,
     STMT_SEGMENT_DECR,
+    /* the order lifecycle: */
+    STMT_ORDER_LOCK,
+    STMT_ORDER_CLOSE,
+    STMT_ORDER_PAY,
+    STMT_STOCK_RETURN,
+    STMT_SEGMENT_RETURN,
+    STMT_EXPIRE_SCAN,
+    STMT_VOUCHER_STATS,
     STMT_COUNT
 };
 
@@ -70,6 +79,7 @@ struct store {
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
+    struct redis_connect_log rc_log;
 };
 
 /*
@@ -122,9 +132,16 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 #define PURCHASE_ATTEMPTS 3
 
 /*
- * What this process knows about one voucher's purchases (batch.c): the
- * queue of its merged purchases, its number of stock segments and which
- * of them were seen empty. Created on first use, kept until exit.
+ * Whether a purchase due by deadline_ms (monotonic) may start another
+ * transaction attempt: one that waits for a row lock takes up to
+ * SQL_LOCK_WAIT_S, which must fit in what is left of its budget.
+ */
+bool store_attempt_fits(int64_t deadline_ms);
+
+/*
+ * What this process knows about one voucher's stock (batch.c): its number
+ * of stock segments and which of them were seen empty. Created on first
+ * use, kept until exit.
  */
 struct voucher_state;
 
@@ -139,23 +156,36 @@ struct voucher_state *store_voucher_state_get(int64_t voucher_id);
 int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
                                unsigned *n);
 
-/* Segment seg was seen at 0 (stock never grows back): skip it. */
-bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg);
+/* The same without store_retry(): for use inside a transaction. */
+int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
+                                unsigned *n);
+
+/*
+ * Segment seg was seen at 0: skip it for a second (a returned unit makes
+ * it sell again; this process clears the mark when it returns one, other
+ * processes' marks run out).
+ */
+bool store_segment_is_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
+void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
 
 /*
  * One purchase in its own transaction (orders.c): the naive CAS on the
  * stock row, or on a segment when segments > 1. Retries deadlocks and a
- * broken connection. Returns as store_order_purchase().
+ * broken connection. Returns 0 with *outcome, or an error of
+ * store_purchase_batch().
  */
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, enum store_purchase *outcome);
-
-/* A merged purchase (batch.c); returns as store_order_purchase(). */
-int store_purchase_merged(struct store *st, struct voucher_state *vs,
-                          int64_t order_id, int64_t user_id,
+                          int64_t voucher_id, int64_t deadline_ms,
                           enum store_purchase *outcome);
+
+/*
+ * The merged transaction over m[0..n) (batch.c): every member settled, as
+ * store_purchase_batch() says.
+ */
+void store_batch_run(struct store *st, struct voucher_state *vs,
+                     struct store_purchase_item **m, size_t n);
 
 /* Roll back the open transaction, if any; returns err unchanged. */
 int store_tx_rollback(struct store *st, int err);
@@ -165,8 +195,16 @@ void bind_i64(MYSQL_BIND *b, int64_t *v);
 void bind_str_in(MYSQL_BIND *b, const char *s, unsigned long *len);
 void bind_str_out(MYSQL_BIND *b, char *buf, size_t cap, unsigned long *len);
 void bind_time(MYSQL_BIND *b, MYSQL_TIME *t);
+/* A DATETIME result that may be NULL: *is_null says which after a fetch. */
+void bind_time_null(MYSQL_BIND *b, MYSQL_TIME *t, char *is_null);
 
 void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s);
 int64_t time_to_epoch(const MYSQL_TIME *t);
+/* The same with the fraction: milliseconds since the epoch. */
+int64_t time_to_epoch_ms(const MYSQL_TIME *t);
+
+/* How long a new order may stay unpaid (cfg->pay_timeout_s or the
+ * default), for the INSERTs' deadline. */
+int64_t store_pay_timeout_s(const struct store *st);
 
 #endif

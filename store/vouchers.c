@@ -79,7 +79,7 @@ static int voucher_insert_once(struct store *st, void *arg)
     v->id = (int64_t)mysql_stmt_insert_id(s);
 
     if (v->type == VOUCHER_SECKILL) {
-        MYSQL_BIND q[4] = {0};
+        MYSQL_BIND q[5] = {0};
         MYSQL_TIME b, e;
         unsigned segments = st->cfg->stock_segments;
         /* Segmented: the stock lives in the segments, the row holds 0. */
@@ -89,8 +89,9 @@ static int voucher_insert_once(struct store *st, void *arg)
         time_from_epoch(&e, v->end_time);
         bind_i64(&q[0], &v->id);
         bind_i64(&q[1], &row_stock);
-        bind_time(&q[2], &b);
-        bind_time(&q[3], &e);
+        bind_i64(&q[2], &v->stock);
+        bind_time(&q[3], &b);
+        bind_time(&q[4], &e);
         err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
         if (err)
             goto rollback;

@@ -99,20 +99,12 @@ void pmaria_destroy(struct pmaria *m);
 /* Its database as a target. */
 void pmaria_target(const struct pmaria *m, struct db_target *t);
 
-/* ---- the TCP proxy (tests/tools/tcpproxy.c) ---- */
+/* ---- the TCP proxy: the harness's (tests/it/harness.h) ---- */
 
-struct proxy {
-    uint16_t port; /* connect here to reach the target */
-    uint16_t ctl;
-    pid_t pid;
-    char log[IT_PATH_MAX];
-};
-
-/* Start a proxy in front of 127.0.0.1:target_port. 0 or -1. */
-int proxy_start(struct proxy *p, const char *tag, uint16_t target_port);
-/* Send one control command ("stall"); 0 when it answered "ok". */
-int proxy_ctl(struct proxy *p, const char *cmd);
-void proxy_stop(struct proxy *p);
+#define proxy it_proxy
+#define proxy_start it_proxy_start
+#define proxy_ctl it_proxy_ctl
+#define proxy_stop it_proxy_stop
 
 /* ---- the fleet of seckilld instances ---- */
 

@@ -741,6 +741,8 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
     free(auth);
     for (size_t i = 0; req->headers && req->headers[i]; i++)
         resp->hdrs_ = curl_slist_append(resp->hdrs_, req->headers[i]);
+    if (req->header)
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, req->header);
 
     if (strcmp(req->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -764,10 +766,17 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
 
 void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp)
 {
+    double total = 0;
+
     resp->curl_rc = rc;
     resp->status = 0;
     if (rc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    else
+        snprintf(resp->curl_error, sizeof(resp->curl_error), "%s",
+                 resp->errbuf_[0] ? resp->errbuf_ : curl_easy_strerror(rc));
+    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &total);
+    resp->elapsed_ms = total * 1000;
     curl_easy_cleanup(h);
     curl_slist_free_all(resp->hdrs_);
     resp->hdrs_ = NULL;
@@ -871,9 +880,16 @@ void it_assert_error_at(const struct it_resp *resp, long status,
     it_assert_status_at(resp, status, file, line);
     it_assert_json_type_at(resp, file, line);
     err = resp->json ? json_object_get(resp->json, "error") : NULL;
+    /* The envelope: code and message, and optionally an object of
+     * details (the checks of /readyz). Nothing else. */
     if (!json_is_object(resp->json) || json_object_size(resp->json) != 1 ||
-        !json_is_object(err) || json_object_size(err) != 2) {
-        print_error("expected {\"error\":{\"code\",\"message\"}}\n");
+        !json_is_object(err) ||
+        json_object_size(err) !=
+            2u + (json_object_get(err, "details") != NULL) ||
+        (json_object_get(err, "details") &&
+         !json_is_object(json_object_get(err, "details")))) {
+        print_error("expected {\"error\":{\"code\",\"message\"[,"
+                    "\"details\":{}]}}\n");
         it_dump(resp);
         _fail(file, line);
     }
@@ -1428,4 +1444,184 @@ void it_http_run_all(struct it_req *reqs, const struct it_server **to,
     } while (running);
     assert_int_equal(n, done);
     curl_multi_cleanup(multi);
+    it_http_report(reqs, to, resps, n);
+}
+
+void it_http_report(const struct it_req *reqs, const struct it_server **to,
+                    const struct it_resp *resps, size_t n)
+{
+    size_t failed = 0, slowest = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (resps[i].elapsed_ms > resps[slowest].elapsed_ms)
+            slowest = i;
+        if (resps[i].curl_rc == CURLE_OK)
+            continue;
+        if (failed++ < 20)
+            print_error("request %zu of %zu, %s %s to port %u: no answer "
+                        "after %.0f ms: %s\n",
+                        i, n, reqs[i].method, reqs[i].path,
+                        (unsigned)to[i]->port, resps[i].elapsed_ms,
+                        resps[i].curl_error);
+    }
+    if (failed && n)
+        print_error("%zu of %zu requests got no answer; the slowest took "
+                    "%.0f ms (request %zu, status %ld)\n",
+                    failed, n, resps[slowest].elapsed_ms, slowest,
+                    resps[slowest].status);
+}
+
+/* ---- the TCP proxy ---- */
+
+static const char *proxy_bin(void)
+{
+    static char buf[IT_PATH_MAX];
+    const char *env = getenv("SECKILL_TCPPROXY");
+    const char *bin = it_bin(), *slash = strrchr(bin, '/');
+
+    if (env && *env)
+        return env;
+    snprintf(buf, sizeof(buf), "%.*s/tools/tcpproxy",
+             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    return buf;
+}
+
+int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target)
+{
+    char listen[16], ctl[16], to[32];
+
+    memset(p, 0, sizeof(*p));
+    p->port = it_free_port();
+    p->ctl = it_free_port();
+    snprintf(listen, sizeof(listen), "%u", (unsigned)p->port);
+    snprintf(ctl, sizeof(ctl), "%u", (unsigned)p->ctl);
+    snprintf(to, sizeof(to), "127.0.0.1:%u", (unsigned)target);
+    if (snprintf(p->log, sizeof(p->log), "%s/proxy-%s-%u.log", it_log_dir(),
+                 tag, (unsigned)p->port) >= (int)sizeof(p->log)) {
+        fprintf(stderr, "harness: log path too long\n");
+        return -1;
+    }
+    unlink(p->log);
+    char *argv[] = {(char *)proxy_bin(), "--listen", listen, "--target", to,
+                    "--control",         ctl,        NULL};
+    p->pid = it_spawn(argv, NULL, p->log);
+    if (p->pid < 0 || it_wait_tcp(p->ctl, 5000) != 0 ||
+        it_wait_tcp(p->port, 5000) != 0) {
+        fprintf(stderr, "harness: tcpproxy did not start; log %s\n", p->log);
+        return -1;
+    }
+    return 0;
+}
+
+int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(p->ctl),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char line[160], reply[160] = "";
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    size_t have = 0;
+    int rc = -1;
+
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        goto out;
+    snprintf(line, sizeof(line), "%s\n", cmd);
+    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        goto out;
+    while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
+        ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
+
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        reply[have] = '\0';
+    }
+    rc = strncmp(reply, "ok", 2) == 0 ? 0 : -1;
+    if (rc)
+        fprintf(stderr, "harness: proxy %s: %s\n", cmd, reply);
+out:
+    close(fd);
+    return rc;
+}
+
+void it_proxy_stop(struct it_proxy *p)
+{
+    int status;
+
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGKILL);
+    it_wait_exit(p->pid, 5000, &status);
+    p->pid = 0;
+}
+
+/* ---- private servers ---- */
+
+const char *it_which(const char *prog)
+{
+    static char buf[IT_PATH_MAX];
+    const char *p = getenv("PATH");
+
+    if (!p)
+        p = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    while (*p) {
+        size_t len = strcspn(p, ":");
+
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
+        if (len && access(buf, X_OK) == 0)
+            return buf;
+        p += len;
+        if (*p == ':')
+            p++;
+    }
+    /* Debian keeps mariadbd in /usr/sbin, which a user's PATH may lack. */
+    snprintf(buf, sizeof(buf), "/usr/sbin/%s", prog);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass)
+{
+    const char *bin = it_which("redis-server");
+    char port_arg[16];
+    pid_t pid;
+
+    if (!bin) {
+        fprintf(stderr, "harness: redis-server not found in PATH\n");
+        return -1;
+    }
+    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
+    char *argv[] = {(char *)bin,  "--port",
+                    port_arg,     "--bind",
+                    "127.0.0.1",  "--save",
+                    "",           "--appendonly",
+                    "no",         "--daemonize",
+                    "no",         "--enable-debug-command",
+                    "local",      pass ? "--requirepass" : NULL,
+                    (char *)pass, NULL};
+    pid = it_spawn(argv, NULL, log_path);
+    if (pid < 0)
+        return -1;
+    for (int i = 0; i < 250; i++) {
+        redisContext *rc = redisConnect("127.0.0.1", port);
+        redisReply *r = NULL;
+
+        if (rc && !rc->err) {
+            if (pass)
+                freeReplyObject(redisCommand(rc, "AUTH %s", pass));
+            r = redisCommand(rc, "PING");
+        }
+        bool up = r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        redisFree(rc);
+        if (up)
+            return pid;
+        usleep(20 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fprintf(stderr, "harness: redis-server on port %u did not start; log: %s\n",
+            (unsigned)port, log_path);
+    return -1;
 }

@@ -74,6 +74,18 @@ int it_wait_exit(pid_t pid, int timeout_ms, int *status);
  */
 int it_run_capture(char *const argv[], char **out);
 
+/* The absolute path of prog in $PATH, else in /usr/sbin (a static
+ * buffer), or NULL. */
+const char *it_which(const char *prog);
+
+/*
+ * Start a private redis-server on 127.0.0.1:port: no persistence, DEBUG
+ * allowed from loopback, `requirepass pass` unless pass is NULL, output
+ * appended to log_path. Waits until it answers PING. Returns the pid, or
+ * -1 after printing why (the child is then killed). Does not use cmocka.
+ */
+pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass);
+
 /* Wait up to timeout_ms until something accepts TCP on 127.0.0.1:port. */
 int it_wait_tcp(uint16_t port, int timeout_ms);
 
@@ -139,9 +151,10 @@ struct it_req {
     const char *token;  /* NULL: no Authorization header */
     /* Raw Authorization value ("Basic x"); overrides token. */
     const char *authorization;
-    /* More request headers, "Name: value" each, NULL-terminated; or NULL. */
+    long timeout_s;     /* 0: IT_HTTP_TIMEOUT_S */
+    const char *header; /* one more header, "Name: value", or NULL */
+    /* Yet more, "Name: value" each, NULL-terminated; or NULL. */
     const char *const *headers;
-    long timeout_s; /* 0: IT_HTTP_TIMEOUT_S */
 };
 
 struct it_resp {
@@ -158,6 +171,8 @@ struct it_resp {
      * owned. Read one with it_resp_header(). */
     char *headers;
     size_t headers_len;
+    double elapsed_ms; /* from the start of the request to its end */
+    char curl_error[CURL_ERROR_SIZE]; /* why the transport failed, or "" */
     /* private */
     struct curl_slist *hdrs_;
     char errbuf_[CURL_ERROR_SIZE];
@@ -176,10 +191,18 @@ void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp);
 /*
  * Send reqs[i] to to[i] for every i < n all at once on one multi handle
  * (every request in flight together) and wait for them all; resps[i] gets
- * each answer. Fails the test (cmocka) if curl itself fails.
+ * each answer. Fails the test (cmocka) if curl itself fails. When a
+ * request got no answer (a transport error, a timeout) it prints each
+ * such request with curl's error and time, and the slowest request's
+ * time, before the caller's assertions look at the statuses.
  */
 void it_http_run_all(struct it_req *reqs, const struct it_server **to,
                      struct it_resp *resps, size_t n);
+
+/* The report of it_http_run_all(): nothing when every request got an
+ * answer. For crowds sent some other way. */
+void it_http_report(const struct it_req *reqs, const struct it_server **to,
+                    const struct it_resp *resps, size_t n);
 
 /* Perform req synchronously. Returns the HTTP status (0 on failure). */
 long it_http_do(const struct it_server *srv, const struct it_req *req,
@@ -375,6 +398,27 @@ pid_t it_pidfile_read(const char *path);
  * close(2) after the test, or -1 with a message on stderr.
  */
 int it_blackhole_listen(uint16_t *port);
+
+/*
+ * A loopback TCP proxy (tests/tools/tcpproxy.c, built beside the binary
+ * under test, or $SECKILL_TCPPROXY) in front of 127.0.0.1:target, whose
+ * control port makes the link slow, stalled or cut.
+ */
+struct it_proxy {
+    uint16_t port; /* connect here to reach the target */
+    uint16_t ctl;  /* the control port */
+    pid_t pid;
+    char log[IT_PATH_MAX];
+};
+
+/* Start one; tag names its log. Returns 0, or -1 with a message on stderr.
+ * Does not use cmocka. */
+int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target);
+/* Send one control command ("stall", "latency 300", "heal"); 0 when it
+ * answered "ok", else -1 with the answer on stderr. */
+int it_proxy_ctl(const struct it_proxy *p, const char *cmd);
+/* Kill it (accepts a stopped one). */
+void it_proxy_stop(struct it_proxy *p);
 
 /*
  * KILL CONNECTION every MySQL session that process pid has open to

@@ -355,7 +355,7 @@ struct fx {
     const struct backend *b;
     char url[1024];    /* the backend's URL with our settings */
     char why_not[256]; /* why url is unusable, or "" */
-    struct lock_url u; /* url parsed: where the servers are */
+    struct url u;      /* url parsed: where the servers are */
     char prefix[64];   /* of every lock name of this test */
     struct lock_options opt;
 
@@ -370,13 +370,13 @@ struct fx {
     size_t nfds;
 
     /* Raw access to the servers, opened on first use. */
-    redisContext *rc[LOCK_URL_HOSTS_MAX];
+    redisContext *rc[URL_HOSTS_MAX];
     zhandle_t *zh;
     atomic_int zk_state;
 
     /* SIGSTOPped RedLock servers, and the process that resumes them if we
      * die first. */
-    pid_t stopped[LOCK_URL_HOSTS_MAX];
+    pid_t stopped[URL_HOSTS_MAX];
     size_t nstopped;
     pid_t guard_pid;
     int guard_fd;
@@ -414,7 +414,7 @@ static int fx_setup(void **state)
                           "&session_ms=%u", ZK_SESSION_MS);
         if (n <= 0 || (size_t)n >= sizeof(f->url))
             snprintf(f->why_not, sizeof(f->why_not), "%s is too long", b->env);
-        else if (lock__url_parse(f->url, &f->u, err, sizeof(err)) != 0)
+        else if (url_parse(f->url, &f->u, err, sizeof(err)) != 0)
             snprintf(f->why_not, sizeof(f->why_not), "%s: %s", b->env, err);
     }
     *state = f;
@@ -947,19 +947,18 @@ static void fx_stop_server(struct fx *f, pid_t pid)
     int32_t p = (int32_t)pid;
     int fds[2];
 
-    assert_true(f->nstopped < LOCK_URL_HOSTS_MAX);
+    assert_true(f->nstopped < URL_HOSTS_MAX);
     if (f->guard_fd < 0) {
         assert_int_equal(pipe(fds), 0);
         fflush(NULL);
         f->guard_pid = fork();
         assert_true(f->guard_pid >= 0);
         if (f->guard_pid == 0) {
-            pid_t got[LOCK_URL_HOSTS_MAX];
+            pid_t got[URL_HOSTS_MAX];
             size_t n = 0, i;
 
             close(fds[1]);
-            while (n < LOCK_URL_HOSTS_MAX &&
-                   read_full(fds[0], &p, sizeof(p)) == 0)
+            while (n < URL_HOSTS_MAX && read_full(fds[0], &p, sizeof(p)) == 0)
                 got[n++] = (pid_t)p;
             for (i = 0; i < n; i++)
                 kill(got[i], SIGCONT);
@@ -1590,7 +1589,7 @@ static void test_redlock_quorum(void **state)
     struct fx *f = fx_begin(state);
     const int64_t bound = 2LL * f->u.nhosts * TIMEOUT_MS + FAIL_SLACK_MS;
     char name[LOCK_NAME_MAX + 1], path[64];
-    pid_t pids[LOCK_URL_HOSTS_MAX];
+    pid_t pids[URL_HOSTS_MAX];
     enum lock_status st;
     struct lock *a, *b, *c, *d;
     int64_t t0, ms;
@@ -1754,7 +1753,7 @@ static void check_down(struct fx *f, const char *what, const char *url)
 static void test_backend_down_fails_fast(void **state)
 {
     struct fx *f = fx_begin(state);
-    uint16_t ports[LOCK_URL_HOSTS_MAX];
+    uint16_t ports[URL_HOSTS_MAX];
     char url[1024];
     int i, fd;
 
@@ -1873,7 +1872,7 @@ static void url_accepted_at(const char *url, const char *file, int line)
  * malformed setting are -EINVAL; so are several hosts for a one-server
  * backend, a Redis database that is not a number, and for RedLock fewer
  * than three servers (two cannot outlive a failure) or more than
- * LOCK_URL_HOSTS_MAX. Each bad URL differs from a good one in one place.
+ * URL_HOSTS_MAX. Each bad URL differs from a good one in one place.
  */
 static void test_urls_checked(void **state)
 {

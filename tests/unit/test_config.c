@@ -7,13 +7,16 @@
  */
 #include <stdarg.h>
 #include <stddef.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cmd/config.h"
+#include "common/url.h"
 
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -25,6 +28,8 @@ static const char *const vars[] = {
     "SECKILL_REDIS_URL",
     "SECKILL_SECRET",
     "SECKILL_THREADS",
+    "SECKILL_ENGINE_THREADS",
+    "SECKILL_QUEUE_MAX",
     "SECKILL_LOCK_TTL_MS",
     "SECKILL_LOCK_URL",
     "SECKILL_DEV",
@@ -84,7 +89,14 @@ static void test_defaults(void **state)
     assert_string_equal(c.http.bind, "127.0.0.1");
     assert_int_equal(c.http.lock_ttl_ms, 10000);
     assert_false(c.http.dev);
-    assert_true(c.http.threads >= 4);
+    {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* One HTTP thread per core (two at least), two engine threads
+         * per core, and a queue that drains in about a second. */
+        assert_int_equal(c.http.threads, cores < 2 ? 2 : cores);
+        assert_int_equal(c.http.engine_threads, 2 * cores);
+        assert_int_equal(c.http.queue_max, 20000);
+    }
     assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
     assert_int_equal(c.http.store.mysql_port, 13306);
     assert_string_equal(c.http.store.mysql_user, "u");
@@ -203,6 +215,23 @@ static void test_urls(void **state)
     assert_string_equal(c.http.store.redis_user, "app");
     assert_string_equal(c.http.store.redis_pass, "pw");
     assert_int_equal(c.http.store.redis_db, 2);
+    config_free(&c);
+
+    /* The lock's URL defaults to the Redis URL, and the lock decodes it
+     * with the same parser: the same password reaches both. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%40ss@h:1/0", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.redis_pass, "p@ss");
+    assert_string_equal(c.http.lock_url, "redis://:p%40ss@h:1/0");
+    struct url u;
+    assert_int_equal(url_parse(c.http.lock_url, &u, err, sizeof(err)), 0);
+    assert_string_equal(u.pass, "p@ss");
+    config_free(&c);
+
+    /* A bad escape is a start-up error naming the setting. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%4@h", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_REDIS_URL"));
     config_free(&c);
     reset_env(NULL);
 }
@@ -372,6 +401,12 @@ static void test_purchase_values(void **state)
     assert_int_equal(c.http.store.batch_max, STORE_BATCH_MAX);
     assert_int_equal(c.http.store.stock_segments, 64);
     config_free(&c);
+
+    setenv("SECKILL_QUEUE_MAX", "5", 1);
+    assert_int_equal(parse(&c, err, 2, "--engine-threads=7"), 0);
+    assert_int_equal(c.http.engine_threads, 7);
+    assert_int_equal(c.http.queue_max, 5);
+    config_free(&c);
 }
 
 static void test_purchase_bad_values(void **state)
@@ -389,6 +424,11 @@ static void test_purchase_bad_values(void **state)
         {"SECKILL_STOCK_SEGMENTS", "0"},
         {"SECKILL_STOCK_SEGMENTS", "65"},
         {"SECKILL_STOCK_SEGMENTS", "2.5"},
+        {"SECKILL_ENGINE_THREADS", "0"},
+        {"SECKILL_ENGINE_THREADS", "1025"},
+        {"SECKILL_QUEUE_MAX", "0"},
+        {"SECKILL_QUEUE_MAX", "1000001"},
+        {"SECKILL_QUEUE_MAX", "many"},
     };
     struct config c;
     char err[256];
