@@ -139,6 +139,16 @@ async function buyerFlow() {
 
     // One regular voucher and one already on sale, before the page loads.
     const normal = await createVoucher(server.url, { shopId: shop, title: "10 off any meal", payValue: 900, actualValue: 1000 });
+    const spare = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Two left: 20 off",
+        payValue: 8000,
+        actualValue: 10000,
+        type: "seckill",
+        stock: 2,
+        beginTime: timeIn(-60),
+        endTime: timeIn(3600),
+    });
     const last = await createVoucher(server.url, {
         shopId: shop,
         title: "Last one: 90 off",
@@ -209,11 +219,15 @@ async function buyerFlow() {
     await page.unroute(`**/api/vouchers/${soon}/seckill`);
     const orderId = bought[1];
 
-    // My orders: the new one with its voucher's title and status.
+    // My orders: the new one with its voucher's title and status, and
+    // the time left to pay on the server's clock (15 minutes; the
+    // browser's clock would say it ran out an hour ago).
     const order = page.locator(`#order-list li[data-order-id="${orderId}"]`);
     await waitFor(() => order.isVisible(), "the order in my orders");
     const orderText = await order.textContent();
     assert(/Flash: 50 off 47\.50/.test(orderText) && /Unpaid/.test(orderText), `the order reads: ${orderText}`);
+    const left = await order.locator(".countdown").textContent();
+    assert(/^Pay within 1[45]:[0-5][0-9]$/.test(left), `the time to pay: ${left}`);
 
     // A second click: the server's answer, in words.
     await button.click();
@@ -227,6 +241,29 @@ async function buyerFlow() {
     // And the card itself, once the list is read again.
     await waitFor(async () => /Sold out/.test(await card(page, last).locator(".pill").textContent()), "the sold-out pill");
 
+    // The page as a buyer sees it mid-sale: an unpaid order counting down.
+    await shoot(page, "buyer");
+    await page.setViewportSize(DESKTOP);
+
+    // Pay it (development mode's simulated provider).
+    await order.locator("button.pay").click();
+    await waitFor(async () => (await order.locator(".status").textContent()) === "Paid", "the order paid");
+    assertEqual(await order.locator("button").count(), 0, "buttons on a paid order");
+
+    // Buy another and cancel it: its unit goes back on sale.
+    const spareCard = card(page, spare);
+    await spareCard.locator("button.buy").click();
+    const other2 = await waitFor(
+        async () => /Bought! Order (\d+)\./.exec(await spareCard.locator(".msg").textContent()),
+        "the second purchase",
+    );
+    await waitFor(async () => /^1 left$/.test(await spareCard.locator(".row span:last-child").textContent()), "1 left");
+    const order2 = page.locator(`#order-list li[data-order-id="${other2[1]}"]`);
+    await waitFor(() => order2.locator("button.cancel").isVisible(), "the cancel button");
+    await order2.locator("button.cancel").click();
+    await waitFor(async () => (await order2.locator(".status").textContent()) === "Cancelled", "the order cancelled");
+    await waitFor(async () => /^2 left$/.test(await spareCard.locator(".row span:last-child").textContent()), "2 left again");
+
     // The clock line: the server's time, not the browser's hour-fast one.
     const clockText = await page.textContent("#clock");
     assert(/Server clock: .*\(±\d+ ms\)/.test(clockText), `the clock line: ${clockText}`);
@@ -236,7 +273,6 @@ async function buyerFlow() {
     });
     assert(Math.abs(offset + SKEW_MS) < 5000, `the page's server clock is off by ${offset + SKEW_MS} ms`);
 
-    await shoot(page, "buyer");
     assertNoProblems(page);
     await context.close();
 }
@@ -285,7 +321,9 @@ async function fillForm(page, fields, beginOffsetS = 60, endOffsetS = 3660) {
         page.evaluate((o) => {
             const d = new Date(Math.floor(Date.now() / 1000 + o) * 1000);
             const two = (n) => String(n).padStart(2, "0");
-            return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+            // Chromium writes whole minutes without the seconds.
+            const sec = d.getSeconds() ? `:${two(d.getSeconds())}` : "";
+            return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}${sec}`;
         }, offsetS);
     await page.fill("#f-beginTime", beginOffsetS === null ? "" : await local(beginOffsetS));
     await page.fill("#f-endTime", await local(endOffsetS));
@@ -387,6 +425,9 @@ async function adminFlow() {
     // The chart: a stock line and bars of units sold.
     await waitFor(() => page.locator("#chart path.stock").count(), "the stock line");
     await waitFor(() => page.locator("#chart rect.sales").count(), "the sales bars");
+    // The voucher's stats (the admin token reads them): 30 sold.
+    await waitFor(async () => (await row.locator("td.sold").textContent()) === "30", "30 sold in the stats");
+    assertEqual(await row.locator("td.returned").textContent(), "0", "returned units");
     // The counters of /metrics: at least the crowd's 30 orders.
     await waitFor(async () => Number(await page.textContent('[data-counter="ok"] .n')) >= 30, "30 orders in the counters");
 

@@ -28,6 +28,7 @@
 // fail.
 
 import { execFileSync } from "node:child_process";
+import { createHmac } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -52,18 +53,20 @@ import {
 const SPEC = path.join(ROOT, "docs/openapi.yaml");
 const PRISM = path.join(ROOT, "tests/node_modules/.bin/prism");
 const ALLOWED_ORIGIN = "http://allowed.example";
+// The payment provider's key (SECKILL_PAY_SECRET) of the test instances.
+const PAY_SECRET = "7061792d7365637265742d6f662d7468652d636f6e74726163742d746573742e";
 // Reachable through the proxy only with a request Prism cannot send, or
 // not at all (see above).
 const UNREACHABLE_CODES = new Set(["METHOD_NOT_ALLOWED", "NOT_IMPLEMENTED", "INTERNAL"]);
 
 // ---- servers ----
 
-// Forward every request to the healthy instance, or to the broken one
-// when it carries "X-Upstream: broken".
-function startRouter(main, broken) {
+// Forward every request to the healthy instance, or to the one its
+// "X-Upstream" header names ("broken", "quick").
+function startRouter(main, others) {
     return new Promise((resolve) => {
         const srv = http.createServer((req, res) => {
-            const to = req.headers["x-upstream"] === "broken" ? broken : main;
+            const to = others[req.headers["x-upstream"]] || main;
             const headers = { ...req.headers };
             delete headers["x-upstream"];
             const up = http.request(
@@ -117,10 +120,19 @@ function violations(res) {
 // path, op (the operation, "GET /api/vouchers/{id}"), status, code,
 // body, token, headers}.
 async function check(proxies, c) {
+    return verify(c, await send(proxies, c));
+}
+
+async function send(proxies, c) {
     const headers = { ...(c.headers || {}) };
     if (c.broken) headers["X-Upstream"] = "broken";
-    const res = await call(proxies[c.via], c.method, c.path, { body: c.body, token: c.token, headers });
+    if (c.quick) headers["X-Upstream"] = "quick";
     sent++;
+    return call(proxies[c.via], c.method, c.path, { body: c.body, token: c.token, headers });
+}
+
+// Check an answer res to case c (see check()).
+function verify(c, res) {
     const v = violations(res);
     const code = res.json && res.json.error && res.json.error.code;
     const problems = [];
@@ -151,7 +163,7 @@ function specOperations() {
     return { doc, ops, codes: doc.components.schemas.ErrorCode.enum };
 }
 
-async function runCases(proxies, redisCli) {
+async function runCases(proxies, redisCli, main) {
     const shop = 700000 + (RUN % 100000);
     const admin = token(1, true);
     const base = 9100000000 + (RUN % 1000000) * 100;
@@ -424,6 +436,103 @@ async function runCases(proxies, redisCli) {
     }
     await buy("buy, Redis gone", S, onSale, user(5), 503, "UNAVAILABLE", { broken: true });
 
+    // A flash sale's numbers.
+    const stats = (name, via, id, tok, status, codeWant) =>
+        check(proxies, {
+            name,
+            via,
+            method: "GET",
+            path: `/api/vouchers/${id}/stats`,
+            op: "GET /api/vouchers/{id}/stats",
+            token: tok,
+            status,
+            code: codeWant,
+        });
+    await stats("stats", S, onSale, admin, 200);
+    await stats("stats as a user", S, onSale, me, 403, "FORBIDDEN");
+    await stats("stats of a normal voucher", S, normal, admin, 404, "NOT_FOUND");
+    await stats("stats without a token", L, onSale, undefined, 401, "UNAUTHORIZED");
+    await stats("stats, bad id", L, "x", admin, 400, "BAD_REQUEST");
+
+    // An order's life: pay (the simulated provider), cancel.
+    const orderOp = (name, via, verb, id, tok, status, codeWant, extra = {}) =>
+        check(proxies, {
+            name,
+            via,
+            method: "POST",
+            path: `/api/orders/${id}/${verb}`,
+            op: `POST /api/orders/{id}/${verb}`,
+            token: tok,
+            status,
+            code: codeWant,
+            ...extra,
+        });
+    const cancellable = await createVoucher(proxies.direct, { ...seckill, stock: 3 });
+    const second = await buy("buy another", S, cancellable, me, 201);
+    const toCancel = second.json.orderId;
+    const paidId = bought.json.orderId;
+    await orderOp("pay", S, "pay", paidId, me, 200);
+    await orderOp("pay again", S, "pay", paidId, me, 200);
+    await orderOp("cancel a paid order", S, "cancel", paidId, me, 409, "ORDER_PAID");
+    await orderOp("cancel", S, "cancel", toCancel, me, 200);
+    await orderOp("cancel again", S, "cancel", toCancel, admin, 200);
+    await orderOp("pay a cancelled order", S, "pay", toCancel, me, 409, "ORDER_CLOSED");
+    await orderOp("pay someone else's order", S, "pay", toCancel, user(6), 404, "NOT_FOUND");
+    await orderOp("cancel someone else's order", S, "cancel", paidId, user(6), 404, "NOT_FOUND");
+    await orderOp("cancel without a token", L, "cancel", paidId, undefined, 401, "UNAUTHORIZED");
+    await orderOp("pay, bad id", L, "pay", "-1", me, 400, "BAD_REQUEST");
+
+    // The payment provider's notification, signed.
+    const notify = (name, via, note, status, codeWant, signature) => {
+        const body = JSON.stringify(note);
+        const sig = signature ?? createHmac("sha256", Buffer.from(PAY_SECRET, "hex")).update(body).digest("hex");
+        return check(proxies, {
+            name,
+            via,
+            method: "POST",
+            path: "/api/payments/notify",
+            op: "POST /api/payments/notify",
+            body,
+            headers: sig ? { "X-Signature": sig } : {},
+            status,
+            code: codeWant,
+        });
+    };
+    const o8 = (await buy("buy for the provider", S, cancellable, user(8), 201)).json.orderId;
+    const o9 = (await buy("buy for the provider, 2", S, onSale, user(9), 201)).json.orderId;
+    const txn = `contract-${RUN}`;
+    await notify("notify", S, { orderId: o8, amount: 4750, txnId: txn }, 200);
+    await notify("notify again", S, { orderId: o8, amount: 4750, txnId: txn }, 200);
+    await notify("notify, another transaction", S, { orderId: o8, amount: 4750, txnId: txn + "b" }, 409, "ORDER_PAID");
+    await notify("notify, wrong amount", S, { orderId: o9, amount: 1, txnId: txn + "c" }, 400, "BAD_REQUEST");
+    await notify("notify, a used transaction", S, { orderId: o9, amount: 4750, txnId: txn }, 400, "BAD_REQUEST");
+    await notify("notify, a cancelled order", S, { orderId: toCancel, amount: 4750, txnId: txn + "d" }, 409, "ORDER_CLOSED");
+    await notify("notify, no such order", S, { orderId: "999999999999", amount: 4750, txnId: txn + "e" }, 404, "NOT_FOUND");
+    await notify("notify, forged", S, { orderId: o9, amount: 4750, txnId: txn + "f" }, 401, "UNAUTHORIZED", "0".repeat(64));
+    await notify("notify, unsigned", L, { orderId: o9, amount: 4750, txnId: txn + "g" }, 401, "UNAUTHORIZED", "");
+
+    // An order whose deadline passes (the instance with a 1 s timeout).
+    const late = (await buy("buy with a 1 s deadline", S, onSale, user(10), 201, undefined, { quick: true })).json
+        .orderId;
+    const deadline = Date.now() + 20000;
+    let expired = false;
+    while (!expired && Date.now() < deadline) {
+        const r = await call(main.url, "GET", `/api/orders/${late}`, { token: user(10) });
+        expired = r.json && r.json.status === "expired";
+        if (!expired) await new Promise((res) => setTimeout(res, 200));
+    }
+    assert(expired, `order ${late} did not expire within 20 s of its 1 s deadline`);
+    await check(proxies, {
+        name: "an expired order",
+        via: S,
+        method: "GET",
+        path: `/api/orders/${late}`,
+        op: "GET /api/orders/{id}",
+        token: user(10),
+        status: 200,
+    });
+    await orderOp("cancel an expired order", S, "cancel", late, user(10), 409, "ORDER_CLOSED");
+
     // Orders.
     await check(proxies, {
         name: "my orders",
@@ -495,27 +604,15 @@ async function runCases(proxies, redisCli) {
 
     // The per-user rate limit (20 a second, bursts of 40): one user asks
     // until refused; every answer on the way is checked too.
-    const hasty = user(7);
+    const hasty = { via: S, method: "GET", path: "/api/orders?limit=1", op: "GET /api/orders", token: user(7) };
     let limited = false;
     for (let i = 0; i < 400 && !limited; i++) {
-        const r = await call(proxies.strict, "GET", "/api/orders?limit=1", { token: hasty });
-        sent++;
-        if (r.status === 429) {
-            limited = true;
-            await check(proxies, {
-                name: "rate limited",
-                via: S,
-                method: "GET",
-                path: "/api/orders?limit=1",
-                op: "GET /api/orders",
-                token: hasty,
-                status: 429,
-                code: "RATE_LIMITED",
-            });
-        } else if (r.status !== 200 || violations(r).length) {
-            failures.push(`rate limit: answer ${i}: ${r.status} ${r.text.slice(0, 200)}`);
-            break;
-        }
+        const r = await send(proxies, hasty);
+        limited = r.status === 429;
+        const before = failures.length;
+        if (limited) verify({ ...hasty, name: "rate limited", status: 429, code: "RATE_LIMITED" }, r);
+        else verify({ ...hasty, name: `before the rate limit (${i})`, status: 200 }, r);
+        if (failures.length > before) break;
     }
     assert(limited, "400 requests of one user were never rate limited");
 
@@ -625,15 +722,16 @@ async function main() {
 }
 
 async function run() {
-    const env = { SECKILL_CORS_ORIGINS: ALLOWED_ORIGIN, SECKILL_DEV: "1" };
+    const env = { SECKILL_CORS_ORIGINS: ALLOWED_ORIGIN, SECKILL_DEV: "1", SECKILL_PAY_SECRET: PAY_SECRET };
     const main = await startSeckilld("openapi-seckilld", env);
+    const quick = await startSeckilld("openapi-seckilld-quick", { ...env, SECKILL_PAY_TIMEOUT_S: "1" });
     const dead = await freePort();
     const db = new URL(process.env.SECKILL_REDIS_URL).pathname.slice(1) || "0";
     const broken = await startSeckilld("openapi-seckilld-no-redis", {
         ...env,
         SECKILL_REDIS_URL: `redis://127.0.0.1:${dead}/${db}`,
     });
-    const router = await startRouter(main.port, broken.port);
+    const router = await startRouter(main.port, { broken: broken.port, quick: quick.port });
     const upstream = `http://127.0.0.1:${router.address().port}`;
     const [strict, lenient, canary] = await Promise.all([
         startPrism("prism-strict", SPEC, upstream, true),
@@ -653,7 +751,7 @@ async function run() {
         await test("openapi: live traffic matches docs/openapi.yaml", async () => {
             let stopped = null;
             try {
-                await runCases(proxies, redisCli);
+                await runCases(proxies, redisCli, main);
             } catch (e) {
                 stopped = `the cases stopped: ${e.stack || e}`;
             }

@@ -1,11 +1,12 @@
 // admin.js - the admin's page: an admin token, a form that creates a
 // voucher (checked field by field with the API's own messages before it
-// is sent), the shop's vouchers with their stock read once a second and a
-// chart of the selected one's sales, and the purchase counters of
+// is sent), the shop's vouchers with their numbers read once a second
+// (GET /api/vouchers/{id}/stats with the token, else the voucher's stock)
+// and a chart of the selected one's sales, and the purchase counters of
 // /metrics.
 
 import { call, clock, describeError, el, localTime, money, rfc3339, say } from "./api.js";
-import { drawChart } from "./chart.js";
+import { drawChart, soldBetween } from "./chart.js";
 
 const TOKEN_KEY = "seckill.admin-token";
 const LIST_REFRESH_MS = 10000;
@@ -22,7 +23,8 @@ const state = {
     token: sessionStorage.getItem(TOKEN_KEY) || "",
     shopId: "1",
     vouchers: [], // the list, newest first
-    history: new Map(), // voucher id -> [{t, stock}]
+    history: new Map(), // voucher id -> [{t, stock, sold?}]
+    stats: new Map(), // voucher id -> its last stats
     selected: null,
     metrics: [], // [{t, values}] of the last seconds
 };
@@ -72,6 +74,7 @@ $("token-form").addEventListener("submit", (ev) => {
     state.token = $("token").value.trim();
     sessionStorage.setItem(TOKEN_KEY, state.token);
     $("token").value = "";
+    state.stats.clear();
     showToken();
 });
 
@@ -292,12 +295,13 @@ async function loadList() {
     renderList();
 }
 
-// Remember a reading of v's stock on the server's clock.
-function record(v) {
+// Remember a reading of v's stock (and of its sold count, from stats) on
+// the server's clock.
+function record(v, stats) {
     if (v.type !== "seckill") return;
     const h = state.history.get(v.id) || [];
     const t = clock.now();
-    h.push({ t, stock: v.stock });
+    h.push(stats ? { t, stock: stats.stock, sold: stats.sold } : { t, stock: v.stock });
     while (h.length && t - h[0].t > HISTORY_MS) h.shift();
     state.history.set(v.id, h);
 }
@@ -310,14 +314,36 @@ function watched() {
         .slice(0, WATCH_MAX);
 }
 
+// True while the pasted token is an admin's that has not expired (the
+// server checks the signature).
+function adminToken() {
+    const c = state.token ? decodeToken(state.token) : null;
+    return c && c.role === "admin" && c.expires > clock.now() ? state.token : null;
+}
+
+// One voucher's reading: its stats with an admin token, else the voucher.
+async function readOne(v) {
+    const tok = adminToken();
+    if (tok) {
+        const res = await call("GET", `/api/vouchers/${v.id}/stats`, { token: tok });
+        if (res.ok) {
+            state.stats.set(v.id, res.data);
+            return { ...v, stock: res.data.stock, stats: res.data };
+        }
+    }
+    const res = await call("GET", `/api/vouchers/${v.id}`);
+    return res.ok ? res.data : null;
+}
+
 async function pollStock() {
     const list = watched();
-    const answers = await Promise.all(list.map((v) => call("GET", `/api/vouchers/${v.id}`)));
-    answers.forEach((res, i) => {
-        if (!res.ok) return;
+    const answers = await Promise.all(list.map(readOne));
+    answers.forEach((got, i) => {
+        if (!got) return;
+        const { stats, ...voucher } = got;
         const idx = state.vouchers.findIndex((v) => v.id === list[i].id);
-        if (idx >= 0) state.vouchers[idx] = res.data;
-        record(res.data);
+        if (idx >= 0) state.vouchers[idx] = voucher;
+        record(voucher, stats);
     });
     renderList();
 }
@@ -327,8 +353,8 @@ function soldPerSecond(id, overMs = 10000) {
     const now = clock.now();
     let sold = 0;
     for (let i = 1; i < h.length; i++) {
-        const drop = h[i - 1].stock - h[i].stock;
-        if (drop > 0 && now - h[i].t <= overMs) sold += drop;
+        const n = soldBetween(h[i - 1], h[i]);
+        if (n > 0 && now - h[i].t <= overMs) sold += n;
     }
     return sold / (overMs / 1000);
 }
@@ -349,8 +375,10 @@ function row(v) {
     let r = rows.get(v.id);
     if (r) return r;
     const cells = {};
-    for (const k of ["id", "title", "type", "stock", "rate", "window", "status"])
-        cells[k] = el("td", { class: k === "id" ? "mono" : k === "title" ? "title" : k === "stock" || k === "rate" ? "num " + k : k });
+    for (const k of ["id", "title", "type", "stock", "sold", "paid", "returned", "rate", "window", "status"])
+        cells[k] = el("td", {
+            class: k === "id" ? "mono" : k === "title" ? "title" : ["type", "window", "status"].includes(k) ? k : "num " + k,
+        });
     const tr = el("tr", { "data-voucher-id": v.id }, ...Object.values(cells));
     tr.addEventListener("click", () => {
         state.selected = v.id;
@@ -376,6 +404,10 @@ function renderList() {
         setText(r.cells.title, v.title);
         setText(r.cells.type, seckill ? "flash sale" : "regular");
         setText(r.cells.stock, seckill ? String(v.stock) : "–");
+        const st = seckill ? state.stats.get(v.id) : null;
+        setText(r.cells.sold, st ? String(st.sold) : "–");
+        setText(r.cells.paid, st ? String(st.orders.paid) : "–");
+        setText(r.cells.returned, st ? String(st.returned) : "–");
         setText(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : "–");
         setText(r.cells.window, seckill ? `${localTime(v.beginTime)} – ${localTime(v.endTime)}` : "–");
         setText(r.cells.status, saleStatus(v));
@@ -424,6 +456,7 @@ function outcomeValues(samples) {
             .filter((s) => s.name === "seckill_http_requests_total" && s.labels.route === SECKILL_ROUTE && s.labels.code === c)
             .reduce((a, s) => a + s.value, 0);
     const busy = get("seckill_lock_acquisitions_total", "outcome", "busy");
+    const shed = get("seckill_purchases_total", "outcome", "shed");
     return {
         requests: get("seckill_http_requests_total", "route", SECKILL_ROUTE),
         ok: get("seckill_purchases_total", "outcome", "ok"),
@@ -431,8 +464,12 @@ function outcomeValues(samples) {
         sold_out_cached: get("seckill_purchases_total", "outcome", "sold_out_cached"),
         duplicate: get("seckill_purchases_total", "outcome", "duplicate"),
         busy,
-        rate_limited: Math.max(0, code("429") - busy),
+        shed,
+        rate_limited: Math.max(0, code("429") - busy - shed),
         unavailable: code("503"),
+        paid: get("seckill_order_transitions_total", "to", "paid"),
+        cancelled: get("seckill_order_transitions_total", "to", "cancelled"),
+        expired: get("seckill_order_transitions_total", "to", "expired"),
     };
 }
 
@@ -443,8 +480,12 @@ const COUNTERS = [
     ["sold_out", "sold out, checked in MySQL"],
     ["duplicate", "already purchased"],
     ["busy", "busy (one user, two requests)"],
+    ["shed", "busy (the voucher's queue full)"],
     ["rate_limited", "rate limited"],
     ["unavailable", "unavailable (503)"],
+    ["paid", "orders paid"],
+    ["cancelled", "orders cancelled"],
+    ["expired", "orders expired unpaid"],
 ];
 
 async function pollMetrics() {

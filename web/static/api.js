@@ -148,7 +148,7 @@ export function describeError(res) {
             };
         case "BUSY":
             return {
-                text: "Busy: another purchase of yours is still in progress. Retry in a moment.",
+                text: "Busy: the sale is crowded or another purchase of yours is in progress. Retry in a moment.",
                 tone: "warn",
             };
         case "RATE_LIMITED":
@@ -168,6 +168,13 @@ export function describeError(res) {
             };
         case "NOT_FOUND":
             return { text: "Not found: it no longer exists.", tone: "bad" };
+        case "ORDER_PAID":
+            return { text: "Already paid: a paid order cannot be cancelled.", tone: "bad" };
+        case "ORDER_CLOSED":
+            return {
+                text: "Closed: the order was cancelled, or its time to pay ran out.",
+                tone: "bad",
+            };
         case "UNAUTHORIZED":
             return {
                 text: "Please log in again: your session is missing or has expired.",

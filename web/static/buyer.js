@@ -7,6 +7,10 @@
 // flight, so one click is one request. It is not disabled by a stock of
 // 0: the stock shown is as old as the last refresh, and the server's
 // answer ("sold out", "already purchased") is what counts.
+//
+// An unpaid order counts down to its pay deadline on the server's clock
+// and has a cancel button, and in development mode (the service showed
+// the login code) a pay button for the simulated payment provider.
 
 import {
     call,
@@ -46,7 +50,9 @@ const state = {
     cards: new Map(), // id -> {node, refs}
     purchase: new Map(), // id -> {inFlight, waitUntil}
     titles: new Map(), // voucher id -> title, for the orders
+    orders: new Map(), // order id -> {order, refs, busy}
     tightening: false,
+    devMode: false, // the service showed the login code
 };
 
 // ---- session ----
@@ -79,6 +85,7 @@ function renderSession() {
         loadOrders();
     } else {
         $("order-list").replaceChildren();
+        state.orders.clear();
     }
     for (const id of state.cards.keys()) renderVoucher(id);
 }
@@ -107,6 +114,7 @@ $("code-form").addEventListener("submit", async (ev) => {
     }
     $("login-form").hidden = false;
     const minutes = Math.round(res.data.expiresIn / 60);
+    state.devMode = !!res.data.code;
     if (res.data.code) {
         // Development mode: the service answers with the code.
         $("dev-code-value").textContent = res.data.code;
@@ -143,6 +151,9 @@ $("login-form").addEventListener("submit", async (ev) => {
         phone: res.data.user.phone,
         userId: res.data.user.id,
         expiresAt: Date.now() + res.data.expiresIn * 1000,
+        // The service showed the code: development mode, where orders
+        // can be paid with the simulated provider.
+        dev: state.devMode,
     });
 });
 
@@ -359,17 +370,100 @@ async function refreshVoucher(id) {
 const STATUS_WORDS = {
     unpaid: "Unpaid",
     paid: "Paid",
-    used: "Used",
     cancelled: "Cancelled",
-    refunding: "Refunding",
-    refunded: "Refunded",
+    expired: "Expired",
 };
 
-// The buttons of an order. Paying and cancelling come with the order's
-// lifecycle; each returns an element for the order's row.
+// The buttons of an order: cancel an unpaid one, and in development mode
+// pay it with the simulated provider.
 function orderActions(order) {
-    void order;
-    return [];
+    if (order.status !== "unpaid") return [];
+    const buttons = [];
+    if (state.session && state.session.dev)
+        buttons.push(
+            el("button", { type: "button", class: "pay", onclick: () => orderAction(order.id, "pay") }, "Pay (dev)"),
+        );
+    buttons.push(
+        el(
+            "button",
+            { type: "button", class: "secondary cancel", onclick: () => orderAction(order.id, "cancel") },
+            "Cancel",
+        ),
+    );
+    return buttons;
+}
+
+async function orderAction(id, verb) {
+    const row = state.orders.get(id);
+    if (!row || row.busy || !state.session) return;
+    row.busy = true;
+    for (const b of row.refs.actions.querySelectorAll("button")) b.disabled = true;
+    say(row.refs.msg, verb === "pay" ? "Paying…" : "Cancelling…");
+    const res = await call("POST", `/api/orders/${id}/${verb}`, { token: state.session.token });
+    row.busy = false;
+    if (res.ok) {
+        say(row.refs.msg, verb === "pay" ? "Paid." : "Cancelled: the voucher is back on sale.", "ok");
+        renderOrder(res.data);
+        if (verb === "cancel") refreshVoucher(res.data.voucherId);
+        return;
+    }
+    if (expired(res)) return;
+    say(row.refs.msg, describeError(res).text, describeError(res).tone);
+    loadOrders();
+}
+
+// Create or update the row of order o in the list (at position i, if
+// given).
+function renderOrder(o, i) {
+    let row = state.orders.get(o.id);
+    if (!row) {
+        const refs = {
+            title: el("div"),
+            status: el("div"),
+            when: el("div", { class: "hint" }),
+            deadline: el("div", { class: "hint countdown" }),
+            actions: el("div", { class: "row" }),
+            msg: el("p", { class: "msg", role: "status" }),
+        };
+        const node = el(
+            "li",
+            { "data-order-id": o.id },
+            el("div", {}, refs.title, el("div", { class: "hint mono" }, `Order ${o.id}`)),
+            el("div", {}, refs.status, refs.when, refs.deadline),
+            refs.actions,
+            refs.msg,
+        );
+        row = { node, refs, order: o, busy: false };
+        state.orders.set(o.id, row);
+    }
+    const changed = !row.order || row.order.status !== o.status || !row.node.isConnected;
+    row.order = o;
+    setText(row.refs.title, state.titles.get(o.voucherId) || `Voucher ${o.voucherId}`);
+    setText(row.refs.status, STATUS_WORDS[o.status] || o.status);
+    setClass(row.refs.status, `status ${o.status}`);
+    setText(row.refs.when, localTime(o.createTime));
+    if (changed || !row.refs.actions.children.length) row.refs.actions.replaceChildren(...orderActions(o));
+    const list = $("order-list");
+    if (i !== undefined && list.children[i] !== row.node) list.insertBefore(row.node, list.children[i] || null);
+    tickOrder(row);
+}
+
+// The countdown to an unpaid order's deadline, on the server's clock.
+function tickOrder(row) {
+    const o = row.order;
+    if (o.status !== "unpaid" || !o.payDeadline) {
+        setText(row.refs.deadline, o.payTime ? `Paid ${localTime(o.payTime)}` : "");
+        return;
+    }
+    const left = Date.parse(o.payDeadline) - clock.now();
+    if (left > 0) {
+        setText(row.refs.deadline, `Pay within ${duration(left)}`);
+        return;
+    }
+    setText(row.refs.deadline, "Time to pay is up");
+    for (const b of row.refs.actions.querySelectorAll("button.pay")) b.disabled = true;
+    // The service expires it: read it again shortly.
+    if (!row.recheck) row.recheck = setTimeout(() => ((row.recheck = null), loadOrders()), 1500);
 }
 
 async function voucherTitle(id) {
@@ -396,34 +490,14 @@ async function loadOrders() {
         }
         const items = res.data.items;
         say($("orders-msg"), items.length ? "" : "No orders yet.");
-        const rows = [];
-        for (const o of items) {
-            const title = await voucherTitle(o.voucherId);
-            rows.push(
-                el(
-                    "li",
-                    { "data-order-id": o.id },
-                    el(
-                        "div",
-                        {},
-                        el("div", {}, title),
-                        el("div", { class: "hint mono" }, `Order ${o.id}`),
-                    ),
-                    el(
-                        "div",
-                        {},
-                        el(
-                            "div",
-                            { class: `status ${o.status}` },
-                            STATUS_WORDS[o.status] || o.status,
-                        ),
-                        el("div", { class: "hint" }, localTime(o.createTime)),
-                    ),
-                    ...orderActions(o),
-                ),
-            );
-        }
-        $("order-list").replaceChildren(...rows);
+        for (const o of items) await voucherTitle(o.voucherId);
+        const keep = new Set(items.map((o) => o.id));
+        for (const [id, row] of state.orders)
+            if (!keep.has(id)) {
+                row.node.remove();
+                state.orders.delete(id);
+            }
+        items.forEach((o, i) => renderOrder(o, i));
     } finally {
         ordersLoading = false;
     }
@@ -440,6 +514,7 @@ function tick() {
         const pm = Math.round(clock.uncertainty() / 2);
         c.textContent = `Server clock: ${t} (±${pm} ms)`;
     }
+    for (const row of state.orders.values()) tickOrder(row);
     let soon = false;
     for (const [id, v] of state.vouchers) {
         renderVoucher(id);

@@ -22,13 +22,20 @@ function niceTop(n) {
     return 40 * p;
 }
 
-// Units sold per bucket of bucketMs, from a history of stock readings
-// (a rise, such as a restock, counts as no sales).
+// Units sold between two readings: the rise of the sold count when both
+// have one (the stats of an admin), else the drop of the stock (a rise,
+// such as a cancelled order's unit coming back, counts as none).
+export function soldBetween(a, b) {
+    if (Number.isFinite(a.sold) && Number.isFinite(b.sold)) return b.sold - a.sold;
+    return a.stock - b.stock;
+}
+
+// Units sold per bucket of bucketMs, from a history of readings.
 export function salesPerBucket(points, now, windowMs, bucketMs) {
     const n = Math.ceil(windowMs / bucketMs);
     const sold = new Array(n).fill(0);
     for (let i = 1; i < points.length; i++) {
-        const drop = points[i - 1].stock - points[i].stock;
+        const drop = soldBetween(points[i - 1], points[i]);
         const age = now - points[i].t;
         if (drop <= 0 || age < 0 || age >= windowMs) continue;
         sold[n - 1 - Math.floor(age / bucketMs)] += drop;
@@ -44,8 +51,8 @@ export function chartWindow(points, now) {
     return { windowMs, bucketMs: windowMs / 60 };
 }
 
-// Draw into svg the readings points ([{t: server ms, stock}], oldest
-// first) of the windowMs before now.
+// Draw into svg the readings points ([{t: server ms, stock, sold?}],
+// oldest first) of the windowMs before now.
 export function drawChart(svg, points, now, { windowMs, bucketMs } = chartWindow(points, now)) {
     // One unit of the drawing per CSS pixel, so its text keeps its size
     // from a phone to a desktop.
