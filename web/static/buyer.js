@@ -91,7 +91,7 @@ function renderSession() {
 }
 
 // An answer of 401 means the token is gone: back to the login form.
-function expired(res) {
+function sessionGone(res) {
     if (res.status !== 401 || !state.session) return false;
     saveSession(null);
     say($("login-msg"), describeError(res).text, "bad");
@@ -352,7 +352,7 @@ async function buy(id) {
             p.waitUntil = Date.now() + d.wait * 1000;
         if (d.checkOrders) loadOrders();
         if (res.error.code === "SOLD_OUT") refreshVoucher(id);
-        expired(res);
+        sessionGone(res);
     }
     renderVoucher(id);
 }
@@ -407,7 +407,7 @@ async function orderAction(id, verb) {
         if (verb === "cancel") refreshVoucher(res.data.voucherId);
         return;
     }
-    if (expired(res)) return;
+    if (sessionGone(res)) return;
     say(row.refs.msg, describeError(res).text, describeError(res).tone);
     loadOrders();
 }
@@ -483,7 +483,7 @@ async function loadOrders() {
         const res = await call("GET", "/api/orders?limit=50", {
             token: state.session.token,
         });
-        if (expired(res)) return;
+        if (sessionGone(res)) return;
         if (!res.ok) {
             say($("orders-msg"), describeError(res).text, "warn");
             return;
