@@ -1169,8 +1169,9 @@ static void print_table(struct run *runs, size_t n)
                r->nindef, r->ambiguous, (long long)r->orders, stock, rec, inv,
                run_passed(r) ? "PASS" : "FAIL");
     }
-    printf("\ninvariants: 1 orders == initial - final stock, never negative;"
-           " 2 one order per user;\n  3 every 201 in MySQL; 4 a definite 4xx "
+    printf("\ninvariants: 1 stock + unpaid + paid == initial, never "
+           "negative; 2 one active order per user;\n  3 every 201 in MySQL; "
+           "4 a definite 4xx "
            "(or 503 unavailable) left no order;\n  5 ids never reused; 6 "
            "stock sold out after healing, no lock key without a TTL.\n"
            "503 = backend unavailable (nothing written); unkn = no answer, "
