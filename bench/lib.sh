@@ -167,9 +167,12 @@ BROKEN=0 # set by check_voucher, read by the callers
 # check_voucher NAME VOUCHER INITIAL OK_SEEN: the invariants of one sale.
 check_voucher() {
     local name=$1 v=$2 initial=$3 seen=$4 row final orders dups verdict=ok
-    row=$(sql "SELECT s.stock, (SELECT COUNT(*) FROM voucher_orders o WHERE o.voucher_id = $v),
+    # Active (unpaid or paid) orders hold a unit each: stock + active =
+    # initial, and no user holds two.
+    row=$(sql "SELECT s.stock, (SELECT COUNT(*) FROM voucher_orders o WHERE o.voucher_id = $v
+         AND o.status IN (1, 2)),
         (SELECT COUNT(*) FROM (SELECT user_id FROM voucher_orders WHERE voucher_id = $v
-         GROUP BY user_id HAVING COUNT(*) > 1) d)
+         AND status IN (1, 2) GROUP BY user_id HAVING COUNT(*) > 1) d)
         FROM seckill_vouchers s WHERE s.voucher_id = $v")
     read -r final orders dups <<<"$row"
     if ((orders != initial - final || dups != 0 || final < 0 || seen > orders)); then

@@ -38,6 +38,15 @@
 #      static file: nginx refuses POST to a file), BENCH_ROUNDS times
 #      BENCH_SOLDOUT_SECONDS each; the round with the median ratio counts:
 #      rejections/s, p50/p99.
+#   5. lifecycle: two more instances (ports +2, +3) with
+#      SECKILL_PAY_TIMEOUT_S=BENCH_PAY_TIMEOUT_S (5) and a payment key; a
+#      voucher of BENCH_LIFE_STOCK (50000) for BENCH_LIFE_SECONDS (15) at
+#      256 connections, where 70% of the buyers pay through the signed
+#      provider notification after their 201 and the rest never pay: their
+#      orders expire and the crowd buys the units again. Then the last
+#      unpaid orders expire and stock + unpaid + paid = initial is checked;
+#      reported: orders paid and expired, the expiry lag (deadline to
+#      close) p50/p99, and how long returned units stayed unsold.
 #
 # Head-of-line: while the 256-connection selling crowd runs, a separate
 # client sends 200 GET /healthz to instance A one at a time, each on a
@@ -68,10 +77,13 @@ LUA=$ROOT/bench/wrk/buy.lua
 SB_LUA=$ROOT/bench/sysbench/purchase.lua
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
-    d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2
+    d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2 d_life=8
 else
-    d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4
+    d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4 d_life=15
 fi
+LIFE_SECONDS=${BENCH_LIFE_SECONDS:-$d_life}
+LIFE_TIMEOUT=${BENCH_PAY_TIMEOUT_S:-5}
+LIFE_STOCK=${BENCH_LIFE_STOCK:-50000}
 CELL=${BENCH_CELL_SECONDS:-$d_cell}
 SELL=${BENCH_SELL_SECONDS:-$d_sell}
 CAL=${BENCH_CALIBRATE_SECONDS:-$d_cal}
@@ -438,6 +450,69 @@ NG_P50=$(j "$f" .p50_ms)
 NG_P99=$(j "$f" .p99_ms)
 say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50 ms, p99 $SO_P99 ms, other replies $SO_ERR; nginx $NG_RATE requests/s, p50 $NG_P50 ms, p99 $NG_P99 ms"
 
+# ---- 5. lifecycle: buyers who never pay ----
+
+# Two more instances with a short pay timeout (the default of 15 minutes
+# would make the phase last as long) and a payment provider's key; 70% of
+# the buyers pay through the provider's signed notification right after
+# their 201, the rest never pay. Their orders expire, the units go back on
+# sale and the crowd buys them again, until the phase ends; then the last
+# unpaid orders expire and the invariant is checked.
+LIFE_PORT_C=$((PORT + 2))
+LIFE_PORT_D=$((PORT + 3))
+PAY_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+PID_C=$(SECKILL_PAY_TIMEOUT_S=$LIFE_TIMEOUT SECKILL_PAY_SECRET=$PAY_SECRET \
+    start_instance C "$LIFE_PORT_C")
+PIDS+=("$PID_C")
+PID_D=$(SECKILL_PAY_TIMEOUT_S=$LIFE_TIMEOUT SECKILL_PAY_SECRET=$PAY_SECRET \
+    start_instance D "$LIFE_PORT_D")
+PIDS+=("$PID_D")
+ensure_users $((LIFE_STOCK * 6))
+LIFE_V=$(new_voucher "$LIFE_STOCK")
+# The stock every 50 ms, for how fast returned units sell again.
+(
+    end=$((SECONDS + LIFE_SECONDS + 2))
+    while ((SECONDS < end)); do
+        printf '%s %s\n' "$(date +%s%3N)" "$(sql "SELECT stock FROM seckill_vouchers WHERE voucher_id = $LIFE_V")"
+        sleep 0.05
+    done
+) >"$RAW/lifecycle-stock.txt" 2>/dev/null &
+LIFE_SAMPLER=$!
+say "lifecycle: stock $LIFE_STOCK, pay timeout $LIFE_TIMEOUT s, 70% of buyers pay, $LIFE_SECONDS s at 256 connections"
+BUY_PAY_PERCENT=70 BUY_PAY_SECRET=$PAY_SECRET BUY_PAY_AMOUNT=100 \
+    run_wrk lifecycle-c256 256 "$LIFE_SECONDS" \
+    "127.0.0.1:$LIFE_PORT_C,127.0.0.1:$LIFE_PORT_D" "/api/vouchers/$LIFE_V/seckill"
+wait "$LIFE_SAMPLER" || true
+# The last unpaid orders expire (their units come back) before the check.
+for _ in $(seq $((LIFE_TIMEOUT * 10 + 40))); do
+    [[ $(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $LIFE_V AND status = 1") == 0 ]] && break
+    sleep 0.1
+done
+check_voucher lifecycle "$LIFE_V" "$LIFE_STOCK" 0
+read -r LIFE_PAID LIFE_UNPAID LIFE_EXPIRED LIFE_ALL < <(sql "SELECT SUM(status = 2),
+    SUM(status = 1), SUM(status = 7), COUNT(*) FROM voucher_orders WHERE voucher_id = $LIFE_V")
+# Expiry lag: from each expired order's deadline to its close, ms.
+sql "SELECT TIMESTAMPDIFF(MICROSECOND, pay_deadline, close_time) / 1000
+    FROM voucher_orders WHERE voucher_id = $LIFE_V AND status = 7
+    ORDER BY 1" >"$RAW/lifecycle-lag.ms"
+read -r LIFE_LAG_P50 LIFE_LAG_P99 LIFE_LAG_MAX < <(awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "0 0 0"; exit }
+    printf "%.0f %.0f %.0f\n", v[int(NR * 0.5 + 0.5)], v[int(NR * 0.99 + 0.5)], v[NR] }' \
+    "$RAW/lifecycle-lag.ms")
+# Resale: after the first sell-out, each stretch in which the stock was
+# above 0 (units given back and not yet bought again), ms.
+awk '
+    $2 == "" { next }
+    $2 == 0 { if (open) { print $1 - since; open = 0 } zero = 1; next }
+    zero && !open { open = 1; since = $1 }' "$RAW/lifecycle-stock.txt" |
+    sort -n >"$RAW/lifecycle-resale.ms"
+read -r LIFE_RESALE_N LIFE_RESALE_P50 LIFE_RESALE_P99 < <(awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "0 0 0"; exit }
+    printf "%d %.0f %.0f\n", NR, v[int(NR * 0.5 + 0.5)], v[int(NR * 0.99 + 0.5)] }' \
+    "$RAW/lifecycle-resale.ms")
+f=$RAW/lifecycle-c256.json
+say "lifecycle: $(j "$f" .ok) sold (201), $(j "$f" .paid) paid, $(j "$f" .pay_late) payments too late; orders: ${LIFE_PAID:-0} paid, ${LIFE_EXPIRED:-0} expired, ${LIFE_UNPAID:-0} unpaid; expiry lag p50 ${LIFE_LAG_P50} ms, p99 ${LIFE_LAG_P99} ms, max ${LIFE_LAG_MAX} ms; returned stock sold again within p50 ${LIFE_RESALE_P50} ms, p99 ${LIFE_RESALE_P99} ms ($LIFE_RESALE_N stretches)"
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -521,6 +596,14 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson sr "$SELLING_RATIO" --argjson sor "$SOLDOUT_RATIO" \
     --argjson srb "$SELLING_BEST_RATIO" --argjson sbb "$SB_BEST" --argjson sbbc "$SB_BEST_C" \
     --argjson broken "$BROKEN" \
+    --argjson life_timeout "$LIFE_TIMEOUT" --argjson life_secs "$LIFE_SECONDS" \
+    --argjson life_stock "$LIFE_STOCK" --argjson life_ok "$(j "$RAW/lifecycle-c256.json" .ok)" \
+    --argjson life_paid_200 "$(j "$RAW/lifecycle-c256.json" .paid)" \
+    --argjson life_late "$(j "$RAW/lifecycle-c256.json" .pay_late)" \
+    --argjson life_paid "${LIFE_PAID:-0}" --argjson life_expired "${LIFE_EXPIRED:-0}" \
+    --argjson life_unpaid "${LIFE_UNPAID:-0}" \
+    --argjson lag50 "$LIFE_LAG_P50" --argjson lag99 "$LIFE_LAG_P99" --argjson lagmax "$LIFE_LAG_MAX" \
+    --argjson rs_n "$LIFE_RESALE_N" --argjson rs50 "$LIFE_RESALE_P50" --argjson rs99 "$LIFE_RESALE_P99" \
     --argjson hol_p50 "$HOL_P50" --argjson hol_p99 "$HOL_P99" --argjson hol_max "$HOL_MAX" \
     --argjson hol_i50 "$HOL_IDLE_P50" --argjson hol_i99 "$HOL_IDLE_P99" --argjson hol_imax "$HOL_IDLE_MAX" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
@@ -540,6 +623,12 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
                  order_id: $oid, all_three_per_purchase: $rbp}},
       memory: {instance_vmhwm_mib: $hwm, vmrss_mib_at_1024: $rss_mid,
                open_connections_seen: $open},
+      lifecycle: {pay_timeout_s: $life_timeout, seconds: $life_secs, stock: $life_stock,
+                  pay_percent: 70, sold_201: $life_ok, paid_200: $life_paid_200,
+                  payments_too_late: $life_late,
+                  orders: {paid: $life_paid, expired: $life_expired, unpaid: $life_unpaid},
+                  expiry_lag_ms: {p50: $lag50, p99: $lag99, max: $lagmax},
+                  resold_after_ms: {stretches: $rs_n, p50: $rs50, p99: $rs99}},
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
@@ -571,6 +660,12 @@ table() {
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
     printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
         "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
+    printf '| lifecycle (pay timeout %s s, 70%% pay): orders paid / expired | %s / %s | %s sold (201) in %s s | |\n' \
+        "$LIFE_TIMEOUT" "${LIFE_PAID:-0}" "${LIFE_EXPIRED:-0}" "$(j "$RAW/lifecycle-c256.json" .ok)" "$LIFE_SECONDS"
+    printf '| lifecycle: expiry lag p50 / p99 / max ms (deadline to close) | %s / %s / %s | target < 2000 | |\n' \
+        "$LIFE_LAG_P50" "$LIFE_LAG_P99" "$LIFE_LAG_MAX"
+    printf '| lifecycle: returned stock sold again within p50 / p99 ms | %s / %s | %s stretches with stock > 0 after sell-out | |\n' \
+        "$LIFE_RESALE_P50" "$LIFE_RESALE_P99" "$LIFE_RESALE_N"
     echo
     printf '| scaling: connections |'
     for c in $CONNS; do printf ' %s |' "$c"; done

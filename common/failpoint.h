@@ -16,9 +16,11 @@
  *
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
  *
- * The points: after_lock (handlers/seckill.c, the user's lock is held),
- * after_update (store/orders.c, the stock UPDATE ran, no COMMIT yet),
- * after_commit (store/orders.c, COMMIT succeeded, no reply yet).
+ * The points: after_lock (engine/engine.c, a batch's locks are held),
+ * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
+ * COMMIT yet), after_commit (COMMIT succeeded, no reply yet),
+ * expire_before_commit (store/lifecycle.c, an expiry batch closed its
+ * orders and has not committed) and expire_after_commit.
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */

@@ -244,7 +244,7 @@ void sampler_stop(struct sampler *s);
 /* ---- a scenario and its invariants ---- */
 
 enum inv {
-    INV_STOCK,     /* 1: orders == initial - final; stock never < 0 */
+    INV_STOCK,     /* 1: stock + unpaid + paid == initial; never < 0 */
     INV_ONE_EACH,  /* 2: no (user, voucher) twice */
     INV_201_KEPT,  /* 3: every 201 order id is in MySQL */
     INV_4XX_CLEAN, /* 4: a definite 4xx left no order */

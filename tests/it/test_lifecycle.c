@@ -37,12 +37,11 @@
 static struct it_server srv[3]; /* L, M, P */
 static int64_t next_user;
 
-static const char *const env_lm[] = {"SECKILL_PAY_TIMEOUT_S=4",
-                                    "SECKILL_PAY_SECRET=" PAY_SECRET,
-                                    "SECKILL_DEV=1", "SECKILL_RATE_USER=0",
-                                    NULL};
+static const char *const env_lm[] = {
+    "SECKILL_PAY_TIMEOUT_S=4", "SECKILL_PAY_SECRET=" PAY_SECRET,
+    "SECKILL_DEV=1", "SECKILL_RATE_USER=0", NULL};
 static const char *const env_p[] = {"SECKILL_PAY_SECRET", "SECKILL_DEV=0",
-                                   NULL};
+                                    NULL};
 
 static int servers_start(void)
 {
@@ -114,10 +113,10 @@ static void notify_make(struct notify *n, int64_t order, int64_t amount,
     snprintf(n->body, sizeof(n->body),
              "{\"orderId\":\"%lld\",\"amount\":%lld,\"txnId\":\"%s\"}",
              (long long)order, (long long)amount, txn);
-    assert_int_equal(0, sodium_hex2bin(key, sizeof(key), PAY_SECRET, 64, NULL,
-                                       NULL, NULL));
-    crypto_auth_hmacsha256(mac, (const unsigned char *)n->body,
-                           strlen(n->body), key);
+    assert_int_equal(
+        0, sodium_hex2bin(key, sizeof(key), PAY_SECRET, 64, NULL, NULL, NULL));
+    crypto_auth_hmacsha256(mac, (const unsigned char *)n->body, strlen(n->body),
+                           key);
     sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
     snprintf(n->header, sizeof(n->header), "X-Signature: %s", hex);
 }
@@ -170,8 +169,8 @@ static void test_order_json(void **state)
     it_http(&srv[0], "GET", path, NULL, tok, &resp);
     it_assert_status(&resp, 200);
     assert_string_equal("unpaid", it_json_str(resp.json, "status"));
-    assert_true(util_time_parse(it_json_str(resp.json, "payDeadline"),
-                                &deadline) == 0);
+    assert_true(
+        util_time_parse(it_json_str(resp.json, "payDeadline"), &deadline) == 0);
     assert_true(deadline >= util_now_ms() / 1000 + PAY_TIMEOUT_S - 2 &&
                 deadline <= util_now_ms() / 1000 + PAY_TIMEOUT_S + 1);
     assert_true(json_is_null(json_object_get(resp.json, "payTime")));
@@ -317,8 +316,9 @@ static void test_notify(void **state)
     {
         struct notify m;
 
-        snprintf(m.body, sizeof(m.body), "{\"orderId\":%lld,\"amount\":4750,"
-                                         "\"txnId\":\"x\"}",
+        snprintf(m.body, sizeof(m.body),
+                 "{\"orderId\":%lld,\"amount\":4750,"
+                 "\"txnId\":\"x\"}",
                  (long long)o);
         notify_make(&m, 0, 0, "");
         snprintf(m.body, sizeof(m.body), "{\"amount\":4750,\"txnId\":\"x\"}");
@@ -513,12 +513,12 @@ static void test_expiry_returns_stock(void **state)
         assert_int_equal(7, status_of(orders[i]));
     }
     /* Closed within 2 s of the deadline (MySQL's own clock). */
-    assert_int_equal(0, it_sql_scalar(
-                            "SELECT COUNT(*) FROM voucher_orders WHERE "
-                            "voucher_id = %lld AND status = 7 AND "
-                            "TIMESTAMPDIFF(MICROSECOND, pay_deadline, "
-                            "close_time) > 2000000",
-                            (long long)v));
+    assert_int_equal(0,
+                     it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
+                                   "voucher_id = %lld AND status = 7 AND "
+                                   "TIMESTAMPDIFF(MICROSECOND, pay_deadline, "
+                                   "close_time) > 2000000",
+                                   (long long)v));
     assert_conserved(v, STOCK);
 }
 
@@ -548,20 +548,18 @@ static void test_stats(void **state)
     it_token(1, TOKEN_ROLE_ADMIN, 3600, tok);
     it_http(&srv[0], "GET", path, NULL, tok, &resp);
     it_assert_status(&resp, 200);
-    assert_int_equal(10, json_integer_value(
-                             json_object_get(resp.json, "initialStock")));
+    assert_int_equal(
+        10, json_integer_value(json_object_get(resp.json, "initialStock")));
     assert_int_equal(8,
                      json_integer_value(json_object_get(resp.json, "stock")));
     orders = json_object_get(resp.json, "orders");
-    assert_int_equal(1,
-                     json_integer_value(json_object_get(orders, "unpaid")));
+    assert_int_equal(1, json_integer_value(json_object_get(orders, "unpaid")));
     assert_int_equal(1, json_integer_value(json_object_get(orders, "paid")));
     assert_int_equal(1,
                      json_integer_value(json_object_get(orders, "cancelled")));
-    assert_int_equal(0,
-                     json_integer_value(json_object_get(orders, "expired")));
-    assert_int_equal(1,
-                     json_integer_value(json_object_get(resp.json, "returned")));
+    assert_int_equal(0, json_integer_value(json_object_get(orders, "expired")));
+    assert_int_equal(
+        1, json_integer_value(json_object_get(resp.json, "returned")));
     it_resp_free(&resp);
     it_token(next_user, TOKEN_ROLE_USER, 3600, tok);
     it_http(&srv[0], "GET", path, NULL, tok, &resp);
@@ -743,8 +741,8 @@ static void test_metrics(void **state)
                            "to=\"paid\"") >= 1);
     assert_true(prom_value(&doc, "seckill_order_transitions_total",
                            "to=\"cancelled\"") >= 1);
-    assert_true(prom_value(&doc, "seckill_order_expiry_lag_seconds_count",
-                           "") >= 0);
+    assert_true(
+        prom_value(&doc, "seckill_order_expiry_lag_seconds_count", "") >= 0);
     assert_true(prom_value(&doc, "seckill_payments_refused_total",
                            "reason=\"closed\"") >= 1);
     prom_free(&doc);

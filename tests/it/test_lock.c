@@ -78,8 +78,11 @@
 #define ZK_EXPIRY_SLACK_MS 2000
 /* Slack on top of the timeouts a failing call may take. */
 #define FAIL_SLACK_MS 700
-/* Release to acquire by a blocked waiter (far below any retry timer). */
-#define HANDOVER_MAX_MS 50
+/* Release to acquire by a blocked waiter: below the shortest retry timer
+ * (a jittered 250..500 ms), so only a wake-up can make it, with room for
+ * a loaded machine (one hand-over of 53 ms was seen under ASan with a
+ * load average of 10; they are about 1 ms otherwise). */
+#define HANDOVER_MAX_MS 200
 #define HANDOVER_ROUNDS 5
 /* Mutual exclusion: processes x threads x iterations, and the hold. */
 #define MX_PROCS 4
