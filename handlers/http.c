@@ -3,7 +3,8 @@
  * stores, connection limits and request deadlines, body accumulation with
  * the 64 KiB cap, rate limits and dispatch through the route table,
  * parking a request while the purchase engine works (suspend/resume), and
- * sending the JSON reply.
+ * sending the reply (JSON, the metrics' text, or a page's file) with its
+ * extra headers (CORS, files).
  */
 #include "handlers/internal.h"
 

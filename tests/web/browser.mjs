@@ -439,7 +439,9 @@ async function adminFlow() {
 async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
-        server = await startSeckilld("browser-seckilld", { SECKILL_DEV: "1" });
+        // Development mode (the login code on the page, Pay (dev)); 15
+        // minutes to pay, as the buyer's test reads it.
+        server = await startSeckilld("browser-seckilld", { SECKILL_DEV: "1", SECKILL_PAY_TIMEOUT_S: "900" });
         // launch() runs Chromium on a fresh temporary profile of its own
         // and removes it on close.
         browser = await chromium.launch({
