@@ -28,7 +28,11 @@ const char config_usage[] =
     "  --mysql-url URL     SECKILL_MYSQL_URL    "
     "mysql://user:pass@host:port/db (required)\n"
     "  --redis-url URL     SECKILL_REDIS_URL    "
-    "redis://[:pass@]host:port/db (required)\n"
+    "redis://[:pass@]host:port/db or\n"
+    "                                           "
+    "redis-sentinel://h1:p1,h2:p2/master/db\n"
+    "                                           "
+    "(required)\n"
     "  --secret HEX        SECKILL_SECRET       "
     "64 hex chars, the token signing key (required)\n"
     "  --threads N         SECKILL_THREADS      "
@@ -43,9 +47,11 @@ const char config_usage[] =
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
-    "lock backend: redis://, redlock://, mysql://,\n"
+    "lock backend: redis://, redis-sentinel://,\n"
     "                                           "
-    "zookeeper:// (the Redis URL)\n"
+    "redlock://, mysql://, zookeeper:// (the\n"
+    "                                           "
+    "Redis URL)\n"
     "  --dev[=0|1]         SECKILL_DEV          "
     "1: echo login codes in responses (0)\n"
     "  --rate-user R,B     SECKILL_RATE_USER    "
@@ -147,8 +153,12 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 
 void config_free(struct config *cfg)
 {
-    /* Nothing is allocated: the URL parts live in cfg itself. */
-    (void)cfg;
+    /* The URL parts live in cfg itself; a Redis URL that names sentinels
+     * made their shared object. */
+    struct redis_server rs = {.sentinel = cfg->http.store.redis_sentinel};
+
+    redis_server_release(&rs);
+    cfg->http.store.redis_sentinel = NULL;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -219,17 +229,26 @@ int config_redis_url(struct config *cfg, const char *url,
 
     if (url_parse(url, u, why, sizeof(why)))
         return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
-    if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
-        redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+    if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
+        if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+            return fail(err, errlen,
+                        "SECKILL_REDIS_URL: expected "
+                        "redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../"
+                        "<master>[/db] with db 0..%d",
+                        REDIS_DB_MAX);
+    } else if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+               redis_server_from_url(u, 0, &rs, why, sizeof(why))) {
         return fail(err, errlen,
                     "SECKILL_REDIS_URL: expected "
                     "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
                     REDIS_DB_MAX);
+    }
     sc->redis_host = rs.host;
     sc->redis_port = rs.port;
     sc->redis_user = rs.user;
     sc->redis_pass = rs.pass;
     sc->redis_db = rs.db;
+    sc->redis_sentinel = rs.sentinel;
     return 0;
 }
 

@@ -453,6 +453,7 @@ void store_redis_server(const struct store_config *c, struct redis_server *out)
     out->user = c->redis_user;
     out->pass = c->redis_pass;
     out->db = c->redis_db;
+    out->sentinel = c->redis_sentinel;
 }
 
 redisContext *store_redis(struct store *st)
@@ -462,6 +463,7 @@ redisContext *store_redis(struct store *st)
     struct redis_server rs;
     int err;
 
+    store_redis_server(c, &rs);
     if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
                  st->rc->err ? st->rc->errstr : "closed while idle");
@@ -469,11 +471,17 @@ redisContext *store_redis(struct store *st)
         redisFree(st->rc);
         st->rc = NULL;
     }
+    /* The sentinels named a new master since this connection was made. */
+    if (st->rc && redis_server_epoch(&rs) != st->rc_epoch) {
+        redisFree(st->rc);
+        st->rc = NULL;
+        st->rc_next_try_ms = 0;
+    }
     if (st->rc)
         return st->rc;
     if (now < st->rc_next_try_ms)
         return NULL;
-    store_redis_server(c, &rs);
+    st->rc_epoch = redis_server_epoch(&rs);
     st->rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
                            "store", &st->rc_log, &err);
     if (!st->rc) {

@@ -71,6 +71,7 @@ struct store {
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
+    unsigned rc_epoch; /* redis_server_epoch() when rc was made */
     struct redis_connect_log rc_log;
 };
 

@@ -31,6 +31,9 @@ struct store_config {
     const char *redis_user; /* NULL: AUTH with password only */
     const char *redis_pass; /* NULL: no AUTH */
     unsigned redis_db;
+    /* Not NULL: redis_host is the master's name and its address is asked
+     * of these sentinels at each connect (common/redis.h). */
+    struct redis_sentinel *redis_sentinel;
     unsigned connect_timeout_ms;
     unsigned io_timeout_ms;
     /* The purchase (README, Configuration; 0 reads as the default): */
