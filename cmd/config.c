@@ -83,6 +83,10 @@ const char config_usage[] =
     "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
     "                                           "
     "new vouchers' stock in N rows, 1..64 (1)\n"
+    "  --drain-s N         SECKILL_DRAIN_S      "
+    "after SIGTERM, /readyz answers 503 and\n"
+    "                                           "
+    "serving goes on N s before the stop (5)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -109,6 +113,7 @@ enum setting_id {
     SET_BATCH_MAX,
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
+    SET_DRAIN,
     SET_COUNT
 };
 
@@ -137,6 +142,7 @@ static const struct {
     [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
+    [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -385,6 +391,12 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
                         STORE_SEGMENTS_MAX, v);
         h->store.stock_segments = (unsigned)n;
+        return 0;
+    case SET_DRAIN:
+        if (parse_int(v, 0, 3600, &n))
+            return fail(err, errlen, "%s: must be 0..3600 seconds (got \"%s\")",
+                        env, v);
+        h->drain_s = (unsigned)n;
         return 0;
     case SET_COUNT:
         break;

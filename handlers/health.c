@@ -36,6 +36,14 @@ unsigned ready_get(struct request *req)
     char msg[160];
     json_t *checks;
 
+    /* Shutting down: out of rotation, whatever the backends say. */
+    if (server_draining(req->srv)) {
+        req_error(req, ERR_UNAVAILABLE,
+                  "not ready: this instance is shutting down");
+        json_object_set_new(json_object_get(req->reply, "error"), "details",
+                            json_pack("{s:s}", "instance", "draining"));
+        return req->status;
+    }
     store_ping(req->st, &mysql_ok, &redis_ok);
     if (req->locks)
         lock_err = lock_client_ping(req->locks);

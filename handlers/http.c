@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <microhttpd.h>
 
 #include "common/metrics.h"
@@ -34,6 +35,7 @@ struct handlers_server {
     uint16_t port;
     /* Requests parked and not yet completed (sent or abandoned). */
     atomic_uint parked;
+    atomic_bool draining; /* handlers_server_drain() was called */
 };
 
 /* What the service keeps per client connection. */
@@ -68,12 +70,30 @@ static struct store *thread_store(const struct handlers_config *cfg)
     return st;
 }
 
+bool server_draining(const struct handlers_server *srv)
+{
+    return srv && atomic_load_explicit(&srv->draining, memory_order_relaxed);
+}
+
+/* Queue resp: while draining, the connection closes after it. */
+static enum MHD_Result queue_reply(struct MHD_Connection *conn,
+                                   struct request *req,
+                                   struct MHD_Response *resp)
+{
+    enum MHD_Result ret;
+
+    if (server_draining(req->srv))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    ret = MHD_queue_response(conn, req->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result send_reply(struct MHD_Connection *conn,
                                   struct request *req)
 {
     char *text;
     struct MHD_Response *resp;
-    enum MHD_Result ret;
 
     if (req->text) {
         /* A text reply (GET /metrics): the response takes the buffer. */
@@ -84,9 +104,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         req->text = NULL;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 req->text_type);
-        ret = MHD_queue_response(conn, req->status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return queue_reply(conn, req, resp);
     }
     if (!req->reply)
         req_error(req, ERR_INTERNAL, NULL);
@@ -112,9 +130,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         snprintf(ra, sizeof(ra), "%u", req->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
-    ret = MHD_queue_response(conn, req->status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return queue_reply(conn, req, resp);
 }
 
 static void dispatch(struct request *req)
@@ -454,6 +470,12 @@ uint16_t handlers_server_port(const struct handlers_server *srv)
     return srv->port;
 }
 
+void handlers_server_drain(struct handlers_server *srv)
+{
+    if (srv && !atomic_exchange(&srv->draining, true))
+        log_info("draining", "readyz=503 port=%u", srv->port);
+}
+
 void handlers_server_stop(struct handlers_server *srv)
 {
     if (!srv)
@@ -463,7 +485,13 @@ void handlers_server_stop(struct handlers_server *srv)
      * every parked request; give their replies a moment to go out before
      * the workers finish and exit (their thread-exit destructor closes
      * each thread's connections). */
-    MHD_quiesce_daemon(srv->daemon);
+    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
+
+    /* Ours to close (libmicrohttpd leaves it open): new connections are
+     * refused at once, which a load balancer retries elsewhere, rather
+     * than left in the backlog until the stop resets them. */
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
     engine_stop(srv->engine);
     for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};

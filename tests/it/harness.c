@@ -400,6 +400,12 @@ static int it_server_kill(struct it_server *srv)
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides)
 {
+    return it_server_start_port(srv, 0, tag, overrides);
+}
+
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides)
+{
     char port_arg[16];
     char *argv[4];
     char **env;
@@ -408,7 +414,7 @@ int it_server_start(struct it_server *srv, const char *tag,
 
     it_init();
     memset(srv, 0, sizeof(*srv));
-    srv->port = it_free_port();
+    srv->port = port ? port : it_free_port();
     if (srv->port == 0) {
         fprintf(stderr, "harness: no free port\n");
         return -1;

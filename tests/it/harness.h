@@ -133,6 +133,11 @@ struct it_server {
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides);
 
+/* it_server_start() on a given port (0: a free one), e.g. to restart an
+ * instance where a load balancer expects it. */
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides);
+
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);
 
