@@ -12,9 +12,11 @@
 # redis-tools brings redis-cli and redis-benchmark. clang and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
-# make test-faults.
+# make test-faults. haproxy balances make cluster and the drain test.
+# redis-server also runs the sentinels of the failover test
+# (redis-server --sentinel).
 #
-#   scripts/deps.sh [bench] [jmeter]
+#   scripts/deps.sh [bench] [jmeter] [containers]
 set -euo pipefail
 
 PACKAGES=(
@@ -25,6 +27,7 @@ PACKAGES=(
     zookeeper libzookeeper-mt-dev default-jre-headless libslf4j-java
     curl jq ca-certificates faketime
     clang libclang-rt-14-dev
+    haproxy
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }
@@ -34,11 +37,19 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # sysbench, nginx-light, gnuplot-nox); `jmeter` adds JMeter with its HTTP
 # sampler and a JDK (bench/jmeter/JMeterLauncher.java runs as a source
 # file), which are large: only make bench-jmeter asks for them.
+# `containers` (make test-compose) adds podman and podman-compose with the
+# OCI runtime runc, netavark and aardvark-dns (container networks with name
+# resolution, which compose's service names need) and mmdebstrap (the
+# base image: no registry is reached for images).
 for group in "$@"; do
     case $group in
     bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
     jmeter) PACKAGES+=(jmeter jmeter-http default-jdk-headless) ;;
-    *) die "unknown package group '$group' (known: bench, jmeter)" ;;
+    containers)
+        PACKAGES+=(podman podman-compose runc netavark aardvark-dns iptables
+            uidmap mmdebstrap)
+        ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, containers)" ;;
     esac
 done
 
