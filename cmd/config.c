@@ -87,6 +87,14 @@ const char config_usage[] =
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
     "serving goes on N s before the stop (5)\n"
+    "  --mysql-replica-url URL\n"
+    "                      SECKILL_MYSQL_REPLICA_URL\n"
+    "                                           "
+    "a read replica for voucher reads (none)\n"
+    "  --mysql-replica-max-lag-s N\n"
+    "                      SECKILL_MYSQL_REPLICA_MAX_LAG_S\n"
+    "                                           "
+    "skip the replica when further behind (5)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -114,6 +122,8 @@ enum setting_id {
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
     SET_DRAIN,
+    SET_MYSQL_REPLICA_URL,
+    SET_REPLICA_MAX_LAG,
     SET_COUNT
 };
 
@@ -143,6 +153,10 @@ static const struct {
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
+    [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
+                               ""},
+    [SET_REPLICA_MAX_LAG] = {"mysql-replica-max-lag-s",
+                             "SECKILL_MYSQL_REPLICA_MAX_LAG_S", "5"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -205,25 +219,31 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-int config_mysql_url(struct config *cfg, const char *url,
+/* A mysql:// URL of setting env, parsed into u, into sc's mysql_*. */
+static int mysql_url(const char *env, struct url *u, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url *u = &cfg->mysql_url;
     char why[160];
 
     if (url_parse(url, u, why, sizeof(why)))
-        return fail(err, errlen, "SECKILL_MYSQL_URL: %s", why);
+        return fail(err, errlen, "%s: %s", env, why);
     if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
         !u->path[0] || strchr(u->path, '/') || u->nquery)
-        return fail(err, errlen,
-                    "SECKILL_MYSQL_URL: expected "
-                    "mysql://user:pass@host:port/db");
+        return fail(err, errlen, "%s: expected mysql://user:pass@host:port/db",
+                    env);
     sc->mysql_host = u->hosts[0].host;
     sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
     sc->mysql_user = u->user;
     sc->mysql_pass = u->pass;
     sc->mysql_db = u->path;
     return 0;
+}
+
+int config_mysql_url(struct config *cfg, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
+{
+    return mysql_url("SECKILL_MYSQL_URL", &cfg->mysql_url, url, sc, err,
+                     errlen);
 }
 
 int config_redis_url(struct config *cfg, const char *url,
@@ -398,6 +418,19 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
                         env, v);
         h->drain_s = (unsigned)n;
         return 0;
+    case SET_MYSQL_REPLICA_URL:
+        /* Applied after every setting: the replica's config copies the
+         * primary's timeouts. */
+        if (v[0] && mysql_url(env, &cfg->mysql_replica_url, v,
+                              &cfg->replica_store, err, errlen))
+            return -EINVAL;
+        return 0;
+    case SET_REPLICA_MAX_LAG:
+        if (parse_int(v, 0, 86400, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..86400 seconds (got \"%s\")", env, v);
+        h->store.replica_max_lag_s = (unsigned)n;
+        return 0;
     case SET_COUNT:
         break;
     }
@@ -528,5 +561,13 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
     }
     if (cfg->cmd == CMD_SERVE && !cfg->http.lock_url)
         cfg->http.lock_url = val[SET_REDIS_URL];
+    if (cfg->cmd == CMD_SERVE && cfg->replica_store.mysql_host) {
+        struct store_config *r = &cfg->replica_store;
+
+        r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;
+        r->io_timeout_ms = cfg->http.store.io_timeout_ms;
+        r->read_only = true;
+        cfg->http.store.replica = r;
+    }
     return 0;
 }

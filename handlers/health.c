@@ -52,6 +52,12 @@ unsigned ready_get(struct request *req)
                        "redis", redis_ok ? "ok" : "down", "lock", lock_ok,
                        "lockBackend",
                        req->locks ? lock_client_backend(req->locks) : "none");
+    /* The read replica is optional: without it reads go to the primary,
+     * so it is reported but never makes the instance unready. */
+    struct store_replica_state rs;
+    store_replica_state_get(&rs);
+    if (rs.configured)
+        json_object_set_new(checks, "mysqlReplica", json_string(rs.why));
     if (mysql_ok && redis_ok && !lock_err) {
         json_t *body =
             json_pack("{s:s,s:s,s:s,s:s,s:o}", "status", "ok", "mysql", "ok",

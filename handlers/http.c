@@ -32,6 +32,7 @@ struct handlers_server {
     struct engine *engine;
     struct engine_config engine_cfg;
     struct deadlines *deadlines;
+    struct store_replica_monitor *replica; /* NULL: no read replica */
     uint16_t port;
     /* Requests parked and not yet completed (sent or abandoned). */
     atomic_uint parked;
@@ -422,6 +423,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         return err;
     }
     srv->vcache = vcache_new(cfg);
+    srv->replica = store_replica_monitor_start(&cfg->store);
     srv->engine_cfg = (struct engine_config){
         .store = &cfg->store,
         .locks = srv->locks,
@@ -453,6 +455,7 @@ int handlers_server_start(const struct handlers_config *cfg,
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
         engine_stop(srv->engine);
+        store_replica_monitor_stop(srv->replica);
         vcache_free(srv->vcache);
         lock_client_close(srv->locks);
         free(srv);
@@ -500,6 +503,7 @@ void handlers_server_stop(struct handlers_server *srv)
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);
+    store_replica_monitor_stop(srv->replica);
     vcache_free(srv->vcache);
     lock_client_close(srv->locks);
     free(srv);

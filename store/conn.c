@@ -173,6 +173,7 @@ void store_free(struct store *st)
     mysql_drop(st);
     if (st->rc)
         redisFree(st->rc);
+    store_free(st->replica);
     free(st);
 }
 
@@ -231,6 +232,11 @@ int store_mysql_ensure(struct store *st)
     flavour = sql_flavour_of(mysql_get_server_info(my));
     if (mysql_real_query(my, sql_session_settings(flavour),
                          strlen(sql_session_settings(flavour))))
+        goto fail;
+    /* A replica's connections only read: make sure of it. */
+    if (c->read_only &&
+        mysql_real_query(my, "SET SESSION TRANSACTION READ ONLY",
+                         strlen("SET SESSION TRANSACTION READ ONLY")))
         goto fail;
     if (!atomic_exchange(&flavour_logged, 1))
         log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
