@@ -80,7 +80,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san bench-lock bench bench-jmeter faults test-faults format \
         check-dockerfile stress bench-profile cluster cluster-roll \
-        cluster-stop test-compose \
+        cluster-stop test-compose bench-scale \
         format-check clean
 
 all: build
@@ -251,6 +251,13 @@ bench-profile: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/profile.sh $(BENCH_PROFILE)
+
+# 1, 2 and 4 instances behind haproxy, and the costs per purchase that
+# docs/scaling.md's shard simulation starts from (bench/scale.sh).
+bench-scale: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/scale.sh $(BUILD)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services
