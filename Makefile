@@ -10,6 +10,9 @@
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make stress    the two-instance crowd 30 times in a row, plain and ASan
+#   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
+#                  make cluster-roll restarts them in turn, make cluster-stop
+#   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
 #   make test-web  the pages in headless Chromium and docs/openapi.yaml against
@@ -85,6 +88,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
+        cluster cluster-roll cluster-stop test-compose bench-scale \
         format-check clean
 
 all: build
@@ -211,6 +215,30 @@ test-faults: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
 	@tests/faults/run.sh build/fp
 
+# ---- a cluster on loopback: N instances behind haproxy ----
+
+N ?= 3
+
+cluster: services
+	@$(MAKE) --no-print-directory build
+	@BUILD=$(BUILD) scripts/cluster.sh up $(N)
+
+cluster-roll:
+	@BUILD=$(BUILD) scripts/cluster.sh roll
+
+cluster-stop:
+	@scripts/cluster.sh down
+
+# ---- containers: its own target, not part of make test ----
+
+# Builds the image with podman, brings docker-compose.yml up (database,
+# Redis, two app replicas, haproxy) with local stand-ins for the database
+# images, runs the README's walk-through and a crowd through haproxy,
+# checks MySQL, tears down (tests/compose/run.sh).
+test-compose:
+	@scripts/deps.sh containers
+	@tests/compose/run.sh
+
 # ---- stress: its own target, not part of make test ----
 
 $(BUILD)/tests/stress: $(BUILD)/obj/tests/stress/stress.o $(IT_HELPER_OBJ) \
@@ -256,6 +284,13 @@ bench-profile: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/profile.sh $(BENCH_PROFILE)
+
+# 1, 2 and 4 instances behind haproxy, and the costs per purchase that
+# docs/scaling.md's shard simulation starts from (bench/scale.sh).
+bench-scale: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/scale.sh $(BUILD)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services

@@ -28,7 +28,11 @@ const char config_usage[] =
     "  --mysql-url URL     SECKILL_MYSQL_URL    "
     "mysql://user:pass@host:port/db (required)\n"
     "  --redis-url URL     SECKILL_REDIS_URL    "
-    "redis://[:pass@]host:port/db (required)\n"
+    "redis://[:pass@]host:port/db or\n"
+    "                                           "
+    "redis-sentinel://h1:p1,h2:p2/master/db\n"
+    "                                           "
+    "(required)\n"
     "  --secret HEX        SECKILL_SECRET       "
     "64 hex chars, the token signing key (required)\n"
     "  --threads N         SECKILL_THREADS      "
@@ -43,9 +47,11 @@ const char config_usage[] =
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
-    "lock backend: redis://, redlock://, mysql://,\n"
+    "lock backend: redis://, redis-sentinel://,\n"
     "                                           "
-    "zookeeper:// (the Redis URL)\n"
+    "redlock://, mysql://, zookeeper:// (the\n"
+    "                                           "
+    "Redis URL)\n"
     "  --dev[=0|1]         SECKILL_DEV          "
     "1: echo login codes in responses (0)\n"
     "  --rate-user R,B     SECKILL_RATE_USER    "
@@ -91,6 +97,18 @@ const char config_usage[] =
     "64 hex chars, the payment provider's\n"
     "                                           "
     "notify key; none: no notify route\n"
+    "  --drain-s N         SECKILL_DRAIN_S      "
+    "after SIGTERM, /readyz answers 503 and\n"
+    "                                           "
+    "serving goes on N s before the stop (5)\n"
+    "  --mysql-replica-url URL\n"
+    "                      SECKILL_MYSQL_REPLICA_URL\n"
+    "                                           "
+    "a read replica for voucher reads (none)\n"
+    "  --mysql-replica-max-lag-s N\n"
+    "                      SECKILL_MYSQL_REPLICA_MAX_LAG_S\n"
+    "                                           "
+    "skip the replica when further behind (5)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -120,6 +138,9 @@ enum setting_id {
     SET_CORS_ORIGINS,
     SET_PAY_TIMEOUT,
     SET_PAY_SECRET,
+    SET_DRAIN,
+    SET_MYSQL_REPLICA_URL,
+    SET_REPLICA_MAX_LAG,
     SET_COUNT
 };
 
@@ -151,6 +172,11 @@ static const struct {
     [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
     [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
     [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
+    [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
+    [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
+                               ""},
+    [SET_REPLICA_MAX_LAG] = {"mysql-replica-max-lag-s",
+                             "SECKILL_MYSQL_REPLICA_MAX_LAG_S", "5"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -167,8 +193,12 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 
 void config_free(struct config *cfg)
 {
-    /* Nothing is allocated: the URL parts live in cfg itself. */
-    (void)cfg;
+    /* The URL parts live in cfg itself; a Redis URL that names sentinels
+     * made their shared object. */
+    struct redis_server rs = {.sentinel = cfg->http.store.redis_sentinel};
+
+    redis_server_release(&rs);
+    cfg->http.store.redis_sentinel = NULL;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -209,25 +239,31 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-int config_mysql_url(struct config *cfg, const char *url,
+/* A mysql:// URL of setting env, parsed into u, into sc's mysql_*. */
+static int mysql_url(const char *env, struct url *u, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url *u = &cfg->mysql_url;
     char why[160];
 
     if (url_parse(url, u, why, sizeof(why)))
-        return fail(err, errlen, "SECKILL_MYSQL_URL: %s", why);
+        return fail(err, errlen, "%s: %s", env, why);
     if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
         !u->path[0] || strchr(u->path, '/') || u->nquery)
-        return fail(err, errlen,
-                    "SECKILL_MYSQL_URL: expected "
-                    "mysql://user:pass@host:port/db");
+        return fail(err, errlen, "%s: expected mysql://user:pass@host:port/db",
+                    env);
     sc->mysql_host = u->hosts[0].host;
     sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
     sc->mysql_user = u->user;
     sc->mysql_pass = u->pass;
     sc->mysql_db = u->path;
     return 0;
+}
+
+int config_mysql_url(struct config *cfg, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
+{
+    return mysql_url("SECKILL_MYSQL_URL", &cfg->mysql_url, url, sc, err,
+                     errlen);
 }
 
 int config_redis_url(struct config *cfg, const char *url,
@@ -239,17 +275,26 @@ int config_redis_url(struct config *cfg, const char *url,
 
     if (url_parse(url, u, why, sizeof(why)))
         return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
-    if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
-        redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+    if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
+        if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+            return fail(err, errlen,
+                        "SECKILL_REDIS_URL: expected "
+                        "redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../"
+                        "<master>[/db] with db 0..%d",
+                        REDIS_DB_MAX);
+    } else if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+               redis_server_from_url(u, 0, &rs, why, sizeof(why))) {
         return fail(err, errlen,
                     "SECKILL_REDIS_URL: expected "
                     "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
                     REDIS_DB_MAX);
+    }
     sc->redis_host = rs.host;
     sc->redis_port = rs.port;
     sc->redis_user = rs.user;
     sc->redis_pass = rs.pass;
     sc->redis_db = rs.db;
+    sc->redis_sentinel = rs.sentinel;
     return 0;
 }
 
@@ -483,6 +528,25 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             util_hex_decode(v, h->pay_secret, sizeof(h->pay_secret)))
             return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
+    case SET_DRAIN:
+        if (parse_int(v, 0, 3600, &n))
+            return fail(err, errlen, "%s: must be 0..3600 seconds (got \"%s\")",
+                        env, v);
+        h->drain_s = (unsigned)n;
+        return 0;
+    case SET_MYSQL_REPLICA_URL:
+        /* Applied after every setting: the replica's config copies the
+         * primary's timeouts. */
+        if (v[0] && mysql_url(env, &cfg->mysql_replica_url, v,
+                              &cfg->replica_store, err, errlen))
+            return -EINVAL;
+        return 0;
+    case SET_REPLICA_MAX_LAG:
+        if (parse_int(v, 0, 86400, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..86400 seconds (got \"%s\")", env, v);
+        h->store.replica_max_lag_s = (unsigned)n;
+        return 0;
     case SET_COUNT:
         break;
     }
@@ -613,5 +677,13 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
     }
     if (cfg->cmd == CMD_SERVE && !cfg->http.lock_url)
         cfg->http.lock_url = val[SET_REDIS_URL];
+    if (cfg->cmd == CMD_SERVE && cfg->replica_store.mysql_host) {
+        struct store_config *r = &cfg->replica_store;
+
+        r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;
+        r->io_timeout_ms = cfg->http.store.io_timeout_ms;
+        r->read_only = true;
+        cfg->http.store.replica = r;
+    }
     return 0;
 }

@@ -25,6 +25,9 @@ struct config {
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;
+    struct url mysql_replica_url;
+    /* The replica's store config (http.store.replica points here). */
+    struct store_config replica_store;
 };
 
 /*

@@ -70,6 +70,8 @@ static const struct {
     [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
     [METRIC_CONN_ERROR_MYSQL] = {"connection_errors", "backend", "mysql"},
     [METRIC_CONN_ERROR_REDIS] = {"connection_errors", "backend", "redis"},
+    [METRIC_VOUCHER_READ_REPLICA] = {"voucher_reads", "server", "replica"},
+    [METRIC_VOUCHER_READ_PRIMARY] = {"voucher_reads", "server", "primary"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -89,6 +91,8 @@ static const struct {
     {"payments_refused",
      "Payments refused because the order was closed or its deadline had "
      "passed (the payment must be refunded)."},
+    {"voucher_reads",
+     "Voucher reads and lists by the MySQL server that answered them."},
 };
 
 /* ---- the per-thread block ---- */
@@ -502,6 +506,21 @@ static void render_waits(struct out *o, const struct sums *s)
     }
 }
 
+static void render_replica(struct out *o, const struct metrics_extra *extra)
+{
+    if (!extra || !extra->replica)
+        return;
+    out_meta(o, "mysql_replica_up", "gauge",
+             "1 while voucher reads go to the MySQL read replica: it "
+             "answers, replicates and lags no more than the bound.");
+    out_printf(o, "seckill_mysql_replica_up %d\n", extra->replica_up ? 1 : 0);
+    out_meta(o, "mysql_replica_lag_seconds", "gauge",
+             "How far the read replica is behind the primary "
+             "(Seconds_Behind_Master); -1 when unknown.");
+    out_printf(o, "seckill_mysql_replica_lag_seconds %lld\n",
+               (long long)extra->replica_lag_s);
+}
+
 static void render_queues(struct out *o, const struct metrics_extra *extra)
 {
     out_meta(o, "purchase_queue_depth", "gauge",
@@ -573,6 +592,7 @@ char *metrics_render(const struct metrics_extra *extra, size_t *len)
     render_batch(&o, s);
     render_waits(&o, s);
     render_queues(&o, extra);
+    render_replica(&o, extra);
     render_connections(&o, s);
     render_process(&o);
     free(s);

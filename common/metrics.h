@@ -15,13 +15,15 @@
 #ifndef SECKILL_METRICS_H
 #define SECKILL_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /*
  * Counters, rendered as seckill_lock_acquisitions_total{outcome=...},
  * seckill_purchases_total{outcome=...},
- * seckill_connection_errors_total{backend=...}, and (the last two)
+ * seckill_connection_errors_total{backend=...},
+ * seckill_voucher_reads_total{server="replica"|"primary"}, and (the last two)
  * seckill_http_connections_total and the seckill_http_open_connections
  * gauge.
  */
@@ -41,6 +43,8 @@ enum metric_counter {
     METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
     METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
+    METRIC_VOUCHER_READ_REPLICA,     /* a voucher read or list: the replica */
+    METRIC_VOUCHER_READ_PRIMARY,     /* and the primary */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS
@@ -95,6 +99,11 @@ struct metrics_extra {
     const int64_t *queue_ids;
     const unsigned *queue_depths;
     size_t queues;
+    /* The read replica, when there is one (seckill_mysql_replica_up and
+     * seckill_mysql_replica_lag_seconds): */
+    bool replica;
+    bool replica_up;       /* voucher reads go there */
+    int64_t replica_lag_s; /* -1: unknown */
 };
 
 /*

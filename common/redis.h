@@ -7,6 +7,26 @@
  * the lock's multiplexed ones, every pub/sub listener) goes through
  * redis_connect(), so a password is sent the same way everywhere and an
  * AUTH refusal reads the same everywhere: -EACCES.
+ *
+ * Redis Sentinel. A server may be named by its sentinels instead of its
+ * address: redis-sentinel://[[user]:pass@]h1:p1,h2:p2,h3:p3/<master>[/db]
+ * (port 26379 when absent). Then every connect first asks the sentinels
+ * (the one that answered last first) for the master's address with
+ * SENTINEL get-master-addr-by-name, connects there, and checks with ROLE
+ * that the server calls itself a master: a connect never ends on a
+ * replica. A failover is followed in three ways, all through the same
+ * connect:
+ *   - a connection to the old master breaks (it died, or Sentinel killed
+ *     its clients when it demoted it): the user reconnects;
+ *   - a watcher thread, one per sentinel object, subscribed to
+ *     +switch-master on one sentinel, and asking again every few seconds
+ *     in case it missed the message, bumps the object's epoch when the
+ *     master's address changes; so does any connect that finds a new
+ *     address. Every connection user remembers the epoch it connected
+ *     under (redis_server_epoch(), read before redis_connect()) and
+ *     drops a connection whose epoch is past, even when the old master
+ *     is still reachable (a network partition).
+ * Sentinels that ask for a password (NOAUTH) get the URL's credentials.
  */
 #ifndef SECKILL_REDIS_H
 #define SECKILL_REDIS_H
@@ -18,25 +38,52 @@
 
 #include "common/url.h"
 
+/* The sentinels of one master, shared by every connection to it. */
+struct redis_sentinel;
+
 /* One Redis server and how to log in to it. Strings are borrowed. */
 struct redis_server {
-    const char *host;
-    unsigned port;
+    const char *host; /* with a sentinel: the master's name, for logs */
+    unsigned port;    /* with a sentinel: 0 */
     const char *user; /* NULL: AUTH with the password only */
     const char *pass; /* NULL: no AUTH */
     unsigned db;      /* SELECTed when not 0 */
+    /* Not NULL: the address is asked of these sentinels at each connect
+     * (borrowed from whoever made it with redis_server_from_url()). */
+    struct redis_sentinel *sentinel;
 };
 
 /* Highest database number a URL may name. */
 #define REDIS_DB_MAX 15
+/* The URL scheme of a server found through its sentinels. */
+#define REDIS_SENTINEL_SCHEME "redis-sentinel"
+#define REDIS_SENTINEL_PORT 26379
 
 /*
  * The server of host i of a parsed redis:// or redlock:// URL: port 6379
  * when absent, the path a database number 0..REDIS_DB_MAX (or empty).
- * out's strings point into u. Returns 0, or -EINVAL with a reason in err.
+ * For a redis-sentinel:// URL the one master its path names (host must be
+ * 0; every host is a sentinel): out->sentinel is then a new object,
+ * released with redis_server_release(). out's strings point into u.
+ * Returns 0, or -EINVAL with a reason in err.
  */
 int redis_server_from_url(const struct url *u, int host,
                           struct redis_server *out, char *err, size_t errlen);
+
+/*
+ * Free what redis_server_from_url() made for s (its sentinel object and
+ * watcher thread) and clear s->sentinel. Every copy of s must be out of
+ * use. Accepts a server without a sentinel, and NULL.
+ */
+void redis_server_release(struct redis_server *s);
+
+/*
+ * How many times the master of s has been seen to change (0 without a
+ * sentinel). Read it before redis_connect(); a connection made under an
+ * older epoch than the current one must be dropped and made again.
+ * Thread-safe, lock-free.
+ */
+unsigned redis_server_epoch(const struct redis_server *s);
 
 /*
  * Remembers what the last connect of one connection user logged, so that
@@ -50,10 +97,14 @@ struct redis_connect_log {
 /*
  * Connect to s, with keepalive, AUTH and SELECT, each step bounded by the
  * timeouts (milliseconds; io_ms is also left on the context for later
- * calls). who names the connection's user in log lines ("store",
- * "lock", ...); log (may be NULL: log every failure) keeps them to one
- * line per change. Returns the context, or NULL with *err set:
- *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET  cannot reach the server;
+ * calls). With a sentinel, ask it for the master first and check ROLE
+ * last (and start its watcher thread, once). who names the connection's
+ * user in log lines ("store", "lock", ...); log (may be NULL: log every
+ * failure) keeps them to one line per change. Returns the context, or
+ * NULL with *err set:
+ *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET  cannot reach the server (or
+ *            no sentinel answered, none knows the master, or the server
+ *            it named says it is a replica);
  *   -EACCES  the server refused the credentials (or wants some);
  *   -EIO     any other error reply (SELECT of a missing database, ...).
  */

@@ -126,6 +126,35 @@ static int parse_host(struct url *u, const char *s, size_t n, char *err,
     return 0;
 }
 
+/* Split the raw path [s, s+n) into u->segs, each decoded (see url.h). */
+static void split_path(struct url *u, const char *s, size_t n)
+{
+    const char *end = s + n;
+
+    u->nsegs = 0;
+    if (n == 0)
+        return;
+    for (;;) {
+        const char *slash = memchr(s, '/', (size_t)(end - s));
+        const char *seg_end = slash ? slash : end;
+
+        if (u->nsegs == URL_SEGS_MAX) {
+            u->nsegs = -1;
+            return;
+        }
+        if (url_decode(s, (size_t)(seg_end - s), u->segs[u->nsegs],
+                       URL_SEG_LEN)) {
+            /* The escapes were checked with the whole path: too long. */
+            u->nsegs = -1;
+            return;
+        }
+        u->nsegs++;
+        if (!slash)
+            return;
+        s = slash + 1;
+    }
+}
+
 /* The query: "k=v&k=v" of [s, s+n). */
 static int parse_query(struct url *u, const char *s, size_t n, char *err,
                        size_t errlen)
@@ -227,6 +256,7 @@ int url_parse(const char *s, struct url *u, char *err, size_t errlen)
             snprintf(err, errlen, "bad percent-escape or over-long path");
             return -EINVAL;
         }
+        split_path(u, p, plen);
         p += plen;
     }
     if (*p == '?')

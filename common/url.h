@@ -12,6 +12,10 @@
  * bracketed IPv6 literals ("[::1]:6379"); they are not decoded. The user
  * info ends at the last '@' before the first '/' or '?'.
  *
+ * The path is also kept split at its '/' into segments, each decoded on
+ * its own, so that "redis-sentinel://h/my%2Fname/1" names the master
+ * "my/name" and database 1.
+ *
  * What a URL must contain (a database, a port, no query) is the caller's
  * business; the parser only checks the grammar.
  */
@@ -23,6 +27,8 @@
 
 #define URL_HOSTS_MAX 9
 #define URL_QUERY_MAX 8
+#define URL_SEGS_MAX 4
+#define URL_SEG_LEN 128
 
 /* A parsed URL. Strings are NUL-terminated, decoded copies. */
 struct url {
@@ -38,6 +44,11 @@ struct url {
     int nhosts;
     char path[256]; /* after the first '/', without it; "" when absent */
     bool has_path;
+    /* The path's segments: "a/b" is {"a", "b"}, "" none, "a/" {"a", ""};
+     * nsegs is -1 when the path has more than URL_SEGS_MAX segments or
+     * one of URL_SEG_LEN bytes or more (path still holds it whole). */
+    char segs[URL_SEGS_MAX][URL_SEG_LEN];
+    int nsegs;
     struct {
         char key[32];
         char value[256];

@@ -437,6 +437,28 @@ void store_redis_server(const struct store_config *cfg,
     FUZZ_CHECK(0, "a Redis connection of its own in a fuzz build");
 }
 
+struct store_replica_monitor *
+store_replica_monitor_start(const struct store_config *cfg)
+{
+    (void)cfg;
+    FUZZ_CHECK(0, "a replica monitor in a fuzz build");
+    return NULL;
+}
+
+void store_replica_monitor_stop(struct store_replica_monitor *m)
+{
+    (void)m;
+}
+
+/* No read replica in a fuzz build. */
+void store_replica_state_get(struct store_replica_state *out)
+{
+    out->configured = false;
+    out->usable = false;
+    out->lag_s = -1;
+    out->why = "unknown";
+}
+
 size_t engine_queue_top(struct engine *e, int64_t *ids, unsigned *depths,
                         size_t max)
 {

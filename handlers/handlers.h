@@ -39,6 +39,9 @@ struct handlers_config {
      * origins such as "https://shop.example.com", comma-separated,
      * validated by the configuration; NULL: CORS off. */
     const char *cors_origins;
+    /* Seconds between SIGTERM and the stop, /readyz answering 503 (see
+     * handlers_server_drain()); cmd/main.c waits them out. */
+    unsigned drain_s;
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */
@@ -60,6 +63,16 @@ int handlers_server_start(const struct handlers_config *cfg,
 
 /* The port actually bound. */
 uint16_t handlers_server_port(const struct handlers_server *srv);
+
+/*
+ * Start draining, the first step of a graceful stop: from now on GET
+ * /readyz answers 503 UNAVAILABLE with details {"instance":"draining"}, so
+ * a load balancer that checks it takes the instance out of rotation, and
+ * every reply carries "Connection: close", so clients (and the balancer's
+ * pooled connections) reconnect elsewhere. Everything else is served as
+ * before until handlers_server_stop(). Thread-safe; idempotent.
+ */
+void handlers_server_drain(struct handlers_server *srv);
 
 /*
  * Stop accepting, finish the requests in flight, join the threads (which

@@ -36,6 +36,14 @@ unsigned ready_get(struct request *req)
     char msg[160];
     json_t *checks;
 
+    /* Shutting down: out of rotation, whatever the backends say. */
+    if (server_draining(req->srv)) {
+        req_error(req, ERR_UNAVAILABLE,
+                  "not ready: this instance is shutting down");
+        json_object_set_new(json_object_get(req->reply, "error"), "details",
+                            json_pack("{s:s}", "instance", "draining"));
+        return req->status;
+    }
     store_ping(req->st, &mysql_ok, &redis_ok);
     if (req->locks)
         lock_err = lock_client_ping(req->locks);
@@ -44,6 +52,12 @@ unsigned ready_get(struct request *req)
                        "redis", redis_ok ? "ok" : "down", "lock", lock_ok,
                        "lockBackend",
                        req->locks ? lock_client_backend(req->locks) : "none");
+    /* The read replica is optional: without it reads go to the primary,
+     * so it is reported but never makes the instance unready. */
+    struct store_replica_state rs;
+    store_replica_state_get(&rs);
+    if (rs.configured)
+        json_object_set_new(checks, "mysqlReplica", json_string(rs.why));
     if (mysql_ok && redis_ok && !lock_err) {
         json_t *body =
             json_pack("{s:s,s:s,s:s,s:s,s:o}", "status", "ok", "mysql", "ok",

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <microhttpd.h>
 
 #include "common/metrics.h"
@@ -32,9 +33,11 @@ struct handlers_server {
     struct engine *engine;
     struct engine_config engine_cfg;
     struct deadlines *deadlines;
+    struct store_replica_monitor *replica; /* NULL: no read replica */
     uint16_t port;
     /* Requests parked and not yet completed (sent or abandoned). */
     atomic_uint parked;
+    atomic_bool draining; /* handlers_server_drain() was called */
 };
 
 /* What the service keeps per client connection. */
@@ -69,7 +72,13 @@ static struct store *thread_store(const struct handlers_config *cfg)
     return st;
 }
 
-/* Add req's extra headers to resp, queue it and drop our reference. */
+bool server_draining(const struct handlers_server *srv)
+{
+    return srv && atomic_load_explicit(&srv->draining, memory_order_relaxed);
+}
+
+/* Add req's extra headers to resp, queue it and drop our reference; while
+ * draining, the connection closes after it. */
 static enum MHD_Result queue_reply(struct MHD_Connection *conn,
                                    struct request *req,
                                    struct MHD_Response *resp)
@@ -79,6 +88,8 @@ static enum MHD_Result queue_reply(struct MHD_Connection *conn,
     for (unsigned i = 0; i < req->n_headers; i++)
         MHD_add_response_header(resp, req->headers[i].name,
                                 req->headers[i].value);
+    if (server_draining(req->srv))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(conn, req->status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -447,6 +458,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         return err;
     }
     srv->vcache = vcache_new(cfg);
+    srv->replica = store_replica_monitor_start(&cfg->store);
     srv->engine_cfg = (struct engine_config){
         .store = &cfg->store,
         .locks = srv->locks,
@@ -481,6 +493,7 @@ int handlers_server_start(const struct handlers_config *cfg,
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
         engine_stop(srv->engine);
+        store_replica_monitor_stop(srv->replica);
         vcache_free(srv->vcache);
         lock_client_close(srv->locks);
         free(srv);
@@ -498,6 +511,12 @@ uint16_t handlers_server_port(const struct handlers_server *srv)
     return srv->port;
 }
 
+void handlers_server_drain(struct handlers_server *srv)
+{
+    if (srv && !atomic_exchange(&srv->draining, true))
+        log_info("draining", "readyz=503 port=%u", srv->port);
+}
+
 void handlers_server_stop(struct handlers_server *srv)
 {
     if (!srv)
@@ -507,7 +526,13 @@ void handlers_server_stop(struct handlers_server *srv)
      * every parked request; give their replies a moment to go out before
      * the workers finish and exit (their thread-exit destructor closes
      * each thread's connections). */
-    MHD_quiesce_daemon(srv->daemon);
+    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
+
+    /* Ours to close (libmicrohttpd leaves it open): new connections are
+     * refused at once, which a load balancer retries elsewhere, rather
+     * than left in the backlog until the stop resets them. */
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
     engine_stop(srv->engine);
     for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -516,6 +541,7 @@ void handlers_server_stop(struct handlers_server *srv)
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);
+    store_replica_monitor_stop(srv->replica);
     vcache_free(srv->vcache);
     lock_client_close(srv->locks);
     free(srv);

@@ -111,6 +111,9 @@ struct request {
     struct order_op *op;
 };
 
+/* True once handlers_server_drain() was called (false for NULL). */
+bool server_draining(const struct handlers_server *srv);
+
 /*
  * Park the request: the handler returns without a reply, its HTTP thread
  * goes on serving other connections, and whoever finishes the work sets

@@ -32,6 +32,11 @@ unsigned metrics_get(struct request *req)
         engine_queue_top(req->engine, queue_ids, queue_depths, QUEUES_SHOWN);
     extra.queue_ids = queue_ids;
     extra.queue_depths = queue_depths;
+    struct store_replica_state rs;
+    store_replica_state_get(&rs);
+    extra.replica = rs.configured;
+    extra.replica_up = rs.usable;
+    extra.replica_lag_s = rs.lag_s;
     req->text = metrics_render(&extra, &req->text_len);
     req->text_type = "text/plain; version=0.0.4; charset=utf-8";
     free(names);

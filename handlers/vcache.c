@@ -538,13 +538,21 @@ static void on_message(struct vcache *vc, redisReply *r)
                  vc->channel, r->element[2]->len);
 }
 
-/* Handle messages until the connection fails or vcache_free() stops
+/* How often a quiet subscriber checks whether the sentinels named a new
+ * master (its own connection would still be to the old one). */
+#define EPOCH_CHECK_MS 1000
+
+/* Handle messages until the connection fails, the Redis master changes
+ * (epoch: redis_server_epoch() at its connect) or vcache_free() stops
  * the thread. True: stop. */
-static bool listen_until_error(struct vcache *vc, redisContext *rc)
+static bool listen_until_error(struct vcache *vc, redisContext *rc,
+                               unsigned epoch)
 {
     struct pollfd p[2] = {{.fd = rc->fd, .events = POLLIN},
                           {.fd = vc->stop_pipe[0], .events = POLLIN}};
+    struct redis_server rs;
 
+    store_redis_server(vc->sc, &rs);
     for (;;) {
         void *reply = NULL;
 
@@ -555,7 +563,12 @@ static bool listen_until_error(struct vcache *vc, redisContext *rc)
         }
         if (rc->err)
             break;
-        if (poll(p, 2, -1) < 0) {
+        if (redis_server_epoch(&rs) != epoch) {
+            log_info("voucher cache subscriber follows the new redis master",
+                     "channel=%s", vc->channel);
+            return false;
+        }
+        if (poll(p, 2, rs.sentinel ? EPOCH_CHECK_MS : -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -577,14 +590,19 @@ static void *subscriber_main(void *arg)
     int backoff = BACKOFF_MIN_MS;
 
     for (;;) {
-        redisContext *rc = subscribe(vc, &log);
+        struct redis_server rs;
+        unsigned epoch;
+        redisContext *rc;
 
+        store_redis_server(vc->sc, &rs);
+        epoch = redis_server_epoch(&rs);
+        rc = subscribe(vc, &log);
         if (rc) {
             /* Whatever changed while we were not listening. */
             flush(vc);
             log_info("voucher cache subscribed", "channel=%s", vc->channel);
             backoff = BACKOFF_MIN_MS;
-            bool stop = listen_until_error(vc, rc);
+            bool stop = listen_until_error(vc, rc, epoch);
             redisFree(rc);
             if (stop)
                 break;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <sodium.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
@@ -26,8 +27,11 @@ static const struct {
     const char *scheme;
     const struct lock_backend *be;
 } schemes[] = {
-    {"redis", &lock__redis_backend}, {"redlock", &lock__redlock_backend},
-    {"mysql", &lock__mysql_backend}, {"zookeeper", &lock__zk_backend},
+    {"redis", &lock__redis_backend},
+    {REDIS_SENTINEL_SCHEME, &lock__redis_backend},
+    {"redlock", &lock__redlock_backend},
+    {"mysql", &lock__mysql_backend},
+    {"zookeeper", &lock__zk_backend},
     {"zk", &lock__zk_backend},
 };
 

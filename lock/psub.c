@@ -34,6 +34,7 @@ struct rconn_psub {
     struct rconn_hub *hub;   /* hub->mu guards every field below */
     struct redis_server srv; /* its strings: the client's URL */
     struct redis_connect_log log;
+    unsigned epoch; /* redis_server_epoch() when the connection was made */
     uint32_t timeout_ms;
     struct chan *chans;
     int dirty; /* subscriptions to send */
@@ -175,6 +176,7 @@ static void *listener_main(void *arg)
                 continue;
             }
             pthread_mutex_unlock(&ps->hub->mu);
+            ps->epoch = redis_server_epoch(&ps->srv);
             rc = listener_connect(ps);
             pthread_mutex_lock(&ps->hub->mu);
             if (!rc) {
@@ -204,6 +206,16 @@ static void *listener_main(void *arg)
         pthread_mutex_lock(&ps->hub->mu);
         if (rd != REDIS_OK)
             goto lost;
+        /* Releases are published on the master: follow it when the
+         * sentinels name a new one. */
+        if (redis_server_epoch(&ps->srv) != ps->epoch) {
+            redisFree(rc);
+            rc = NULL;
+            for (struct chan *ch = ps->chans; ch; ch = ch->next)
+                ch->sent = ch->confirmed = 0;
+            bump_all(ps);
+            continue;
+        }
         for (;;) {
             redisReply *r = NULL;
             if (redisGetReplyFromReader(rc, (void **)&r) != REDIS_OK)

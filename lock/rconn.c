@@ -48,11 +48,14 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
 
 int rconn_url_servers(const struct url *u, struct redis_server *out)
 {
+    int n = strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0 ? 1 : u->nhosts;
     char why[120];
 
-    for (int i = 0; i < u->nhosts; i++)
+    for (int i = 0; i < n; i++)
         if (redis_server_from_url(u, i, &out[i], why, sizeof(why))) {
             log_warn("lock url invalid", "why=\"%s\"", why);
+            while (i-- > 0)
+                redis_server_release(&out[i]);
             return -EINVAL;
         }
     return 0;
@@ -78,6 +81,7 @@ struct rconn_mux {
     pthread_mutex_t mu; /* guards every field below */
     struct redis_server srv;
     struct redis_connect_log log;
+    unsigned epoch; /* redis_server_epoch() when rc was made */
     uint32_t timeout_ms;
     int64_t dead_ms;  /* silence that means the connection is gone */
     redisContext *rc; /* NULL while disconnected; only its fd is used */
@@ -268,6 +272,13 @@ static int mux_connect(struct rconn_mux *m)
     if (m->rc && m->head && !first_waited(m) && !m->reading &&
         now - m->rx_ms >= m->dead_ms)
         mux_reset(m, -ETIMEDOUT);
+    /* The sentinels named a new master: the calls in flight fail (their
+     * outcome is unknown, as after any reset) and the next connects
+     * there. */
+    if (m->rc && redis_server_epoch(&m->srv) != m->epoch) {
+        mux_reset(m, -ECONNRESET);
+        m->next_try_ms = 0;
+    }
     if (m->broken && !m->reading && !m->flushing)
         mux_reset(m, -ECONNRESET);
     if (m->broken)
@@ -276,6 +287,7 @@ static int mux_connect(struct rconn_mux *m)
         return 0;
     if (now < m->next_try_ms)
         return m->backoff_err;
+    m->epoch = redis_server_epoch(&m->srv);
     m->rc = connect_one(m, &err);
     if (!m->rc) {
         /* A server that accepts but does not answer costs a whole

@@ -126,8 +126,9 @@ int rconn_mux_ping(struct rconn_mux *m);
 
 /*
  * The servers of a redis:// or redlock:// lock URL, host by host, into
- * out[0..u->nhosts). Returns 0, or -EINVAL (logged) when a database or a
- * user is malformed.
+ * out[0..u->nhosts); of a redis-sentinel:// URL, its one master into
+ * out[0] (release it with redis_server_release()). Returns 0, or -EINVAL
+ * (logged) when a database, a master's name or a user is malformed.
  */
 int rconn_url_servers(const struct url *u, struct redis_server *out);
 

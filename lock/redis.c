@@ -36,7 +36,9 @@ static int redis_open(struct lock_client *c)
     struct redis_impl *ri;
     struct redis_server srv;
 
-    if (c->url.nhosts != 1)
+    /* One server: by its address, or by its sentinels (then every host
+     * is a sentinel). */
+    if (c->url.nhosts != 1 && strcmp(c->url.scheme, REDIS_SENTINEL_SCHEME) != 0)
         return -EINVAL;
     if (rconn_url_servers(&c->url, &srv))
         return -EINVAL;
@@ -63,6 +65,7 @@ static void redis_close(struct lock_client *c)
     rconn_psub_free(ri->ps);
     rconn_hub_destroy(&ri->hub);
     rconn_mux_free(ri->mux);
+    redis_server_release(&ri->srv);
     free(ri);
 }
 

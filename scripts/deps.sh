@@ -12,9 +12,11 @@
 # redis-tools brings redis-cli and redis-benchmark. clang and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
-# make test-faults.
+# make test-faults. haproxy balances make cluster and the drain test.
+# redis-server also runs the sentinels of the failover test
+# (redis-server --sentinel).
 #
-#   scripts/deps.sh [bench] [jmeter] [web]
+#   scripts/deps.sh [bench] [jmeter] [web] [containers]
 set -euo pipefail
 
 PACKAGES=(
@@ -25,6 +27,7 @@ PACKAGES=(
     zookeeper libzookeeper-mt-dev default-jre-headless libslf4j-java
     curl jq ca-certificates faketime
     clang libclang-rt-14-dev
+    haproxy
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }
@@ -39,6 +42,10 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # packages of tests/package-lock.json (scripts/npm.sh). A Node.js that is
 # already installed from elsewhere (NodeSource's nodejs carries its own npm
 # and conflicts with Debian's) is kept.
+# `containers` (make test-compose) adds podman and podman-compose with the
+# OCI runtime runc, netavark and aardvark-dns (container networks with name
+# resolution, which compose's service names need) and mmdebstrap (the
+# base image: no registry is reached for images).
 for group in "$@"; do
     case $group in
     bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
@@ -49,7 +56,11 @@ for group in "$@"; do
             PACKAGES+=(nodejs npm)
         fi
         ;;
-    *) die "unknown package group '$group' (known: bench, jmeter, web)" ;;
+    containers)
+        PACKAGES+=(podman podman-compose runc netavark aardvark-dns iptables
+            uidmap mmdebstrap)
+        ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, web, containers)" ;;
     esac
 done
 

@@ -507,6 +507,9 @@ export SECKILL_LOCK_REDLOCK_URL=redlock://$redlock
 export SECKILL_LOCK_ZK_URL=zookeeper://127.0.0.1:$ZK_PORT/$4
 export SECKILL_SECRET=$SECRET
 export SECKILL_DEV=1
+# Instances started by hand, by the tests and by the benchmarks stop at
+# once on SIGTERM; behind a load balancer (make cluster) they drain first.
+export SECKILL_DRAIN_S=0
 EOF
     mv -f "$1.tmp" "$1"
 }

@@ -205,6 +205,7 @@ void store_free(struct store *st)
     mysql_drop(st);
     if (st->rc)
         redisFree(st->rc);
+    store_free(st->replica);
     free(st);
 }
 
@@ -263,6 +264,11 @@ int store_mysql_ensure(struct store *st)
     flavour = sql_flavour_of(mysql_get_server_info(my));
     if (mysql_real_query(my, sql_session_settings(flavour),
                          strlen(sql_session_settings(flavour))))
+        goto fail;
+    /* A replica's connections only read: make sure of it. */
+    if (c->read_only &&
+        mysql_real_query(my, "SET SESSION TRANSACTION READ ONLY",
+                         strlen("SET SESSION TRANSACTION READ ONLY")))
         goto fail;
     if (!atomic_exchange(&flavour_logged, 1))
         log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
@@ -503,6 +509,7 @@ void store_redis_server(const struct store_config *c, struct redis_server *out)
     out->user = c->redis_user;
     out->pass = c->redis_pass;
     out->db = c->redis_db;
+    out->sentinel = c->redis_sentinel;
 }
 
 redisContext *store_redis(struct store *st)
@@ -512,6 +519,7 @@ redisContext *store_redis(struct store *st)
     struct redis_server rs;
     int err;
 
+    store_redis_server(c, &rs);
     if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
                  st->rc->err ? st->rc->errstr : "closed while idle");
@@ -519,11 +527,17 @@ redisContext *store_redis(struct store *st)
         redisFree(st->rc);
         st->rc = NULL;
     }
+    /* The sentinels named a new master since this connection was made. */
+    if (st->rc && redis_server_epoch(&rs) != st->rc_epoch) {
+        redisFree(st->rc);
+        st->rc = NULL;
+        st->rc_next_try_ms = 0;
+    }
     if (st->rc)
         return st->rc;
     if (now < st->rc_next_try_ms)
         return NULL;
-    store_redis_server(c, &rs);
+    st->rc_epoch = redis_server_epoch(&rs);
     st->rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
                            "store", &st->rc_log, &err);
     if (!st->rc) {

@@ -79,7 +79,12 @@ struct store {
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
+    unsigned rc_epoch; /* redis_server_epoch() when rc was made */
     struct redis_connect_log rc_log;
+    /* The thread's connection to the read replica (replica.c), made on
+     * its first voucher read there; skipped until this after a failure. */
+    struct store *replica;
+    int64_t replica_skip_until_ms;
 };
 
 /*
@@ -125,6 +130,22 @@ int store_query(struct store *st, const char *sql);
  * must have had no durable effect when it returns -ENOTCONN.
  */
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
+
+/* ---- the read replica (replica.c) ---- */
+
+/*
+ * The store a voucher read should use: st's replica store when the
+ * monitor finds the replica usable and this thread has not seen it fail
+ * within the last second, else st itself.
+ */
+struct store *store_reader(struct store *st);
+
+/*
+ * After a read on reader (from store_reader(st)) that returned err:
+ * count it, and after a failure on the replica skip it for a while (the
+ * caller then reads the primary).
+ */
+void store_reader_done(struct store *st, struct store *reader, int err);
 
 /* ---- the purchase (orders.c, batch.c) ---- */
 

@@ -31,6 +31,9 @@ struct store_config {
     const char *redis_user; /* NULL: AUTH with password only */
     const char *redis_pass; /* NULL: no AUTH */
     unsigned redis_db;
+    /* Not NULL: redis_host is the master's name and its address is asked
+     * of these sentinels at each connect (common/redis.h). */
+    struct redis_sentinel *redis_sentinel;
     unsigned connect_timeout_ms;
     unsigned io_timeout_ms;
     /* The purchase (README, Configuration; 0 reads as the default): */
@@ -38,6 +41,12 @@ struct store_config {
     unsigned batch_linger_us; /* a batch waits this long for more */
     unsigned stock_segments;  /* new vouchers' stock rows; 1: one row */
     unsigned pay_timeout_s;   /* a new order's time to pay; 0: default */
+    /* A MySQL read replica for voucher reads and lists (NULL: none): its
+     * own config, whose mysql_* name the replica (see store_voucher_get()
+     * and store_replica_monitor_start()). */
+    const struct store_config *replica;
+    unsigned replica_max_lag_s; /* a replica further behind is skipped */
+    bool read_only; /* this config's sessions are READ ONLY (a replica) */
 };
 
 /* Bounds of the purchase settings above. */
@@ -77,6 +86,38 @@ void store_redis_server(const struct store_config *cfg,
 
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
+
+/* ---- the read replica ---- */
+
+/*
+ * The replica monitor: one thread with its own connection to the replica
+ * of cfg (cfg->replica), which reads the replica's lag every second
+ * (SHOW REPLICA STATUS, Seconds_Behind_Master; SHOW SLAVE STATUS on
+ * servers that predate it) and decides for the whole process whether
+ * voucher reads may go there: only while it answers, replicates (both
+ * replication threads running) and lags no more than
+ * cfg->replica_max_lag_s. Until its first look, and whenever it cannot
+ * tell, reads go to the primary. Its MySQL user needs the REPLICA MONITOR
+ * privilege (SLAVE MONITOR; REPLICATION CLIENT on MySQL) besides SELECT.
+ *
+ * Start it once per process after cfg is final; NULL when cfg has no
+ * replica. Stop accepts NULL.
+ */
+struct store_replica_monitor;
+struct store_replica_monitor *
+store_replica_monitor_start(const struct store_config *cfg);
+void store_replica_monitor_stop(struct store_replica_monitor *m);
+
+/* What the monitor knows, for /metrics and /readyz. */
+struct store_replica_state {
+    bool configured; /* the process has a monitor running */
+    bool usable;     /* voucher reads go to the replica */
+    int64_t lag_s;   /* its last lag; -1: unknown (down, not replicating) */
+    const char *why; /* "ok", "lagging", "down", "not replicating", ... */
+};
+
+/* The monitor's last finding. Lock-free; no I/O. */
+void store_replica_state_get(struct store_replica_state *out);
 
 /* ---- users ---- */
 
@@ -143,13 +184,25 @@ struct store_voucher {
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v);
 
-/* Read one voucher with its current stock. -ENOENT if absent. */
+/*
+ * Read one voucher with its current stock. -ENOENT if absent.
+ *
+ * With a read replica (cfg->replica) that the monitor finds usable, the
+ * read goes there: its stock may then be up to replica_max_lag_s behind.
+ * A voucher the replica does not have yet (created moments ago) is read
+ * from the primary, so whoever just created one can read it back; so is
+ * everything after a replica error (and the thread skips the replica for
+ * a second). Reads inside a purchase (store_seckill_get()) and a user's
+ * own orders always go to the primary.
+ */
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
 
 /*
  * List vouchers, newest first, at most limit (1..100), of one shop when
  * shop_id > 0. *items is a new array of *count entries that the caller
- * releases with free(3) (NULL when empty).
+ * releases with free(3) (NULL when empty). From the replica as
+ * store_voucher_get() says (a voucher created moments ago may be missing
+ * for up to the lag bound).
  */
 int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
                        struct store_voucher **items, size_t *count);

@@ -167,7 +167,19 @@ static int voucher_get_once(struct store *st, void *arg)
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
 {
     struct get_args a = {id, v};
-    return store_retry(st, voucher_get_once, &a);
+    struct store *r = store_reader(st);
+    int err;
+
+    if (r != st) {
+        err = store_retry(r, voucher_get_once, &a);
+        store_reader_done(st, r, err);
+        /* Not there may mean not replicated yet: the primary decides. */
+        if (err == 0)
+            return 0;
+    }
+    err = store_retry(st, voucher_get_once, &a);
+    store_reader_done(st, st, err);
+    return err;
 }
 
 struct list_args {
@@ -210,11 +222,26 @@ int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
 {
     struct list_args a = {shop_id, limit, items, count};
 
+    struct store *r;
+    int err;
+
     *items = NULL;
     *count = 0;
     if (limit < 1 || limit > 100)
         return -EINVAL;
-    return store_retry(st, voucher_list_once, &a);
+    r = store_reader(st);
+    if (r != st) {
+        err = store_retry(r, voucher_list_once, &a);
+        store_reader_done(st, r, err);
+        if (err == 0)
+            return 0;
+        free(*items);
+        *items = NULL;
+        *count = 0;
+    }
+    err = store_retry(st, voucher_list_once, &a);
+    store_reader_done(st, st, err);
+    return err;
 }
 
 struct seckill_args {

@@ -517,6 +517,12 @@ static int it_server_kill(struct it_server *srv)
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides)
 {
+    return it_server_start_port(srv, 0, tag, overrides);
+}
+
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides)
+{
     char port_arg[16];
     char *argv[4];
     char **env;
@@ -525,7 +531,7 @@ int it_server_start(struct it_server *srv, const char *tag,
 
     it_init();
     memset(srv, 0, sizeof(*srv));
-    srv->port = it_free_port();
+    srv->port = port ? port : it_free_port();
     if (srv->port == 0) {
         fprintf(stderr, "harness: no free port\n");
         return -1;
@@ -1581,10 +1587,22 @@ const char *it_which(const char *prog)
     return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
+/* Wait until redis-server pid answers PING on port (AUTH pass first). */
+static pid_t redis_await(pid_t pid, uint16_t port, const char *pass,
+                         const char *log_path);
+
 pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass)
+{
+    return it_redis_start_with(port, log_path, pass, NULL);
+}
+
+pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
+                          const char *const *extra)
 {
     const char *bin = it_which("redis-server");
     char port_arg[16];
+    char *argv[48];
+    int n = 0;
     pid_t pid;
 
     if (!bin) {
@@ -1592,17 +1610,64 @@ pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass)
         return -1;
     }
     snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
-    char *argv[] = {(char *)bin,  "--port",
-                    port_arg,     "--bind",
-                    "127.0.0.1",  "--save",
-                    "",           "--appendonly",
-                    "no",         "--daemonize",
-                    "no",         "--enable-debug-command",
-                    "local",      pass ? "--requirepass" : NULL,
-                    (char *)pass, NULL};
+    const char *const base[] = {
+        bin,         "--port",      port_arg, "--bind",
+        "127.0.0.1", "--save",      "",       "--appendonly",
+        "no",        "--daemonize", "no",     "--enable-debug-command",
+        "local",     NULL};
+    for (int i = 0; base[i]; i++)
+        argv[n++] = (char *)base[i];
+    if (pass) {
+        argv[n++] = "--requirepass";
+        argv[n++] = (char *)pass;
+    }
+    for (int i = 0; extra && extra[i] && n < 46; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
     pid = it_spawn(argv, NULL, log_path);
     if (pid < 0)
         return -1;
+    return redis_await(pid, port, pass, log_path);
+}
+
+pid_t it_sentinel_start(uint16_t port, const char *name, uint16_t master_port,
+                        unsigned down_ms, const char *log_path)
+{
+    const char *bin = it_which("redis-server");
+    char conf[IT_PATH_MAX + 16];
+    FILE *f;
+    pid_t pid;
+
+    if (!bin) {
+        fprintf(stderr, "harness: redis-server not found in PATH\n");
+        return -1;
+    }
+    snprintf(conf, sizeof(conf), "%s.conf", log_path);
+    f = fopen(conf, "w");
+    if (!f) {
+        fprintf(stderr, "harness: cannot write %s: %s\n", conf,
+                strerror(errno));
+        return -1;
+    }
+    fprintf(f,
+            "port %u\nbind 127.0.0.1\ndaemonize no\n"
+            "sentinel monitor %s 127.0.0.1 %u 2\n"
+            "sentinel down-after-milliseconds %s %u\n"
+            "sentinel failover-timeout %s 10000\n"
+            "sentinel parallel-syncs %s 1\n",
+            (unsigned)port, name, (unsigned)master_port, name, down_ms, name,
+            name);
+    fclose(f);
+    char *argv[] = {(char *)bin, conf, "--sentinel", NULL};
+    pid = it_spawn(argv, NULL, log_path);
+    if (pid < 0)
+        return -1;
+    return redis_await(pid, port, NULL, log_path);
+}
+
+static pid_t redis_await(pid_t pid, uint16_t port, const char *pass,
+                         const char *log_path)
+{
     for (int i = 0; i < 250; i++) {
         redisContext *rc = redisConnect("127.0.0.1", port);
         redisReply *r = NULL;

@@ -86,6 +86,24 @@ const char *it_which(const char *prog);
  */
 pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass);
 
+/*
+ * it_redis_start() with more arguments for redis-server (a NULL-terminated
+ * array, may be NULL), such as {"--replicaof", "127.0.0.1 6379", NULL}.
+ */
+pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
+                          const char *const *extra);
+
+/*
+ * Start redis-server in sentinel mode on 127.0.0.1:port, monitoring the
+ * master called name at 127.0.0.1:master_port with a quorum of 2, down
+ * after down_ms without an answer, a failover timeout of 10 s. Its
+ * configuration file (which Sentinel rewrites) goes next to log_path.
+ * Waits until it answers PING. Returns the pid, or -1 after printing why.
+ * Does not use cmocka.
+ */
+pid_t it_sentinel_start(uint16_t port, const char *name, uint16_t master_port,
+                        unsigned down_ms, const char *log_path);
+
 /* Wait up to timeout_ms until something accepts TCP on 127.0.0.1:port. */
 int it_wait_tcp(uint16_t port, int timeout_ms);
 
@@ -114,6 +132,11 @@ struct it_server {
  */
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides);
+
+/* it_server_start() on a given port (0: a free one), e.g. to restart an
+ * instance where a load balancer expects it. */
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides);
 
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);

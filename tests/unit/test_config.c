@@ -228,6 +228,28 @@ static void test_urls(void **state)
     assert_string_equal(u.pass, "p@ss");
     config_free(&c);
 
+    /* Sentinels: the master's name and database from the path, the
+     * sentinels' object made once and released with the config. */
+    setenv("SECKILL_REDIS_URL",
+           "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/main/4", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_non_null(c.http.store.redis_sentinel);
+    assert_string_equal(c.http.store.redis_host, "main");
+    assert_string_equal(c.http.store.redis_pass, "pw");
+    assert_int_equal(c.http.store.redis_db, 4);
+    assert_string_equal(c.http.lock_url,
+                        "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/"
+                        "main/4");
+    config_free(&c);
+    assert_null(c.http.store.redis_sentinel);
+    setenv("SECKILL_REDIS_URL", "redis-sentinel://s1,s2,s3", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "redis-sentinel://"));
+    config_free(&c);
+    setenv("SECKILL_REDIS_URL", "redis://a:1,b:2/0", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    config_free(&c);
+
     /* A bad escape is a start-up error naming the setting. */
     setenv("SECKILL_REDIS_URL", "redis://:p%4@h", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);

@@ -66,6 +66,9 @@ static void test_client_open_refuses(void **state)
         "redis://:p%4@h",          /* a bad percent-escape */
         "redis://h?timeout_ms=0",
         "zookeeper://h?bogus=1",
+        "redis-sentinel://s1,s2,s3",     /* no master's name */
+        "redis-sentinel://s1/m/99",      /* no such database */
+        "redis-sentinel://s1/m?bogus=1", /* an unknown setting */
     };
     struct lock_client *c = NULL;
 
@@ -92,6 +95,13 @@ static void test_client_open_refuses(void **state)
     int held = 1;
     assert_int_equal(-ENOLCK, lock_release(l, &held));
     lock_free(l);
+    lock_client_close(c);
+
+    /* A Redis found through its sentinels is the redis backend. */
+    assert_int_equal(0, lock_client_open("redis-sentinel://127.0.0.1:1,"
+                                         "127.0.0.1:2,127.0.0.1:3/main/1",
+                                         NULL, &c));
+    assert_string_equal("redis", lock_client_backend(c));
     lock_client_close(c);
 }
 

@@ -77,6 +77,129 @@ static void test_good(void **state)
     }
 }
 
+/* The path's segments, each decoded on its own. */
+static void test_segments(void **state)
+{
+    static const struct {
+        const char *in;
+        int nsegs;
+        const char *segs[URL_SEGS_MAX];
+    } cases[] = {
+        {"redis://h", 0, {NULL}},
+        {"redis://h/", 0, {NULL}},
+        {"redis://h/1", 1, {"1"}},
+        {"redis-sentinel://a,b,c/mymaster", 1, {"mymaster"}},
+        {"redis-sentinel://a,b,c/mymaster/2", 2, {"mymaster", "2"}},
+        {"redis-sentinel://a/my%2Fmaster/2", 2, {"my/master", "2"}},
+        {"redis-sentinel://a/m/", 2, {"m", ""}},
+        {"zookeeper://z/seckill%2Dlocks/x?session_ms=9",
+         2,
+         {"seckill-locks", "x"}},
+        {"zookeeper://z/a/b/c/d", 4, {"a", "b", "c", "d"}},
+        /* Too many to split: the path is still there whole. */
+        {"zookeeper://z/a/b/c/d/e", -1, {NULL}},
+    };
+    char err[160];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct url u;
+
+        if (url_parse(cases[i].in, &u, err, sizeof(err)))
+            fail_msg("refused \"%s\": %s", cases[i].in, err);
+        if (u.nsegs != cases[i].nsegs)
+            fail_msg("\"%s\": %d segments, want %d", cases[i].in, u.nsegs,
+                     cases[i].nsegs);
+        for (int k = 0; k < u.nsegs; k++)
+            assert_string_equal(cases[i].segs[k], u.segs[k]);
+    }
+}
+
+/* redis-sentinel:// URLs: every host a sentinel, the path the master. */
+static void test_sentinel(void **state)
+{
+    static const struct {
+        const char *in;
+        const char *master, *user, *pass;
+        unsigned db;
+    } good[] = {
+        {"redis-sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/"
+         "mymaster",
+         "mymaster", NULL, NULL, 0},
+        {"redis-sentinel://s1,s2,s3/mymaster/3", "mymaster", NULL, NULL, 3},
+        {"redis-sentinel://:p%40ss@s1/seckill-main/15", "seckill-main", NULL,
+         "p@ss", 15},
+        {"redis-sentinel://app:pw@[::1]:26379/m", "m", "app", "pw", 0},
+        {"redis-sentinel://s/my%2Fmaster", "my/master", NULL, NULL, 0},
+    };
+    static const char *const bad[] = {
+        "redis-sentinel://s1,s2",          /* no master */
+        "redis-sentinel://s1/",            /* an empty master */
+        "redis-sentinel://s1/m/16",        /* no database 16 */
+        "redis-sentinel://s1/m/x",         /* not a number */
+        "redis-sentinel://s1/m/1/2",       /* too many segments */
+        "redis-sentinel://s1/my%20master", /* a space in the name */
+        "redis-sentinel://user@s1/m",      /* a user without a password */
+    };
+    char err[160];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct url u;
+        struct redis_server s;
+
+        if (url_parse(good[i].in, &u, err, sizeof(err)))
+            fail_msg("refused \"%s\": %s", good[i].in, err);
+        if (redis_server_from_url(&u, 0, &s, err, sizeof(err)))
+            fail_msg("no server in \"%s\": %s", good[i].in, err);
+        assert_non_null(s.sentinel);
+        assert_string_equal(good[i].master, s.host);
+        assert_int_equal(0, s.port);
+        if (good[i].user)
+            assert_string_equal(good[i].user, s.user);
+        else
+            assert_null(s.user);
+        if (good[i].pass)
+            assert_string_equal(good[i].pass, s.pass);
+        else
+            assert_null(s.pass);
+        assert_int_equal(good[i].db, s.db);
+        assert_int_equal(0, redis_server_epoch(&s));
+        /* Only host 0: the others are sentinels, not servers. */
+        if (u.nhosts > 1) {
+            struct redis_server other;
+            assert_int_equal(-EINVAL, redis_server_from_url(&u, 1, &other, err,
+                                                            sizeof(err)));
+        }
+        redis_server_release(&s);
+        assert_null(s.sentinel);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct url u;
+        struct redis_server s;
+
+        if (url_parse(bad[i], &u, err, sizeof(err)))
+            continue; /* refused by the grammar already */
+        err[0] = '\0';
+        if (redis_server_from_url(&u, 0, &s, err, sizeof(err)) != -EINVAL)
+            fail_msg("accepted \"%s\"", bad[i]);
+        if (!err[0])
+            fail_msg("no reason for \"%s\"", bad[i]);
+        assert_null(s.sentinel);
+    }
+    /* A plain server has no sentinel and never changes epoch. */
+    {
+        struct url u;
+        struct redis_server s;
+
+        assert_int_equal(0, url_parse("redis://h/1", &u, err, sizeof(err)));
+        assert_int_equal(0, redis_server_from_url(&u, 0, &s, err, sizeof(err)));
+        assert_null(s.sentinel);
+        assert_int_equal(0, redis_server_epoch(&s));
+        redis_server_release(&s);
+    }
+}
+
 static void test_query(void **state)
 {
     struct url u;
@@ -196,7 +319,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good),         cmocka_unit_test(test_query),
         cmocka_unit_test(test_bad),          cmocka_unit_test(test_decode),
-        cmocka_unit_test(test_redis_server),
+        cmocka_unit_test(test_redis_server), cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_sentinel),
     };
     return cmocka_run_group_tests_name("url", tests, NULL, NULL);
 }
