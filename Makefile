@@ -72,7 +72,7 @@ LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
 
-LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c \
+LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      handlers/*.c) \
            cmd/config.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)

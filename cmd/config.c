@@ -97,6 +97,23 @@ const char config_usage[] =
     "64 hex chars, the payment provider's\n"
     "                                           "
     "notify key; none: no notify route\n"
+    "  --purchase-mode M   SECKILL_PURCHASE_MODE\n"
+    "                                           "
+    "sync or async: how new flash sales sell\n"
+    "                                           "
+    "unless created with purchaseMode (sync)\n"
+    "  --async-backlog-max N\n"
+    "                      SECKILL_ASYNC_BACKLOG_MAX\n"
+    "                                           "
+    "an async sale's orders waiting for MySQL\n"
+    "                                           "
+    "beyond which purchases get 429 (100000)\n"
+    "  --async-accept-loss 0|1\n"
+    "                      SECKILL_ASYNC_ACCEPT_LOSS\n"
+    "                                           "
+    "sell async on a Redis that may lose\n"
+    "                                           "
+    "acknowledged writes (0)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -138,6 +155,9 @@ enum setting_id {
     SET_CORS_ORIGINS,
     SET_PAY_TIMEOUT,
     SET_PAY_SECRET,
+    SET_PURCHASE_MODE,
+    SET_ASYNC_BACKLOG,
+    SET_ASYNC_ACCEPT_LOSS,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -172,6 +192,11 @@ static const struct {
     [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
     [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
     [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
+    [SET_PURCHASE_MODE] = {"purchase-mode", "SECKILL_PURCHASE_MODE", "sync"},
+    [SET_ASYNC_BACKLOG] = {"async-backlog-max", "SECKILL_ASYNC_BACKLOG_MAX",
+                           "100000"},
+    [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
+                               "0"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -189,6 +214,19 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -EINVAL;
+}
+
+/* A 0/1 setting ("true"/"false" too; empty: 0). */
+static int parse_flag(const char *v, const char *env, bool *out, char *err,
+                      size_t errlen)
+{
+    if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+        *out = true;
+    else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
+        *out = false;
+    else
+        return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+    return 0;
 }
 
 void config_free(struct config *cfg)
@@ -449,12 +487,23 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
         h->lock_url = v[0] ? v : NULL;
         return 0;
     case SET_DEV:
-        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
-            h->dev = true;
-        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
-            h->dev = false;
+        return parse_flag(v, env, &h->dev, err, errlen);
+    case SET_ASYNC_ACCEPT_LOSS:
+        return parse_flag(v, env, &h->async_accept_loss, err, errlen);
+    case SET_PURCHASE_MODE:
+        if (strcmp(v, "sync") == 0)
+            h->purchase_mode = PURCHASE_SYNC;
+        else if (strcmp(v, "async") == 0)
+            h->purchase_mode = PURCHASE_ASYNC;
         else
-            return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+            return fail(err, errlen, "%s: must be sync or async (got \"%s\")",
+                        env, v);
+        return 0;
+    case SET_ASYNC_BACKLOG:
+        if (parse_int(v, 1, 10000000, &n))
+            return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
+                        env, v);
+        h->async_backlog_max = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:

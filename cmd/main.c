@@ -101,6 +101,14 @@ static int serve(const struct config *cfg)
     }
 
     err = handlers_server_start(&cfg->http, &srv);
+    if (err == -EPERM) {
+        fprintf(stderr,
+                "seckilld: SECKILL_PURCHASE_MODE=async needs a Redis that "
+                "keeps acknowledged writes (appendonly yes, appendfsync "
+                "always); or set SECKILL_ASYNC_ACCEPT_LOSS=1\n");
+        mysql_library_end();
+        return 2;
+    }
     if (err) {
         fprintf(stderr, "seckilld: cannot listen on %s:%u: %s\n",
                 cfg->http.bind, cfg->http.port, strerror(-err));

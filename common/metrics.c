@@ -68,6 +68,10 @@ static const struct {
     [METRIC_ORDER_CANCELLED] = {"order_transitions", "to", "cancelled"},
     [METRIC_ORDER_EXPIRED] = {"order_transitions", "to", "expired"},
     [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
+    [METRIC_ASYNC_ACCEPTED] = {"async_orders", "event", "accepted"},
+    [METRIC_ASYNC_WRITTEN] = {"async_orders", "event", "written"},
+    [METRIC_ASYNC_DEAD] = {"async_orders", "event", "dead_lettered"},
+    [METRIC_ASYNC_REPAIRS] = {"async_repairs", "what", "sale_state"},
     [METRIC_CONN_ERROR_MYSQL] = {"connection_errors", "backend", "mysql"},
     [METRIC_CONN_ERROR_REDIS] = {"connection_errors", "backend", "redis"},
     [METRIC_VOUCHER_READ_REPLICA] = {"voucher_reads", "server", "replica"},
@@ -88,6 +92,11 @@ static const struct {
      "MySQL and Redis connections that failed to open or broke."},
     {"order_transitions",
      "Unpaid orders that were paid, cancelled or expired."},
+    {"async_orders",
+     "Asynchronous purchases: accepted (202), written to MySQL from the "
+     "stream, moved to the dead-letter stream."},
+    {"async_repairs",
+     "Times an asynchronous sale's Redis state was rebuilt from MySQL."},
     {"payments_refused",
      "Payments refused because the order was closed or its deadline had "
      "passed (the payment must be refunded)."},
@@ -531,6 +540,20 @@ static void render_queues(struct out *o, const struct metrics_extra *extra)
                    (long long)extra->queue_ids[i], extra->queue_depths[i]);
 }
 
+static void render_async(struct out *o, const struct metrics_extra *extra)
+{
+    out_meta(o, "async_backlog", "gauge",
+             "Orders of an async sale sold in Redis and not yet written to "
+             "MySQL, for the deepest backlogs (sampled every 2 s).");
+    for (size_t i = 0; extra && i < extra->backlogs; i++)
+        out_printf(o, "seckill_async_backlog{voucher=\"%lld\"} %u\n",
+                   (long long)extra->backlog_ids[i], extra->backlog_depths[i]);
+    out_meta(o, "async_writer_lag_seconds", "gauge",
+             "Age of the oldest async order waiting for MySQL (0: none).");
+    out_printf(o, "seckill_async_writer_lag_seconds %.3f\n",
+               extra ? extra->writer_lag_s : 0.0);
+}
+
 /* Resident set size in bytes from /proc/self/statm, or -1. */
 static long long rss_bytes(void)
 {
@@ -592,6 +615,7 @@ char *metrics_render(const struct metrics_extra *extra, size_t *len)
     render_batch(&o, s);
     render_waits(&o, s);
     render_queues(&o, extra);
+    render_async(&o, extra);
     render_replica(&o, extra);
     render_connections(&o, s);
     render_process(&o);

@@ -41,6 +41,10 @@ enum metric_counter {
     METRIC_ORDER_CANCELLED,          /* unpaid -> cancelled */
     METRIC_ORDER_EXPIRED,            /* unpaid -> expired */
     METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
+    METRIC_ASYNC_ACCEPTED,           /* an async purchase answered 202 */
+    METRIC_ASYNC_WRITTEN,            /* a streamed order written to MySQL */
+    METRIC_ASYNC_DEAD,               /* a streamed order dead-lettered */
+    METRIC_ASYNC_REPAIRS,            /* an async sale's Redis state rebuilt */
     METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
     METRIC_VOUCHER_READ_REPLICA,     /* a voucher read or list: the replica */
@@ -99,6 +103,13 @@ struct metrics_extra {
     const int64_t *queue_ids;
     const unsigned *queue_depths;
     size_t queues;
+    /* The async sales with the most orders waiting for MySQL
+     * (seckill_async_backlog by voucher), and the age of the oldest such
+     * order (seckill_async_writer_lag_seconds; 0: none waits): */
+    const int64_t *backlog_ids;
+    const unsigned *backlog_depths;
+    size_t backlogs;
+    double writer_lag_s;
     /* The read replica, when there is one (seckill_mysql_replica_up and
      * seckill_mysql_replica_lag_seconds): */
     bool replica;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "async/async.h"
 #include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/util.h"
@@ -330,13 +331,83 @@ static void transact(struct store *st, int64_t voucher_id, struct member *m,
     free(items);
 }
 
+/*
+ * An async voucher's members: one Redis script sells to all of them (the
+ * window, the buyer set and the stock, in Redis), and queues each order on
+ * the voucher's stream for the writer (async/async.h).
+ */
+static void sell_async(struct engine *e, struct store *st, int64_t voucher_id,
+                       struct member *m, size_t n)
+{
+    static const enum engine_outcome map[] = {
+        [ASYNC_OK] = ENGINE_PENDING,
+        [ASYNC_SOLD_OUT] = ENGINE_SOLD_OUT,
+        [ASYNC_DUPLICATE] = ENGINE_DUPLICATE,
+        [ASYNC_NOT_STARTED] = ENGINE_NOT_STARTED,
+        [ASYNC_ENDED] = ENGINE_ENDED,
+        [ASYNC_BACKLOG] = ENGINE_BACKLOG,
+    };
+    int64_t *ids = xcalloc(n, sizeof(*ids)), *users = xcalloc(n, sizeof(*ids));
+    enum async_outcome *out = xcalloc(n, sizeof(*out));
+    struct member **who = xcalloc(n, sizeof(*who));
+    redisContext *rc;
+    size_t k = 0;
+    int err;
+
+    ids_take(st, m, n);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].settled)
+            continue;
+        ids[k] = m[i].item.order_id;
+        users[k] = m[i].p->user_id;
+        who[k++] = &m[i];
+    }
+    rc = k ? store_redis(st) : NULL;
+    err = !k   ? 0
+          : rc ? async_purchase(rc, voucher_id, e->cfg.async_backlog_max, ids,
+                                users, k, out)
+               : -ENOTCONN;
+    FAILPOINT("async_after_script");
+    if (!err)
+        async_voucher_hint(e->cfg.async, voucher_id);
+    for (size_t j = 0; j < k; j++) {
+        struct member *w = who[j];
+
+        if (err) {
+            /* No connection: nothing sent. Refused: nothing sold. A
+             * connection that failed under the script: unknown. */
+            settle(w, ENGINE_ERROR,
+                   err == -ENOTCONN || err == -EAGAIN ? err : -EINPROGRESS);
+        } else if (out[j] == ASYNC_NOT_READY) {
+            settle(w, ENGINE_ERROR, -EAGAIN);
+        } else {
+            settle(w, map[out[j]], 0);
+            if (out[j] == ASYNC_OK) {
+                w->p->order_id = ids[j];
+                metrics_count(METRIC_ASYNC_ACCEPTED, 1);
+            }
+        }
+    }
+    free(who);
+    free(out);
+    free(users);
+    free(ids);
+}
+
 static void batch_run(struct engine *e, struct store *st, int64_t voucher_id,
                       struct member *m, size_t n)
 {
     expire(m, n);
+    if (n && m[0].p->async && !async_may_sell(e->cfg.async))
+        for (size_t i = 0; i < n; i++)
+            if (!m[i].settled)
+                settle(&m[i], ENGINE_ERROR, -EPERM);
     locks_take(e, m, n);
     FAILPOINT("after_lock");
-    transact(st, voucher_id, m, n);
+    if (n && m[0].p->async)
+        sell_async(e, st, voucher_id, m, n);
+    else
+        transact(st, voucher_id, m, n);
     locks_release(m, n);
     for (size_t i = 0; i < n; i++) {
         if (!m[i].settled)
@@ -445,10 +516,16 @@ static void *expiry_main(void *arg)
                 metrics_observe_wait(
                     METRIC_WAIT_EXPIRY_LAG,
                     (uint64_t)(out.lag_us[i] > 0 ? out.lag_us[i] : 0) * 1000u);
-            for (size_t i = 0; i < out.nvouchers; i++)
-                if (e->cfg.stock_returned)
-                    e->cfg.stock_returned(e->cfg.stock_returned_ctx, st,
-                                          out.vouchers[i]);
+            for (size_t i = 0, j; e->cfg.units_returned && i < out.orders;
+                 i = j) {
+                for (j = i + 1; j < out.orders &&
+                                out.order_voucher[j] == out.order_voucher[i];
+                     j++)
+                    ;
+                e->cfg.units_returned(e->cfg.units_returned_ctx, st,
+                                      out.order_voucher[i], &out.order_user[i],
+                                      j - i);
+            }
         }
         pthread_mutex_lock(&e->mu);
         /* A full batch: there may be more right away. */

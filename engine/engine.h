@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "async/async.h"
 #include "lock/lock.h"
 #include "store/store.h"
 
@@ -58,12 +59,20 @@ struct engine_config {
     unsigned batch_linger_us;         /* a batch waits this long for more */
     unsigned queue_max;               /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;             /* lease of the per-user lock */
-    /* Units of voucher_id went back on sale (a cancel or an expiry): tell
-     * whoever caches "sold out". Called on an engine thread with its
-     * store. May be NULL. */
-    void (*stock_returned)(void *ctx, struct store *st, int64_t voucher_id);
-    void *stock_returned_ctx;
+    /* The expiry closed the orders of users[0..n) for voucher_id: their
+     * units went back on sale in MySQL. Called on the expiry thread with
+     * its store, to return the units to an async sale and to tell whoever
+     * caches "sold out". May be NULL. */
+    void (*units_returned)(void *ctx, struct store *st, int64_t voucher_id,
+                           const int64_t *users, size_t n);
+    void *units_returned_ctx;
     bool expiry; /* run the expiry thread (false in unit tests) */
+    /* Async vouchers (async/async.h): a voucher's backlog of orders not yet
+     * in MySQL beyond which purchases are refused (ENGINE_BACKLOG), and
+     * the writer that says whether this instance may sell them at all
+     * (async_may_sell(); NULL: never). */
+    unsigned async_backlog_max;
+    struct async *async;
 };
 
 /* How often the expiry looks for unpaid orders past their deadline. */
@@ -75,6 +84,12 @@ enum engine_outcome {
     ENGINE_DUPLICATE, /* the user has an order for it (nothing written) */
     ENGINE_BUSY,      /* the user's other purchase holds the lock */
     ENGINE_ERROR,     /* err says what: nothing written unless it says */
+    /* Async vouchers only: */
+    ENGINE_PENDING,     /* sold in Redis: order order_id is on its way to
+                         * MySQL (the writer will write it) */
+    ENGINE_NOT_STARTED, /* before the sale's begin, by Redis' clock */
+    ENGINE_ENDED,       /* after its end, by Redis' clock */
+    ENGINE_BACKLOG,     /* too many orders wait for MySQL: retry later */
 };
 
 /*
@@ -90,6 +105,7 @@ struct engine_purchase {
     int64_t voucher_id;
     int64_t user_id;
     int64_t deadline_ms; /* monotonic (util_mono_ms) */
+    bool async;          /* the voucher sells in async mode */
     void (*done)(struct engine_purchase *p);
     /* Set before done() is called: */
     enum engine_outcome outcome;

@@ -630,3 +630,89 @@ const char *lock_client_backend(const struct lock_client *c)
     (void)c;
     return "redis";
 }
+
+/* No async sales in a fuzz build: the writer is never started, so an
+ * async voucher is refused at creation and no order is ever pending. */
+bool async_may_sell(const struct async *a)
+{
+    (void)a;
+    return false;
+}
+
+void async_voucher_hint(struct async *a, int64_t voucher_id)
+{
+    (void)a;
+    check_id("voucher id", voucher_id);
+}
+
+size_t async_vouchers(struct async *a, int64_t *out, size_t max)
+{
+    (void)a;
+    (void)out;
+    (void)max;
+    return 0;
+}
+
+int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id)
+{
+    (void)rc;
+    (void)vouchers;
+    (void)n;
+    (void)voucher_id;
+    (void)user_id;
+    check_id("order id", order_id);
+    return -ENOENT;
+}
+
+int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
+{
+    (void)rc;
+    check_id("voucher id", voucher_id);
+    check_id("user id", user_id);
+    return 0;
+}
+
+int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
+                       int64_t end_s, int64_t stock)
+{
+    (void)rc;
+    (void)begin_s;
+    (void)end_s;
+    (void)stock;
+    check_id("voucher id", voucher_id);
+    FUZZ_CHECK(0, "an async sale preheated in a fuzz build");
+    return 0;
+}
+
+size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
+                         size_t max, int64_t *oldest_ms)
+{
+    (void)a;
+    (void)ids;
+    (void)depths;
+    (void)max;
+    *oldest_ms = 0;
+    return 0;
+}
+
+/* The server is never started in the fuzz builds. */
+struct async *async_start(const struct async_config *cfg)
+{
+    (void)cfg;
+    FUZZ_CHECK(0, "async_start in a fuzz build");
+    return NULL;
+}
+
+void async_stop(struct async *a)
+{
+    (void)a;
+}
+
+int async_redis_durable(redisContext *rc, char *why, size_t len)
+{
+    (void)rc;
+    snprintf(why, len, "fuzz");
+    FUZZ_CHECK(0, "a durability check in a fuzz build");
+    return -EPERM;
+}

@@ -42,6 +42,11 @@ struct handlers_config {
     /* Seconds between SIGTERM and the stop, /readyz answering 503 (see
      * handlers_server_drain()); cmd/main.c waits them out. */
     unsigned drain_s;
+    /* How new seckill vouchers sell unless their request says (PURCHASE_SYNC
+     * or PURCHASE_ASYNC: async/async.h); async sales' bounds and promise. */
+    enum purchase_mode purchase_mode;
+    unsigned async_backlog_max; /* orders waiting for MySQL, per voucher */
+    bool async_accept_loss;     /* sell async on a Redis that may lose them */
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */
@@ -55,7 +60,8 @@ struct handlers_server;
 /*
  * Open the lock client for cfg->lock_url, then start listening and serving
  * on cfg->threads threads. cfg must outlive the server. Returns 0 and sets
- * *out, or -errno (-EINVAL for a bad lock URL, -EADDRINUSE, ...) with a log
+ * *out, or -errno (-EINVAL for a bad lock URL, -EADDRINUSE, -EPERM for
+ * async mode on a Redis that may lose acknowledged writes, ...) with a log
  * line.
  */
 int handlers_server_start(const struct handlers_config *cfg,

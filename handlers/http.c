@@ -32,6 +32,8 @@ struct handlers_server {
     struct vcache *vcache;
     struct engine *engine;
     struct engine_config engine_cfg;
+    struct async *async; /* the writer of async sales' orders */
+    struct async_config async_cfg;
     struct deadlines *deadlines;
     struct store_replica_monitor *replica; /* NULL: no read replica */
     uint16_t port;
@@ -275,6 +277,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         req->locks = srv->locks;
         req->vcache = srv->vcache;
         req->engine = srv->engine;
+        req->async = srv->async;
         req->conn = conn;
         req->path = url;
         req->version = version;
@@ -416,13 +419,47 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http server error", "detail=\"%s\"", buf);
 }
 
-/* The engine's expiry gave units back: voucher caches must forget
- * "sold out" (on the engine thread, with its store's Redis connection). */
-static void stock_returned(void *ctx, struct store *st, int64_t voucher_id)
+/* The engine's expiry closed orders (on the expiry thread, with its
+ * store): their units are back on sale. */
+static void units_returned(void *ctx, struct store *st, int64_t voucher_id,
+                           const int64_t *users, size_t n)
+{
+    struct handlers_server *srv = ctx;
+
+    order_units_returned(srv->vcache, st, voucher_id, users, n);
+}
+
+/* An async sale was rebuilt (on the writer thread, with its store). */
+static void async_stock_changed(void *ctx, struct store *st, int64_t voucher_id)
 {
     struct handlers_server *srv = ctx;
 
     vcache_voucher_changed(srv->vcache, st, voucher_id);
+}
+
+/* Async mode promises that a 202 is written: on a Redis that may lose an
+ * acknowledged write, refuse to start unless the operator accepts it. */
+static int async_durability_check(const struct handlers_config *cfg)
+{
+    struct store *st;
+    redisContext *rc;
+    char why[96];
+    int err;
+
+    if (cfg->purchase_mode != PURCHASE_ASYNC || cfg->async_accept_loss)
+        return 0;
+    st = store_new(&cfg->store);
+    rc = store_redis(st);
+    err = rc ? async_redis_durable(rc, why, sizeof(why)) : 0;
+    store_free(st);
+    if (err == -EPERM) {
+        log_error("async purchase mode refused: redis may lose acknowledged "
+                  "writes; set appendonly yes and appendfsync always, or "
+                  "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                  "redis=\"%s\"", why);
+        return -EPERM;
+    }
+    return 0; /* durable, or unknown now: the writer looks again */
 }
 
 int handlers_server_start(const struct handlers_config *cfg,
@@ -457,6 +494,12 @@ int handlers_server_start(const struct handlers_config *cfg,
         free(srv);
         return err;
     }
+    err = async_durability_check(cfg);
+    if (err) {
+        lock_client_close(srv->locks);
+        free(srv);
+        return err;
+    }
     srv->vcache = vcache_new(cfg);
     srv->replica = store_replica_monitor_start(&cfg->store);
     srv->engine_cfg = (struct engine_config){
@@ -468,10 +511,22 @@ int handlers_server_start(const struct handlers_config *cfg,
         .batch_linger_us = cfg->store.batch_linger_us,
         .queue_max = cfg->queue_max,
         .lock_ttl_ms = cfg->lock_ttl_ms,
-        .stock_returned = stock_returned,
-        .stock_returned_ctx = srv,
+        .units_returned = units_returned,
+        .units_returned_ctx = srv,
         .expiry = true,
+        .async_backlog_max = cfg->async_backlog_max,
     };
+    srv->async_cfg = (struct async_config){
+        .store = &cfg->store,
+        .locks = srv->locks,
+        .batch = 256,
+        .claim_ms = ASYNC_CLAIM_MS,
+        .stock_changed = async_stock_changed,
+        .ctx = srv,
+        .accept_loss = cfg->async_accept_loss,
+    };
+    srv->async = async_start(&srv->async_cfg);
+    srv->engine_cfg.async = srv->async;
     srv->engine = engine_start(&srv->engine_cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
@@ -493,6 +548,7 @@ int handlers_server_start(const struct handlers_config *cfg,
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
         engine_stop(srv->engine);
+        async_stop(srv->async);
         store_replica_monitor_stop(srv->replica);
         vcache_free(srv->vcache);
         lock_client_close(srv->locks);
@@ -541,6 +597,9 @@ void handlers_server_stop(struct handlers_server *srv)
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);
+    /* After the engine: nothing sells any more; what the writer holds is
+     * claimed by another instance, or by this one after a restart. */
+    async_stop(srv->async);
     store_replica_monitor_stop(srv->replica);
     vcache_free(srv->vcache);
     lock_client_close(srv->locks);

@@ -71,6 +71,7 @@ struct request {
     struct lock_client *locks;   /* the server's, shared by all threads */
     struct vcache *vcache;       /* the server's voucher cache, or NULL */
     struct engine *engine;       /* the server's purchase engine */
+    struct async *async;         /* the server's async writer, or NULL */
     void *conn;                  /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
@@ -273,6 +274,7 @@ struct vcache_voucher {
     int64_t begin_time; /* epoch seconds, seckill vouchers only */
     int64_t end_time;   /* epoch seconds, exclusive */
     bool sold_out;      /* seckill vouchers only */
+    enum purchase_mode mode;
 };
 
 /*
@@ -406,6 +408,16 @@ unsigned voucher_stats_get(struct request *req);
  * closeTime (null until set). A new object.
  */
 json_t *order_json(const struct store_order *o);
+
+/*
+ * Orders of users[0..n) for voucher_id were closed (cancelled, expired)
+ * and their units are back in MySQL's stock: give them back to an async
+ * sale's Redis state too (the buyer may buy again), and tell every
+ * instance's voucher cache that the voucher sells again. On an engine
+ * thread, with its store.
+ */
+void order_units_returned(struct vcache *vc, struct store *st,
+                          int64_t voucher_id, const int64_t *users, size_t n);
 
 /*
  * Record a payment for an order on an engine thread and reply with the

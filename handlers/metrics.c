@@ -32,6 +32,16 @@ unsigned metrics_get(struct request *req)
         engine_queue_top(req->engine, queue_ids, queue_depths, QUEUES_SHOWN);
     extra.queue_ids = queue_ids;
     extra.queue_depths = queue_depths;
+    int64_t backlog_ids[QUEUES_SHOWN], oldest_ms;
+    unsigned backlog_depths[QUEUES_SHOWN];
+    extra.backlogs = async_backlog_top(req->async, backlog_ids, backlog_depths,
+                                       QUEUES_SHOWN, &oldest_ms);
+    extra.backlog_ids = backlog_ids;
+    extra.backlog_depths = backlog_depths;
+    if (oldest_ms) {
+        int64_t lag = util_now_ms() - oldest_ms;
+        extra.writer_lag_s = lag > 0 ? (double)lag / 1000.0 : 0.0;
+    }
     struct store_replica_state rs;
     store_replica_state_get(&rs);
     extra.replica = rs.configured;

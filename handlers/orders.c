@@ -9,6 +9,11 @@
  * runs as an engine task (engine/engine.h) with the request parked, like a
  * purchase. A cancel gives the unit back to the stock; every instance's
  * voucher cache then hears that the voucher may sell again.
+ *
+ * An async sale's order (async/async.h) is "pending" between its 202 and
+ * the moment the writer puts it into MySQL: read, it shows that status;
+ * cancelled or paid, it answers 429 BUSY with Retry-After (a second later
+ * it is an ordinary unpaid order).
  */
 #include "handlers/internal.h"
 
@@ -53,22 +58,78 @@ json_t *order_json(const struct store_order *o)
                      json_time_ms(o->close_time_ms));
 }
 
+/*
+ * Whether order_id is an async sale's order on its way to MySQL: 0 with
+ * *o filled (status unpaid, no times), -ENOENT, or -errno. Looked up after
+ * MySQL said no: the writer drops the pending record only once the order
+ * is committed, so "not pending" means "in MySQL now, or never sold".
+ */
+static int pending_find(struct request *req, struct store *st, int64_t order_id,
+                        struct store_order *o)
+{
+    int64_t vouchers[256];
+    size_t n = async_vouchers(req->async, vouchers, 256);
+    redisContext *rc;
+    int err;
+
+    if (n == 0)
+        return -ENOENT;
+    rc = store_redis(st);
+    if (!rc)
+        return -ENOTCONN;
+    memset(o, 0, sizeof(*o));
+    o->id = order_id;
+    err = async_pending_find(rc, vouchers, n, order_id, &o->voucher_id,
+                             &o->user_id);
+    return err;
+}
+
+/* An order as the API shows it while it is pending. */
+static json_t *pending_json(const struct store_order *o)
+{
+    return json_pack("{s:o,s:o,s:o,s:s,s:n,s:n,s:n,s:n}", "id", json_id(o->id),
+                     "userId", json_id(o->user_id), "voucherId",
+                     json_id(o->voucher_id), "status", "pending", "createTime",
+                     "payDeadline", "payTime", "closeTime");
+}
+
+/* Read order_id: from MySQL, or pending on its way there (*pending). */
+static int order_read(struct request *req, struct store *st, int64_t order_id,
+                      struct store_order *o, bool *pending)
+{
+    int err = store_order_get(st, order_id, o);
+
+    *pending = false;
+    if (err != -ENOENT)
+        return err;
+    err = pending_find(req, st, order_id, o);
+    if (err == 0) {
+        *pending = true;
+        return 0;
+    }
+    if (err != -ENOENT)
+        return err;
+    /* Written between the two looks. */
+    return store_order_get(st, order_id, o);
+}
+
 unsigned order_get(struct request *req)
 {
     struct store_order o;
     unsigned status;
+    bool pending;
     int err;
 
     if ((status = req_user_or_reply(req)))
         return status;
-    err = store_order_get(req->st, req->id, &o);
+    err = order_read(req, req->st, req->id, &o, &pending);
     /* Someone else's order reads as absent: ids must not be probeable. */
     if (err == -ENOENT || (!err && o.user_id != req->auth.user_id &&
                            req->auth.role != TOKEN_ROLE_ADMIN))
         return req_error(req, ERR_NOT_FOUND, "no order with this id");
     if (err)
         return req_backend_error(req, err, "order_get");
-    return req_reply(req, 200, order_json(&o));
+    return req_reply(req, 200, pending ? pending_json(&o) : order_json(&o));
 }
 
 unsigned orders_get(struct request *req)
@@ -94,6 +155,28 @@ unsigned orders_get(struct request *req)
     return req_reply(req, 200, json_pack("{s:o}", "items", arr));
 }
 
+void order_units_returned(struct vcache *vc, struct store *st,
+                          int64_t voucher_id, const int64_t *users, size_t n)
+{
+    redisContext *rc = store_redis(st);
+
+    /* Does nothing for a sync voucher. A failure here leaves Redis short
+     * of a unit: the reconciliation sees it and rebuilds the sale. */
+    for (size_t i = 0; rc && i < n; i++) {
+        int err = async_unit_return(rc, voucher_id, users[i]);
+
+        if (err) {
+            log_warn("async unit not returned to redis",
+                     "voucher=%lld "
+                     "user=%lld err=%d",
+                     (long long)voucher_id, (long long)users[i], err);
+            break;
+        }
+    }
+    /* The unit is back on sale: drop "sold out" on every instance. */
+    vcache_voucher_changed(vc, st, voucher_id);
+}
+
 /* ---- cancel and pay, as engine tasks ---- */
 
 #define TXN_MAX 64
@@ -106,6 +189,7 @@ struct order_op {
     char txn[TXN_MAX + 1];
     int err;
     bool found;
+    bool pending; /* an async sale's order not in MySQL yet */
     union {
         enum store_close close;
         enum store_pay pay;
@@ -120,9 +204,9 @@ static struct request *task_request(struct engine_task *t)
 }
 
 /* Read the order and check it is the caller's (an admin's: any). */
-static int op_find(struct store *st, struct order_op *op)
+static int op_find(struct request *req, struct store *st, struct order_op *op)
 {
-    int err = store_order_get(st, op->order_id, &op->order);
+    int err = order_read(req, st, op->order_id, &op->order, &op->pending);
 
     if (err == -ENOENT ||
         (!err && op->user_id > 0 && op->order.user_id != op->user_id)) {
@@ -161,16 +245,24 @@ static void cancel_run(struct engine_task *t, struct store *st)
     struct request *req = task_request(t);
     struct order_op *op = req->op;
 
-    op->err = op_find(st, op);
-    if (op->err || !op->found)
+    op->err = op_find(req, st, op);
+    if (op->err || !op->found || op->pending)
         return;
     op->err =
         store_order_cancel(st, op->order_id, &op->outcome.close, &op->order);
     if (op->err || op->outcome.close != STORE_CLOSE_DONE)
         return;
     metrics_count(METRIC_ORDER_CANCELLED, 1);
-    /* The unit is back on sale: drop "sold out" on every instance. */
-    vcache_voucher_changed(req->vcache, st, op->order.voucher_id);
+    order_units_returned(req->vcache, st, op->order.voucher_id,
+                         &op->order.user_id, 1);
+}
+
+/* A pending order cannot be cancelled or paid yet: in a moment. */
+static void pending_reply(struct request *req)
+{
+    req_error(req, ERR_BUSY,
+              "the order is still being written; retry in a second");
+    req->retry_after = 1;
 }
 
 static void cancel_done(struct engine_task *t)
@@ -184,6 +276,8 @@ static void cancel_done(struct engine_task *t)
         req_backend_error(req, op->err, "order_cancel");
     else if (!op->found || op->outcome.close == STORE_CLOSE_NOT_FOUND)
         req_error(req, ERR_NOT_FOUND, "no order with this id");
+    else if (op->pending)
+        pending_reply(req);
     else if (op->outcome.close == STORE_CLOSE_PAID)
         req_error(req, ERR_ORDER_PAID, "a paid order cannot be cancelled");
     else if (op->outcome.close == STORE_CLOSE_EXPIRED)
@@ -211,8 +305,8 @@ static void pay_run(struct engine_task *t, struct store *st)
     struct request *req = task_request(t);
     struct order_op *op = req->op;
 
-    op->err = op_find(st, op);
-    if (op->err || !op->found)
+    op->err = op_find(req, st, op);
+    if (op->err || !op->found || op->pending)
         return;
     if (op->amount < 0) {
         /* The simulated provider charges the voucher's price. */
@@ -235,7 +329,8 @@ static void pay_run(struct engine_task *t, struct store *st)
     case STORE_PAY_LATE:
         /* Expired by the payment itself: the unit is back on sale. */
         metrics_count(METRIC_ORDER_EXPIRED, 1);
-        vcache_voucher_changed(req->vcache, st, op->order.voucher_id);
+        order_units_returned(req->vcache, st, op->order.voucher_id,
+                             &op->order.user_id, 1);
         /* fall through */
     case STORE_PAY_CLOSED:
         metrics_count(METRIC_PAYMENT_LATE, 1);
@@ -267,6 +362,11 @@ static void pay_done(struct engine_task *t)
     }
     if (!op->found) {
         req_error(req, ERR_NOT_FOUND, "no order with this id");
+        op_resume(req);
+        return;
+    }
+    if (op->pending) {
+        pending_reply(req);
         op_resume(req);
         return;
     }

@@ -15,6 +15,11 @@
  *      lock and calls purchase_done() below, which sets the reply and
  *      resumes the connection.
  *
+ * An async voucher (async/async.h) goes the same way, but the engine's
+ * batch is one Redis script instead of the transaction: the answer is 202
+ * {"orderId","status":"pending"}, a promise that the order will be in
+ * MySQL shortly (GET /api/orders/{id} shows it pending until then).
+ *
  * A purchase has STORE_PURCHASE_BUDGET_MS from its arrival; a full queue
  * is 429 BUSY at once. MySQL is the source of truth: the lock only keeps
  * one user's requests from racing; the unique key and the CAS keep the
@@ -57,17 +62,16 @@ static unsigned verdict_or_reply(struct request *req,
 /* Step 1 when the cache could not answer: read the voucher row, remember
  * it (gen from vcache_entry_get), answer from it. Returns 0 to go on. */
 static unsigned precheck_or_reply(struct request *req, int64_t now_s,
-                                  uint64_t gen)
+                                  uint64_t gen, struct vcache_voucher *v)
 {
-    struct vcache_voucher v;
     struct store_seckill s;
     int err = store_seckill_get(req->st, req->id, &s);
 
     if (err && err != -ENOENT)
         return req_backend_error(req, err, "seckill_get");
-    vcache_voucher_from_row(&v, err ? NULL : &s);
-    vcache_entry_put(req->vcache, req->id, &v, gen);
-    return verdict_or_reply(req, &v, now_s, false);
+    vcache_voucher_from_row(v, err ? NULL : &s);
+    vcache_entry_put(req->vcache, req->id, v, gen);
+    return verdict_or_reply(req, v, now_s, false);
 }
 
 /* The engine's answer (on an engine thread): the reply, then resume. */
@@ -91,8 +95,34 @@ static void purchase_done(struct engine_purchase *p)
     case ENGINE_BUSY:
         req_error(req, ERR_BUSY, NULL);
         break;
+    case ENGINE_PENDING:
+        req_reply(req, 202,
+                  json_pack("{s:o,s:s}", "orderId", json_id(p->order_id),
+                            "status", "pending"));
+        break;
+    case ENGINE_NOT_STARTED:
+        req_error(req, ERR_NOT_STARTED, NULL);
+        break;
+    case ENGINE_ENDED:
+        req_error(req, ERR_ENDED, NULL);
+        break;
+    case ENGINE_BACKLOG:
+        metrics_count(METRIC_PURCHASE_SHED, 1);
+        req_error(req, ERR_BUSY,
+                  "too many orders of this voucher wait to be written; "
+                  "retry");
+        req->retry_after = 1;
+        break;
     case ENGINE_ERROR:
-        req_backend_error(req, p->err, "purchase");
+        if (p->err == -EAGAIN)
+            req_error(req, ERR_UNAVAILABLE,
+                      "the sale is being repaired; nothing was bought, retry");
+        else if (p->err == -EPERM)
+            req_error(req, ERR_UNAVAILABLE,
+                      "this instance's Redis may lose acknowledged writes, "
+                      "so it does not sell this voucher; nothing was bought");
+        else
+            req_backend_error(req, p->err, "purchase");
         break;
     }
     req_resume(req);
@@ -118,7 +148,7 @@ unsigned voucher_seckill_post(struct request *req)
     }
     if ((status = ratelimit_or_reply(req)) ||
         (status = req_user_or_reply(req)) ||
-        (!cached && (status = precheck_or_reply(req, now_s, gen))))
+        (!cached && (status = precheck_or_reply(req, now_s, gen, &known))))
         return status;
 
     /* Step 2: the engine decides; this thread goes on with others. */
@@ -128,6 +158,7 @@ unsigned voucher_seckill_post(struct request *req)
         .user_id = req->auth.user_id,
         .deadline_ms =
             (int64_t)(req->start_ns / 1000000u) + STORE_PURCHASE_BUDGET_MS,
+        .async = known.mode == PURCHASE_ASYNC,
         .done = purchase_done,
     };
     req_park(req);

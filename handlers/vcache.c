@@ -99,10 +99,12 @@
 #define KEEPALIVE_INTVL_S 2
 #define KEEPALIVE_CNT 3
 
-/* Entry bits: kind, then the sold-out flag, then the voucher type. */
+/* Entry bits: kind, then the sold-out flag, the voucher type (one bit)
+ * and its purchase mode. */
 enum { KIND_EMPTY = 0, KIND_MISSING = 1, KIND_VOUCHER = 2, KIND_MASK = 3 };
 #define BIT_SOLD_OUT 4u
 #define TYPE_SHIFT 3
+#define BIT_ASYNC 16u
 
 /*
  * Every field is atomic so that readers racing a writer are not a data
@@ -330,7 +332,8 @@ bool vcache_entry_get(struct vcache *vc, int64_t id, struct vcache_voucher *v,
         atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
     memset(v, 0, sizeof(*v));
     v->found = (sn.bits & KIND_MASK) == KIND_VOUCHER;
-    v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT);
+    v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT & 1u);
+    v->mode = sn.bits & BIT_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
     v->begin_time = sn.begin_time;
     v->end_time = sn.end_time;
     v->sold_out = (sn.bits & BIT_SOLD_OUT) != 0;
@@ -353,6 +356,8 @@ void vcache_entry_put(struct vcache *vc, int64_t id,
         expires = vc->ttl_ms;
     } else {
         bits = KIND_VOUCHER | (uint32_t)v->type << TYPE_SHIFT;
+        if (v->mode == PURCHASE_ASYNC)
+            bits |= BIT_ASYNC;
         if (v->sold_out)
             bits |= BIT_SOLD_OUT;
         expires = v->sold_out ? vc->ttl_ms : META_TTL_MS;
@@ -674,6 +679,7 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
     v->type = s->type;
     v->begin_time = s->begin_time;
     v->end_time = s->end_time;
+    v->mode = s->mode;
     v->sold_out = s->type == VOUCHER_SECKILL && s->stock <= 0;
 }
 

@@ -38,6 +38,9 @@ CREATE TABLE IF NOT EXISTS seckill_vouchers (
     voucher_id    BIGINT UNSIGNED NOT NULL,
     stock         INT             NOT NULL,
     initial_stock INT             NULL,
+    -- 0: sync (MySQL decides each sale), 1: async (Redis decides and a
+    -- stream carries the orders to MySQL); fixed when it goes on sale.
+    purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0,
     begin_time    DATETIME        NOT NULL,
     end_time      DATETIME        NOT NULL,
     created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,

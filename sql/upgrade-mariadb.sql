@@ -33,3 +33,8 @@ UPDATE seckill_vouchers s
        + (SELECT COUNT(*) FROM voucher_orders o
           WHERE o.voucher_id = s.voucher_id AND o.status IN (1, 2))
  WHERE s.initial_stock IS NULL;
+
+-- The purchase mode (0 sync, 1 async), fixed when a voucher goes on sale.
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER initial_stock;

@@ -66,6 +66,17 @@
 #define ORDERS_INSERT                                                          \
     "INSERT INTO voucher_orders (id, user_id, voucher_id, status, "            \
     "pay_deadline) VALUES "
+/* The async writer's rows: the deadline is computed from when Redis
+ * accepted the order. */
+#define AROWS_1 "(?, ?, ?, 1, ?)"
+#define AROWS_2 AROWS_1 ", " AROWS_1
+#define AROWS_3 AROWS_2 ", " AROWS_1
+#define AROWS_4 AROWS_2 ", " AROWS_2
+#define AROWS_8 AROWS_4 ", " AROWS_4
+#define AROWS_16 AROWS_8 ", " AROWS_8
+#define AROWS_32 AROWS_16 ", " AROWS_16
+#define AROWS_64 AROWS_32 ", " AROWS_32
+#define IDS_EXIST "SELECT id FROM voucher_orders WHERE id IN "
 /* An order as every read returns it. */
 #define ORDER_COLUMNS                                                          \
     "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
@@ -79,27 +90,27 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
         "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
-        "begin_time, end_time) VALUES (?, ?, ?, ?, ?)",
+        "begin_time, end_time, purchase_mode) VALUES (?, ?, ?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_VOUCHER_LIST_SHOP] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "ORDER BY v.id DESC LIMIT ?",
     [STMT_SECKILL_GET] =
-        "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time "
-        "FROM vouchers v "
+        "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
+        "s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
@@ -170,6 +181,30 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "pay_deadline, NOW(3)) FROM voucher_orders WHERE status = 1 AND "
         "pay_deadline <= NOW(3) ORDER BY pay_deadline LIMIT ? "
         "FOR UPDATE SKIP LOCKED",
+    /* The asynchronous mode (async.c). */
+    [STMT_IDS_EXIST_1] = IDS_EXIST "(" LIST_1 ")",
+    [STMT_IDS_EXIST_2] = IDS_EXIST "(" LIST_2 ")",
+    [STMT_IDS_EXIST_4] = IDS_EXIST "(" LIST_4 ")",
+    [STMT_IDS_EXIST_8] = IDS_EXIST "(" LIST_8 ")",
+    [STMT_IDS_EXIST_16] = IDS_EXIST "(" LIST_16 ")",
+    [STMT_IDS_EXIST_32] = IDS_EXIST "(" LIST_32 ")",
+    [STMT_IDS_EXIST_64] = IDS_EXIST "(" LIST_64 ")",
+    [STMT_ASYNC_INSERT_1] = ORDERS_INSERT AROWS_1,
+    [STMT_ASYNC_INSERT_2] = ORDERS_INSERT AROWS_2,
+    [STMT_ASYNC_INSERT_4] = ORDERS_INSERT AROWS_4,
+    [STMT_ASYNC_INSERT_8] = ORDERS_INSERT AROWS_8,
+    [STMT_ASYNC_INSERT_16] = ORDERS_INSERT AROWS_16,
+    [STMT_ASYNC_INSERT_32] = ORDERS_INSERT AROWS_32,
+    [STMT_ASYNC_INSERT_64] = ORDERS_INSERT AROWS_64,
+    [STMT_ASYNC_VOUCHERS] =
+        "SELECT voucher_id FROM seckill_vouchers WHERE purchase_mode = 1 "
+        "AND end_time > NOW() - INTERVAL 1 HOUR ORDER BY voucher_id DESC "
+        "LIMIT ?",
+    [STMT_ASYNC_SALE] =
+        "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time "
+        "FROM seckill_vouchers WHERE voucher_id = ? AND purchase_mode = 1",
+    [STMT_ACTIVE_USERS] = "SELECT user_id FROM voucher_orders WHERE "
+                          "voucher_id = ? AND status IN (1, 2)",
     [STMT_VOUCHER_STATS] =
         "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "
         "COALESCE(SUM(o.status = 1), 0), COALESCE(SUM(o.status = 2), 0), "
@@ -480,6 +515,12 @@ void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
     t->minute = (unsigned)tm.tm_min;
     t->second = (unsigned)tm.tm_sec;
     t->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+void time_from_epoch_ms(MYSQL_TIME *t, int64_t epoch_ms)
+{
+    time_from_epoch(t, epoch_ms / 1000);
+    t->second_part = (unsigned long)(epoch_ms % 1000) * 1000u;
 }
 
 int64_t time_to_epoch_ms(const MYSQL_TIME *t)

@@ -66,6 +66,24 @@ enum stmt_id {
     STMT_SEGMENT_RETURN,
     STMT_EXPIRE_SCAN,
     STMT_VOUCHER_STATS,
+    /* the asynchronous mode: */
+    STMT_IDS_EXIST_1, /* ..._64: id IN a list of 2^i */
+    STMT_IDS_EXIST_2,
+    STMT_IDS_EXIST_4,
+    STMT_IDS_EXIST_8,
+    STMT_IDS_EXIST_16,
+    STMT_IDS_EXIST_32,
+    STMT_IDS_EXIST_64,
+    STMT_ASYNC_INSERT_1, /* ..._64: 2^i rows with their deadlines */
+    STMT_ASYNC_INSERT_2,
+    STMT_ASYNC_INSERT_4,
+    STMT_ASYNC_INSERT_8,
+    STMT_ASYNC_INSERT_16,
+    STMT_ASYNC_INSERT_32,
+    STMT_ASYNC_INSERT_64,
+    STMT_ASYNC_VOUCHERS,
+    STMT_ASYNC_SALE,
+    STMT_ACTIVE_USERS,
     STMT_COUNT
 };
 
@@ -223,6 +241,7 @@ void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s);
 int64_t time_to_epoch(const MYSQL_TIME *t);
 /* The same with the fraction: milliseconds since the epoch. */
 int64_t time_to_epoch_ms(const MYSQL_TIME *t);
+void time_from_epoch_ms(MYSQL_TIME *t, int64_t epoch_ms);
 
 /* How long a new order may stay unpaid (cfg->pay_timeout_s or the
  * default), for the INSERTs' deadline. */

@@ -355,6 +355,8 @@ static int expire_once(struct store *st, void *arg)
     a->out->orders = n;
     for (size_t i = 0; i < n; i++) {
         a->out->lag_us[i] = rows[i].lag_us;
+        a->out->order_voucher[i] = rows[i].voucher_id;
+        a->out->order_user[i] = rows[i].user_id;
         if (i == 0 || rows[i].voucher_id != rows[i - 1].voucher_id)
             a->out->vouchers[a->out->nvouchers++] = rows[i].voucher_id;
     }

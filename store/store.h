@@ -151,6 +151,13 @@ int store_code_check(struct store *st, const char *phone, const char *code,
 
 enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };
 
+/*
+ * How a seckill voucher sells, fixed when it goes on sale: sync (each
+ * sale decided by a MySQL transaction) or async (decided by a Redis
+ * script; a Redis Stream carries the orders to MySQL: async/async.h).
+ */
+enum purchase_mode { PURCHASE_SYNC = 0, PURCHASE_ASYNC = 1 };
+
 /* Text sizes: the schema's VARCHAR lengths in utf8mb4 bytes, plus NUL. */
 #define STORE_TITLE_LEN (255 * 4 + 1)
 #define STORE_RULES_LEN (1024 * 4 + 1)
@@ -168,6 +175,7 @@ struct store_voucher {
     int64_t stock;
     int64_t begin_time; /* epoch seconds */
     int64_t end_time;   /* epoch seconds, exclusive */
+    enum purchase_mode mode;
     int64_t created;
     int64_t updated;
 };
@@ -213,6 +221,7 @@ struct store_seckill {
     int64_t stock;
     int64_t begin_time;
     int64_t end_time;
+    enum purchase_mode mode;
 };
 
 /* Read a voucher's type, stock and sale window. -ENOENT if absent. */
@@ -365,6 +374,9 @@ struct store_expired {
     int64_t vouchers[STORE_EXPIRE_BATCH_MAX]; /* that got units back */
     size_t nvouchers;
     int64_t lag_us[STORE_EXPIRE_BATCH_MAX]; /* deadline to close, each */
+    /* Each closed order's voucher and buyer, grouped by voucher. */
+    int64_t order_voucher[STORE_EXPIRE_BATCH_MAX];
+    int64_t order_user[STORE_EXPIRE_BATCH_MAX];
 };
 
 /*
@@ -378,6 +390,47 @@ struct store_expired {
  */
 int store_orders_expire(struct store *st, unsigned max,
                         struct store_expired *out);
+
+/* ---- the asynchronous mode (async.c): the stream's orders to MySQL ---- */
+
+/* One order a Redis Stream carried. */
+struct store_async_order {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t accepted_ms; /* Redis' clock when it sold it: the pay deadline
+                          * counts from there */
+    /* Set by store_async_write(): 0 written (now or before); -EEXIST the
+     * database refused it (the user has another active order: it can
+     * never be written); -ERANGE no stock left for it in MySQL. */
+    int result;
+};
+
+/*
+ * Write orders o[0..n) of voucher_id (at most 256) in one transaction:
+ * those already in MySQL (a replay) are left as they are, the others are
+ * inserted unpaid with their deadline, and the voucher's stock goes down
+ * by how many were inserted (stock = stock - k WHERE stock >= k). An order
+ * that can never be written gets its result; the rest are written still.
+ * Returns 0 (see each result) or an error with nothing written (retry).
+ */
+int store_async_write(struct store *st, int64_t voucher_id,
+                      struct store_async_order *o, size_t n);
+
+/* The async vouchers still on sale or ahead (ended less than an hour
+ * ago): up to max ids into out, newest first. */
+int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n);
+
+/* What the Redis side of an async sale is rebuilt from. */
+struct store_async_sale {
+    int64_t initial_stock, stock;
+    int64_t begin_time, end_time; /* epoch seconds */
+    int64_t *users;               /* with an active order; free(3) it */
+    size_t nusers;
+};
+
+/* Read voucher_id's sale (-ENOENT: not an async seckill voucher). */
+int store_async_sale_read(struct store *st, int64_t voucher_id,
+                          struct store_async_sale *out);
 
 struct store_voucher_stats {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */
