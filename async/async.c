@@ -75,7 +75,7 @@ static struct redis_script purchase_script = REDIS_SCRIPT(
     "    sold = sold + 1 "
     "    redis.call('sadd', KEYS[3], u) "
     "    redis.call('xadd', KEYS[4], '*', 'o', o, 'u', u, 't', ms) "
-    "    redis.call('hset', KEYS[5], o, u) "
+    "    redis.call('hset', KEYS[5], o, u .. ':' .. ms) "
     "    out[#out + 1] = 1 "
     "  end "
     "end "
@@ -136,6 +136,30 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
     redisReply *r = redis_script_run(rc, &preheat_script, 2, 5, argv, NULL,
                                      &err);
     return reply_int(rc, r, err, &v, "preheat");
+}
+
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+    int ret = -ENOENT;
+
+    key(k, voucher_id, "info");
+    r = redisCommand(rc, "HMGET %s begin end", k);
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        *begin_s = strtoll(r->element[0]->str, NULL, 10);
+        *end_s = strtoll(r->element[1]->str, NULL, 10);
+        ret = 0;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        ret = -EIO;
+    }
+    freeReplyObject(r);
+    return ret;
 }
 
 int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
@@ -229,8 +253,8 @@ int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
 }
 
 int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id,
-                       int64_t *user_id)
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
 {
     char k[KEY_MAX];
     int ret = -ENOENT;
@@ -246,9 +270,14 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             return redis_errno(rc);
-        if (ret == -ENOENT && r->type == REDIS_REPLY_STRING &&
-            util_parse_id(r->str, r->len, user_id) == 0) {
+        const char *colon = r->type == REDIS_REPLY_STRING
+                                ? memchr(r->str, ':', r->len)
+                                : NULL;
+
+        if (ret == -ENOENT && colon &&
+            util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
             *voucher_id = vouchers[i];
+            *accepted_ms = strtoll(colon + 1, NULL, 10);
             ret = 0;
         } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
             ret = -EIO;
@@ -323,6 +352,10 @@ struct async {
     size_t nhints;
     struct lock *reconcile_lock;
     atomic_bool may_sell; /* see async_may_sell() */
+    /* MySQL refused the last write: no write before retry_ms (monotonic),
+     * backing off up to a second; logged once an outage. */
+    int64_t retry_ms;
+    int backoff_ms;
 };
 
 /* One order of the stream, as read. */
@@ -400,7 +433,7 @@ static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
             snprintf(t, sizeof(t), "%lld", (long long)e[i].o.accepted_ms);
             snprintf(why, sizeof(why), "%s",
                      !e[i].valid                ? "unreadable"
-                     : e[i].o.result == -EEXIST ? "another active order"
+                     : e[i].o.result == -EEXIST ? "refused by a unique key"
                                                 : "no stock in mysql");
             redisAppendCommand(rc, "XADD %s * o %s u %s t %s id %s why %s",
                                k_dead, o, u, t, e[i].id, why);
@@ -450,17 +483,27 @@ static size_t write_entries(struct async *a, struct store *st,
     if (err) {
         /* MySQL is away: keep them, read them again later. */
         s->own_pending = true;
-        log_warn("async orders not written yet", "voucher=%lld n=%zu err=%d",
-                 (long long)s->voucher_id, k, err);
+        if (!a->backoff_ms)
+            log_warn("async orders not written yet: mysql failed",
+                     "voucher=%lld n=%zu err=%d", (long long)s->voucher_id, k,
+                     err);
+        a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : 50;
+        if (a->backoff_ms > 1000)
+            a->backoff_ms = 1000;
+        a->retry_ms = util_mono_ms() + a->backoff_ms;
         free(e);
         return 0;
+    }
+    if (a->backoff_ms) {
+        log_info("async orders written again", "voucher=%lld",
+                 (long long)s->voucher_id);
+        a->backoff_ms = 0;
     }
     for (size_t i = 0, j = 0; i < n; i++)
         if (e[i].valid)
             e[i].o.result = o[j++].result;
     settle(rc, s->voucher_id, e, n);
     free(e);
-    (void)a;
     return n;
 }
 
@@ -861,9 +904,9 @@ static void *writer_main(void *arg)
             next_refresh = now + REFRESH_MS;
         }
         hints_take(a);
-        for (size_t i = 0; i < a->nsales; i++)
+        for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
             did += pump(a, st, rc, &a->sales[i]);
-        if (now >= next_claim) {
+        if (now >= next_claim && now >= a->retry_ms) {
             for (size_t i = 0; i < a->nsales; i++)
                 claim(a, st, rc, &a->sales[i]);
             next_claim = now + CLAIM_EVERY_MS;

@@ -11,7 +11,7 @@
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
  *   {v:ID}:stream   orders sold and not yet in MySQL: o (order id),
  *                   u (user), t (Redis time of the sale, ms)
- *   {v:ID}:pending  hash: order id -> user, until it is in MySQL
+ *   {v:ID}:pending  hash: order id -> "user:t", until it is in MySQL
  *   {v:ID}:dead     orders that could never be written (dead letters)
  *   {v:ID}:frozen   set while the sale's state is being rebuilt
  *
@@ -61,6 +61,14 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
                        int64_t end_s, int64_t stock);
 
 /*
+ * An async sale's window from its Redis state (for a purchase when MySQL
+ * cannot say: the sale goes on without it). 0, -ENOENT (no async sale of
+ * that id in Redis), or -errno.
+ */
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s);
+
+/*
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
  * in one script, in that order. out[i] is each one's outcome (all
  * the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the stream holds
@@ -82,12 +90,13 @@ int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id);
 
 /*
  * Whether order_id waits in the stream of one of vouchers[0..n) (at most
- * 256: one pipelined round trip): 0 with *voucher_id and *user_id set,
- * -ENOENT (not waiting: written already, or never sold), or -errno.
+ * 256: one pipelined round trip): 0 with *voucher_id, *user_id and
+ * *accepted_ms (Redis' time of the sale) set, -ENOENT (not waiting:
+ * written already, or never sold), or -errno.
  */
 int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id,
-                       int64_t *user_id);
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms);
 
 /*
  * Whether the Redis of rc keeps every acknowledged write across a crash:

@@ -633,7 +633,7 @@ int redis_script_load(redisContext *rc, struct redis_script *s)
     return err;
 }
 
-#define SCRIPT_ARGS_MAX 64
+#define SCRIPT_ARGS_MAX (REDIS_SCRIPT_ARGS_MAX + 3)
 
 /* The argument vector of EVALSHA/EVAL s (eval: the source). */
 static int script_argv(const struct redis_script *s, bool eval, int nkeys,

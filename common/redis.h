@@ -141,6 +141,10 @@ struct redis_script {
  */
 int redis_script_load(redisContext *rc, struct redis_script *s);
 
+/* The most keys and arguments a script takes (an async sale's batch of
+ * 256 purchases needs 519). */
+#define REDIS_SCRIPT_ARGS_MAX 600
+
 /*
  * Run s on the blocking connection rc with nkeys keys followed by the
  * other arguments (argc strings in all, with lengths; lens may be NULL

@@ -654,8 +654,10 @@ size_t async_vouchers(struct async *a, int64_t *out, size_t max)
 }
 
 int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id, int64_t *user_id)
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
 {
+    (void)accepted_ms;
     (void)rc;
     (void)vouchers;
     (void)n;
@@ -715,4 +717,14 @@ int async_redis_durable(redisContext *rc, char *why, size_t len)
     snprintf(why, len, "fuzz");
     FUZZ_CHECK(0, "a durability check in a fuzz build");
     return -EPERM;
+}
+
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s)
+{
+    (void)rc;
+    (void)begin_s;
+    (void)end_s;
+    check_id("voucher id", voucher_id);
+    return -ENOENT;
 }

@@ -80,35 +80,44 @@ static int pending_find(struct request *req, struct store *st, int64_t order_id,
     memset(o, 0, sizeof(*o));
     o->id = order_id;
     err = async_pending_find(rc, vouchers, n, order_id, &o->voucher_id,
-                             &o->user_id);
+                             &o->user_id, &o->pay_deadline_ms);
+    /* What the writer will store: created at the sale, pay by then. */
+    o->created = o->pay_deadline_ms / 1000;
+    o->pay_deadline_ms += 1000 * (int64_t)(req->cfg->store.pay_timeout_s
+                                               ? req->cfg->store.pay_timeout_s
+                                               : STORE_PAY_TIMEOUT_DEFAULT_S);
     return err;
 }
 
-/* An order as the API shows it while it is pending. */
+/* An order as the API shows it while it is pending: as it will be once
+ * written, status "pending". */
 static json_t *pending_json(const struct store_order *o)
 {
-    return json_pack("{s:o,s:o,s:o,s:s,s:n,s:n,s:n,s:n}", "id", json_id(o->id),
-                     "userId", json_id(o->user_id), "voucherId",
-                     json_id(o->voucher_id), "status", "pending", "createTime",
-                     "payDeadline", "payTime", "closeTime");
+    json_t *j = order_json(o);
+
+    json_object_set_new(j, "status", json_string("pending"));
+    return j;
 }
 
-/* Read order_id: from MySQL, or pending on its way there (*pending). */
+/* Read order_id: from MySQL, or pending on its way there (*pending); a
+ * pending order reads even while MySQL is away. */
 static int order_read(struct request *req, struct store *st, int64_t order_id,
                       struct store_order *o, bool *pending)
 {
-    int err = store_order_get(st, order_id, o);
+    int err = store_order_get(st, order_id, o), perr;
 
     *pending = false;
-    if (err != -ENOENT)
-        return err;
-    err = pending_find(req, st, order_id, o);
-    if (err == 0) {
+    if (err == 0)
+        return 0;
+    perr = pending_find(req, st, order_id, o);
+    if (perr == 0) {
         *pending = true;
         return 0;
     }
     if (err != -ENOENT)
-        return err;
+        return err; /* MySQL's error, not "absent" */
+    if (perr != -ENOENT)
+        return perr;
     /* Written between the two looks. */
     return store_order_get(st, order_id, o);
 }

@@ -46,23 +46,34 @@ struct write_args {
 /* Fetch context of the existence check. */
 struct ids_fetch {
     struct write_args *a;
-    int64_t id;
+    int64_t id, user_id, voucher_id;
 };
 
+/* An id MySQL has: this very order (a replay), or another order's (the
+ * ID worker lost its counter: this one can never be written). */
 static void id_found(void *ctx, size_t i)
 {
     struct ids_fetch *f = ctx;
 
     (void)i;
-    for (size_t j = 0; j < f->a->n; j++)
-        if (f->a->o[j].order_id == f->id)
+    for (size_t j = 0; j < f->a->n; j++) {
+        struct store_async_order *o = &f->a->o[j];
+
+        if (o->order_id != f->id)
+            continue;
+        if (o->user_id == f->user_id && f->a->voucher_id == f->voucher_id) {
             f->a->written[j] = true;
+        } else {
+            f->a->excluded[j] = true;
+            o->result = -EEXIST;
+        }
+    }
 }
 
 /* Mark the orders MySQL has already (in chunks of up to 64, padded). */
 static int find_written(struct store *st, struct write_args *a)
 {
-    MYSQL_BIND p[STMT_ROWS_MAX], r[1];
+    MYSQL_BIND p[STMT_ROWS_MAX], r[3];
     int64_t ids[STMT_ROWS_MAX];
     struct ids_fetch f = {.a = a};
     size_t i = 0, rows;
@@ -84,6 +95,8 @@ static int find_written(struct store *st, struct write_args *a)
             bind_i64(&p[j], &ids[j]);
         }
         bind_i64(&r[0], &f.id);
+        bind_i64(&r[1], &f.user_id);
+        bind_i64(&r[2], &f.voucher_id);
         err = store_stmt_rows(st, ids_stmt[lg], p, r, k, id_found, &f, &rows);
         if (err)
             return err;

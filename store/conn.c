@@ -76,7 +76,8 @@
 #define AROWS_16 AROWS_8 ", " AROWS_8
 #define AROWS_32 AROWS_16 ", " AROWS_16
 #define AROWS_64 AROWS_32 ", " AROWS_32
-#define IDS_EXIST "SELECT id FROM voucher_orders WHERE id IN "
+#define IDS_EXIST                                                              \
+    "SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN "
 /* An order as every read returns it. */
 #define ORDER_COLUMNS                                                          \
     "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \

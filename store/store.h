@@ -400,8 +400,9 @@ struct store_async_order {
     int64_t accepted_ms; /* Redis' clock when it sold it: the pay deadline
                           * counts from there */
     /* Set by store_async_write(): 0 written (now or before); -EEXIST the
-     * database refused it (the user has another active order: it can
-     * never be written); -ERANGE no stock left for it in MySQL. */
+     * database refused it (the user has another active order, or its id
+     * is another order's: it can never be written); -ERANGE no stock
+     * left for it in MySQL. */
     int result;
 };
 

@@ -77,9 +77,19 @@ function startRouter(main, others) {
                 },
             );
             up.on("error", (e) => {
+                if (res.headersSent) return; // after the answer: its close
                 res.writeHead(599, { "content-type": "text/plain" });
                 res.end("router: " + e.message);
             });
+            // A body the service refuses by its declared length (above
+            // 64 KiB) is answered 413 on the headers alone, and the
+            // connection closed: sending the body would race that close
+            // (EPIPE). Send the headers only and drop the body here.
+            if (Number(req.headers["content-length"] || 0) > 64 * 1024) {
+                up.flushHeaders();
+                req.resume();
+                return;
+            }
             req.pipe(up);
         });
         srv.listen(0, "127.0.0.1", () => resolve(srv));

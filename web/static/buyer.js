@@ -341,7 +341,13 @@ async function buy(id) {
         token: state.session.token,
     });
     p.inFlight = false;
-    if (res.ok) {
+    if (res.ok && res.data.status === "pending") {
+        // An async sale: sold, and the order is being written to the
+        // database; it shows in My orders a moment later.
+        say(card.refs.msg, `Bought! Order ${res.data.orderId} is being recorded.`, "ok");
+        setTimeout(loadOrders, 500);
+        refreshVoucher(id);
+    } else if (res.ok) {
         say(card.refs.msg, `Bought! Order ${res.data.orderId}.`, "ok");
         loadOrders();
         refreshVoucher(id);
@@ -368,6 +374,7 @@ async function refreshVoucher(id) {
 // ---- my orders ----
 
 const STATUS_WORDS = {
+    pending: "Being recorded",
     unpaid: "Unpaid",
     paid: "Paid",
     cancelled: "Cancelled",
