@@ -584,6 +584,31 @@ static void claim(struct async *a, struct store *st, redisContext *rc,
     freeReplyObject(r);
 }
 
+/* Every sale's backlog (XLEN), in one pipelined round trip: the writer
+ * reads only the streams that hold something. */
+static void backlogs_look(struct async *a, redisContext *rc)
+{
+    char k[KEY_MAX];
+    size_t sent = 0;
+
+    for (size_t i = 0; i < a->nsales; i++, sent++) {
+        key(k, a->sales[i].voucher_id, "stream");
+        redisAppendCommand(rc, "XLEN %s", k);
+    }
+    for (size_t i = 0; i < sent; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return;
+        /* Under mu: /metrics reads it (async_backlog_top). */
+        pthread_mutex_lock(&a->mu);
+        if (r->type == REDIS_REPLY_INTEGER)
+            a->sales[i].backlog = (unsigned)r->integer;
+        pthread_mutex_unlock(&a->mu);
+        freeReplyObject(r);
+    }
+}
+
 /* s's backlog and the Redis time of its oldest waiting order. */
 static void backlog_look(redisContext *rc, struct sale *s)
 {
@@ -904,11 +929,14 @@ static void *writer_main(void *arg)
             next_refresh = now + REFRESH_MS;
         }
         hints_take(a);
+        backlogs_look(a, rc);
         for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
-            did += pump(a, st, rc, &a->sales[i]);
+            if (a->sales[i].backlog || a->sales[i].own_pending)
+                did += pump(a, st, rc, &a->sales[i]);
         if (now >= next_claim && now >= a->retry_ms) {
             for (size_t i = 0; i < a->nsales; i++)
-                claim(a, st, rc, &a->sales[i]);
+                if (a->sales[i].backlog)
+                    claim(a, st, rc, &a->sales[i]);
             next_claim = now + CLAIM_EVERY_MS;
         }
         if (now >= next_reconcile) {
