@@ -129,15 +129,18 @@ start_instance() {
 
 ADMIN=$("$BIN" token --user 1 --admin)
 
-# new_voucher STOCK: a seckill voucher on sale from a minute ago for a day.
+# new_voucher STOCK [MODE]: a seckill voucher on sale from a minute ago for
+# a day, sold in MODE (sync or async; default: the instances' default),
+# created through the instance on VOUCHER_PORT (default PORT).
 new_voucher() {
-    local begin end body id
+    local begin end body id mode=""
+    [[ -n ${2:-} ]] && mode=",\"purchaseMode\":\"$2\""
     begin=$(date -u -d '-1 min' +%Y-%m-%dT%H:%M:%SZ)
     end=$(date -u -d '+1 day' +%Y-%m-%dT%H:%M:%SZ)
     body="{\"shopId\":1,\"title\":\"make bench $RUN_ID\",\"payValue\":100,"
     body+="\"actualValue\":200,\"type\":\"seckill\",\"stock\":$1,"
-    body+="\"beginTime\":\"$begin\",\"endTime\":\"$end\"}"
-    id=$(curl -sf -X POST "http://127.0.0.1:$PORT/api/vouchers" \
+    body+="\"beginTime\":\"$begin\",\"endTime\":\"$end\"$mode}"
+    id=$(curl -sf -X POST "http://127.0.0.1:${VOUCHER_PORT:-$PORT}/api/vouchers" \
         -H "Authorization: Bearer $ADMIN" -d "$body" | jq -r .id) ||
         die "creating a voucher failed"
     [[ $id =~ ^[0-9]+$ ]] || die "creating a voucher answered '$id'"

@@ -48,6 +48,20 @@
 #      reported: orders paid and expired, the expiry lag (deadline to
 #      close) p50/p99, and how long returned units stayed unsold.
 #
+#   6. async: the instances above stop; a private Redis with appendonly
+#      yes and appendfsync always (port +6: what async mode requires) and
+#      two async instances on it (ports +4, +5, without accepting loss).
+#      Raw limit: redis-benchmark running async/async.c's purchase script
+#      (one purchase per call) at 256 clients on that Redis. Drain: a
+#      voucher's stream is filled with BENCH_ASYNC_DRAIN (100000) orders
+#      by the same script while no writer runs, then both instances start
+#      and their writers put them into MySQL: orders/s from the first to
+#      the last order in MySQL (sampled every 20 ms). Accept: a voucher of
+#      BENCH_ASYNC_STOCK (200000) sold at 256 connections until the first
+#      SOLD_OUT, 202s/s as in the selling phase, then the time from the
+#      last 202 to the last order in MySQL, and the invariants (Redis'
+#      stock and buyers must equal MySQL's too).
+#
 # Head-of-line: while the 256-connection selling crowd runs, a separate
 # client sends 200 GET /healthz to instance A one at a time, each on a
 # fresh connection (and the same once before, with no crowd): p50, p99
@@ -57,9 +71,12 @@
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
+#                async_accept=<a> async_drain=<d>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
-# instance after 1,024 connections. Exit 1 when an invariant is broken.
+# instance after 1,024 connections; async_accept = 202s/s / the raw
+# script's calls/s; async_drain = orders/s written by the writers / the
+# best sysbench rate. Exit 1 when an invariant is broken.
 #
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
@@ -78,9 +95,13 @@ SB_LUA=$ROOT/bench/sysbench/purchase.lua
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
     d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2 d_life=8
+    d_async=20000 d_drain=20000
 else
     d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4 d_life=15
+    d_async=200000 d_drain=100000
 fi
+ASYNC_STOCK=${BENCH_ASYNC_STOCK:-$d_async}
+DRAIN_ORDERS=${BENCH_ASYNC_DRAIN:-$d_drain}
 LIFE_SECONDS=${BENCH_LIFE_SECONDS:-$d_life}
 LIFE_TIMEOUT=${BENCH_PAY_TIMEOUT_S:-5}
 LIFE_STOCK=${BENCH_LIFE_STOCK:-50000}
@@ -513,6 +534,139 @@ read -r LIFE_RESALE_N LIFE_RESALE_P50 LIFE_RESALE_P99 < <(awk '{ v[NR] = $1 } EN
 f=$RAW/lifecycle-c256.json
 say "lifecycle: $(j "$f" .ok) sold (201), $(j "$f" .paid) paid, $(j "$f" .pay_late) payments too late; orders: ${LIFE_PAID:-0} paid, ${LIFE_EXPIRED:-0} expired, ${LIFE_UNPAID:-0} unpaid; expiry lag p50 ${LIFE_LAG_P50} ms, p99 ${LIFE_LAG_P99} ms, max ${LIFE_LAG_MAX} ms; returned stock sold again within p50 ${LIFE_RESALE_P50} ms, p99 ${LIFE_RESALE_P99} ms ($LIFE_RESALE_N stretches)"
 
+# ---- 6. async: Redis decides, a stream carries the orders ----
+
+# The instances above stop first: every instance's writer drains every
+# async sale of its database through its own Redis.
+for pid in "$PID_A" "$PID_B" "$PID_C" "$PID_D"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "$PID_A" "$PID_B" "$PID_C" "$PID_D"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+done
+AR_PORT=$((PORT + 6))
+ASYNC_PORT_E=$((PORT + 4))
+ASYNC_PORT_F=$((PORT + 5))
+port_check "$AR_PORT"
+rm -rf "$WORK/redis-async"
+mkdir -p "$WORK/redis-async"
+setsid redis-server --bind 127.0.0.1 --port "$AR_PORT" --dir "$WORK/redis-async" \
+    --appendonly yes --appendfsync always --save '' \
+    </dev/null >"$OUT/redis-async.log" 2>&1 &
+PIDS+=("$!")
+arcli() { redis-cli -h 127.0.0.1 -p "$AR_PORT" "$@"; }
+for _ in $(seq 50); do arcli PING >/dev/null 2>&1 && break; sleep 0.1; done
+arcli PING >/dev/null || die "the async phase's Redis on :$AR_PORT did not start"
+AR_URL=redis://127.0.0.1:$AR_PORT/0
+async_instance() { # NAME PORT: an async-mode instance on the durable Redis
+    SECKILL_REDIS_URL=$AR_URL SECKILL_LOCK_URL= SECKILL_PURCHASE_MODE=async \
+        SECKILL_ASYNC_ACCEPT_LOSS=0 start_instance "$1" "$2"
+}
+
+# The raw limit: the purchase script, one purchase per call, on a sale of
+# a billion units (never sold out), at 256 clients.
+PURCHASE_SCRIPT=$(printf '%b' "$(c_string "$ROOT/async/async.c" 'static struct redis_script purchase_script')")
+[[ -n $PURCHASE_SCRIPT ]] || die "async/async.c's purchase script was not recognised"
+rk=()
+for k in info stock buyers stream pending frozen; do rk+=("{v:bench-raw}:$k"); done
+arcli DEL "${rk[@]}" >/dev/null
+arcli HSET "${rk[0]}" begin 0 end 99999999999 initial 1000000000 >/dev/null
+arcli SET "${rk[1]}" 1000000000 >/dev/null
+sha=$(arcli SCRIPT LOAD "$PURCHASE_SCRIPT")
+AR_RAW=$(redis-benchmark -h 127.0.0.1 -p "$AR_PORT" -c 256 -n "$((RAWS * 25000))" \
+    -r 1000000000 -q --csv EVALSHA "$sha" 6 "${rk[@]}" 1000000000 \
+    __rand_int__ __rand_int__ 2>"$RAW/redis-async-script.err" | tail -1 | cut -d, -f2 | tr -d '"')
+[[ $AR_RAW =~ ^[0-9.]+$ ]] || { cat "$RAW/redis-async-script.err" >&2; die "redis-benchmark of the purchase script failed"; }
+AR_RAW=${AR_RAW%.*}
+echo "purchase_script_durable $AR_RAW" >>"$RAW/redis-benchmark.txt"
+arcli DEL "${rk[@]}" >/dev/null
+say "redis-benchmark: the async purchase script on a Redis with appendfsync always, 256 clients: $AR_RAW calls/s"
+
+# Drain: a stream of DRAIN_ORDERS orders waits; then the writers start.
+PID_E=$(async_instance E "$ASYNC_PORT_E")
+PIDS+=("$PID_E")
+DRAIN_V=$(VOUCHER_PORT=$ASYNC_PORT_E new_voucher "$DRAIN_ORDERS" async)
+kill -TERM "$PID_E"
+for _ in $(seq 50); do kill -0 "$PID_E" 2>/dev/null || break; sleep 0.1; done
+dk=()
+for k in info stock buyers stream pending frozen; do dk+=("{v:$DRAIN_V}:$k"); done
+# Order ids below 2^53 (exact in awk's doubles), far below the ID
+# worker's (about 6.6e17 now, growing with the clock), and users of their
+# own: the script in batches of 200, as redis-cli --pipe sends.
+awk -v n="$DRAIN_ORDERS" -v sha="$sha" -v keys="${dk[*]}" -v base=8000000000000000 \
+    -v run="$((10#$(date +%s) % 1000 * 1000000000))" -v user="$((FIRST_USER + 500000000))" '
+    function bulk(s) { return sprintf("$%d\r\n%s\r\n", length(s), s) }
+    BEGIN {
+        split(keys, k, " ")
+        for (i = 0; i < n; i += 200) {
+            m = (n - i < 200) ? n - i : 200
+            printf "*%d\r\n%s%s%s", 10 + 2 * m, bulk("EVALSHA"), bulk(sha), bulk("6")
+            for (j = 1; j <= 6; j++) printf "%s", bulk(k[j])
+            printf "%s", bulk("1000000000")
+            for (j = 0; j < m; j++)
+                printf "%s%s", bulk(sprintf("%.0f", base + run + i + j)), bulk(user + i + j)
+        }
+    }' >"$WORK/drain.resp"
+arcli --pipe <"$WORK/drain.resp" >"$RAW/drain-fill.txt" 2>&1 || die "filling the stream failed"
+[[ $(arcli XLEN "${dk[3]}") == "$DRAIN_ORDERS" ]] ||
+    die "the drain stream holds $(arcli XLEN "${dk[3]}") orders, not $DRAIN_ORDERS"
+say "async drain: $DRAIN_ORDERS orders wait in the stream of voucher $DRAIN_V; starting the writers"
+(
+    while :; do
+        printf '%s %s\n' "$(date +%s%3N)" "$(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $DRAIN_V")"
+        sleep 0.02
+    done
+) >"$RAW/async-drain.txt" 2>/dev/null &
+DRAIN_SAMPLER=$!
+PID_E=$(async_instance E "$ASYNC_PORT_E")
+PIDS+=("$PID_E")
+PID_F=$(async_instance F "$ASYNC_PORT_F")
+PIDS+=("$PID_F")
+for _ in $(seq 600); do
+    [[ $(tail -1 "$RAW/async-drain.txt" | cut -d' ' -f2) == "$DRAIN_ORDERS" ]] && break
+    sleep 0.1
+done
+kill "$DRAIN_SAMPLER" 2>/dev/null || true
+wait "$DRAIN_SAMPLER" 2>/dev/null || true
+read -r DRAIN_MS DRAIN_RATE < <(awk -v n="$DRAIN_ORDERS" '
+    $2 == "" { next }
+    $2 > 0 && !t0 { t0 = $1; c0 = $2 }
+    $2 == n { t1 = $1; exit }
+    END { if (t1 > t0 && t0) printf "%d %.0f\n", t1 - t0, (n - c0) * 1000 / (t1 - t0); else print "0 0" }' \
+    "$RAW/async-drain.txt")
+check_voucher async-drain "$DRAIN_V" "$DRAIN_ORDERS" "$DRAIN_ORDERS"
+say "async drain: $DRAIN_ORDERS orders in MySQL in $DRAIN_MS ms after the first: $DRAIN_RATE orders/s"
+
+# Accept: the crowd on both instances until the first SOLD_OUT.
+ensure_users $((ASYNC_STOCK * 2))
+ACC_V=$(VOUCHER_PORT=$ASYNC_PORT_E new_voucher "$ASYNC_STOCK" async)
+say "async accept: stock $ASYNC_STOCK at 256 connections on 2 async instances"
+run_wrk async-c256 256 120 "127.0.0.1:$ASYNC_PORT_E,127.0.0.1:$ASYNC_PORT_F" \
+    "/api/vouchers/$ACC_V/seckill" 1
+t_end=$(date +%s%3N)
+f=$RAW/async-c256.json
+ACC_OK=$(j "$f" .ok)
+ACC_SECS=$(j "$f" .sold_out_after_s)
+ACC_RATE=$(awk -v s="$ASYNC_STOCK" -v t="$ACC_SECS" 'BEGIN { if (t > 0) printf "%.0f", s / t; else print 0 }')
+ACC_LAG=-1
+for _ in $(seq 600); do
+    if [[ $(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $ACC_V") == "$ASYNC_STOCK" ]]; then
+        ACC_LAG=$(($(date +%s%3N) - t_end))
+        break
+    fi
+    sleep 0.05
+done
+check_voucher async-accept "$ACC_V" "$ASYNC_STOCK" "$ACC_OK"
+for v in "$DRAIN_V" "$ACC_V"; do
+    r_stock=$(arcli GET "{v:$v}:stock")
+    r_buyers=$(arcli SCARD "{v:$v}:buyers")
+    read -r m_stock m_active < <(sql "SELECT stock, (SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $v AND status IN (1, 2)) FROM seckill_vouchers WHERE voucher_id = $v")
+    if [[ $r_stock != "$m_stock" || $r_buyers != "$m_active" ]]; then
+        say "async voucher $v: Redis stock $r_stock buyers $r_buyers, MySQL stock $m_stock active $m_active -> BROKEN"
+        BROKEN=1
+    fi
+done
+ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
+say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -525,6 +679,7 @@ for c in 16 64 256; do
 done
 SELLING_BEST_RATIO=$(ratio "${sell_rate[256]}" "$SB_BEST")
 SOLDOUT_RATIO=$(ratio "$SO_RATE" "$NG_RATE")
+ASYNC_DRAIN_RATIO=$(ratio "$DRAIN_RATE" "$SB_BEST")
 
 # scaling.dat: connections, 1 instance rate and p99, 2 instances rate and
 # p99, sysbench rate (NaN where not run).
@@ -558,7 +713,7 @@ unset multiplot
 EOF
 
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -n $(git -C "$ROOT" status --porcelain -- cmd common handlers store lock idgen 2>/dev/null) ]] &&
+[[ -n $(git -C "$ROOT" status --porcelain -- cmd common handlers store lock idgen engine async 2>/dev/null) ]] &&
     commit+="+dirty"
 scaling_json=$(for n in 1 2; do for c in $CONNS; do
     echo "{\"instances\":$n,\"connections\":$c,\"purchases_per_s\":${rate[$n,$c]},\"p50_ms\":${p50[$n,$c]},\"p99_ms\":${p99[$n,$c]}}"
@@ -606,6 +761,11 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson rs_n "$LIFE_RESALE_N" --argjson rs50 "$LIFE_RESALE_P50" --argjson rs99 "$LIFE_RESALE_P99" \
     --argjson hol_p50 "$HOL_P50" --argjson hol_p99 "$HOL_P99" --argjson hol_max "$HOL_MAX" \
     --argjson hol_i50 "$HOL_IDLE_P50" --argjson hol_i99 "$HOL_IDLE_P99" --argjson hol_imax "$HOL_IDLE_MAX" \
+    --argjson ar_raw "$AR_RAW" --argjson drain_n "$DRAIN_ORDERS" --argjson drain_ms "$DRAIN_MS" \
+    --argjson drain_rate "$DRAIN_RATE" --argjson acc_stock "$ASYNC_STOCK" --argjson acc_ok "$ACC_OK" \
+    --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
+    --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
+    --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
@@ -629,13 +789,20 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
                   orders: {paid: $life_paid, expired: $life_expired, unpaid: $life_unpaid},
                   expiry_lag_ms: {p50: $lag50, p99: $lag99, max: $lagmax},
                   resold_after_ms: {stretches: $rs_n, p50: $rs50, p99: $rs99}},
+      async: {redis: "appendonly yes, appendfsync always",
+              raw_purchase_script_per_s: $ar_raw,
+              drain: {orders: $drain_n, ms: $drain_ms, orders_per_s: $drain_rate},
+              accept: {connections: 256, stock: $acc_stock, accepted_202: $acc_ok,
+                       seconds: $acc_secs, per_s: $acc_rate, p50_ms: $acc_p50,
+                       p99_ms: $acc_p99, last_202_to_last_order_ms: $acc_lag}},
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
-               best_sysbench_threads: $sbbc}}' >"$OUT/results.json"
+               best_sysbench_threads: $sbbc,
+               async_accept: $aar, async_drain: $adr}}' >"$OUT/results.json"
 
 table() {
     echo "| figure | value | raw limit, same run | ratio |"
@@ -660,6 +827,12 @@ table() {
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
     printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
         "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
+    printf '| async accept, 256 conns, 2 instances: 202s/s (%s in %s s) | %s | the purchase script alone, 256 clients: %s calls/s | %s |\n' \
+        "$ASYNC_STOCK" "$ACC_SECS" "$ACC_RATE" "$AR_RAW" "$ASYNC_ACCEPT_RATIO"
+    printf '| async accept: p50 / p99 ms; last 202 to last order in MySQL | %s / %s; %s ms | Redis: appendfsync always | |\n' \
+        "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_LAG"
+    printf '| async drain: orders/s into MySQL (%s waiting, %s ms) | %s | best sysbench: %s tx/s | %s |\n' \
+        "$DRAIN_ORDERS" "$DRAIN_MS" "$DRAIN_RATE" "$SB_BEST" "$ASYNC_DRAIN_RATIO"
     printf '| lifecycle (pay timeout %s s, 70%% pay): orders paid / expired | %s / %s | %s sold (201) in %s s | |\n' \
         "$LIFE_TIMEOUT" "${LIFE_PAID:-0}" "${LIFE_EXPIRED:-0}" "$(j "$RAW/lifecycle-c256.json" .ok)" "$LIFE_SECONDS"
     printf '| lifecycle: expiry lag p50 / p99 / max ms (deadline to close) | %s / %s / %s | target < 2000 | |\n' \
@@ -690,5 +863,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

@@ -17,6 +17,10 @@
  *   4. the locks released, in one round trip;
  *   5. each member's done() callback with its own outcome.
  *
+ * An async voucher's batch (async/async.h) is steps 2 and then one Redis
+ * script that decides for every member at once; it takes no per-user
+ * lock, since the script checks the buyer set atomically.
+ *
  * One batch per voucher at a time (the hot row admits one transaction at a
  * time anyway); batches of different vouchers run in parallel on the
  * workers. A batch takes at most batch_max purchases, in arrival order.

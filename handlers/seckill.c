@@ -16,7 +16,8 @@
  *      resumes the connection.
  *
  * An async voucher (async/async.h) goes the same way, but the engine's
- * batch is one Redis script instead of the transaction: the answer is 202
+ * batch is one Redis script instead of the lock and the transaction (the
+ * script checks the buyer set atomically): the answer is 202
  * {"orderId","status":"pending"}, a promise that the order will be in
  * MySQL shortly (GET /api/orders/{id} shows it pending until then).
  *
@@ -73,8 +74,8 @@ static unsigned precheck_or_reply(struct request *req, int64_t now_s,
         redisContext *rc = store_redis(req->st);
 
         memset(v, 0, sizeof(*v));
-        if (!rc || async_sale_window(rc, req->id, &v->begin_time,
-                                     &v->end_time) != 0)
+        if (!rc ||
+            async_sale_window(rc, req->id, &v->begin_time, &v->end_time) != 0)
             return req_backend_error(req, err, "seckill_get");
         v->found = true;
         v->type = VOUCHER_SECKILL;

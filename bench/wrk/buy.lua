@@ -29,7 +29,7 @@
 --                   are counted as paid (200) and pay_late (409
 --                   ORDER_CLOSED: the order had expired)
 --   BUY_REPORT=FILE write one JSON object at the end: requests, duration_s,
---                   replies by kind (ok = 201, sold_out, duplicate, busy =
+--                   replies by kind (ok = 201 or 202, sold_out, duplicate, busy =
 --                   429 BUSY, limited = 429 RATE_LIMITED, unavailable =
 --                   503, other), wrk's socket errors, p50/p90/p99/max
 --                   latency in ms, and sold_out_after_s: from the first
@@ -145,7 +145,7 @@ local function wrk_pid()
 end
 
 response = function(status, headers, body)
-  if status == 201 then
+  if status == 201 or status == 202 then
     n_ok = n_ok + 1
     if pay_percent > 0 and math.random(100) <= pay_percent then
       local id = body:match('"orderId":"(%d+)"')

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,7 +45,6 @@ static struct it_server srv[3]; /* A, B, C */
 static struct it_proxy mysql_proxy;
 static char mysql_set[1024];
 static int64_t next_user;
-
 
 static int group_setup(void **state)
 {
@@ -268,9 +268,9 @@ static void test_voucher_mode(void **state)
              it_time(-60, b), it_time(60, e));
     it_http(&srv[0], "POST", "/api/vouchers", body, tok, &resp);
     it_assert_error(&resp, 400, "BAD_REQUEST");
-    assert_non_null(strstr(it_json_str(json_object_get(resp.json, "error"),
-                                       "message"),
-                           "purchaseMode"));
+    assert_non_null(
+        strstr(it_json_str(json_object_get(resp.json, "error"), "message"),
+               "purchaseMode"));
     it_resp_free(&resp);
 }
 
@@ -300,8 +300,8 @@ static void test_crowd(void **state)
     it_http_run_all(reqs, to, resps, CROWD_REQUESTS);
     for (size_t i = 0; i < CROWD_REQUESTS; i++) {
         struct it_resp *r = &resps[i];
-        const char *code = it_json_str(json_object_get(r->json, "error"),
-                                       "code");
+        const char *code =
+            it_json_str(json_object_get(r->json, "error"), "code");
 
         if (r->status == 202) {
             assert_true(n202 < CROWD_STOCK);
@@ -492,10 +492,10 @@ static void test_mysql_away(void **state)
     it_assert_error(&resp, 429, "BUSY");
     assert_string_equal("1", resp.retry_after);
     it_resp_free(&resp);
-    assert_int_equal(
-        1, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
-                         "voucher_id = %lld",
-                         (long long)v));
+    assert_int_equal(1,
+                     it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
+                                   "voucher_id = %lld",
+                                   (long long)v));
 
     assert_true(it_proxy_ctl(&mysql_proxy, "heal") == 0);
     assert_drained(v, 40);
@@ -560,8 +560,7 @@ static void test_dead_letter(void **state)
                      (long long)util_now_ms());
     freeReplyObject(r);
     int64_t until = util_mono_ms() + DRAIN_MS;
-    while (redis_int(rc, "XLEN {v:%lld}:dead", v) < 1 &&
-           util_mono_ms() < until)
+    while (redis_int(rc, "XLEN {v:%lld}:dead", v) < 1 && util_mono_ms() < until)
         usleep(50 * 1000);
     assert_int_equal(1, redis_int(rc, "XLEN {v:%lld}:dead", v));
     assert_drained(v, 5);
@@ -607,16 +606,19 @@ static void test_startup_refusal(void **state)
     free(text);
 
     /* A Redis that fsyncs every write: accepted. */
-    static const char *const durable[] = {"--appendonly", "yes",
-                                          "--appendfsync", "always", NULL};
+    char dir[IT_PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/async-redis", it_log_dir());
+    mkdir(dir, 0700);
+    const char *const durable[] = {
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", dir, NULL};
     snprintf(rlog, sizeof(rlog), "%s/async-redis.log", it_log_dir());
     redis = it_redis_start_with(port, rlog, NULL, durable);
     assert_true(redis > 0);
     snprintf(url, sizeof(url), "SECKILL_REDIS_URL=redis://127.0.0.1:%u/0",
              (unsigned)port);
     const char *ov[] = {"SECKILL_PURCHASE_MODE=async",
-                        "SECKILL_ASYNC_ACCEPT_LOSS=0", url,
-                        "SECKILL_LOCK_URL", NULL};
+                        "SECKILL_ASYNC_ACCEPT_LOSS=0", url, "SECKILL_LOCK_URL",
+                        NULL};
     (void)sc;
     assert_int_equal(0, it_server_start(&s, "async-durable", ov));
     int64_t v = sale_create(&s, 2, -60, 3600, NULL);
