@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/redis.h"
 #include "common/util.h"
@@ -499,6 +500,7 @@ static size_t write_entries(struct async *a, struct store *st,
                  (long long)s->voucher_id);
         a->backoff_ms = 0;
     }
+    FAILPOINT("async_write_after_commit");
     for (size_t i = 0, j = 0; i < n; i++)
         if (e[i].valid)
             e[i].o.result = o[j++].result;

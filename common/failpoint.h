@@ -20,7 +20,12 @@
  * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
  * COMMIT yet), after_commit (COMMIT succeeded, no reply yet),
  * expire_before_commit (store/lifecycle.c, an expiry batch closed its
- * orders and has not committed) and expire_after_commit.
+ * orders and has not committed), expire_after_commit, and those of the
+ * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
+ * batch, no reply yet), async_write_before_commit (store/async.c, a
+ * writer's batch is inserted and the stock row updated, no COMMIT yet)
+ * and async_write_after_commit (async/async.c, the batch is committed,
+ * not yet acknowledged in the stream).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */

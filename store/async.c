@@ -18,15 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/util.h"
 
 #define WRITE_MAX 256
 
 static const enum stmt_id ids_stmt[] = {
-    STMT_IDS_EXIST_1,  STMT_IDS_EXIST_2,  STMT_IDS_EXIST_4,
-    STMT_IDS_EXIST_8,  STMT_IDS_EXIST_16, STMT_IDS_EXIST_32,
-    STMT_IDS_EXIST_64,
+    STMT_IDS_EXIST_1,  STMT_IDS_EXIST_2,  STMT_IDS_EXIST_4,  STMT_IDS_EXIST_8,
+    STMT_IDS_EXIST_16, STMT_IDS_EXIST_32, STMT_IDS_EXIST_64,
 };
 
 static const enum stmt_id insert_stmt[] = {
@@ -172,6 +172,7 @@ static int write_once(struct store *st, void *arg)
         return store_tx_rollback(st, err);
     if (mysql_stmt_affected_rows(s) != 1)
         return store_tx_rollback(st, -ERANGE);
+    FAILPOINT("async_write_before_commit");
     if (mysql_commit(st->my)) {
         err = store_mysql_error(st, NULL, "commit");
         /* Unknown: the next attempt's existence check tells. */
@@ -190,9 +191,8 @@ static int write_retry(struct store *st, struct write_args *a)
 {
     int err = -EDEADLK;
 
-    for (int i = 0; i < PURCHASE_ATTEMPTS &&
-                    (err == -EDEADLK || err == -EINPROGRESS);
-         i++)
+    for (int i = 0;
+         i < PURCHASE_ATTEMPTS && (err == -EDEADLK || err == -EINPROGRESS); i++)
         err = store_retry(st, write_once, a);
     return err;
 }
@@ -258,8 +258,7 @@ static int vouchers_once(struct store *st, void *arg)
                            voucher_listed, a, a->n);
 }
 
-int store_async_vouchers(struct store *st, int64_t *out, size_t max,
-                         size_t *n)
+int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n)
 {
     struct vouchers_args a = {out, max, n, 0};
 
@@ -314,8 +313,8 @@ static int sale_once(struct store *st, void *arg)
     free(a->out->users);
     a->out->users = NULL;
     a->cap = 0;
-    err = store_stmt_rows(st, STMT_ACTIVE_USERS, p, r, SIZE_MAX, user_listed,
-                          a, &a->out->nusers);
+    err = store_stmt_rows(st, STMT_ACTIVE_USERS, p, r, SIZE_MAX, user_listed, a,
+                          &a->out->nusers);
     return store_tx_rollback(st, err); /* read only: nothing to commit */
 }
 
