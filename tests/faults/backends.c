@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "tests/faults/faults.h"
@@ -103,14 +104,53 @@ static void reap_kill(pid_t *pid)
 
 int predis_start(struct predis *r)
 {
+    const char *aof[] = {
+        "--appendonly", "yes", "--appendfsync", "always", "--dir",
+        r->dir,         NULL};
+
     if (!r->port) {
         r->port = it_free_port();
         snprintf(r->log, sizeof(r->log), "%s/redis-private-%u.log",
                  it_log_dir(), (unsigned)r->port);
         unlink(r->log);
     }
-    r->pid = it_redis_start(r->port, r->log, NULL);
+    if (r->dir[0] && mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "faults: mkdir %s: %s\n", r->dir, strerror(errno));
+        return -1;
+    }
+    r->pid = it_redis_start_with(r->port, r->log, NULL, r->dir[0] ? aof : NULL);
     return r->pid > 0 ? 0 : -1;
+}
+
+/* rm -rf dir (only a directory of the suite's logs), then cp -a from dir. */
+static int dir_replace(const char *from, const char *dir)
+{
+    char *rm[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+    char *cp[] = {"/bin/cp", "-a", (char *)from, (char *)dir, NULL};
+    char *out = NULL;
+    int status;
+
+    if (strncmp(dir, it_log_dir(), strlen(it_log_dir())) != 0)
+        return -1;
+    status = it_run_capture(rm, &out);
+    free(out);
+    out = NULL;
+    if (status == 0)
+        status = it_run_capture(cp, &out);
+    free(out);
+    return status == 0 ? 0 : -1;
+}
+
+int predis_copy_aof(const struct predis *r, const char *to)
+{
+    return r->dir[0] ? dir_replace(r->dir, to) : -1;
+}
+
+int predis_restore_aof(struct predis *r, const char *from)
+{
+    if (!r->dir[0] || r->pid > 0)
+        return -1;
+    return dir_replace(from, r->dir);
 }
 
 void predis_kill(struct predis *r)
@@ -149,6 +189,33 @@ int predis_fire(struct predis *r, const char *cmd)
     }
     pthread_detach(th);
     return 0;
+}
+
+long long predis_int(uint16_t port, unsigned db, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    long long n = -1;
+    va_list ap;
+
+    if (!rc || rc->err)
+        goto out;
+    redisSetTimeout(rc, tv);
+    if (db)
+        freeReplyObject(redisCommand(rc, "SELECT %u", db));
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        n = r->integer;
+    else if (r && r->type == REDIS_REPLY_STRING)
+        n = strtoll(r->str, NULL, 10);
+out:
+    freeReplyObject(r);
+    if (rc)
+        redisFree(rc);
+    return n;
 }
 
 int predis_run(uint16_t port, unsigned db, const char *fmt, ...)
