@@ -31,7 +31,9 @@
 /* The rebuild of one sale: how long its purchases are held at most. */
 #define FREEZE_MS 60000
 #define DRAIN_WAIT_MS 30000
-#define IDLE_SLEEP_MS 20
+/* An idle writer looks again this often; a sale on this instance wakes
+ * it at once (async_voucher_hint()). */
+#define IDLE_SLEEP_MS 200
 #define HINTS_MAX 16
 
 /* ---- keys and scripts ---- */
@@ -84,15 +86,20 @@ static struct redis_script purchase_script = REDIS_SCRIPT(
     "return out");
 
 /* KEYS info, stock, buyers; ARGV user. */
-static struct redis_script return_script = REDIS_SCRIPT(
-    "if redis.call('exists', KEYS[1]) == 0 then return 0 end "
-    "if redis.call('srem', KEYS[3], ARGV[1]) == 1 then "
-    "redis.call('incr', KEYS[2]) return 1 end "
-    "return 0");
+static struct redis_script return_script =
+    REDIS_SCRIPT("if redis.call('exists', KEYS[1]) == 0 then return 0 end "
+                 "if redis.call('srem', KEYS[3], ARGV[1]) == 1 then "
+                 "redis.call('incr', KEYS[2]) return 1 end "
+                 "return 0");
 
-/* KEYS info, stock, buyers, rebuild, frozen; ARGV begin, end, initial,
- * stock, users (how many are in rebuild). */
+/* KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
+ * frozen; ARGV begin, end, initial, stock, users (how many are in
+ * rebuild), the rebuilder's token. 1, or 0 (changed nothing) when the
+ * freeze is not this rebuilder's any more or its set is gone. */
 static struct redis_script rebuild_script = REDIS_SCRIPT(
+    "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
+    "redis.call('exists', KEYS[4]) == 0) then "
+    "redis.call('del', KEYS[4]) return 0 end "
     "redis.call('del', KEYS[3]) "
     "if tonumber(ARGV[5]) > 0 then redis.call('rename', KEYS[4], KEYS[3]) "
     "else redis.call('del', KEYS[4]) end "
@@ -134,8 +141,8 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
     snprintf(b, sizeof(b), "%lld", (long long)begin_s);
     snprintf(e, sizeof(e), "%lld", (long long)end_s);
     snprintf(n, sizeof(n), "%lld", (long long)stock);
-    redisReply *r = redis_script_run(rc, &preheat_script, 2, 5, argv, NULL,
-                                     &err);
+    redisReply *r =
+        redis_script_run(rc, &preheat_script, 2, 5, argv, NULL, &err);
     return reply_int(rc, r, err, &v, "preheat");
 }
 
@@ -215,11 +222,11 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
         return -EIO;
     }
     if (r->element[0]->integer < 0) {
-        enum async_outcome all = r->element[0]->integer == -3 ? ASYNC_NOT_STARTED
-                                 : r->element[0]->integer == -4 ? ASYNC_ENDED
-                                 : r->element[0]->integer == -5
-                                     ? ASYNC_BACKLOG
-                                     : ASYNC_NOT_READY;
+        enum async_outcome all =
+            r->element[0]->integer == -3   ? ASYNC_NOT_STARTED
+            : r->element[0]->integer == -4 ? ASYNC_ENDED
+            : r->element[0]->integer == -5 ? ASYNC_BACKLOG
+                                           : ASYNC_NOT_READY;
         for (size_t i = 0; i < n; i++)
             out[i] = all;
     } else {
@@ -248,8 +255,8 @@ int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
     key(k[1], voucher_id, "stock");
     key(k[2], voucher_id, "buyers");
     snprintf(u, sizeof(u), "%lld", (long long)user_id);
-    redisReply *r = redis_script_run(rc, &return_script, 3, 4, argv, NULL,
-                                     &err);
+    redisReply *r =
+        redis_script_run(rc, &return_script, 3, 4, argv, NULL, &err);
     return reply_int(rc, r, err, &v, "unit_return");
 }
 
@@ -271,9 +278,8 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             return redis_errno(rc);
-        const char *colon = r->type == REDIS_REPLY_STRING
-                                ? memchr(r->str, ':', r->len)
-                                : NULL;
+        const char *colon =
+            r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
 
         if (ret == -ENOENT && colon &&
             util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
@@ -289,8 +295,7 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
 }
 
 /* One value of CONFIG GET name, or "" (a buffer of len). */
-static int config_get(redisContext *rc, const char *name, char *out,
-                      size_t len)
+static int config_get(redisContext *rc, const char *name, char *out, size_t len)
 {
     redisReply *r = redisCommand(rc, "CONFIG GET %s", name);
     int err = 0;
@@ -351,6 +356,7 @@ struct async {
      * writer takes them in before its next round (guarded by mu). */
     int64_t hints[HINTS_MAX];
     size_t nhints;
+    bool kicked; /* something was sold here since the writer last looked */
     struct lock *reconcile_lock;
     atomic_bool may_sell; /* see async_may_sell() */
     /* MySQL refused the last write: no write before retry_ms (monotonic),
@@ -366,7 +372,8 @@ struct entry {
     bool valid;
 };
 
-static bool sleep_or_stop(struct async *a, int ms)
+/* Sleep ms, or less when stopped or (kickable) kicked. True: stop. */
+static bool sleep_or_kick(struct async *a, int ms, bool kickable)
 {
     int64_t until = util_mono_ms() + ms;
     struct timespec ts = {(time_t)(until / 1000),
@@ -374,11 +381,17 @@ static bool sleep_or_stop(struct async *a, int ms)
     bool stop;
 
     pthread_mutex_lock(&a->mu);
-    while (!a->stop && util_mono_ms() < until)
+    while (!a->stop && !(kickable && a->kicked) && util_mono_ms() < until)
         pthread_cond_timedwait(&a->cond, &a->mu, &ts);
+    a->kicked = false;
     stop = a->stop;
     pthread_mutex_unlock(&a->mu);
     return stop;
+}
+
+static bool sleep_or_stop(struct async *a, int ms)
+{
+    return sleep_or_kick(a, ms, false);
 }
 
 /* Parse one stream entry [id, [field, value, ...]]. */
@@ -462,9 +475,8 @@ static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
 
 /* Write entries of a reply (an array of entries) for sale s. Returns how
  * many there were. */
-static size_t write_entries(struct async *a, struct store *st,
-                            redisContext *rc, struct sale *s,
-                            const redisReply *list)
+static size_t write_entries(struct async *a, struct store *st, redisContext *rc,
+                            struct sale *s, const redisReply *list)
 {
     struct entry *e;
     struct store_async_order o[BATCH_MAX];
@@ -519,8 +531,8 @@ static void group_ensure(redisContext *rc, struct sale *s)
         return;
     key(k, s->voucher_id, "stream");
     r = redisCommand(rc, "XGROUP CREATE %s " GROUP " 0 MKSTREAM", k);
-    if (r && (r->type != REDIS_REPLY_ERROR ||
-              strncmp(r->str, "BUSYGROUP", 9) == 0))
+    if (r &&
+        (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "BUSYGROUP", 9) == 0))
         s->group_ready = true;
     freeReplyObject(r);
 }
@@ -695,8 +707,8 @@ static long long pending_count(redisContext *rc, int64_t v)
 static int rebuild(struct async *a, struct store *st, redisContext *rc,
                    struct sale *s)
 {
-    char k[6][KEY_MAX], b[24], e[24], in[24], sk[24], nu[24];
-    const char *argv[10];
+    char k[6][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24];
+    const char *argv[11];
     struct store_async_sale sale;
     int64_t deadline = util_mono_ms() + DRAIN_WAIT_MS;
     long long initial, stock, buyers, backlog = -1, pend = -1;
@@ -706,9 +718,24 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     key(k[0], s->voucher_id, "info");
     key(k[1], s->voucher_id, "stock");
     key(k[2], s->voucher_id, "buyers");
-    key(k[3], s->voucher_id, "rebuild");
+    snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
+             (long long)s->voucher_id, a->consumer);
     key(k[4], s->voucher_id, "frozen");
-    freeReplyObject(redisCommand(rc, "SET %s 1 PX %d", k[4], FREEZE_MS));
+    /* One rebuilder per sale, even if two instances reconcile at once (a
+     * lock lease that ran out, instances on different lock backends):
+     * the freeze carries its owner, and only the owner's rebuild lands. */
+    r = redisCommand(rc, "SET %s %s PX %d NX", k[4], a->consumer, FREEZE_MS);
+    bool ours = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (!ours) {
+        r = redisCommand(rc, "GET %s", k[4]);
+        ours = r && r->type == REDIS_REPLY_STRING &&
+               strcmp(r->str, a->consumer) == 0;
+        freeReplyObject(r);
+        if (!ours)
+            return -EBUSY; /* another rebuilds it */
+        freeReplyObject(redisCommand(rc, "PEXPIRE %s %d", k[4], FREEZE_MS));
+    }
     log_warn("async sale frozen for a rebuild", "voucher=%lld",
              (long long)s->voucher_id);
     while (util_mono_ms() < deadline) {
@@ -734,7 +761,7 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     for (size_t i = 0; i < sale.nusers; i += 500) {
         size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
         const char **v = xcalloc(m + 2, sizeof(*v));
-        char (*num)[24] = xcalloc(m, sizeof(*num));
+        char(*num)[24] = xcalloc(m, sizeof(*num));
 
         v[0] = "SADD";
         v[1] = k[3];
@@ -761,14 +788,22 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     argv[7] = in;
     argv[8] = sk;
     argv[9] = nu;
-    r = redis_script_run(rc, &rebuild_script, 5, 10, argv, NULL, &err);
+    argv[10] = a->consumer;
+    r = redis_script_run(rc, &rebuild_script, 5, 11, argv, NULL, &err);
+    bool landed = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     free(sale.users);
     if (err)
         return err;
+    if (!landed) {
+        log_warn("async rebuild dropped: the freeze is not ours any more",
+                 "voucher=%lld", (long long)s->voucher_id);
+        return -EAGAIN;
+    }
     metrics_count(METRIC_ASYNC_REPAIRS, 1);
-    log_warn("async sale rebuilt from mysql", "voucher=%lld buyers=%zu "
-                                              "stock=%s",
+    log_warn("async sale rebuilt from mysql",
+             "voucher=%lld buyers=%zu "
+             "stock=%s",
              (long long)s->voucher_id, sale.nusers, sk);
     if (a->cfg.stock_changed)
         a->cfg.stock_changed(a->cfg.ctx, st, s->voucher_id);
@@ -791,8 +826,8 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
     bool frozen = false;
     redisReply *r;
 
-    if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers,
-                      &backlog) != 0 ||
+    if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers, &backlog) !=
+            0 ||
         store_voucher_stats(st, s->voucher_id, &stats) != 0)
         return;
     key(k, s->voucher_id, "frozen");
@@ -806,8 +841,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         s->mismatch = 0;
         return;
     }
-    if (initial >= 0 && !frozen &&
-        (s->mismatch == 0 || s->delta != delta)) {
+    if (initial >= 0 && !frozen && (s->mismatch == 0 || s->delta != delta)) {
         s->mismatch = 1;
         s->delta = delta;
         return;
@@ -870,7 +904,8 @@ static void hints_take(struct async *a)
 static void durability_look(struct async *a, redisContext *rc)
 {
     char why[96];
-    bool ok = a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
+    bool ok =
+        a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
 
     if (atomic_exchange(&a->may_sell, ok) != ok)
         log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
@@ -945,7 +980,7 @@ static void *writer_main(void *arg)
             reconcile(a, st, rc);
             next_reconcile = now + RECONCILE_MS;
         }
-        if (!did && sleep_or_stop(a, IDLE_SLEEP_MS))
+        if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
     }
     lock_free(a->reconcile_lock);
@@ -967,7 +1002,12 @@ struct async *async_start(const struct async_config *cfg)
     gethostname(host, sizeof(host) - 1);
     snprintf(a->consumer, sizeof(a->consumer), "%s-%ld", host, (long)getpid());
     pthread_mutex_init(&a->mu, NULL);
-    pthread_cond_init(&a->cond, NULL);
+    /* The sleeps count on the monotonic clock (util_mono_ms()). */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (a->cfg.accept_loss) {
         atomic_store(&a->may_sell, true);
     } else {
@@ -1016,6 +1056,10 @@ void async_voucher_hint(struct async *a, int64_t voucher_id)
         known = a->hints[i] == voucher_id;
     if (!known && a->nhints < HINTS_MAX)
         a->hints[a->nhints++] = voucher_id;
+    if (!a->kicked) {
+        a->kicked = true;
+        pthread_cond_signal(&a->cond);
+    }
     pthread_mutex_unlock(&a->mu);
 }
 
