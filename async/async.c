@@ -43,8 +43,12 @@ static void key(char *buf, int64_t voucher_id, const char *what)
     snprintf(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
 }
 
+/* KEYS info, stock, buyers, stream, pending, dead, frozen; ARGV begin,
+ * end, stock. A new voucher id can only meet a stale sale (from an
+ * earlier database on the same Redis): it is replaced. */
 static struct redis_script preheat_script = REDIS_SCRIPT(
-    "if redis.call('exists', KEYS[1]) == 1 then return 0 end "
+    "redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], "
+    "KEYS[7]) "
     "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
     "'initial', ARGV[3]) "
     "redis.call('set', KEYS[2], ARGV[3]) "
@@ -131,18 +135,25 @@ static int reply_int(redisContext *rc, redisReply *r, int err, long long *v,
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
                        int64_t end_s, int64_t stock)
 {
-    char k_info[KEY_MAX], k_stock[KEY_MAX], b[24], e[24], n[24];
-    const char *argv[5] = {k_info, k_stock, b, e, n};
+    static const char *const names[7] = {"info",    "stock", "buyers", "stream",
+                                         "pending", "dead",  "frozen"};
+    char k[7][KEY_MAX], b[24], e[24], n[24];
+    const char *argv[10];
     long long v;
     int err;
 
-    key(k_info, voucher_id, "info");
-    key(k_stock, voucher_id, "stock");
+    for (int i = 0; i < 7; i++) {
+        key(k[i], voucher_id, names[i]);
+        argv[i] = k[i];
+    }
     snprintf(b, sizeof(b), "%lld", (long long)begin_s);
     snprintf(e, sizeof(e), "%lld", (long long)end_s);
     snprintf(n, sizeof(n), "%lld", (long long)stock);
+    argv[7] = b;
+    argv[8] = e;
+    argv[9] = n;
     redisReply *r =
-        redis_script_run(rc, &preheat_script, 2, 5, argv, NULL, &err);
+        redis_script_run(rc, &preheat_script, 7, 10, argv, NULL, &err);
     return reply_int(rc, r, err, &v, "preheat");
 }
 
@@ -841,11 +852,21 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         s->mismatch = 0;
         return;
     }
+    /* Orders handed to a writer and not acknowledged may be in MySQL and
+     * in the stream at once, for up to a claim period if that writer died
+     * between its COMMIT and its XACK: such a disagreement must outlast
+     * the claim before it counts. */
+    int need =
+        pending_count(rc, s->voucher_id) > 0
+            ? 2 + (int)((a->cfg.claim_ms + CLAIM_EVERY_MS) / RECONCILE_MS)
+            : 2;
     if (initial >= 0 && !frozen && (s->mismatch == 0 || s->delta != delta)) {
         s->mismatch = 1;
         s->delta = delta;
         return;
     }
+    if (initial >= 0 && !frozen && ++s->mismatch < need)
+        return;
     log_warn("async sale disagrees with mysql",
              "voucher=%lld initial=%lld stock=%lld buyers=%lld backlog=%lld "
              "mysql_unpaid=%lld mysql_paid=%lld frozen=%d",
@@ -939,6 +960,31 @@ static void refresh(struct async *a, struct store *st, redisContext *rc)
     pthread_mutex_unlock(&a->mu);
 }
 
+/*
+ * At the stop: leave each group this consumer holds nothing in, so groups
+ * do not collect a consumer per restart. One that still holds orders
+ * stays (deleting it would drop them from the group's pending list: they
+ * would never be claimed); another writer claims them.
+ */
+static void consumers_leave(struct async *a, redisContext *rc)
+{
+    char k[KEY_MAX];
+
+    for (size_t i = 0; rc && i < a->nsales; i++) {
+        redisReply *r;
+
+        if (!a->sales[i].group_ready)
+            continue;
+        key(k, a->sales[i].voucher_id, "stream");
+        r = redisCommand(rc, "XPENDING %s " GROUP " - + 1 %s", k, a->consumer);
+        bool holds = !r || r->type != REDIS_REPLY_ARRAY || r->elements > 0;
+        freeReplyObject(r);
+        if (!holds)
+            freeReplyObject(redisCommand(
+                rc, "XGROUP DELCONSUMER %s " GROUP " %s", k, a->consumer));
+    }
+}
+
 static void *writer_main(void *arg)
 {
     struct async *a = arg;
@@ -983,6 +1029,7 @@ static void *writer_main(void *arg)
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
     }
+    consumers_leave(a, store_redis(st));
     lock_free(a->reconcile_lock);
     a->reconcile_lock = NULL;
     store_free(st);

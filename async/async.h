@@ -55,7 +55,9 @@ enum async_outcome {
 
 /*
  * Put a new sale into Redis: its window, initial stock and stock, no
- * buyers. Does nothing if the sale is there already. 0 or -errno.
+ * buyers, no orders (whatever a stale sale of the same id left, from an
+ * earlier database on the same Redis, is replaced). For a voucher just
+ * created. 0 or -errno.
  */
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
                        int64_t end_s, int64_t stock);
