@@ -21,7 +21,7 @@
 
 #define GROUP "writers"
 #define KEY_MAX 64
-#define BATCH_MAX 256
+#define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
 #define VOUCHERS_MAX 256
 /* How often the writer re-reads the async vouchers, claims what dead
  * consumers left, and (with the lock) reconciles. */

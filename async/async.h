@@ -70,6 +70,9 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
 int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
                       int64_t *end_s);
 
+/* The most purchases async_purchase() takes at once. */
+#define ASYNC_PURCHASE_BATCH_MAX 256
+
 /*
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
  * in one script, in that order. out[i] is each one's outcome (all
@@ -125,7 +128,6 @@ struct async_config {
      * (SECKILL_ASYNC_ACCEPT_LOSS=1). */
     bool accept_loss;
 };
-
 
 struct async;
 

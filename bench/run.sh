@@ -40,8 +40,9 @@
 #      rejections/s, p50/p99.
 #   5. lifecycle: two more instances (ports +2, +3) with
 #      SECKILL_PAY_TIMEOUT_S=BENCH_PAY_TIMEOUT_S (5) and a payment key; a
-#      voucher of BENCH_LIFE_STOCK (50000) for BENCH_LIFE_SECONDS (15) at
-#      256 connections, where 70% of the buyers pay through the signed
+#      voucher of BENCH_LIFE_STOCK (15000: sold out within seconds, so
+#      the expiries' units sell again) for BENCH_LIFE_SECONDS (15) at 256
+#      connections, where 70% of the buyers pay through the signed
 #      provider notification after their 201 and the rest never pay: their
 #      orders expire and the crowd buys the units again. Then the last
 #      unpaid orders expire and stock + unpaid + paid = initial is checked;
@@ -104,7 +105,7 @@ ASYNC_STOCK=${BENCH_ASYNC_STOCK:-$d_async}
 DRAIN_ORDERS=${BENCH_ASYNC_DRAIN:-$d_drain}
 LIFE_SECONDS=${BENCH_LIFE_SECONDS:-$d_life}
 LIFE_TIMEOUT=${BENCH_PAY_TIMEOUT_S:-5}
-LIFE_STOCK=${BENCH_LIFE_STOCK:-50000}
+LIFE_STOCK=${BENCH_LIFE_STOCK:-15000}
 CELL=${BENCH_CELL_SECONDS:-$d_cell}
 SELL=${BENCH_SELL_SECONDS:-$d_sell}
 CAL=${BENCH_CALIBRATE_SECONDS:-$d_cal}

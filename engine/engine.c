@@ -433,7 +433,10 @@ static void *worker_main(void *arg)
 {
     struct engine *e = arg;
     struct store *st = store_new(e->cfg.store);
-    struct member *m = xcalloc(e->cfg.batch_max, sizeof(*m));
+    size_t cap = e->cfg.batch_max > ASYNC_PURCHASE_BATCH_MAX
+                     ? e->cfg.batch_max
+                     : ASYNC_PURCHASE_BATCH_MAX;
+    struct member *m = xcalloc(cap, sizeof(*m));
 
     pthread_mutex_lock(&e->mu);
     for (;;) {
@@ -466,7 +469,11 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&e->mu);
         }
         now = util_mono_ms();
-        while (q->head && n < e->cfg.batch_max) {
+        /* An async voucher's batch is one script whatever its size, and
+         * Redis fsyncs once per batch: take more. */
+        size_t take = q->head && q->head->async ? ASYNC_PURCHASE_BATCH_MAX
+                                                : e->cfg.batch_max;
+        while (q->head && n < take) {
             struct engine_purchase *p = q->head;
 
             q->head = p->next;
