@@ -95,7 +95,9 @@ static int group_teardown(void **state)
 
 /* ---- helpers ---- */
 
-/* A seckill voucher in mode ("async", "sync", or NULL: the default). */
+/* A seckill voucher in mode ("async", "sync", or NULL: the default). The
+ * sales end within minutes: every instance on the test database keeps
+ * watching an async sale until an hour after its end. */
 static int64_t sale_create(const struct it_server *s, int64_t stock,
                            int64_t begin_off_s, int64_t end_off_s,
                            const char *mode)
@@ -239,8 +241,8 @@ static int cmp_i64(const void *a, const void *b)
 
 static void test_voucher_mode(void **state)
 {
-    int64_t a = sale_create(&srv[0], 5, -60, 3600, NULL);
-    int64_t s = sale_create(&srv[0], 5, -60, 3600, "sync");
+    int64_t a = sale_create(&srv[0], 5, -60, 600, NULL);
+    int64_t s = sale_create(&srv[0], 5, -60, 600, "sync");
     struct it_resp resp;
     char path[64];
 
@@ -283,7 +285,7 @@ static void test_crowd(void **state)
     int64_t ids[CROWD_STOCK], base = next_user;
     int wins[CROWD_USERS] = {0};
     size_t n202 = 0, other = 0;
-    int64_t v = sale_create(&srv[0], CROWD_STOCK, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], CROWD_STOCK, -60, 600, "async");
     char path[96];
 
     (void)state;
@@ -355,7 +357,7 @@ static void test_same_request(void **state)
     struct it_resp resps[N];
     const struct it_server *to[N];
     char tok[TOKEN_STR_LEN], path[96];
-    int64_t v = sale_create(&srv[0], 10, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], 10, -60, 600, "async");
     int64_t user = next_user++, order = 0;
     size_t n202 = 0;
 
@@ -389,7 +391,7 @@ static void test_same_request(void **state)
 /* The window is Redis' to judge for an async sale, the same as MySQL's. */
 static void test_window(void **state)
 {
-    int64_t early = sale_create(&srv[0], 5, 30, 3600, "async");
+    int64_t early = sale_create(&srv[0], 5, 30, 600, "async");
     int64_t over = sale_create(&srv[0], 5, -60, 2, "async");
     struct it_resp resp;
 
@@ -410,7 +412,7 @@ static void test_window(void **state)
 
 static void test_cancel_returns_unit(void **state)
 {
-    int64_t v = sale_create(&srv[0], 1, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], 1, -60, 600, "async");
     int64_t u = next_user++, w = next_user++;
     int64_t o = buy(&srv[0], v, u);
     struct it_resp resp;
@@ -434,7 +436,7 @@ static void test_cancel_returns_unit(void **state)
 
 static void test_expiry_returns_unit(void **state)
 {
-    int64_t v = sale_create(&srv[0], 1, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], 1, -60, 600, "async");
     int64_t u = next_user++;
     int64_t o = buy(&srv[1], v, u), until;
     struct it_resp resp;
@@ -460,7 +462,7 @@ static void test_expiry_returns_unit(void **state)
 
 static void test_mysql_away(void **state)
 {
-    int64_t v = sale_create(&srv[2], 40, -60, 3600, "async");
+    int64_t v = sale_create(&srv[2], 40, -60, 600, "async");
     int64_t users[C_BACKLOG], orders[C_BACKLOG];
     struct it_resp resp;
 
@@ -511,7 +513,7 @@ static void test_mysql_away(void **state)
  * rebuilt from MySQL: nothing sold twice. */
 static void test_rebuild(void **state)
 {
-    int64_t v = sale_create(&srv[0], 5, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], 5, -60, 600, "async");
     int64_t u[3];
     redisContext *rc = it_redis_connect();
     redisReply *r;
@@ -546,7 +548,7 @@ static void test_rebuild(void **state)
  * the unit it took comes back. */
 static void test_dead_letter(void **state)
 {
-    int64_t v = sale_create(&srv[0], 5, -60, 3600, "async");
+    int64_t v = sale_create(&srv[0], 5, -60, 600, "async");
     int64_t u = next_user++, o = buy(&srv[0], v, u);
     redisContext *rc = it_redis_connect();
     redisReply *r;
@@ -621,7 +623,7 @@ static void test_startup_refusal(void **state)
                         NULL};
     (void)sc;
     assert_int_equal(0, it_server_start(&s, "async-durable", ov));
-    int64_t v = sale_create(&s, 2, -60, 3600, NULL);
+    int64_t v = sale_create(&s, 2, -60, 600, NULL);
     buy(&s, v, next_user++);
     assert_int_equal(0, it_server_stop(&s));
     kill(redis, SIGKILL);
