@@ -32,11 +32,13 @@ struct lock_url {
     char path[256]; /* after the first '/', without it; "" when absent */
     uint32_t timeout_ms;
     uint32_t session_ms;
+    uint32_t replicas; /* redis: WAIT for this many replicas; 0: none */
 };
 
 /*
  * Parse url into u. Returns 0, or -EINVAL with a reason in err (errlen
- * bytes). Query keys other than timeout_ms and session_ms are refused.
+ * bytes). Query keys other than timeout_ms, session_ms and replicas are
+ * refused.
  */
 int lock__url_parse(const char *url, struct lock_url *u, char *err,
                     size_t errlen);
@@ -50,6 +52,9 @@ struct lock_client {
     uint32_t timeout_ms;        /* resolved: option, URL, or 1000 */
     uint32_t session_ms;        /* resolved: option, URL, or 10000 */
     uint32_t watchdog_lease_ms; /* resolved: option or the default */
+    /* The servers, as "host:port,host:port/path": with the backend's name,
+     * what makes two clients' locks of one name the same lock. */
+    char where[LOCK_URL_HOSTS_MAX * 264 + 264];
 
     /* The watchdog: locks with a lease of 0, renewed by one thread. */
     pthread_mutex_t wd_mu;
@@ -61,13 +66,28 @@ struct lock_client {
     struct lock *wd_head;
 };
 
+/* The two sides of a read-write lock: each points at the other until one
+ * is freed. */
+struct lock_rw_pair {
+    struct lock *read, *write;
+};
+
 struct lock {
     struct lock_client *c;
+    enum lock_kind kind;
+    uint32_t permits;          /* semaphore */
+    struct lock_rw_pair *pair; /* read and write: shared with the other */
     char name[LOCK_NAME_MAX + 1];
     size_t name_len;
     char owner[LOCK_OWNER_LEN];
     unsigned holds;
     uint64_t fence;
+    /* A release whose answer was lost: the backend's state for it is
+     * kept (bs, fence) until release is called again. */
+    int release_pending;
+    /* Set by a backend's release when it failed without knowing whether
+     * the server ran it: the same release may be asked again. */
+    int release_unknown;
     uint32_t lease_ms;   /* of the current hold: fixed, or the watchdog's */
     int watched;         /* on the watchdog's list */
     int64_t renew_at_ms; /* watchdog: next renewal, monotonic ms */
@@ -86,13 +106,19 @@ struct lock {
  *   set l->fence (> 0, only growing for the name).
  * release: free l (held), only if still its owner; *held = 1 if it was.
  *   Also wake waiters.
+ *   Idempotent: when it fails without knowing whether the server ran it,
+ *   it sets l->release_unknown and keeps what it needs (l->bs, l->fence);
+ *   a second call for the same hold then answers as the first would
+ *   have, and never frees a lock someone else took meanwhile.
  * renew: extend the lease to lease_ms if l still owns it (session
  *   backends: check the session still holds it); *held = 0 if not.
  *   Called from the watchdog thread; may be NULL (nothing to renew).
  *   Never called while acquire or release of the same lock runs.
+ * Each of them serves every kind in kinds, by l->kind.
  */
 struct lock_backend {
     const char *name;
+    unsigned kinds; /* LOCK_KIND_BIT() of each kind offered */
     int (*open)(struct lock_client *c);
     void (*close)(struct lock_client *c);
     int (*acquire)(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
@@ -100,6 +126,8 @@ struct lock_backend {
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
 };
+
+#define LOCK_KIND_BIT(k) (1u << (unsigned)(k))
 
 extern const struct lock_backend lock__redis_backend;
 extern const struct lock_backend lock__redlock_backend;
@@ -117,5 +145,12 @@ int64_t lock__mono_ms(void);
  * [base_ms/2, base_ms], never more than left_ms.
  */
 uint32_t lock__jitter_ms(uint32_t base_ms, int64_t left_ms);
+
+/*
+ * Make a struct lock of kind on c (lock.c): checks name, that the backend
+ * offers kind (-ENOTSUP), draws the owner. No I/O.
+ */
+int lock__new_kind(struct lock_client *c, const char *name, enum lock_kind kind,
+                   struct lock **out);
 
 #endif

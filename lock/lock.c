@@ -175,6 +175,19 @@ static void watchdog_remove(struct lock *l)
 
 /* ---- clients ---- */
 
+/* "host:port,host:port/path" of u into buf. */
+static void describe_where(const struct lock_url *u, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < u->nhosts && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s:%u", i ? "," : "",
+                                u->hosts[i].host, u->hosts[i].port);
+    if (len < size)
+        snprintf(buf + len, size - len, "/%s", u->path);
+}
+
 int lock_client_open(const char *url, const struct lock_options *opt,
                      struct lock_client **out)
 {
@@ -209,6 +222,12 @@ int lock_client_open(const char *url, const struct lock_options *opt,
                                         : DEFAULT_SESSION_MS;
     c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
                                                   : LOCK_WATCHDOG_LEASE_MS;
+    if (c->url.replicas && c->be != &lock__redis_backend) {
+        snprintf(why, sizeof(why), "replicas is for redis:// URLs only");
+        err = -EINVAL;
+        goto fail_free;
+    }
+    describe_where(&c->url, c->where, sizeof(c->where));
 
     pthread_mutex_init(&c->wd_mu, NULL);
     pthread_condattr_init(&attr);
@@ -257,7 +276,8 @@ const char *lock_client_backend(const struct lock_client *c)
 
 /* ---- locks ---- */
 
-int lock_new(struct lock_client *c, const char *name, struct lock **out)
+int lock__new_kind(struct lock_client *c, const char *name, enum lock_kind kind,
+                   struct lock **out)
 {
     unsigned char raw[16];
     size_t len;
@@ -268,8 +288,11 @@ int lock_new(struct lock_client *c, const char *name, struct lock **out)
     len = strlen(name);
     if (len == 0 || len > LOCK_NAME_MAX)
         return -EINVAL;
+    if (!(c->be->kinds & LOCK_KIND_BIT(kind)))
+        return -ENOTSUP;
     l = xcalloc(1, sizeof(*l));
     l->c = c;
+    l->kind = kind;
     memcpy(l->name, name, len + 1);
     l->name_len = len;
     randombytes_buf(raw, sizeof(raw));
@@ -279,16 +302,60 @@ int lock_new(struct lock_client *c, const char *name, struct lock **out)
     return 0;
 }
 
+int lock_new(struct lock_client *c, const char *name, struct lock **out)
+{
+    return lock__new_kind(c, name, LOCK_KIND_MUTEX, out);
+}
+
+/*
+ * The last release of a hold, or the retry of a pending one: ask the
+ * backend, and ask once more when its answer was lost. Leaves the release
+ * pending if even that was lost.
+ */
+static int release_last(struct lock *l, int *held)
+{
+    int h = 0, err;
+
+    l->release_unknown = 0;
+    err = l->c->be->release(l, &h);
+    if (err && l->release_unknown) {
+        log_info("lock release answer lost; asking again",
+                 "name=\"%s\" backend=%s err=%d", l->name, l->c->be->name, err);
+        l->release_unknown = 0;
+        err = l->c->be->release(l, &h);
+    }
+    l->release_pending = err && l->release_unknown;
+    if (!l->release_pending)
+        l->fence = 0;
+    l->holds = 0;
+    if (held)
+        *held = err ? 0 : h;
+    return err;
+}
+
 void lock_free(struct lock *l)
 {
+    int err = 0;
+
     if (!l)
         return;
     if (l->holds > 0) {
         l->holds = 1;
-        int err = lock_release(l, NULL);
-        if (err)
-            log_warn("lock release at free failed", "name=\"%s\" err=%d",
-                     l->name, err);
+        err = lock_release(l, NULL);
+    } else if (l->release_pending) {
+        err = release_last(l, NULL);
+    }
+    if (err)
+        log_warn("lock release at free failed", "name=\"%s\" err=%d", l->name,
+                 err);
+    if (l->pair) {
+        /* The other side of a read-write lock lives on alone. */
+        if (l->pair->read == l)
+            l->pair->read = NULL;
+        else
+            l->pair->write = NULL;
+        if (!l->pair->read && !l->pair->write)
+            free(l->pair);
     }
     free(l);
 }
@@ -303,6 +370,16 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
     if (!l || !status)
         return -EINVAL;
     be = l->c->be;
+
+    if (l->release_pending) {
+        err = release_last(l, NULL);
+        if (err)
+            return err;
+    }
+    /* An upgrade: two readers doing it would each wait for the other. */
+    if (l->kind == LOCK_KIND_WRITE && l->holds == 0 && l->pair &&
+        l->pair->read && l->pair->read->holds > 0)
+        return -EDEADLK;
 
     if (l->holds > 0) {
         if (atomic_load(&l->lost))
@@ -349,10 +426,10 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
 
 int lock_release(struct lock *l, int *held)
 {
-    int h = 0, err;
-
     if (!l)
         return -EINVAL;
+    if (l->release_pending)
+        return release_last(l, held);
     if (l->holds == 0)
         return -ENOLCK;
     if (l->holds > 1) {
@@ -363,12 +440,7 @@ int lock_release(struct lock *l, int *held)
     }
     if (l->watched)
         watchdog_remove(l);
-    err = l->c->be->release(l, &h);
-    l->holds = 0;
-    l->fence = 0;
-    if (held)
-        *held = err ? 0 : h;
-    return err;
+    return release_last(l, held);
 }
 
 uint64_t lock_fence(const struct lock *l)
@@ -394,4 +466,14 @@ const char *lock_name(const struct lock *l)
 const char *lock_owner(const struct lock *l)
 {
     return l->owner;
+}
+
+enum lock_kind lock_kind(const struct lock *l)
+{
+    return l->kind;
+}
+
+int lock_release_pending(const struct lock *l)
+{
+    return l ? l->release_pending : 0;
 }

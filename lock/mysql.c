@@ -734,6 +734,7 @@ static void mysql_lock_close(struct lock_client *c)
 
 const struct lock_backend lock__mysql_backend = {
     .name = "mysql",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
     .open = mysql_lock_open,
     .close = mysql_lock_close,
     .acquire = mysql_lock_acquire,

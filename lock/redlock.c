@@ -355,6 +355,7 @@ static int redlock_renew(struct lock *l, uint32_t lease, int *held)
 
 const struct lock_backend lock__redlock_backend = {
     .name = "redlock",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
     .open = redlock_open,
     .close = redlock_close,
     .acquire = redlock_acquire,

@@ -4,7 +4,8 @@
  *   scheme://[user[:pass]@]host[:port][,host[:port]...][/path][?k=v[&k=v]]
  *
  * Hosts may be bracketed IPv6 literals ("[::1]:6379"). The only query keys
- * are timeout_ms and session_ms. Percent-escapes are not decoded: a
+ * are timeout_ms, session_ms (1..3600000 ms) and replicas (0..64).
+ * Percent-escapes are not decoded: a
  * password with '@', ',' or '/' in it is not supported.
  */
 #include "lock/internal.h"
@@ -110,19 +111,28 @@ static int parse_query(struct lock_url *u, const char *s, size_t n, char *err,
             return -EINVAL;
         }
         size_t klen = (size_t)(eq - s);
-        if (parse_uint(eq + 1, (size_t)(item_end - eq - 1), 1, 3600000, &v)) {
-            snprintf(err, errlen, "bad value for %.*s (1..3600000 ms)",
-                     (int)klen, s);
-            return -EINVAL;
-        }
+        const char *val = eq + 1;
+        size_t vlen = (size_t)(item_end - eq - 1);
+        uint32_t *dst;
+        unsigned long min = 1, max = 3600000;
         if (klen == 10 && memcmp(s, "timeout_ms", 10) == 0) {
-            u->timeout_ms = (uint32_t)v;
+            dst = &u->timeout_ms;
         } else if (klen == 10 && memcmp(s, "session_ms", 10) == 0) {
-            u->session_ms = (uint32_t)v;
+            dst = &u->session_ms;
+        } else if (klen == 8 && memcmp(s, "replicas", 8) == 0) {
+            dst = &u->replicas;
+            min = 0;
+            max = 64;
         } else {
             snprintf(err, errlen, "unknown query key \"%.*s\"", (int)klen, s);
             return -EINVAL;
         }
+        if (parse_uint(val, vlen, min, max, &v)) {
+            snprintf(err, errlen, "bad value for %.*s (%lu..%lu)", (int)klen, s,
+                     min, max);
+            return -EINVAL;
+        }
+        *dst = (uint32_t)v;
         s = item_end + (amp ? 1 : 0);
     }
     return 0;

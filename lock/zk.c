@@ -1376,6 +1376,7 @@ static int zk_renew(struct lock *l, uint32_t lease_ms, int *held)
 
 const struct lock_backend lock__zk_backend = {
     .name = "zookeeper",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
     .open = zk_open,
     .close = zk_close,
     .acquire = zk_acquire,

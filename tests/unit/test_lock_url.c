@@ -66,6 +66,30 @@ static void test_credentials_and_hosts(void **state)
     assert_string_equal("a/b", u.path);
 }
 
+/* ?replicas=N: how many replicas an acquire waits for; 0 is off. */
+static void test_replicas(void **state)
+{
+    struct lock_url u;
+    char err[160];
+
+    (void)state;
+    assert_int_equal(0, lock__url_parse("redis://h:1/0", &u, err, sizeof(err)));
+    assert_int_equal(0, u.replicas);
+    assert_int_equal(
+        0, lock__url_parse("redis://h:1/0?replicas=2", &u, err, sizeof(err)));
+    assert_int_equal(2, u.replicas);
+    assert_int_equal(0, u.timeout_ms);
+    assert_int_equal(0, lock__url_parse("redis://h:1/3?timeout_ms=50&"
+                                        "replicas=1",
+                                        &u, err, sizeof(err)));
+    assert_int_equal(1, u.replicas);
+    assert_int_equal(50, u.timeout_ms);
+    assert_string_equal("3", u.path);
+    assert_int_equal(0, lock__url_parse("redis://h?replicas=0&replicas=64", &u,
+                                        err, sizeof(err)));
+    assert_int_equal(64, u.replicas);
+}
+
 static void test_malformed(void **state)
 {
     static const char *const bad[] = {
@@ -87,6 +111,12 @@ static void test_malformed(void **state)
         "redis://h?timeout_ms=abc",
         "redis://h?timeout_ms=3600001",
         "redis://h?bogus=1",
+        "redis://h?replicas",
+        "redis://h?replicas=",
+        "redis://h?replicas=-1",
+        "redis://h?replicas=65",
+        "redis://h?replicas=1x",
+        "redis://h?timeout_ms=10&replicas=2&replicas",
         "redlock://a,b,c,d,e,f,g,h,i,j",
         "averyveryverylongscheme://h",
     };
@@ -112,6 +142,10 @@ static void test_client_open_refuses(void **state)
         "redis://a:1,b:2",         /* one server only */
         "redlock://a:1,b:2",       /* RedLock needs at least three */
         "redlock://a:1,b:2,c:3/x", /* database must be a number */
+        /* Replica confirmation is a single Redis server's. */
+        "redlock://a:1,b:2,c:3/0?replicas=1",
+        "mysql://u:p@h:1/db?replicas=1",
+        "zookeeper://h:1/locks?replicas=1",
     };
     struct lock_client *c = NULL;
 
@@ -146,6 +180,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_redis),
         cmocka_unit_test(test_credentials_and_hosts),
+        cmocka_unit_test(test_replicas),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_client_open_refuses),
     };
