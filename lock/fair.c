@@ -82,8 +82,8 @@ static void fair_cancel(struct redis_impl *ri, struct lock *l)
     lens[3] = strlen(l->owner);
     lens[4] = strlen(argv[4]);
     /* If this fails, the missed check-ins drop us from the queue. */
-    err = lock__redis_run_bool(ri, l, RCONN_FAIR_CANCEL, 3, 5, argv, lens,
-                               &yes);
+    err =
+        lock__redis_run_bool(ri, l, RCONN_FAIR_CANCEL, 3, 5, argv, lens, &yes);
     l->release_unknown = 0;
     (void)err;
 }
@@ -92,17 +92,17 @@ static int fair_release(struct redis_impl *ri, struct lock *l, int *held)
 {
     struct fair_keys k;
     char receipt[REDIS_KEY_MAX], token[24], ms[16];
-    const char *argv[8] = {k.lock,   k.queue, k.times, receipt,
-                           l->owner, token,   ms,      RCONN_CHANNEL_PREFIX
-                                                       FAIR_WAKE};
+    const char *argv[8] = {
+        k.lock,   k.queue, k.times, receipt,
+        l->owner, token,   ms,      RCONN_CHANNEL_PREFIX FAIR_WAKE};
     size_t lens[8];
 
     fair_keys(l, &k);
     lens[0] = k.lock_len;
     lens[1] = k.queue_len;
     lens[2] = k.times_len;
-    lens[3] = (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s",
-                               l->owner);
+    lens[3] =
+        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
     lens[4] = strlen(l->owner);
     lens[5] = (size_t)snprintf(token, sizeof(token), "%llu",
                                (unsigned long long)l->fence);

@@ -125,6 +125,9 @@ struct lock_backend {
                    enum lock_status *status);
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
+    /* Drop what a pending release kept (lock_free() gives up on it): the
+     * lease or the session frees the lock. May be NULL. */
+    void (*forget)(struct lock *l);
 };
 
 #define LOCK_KIND_BIT(k) (1u << (unsigned)(k))

@@ -345,6 +345,8 @@ void lock_free(struct lock *l)
     } else if (l->release_pending) {
         err = release_last(l, NULL);
     }
+    if (l->release_pending && l->c->be->forget)
+        l->c->be->forget(l);
     if (err)
         log_warn("lock release at free failed", "name=\"%s\" err=%d", l->name,
                  err);

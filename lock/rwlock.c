@@ -118,8 +118,8 @@ static int read_release(struct redis_impl *ri, struct lock *l, int *held)
 
     rw_keys(l, &k);
     /* Only the last reader out can let a writer in. */
-    return lock__redis_zset_release(ri, l, k.r, k.r_len, k.chan, k.chan_len, receipt,
-                        receipt_len, 0, held);
+    return lock__redis_zset_release(ri, l, k.r, k.r_len, k.chan, k.chan_len,
+                                    receipt, receipt_len, 0, held);
 }
 
 static int read_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,

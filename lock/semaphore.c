@@ -55,8 +55,8 @@ static int sem_release(struct redis_impl *ri, struct lock *l, int *held)
     char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
     size_t key_len = lock__redis_key(key, SEM_KEY, l);
     size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
-    size_t receipt_len = (size_t)snprintf(receipt, sizeof(receipt),
-                                          "lock-rel:%s", l->owner);
+    size_t receipt_len =
+        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
 
     /* Every release frees a permit someone may be waiting for. */
     return lock__redis_zset_release(ri, l, key, key_len, chan, chan_len,
