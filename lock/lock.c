@@ -314,17 +314,19 @@ int lock_new(struct lock_client *c, const char *name, struct lock **out)
  */
 static int release_last(struct lock *l, int *held)
 {
-    int h = 0, err;
+    /* Once an answer was lost, only an answer ends the uncertainty. */
+    int h = 0, err, unknown = l->release_pending;
 
     l->release_unknown = 0;
     err = l->c->be->release(l, &h);
     if (err && l->release_unknown) {
         log_info("lock release answer lost; asking again",
                  "name=\"%s\" backend=%s err=%d", l->name, l->c->be->name, err);
+        unknown = 1;
         l->release_unknown = 0;
         err = l->c->be->release(l, &h);
     }
-    l->release_pending = err && l->release_unknown;
+    l->release_pending = err && (unknown || l->release_unknown);
     if (!l->release_pending)
         l->fence = 0;
     l->holds = 0;

@@ -1281,3 +1281,73 @@ void it_http_run_all(struct it_req *reqs, const struct it_server **to,
     assert_int_equal(n, done);
     curl_multi_cleanup(multi);
 }
+
+/* ---- proxies (tests/tools/tcpproxy.c) ---- */
+
+int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target)
+{
+    char listen[16], ctl[16], to[32], bin[IT_PATH_MAX], log[2 * IT_PATH_MAX];
+    const char *seckilld = it_bin(), *slash = strrchr(seckilld, '/');
+
+    p->port = it_free_port();
+    p->ctl = it_free_port();
+    snprintf(listen, sizeof(listen), "%u", (unsigned)p->port);
+    snprintf(ctl, sizeof(ctl), "%u", (unsigned)p->ctl);
+    snprintf(to, sizeof(to), "127.0.0.1:%u", (unsigned)target);
+    /* Built beside the binary under test (make tests). */
+    snprintf(bin, sizeof(bin), "%.*s/tools/tcpproxy",
+             slash ? (int)(slash - seckilld) : 1, slash ? seckilld : ".");
+    snprintf(log, sizeof(log), "%s/proxy-%s-%u.log", it_log_dir(), tag,
+             (unsigned)p->port);
+    char *argv[] = {bin, "--listen",  listen, "--target",
+                    to,  "--control", ctl,    NULL};
+    p->pid = it_spawn(argv, NULL, log);
+    if (p->pid < 0 || it_wait_tcp(p->ctl, 5000) != 0 ||
+        it_wait_tcp(p->port, 5000) != 0) {
+        fprintf(stderr, "harness: %s did not start; log %s\n", bin, log);
+        it_proxy_stop(p);
+        return -1;
+    }
+    return 0;
+}
+
+bool it_proxy_ctl(const struct it_proxy *p, const char *cmd)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons(p->ctl),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    char line[64], reply[160] = "";
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    size_t have = 0;
+    bool ok = false;
+
+    if (fd < 0)
+        return false;
+    snprintf(line, sizeof(line), "%s\n", cmd);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        write(fd, line, strlen(line)) == (ssize_t)strlen(line)) {
+        while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
+            ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
+            if (n <= 0)
+                break;
+            have += (size_t)n;
+            reply[have] = '\0';
+        }
+        ok = strncmp(reply, "ok", 2) == 0;
+    }
+    close(fd);
+    if (!ok)
+        fprintf(stderr, "harness: proxy %s: %s\n", cmd, reply);
+    return ok;
+}
+
+void it_proxy_stop(struct it_proxy *p)
+{
+    int status;
+
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGKILL);
+    it_wait_exit(p->pid, 5000, &status);
+    p->pid = 0;
+}

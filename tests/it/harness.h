@@ -328,6 +328,30 @@ pid_t it_pidfile_read(const char *path);
 int it_blackhole_listen(uint16_t *port);
 
 /*
+ * A tests/tools/tcpproxy process: 127.0.0.1:port forwards to a target
+ * port, and the control port takes commands that break the network
+ * (stall, cut, mute, ...; see the tool's header).
+ */
+struct it_proxy {
+    pid_t pid; /* 0 when not running */
+    uint16_t port, ctl;
+};
+
+/*
+ * Start a proxy on free ports in front of 127.0.0.1:target (the tool is
+ * built beside the binary under test, by make tests); tag names its log.
+ * Waits until both ports listen. Returns 0, or -1 after printing why. No
+ * cmocka.
+ */
+int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target);
+
+/* Send one control command; true when it answered "ok". No cmocka. */
+bool it_proxy_ctl(const struct it_proxy *p, const char *cmd);
+
+/* SIGKILL and reap the proxy; accepts a stopped one. */
+void it_proxy_stop(struct it_proxy *p);
+
+/*
  * KILL CONNECTION every MySQL session that process pid has open to
  * 127.0.0.1:port (its established TCP connections, matched to
  * information_schema.PROCESSLIST by HOST), except the helper's own

@@ -50,11 +50,7 @@ static struct it_server *const srv_b = &srvs[SRV_B];
 static struct it_server *const srv_c = &srvs[SRV_C];
 
 /* A's way to MySQL and Redis. */
-struct proxy {
-    pid_t pid;
-    uint16_t port, ctl;
-};
-static struct proxy mysql_proxy, redis_proxy;
+static struct it_proxy mysql_proxy, redis_proxy;
 
 static int64_t user_base;
 static int next_user;
@@ -63,76 +59,6 @@ static int next_user;
 static int64_t fresh_user(void)
 {
     return user_base + next_user++;
-}
-
-/* ---- the proxies (tests/tools/tcpproxy.c) ---- */
-
-static int proxy_start(struct proxy *p, const char *tag, uint16_t target)
-{
-    char listen[16], ctl[16], to[32], bin[IT_PATH_MAX], log[IT_PATH_MAX];
-    const char *seckilld = it_bin(), *slash = strrchr(seckilld, '/');
-
-    p->port = it_free_port();
-    p->ctl = it_free_port();
-    snprintf(listen, sizeof(listen), "%u", (unsigned)p->port);
-    snprintf(ctl, sizeof(ctl), "%u", (unsigned)p->ctl);
-    snprintf(to, sizeof(to), "127.0.0.1:%u", (unsigned)target);
-    /* Built beside the binary under test (make tests). */
-    snprintf(bin, sizeof(bin), "%.*s/tools/tcpproxy",
-             slash ? (int)(slash - seckilld) : 1, slash ? seckilld : ".");
-    snprintf(log, sizeof(log), "%s/soldout-proxy-%s-%u.log", it_log_dir(), tag,
-             (unsigned)p->port);
-    char *argv[] = {bin, "--listen",  listen, "--target",
-                    to,  "--control", ctl,    NULL};
-    p->pid = it_spawn(argv, NULL, log);
-    if (p->pid < 0 || it_wait_tcp(p->ctl, 5000) != 0 ||
-        it_wait_tcp(p->port, 5000) != 0) {
-        fprintf(stderr, "soldout: %s did not start; log %s\n", bin, log);
-        return -1;
-    }
-    return 0;
-}
-
-/* Send one control command; true when it answered "ok". */
-static bool proxy_ctl(const struct proxy *p, const char *cmd)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons(p->ctl),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    char line[64], reply[160] = "";
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    size_t have = 0;
-    bool ok = false;
-
-    if (fd < 0)
-        return false;
-    snprintf(line, sizeof(line), "%s\n", cmd);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        write(fd, line, strlen(line)) == (ssize_t)strlen(line)) {
-        while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
-            ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
-            if (n <= 0)
-                break;
-            have += (size_t)n;
-            reply[have] = '\0';
-        }
-        ok = strncmp(reply, "ok", 2) == 0;
-    }
-    close(fd);
-    if (!ok)
-        fprintf(stderr, "soldout: proxy %s: %s\n", cmd, reply);
-    return ok;
-}
-
-static void proxy_stop(struct proxy *p)
-{
-    int status;
-
-    if (p->pid <= 0)
-        return;
-    kill(p->pid, SIGKILL);
-    it_wait_exit(p->pid, 5000, &status);
-    p->pid = 0;
 }
 
 /* ---- set-up ---- */
@@ -148,8 +74,8 @@ static int group_setup(void **state)
     it_init();
     user_base = USER_BASE + util_now_ms() % 100000000 * 100;
     sc = it_store_config();
-    if (proxy_start(&mysql_proxy, "mysql", (uint16_t)sc->mysql_port) ||
-        proxy_start(&redis_proxy, "redis", (uint16_t)sc->redis_port))
+    if (it_proxy_start(&mysql_proxy, "mysql", (uint16_t)sc->mysql_port) ||
+        it_proxy_start(&redis_proxy, "redis", (uint16_t)sc->redis_port))
         return -1;
     mysql_url =
         it_mysql_url_with_port(getenv("SECKILL_MYSQL_URL"), mysql_proxy.port);
@@ -190,12 +116,12 @@ static int group_teardown(void **state)
     (void)state;
     /* A must reach its backends to stop cleanly. */
     if (mysql_proxy.pid > 0)
-        proxy_ctl(&mysql_proxy, "heal");
+        it_proxy_ctl(&mysql_proxy, "heal");
     if (redis_proxy.pid > 0)
-        proxy_ctl(&redis_proxy, "heal");
+        it_proxy_ctl(&redis_proxy, "heal");
     rc = it_group_teardown(srvs, SRV_COUNT);
-    proxy_stop(&mysql_proxy);
-    proxy_stop(&redis_proxy);
+    it_proxy_stop(&mysql_proxy);
+    it_proxy_stop(&redis_proxy);
     return rc;
 }
 
@@ -203,7 +129,8 @@ static int group_teardown(void **state)
 static int heal_proxies(void **state)
 {
     (void)state;
-    return proxy_ctl(&mysql_proxy, "heal") && proxy_ctl(&redis_proxy, "heal")
+    return it_proxy_ctl(&mysql_proxy, "heal") &&
+                   it_proxy_ctl(&redis_proxy, "heal")
                ? 0
                : -1;
 }
@@ -354,8 +281,8 @@ static void test_refused_without_backends(void **state)
     refused(srv_a, plain, fresh_user(), 409, "NOT_SECKILL");
     refused(srv_a, unknown, fresh_user(), 404, "NOT_FOUND");
 
-    assert_true(proxy_ctl(&mysql_proxy, "stall"));
-    assert_true(proxy_ctl(&redis_proxy, "stall"));
+    assert_true(it_proxy_ctl(&mysql_proxy, "stall"));
+    assert_true(it_proxy_ctl(&redis_proxy, "stall"));
     ms = burst(srv_a, sold, BURST, 0, 409, "SOLD_OUT");
     slowest = ms > slowest ? ms : slowest;
     /* One user, far over the rate limit: never 429, never the limiter. */
@@ -382,8 +309,8 @@ static void test_refused_without_backends(void **state)
         it_assert_error(&resp, 401, "UNAUTHORIZED");
         it_resp_free(&resp);
     }
-    assert_true(proxy_ctl(&mysql_proxy, "resume"));
-    assert_true(proxy_ctl(&redis_proxy, "resume"));
+    assert_true(it_proxy_ctl(&mysql_proxy, "resume"));
+    assert_true(it_proxy_ctl(&redis_proxy, "resume"));
 }
 
 /*
@@ -461,7 +388,7 @@ static void test_resubscribe_flushes(void **state)
     restock(v, 1);
     refused(srv_a, v, fresh_user(), 409, "SOLD_OUT");
     /* Reset every connection of A to Redis, its subscriber's too. */
-    assert_true(proxy_ctl(&redis_proxy, "cut"));
+    assert_true(it_proxy_ctl(&redis_proxy, "cut"));
     ms = sells_within(srv_a, v, 5000);
     print_message("after the subscriber reconnected: A sold in %lld ms\n",
                   (long long)ms);
