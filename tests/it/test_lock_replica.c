@@ -207,8 +207,9 @@ static struct lock_client *client_at(uint16_t port, unsigned replicas)
     char url[128];
     struct lock_client *c = NULL;
 
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%u/0?timeout_ms=%u&replicas=%u",
-             (unsigned)port, TIMEOUT_MS, replicas);
+    snprintf(url, sizeof(url),
+             "redis://127.0.0.1:%u/0?timeout_ms=%u&replicas=%u", (unsigned)port,
+             TIMEOUT_MS, replicas);
     assert_int_equal(lock_client_open(url, NULL, &c), 0);
     return c;
 }
@@ -249,9 +250,9 @@ static void test_failover_loses_lock(void **state)
     assert_true(it_proxy_ctl(&p->link, "stall"));
     assert_int_equal(acquire(l1, &rc), LOCK_ACQUIRED);
     assert_int_equal(rc, 0);
-    assert_string_equal(redis_str(p->primary_port, buf, sizeof(buf),
-                                  "GET order:42"),
-                        lock_owner(l1));
+    assert_string_equal(
+        redis_str(p->primary_port, buf, sizeof(buf), "GET order:42"),
+        lock_owner(l1));
 
     pair_failover(p);
     c2 = client_at(p->replica_port, 0);
@@ -298,9 +299,9 @@ static void test_failover_keeps_confirmed_lock(void **state)
     assert_int_equal(rc, 0);
 
     pair_failover(p);
-    assert_string_equal(redis_str(p->replica_port, buf, sizeof(buf),
-                                  "GET order:42"),
-                        lock_owner(l1));
+    assert_string_equal(
+        redis_str(p->replica_port, buf, sizeof(buf), "GET order:42"),
+        lock_owner(l1));
     c2 = client_at(p->replica_port, 0);
     assert_int_equal(lock_new(c2, "order:42", &l2), 0);
     assert_int_equal(lock_rw_new(c2, "order:43", &r2, &w2), 0);
@@ -349,9 +350,8 @@ static void test_unconfirmed_acquire_fails(void **state)
     assert_int_equal(rc, -EIO);
     assert_int_equal(lock_holds(l1), 0);
     assert_true(ms <= 3 * TIMEOUT_MS);
-    assert_string_equal(redis_str(p->primary_port, buf, sizeof(buf),
-                                  "GET order:42"),
-                        "");
+    assert_string_equal(
+        redis_str(p->primary_port, buf, sizeof(buf), "GET order:42"), "");
 
     assert_true(it_proxy_ctl(&p->link, "resume"));
     assert_int_equal(acquire(l1, &rc), LOCK_ACQUIRED);
