@@ -175,6 +175,85 @@ static void test_client_open_refuses(void **state)
     lock_client_close(c);
 }
 
+/* The kinds' constructors and the multi-lock's checks: all before any
+ * I/O, so no server is needed. */
+static void test_kinds_offline(void **state)
+{
+    static const char *const refuse[] = {
+        "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0",
+        "mysql://u:p@127.0.0.1:1/db",
+    };
+    struct lock_client *c = NULL, *z = NULL;
+    struct lock *f = NULL, *r = NULL, *w = NULL, *s = NULL, *m = NULL,
+                *m2 = NULL;
+    enum lock_status st;
+    int held = 1;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(refuse) / sizeof(refuse[0]); i++) {
+        assert_int_equal(0, lock_client_open(refuse[i], NULL, &c));
+        assert_int_equal(-ENOTSUP, lock_fair_new(c, "x", &f));
+        assert_int_equal(-ENOTSUP, lock_rw_new(c, "x", &r, &w));
+        assert_int_equal(-ENOTSUP, lock_semaphore_new(c, "x", 2, &s));
+        assert_null(f);
+        assert_null(r);
+        assert_null(s);
+        assert_int_equal(0, lock_new(c, "x", &m));
+        assert_int_equal(LOCK_KIND_MUTEX, lock_kind(m));
+        lock_free(m);
+        lock_client_close(c);
+    }
+
+    assert_int_equal(0,
+                     lock_client_open("zookeeper://127.0.0.1:1/l", NULL, &z));
+    assert_int_equal(0, lock_fair_new(z, "x", &f));
+    assert_int_equal(LOCK_KIND_FAIR, lock_kind(f));
+    lock_free(f);
+    lock_client_close(z);
+
+    assert_int_equal(0, lock_client_open("redis://127.0.0.1:1/0", NULL, &c));
+    assert_int_equal(-EINVAL, lock_fair_new(c, "", &f));
+    assert_int_equal(-EINVAL, lock_rw_new(c, "x", NULL, &w));
+    assert_int_equal(-EINVAL, lock_semaphore_new(c, "x", 0, &s));
+    assert_int_equal(-EINVAL,
+                     lock_semaphore_new(c, "x", LOCK_PERMITS_MAX + 1, &s));
+    assert_int_equal(0, lock_semaphore_new(c, "x", LOCK_PERMITS_MAX, &s));
+    assert_int_equal(LOCK_KIND_SEMAPHORE, lock_kind(s));
+    /* The two sides of a read-write lock are one owner. */
+    assert_int_equal(0, lock_rw_new(c, "x", &r, &w));
+    assert_int_equal(LOCK_KIND_READ, lock_kind(r));
+    assert_int_equal(LOCK_KIND_WRITE, lock_kind(w));
+    assert_string_equal(lock_owner(r), lock_owner(w));
+    assert_int_equal(0, lock_new(c, "x", &m));
+    assert_int_equal(0, lock_new(c, "x", &m2));
+    assert_string_not_equal(lock_owner(m), lock_owner(m2));
+
+    /* Sets that can never be held. */
+    struct lock *none[] = {NULL}, *twice[] = {m, r, m}, *twins[] = {m, m2},
+                *mixed[] = {r, m, w}, *big[LOCK_MULTI_MAX + 1];
+    assert_int_equal(-EINVAL, lock_multi_acquire(twice, 0, 0, 1000, &st));
+    assert_int_equal(-EINVAL, lock_multi_acquire(none, 1, 0, 1000, &st));
+    assert_int_equal(-EINVAL, lock_multi_acquire(twice, 3, 0, 1000, &st));
+    assert_int_equal(-EINVAL, lock_multi_acquire(twins, 2, 0, 1000, &st));
+    for (size_t i = 0; i < LOCK_MULTI_MAX + 1; i++)
+        big[i] = m;
+    assert_int_equal(-EINVAL,
+                     lock_multi_acquire(big, LOCK_MULTI_MAX + 1, 0, 1000, &st));
+    assert_int_equal(-EINVAL, lock_multi_acquire(mixed, 3, 0, 1000, NULL));
+    /* Releasing a set nobody holds: -ENOLCK, not held. */
+    assert_int_equal(-ENOLCK, lock_multi_release(mixed, 3, &held));
+    assert_int_equal(0, held);
+    assert_int_equal(0, lock_release_pending(m));
+
+    /* Either side of a read-write lock can go first. */
+    lock_free(w);
+    lock_free(r);
+    lock_free(s);
+    lock_free(m);
+    lock_free(m2);
+    lock_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_replicas),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_client_open_refuses),
+        cmocka_unit_test(test_kinds_offline),
     };
     return cmocka_run_group_tests_name("lock_url", tests, NULL, NULL);
 }
