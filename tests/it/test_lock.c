@@ -408,7 +408,7 @@ static int agent_main(const char *url, const struct lock_options *opt,
 
 #define FX_LOCKS_MAX 32
 #define FX_CLIENTS_MAX 4
-#define FX_AGENTS_MAX 4
+#define FX_AGENTS_MAX 12
 #define FX_FDS_MAX 8
 
 struct fx {
@@ -1814,9 +1814,10 @@ static void down_url(const struct fx *f, const uint16_t *ports, char *buf,
         snprintf(buf + len, size - len, "&session_ms=%u", ZK_SESSION_MS);
 }
 
-/* Acquire through url in an agent (a hang there cannot hang the test):
- * errors within the bound, and the client closes quickly. */
-static void check_down(struct fx *f, const char *what, const char *url)
+/* Acquire a lock of kind ks through url in an agent (a hang there cannot
+ * hang the test): errors within the bound, and the client closes quickly. */
+static void check_down_kind(struct fx *f, const char *what, const char *url,
+                            struct kind_spec ks)
 {
     const int64_t bound =
         2LL * TIMEOUT_MS * (f->b->kind == BK_REDLOCK ? f->u.nhosts : 1) +
@@ -1827,11 +1828,11 @@ static void check_down(struct fx *f, const char *what, const char *url)
     int64_t ms;
 
     fx_name(f, "down", name);
-    ag = agent_start_url(f, url, name);
+    ag = agent_start_kind(f, url, ks, name);
     r = agent_call(ag, AG_ACQUIRE, 0, 1000, 0);
     ms = (r.t_us - r.t0_us) / 1000;
-    print_message("      %s: acquire = %d (%s) in %lld ms\n", what, r.rc,
-                  rc_str(r.rc), (long long)ms);
+    print_message("      %s, %s: acquire = %d (%s) in %lld ms\n", what,
+                  kind_str(ks.kind), r.rc, rc_str(r.rc), (long long)ms);
     assert_true(r.rc < 0);
     assert_int_not_equal(r.rc, -EINVAL);
     assert_int_equal(r.holds, 0);
@@ -1839,15 +1840,30 @@ static void check_down(struct fx *f, const char *what, const char *url)
 
     r = agent_call(ag, AG_ACQUIRE, 1000, 1000, 0);
     ms = (r.t_us - r.t0_us) / 1000;
-    print_message("      %s: acquire with a 1 s wait = %d (%s) in %lld ms\n",
-                  what, r.rc, rc_str(r.rc), (long long)ms);
+    print_message("      %s, %s: acquire with a 1 s wait = %d (%s) in %lld "
+                  "ms\n",
+                  what, kind_str(ks.kind), r.rc, rc_str(r.rc), (long long)ms);
     assert_true(r.rc < 0);
     assert_int_not_equal(r.rc, -EINVAL);
     assert_true(ms <= 1000 + bound);
 
     ms = agent_finish(ag, 10000);
-    print_message("      %s: client closed in %lld ms\n", what, (long long)ms);
+    print_message("      %s, %s: client closed in %lld ms\n", what,
+                  kind_str(ks.kind), (long long)ms);
     assert_true(ms <= bound);
+}
+
+/* The same for the mutex and, where offered, every other kind. */
+static void check_down(struct fx *f, const char *what, const char *url)
+{
+    static const struct kind_spec kinds[] = {
+        {LOCK_KIND_MUTEX, 0}, {LOCK_KIND_FAIR, 0},      {LOCK_KIND_READ, 0},
+        {LOCK_KIND_WRITE, 0}, {LOCK_KIND_SEMAPHORE, 2},
+    };
+
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (i == 0 || f->b->all_kinds)
+            check_down_kind(f, what, url, kinds[i]);
 }
 
 /*
