@@ -2580,6 +2580,25 @@ static void test_rw_semantics(void **state)
                   ", its downgraded read %" PRIu64 ", next writer %" PRIu64
                   "\n",
                   f_w, f_r, f_w2);
+
+    /* A downgrade while another writer already waits: that writer stays
+     * out until the downgraded reader is done, although it queued first. */
+    const struct kind_spec wr = {LOCK_KIND_WRITE, 0};
+    struct agent *q = agent_start_kind(f, f->url, wr, name);
+    struct agent_reply rep;
+    acquire_expect(w, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    agent_send(q, AG_ACQUIRE, 20000, LONG_LEASE_MS, 0);
+    sleep_ms(300); /* queued behind w */
+    acquire_expect(r, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    release_held(w);
+    sleep_ms(500);
+    assert_false(agent_answered(q));
+    release_held(r);
+    rep = agent_recv(q, 10000);
+    assert_agent_acquired(rep);
+    rep = agent_call(q, AG_RELEASE, 0, 0, 0);
+    assert_int_equal(rep.held, 1);
+    agent_finish(q, 10000);
 }
 
 /* ---- 14. the semaphore ---- */
