@@ -260,8 +260,12 @@ int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
  * locks (lock_multi_acquire() takes them all or none). Each first
  * acquire gets a fencing token that grows, but with permits > 1 several
  * holders are inside at once: the token orders them, it does not exclude.
- * Returns 0, -EINVAL (name, permits), or -ENOTSUP on RedLock and MySQL.
- * No I/O.
+ * On ZooKeeper contenders queue on a mutex before they count permits, so
+ * a fail-fast acquire (wait_ms 0) is LOCK_BUSY while another client is
+ * taking a permit, even if one is free (as with Curator).
+ * Returns 0, -EINVAL (name, permits), or -ENOTSUP on RedLock and MySQL
+ * (GET_LOCK is exclusive only; N permits spread over independent RedLock
+ * masters do not add up to a count). No I/O.
  */
 int lock_semaphore_new(struct lock_client *c, const char *name,
                        uint32_t permits, struct lock **out);
