@@ -1480,6 +1480,24 @@ out:
     return err;
 }
 
+/*
+ * Whether l (a reader) is a downgrade: its owner's write lock is held, and
+ * its node is still there in this session. A downgraded reader holds at
+ * once, so a write hold lost unnoticed must not make one.
+ */
+static int zk_write_still_ours(struct zk_sess *s, const struct lock *l)
+{
+    const struct lock *w = l->pair ? l->pair->write : NULL;
+    const struct zk_hold *h = w && w->holds > 0 ? w->bs : NULL;
+    struct Stat st;
+
+    if (!h || h->gen != s->gen || atomic_load(&w->lost))
+        return 0;
+    if (zk_stat(s, h->path, 0, zk_now_ms() + s->zk->timeout_ms, &st) != ZOK)
+        return 0;
+    return st.ephemeralOwner == zoo_client_id(s->zh)->client_id;
+}
+
 static int zk_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
                       enum lock_status *status)
 {
@@ -1514,9 +1532,7 @@ static int zk_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
     case LOCK_KIND_READ:
         n.dir = zk_dir_path(zk, l->name, l->name_len, "~rw");
         err = zk_contend(s, l,
-                         l->pair && l->pair->write && l->pair->write->holds > 0
-                             ? ZK_TAG_DREAD
-                             : ZK_TAG_READ,
+                         zk_write_still_ours(s, l) ? ZK_TAG_DREAD : ZK_TAG_READ,
                          zk_decide_read, wait_ms > 0, wait_end, &n, status);
         break;
     case LOCK_KIND_SEMAPHORE:

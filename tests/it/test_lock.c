@@ -2599,6 +2599,18 @@ static void test_rw_semantics(void **state)
     rep = agent_call(q, AG_RELEASE, 0, 0, 0);
     assert_int_equal(rep.held, 1);
     agent_finish(q, 10000);
+
+    /* A downgrade needs the write lock still to be ours: taken away
+     * behind our back and given to another writer, it does not let our
+     * reader in beside that writer. */
+    int held = -1;
+    acquire_expect(w, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    fx_break(f, name, getpid());
+    acquire_expect(w3, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    acquire_expect(r, 0, LONG_LEASE_MS, LOCK_BUSY);
+    int rc = lock_release(w, &held);
+    assert_release_not_ours(rc, held);
+    release_held(w3);
 }
 
 /* ---- 14. the semaphore ---- */
