@@ -2,6 +2,8 @@
 #   docker build -t seckilld .
 # Stage 1 builds build/seckilld with the Makefile; stage 2 carries only the
 # binary and its runtime libraries and runs it as an unprivileged user.
+# Every library the binary links must be in both stages: make test runs
+# scripts/check-dockerfile.sh, which compares them with the binary.
 
 FROM debian:12 AS build
 RUN apt-get update \
@@ -9,6 +11,7 @@ RUN apt-get update \
         build-essential pkg-config \
         libmicrohttpd-dev libjansson-dev libhiredis-dev \
         libmariadb-dev libmariadb-dev-compat libsodium-dev \
+        libzookeeper-mt-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -18,7 +21,7 @@ FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libhiredis0.14 libmariadb3 libsodium23 \
-        ca-certificates \
+        libzookeeper-mt2 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin seckill

@@ -9,8 +9,16 @@
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
+#   make stress    the two-instance crowd 30 times in a row, plain and ASan
+#   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
+#                  make cluster-roll restarts them in turn, make cluster-stop
+#   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
+#   make test-web  the pages in headless Chromium and docs/openapi.yaml against
+#                  live traffic (part of make test; tests/web/run.sh)
+#   make openapi   write docs/openapi.json (served at /openapi.json) from
+#                  docs/openapi.yaml
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
 # WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
@@ -60,8 +68,13 @@ Q := @
 endif
 LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 
-LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c handlers/*.c) \
-           cmd/config.c
+# The pages (web/) and the API description, compiled into the binary.
+WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
+WEB_GEN := build/gen/web_files.c
+
+LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
+                     handlers/*.c) \
+           cmd/config.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -73,7 +86,9 @@ IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
-        test-san bench-lock bench bench-jmeter faults test-faults format \
+        test-san test-web web-deps openapi bench-lock bench bench-jmeter \
+        faults test-faults format check-dockerfile stress bench-profile \
+        cluster cluster-roll cluster-stop test-compose bench-scale \
         format-check clean
 
 all: build
@@ -88,6 +103,12 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(@D)
 	@echo "  CC  $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The folders too, so that a deleted file is noticed.
+$(WEB_GEN): scripts/embed-web.sh $(WEB_SRC) web web/static
+	@mkdir -p $(@D)
+	@echo "  GEN $@"
+	$(Q)scripts/embed-web.sh $@
 
 # tcpproxy: test_soldout stalls an instance's backends with it.
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
@@ -125,9 +146,21 @@ run: services
 test: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
+	@$(MAKE) --no-print-directory check-dockerfile
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
+	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
+
+# Both Dockerfile stages install every library the binary links; the
+# second line proves the check notices a package taken out.
+check-dockerfile: build
+	@scripts/check-dockerfile.sh $(BUILD)/seckilld
+	@sed '/libzookeeper/d' Dockerfile > $(BUILD)/Dockerfile.broken
+	@if scripts/check-dockerfile.sh $(BUILD)/seckilld \
+	        $(BUILD)/Dockerfile.broken >/dev/null 2>&1; then \
+	    echo "check-dockerfile: a Dockerfile without libzookeeper passed"; \
+	    exit 1; fi
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)
@@ -140,6 +173,24 @@ test-san: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build/san
+
+# ---- the pages and the API description (tests/web, docs/openapi.yaml) ----
+
+# Chromium and Node.js from Debian, the npm packages of tests/package-lock.json.
+web-deps:
+	@scripts/deps.sh web
+	@scripts/npm.sh
+
+# The browser and OpenAPI tests against $(BUILD)/seckilld.
+test-web: services web-deps
+	@$(MAKE) --no-print-directory build
+	@tests/web/run.sh $(BUILD)
+
+# docs/openapi.json is what the binary serves; it is the YAML as JSON.
+openapi: web-deps
+	@REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	    tests/node_modules/.bin/redocly bundle docs/openapi.yaml --ext json \
+	    -o docs/openapi.json
 
 # ---- fault injection: its own target, not part of make test ----
 
@@ -164,6 +215,48 @@ test-faults: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
 	@tests/faults/run.sh build/fp
 
+# ---- a cluster on loopback: N instances behind haproxy ----
+
+N ?= 3
+
+cluster: services
+	@$(MAKE) --no-print-directory build
+	@BUILD=$(BUILD) scripts/cluster.sh up $(N)
+
+cluster-roll:
+	@BUILD=$(BUILD) scripts/cluster.sh roll
+
+cluster-stop:
+	@scripts/cluster.sh down
+
+# ---- containers: its own target, not part of make test ----
+
+# Builds the image with podman, brings docker-compose.yml up (database,
+# Redis, two app replicas, haproxy) with local stand-ins for the database
+# images, runs the README's walk-through and a crowd through haproxy,
+# checks MySQL, tears down (tests/compose/run.sh).
+test-compose:
+	@scripts/deps.sh containers
+	@tests/compose/run.sh
+
+# ---- stress: its own target, not part of make test ----
+
+$(BUILD)/tests/stress: $(BUILD)/obj/tests/stress/stress.o $(IT_HELPER_OBJ) \
+                       $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+# The two-instance crowd of 1,000 purchases STRESS_ROUNDS (30) times in a
+# row, plain and under the sanitizers; fails on a request without an
+# answer within 10 s or a broken invariant.
+stress: services
+	@scripts/services.sh reset-test
+	@$(MAKE) --no-print-directory build $(BUILD)/tests/stress
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined build \
+	    build/san/tests/stress
+	@tests/stress.sh build build/san
+
 # ---- benchmarks ----
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_OBJ)
@@ -183,6 +276,21 @@ bench: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/run.sh $(BUILD)
+
+# CPU time and context switches per purchase of one instance under a
+# 256-connection crowd; BENCH_PROFILE="label=binary[:ENV=v,...] ..." to
+# compare builds in one run (bench/profile.sh).
+bench-profile: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/profile.sh $(BENCH_PROFILE)
+
+# 1, 2 and 4 instances behind haproxy, and the costs per purchase that
+# docs/scaling.md's shard simulation starts from (bench/scale.sh).
+bench-scale: services
+	@scripts/deps.sh bench
+	@$(MAKE) --no-print-directory build
+	@bench/scale.sh $(BUILD)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services
@@ -204,7 +312,7 @@ FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) -g -O1 $(FUZZ_SAN) \
 # and without store/, lock/ and idgen/ (fuzz/fake_backend.c stands in).
 FUZZ_LIB_SRC = $(wildcard common/*.c) \
                $(filter-out handlers/http.c,$(wildcard handlers/*.c)) \
-               fuzz/driver.c fuzz/fake_backend.c
+               $(WEB_GEN) fuzz/driver.c fuzz/fake_backend.c
 FUZZ_LIB_OBJ = $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 .PHONY: fuzz fuzz-build fuzz-smoke

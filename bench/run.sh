@@ -38,22 +38,54 @@
 #      static file: nginx refuses POST to a file), BENCH_ROUNDS times
 #      BENCH_SOLDOUT_SECONDS each; the round with the median ratio counts:
 #      rejections/s, p50/p99.
+#   5. lifecycle: two more instances (ports +2, +3) with
+#      SECKILL_PAY_TIMEOUT_S=BENCH_PAY_TIMEOUT_S (5) and a payment key; a
+#      voucher of BENCH_LIFE_STOCK (15000: sold out within seconds, so
+#      the expiries' units sell again) for BENCH_LIFE_SECONDS (15) at 256
+#      connections, where 70% of the buyers pay through the signed
+#      provider notification after their 201 and the rest never pay: their
+#      orders expire and the crowd buys the units again. Then the last
+#      unpaid orders expire and stock + unpaid + paid = initial is checked;
+#      reported: orders paid and expired, the expiry lag (deadline to
+#      close) p50/p99, and how long returned units stayed unsold.
+#
+#   6. async: the instances above stop; a private Redis with appendonly
+#      yes and appendfsync always (port +6: what async mode requires) and
+#      two async instances on it (ports +4, +5, without accepting loss).
+#      Raw limit: redis-benchmark running async/async.c's purchase script
+#      (one purchase per call) at 256 clients on that Redis. Drain: a
+#      voucher's stream is filled with BENCH_ASYNC_DRAIN (100000) orders
+#      by the same script while no writer runs, then both instances start
+#      and their writers put them into MySQL: orders/s from the first to
+#      the last order in MySQL (sampled every 20 ms). Accept: a voucher of
+#      BENCH_ASYNC_STOCK (200000) sold at 256 connections until the first
+#      SOLD_OUT, 202s/s as in the selling phase, then the time from the
+#      last 202 to the last order in MySQL, and the invariants (Redis'
+#      stock and buyers must equal MySQL's too).
+#
+# Head-of-line: while the 256-connection selling crowd runs, a separate
+# client sends 200 GET /healthz to instance A one at a time, each on a
+# fresh connection (and the same once before, with no crowd): p50, p99
+# and max show whether cheap requests wait behind purchases.
 #
 # Prints a summary table, writes bench/results/<UTC time>/ (summary.md,
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
-#   bench-ratios selling=<x> soldout=<y> rss_mib=<z>
+#   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
+#                async_accept=<a> async_drain=<d>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
-# instance after 1,024 connections. Exit 1 when an invariant is broken.
+# instance after 1,024 connections; async_accept = 202s/s / the raw
+# script's calls/s; async_drain = orders/s written by the writers / the
+# best sysbench rate. Exit 1 when an invariant is broken.
 #
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
 # BENCH_CALIBRATE_SECONDS (4), BENCH_SOLDOUT_SECONDS (4), BENCH_ROUNDS (3),
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
-# it), BENCH_PORT (17180), BENCH_THREADS (worker threads per instance, 32),
-# BENCH_KEEP=1 (keep the bench's vouchers and orders in MySQL).
+# it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
+# orders in MySQL). The instances run at the service's defaults.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -63,10 +95,17 @@ LUA=$ROOT/bench/wrk/buy.lua
 SB_LUA=$ROOT/bench/sysbench/purchase.lua
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
-    d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2
+    d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2 d_life=8
+    d_async=20000 d_drain=20000
 else
-    d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4
+    d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4 d_life=15
+    d_async=200000 d_drain=100000
 fi
+ASYNC_STOCK=${BENCH_ASYNC_STOCK:-$d_async}
+DRAIN_ORDERS=${BENCH_ASYNC_DRAIN:-$d_drain}
+LIFE_SECONDS=${BENCH_LIFE_SECONDS:-$d_life}
+LIFE_TIMEOUT=${BENCH_PAY_TIMEOUT_S:-5}
+LIFE_STOCK=${BENCH_LIFE_STOCK:-15000}
 CELL=${BENCH_CELL_SECONDS:-$d_cell}
 SELL=${BENCH_SELL_SECONDS:-$d_sell}
 CAL=${BENCH_CALIBRATE_SECONDS:-$d_cal}
@@ -314,6 +353,34 @@ RB_PURCHASE=$(awk -v a="${rb_rate[lock_acquire]}" -v r="${rb_rate[lock_release]}
         printf "%.0f", 1 / (1 / a + 1 / r + 1 / i); else print 0 }')
 say "redis-benchmark (256 clients): acquire ${rb_rate[lock_acquire]}/s, release ${rb_rate[lock_release]}/s, order id ${rb_rate[order_id]}/s; all three: $RB_PURCHASE/s"
 
+# ---- head-of-line: cheap requests while a crowd buys ----
+
+# hol_probe NAME: 200 GET /healthz to instance A one at a time, each on a
+# fresh connection, in the background; their times (ms) go to
+# $RAW/NAME.ms. Sets HOL_PID.
+hol_probe() {
+    local name=$1
+    (
+        sleep 2 # into the crowd's steady state
+        for _ in $(seq 200); do
+            curl -s -o /dev/null -w '%{time_total}\n' --max-time 10 \
+                "http://127.0.0.1:$PORT/healthz" || echo 10
+        done | awk '{ printf "%.3f\n", $1 * 1000 }' >"$RAW/$name.ms"
+    ) &
+    HOL_PID=$!
+}
+# hol_stats NAME: "p50 p99 max" of $RAW/NAME.ms.
+hol_stats() {
+    sort -n "$RAW/$1.ms" | awk '{ v[NR] = $1 } END {
+        p50 = v[int(NR * 0.50 + 0.5)]; p99 = v[int(NR * 0.99 + 0.5)];
+        printf "%.1f %.1f %.1f", p50, p99, v[NR] }'
+}
+# Without a crowd first: what one request costs the probe by itself.
+hol_probe hol-idle
+wait "$HOL_PID"
+read -r HOL_IDLE_P50 HOL_IDLE_P99 HOL_IDLE_MAX <<<"$(hol_stats hol-idle)"
+say "head-of-line, no crowd: GET /healthz p50 $HOL_IDLE_P50 ms, p99 $HOL_IDLE_P99 ms, max $HOL_IDLE_MAX ms"
+
 # ---- 3. selling ----
 
 declare -A sell_rate sell_p50 sell_p99 sell_err sell_stock sell_secs sell_span sell_done
@@ -338,7 +405,13 @@ for c in 64 256; do
     say "selling: $c connections, stock $stock, $((stock * 2)) users"
     # A ceiling of three times the planned length, so a slow service still
     # ends the run in minutes (the figures then say it did not sell out).
+    ((c == 256)) && hol_probe hol-crowd
     run_wrk "$name" "$c" $((SELL * 3 + 30)) "$HOSTS_2" "/api/vouchers/$v/seckill" 1
+    if ((c == 256)); then
+        wait "$HOL_PID"
+        read -r HOL_P50 HOL_P99 HOL_MAX <<<"$(hol_stats hol-crowd)"
+        say "head-of-line, during the 256 crowd: GET /healthz p50 $HOL_P50 ms, p99 $HOL_P99 ms, max $HOL_MAX ms"
+    fi
     run_sysbench "$c"
     # The raw limit of this phase: the mean of the runs before and after.
     sb_rate[$c]=$(((before_rate + SB_RATE) / 2))
@@ -399,6 +472,202 @@ NG_P50=$(j "$f" .p50_ms)
 NG_P99=$(j "$f" .p99_ms)
 say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50 ms, p99 $SO_P99 ms, other replies $SO_ERR; nginx $NG_RATE requests/s, p50 $NG_P50 ms, p99 $NG_P99 ms"
 
+# ---- 5. lifecycle: buyers who never pay ----
+
+# Two more instances with a short pay timeout (the default of 15 minutes
+# would make the phase last as long) and a payment provider's key; 70% of
+# the buyers pay through the provider's signed notification right after
+# their 201, the rest never pay. Their orders expire, the units go back on
+# sale and the crowd buys them again, until the phase ends; then the last
+# unpaid orders expire and the invariant is checked.
+LIFE_PORT_C=$((PORT + 2))
+LIFE_PORT_D=$((PORT + 3))
+PAY_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+PID_C=$(SECKILL_PAY_TIMEOUT_S=$LIFE_TIMEOUT SECKILL_PAY_SECRET=$PAY_SECRET \
+    start_instance C "$LIFE_PORT_C")
+PIDS+=("$PID_C")
+PID_D=$(SECKILL_PAY_TIMEOUT_S=$LIFE_TIMEOUT SECKILL_PAY_SECRET=$PAY_SECRET \
+    start_instance D "$LIFE_PORT_D")
+PIDS+=("$PID_D")
+ensure_users $((LIFE_STOCK * 6))
+LIFE_V=$(new_voucher "$LIFE_STOCK")
+# The stock every 50 ms, for how fast returned units sell again.
+(
+    end=$((SECONDS + LIFE_SECONDS + 2))
+    while ((SECONDS < end)); do
+        printf '%s %s\n' "$(date +%s%3N)" "$(sql "SELECT stock FROM seckill_vouchers WHERE voucher_id = $LIFE_V")"
+        sleep 0.05
+    done
+) >"$RAW/lifecycle-stock.txt" 2>/dev/null &
+LIFE_SAMPLER=$!
+say "lifecycle: stock $LIFE_STOCK, pay timeout $LIFE_TIMEOUT s, 70% of buyers pay, $LIFE_SECONDS s at 256 connections"
+BUY_PAY_PERCENT=70 BUY_PAY_SECRET=$PAY_SECRET BUY_PAY_AMOUNT=100 \
+    run_wrk lifecycle-c256 256 "$LIFE_SECONDS" \
+    "127.0.0.1:$LIFE_PORT_C,127.0.0.1:$LIFE_PORT_D" "/api/vouchers/$LIFE_V/seckill"
+wait "$LIFE_SAMPLER" || true
+# The last unpaid orders expire (their units come back) before the check.
+for _ in $(seq $((LIFE_TIMEOUT * 10 + 40))); do
+    [[ $(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $LIFE_V AND status = 1") == 0 ]] && break
+    sleep 0.1
+done
+check_voucher lifecycle "$LIFE_V" "$LIFE_STOCK" 0
+read -r LIFE_PAID LIFE_UNPAID LIFE_EXPIRED LIFE_ALL < <(sql "SELECT SUM(status = 2),
+    SUM(status = 1), SUM(status = 7), COUNT(*) FROM voucher_orders WHERE voucher_id = $LIFE_V")
+# Expiry lag: from each expired order's deadline to its close, ms.
+sql "SELECT TIMESTAMPDIFF(MICROSECOND, pay_deadline, close_time) / 1000
+    FROM voucher_orders WHERE voucher_id = $LIFE_V AND status = 7
+    ORDER BY 1" >"$RAW/lifecycle-lag.ms"
+read -r LIFE_LAG_P50 LIFE_LAG_P99 LIFE_LAG_MAX < <(awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "0 0 0"; exit }
+    printf "%.0f %.0f %.0f\n", v[int(NR * 0.5 + 0.5)], v[int(NR * 0.99 + 0.5)], v[NR] }' \
+    "$RAW/lifecycle-lag.ms")
+# Resale: after the first sell-out, each stretch in which the stock was
+# above 0 (units given back and not yet bought again), ms.
+awk '
+    $2 == "" { next }
+    $2 == 0 { if (open) { print $1 - since; open = 0 } zero = 1; next }
+    zero && !open { open = 1; since = $1 }' "$RAW/lifecycle-stock.txt" |
+    sort -n >"$RAW/lifecycle-resale.ms"
+read -r LIFE_RESALE_N LIFE_RESALE_P50 LIFE_RESALE_P99 < <(awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "0 0 0"; exit }
+    printf "%d %.0f %.0f\n", NR, v[int(NR * 0.5 + 0.5)], v[int(NR * 0.99 + 0.5)] }' \
+    "$RAW/lifecycle-resale.ms")
+f=$RAW/lifecycle-c256.json
+say "lifecycle: $(j "$f" .ok) sold (201), $(j "$f" .paid) paid, $(j "$f" .pay_late) payments too late; orders: ${LIFE_PAID:-0} paid, ${LIFE_EXPIRED:-0} expired, ${LIFE_UNPAID:-0} unpaid; expiry lag p50 ${LIFE_LAG_P50} ms, p99 ${LIFE_LAG_P99} ms, max ${LIFE_LAG_MAX} ms; returned stock sold again within p50 ${LIFE_RESALE_P50} ms, p99 ${LIFE_RESALE_P99} ms ($LIFE_RESALE_N stretches)"
+
+# ---- 6. async: Redis decides, a stream carries the orders ----
+
+# The instances above stop first: every instance's writer drains every
+# async sale of its database through its own Redis.
+for pid in "$PID_A" "$PID_B" "$PID_C" "$PID_D"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "$PID_A" "$PID_B" "$PID_C" "$PID_D"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+done
+AR_PORT=$((PORT + 6))
+ASYNC_PORT_E=$((PORT + 4))
+ASYNC_PORT_F=$((PORT + 5))
+port_check "$AR_PORT"
+rm -rf "$WORK/redis-async"
+mkdir -p "$WORK/redis-async"
+setsid redis-server --bind 127.0.0.1 --port "$AR_PORT" --dir "$WORK/redis-async" \
+    --appendonly yes --appendfsync always --save '' \
+    </dev/null >"$OUT/redis-async.log" 2>&1 &
+PIDS+=("$!")
+arcli() { redis-cli -h 127.0.0.1 -p "$AR_PORT" "$@"; }
+for _ in $(seq 50); do arcli PING >/dev/null 2>&1 && break; sleep 0.1; done
+arcli PING >/dev/null || die "the async phase's Redis on :$AR_PORT did not start"
+AR_URL=redis://127.0.0.1:$AR_PORT/0
+async_instance() { # NAME PORT: an async-mode instance on the durable Redis
+    SECKILL_REDIS_URL=$AR_URL SECKILL_LOCK_URL= SECKILL_PURCHASE_MODE=async \
+        SECKILL_ASYNC_ACCEPT_LOSS=0 start_instance "$1" "$2"
+}
+
+# The raw limit: the purchase script, one purchase per call, on a sale of
+# a billion units (never sold out), at 256 clients.
+PURCHASE_SCRIPT=$(printf '%b' "$(c_string "$ROOT/async/async.c" 'static struct redis_script purchase_script')")
+[[ -n $PURCHASE_SCRIPT ]] || die "async/async.c's purchase script was not recognised"
+rk=()
+for k in info stock buyers stream pending frozen; do rk+=("{v:bench-raw}:$k"); done
+arcli DEL "${rk[@]}" >/dev/null
+arcli HSET "${rk[0]}" begin 0 end 99999999999 initial 1000000000 >/dev/null
+arcli SET "${rk[1]}" 1000000000 >/dev/null
+sha=$(arcli SCRIPT LOAD "$PURCHASE_SCRIPT")
+AR_RAW=$(redis-benchmark -h 127.0.0.1 -p "$AR_PORT" -c 256 -n "$((RAWS * 25000))" \
+    -r 1000000000 -q --csv EVALSHA "$sha" 6 "${rk[@]}" 1000000000 \
+    __rand_int__ __rand_int__ 2>"$RAW/redis-async-script.err" | tail -1 | cut -d, -f2 | tr -d '"')
+[[ $AR_RAW =~ ^[0-9.]+$ ]] || { cat "$RAW/redis-async-script.err" >&2; die "redis-benchmark of the purchase script failed"; }
+AR_RAW=${AR_RAW%.*}
+echo "purchase_script_durable $AR_RAW" >>"$RAW/redis-benchmark.txt"
+arcli DEL "${rk[@]}" >/dev/null
+say "redis-benchmark: the async purchase script on a Redis with appendfsync always, 256 clients: $AR_RAW calls/s"
+
+# Drain: a stream of DRAIN_ORDERS orders waits; then the writers start.
+PID_E=$(async_instance E "$ASYNC_PORT_E")
+PIDS+=("$PID_E")
+DRAIN_V=$(VOUCHER_PORT=$ASYNC_PORT_E new_voucher "$DRAIN_ORDERS" async)
+kill -TERM "$PID_E"
+for _ in $(seq 50); do kill -0 "$PID_E" 2>/dev/null || break; sleep 0.1; done
+dk=()
+for k in info stock buyers stream pending frozen; do dk+=("{v:$DRAIN_V}:$k"); done
+# Order ids below 2^53 (exact in awk's doubles), far below the ID
+# worker's (about 6.6e17 now, growing with the clock), and users of their
+# own: the script in batches of 200, as redis-cli --pipe sends.
+awk -v n="$DRAIN_ORDERS" -v sha="$sha" -v keys="${dk[*]}" -v base=8000000000000000 \
+    -v run="$((10#$(date +%s) % 1000 * 1000000000))" -v user="$((FIRST_USER + 500000000))" '
+    function bulk(s) { return sprintf("$%d\r\n%s\r\n", length(s), s) }
+    BEGIN {
+        split(keys, k, " ")
+        for (i = 0; i < n; i += 200) {
+            m = (n - i < 200) ? n - i : 200
+            printf "*%d\r\n%s%s%s", 10 + 2 * m, bulk("EVALSHA"), bulk(sha), bulk("6")
+            for (j = 1; j <= 6; j++) printf "%s", bulk(k[j])
+            printf "%s", bulk("1000000000")
+            for (j = 0; j < m; j++)
+                printf "%s%s", bulk(sprintf("%.0f", base + run + i + j)), bulk(user + i + j)
+        }
+    }' >"$WORK/drain.resp"
+arcli --pipe <"$WORK/drain.resp" >"$RAW/drain-fill.txt" 2>&1 || die "filling the stream failed"
+[[ $(arcli XLEN "${dk[3]}") == "$DRAIN_ORDERS" ]] ||
+    die "the drain stream holds $(arcli XLEN "${dk[3]}") orders, not $DRAIN_ORDERS"
+say "async drain: $DRAIN_ORDERS orders wait in the stream of voucher $DRAIN_V; starting the writers"
+(
+    while :; do
+        printf '%s %s\n' "$(date +%s%3N)" "$(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $DRAIN_V")"
+        sleep 0.02
+    done
+) >"$RAW/async-drain.txt" 2>/dev/null &
+DRAIN_SAMPLER=$!
+PID_E=$(async_instance E "$ASYNC_PORT_E")
+PIDS+=("$PID_E")
+PID_F=$(async_instance F "$ASYNC_PORT_F")
+PIDS+=("$PID_F")
+for _ in $(seq 600); do
+    [[ $(tail -1 "$RAW/async-drain.txt" | cut -d' ' -f2) == "$DRAIN_ORDERS" ]] && break
+    sleep 0.1
+done
+kill "$DRAIN_SAMPLER" 2>/dev/null || true
+wait "$DRAIN_SAMPLER" 2>/dev/null || true
+read -r DRAIN_MS DRAIN_RATE < <(awk -v n="$DRAIN_ORDERS" '
+    $2 == "" { next }
+    $2 > 0 && !t0 { t0 = $1; c0 = $2 }
+    $2 == n { t1 = $1; exit }
+    END { if (t1 > t0 && t0) printf "%d %.0f\n", t1 - t0, (n - c0) * 1000 / (t1 - t0); else print "0 0" }' \
+    "$RAW/async-drain.txt")
+check_voucher async-drain "$DRAIN_V" "$DRAIN_ORDERS" "$DRAIN_ORDERS"
+say "async drain: $DRAIN_ORDERS orders in MySQL in $DRAIN_MS ms after the first: $DRAIN_RATE orders/s"
+
+# Accept: the crowd on both instances until the first SOLD_OUT.
+ensure_users $((ASYNC_STOCK * 2))
+ACC_V=$(VOUCHER_PORT=$ASYNC_PORT_E new_voucher "$ASYNC_STOCK" async)
+say "async accept: stock $ASYNC_STOCK at 256 connections on 2 async instances"
+run_wrk async-c256 256 120 "127.0.0.1:$ASYNC_PORT_E,127.0.0.1:$ASYNC_PORT_F" \
+    "/api/vouchers/$ACC_V/seckill" 1
+t_end=$(date +%s%3N)
+f=$RAW/async-c256.json
+ACC_OK=$(j "$f" .ok)
+ACC_SECS=$(j "$f" .sold_out_after_s)
+ACC_RATE=$(awk -v s="$ASYNC_STOCK" -v t="$ACC_SECS" 'BEGIN { if (t > 0) printf "%.0f", s / t; else print 0 }')
+ACC_LAG=-1
+for _ in $(seq 600); do
+    if [[ $(sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $ACC_V") == "$ASYNC_STOCK" ]]; then
+        ACC_LAG=$(($(date +%s%3N) - t_end))
+        break
+    fi
+    sleep 0.05
+done
+check_voucher async-accept "$ACC_V" "$ASYNC_STOCK" "$ACC_OK"
+for v in "$DRAIN_V" "$ACC_V"; do
+    r_stock=$(arcli GET "{v:$v}:stock")
+    r_buyers=$(arcli SCARD "{v:$v}:buyers")
+    read -r m_stock m_active < <(sql "SELECT stock, (SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $v AND status IN (1, 2)) FROM seckill_vouchers WHERE voucher_id = $v")
+    if [[ $r_stock != "$m_stock" || $r_buyers != "$m_active" ]]; then
+        say "async voucher $v: Redis stock $r_stock buyers $r_buyers, MySQL stock $m_stock active $m_active -> BROKEN"
+        BROKEN=1
+    fi
+done
+ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
+say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -411,6 +680,7 @@ for c in 16 64 256; do
 done
 SELLING_BEST_RATIO=$(ratio "${sell_rate[256]}" "$SB_BEST")
 SOLDOUT_RATIO=$(ratio "$SO_RATE" "$NG_RATE")
+ASYNC_DRAIN_RATIO=$(ratio "$DRAIN_RATE" "$SB_BEST")
 
 # scaling.dat: connections, 1 instance rate and p99, 2 instances rate and
 # p99, sysbench rate (NaN where not run).
@@ -444,7 +714,7 @@ unset multiplot
 EOF
 
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -n $(git -C "$ROOT" status --porcelain -- cmd common handlers store lock idgen 2>/dev/null) ]] &&
+[[ -n $(git -C "$ROOT" status --porcelain -- cmd common handlers store lock idgen engine async 2>/dev/null) ]] &&
     commit+="+dirty"
 scaling_json=$(for n in 1 2; do for c in $CONNS; do
     echo "{\"instances\":$n,\"connections\":$c,\"purchases_per_s\":${rate[$n,$c]},\"p50_ms\":${p50[$n,$c]},\"p99_ms\":${p99[$n,$c]}}"
@@ -468,7 +738,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson cores "$(nproc)" --arg kernel "$(uname -r)" \
     --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg load0 "$LOAD_START" \
     --argjson quick "${BENCH_QUICK:-0}" \
-    --argjson cell "$CELL" --argjson instance_threads "$((4 * $(nproc)))" \
+    --argjson cell "$CELL" \
     --argjson mysql "$mysql_settings" \
     --argjson scaling "$scaling_json" --argjson sysbench "$sysbench_json" \
     --argjson selling "$selling_json" \
@@ -482,12 +752,27 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson sr "$SELLING_RATIO" --argjson sor "$SOLDOUT_RATIO" \
     --argjson srb "$SELLING_BEST_RATIO" --argjson sbb "$SB_BEST" --argjson sbbc "$SB_BEST_C" \
     --argjson broken "$BROKEN" \
+    --argjson life_timeout "$LIFE_TIMEOUT" --argjson life_secs "$LIFE_SECONDS" \
+    --argjson life_stock "$LIFE_STOCK" --argjson life_ok "$(j "$RAW/lifecycle-c256.json" .ok)" \
+    --argjson life_paid_200 "$(j "$RAW/lifecycle-c256.json" .paid)" \
+    --argjson life_late "$(j "$RAW/lifecycle-c256.json" .pay_late)" \
+    --argjson life_paid "${LIFE_PAID:-0}" --argjson life_expired "${LIFE_EXPIRED:-0}" \
+    --argjson life_unpaid "${LIFE_UNPAID:-0}" \
+    --argjson lag50 "$LIFE_LAG_P50" --argjson lag99 "$LIFE_LAG_P99" --argjson lagmax "$LIFE_LAG_MAX" \
+    --argjson rs_n "$LIFE_RESALE_N" --argjson rs50 "$LIFE_RESALE_P50" --argjson rs99 "$LIFE_RESALE_P99" \
+    --argjson hol_p50 "$HOL_P50" --argjson hol_p99 "$HOL_P99" --argjson hol_max "$HOL_MAX" \
+    --argjson hol_i50 "$HOL_IDLE_P50" --argjson hol_i99 "$HOL_IDLE_P99" --argjson hol_imax "$HOL_IDLE_MAX" \
+    --argjson ar_raw "$AR_RAW" --argjson drain_n "$DRAIN_ORDERS" --argjson drain_ms "$DRAIN_MS" \
+    --argjson drain_rate "$DRAIN_RATE" --argjson acc_stock "$ASYNC_STOCK" --argjson acc_ok "$ACC_OK" \
+    --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
+    --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
+    --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
                 load_at_start: $load0, load_at_end: $load},
       settings: {quick: ($quick == 1), cell_seconds: $cell,
-                 instance_threads: $instance_threads, wrk_threads: 2,
+                 instance_settings: "defaults", wrk_threads: 2,
                  mysql: $mysql},
       scaling: $scaling,
       selling: $selling,
@@ -499,10 +784,26 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
                  order_id: $oid, all_three_per_purchase: $rbp}},
       memory: {instance_vmhwm_mib: $hwm, vmrss_mib_at_1024: $rss_mid,
                open_connections_seen: $open},
+      lifecycle: {pay_timeout_s: $life_timeout, seconds: $life_secs, stock: $life_stock,
+                  pay_percent: 70, sold_201: $life_ok, paid_200: $life_paid_200,
+                  payments_too_late: $life_late,
+                  orders: {paid: $life_paid, expired: $life_expired, unpaid: $life_unpaid},
+                  expiry_lag_ms: {p50: $lag50, p99: $lag99, max: $lagmax},
+                  resold_after_ms: {stretches: $rs_n, p50: $rs50, p99: $rs99}},
+      async: {redis: "appendonly yes, appendfsync always",
+              raw_purchase_script_per_s: $ar_raw,
+              drain: {orders: $drain_n, ms: $drain_ms, orders_per_s: $drain_rate},
+              accept: {connections: 256, stock: $acc_stock, accepted_202: $acc_ok,
+                       seconds: $acc_secs, per_s: $acc_rate, p50_ms: $acc_p50,
+                       p99_ms: $acc_p99, last_202_to_last_order_ms: $acc_lag}},
+      head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
+                     during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
+                     no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
       invariants: $inv, invariants_ok: ($broken == 0),
-      ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm,
+      ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
-               best_sysbench_threads: $sbbc}}' >"$OUT/results.json"
+               best_sysbench_threads: $sbbc,
+               async_accept: $aar, async_drain: $adr}}' >"$OUT/results.json"
 
 table() {
     echo "| figure | value | raw limit, same run | ratio |"
@@ -525,6 +826,20 @@ table() {
         "$RB_PURCHASE" "${rb_rate[lock_acquire]}" "${rb_rate[order_id]}" "${rb_rate[lock_release]}" \
         "$(ratio "${sell_rate[256]}" "$RB_PURCHASE")"
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
+    printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
+        "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
+    printf '| async accept, 256 conns, 2 instances: 202s/s (%s in %s s) | %s | the purchase script alone, 256 clients: %s calls/s | %s |\n' \
+        "$ASYNC_STOCK" "$ACC_SECS" "$ACC_RATE" "$AR_RAW" "$ASYNC_ACCEPT_RATIO"
+    printf '| async accept: p50 / p99 ms; last 202 to last order in MySQL | %s / %s; %s ms | Redis: appendfsync always | |\n' \
+        "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_LAG"
+    printf '| async drain: orders/s into MySQL (%s waiting, %s ms) | %s | best sysbench: %s tx/s | %s |\n' \
+        "$DRAIN_ORDERS" "$DRAIN_MS" "$DRAIN_RATE" "$SB_BEST" "$ASYNC_DRAIN_RATIO"
+    printf '| lifecycle (pay timeout %s s, 70%% pay): orders paid / expired | %s / %s | %s sold (201) in %s s | |\n' \
+        "$LIFE_TIMEOUT" "${LIFE_PAID:-0}" "${LIFE_EXPIRED:-0}" "$(j "$RAW/lifecycle-c256.json" .ok)" "$LIFE_SECONDS"
+    printf '| lifecycle: expiry lag p50 / p99 / max ms (deadline to close) | %s / %s / %s | target < 2000 | |\n' \
+        "$LIFE_LAG_P50" "$LIFE_LAG_P99" "$LIFE_LAG_MAX"
+    printf '| lifecycle: returned stock sold again within p50 / p99 ms | %s / %s | %s stretches with stock > 0 after sell-out | |\n' \
+        "$LIFE_RESALE_P50" "$LIFE_RESALE_P99" "$LIFE_RESALE_N"
     echo
     printf '| scaling: connections |'
     for c in $CONNS; do printf ' %s |' "$c"; done
@@ -549,5 +864,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/redis.h"
+#include "common/url.h"
 #include "common/util.h"
 
 const char config_usage[] =
@@ -26,17 +28,30 @@ const char config_usage[] =
     "  --mysql-url URL     SECKILL_MYSQL_URL    "
     "mysql://user:pass@host:port/db (required)\n"
     "  --redis-url URL     SECKILL_REDIS_URL    "
-    "redis://[:pass@]host:port/db (required)\n"
+    "redis://[:pass@]host:port/db or\n"
+    "                                           "
+    "redis-sentinel://h1:p1,h2:p2/master/db\n"
+    "                                           "
+    "(required)\n"
     "  --secret HEX        SECKILL_SECRET       "
     "64 hex chars, the token signing key (required)\n"
     "  --threads N         SECKILL_THREADS      "
-    "worker threads (4 per core)\n"
+    "HTTP threads (one per core, at least 2)\n"
+    "  --engine-threads N  SECKILL_ENGINE_THREADS\n"
+    "                                           "
+    "purchase engine threads (2 per core)\n"
+    "  --queue-max N       SECKILL_QUEUE_MAX    "
+    "purchases waiting per voucher; more get\n"
+    "                                           "
+    "429 BUSY at once (20000)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
-    "lock backend: redis://, redlock://, mysql://,\n"
+    "lock backend: redis://, redis-sentinel://,\n"
     "                                           "
-    "zookeeper:// (the Redis URL)\n"
+    "redlock://, mysql://, zookeeper:// (the\n"
+    "                                           "
+    "Redis URL)\n"
     "  --dev[=0|1]         SECKILL_DEV          "
     "1: echo login codes in responses (0)\n"
     "  --rate-user R,B     SECKILL_RATE_USER    "
@@ -68,6 +83,49 @@ const char config_usage[] =
     "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
     "                                           "
     "new vouchers' stock in N rows, 1..64 (1)\n"
+    "  --cors-origins LIST SECKILL_CORS_ORIGINS\n"
+    "                                           "
+    "web pages on these origins may call the\n"
+    "                                           "
+    "API: https://a.example,http://b:3000;\n"
+    "                                           "
+    "empty: off ()\n"
+    "  --pay-timeout-s N   SECKILL_PAY_TIMEOUT_S\n"
+    "                                           "
+    "an unpaid order expires after N s (900)\n"
+    "  --pay-secret HEX    SECKILL_PAY_SECRET   "
+    "64 hex chars, the payment provider's\n"
+    "                                           "
+    "notify key; none: no notify route\n"
+    "  --purchase-mode M   SECKILL_PURCHASE_MODE\n"
+    "                                           "
+    "sync or async: how new flash sales sell\n"
+    "                                           "
+    "unless created with purchaseMode (sync)\n"
+    "  --async-backlog-max N\n"
+    "                      SECKILL_ASYNC_BACKLOG_MAX\n"
+    "                                           "
+    "an async sale's orders waiting for MySQL\n"
+    "                                           "
+    "beyond which purchases get 429 (100000)\n"
+    "  --async-accept-loss 0|1\n"
+    "                      SECKILL_ASYNC_ACCEPT_LOSS\n"
+    "                                           "
+    "sell async on a Redis that may lose\n"
+    "                                           "
+    "acknowledged writes (0)\n"
+    "  --drain-s N         SECKILL_DRAIN_S      "
+    "after SIGTERM, /readyz answers 503 and\n"
+    "                                           "
+    "serving goes on N s before the stop (5)\n"
+    "  --mysql-replica-url URL\n"
+    "                      SECKILL_MYSQL_REPLICA_URL\n"
+    "                                           "
+    "a read replica for voucher reads (none)\n"
+    "  --mysql-replica-max-lag-s N\n"
+    "                      SECKILL_MYSQL_REPLICA_MAX_LAG_S\n"
+    "                                           "
+    "skip the replica when further behind (5)\n"
     "  --help                                   this text\n"
     "\n"
     "token prints one bearer token; tokens prints CSV user_id,token for\n"
@@ -80,6 +138,8 @@ enum setting_id {
     SET_REDIS_URL,
     SET_SECRET,
     SET_THREADS,
+    SET_ENGINE_THREADS,
+    SET_QUEUE_MAX,
     SET_LOCK_TTL,
     SET_LOCK_URL,
     SET_DEV,
@@ -92,6 +152,15 @@ enum setting_id {
     SET_BATCH_MAX,
     SET_BATCH_LINGER,
     SET_STOCK_SEGMENTS,
+    SET_CORS_ORIGINS,
+    SET_PAY_TIMEOUT,
+    SET_PAY_SECRET,
+    SET_PURCHASE_MODE,
+    SET_ASYNC_BACKLOG,
+    SET_ASYNC_ACCEPT_LOSS,
+    SET_DRAIN,
+    SET_MYSQL_REPLICA_URL,
+    SET_REPLICA_MAX_LAG,
     SET_COUNT
 };
 
@@ -106,6 +175,8 @@ static const struct {
     [SET_REDIS_URL] = {"redis-url", "SECKILL_REDIS_URL", NULL},
     [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
+    [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
+    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "20000"},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
@@ -118,6 +189,19 @@ static const struct {
     [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
     [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
     [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
+    [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
+    [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
+    [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
+    [SET_PURCHASE_MODE] = {"purchase-mode", "SECKILL_PURCHASE_MODE", "sync"},
+    [SET_ASYNC_BACKLOG] = {"async-backlog-max", "SECKILL_ASYNC_BACKLOG_MAX",
+                           "100000"},
+    [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
+                               "0"},
+    [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
+    [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
+                               ""},
+    [SET_REPLICA_MAX_LAG] = {"mysql-replica-max-lag-s",
+                             "SECKILL_MYSQL_REPLICA_MAX_LAG_S", "5"},
 };
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
@@ -132,20 +216,27 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     return -EINVAL;
 }
 
-static char *own(struct config *cfg, char *s)
+/* A 0/1 setting ("true"/"false" too; empty: 0). */
+static int parse_flag(const char *v, const char *env, bool *out, char *err,
+                      size_t errlen)
 {
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++)
-        if (!cfg->owned[i])
-            return cfg->owned[i] = s;
-    abort(); /* programmer error: too many owned strings */
+    if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+        *out = true;
+    else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
+        *out = false;
+    else
+        return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+    return 0;
 }
 
 void config_free(struct config *cfg)
 {
-    for (size_t i = 0; i < sizeof(cfg->owned) / sizeof(cfg->owned[0]); i++) {
-        free(cfg->owned[i]);
-        cfg->owned[i] = NULL;
-    }
+    /* The URL parts live in cfg itself; a Redis URL that names sentinels
+     * made their shared object. */
+    struct redis_server rs = {.sentinel = cfg->http.store.redis_sentinel};
+
+    redis_server_release(&rs);
+    cfg->http.store.redis_sentinel = NULL;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -186,121 +277,142 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-/* Percent-decode n bytes of s into a new string. */
-static char *pct_decode(const char *s, size_t n)
+/* A mysql:// URL of setting env, parsed into u, into sc's mysql_*. */
+static int mysql_url(const char *env, struct url *u, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
 {
-    char *out = xmalloc(n + 1), *o = out;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char hex[1];
-        char two[3] = {0};
-        if (s[i] == '%' && i + 2 < n) {
-            memcpy(two, s + i + 1, 2);
-            if (util_hex_decode(two, hex, 1) == 0) {
-                *o++ = (char)hex[0];
-                i += 2;
-                continue;
-            }
-        }
-        *o++ = s[i];
-    }
-    *o = '\0';
-    return out;
-}
+    char why[160];
 
-struct url {
-    char *user, *pass, *host, *path; /* owned by cfg once parsed */
-    int64_t port;
-};
-
-/* scheme://[user[:pass]@]host[:port][/path] */
-static int parse_url(struct config *cfg, const char *url, const char *scheme,
-                     int64_t def_port, struct url *u)
-{
-    size_t sl = strlen(scheme);
-    const char *p, *at, *slash, *hend, *colon;
-
-    memset(u, 0, sizeof(*u));
-    if (strncmp(url, scheme, sl) != 0 || strncmp(url + sl, "://", 3) != 0)
-        return -EINVAL;
-    p = url + sl + 3;
-    slash = strchr(p, '/');
-    if (!slash)
-        slash = p + strlen(p);
-    at = memrchr(p, '@', (size_t)(slash - p));
-    if (at) {
-        colon = memchr(p, ':', (size_t)(at - p));
-        if (colon) {
-            u->user = own(cfg, pct_decode(p, (size_t)(colon - p)));
-            u->pass = own(cfg, pct_decode(colon + 1, (size_t)(at - colon - 1)));
-        } else {
-            u->user = own(cfg, pct_decode(p, (size_t)(at - p)));
-        }
-        p = at + 1;
-    }
-    if (*p == '[') { /* [v6]:port */
-        hend = memchr(p, ']', (size_t)(slash - p));
-        if (!hend)
-            return -EINVAL;
-        u->host = own(cfg, xstrndup(p + 1, (size_t)(hend - p - 1)));
-        hend++;
-    } else {
-        hend = memchr(p, ':', (size_t)(slash - p));
-        if (!hend)
-            hend = slash;
-        u->host = own(cfg, xstrndup(p, (size_t)(hend - p)));
-    }
-    if (!u->host[0])
-        return -EINVAL;
-    u->port = def_port;
-    if (hend < slash) {
-        char buf[16];
-        size_t n = (size_t)(slash - hend - 1);
-        if (*hend != ':' || n == 0 || n >= sizeof(buf))
-            return -EINVAL;
-        memcpy(buf, hend + 1, n);
-        buf[n] = '\0';
-        if (parse_int(buf, 1, 65535, &u->port))
-            return -EINVAL;
-    }
-    u->path = own(cfg, xstrdup(*slash ? slash + 1 : ""));
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "%s: %s", env, why);
+    if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
+        !u->path[0] || strchr(u->path, '/') || u->nquery)
+        return fail(err, errlen, "%s: expected mysql://user:pass@host:port/db",
+                    env);
+    sc->mysql_host = u->hosts[0].host;
+    sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
+    sc->mysql_user = u->user;
+    sc->mysql_pass = u->pass;
+    sc->mysql_db = u->path;
     return 0;
 }
 
 int config_mysql_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
-
-    if (parse_url(cfg, url, "mysql", 3306, &u) || !u.user || !u.user[0] ||
-        !u.path[0] || strchr(u.path, '/') || strchr(u.path, '?'))
-        return fail(err, errlen,
-                    "SECKILL_MYSQL_URL: expected "
-                    "mysql://user:pass@host:port/db");
-    sc->mysql_host = u.host;
-    sc->mysql_port = (unsigned)u.port;
-    sc->mysql_user = u.user;
-    sc->mysql_pass = u.pass ? u.pass : "";
-    sc->mysql_db = u.path;
-    return 0;
+    return mysql_url("SECKILL_MYSQL_URL", &cfg->mysql_url, url, sc, err,
+                     errlen);
 }
 
 int config_redis_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url u;
-    int64_t db = 0;
+    struct url *u = &cfg->redis_url;
+    struct redis_server rs;
+    char why[160];
 
-    if (parse_url(cfg, url, "redis", 6379, &u) ||
-        (u.path[0] && parse_int(u.path, 0, 15, &db)) || (u.user && !u.pass))
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
+    if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
+        if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+            return fail(err, errlen,
+                        "SECKILL_REDIS_URL: expected "
+                        "redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../"
+                        "<master>[/db] with db 0..%d",
+                        REDIS_DB_MAX);
+    } else if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+               redis_server_from_url(u, 0, &rs, why, sizeof(why))) {
         return fail(err, errlen,
                     "SECKILL_REDIS_URL: expected "
-                    "redis://[[user]:pass@]host[:port][/db] with db 0..15");
-    sc->redis_host = u.host;
-    sc->redis_port = (unsigned)u.port;
-    sc->redis_user = u.user && u.user[0] ? u.user : NULL;
-    sc->redis_pass = u.pass;
-    sc->redis_db = (unsigned)db;
+                    "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
+                    REDIS_DB_MAX);
+    }
+    sc->redis_host = rs.host;
+    sc->redis_port = rs.port;
+    sc->redis_user = rs.user;
+    sc->redis_pass = rs.pass;
+    sc->redis_db = rs.db;
+    sc->redis_sentinel = rs.sentinel;
     return 0;
+}
+
+/*
+ * One origin as a browser writes it in its Origin header: scheme "http" or
+ * "https", "://", a host in lower case (name, IPv4 or [IPv6]), and a port
+ * only when it is not the scheme's default; no path, no trailing slash. n
+ * bytes of s. Returns NULL when it is one, else what is wrong.
+ */
+static const char *origin_problem(const char *s, size_t n)
+{
+    size_t skip, host;
+    const char *p, *end = s + n;
+    int64_t port;
+
+    if (n == 1 && s[0] == '*')
+        return "\"*\" would let every site call the API; list the origins";
+    if (n == 4 && memcmp(s, "null", 4) == 0)
+        return "\"null\" is the origin of sandboxed and local pages, "
+               "which any site can make";
+    if (n > 7 && memcmp(s, "http://", 7) == 0)
+        skip = 7;
+    else if (n > 8 && memcmp(s, "https://", 8) == 0)
+        skip = 8;
+    else
+        return "an origin starts with http:// or https://";
+    p = s + skip;
+    if (*p == '[') {
+        host = 1 + strspn(p + 1, "0123456789abcdef:.");
+        if (p + host >= end || p[host] != ']' || host < 3)
+            return "a bracketed IPv6 host is hex digits and colons";
+        host++;
+    } else {
+        host = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-.");
+        if (host == 0 || (p + host < end && p[host] != ':'))
+            return "the host is lower-case letters, digits, '-' and '.', "
+                   "without a path or a trailing slash";
+    }
+    p += host;
+    if (p == end)
+        return NULL;
+    if (*p != ':')
+        return "an origin has no path and no trailing slash";
+    char buf[8];
+    size_t pn = (size_t)(end - p - 1);
+    if (pn == 0 || pn >= sizeof(buf) || strspn(p + 1, "0123456789") < pn)
+        return "the port is a number 1..65535";
+    memcpy(buf, p + 1, pn);
+    buf[pn] = '\0';
+    if (parse_int(buf, 1, 65535, &port))
+        return "the port is a number 1..65535";
+    if ((skip == 7 && port == 80) || (skip == 8 && port == 443))
+        return "browsers leave the scheme's default port out: drop it";
+    return NULL;
+}
+
+/* A comma-separated list of origins (spaces around them are allowed);
+ * empty or only spaces: none. */
+static int parse_origins(const char *v, const char *env, char *err,
+                         size_t errlen)
+{
+    const char *p = v;
+
+    if (!v[strspn(v, " ")])
+        return 0;
+    for (;;) {
+        p += strspn(p, " ");
+        size_t n = strcspn(p, ","), m = n;
+        while (m && p[m - 1] == ' ')
+            m--;
+        if (m == 0)
+            return fail(err, errlen, "%s: an empty origin in \"%s\"", env, v);
+        const char *why = origin_problem(p, m);
+        if (why)
+            return fail(err, errlen, "%s: \"%.*s\": %s", env, (int)m, p, why);
+        p += n;
+        if (!*p)
+            return 0;
+        p++; /* the comma */
+    }
 }
 
 static int apply(struct config *cfg, enum setting_id id, const char *v,
@@ -335,15 +447,32 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 64 hex characters", env);
         return 0;
     case SET_THREADS:
+    case SET_ENGINE_THREADS: {
+        unsigned *dst = id == SET_THREADS ? &h->threads : &h->engine_threads;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+        if (cores < 1)
+            cores = 1;
+        /* HTTP threads only parse, route and reply (purchases wait in the
+         * engine, not on them): one per core, two at least so that one
+         * request's own short round trip never stalls all the others.
+         * Engine threads each run one batch of one voucher at a time. */
         if (!v[0]) {
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            h->threads = (unsigned)(cores > 0 ? cores * 4 : 4);
+            *dst = (unsigned)(id == SET_THREADS ? (cores < 2 ? 2 : cores)
+                                                : 2 * cores);
             return 0;
         }
         if (parse_int(v, 1, 1024, &n))
             return fail(err, errlen, "%s: must be 1..1024 (got \"%s\")", env,
                         v);
-        h->threads = (unsigned)n;
+        *dst = (unsigned)n;
+        return 0;
+    }
+    case SET_QUEUE_MAX:
+        if (parse_int(v, 1, 1000000, &n))
+            return fail(err, errlen, "%s: must be 1..1000000 (got \"%s\")", env,
+                        v);
+        h->queue_max = (unsigned)n;
         return 0;
     case SET_LOCK_TTL:
         if (parse_int(v, 100, 3600000, &n))
@@ -358,12 +487,23 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
         h->lock_url = v[0] ? v : NULL;
         return 0;
     case SET_DEV:
-        if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
-            h->dev = true;
-        else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
-            h->dev = false;
+        return parse_flag(v, env, &h->dev, err, errlen);
+    case SET_ASYNC_ACCEPT_LOSS:
+        return parse_flag(v, env, &h->async_accept_loss, err, errlen);
+    case SET_PURCHASE_MODE:
+        if (strcmp(v, "sync") == 0)
+            h->purchase_mode = PURCHASE_SYNC;
+        else if (strcmp(v, "async") == 0)
+            h->purchase_mode = PURCHASE_ASYNC;
         else
-            return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
+            return fail(err, errlen, "%s: must be sync or async (got \"%s\")",
+                        env, v);
+        return 0;
+    case SET_ASYNC_BACKLOG:
+        if (parse_int(v, 1, 10000000, &n))
+            return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
+                        env, v);
+        h->async_backlog_max = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:
@@ -419,6 +559,42 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
                         STORE_SEGMENTS_MAX, v);
         h->store.stock_segments = (unsigned)n;
+        return 0;
+    case SET_CORS_ORIGINS:
+        if (parse_origins(v, env, err, errlen))
+            return -EINVAL;
+        h->cors_origins = v[strspn(v, " ")] ? v : NULL;
+        return 0;
+    case SET_PAY_TIMEOUT:
+        if (parse_int(v, 1, STORE_PAY_TIMEOUT_MAX_S, &n))
+            return fail(err, errlen, "%s: must be 1..%d seconds (got \"%s\")",
+                        env, STORE_PAY_TIMEOUT_MAX_S, v);
+        h->store.pay_timeout_s = (unsigned)n;
+        return 0;
+    case SET_PAY_SECRET:
+        h->has_pay_secret = v[0] != '\0';
+        if (h->has_pay_secret &&
+            util_hex_decode(v, h->pay_secret, sizeof(h->pay_secret)))
+            return fail(err, errlen, "%s: must be 64 hex characters", env);
+        return 0;
+    case SET_DRAIN:
+        if (parse_int(v, 0, 3600, &n))
+            return fail(err, errlen, "%s: must be 0..3600 seconds (got \"%s\")",
+                        env, v);
+        h->drain_s = (unsigned)n;
+        return 0;
+    case SET_MYSQL_REPLICA_URL:
+        /* Applied after every setting: the replica's config copies the
+         * primary's timeouts. */
+        if (v[0] && mysql_url(env, &cfg->mysql_replica_url, v,
+                              &cfg->replica_store, err, errlen))
+            return -EINVAL;
+        return 0;
+    case SET_REPLICA_MAX_LAG:
+        if (parse_int(v, 0, 86400, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..86400 seconds (got \"%s\")", env, v);
+        h->store.replica_max_lag_s = (unsigned)n;
         return 0;
     case SET_COUNT:
         break;
@@ -550,5 +726,13 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
     }
     if (cfg->cmd == CMD_SERVE && !cfg->http.lock_url)
         cfg->http.lock_url = val[SET_REDIS_URL];
+    if (cfg->cmd == CMD_SERVE && cfg->replica_store.mysql_host) {
+        struct store_config *r = &cfg->replica_store;
+
+        r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;
+        r->io_timeout_ms = cfg->http.store.io_timeout_ms;
+        r->read_only = true;
+        cfg->http.store.replica = r;
+    }
     return 0;
 }

@@ -8,21 +8,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/url.h"
 #include "handlers/handlers.h"
 
 enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_HELP };
 
 struct config {
     enum config_cmd cmd;
-    struct handlers_config http; /* store strings point into owned below */
+    struct handlers_config http; /* store strings point into the URLs */
     /* token / tokens subcommands */
     int64_t token_user;
     int token_admin;
     int64_t token_ttl_s;
     int64_t tokens_first;
     int64_t tokens_count;
-    /* owned copies of the URL parts */
-    char *owned[8];
+    /* the parsed URLs (common/url.h), decoded */
+    struct url mysql_url;
+    struct url redis_url;
+    struct url mysql_replica_url;
+    /* The replica's store config (http.store.replica points here). */
+    struct store_config replica_store;
 };
 
 /*
@@ -40,7 +45,7 @@ extern const char config_usage[];
 
 /*
  * Parse "mysql://user:pass@host:port/db" and "redis://[[user]:pass@]host
- * [:port][/db]" into sc; strings are appended to cfg->owned. Exposed for
+ * [:port][/db]" into sc; strings point into cfg's URLs. Exposed for
  * the unit tests. Return 0 or -EINVAL with err set.
  */
 int config_mysql_url(struct config *cfg, const char *url,

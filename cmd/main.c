@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <mysql.h>
 #include <sodium.h>
@@ -49,6 +50,37 @@ static void raise_fd_limit(void)
     }
 }
 
+/*
+ * A graceful stop's first step, on SIGTERM (what orchestrators send):
+ * /readyz answers 503 while the instance goes on serving for drain_s
+ * seconds, so that a load balancer checking it moves its traffic away
+ * before the listener closes. SIGINT (Ctrl-C at a terminal) and a second
+ * signal during the drain stop at once.
+ */
+static void drain(struct handlers_server *srv, unsigned drain_s,
+                  const sigset_t *set, int sig)
+{
+    int64_t until;
+
+    if (sig != SIGTERM || drain_s == 0)
+        return;
+    handlers_server_drain(srv);
+    log_info("draining before the stop", "signal=%d drain_s=%u", sig, drain_s);
+    until = util_mono_ms() + (int64_t)drain_s * 1000;
+    for (;;) {
+        int64_t left = until - util_mono_ms();
+        struct timespec ts = {(time_t)(left / 1000),
+                              (long)(left % 1000) * 1000000L};
+
+        if (left <= 0)
+            return;
+        if (sigtimedwait(set, NULL, &ts) > 0) {
+            log_info("drain cut short by a second signal", NULL);
+            return;
+        }
+    }
+}
+
 static int serve(const struct config *cfg)
 {
     struct handlers_server *srv;
@@ -69,6 +101,14 @@ static int serve(const struct config *cfg)
     }
 
     err = handlers_server_start(&cfg->http, &srv);
+    if (err == -EPERM) {
+        fprintf(stderr,
+                "seckilld: SECKILL_PURCHASE_MODE=async needs a Redis that "
+                "keeps acknowledged writes (appendonly yes, appendfsync "
+                "always); or set SECKILL_ASYNC_ACCEPT_LOSS=1\n");
+        mysql_library_end();
+        return 2;
+    }
     if (err) {
         fprintf(stderr, "seckilld: cannot listen on %s:%u: %s\n",
                 cfg->http.bind, cfg->http.port, strerror(-err));
@@ -77,14 +117,22 @@ static int serve(const struct config *cfg)
     }
     log_info("listening",
              "bind=%s port=%u threads=%u mysql=%s:%u/%s "
-             "redis=%s:%u/%u dev=%d",
+             "redis=%s%s:%u/%u dev=%d drain_s=%u",
              cfg->http.bind, handlers_server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,
-             cfg->http.store.mysql_db, cfg->http.store.redis_host,
-             cfg->http.store.redis_port, cfg->http.store.redis_db,
-             cfg->http.dev);
+             cfg->http.store.mysql_db,
+             cfg->http.store.redis_sentinel ? "sentinel:" : "",
+             cfg->http.store.redis_host, cfg->http.store.redis_port,
+             cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s);
+    /* Reach both servers once now: the log then says at start-up which
+     * SQL server this is (MariaDB or MySQL) or that one is down. */
+    struct store *probe = store_new(&cfg->http.store);
+    bool mysql_ok, redis_ok;
+    store_ping(probe, &mysql_ok, &redis_ok);
+    store_free(probe);
 
     sigwait(&set, &sig);
+    drain(srv, cfg->http.drain_s, &set, sig);
     log_info("stopping", "signal=%d", sig);
     handlers_server_stop(srv);
     mysql_library_end();

@@ -16,9 +16,16 @@
  *
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
  *
- * The points: after_lock (handlers/seckill.c, the user's lock is held),
- * after_update (store/orders.c, the stock UPDATE ran, no COMMIT yet),
- * after_commit (store/orders.c, COMMIT succeeded, no reply yet).
+ * The points: after_lock (engine/engine.c, a batch's locks are held),
+ * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
+ * COMMIT yet), after_commit (COMMIT succeeded, no reply yet),
+ * expire_before_commit (store/lifecycle.c, an expiry batch closed its
+ * orders and has not committed), expire_after_commit, and those of the
+ * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
+ * batch, no reply yet), async_write_before_commit (store/async.c, a
+ * writer's batch is inserted and the stock row updated, no COMMIT yet)
+ * and async_write_after_commit (async/async.c, the batch is committed,
+ * not yet acknowledged in the stream).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */

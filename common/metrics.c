@@ -42,9 +42,9 @@ static const char *const lat_bound_text[LAT_BUCKETS] = {
 
 /* The statuses the service sends get their own cell; the rest share one.
  * 0 is a request that ended without a reply (the client went away). */
-static const unsigned status_codes[] = {0,   200, 201, 204, 400, 401,
-                                        403, 404, 405, 408, 409, 413,
-                                        429, 431, 500, 503, 504};
+static const unsigned status_codes[] = {0,   200, 201, 204, 304, 400, 401,
+                                        403, 404, 405, 408, 409, 413, 429,
+                                        431, 500, 501, 503, 504};
 #define STATUSES (sizeof(status_codes) / sizeof(status_codes[0]))
 #define STATUS_OTHER STATUSES
 
@@ -62,8 +62,20 @@ static const struct {
     [METRIC_PURCHASE_DUPLICATE] = {"purchases", "outcome", "duplicate"},
     [METRIC_PURCHASE_SOLD_OUT_CACHED] = {"purchases", "outcome",
                                          "sold_out_cached"},
+    [METRIC_PURCHASE_SHED] = {"purchases", "outcome", "shed"},
+    [METRIC_PURCHASE_EXPIRED] = {"purchases", "outcome", "expired"},
+    [METRIC_ORDER_PAID] = {"order_transitions", "to", "paid"},
+    [METRIC_ORDER_CANCELLED] = {"order_transitions", "to", "cancelled"},
+    [METRIC_ORDER_EXPIRED] = {"order_transitions", "to", "expired"},
+    [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
+    [METRIC_ASYNC_ACCEPTED] = {"async_orders", "event", "accepted"},
+    [METRIC_ASYNC_WRITTEN] = {"async_orders", "event", "written"},
+    [METRIC_ASYNC_DEAD] = {"async_orders", "event", "dead_lettered"},
+    [METRIC_ASYNC_REPAIRS] = {"async_repairs", "what", "sale_state"},
     [METRIC_CONN_ERROR_MYSQL] = {"connection_errors", "backend", "mysql"},
     [METRIC_CONN_ERROR_REDIS] = {"connection_errors", "backend", "redis"},
+    [METRIC_VOUCHER_READ_REPLICA] = {"voucher_reads", "server", "replica"},
+    [METRIC_VOUCHER_READ_PRIMARY] = {"voucher_reads", "server", "primary"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -78,6 +90,18 @@ static const struct {
     {"purchases", "Purchase attempts that reached a decision, by outcome."},
     {"connection_errors",
      "MySQL and Redis connections that failed to open or broke."},
+    {"order_transitions",
+     "Unpaid orders that were paid, cancelled or expired."},
+    {"async_orders",
+     "Asynchronous purchases: accepted (202), written to MySQL from the "
+     "stream, moved to the dead-letter stream."},
+    {"async_repairs",
+     "Times an asynchronous sale's Redis state was rebuilt from MySQL."},
+    {"payments_refused",
+     "Payments refused because the order was closed or its deadline had "
+     "passed (the payment must be refunded)."},
+    {"voucher_reads",
+     "Voucher reads and lists by the MySQL server that answered them."},
 };
 
 /* ---- the per-thread block ---- */
@@ -90,9 +114,15 @@ struct route_cells {
     cell lat_sum_ns;
 };
 
+struct wait_cells {
+    cell lat[LAT_BUCKETS + 1]; /* not cumulative; the last is +Inf */
+    cell sum_ns;
+};
+
 struct block {
     char pad_head[64]; /* keep the cells off a neighbour's cache line */
     cell counters[METRIC_COUNTERS];
+    struct wait_cells waits[METRIC_WAITS];
     cell batch[BATCH_BUCKETS + 1];
     cell batch_sum;
     struct route_cells routes[METRICS_ROUTES_MAX];
@@ -197,6 +227,26 @@ void metrics_observe_batch(unsigned purchases_in_tx)
     cell_add(&b->batch_sum, purchases_in_tx);
 }
 
+static unsigned lat_bucket(uint64_t ns)
+{
+    unsigned i = 0;
+
+    while (i < LAT_BUCKETS && ns > lat_bound_ns[i])
+        i++;
+    return i;
+}
+
+void metrics_observe_wait(enum metric_wait w, uint64_t ns)
+{
+    struct block *b;
+
+    if ((unsigned)w >= METRIC_WAITS)
+        return;
+    b = block_mine();
+    cell_add(&b->waits[w].lat[lat_bucket(ns)], 1);
+    cell_add(&b->waits[w].sum_ns, ns);
+}
+
 static unsigned status_slot(unsigned status)
 {
     for (unsigned i = 0; i < STATUSES; i++)
@@ -216,8 +266,7 @@ void metrics_request_observe(unsigned route, unsigned status,
         route = METRICS_ROUTES_MAX - 1;
     r = &b->routes[route];
     cell_add(&r->status[status_slot(status)], 1);
-    while (i < LAT_BUCKETS && duration_ns > lat_bound_ns[i])
-        i++;
+    i = lat_bucket(duration_ns);
     cell_add(&r->lat[i], 1);
     cell_add(&r->lat_sum_ns, duration_ns);
 }
@@ -226,6 +275,10 @@ void metrics_request_observe(unsigned route, unsigned status,
 
 struct sums {
     uint64_t counters[METRIC_COUNTERS];
+    struct {
+        uint64_t lat[LAT_BUCKETS + 1];
+        uint64_t sum_ns;
+    } waits[METRIC_WAITS];
     uint64_t batch[BATCH_BUCKETS + 1];
     uint64_t batch_sum;
     struct {
@@ -242,6 +295,11 @@ static void sums_collect(struct sums *s)
     for (struct block *b = list_head; b; b = b->next) {
         for (unsigned i = 0; i < METRIC_COUNTERS; i++)
             s->counters[i] += cell_get(&b->counters[i]);
+        for (unsigned w = 0; w < METRIC_WAITS; w++) {
+            for (unsigned i = 0; i <= LAT_BUCKETS; i++)
+                s->waits[w].lat[i] += cell_get(&b->waits[w].lat[i]);
+            s->waits[w].sum_ns += cell_get(&b->waits[w].sum_ns);
+        }
         for (unsigned i = 0; i <= BATCH_BUCKETS; i++)
             s->batch[i] += cell_get(&b->batch[i]);
         s->batch_sum += cell_get(&b->batch_sum);
@@ -424,6 +482,78 @@ static void render_batch(struct out *o, const struct sums *s)
                (unsigned long long)cum);
 }
 
+static void render_waits(struct out *o, const struct sums *s)
+{
+    static const struct {
+        const char *name, *help;
+    } info[METRIC_WAITS] = {
+        [METRIC_WAIT_ACCEPT] = {"http_accept_wait_seconds",
+                                "Time from a connection's accept to the "
+                                "first callback of its first request."},
+        [METRIC_WAIT_QUEUE] = {"purchase_queue_wait_seconds",
+                               "Time a purchase waited in its voucher's "
+                               "queue for its batch to start."},
+        [METRIC_WAIT_EXPIRY_LAG] = {"order_expiry_lag_seconds",
+                                    "Time from an unpaid order's pay "
+                                    "deadline to its expiry."},
+    };
+
+    for (unsigned w = 0; w < METRIC_WAITS; w++) {
+        uint64_t cum = 0;
+
+        out_meta(o, info[w].name, "histogram", info[w].help);
+        for (unsigned i = 0; i <= LAT_BUCKETS; i++) {
+            cum += s->waits[w].lat[i];
+            out_printf(o, "seckill_%s_bucket{le=\"%s\"} %llu\n", info[w].name,
+                       i < LAT_BUCKETS ? lat_bound_text[i] : "+Inf",
+                       (unsigned long long)cum);
+        }
+        out_printf(o, "seckill_%s_sum %.9f\n", info[w].name,
+                   (double)s->waits[w].sum_ns / 1e9);
+        out_printf(o, "seckill_%s_count %llu\n", info[w].name,
+                   (unsigned long long)cum);
+    }
+}
+
+static void render_replica(struct out *o, const struct metrics_extra *extra)
+{
+    if (!extra || !extra->replica)
+        return;
+    out_meta(o, "mysql_replica_up", "gauge",
+             "1 while voucher reads go to the MySQL read replica: it "
+             "answers, replicates and lags no more than the bound.");
+    out_printf(o, "seckill_mysql_replica_up %d\n", extra->replica_up ? 1 : 0);
+    out_meta(o, "mysql_replica_lag_seconds", "gauge",
+             "How far the read replica is behind the primary "
+             "(Seconds_Behind_Master); -1 when unknown.");
+    out_printf(o, "seckill_mysql_replica_lag_seconds %lld\n",
+               (long long)extra->replica_lag_s);
+}
+
+static void render_queues(struct out *o, const struct metrics_extra *extra)
+{
+    out_meta(o, "purchase_queue_depth", "gauge",
+             "Purchases waiting in a voucher's queue, for the deepest "
+             "queues.");
+    for (size_t i = 0; extra && i < extra->queues; i++)
+        out_printf(o, "seckill_purchase_queue_depth{voucher=\"%lld\"} %u\n",
+                   (long long)extra->queue_ids[i], extra->queue_depths[i]);
+}
+
+static void render_async(struct out *o, const struct metrics_extra *extra)
+{
+    out_meta(o, "async_backlog", "gauge",
+             "Orders of an async sale sold in Redis and not yet written to "
+             "MySQL, for the deepest backlogs (sampled every 2 s).");
+    for (size_t i = 0; extra && i < extra->backlogs; i++)
+        out_printf(o, "seckill_async_backlog{voucher=\"%lld\"} %u\n",
+                   (long long)extra->backlog_ids[i], extra->backlog_depths[i]);
+    out_meta(o, "async_writer_lag_seconds", "gauge",
+             "Age of the oldest async order waiting for MySQL (0: none).");
+    out_printf(o, "seckill_async_writer_lag_seconds %.3f\n",
+               extra ? extra->writer_lag_s : 0.0);
+}
+
 /* Resident set size in bytes from /proc/self/statm, or -1. */
 static long long rss_bytes(void)
 {
@@ -483,6 +613,10 @@ char *metrics_render(const struct metrics_extra *extra, size_t *len)
     render_counters(&o, s);
     render_requests(&o, s, extra);
     render_batch(&o, s);
+    render_waits(&o, s);
+    render_queues(&o, extra);
+    render_async(&o, extra);
+    render_replica(&o, extra);
     render_connections(&o, s);
     render_process(&o);
     free(s);

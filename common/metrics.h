@@ -15,13 +15,15 @@
 #ifndef SECKILL_METRICS_H
 #define SECKILL_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /*
  * Counters, rendered as seckill_lock_acquisitions_total{outcome=...},
  * seckill_purchases_total{outcome=...},
- * seckill_connection_errors_total{backend=...}, and (the last two)
+ * seckill_connection_errors_total{backend=...},
+ * seckill_voucher_reads_total{server="replica"|"primary"}, and (the last two)
  * seckill_http_connections_total and the seckill_http_open_connections
  * gauge.
  */
@@ -33,8 +35,20 @@ enum metric_counter {
     METRIC_PURCHASE_SOLD_OUT,        /* the database said no stock left */
     METRIC_PURCHASE_DUPLICATE,       /* the user already had an order */
     METRIC_PURCHASE_SOLD_OUT_CACHED, /* refused from the sold-out cache */
+    METRIC_PURCHASE_SHED,            /* its voucher's queue was full: 429 */
+    METRIC_PURCHASE_EXPIRED,         /* over its time budget: 503 */
+    METRIC_ORDER_PAID,               /* an order went unpaid -> paid */
+    METRIC_ORDER_CANCELLED,          /* unpaid -> cancelled */
+    METRIC_ORDER_EXPIRED,            /* unpaid -> expired */
+    METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
+    METRIC_ASYNC_ACCEPTED,           /* an async purchase answered 202 */
+    METRIC_ASYNC_WRITTEN,            /* a streamed order written to MySQL */
+    METRIC_ASYNC_DEAD,               /* a streamed order dead-lettered */
+    METRIC_ASYNC_REPAIRS,            /* an async sale's Redis state rebuilt */
     METRIC_CONN_ERROR_MYSQL,         /* a MySQL connection failed or broke */
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
+    METRIC_VOUCHER_READ_REPLICA,     /* a voucher read or list: the replica */
+    METRIC_VOUCHER_READ_PRIMARY,     /* and the primary */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS
@@ -48,6 +62,25 @@ void metrics_count(enum metric_counter c, uint64_t n);
  * (1 without batching) in the batch-size histogram. Lock-free.
  */
 void metrics_observe_batch(unsigned purchases_in_tx);
+
+/* Waits, rendered as histograms with the request latency buckets. */
+enum metric_wait {
+    /* seckill_http_accept_wait_seconds: from a connection's accept to
+     * the first callback of its first request (queueing in front of the
+     * service's code: a thread busy elsewhere, the request still
+     * arriving). */
+    METRIC_WAIT_ACCEPT,
+    /* seckill_purchase_queue_wait_seconds: from a purchase's submission
+     * to the start of its batch. */
+    METRIC_WAIT_QUEUE,
+    /* seckill_order_expiry_lag_seconds: from an unpaid order's pay
+     * deadline to its expiry. */
+    METRIC_WAIT_EXPIRY_LAG,
+    METRIC_WAITS
+};
+
+/* Record one wait of w lasting ns nanoseconds. Lock-free. */
+void metrics_observe_wait(enum metric_wait w, uint64_t ns);
 
 /*
  * HTTP requests. Routes are small integers chosen by the caller (the
@@ -65,6 +98,23 @@ void metrics_request_observe(unsigned route, unsigned status,
 struct metrics_extra {
     const char *const *route_names; /* route_names[i] names route i */
     unsigned routes;                /* entries in route_names */
+    /* The deepest purchase queues (seckill_purchase_queue_depth by
+     * voucher): queues of them, may be 0. */
+    const int64_t *queue_ids;
+    const unsigned *queue_depths;
+    size_t queues;
+    /* The async sales with the most orders waiting for MySQL
+     * (seckill_async_backlog by voucher), and the age of the oldest such
+     * order (seckill_async_writer_lag_seconds; 0: none waits): */
+    const int64_t *backlog_ids;
+    const unsigned *backlog_depths;
+    size_t backlogs;
+    double writer_lag_s;
+    /* The read replica, when there is one (seckill_mysql_replica_up and
+     * seckill_mysql_replica_lag_seconds): */
+    bool replica;
+    bool replica_up;       /* voucher reads go there */
+    int64_t replica_lag_s; /* -1: unknown */
 };
 
 /*

@@ -10,16 +10,22 @@
  * fuzz_request; the backends are the fakes of fake_backend.c.
  *
  * Every reply must keep these invariants (fuzz_http_run aborts if not):
- * the body is one JSON object and a newline; errors are exactly
+ * the body is one JSON object and a newline, or a page's file exactly as
+ * embedded, or nothing (204, 304); errors are exactly
  * {"error":{"code","message"}} with a code from the README's table and its
- * status; Allow comes with 405 only, Retry-After with every 503; an over-
- * large body is 413 before any backend call; unknown paths are 404, bad
- * ids 400, wrong methods 405 with the route's Allow; the authenticated
+ * status; Allow comes with 405 and plain OPTIONS only, Retry-After with
+ * every 503; a request whose framing a server must refuse (checked here
+ * against an independent reading of RFC 9110/9112) is 400 or 501 before
+ * any backend call; an over-large body is 413 before any backend call;
+ * unknown paths are 404, bad ids 400, wrong methods 405 with the route's
+ * Allow; OPTIONS and the pages' files never touch a backend; CORS allows
+ * only a listed origin, exactly, and never credentials; the authenticated
  * routes answer 401/403 without touching a backend unless a token signed
  * with the service key was sent, and a user sees only their own order.
  */
 #include "handlers/http.c"
 
+#include <ctype.h>
 #include <strings.h>
 #include <sodium.h>
 
@@ -38,7 +44,7 @@ static bool verbose; /* FUZZ_VERBOSE=1: print each reply to stderr */
 
 /* ---- a fake libmicrohttpd, just what http.c and request.c call ---- */
 
-#define RESP_HEADERS_MAX 8
+#define RESP_HEADERS_MAX 16
 
 struct MHD_Response {
     char *data;
@@ -56,6 +62,7 @@ struct MHD_Connection {
     struct MHD_Response *response;
     unsigned status;
     unsigned queued;
+    bool suspended, resumed;
 };
 
 /* Keys compare without case for every kind, as in libmicrohttpd. */
@@ -76,6 +83,25 @@ const char *MHD_lookup_connection_value(struct MHD_Connection *connection,
             if (strcasecmp(rq->args[i].key, key) == 0)
                 return rq->args[i].value;
     return NULL;
+}
+
+int MHD_get_connection_values(struct MHD_Connection *connection,
+                              enum MHD_ValueKind kind,
+                              MHD_KeyValueIterator iterator, void *iterator_cls)
+{
+    const struct fuzz_request *rq = connection->rq;
+    int n = 0;
+
+    if (!(kind & MHD_HEADER_KIND))
+        return 0;
+    for (size_t i = 0; i < rq->nheaders; i++) {
+        n++;
+        if (iterator &&
+            iterator(iterator_cls, MHD_HEADER_KIND, rq->headers[i].key,
+                     connection->header_values[i]) != MHD_YES)
+            break;
+    }
+    return n;
 }
 
 struct MHD_Response *
@@ -139,6 +165,20 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *connection,
     connection->response = response;
     response->refs++;
     return MHD_YES;
+}
+
+void MHD_suspend_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(!connection->suspended, "suspended twice");
+    FUZZ_CHECK(!connection->queued, "suspended after its reply");
+    connection->suspended = true;
+}
+
+void MHD_resume_connection(struct MHD_Connection *connection)
+{
+    FUZZ_CHECK(connection->suspended && !connection->resumed,
+               "resumed without being suspended, or twice");
+    connection->resumed = true;
 }
 
 /* No socket behind the fake: no deadline record, no client address. */
@@ -234,6 +274,10 @@ void fuzz_driver_init(void)
     cfg.lock_ttl_ms = 10000;
     cfg.lock_url = "redis://127.0.0.1:1";
     cfg.dev = true;
+    cfg.cors_origins = FUZZ_CORS_ORIGINS;
+    /* The notify route exists; its signature cannot be forged. */
+    cfg.has_pay_secret = true;
+    memset(cfg.pay_secret, 0x5a, sizeof(cfg.pay_secret));
     srv.cfg = &cfg;
     srv.locks = fuzz_backend_lock_client();
     pthread_once(&store_key_once, store_key_create);
@@ -246,6 +290,7 @@ void fuzz_reply_clear(struct fuzz_reply *rep)
     free(rep->content_type);
     free(rep->allow);
     free(rep->retry_after);
+    free(rep->allow_origin);
     memset(rep, 0, sizeof(*rep));
 }
 
@@ -274,6 +319,26 @@ static void parse_response(const struct MHD_Connection *conn,
     rep->content_type = response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     rep->allow = response_header(r, MHD_HTTP_HEADER_ALLOW);
     rep->retry_after = response_header(r, MHD_HTTP_HEADER_RETRY_AFTER);
+    rep->allow_origin =
+        response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN);
+    char *cred =
+        response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    rep->credentials = cred != NULL;
+    free(cred);
+    /* No body: a 204 to OPTIONS, a 304 to a file's If-None-Match. */
+    if (rep->status == 204 || rep->status == 304) {
+        FUZZ_CHECK(r->len == 0 && !rep->content_type, "a body with %u",
+                   rep->status);
+        return;
+    }
+    /* A page's file (with its entity tag), as embedded: check_reply. */
+    char *etag = response_header(r, MHD_HTTP_HEADER_ETAG);
+    bool file = etag != NULL;
+    free(etag);
+    if (file) {
+        FUZZ_CHECK(rep->status == 200, "an entity tag with %u", rep->status);
+        return;
+    }
     /* The one text reply: GET /metrics, Prometheus text format. */
     if (rep->status == 200 && rep->content_type &&
         strncmp(rep->content_type, "text/plain; version=0.0.4", 25) == 0) {
@@ -298,8 +363,12 @@ static void check_error_body(const struct fuzz_reply *rep)
     json_t *msg = json_object_get(err, "message");
     size_t i;
 
+    json_t *details = json_object_get(err, "details");
+
+    /* details: an object, on /readyz only (what is down). */
     FUZZ_CHECK(json_object_size(rep->json) == 1 && json_is_object(err) &&
-                   json_object_size(err) == 2,
+                   json_object_size(err) == 2u + (details != NULL) &&
+                   (!details || json_is_object(details)),
                "status %u without {\"error\":{\"code\",\"message\"}}",
                rep->status);
     FUZZ_CHECK(json_is_string(code) && json_is_string(msg) &&
@@ -325,7 +394,125 @@ static int64_t reply_id(const struct fuzz_reply *rep, const char *name)
     return id;
 }
 
+/* The value of request header name (any case), or NULL. */
+static const char *request_header(const struct fuzz_request *rq,
+                                  const char *const *values, const char *name)
+{
+    for (size_t i = 0; i < rq->nheaders; i++)
+        if (strcasecmp(rq->headers[i].key, name) == 0)
+            return values[i];
+    return NULL;
+}
+
+/*
+ * What a server must refuse of the request's framing, read from RFC 9110
+ * and 9112 independently of handlers/protocol.c: 0 when nothing, else the
+ * status (400, or 501 for a transfer coding other than chunked).
+ */
+static unsigned framing_verdict(const struct fuzz_request *rq,
+                                const char *const *values)
+{
+    static const char tchar[] = "!#$%&'*+-.^_`|~";
+    unsigned hosts = 0, lengths = 0, codings = 0;
+    const char *coding = "";
+
+    for (size_t i = 0; i < rq->nheaders; i++) {
+        const char *k = rq->headers[i].key;
+        if (!*k)
+            return 400;
+        for (const char *c = k; *c; c++)
+            if (!isalnum((unsigned char)*c) && !strchr(tchar, *c))
+                return 400;
+        for (const unsigned char *c = (const unsigned char *)values[i]; *c; c++)
+            if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
+                return 400;
+        hosts += strcasecmp(k, "Host") == 0;
+        lengths += strcasecmp(k, "Content-Length") == 0;
+        if (strcasecmp(k, "Transfer-Encoding") == 0) {
+            codings++;
+            coding = values[i];
+        }
+    }
+    if (hosts == 0 &&
+        strcmp(rq->version ? rq->version : "HTTP/1.1", "HTTP/1.0") != 0)
+        return 400;
+    if (hosts > 1 || lengths > 1 || codings > 1 || (codings && lengths))
+        return 400;
+    if (codings && strcasecmp(coding, "chunked") != 0)
+        return 501;
+    return 0;
+}
+
+/* True when origin is one of FUZZ_CORS_ORIGINS, byte for byte. */
+static bool origin_listed(const char *origin)
+{
+    static const char *const listed[] = {FUZZ_CORS_ORIGIN_A,
+                                         FUZZ_CORS_ORIGIN_B};
+
+    for (size_t i = 0; origin && i < 2; i++)
+        if (strcmp(origin, listed[i]) == 0)
+            return true;
+    return false;
+}
+
+/* A reply without JSON: a 204 to OPTIONS, or a page's file (200, 304). */
+static void check_raw_reply(const struct fuzz_request *rq,
+                            const char *const *values,
+                            const struct MHD_Connection *conn,
+                            const struct fuzz_reply *rep, unsigned calls)
+{
+    const struct route *route = NULL;
+    const char *origin = request_header(rq, values, "Origin");
+    const char *ask =
+        request_header(rq, values, "Access-Control-Request-Method");
+    int64_t id = 0;
+    unsigned st = rep->status;
+
+    FUZZ_CHECK(calls == 0, "%u backend calls for a %u", calls, st);
+    FUZZ_CHECK(route_match(rq->path, &route, &id) == ROUTE_OK,
+               "a %u reply to %s", st, rq->path);
+    if (st == 204) {
+        FUZZ_CHECK(strcmp(rq->method, "OPTIONS") == 0, "204 to %s", rq->method);
+        if (origin && ask) /* a preflight: only from a listed origin */
+            FUZZ_CHECK(origin_listed(origin) && rep->allow_origin &&
+                           strcmp(rep->allow_origin, origin) == 0 &&
+                           !rep->allow,
+                       "preflight from %s allowed", origin);
+        else
+            FUZZ_CHECK(rep->allow && strcmp(rep->allow, route->allow) == 0,
+                       "plain OPTIONS without the route's Allow");
+        return;
+    }
+    FUZZ_CHECK(strcmp(rq->method, "GET") == 0 && route->get == web_get,
+               "a file for %s %s", rq->method, rq->path);
+    const struct web_file *f = NULL;
+    for (size_t i = 0; i < web_file_count; i++)
+        if (strcmp(web_files[i].path, rq->path) == 0)
+            f = &web_files[i];
+    FUZZ_CHECK(f, "%u for %s, which is no file", st, rq->path);
+    char *etag = response_header(conn->response, MHD_HTTP_HEADER_ETAG);
+    FUZZ_CHECK(etag && strcmp(etag, f->etag) == 0, "%s without its ETag",
+               rq->path);
+    free(etag);
+    if (st == 304) {
+        FUZZ_CHECK(request_header(rq, values, "If-None-Match"),
+                   "304 without If-None-Match");
+        return;
+    }
+    FUZZ_CHECK(st == 200 && strcmp(rep->content_type, f->type) == 0 &&
+                   conn->response->len == f->len &&
+                   memcmp(conn->response->data, f->data, f->len) == 0,
+               "%s is not its embedded file", rq->path);
+    char *csp = response_header(conn->response,
+                                MHD_HTTP_HEADER_CONTENT_SECURITY_POLICY);
+    FUZZ_CHECK(csp && strstr(csp, "default-src 'self'"), "%s without a CSP",
+               rq->path);
+    free(csp);
+}
+
 static void check_reply(const struct fuzz_request *rq,
+                        const char *const *values,
+                        const struct MHD_Connection *conn,
                         const struct fuzz_reply *rep, bool too_large,
                         unsigned calls)
 {
@@ -333,11 +520,35 @@ static void check_reply(const struct fuzz_request *rq,
     handler_fn fn = NULL;
     int64_t id = 0;
     unsigned st = rep->status;
+    const char *origin = request_header(rq, values, "Origin");
 
-    if (!rep->json) { /* text: only GET /metrics answers that */
-        FUZZ_CHECK(st == 200 && strcmp(rq->method, "GET") == 0 &&
-                       strcmp(rq->path, "/metrics") == 0,
-                   "a text reply to %s %s", rq->method, rq->path);
+    /* CORS, on every reply: a listed origin exactly, never credentials. */
+    FUZZ_CHECK(!rep->credentials, "Access-Control-Allow-Credentials");
+    FUZZ_CHECK(!rep->allow_origin || (origin_listed(origin) &&
+                                      strcmp(rep->allow_origin, origin) == 0),
+               "Access-Control-Allow-Origin %s for Origin %s",
+               rep->allow_origin, origin ? origin : "(none)");
+
+    unsigned verdict = framing_verdict(rq, values);
+    if (verdict) {
+        FUZZ_CHECK(st == verdict && calls == 0 && rep->json,
+                   "malformed framing answered %u (want %u), %u calls", st,
+                   verdict, calls);
+        check_error_body(rep);
+        return;
+    }
+    FUZZ_CHECK(st != 501, "501 for a request a server may take");
+
+    if (!rep->json) {
+        /* Text: GET /metrics; else nothing or a page's file. */
+        if (rep->status == 200 && rep->content_type &&
+            strncmp(rep->content_type, "text/plain; version=0.0.4", 25) == 0 &&
+            strcmp(rq->path, "/metrics") == 0)
+            FUZZ_CHECK(strcmp(rq->method, "GET") == 0 &&
+                           strcmp(rq->path, "/metrics") == 0,
+                       "a text reply to %s %s", rq->method, rq->path);
+        else
+            check_raw_reply(rq, values, conn, rep, calls);
         return;
     }
     FUZZ_CHECK(rep->content_type &&
@@ -380,6 +591,14 @@ static void check_reply(const struct fuzz_request *rq,
         fn = route->get;
     else if (strcmp(rq->method, "POST") == 0)
         fn = route->post;
+    if (strcmp(rq->method, "OPTIONS") == 0) {
+        /* A 204 had no JSON; what is left is a refused preflight. */
+        FUZZ_CHECK(st == 403 && calls == 0 &&
+                       strcmp(fuzz_reply_code(rep), "FORBIDDEN") == 0 &&
+                       !rep->allow_origin,
+                   "OPTIONS %s answered %u", route->pattern, st);
+        return;
+    }
     if (!fn) {
         FUZZ_CHECK(st == 405 && calls == 0 && rep->allow &&
                        strcmp(rep->allow, route->allow) == 0,
@@ -387,6 +606,11 @@ static void check_reply(const struct fuzz_request *rq,
         return;
     }
     FUZZ_CHECK(st != 405, "405 for %s %s", rq->method, route->pattern);
+    if (fn == web_get) {
+        FUZZ_CHECK(st == 404 && calls == 0, "%s answered %u in JSON", rq->path,
+                   st);
+        return;
+    }
 
     if (fn == vouchers_post || fn == voucher_seckill_post || fn == orders_get ||
         fn == order_get) {
@@ -441,7 +665,8 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
     bool too_large =
         (cl && strtoull(cl, NULL, 10) > BODY_MAX) || rq->body_len > BODY_MAX;
 
-    r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
+    const char *version = rq->version ? rq->version : "HTTP/1.1";
+    r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
                    &req_cls);
     while (r == MHD_YES && !conn.queued && off < rq->body_len) {
         size_t piece = rq->body_len - off;
@@ -451,7 +676,7 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
         char *buf = xmalloc(piece);
         memcpy(buf, rq->body + off, piece);
         n = piece;
-        r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", buf, &n,
+        r = on_request(&srv, &conn, rq->path, rq->method, version, buf, &n,
                        &req_cls);
         free(buf);
         FUZZ_CHECK(n == 0, "the handler left %zu upload bytes", n);
@@ -459,7 +684,18 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
     }
     if (r == MHD_YES && !conn.queued) {
         n = 0;
-        r = on_request(&srv, &conn, rq->path, rq->method, "HTTP/1.1", NULL, &n,
+        r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
+                       &req_cls);
+    }
+    /* Parked for the purchase engine: the engine answers, libmicrohttpd
+     * calls the handler again once the connection is resumed. */
+    if (r == MHD_YES && !conn.queued && conn.suspended) {
+        if (!conn.resumed)
+            FUZZ_CHECK(fuzz_backend_engine_run(),
+                       "parked with nothing to resume it");
+        FUZZ_CHECK(conn.resumed, "the engine answered, nothing resumed");
+        n = 0;
+        r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
                        &req_cls);
     }
     FUZZ_CHECK(r == MHD_YES && conn.queued == 1, "no reply queued");
@@ -473,7 +709,7 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
                 (int)(conn.response->len > 300 ? 300 : conn.response->len),
                 conn.response->data);
     parse_response(&conn, out);
-    check_reply(rq, out, too_large, calls);
+    check_reply(rq, (const char *const *)values, &conn, out, too_large, calls);
     fuzz_backend_finish();
     MHD_destroy_response(conn.response);
     for (size_t i = 0; i < rq->nheaders; i++)

@@ -1,13 +1,14 @@
 /*
- * fake_backend.c - store/, lock/ and idgen/ for the fuzz builds: no MySQL,
- * Redis or lock server, just answers chosen by a per-request script (see
- * fuzz_backend_script in fuzz.h), so that the handlers' every branch can
- * be reached from fuzz input.
+ * fake_backend.c - store/, the lock client and the purchase engine for the
+ * fuzz builds: no MySQL, Redis or lock server, just answers chosen by a
+ * per-request script (see fuzz_backend_script in fuzz.h), so that the
+ * handlers' every branch can be reached from fuzz input.
  *
  * Each fake also checks what the handlers hand it: that is the point where
  * input validation must already have happened. A phone that is not 6 to 15
- * digits, a voucher title longer than the schema allows, a purchase
- * outside the user's lock or a lock never released abort the run.
+ * digits, a voucher title longer than the schema allows, a purchase of an
+ * invalid voucher or user, or a parked purchase never answered abort the
+ * run.
  * fuzz_fail() and fuzz_utf8_valid(), which every harness uses, live here
  * too.
  */
@@ -20,8 +21,8 @@
 #include <string.h>
 
 #include "common/util.h"
+#include "engine/engine.h"
 #include "fuzz/fuzz.h"
-#include "idgen/idgen.h"
 #include "lock/lock.h"
 
 /* The API's limits (README "API"), restated here on purpose: a change in
@@ -39,11 +40,6 @@ struct lock_client {
     int unused;
 };
 
-struct lock {
-    char name[LOCK_NAME_MAX + 1];
-    int held;
-};
-
 static struct store fake_store;
 static struct lock_client fake_locks;
 static redisContext fake_redis;
@@ -51,8 +47,10 @@ static redisContext fake_redis;
 static char script[256];
 static size_t script_len, script_pos;
 static unsigned calls;
-static unsigned locks_live, locks_held;
-static char held_name[LOCK_NAME_MAX + 1];
+/* The purchase or task the engine holds: answered by
+ * fuzz_backend_engine_run(). */
+static struct engine_purchase *pending;
+static struct engine_task *pending_task;
 static struct store_voucher last_voucher;
 static bool have_last_voucher;
 
@@ -164,8 +162,8 @@ const struct store_voucher *fuzz_backend_last_voucher(void)
 
 void fuzz_backend_finish(void)
 {
-    FUZZ_CHECK(locks_held == 0, "a lock was left held: %s", held_name);
-    FUZZ_CHECK(locks_live == 0, "%u lock handles were not freed", locks_live);
+    FUZZ_CHECK(!pending, "a purchase was submitted and never answered");
+    FUZZ_CHECK(!pending_task, "a task was queued and never run");
     script_len = script_pos = 0;
     calls = 0;
 }
@@ -387,26 +385,171 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
     return 0;
 }
 
-int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
-                         int64_t voucher_id, enum store_purchase *outcome)
+static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
+                       unsigned variant);
+
+int engine_submit(struct engine *e, struct engine_purchase *p)
 {
-    char name[64];
+    unsigned variant;
+    int err;
+
+    (void)e;
+    check_id("user id", p->user_id);
+    check_id("voucher id", p->voucher_id);
+    FUZZ_CHECK(p->done, "a purchase without a callback");
+    FUZZ_CHECK(p->deadline_ms > util_mono_ms(), "a purchase already late");
+    FUZZ_CHECK(!pending, "a second purchase in one request");
+    err = step(&variant);
+    /* 5: its queue is full; 6: stopping. Else queued, answered later. */
+    if (!err && variant == 5)
+        return -EAGAIN;
+    if (!err && variant == 6)
+        return -ESHUTDOWN;
+    p->err = err;
+    p->outcome = err            ? ENGINE_ERROR
+                 : variant == 1 ? ENGINE_SOLD_OUT
+                 : variant == 2 ? ENGINE_DUPLICATE
+                 : variant == 3 ? ENGINE_BUSY
+                                : ENGINE_OK;
+    p->order_id = p->outcome == ENGINE_OK ? 1000 + (int64_t)variant : 0;
+    pending = p;
+    return 0;
+}
+
+/* The server is never started in the fuzz builds. */
+struct engine *engine_start(const struct engine_config *cfg)
+{
+    (void)cfg;
+    FUZZ_CHECK(0, "engine_start in a fuzz build");
+    return NULL;
+}
+
+void engine_stop(struct engine *e)
+{
+    (void)e;
+}
+
+void store_redis_server(const struct store_config *cfg,
+                        struct redis_server *out)
+{
+    (void)cfg;
+    (void)out;
+    FUZZ_CHECK(0, "a Redis connection of its own in a fuzz build");
+}
+
+struct store_replica_monitor *
+store_replica_monitor_start(const struct store_config *cfg)
+{
+    (void)cfg;
+    FUZZ_CHECK(0, "a replica monitor in a fuzz build");
+    return NULL;
+}
+
+void store_replica_monitor_stop(struct store_replica_monitor *m)
+{
+    (void)m;
+}
+
+/* No read replica in a fuzz build. */
+void store_replica_state_get(struct store_replica_state *out)
+{
+    out->configured = false;
+    out->usable = false;
+    out->lag_s = -1;
+    out->why = "unknown";
+}
+
+size_t engine_queue_top(struct engine *e, int64_t *ids, unsigned *depths,
+                        size_t max)
+{
+    (void)e;
+    (void)ids;
+    (void)depths;
+    (void)max;
+    return 0;
+}
+
+int engine_run(struct engine *e, struct engine_task *t)
+{
+    (void)e;
+    FUZZ_CHECK(t->run && t->done, "a task without its functions");
+    FUZZ_CHECK(!pending && !pending_task, "a second task in one request");
+    t->err = 0;
+    pending_task = t;
+    return 0;
+}
+
+bool fuzz_backend_engine_run(void)
+{
+    struct engine_purchase *p = pending;
+    struct engine_task *t = pending_task;
+
+    if (t) {
+        pending_task = NULL;
+        t->run(t, &fake_store);
+        t->done(t);
+        return true;
+    }
+    if (!p)
+        return false;
+    pending = NULL;
+    p->done(p);
+    return true;
+}
+
+int store_order_cancel(struct store *st, int64_t order_id,
+                       enum store_close *outcome, struct store_order *o)
+{
     unsigned variant;
     int err;
 
     check_store(st);
     check_id("order id", order_id);
-    check_id("user id", user_id);
-    check_id("voucher id", voucher_id);
-    snprintf(name, sizeof(name), "lock:order:%lld", (long long)user_id);
-    FUZZ_CHECK(locks_held == 1 && strcmp(held_name, name) == 0,
-               "a purchase outside the user's lock (held: %u \"%s\")",
-               locks_held, held_name);
     if ((err = step(&variant)))
         return err;
-    *outcome = variant == 1   ? STORE_PURCHASE_SOLD_OUT
-               : variant == 2 ? STORE_PURCHASE_DUPLICATE
-                              : STORE_PURCHASE_OK;
+    *outcome = (enum store_close)(variant % 5);
+    fill_order(o, order_id, FUZZ_USER_ID, variant);
+    return 0;
+}
+
+int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
+                    const char *txn_id, enum store_pay *outcome,
+                    struct store_order *o, int64_t *pay_value)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("order id", order_id);
+    FUZZ_CHECK(amount >= 0 && amount <= MONEY_MAX, "amount %lld",
+               (long long)amount);
+    FUZZ_CHECK(txn_id && *txn_id && strlen(txn_id) <= 64,
+               "a transaction id of %zu bytes", txn_id ? strlen(txn_id) : 0);
+    FUZZ_CHECK(fuzz_utf8_valid(txn_id, strlen(txn_id)), "txn id not UTF-8");
+    *pay_value = 4750;
+    if ((err = step(&variant)))
+        return err;
+    *outcome = (enum store_pay)(variant % 8);
+    fill_order(o, order_id, FUZZ_USER_ID, variant);
+    return 0;
+}
+
+int store_voucher_stats(struct store *st, int64_t voucher_id,
+                        struct store_voucher_stats *out)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    if ((err = step(&variant)))
+        return err;
+    out->initial_stock = variant == 1 ? -1 : 10;
+    out->stock = 3;
+    out->unpaid = 2;
+    out->paid = 4;
+    out->cancelled = 1;
+    out->expired = variant;
     return 0;
 }
 
@@ -416,7 +559,15 @@ static void fill_order(struct store_order *o, int64_t id, int64_t user_id,
     o->id = id;
     o->user_id = user_id;
     o->voucher_id = 7;
-    o->status = (enum order_status)(ORDER_UNPAID + variant % 6);
+    static const enum order_status st[] = {ORDER_UNPAID, ORDER_PAID,
+                                           ORDER_CANCELLED, ORDER_EXPIRED};
+    o->status = st[variant % 4];
+    o->pay_deadline_ms = variant % 2 ? 0 : util_now_ms() + 900000;
+    o->pay_time_ms = o->status == ORDER_PAID ? util_now_ms() : 0;
+    o->close_time_ms =
+        o->status == ORDER_CANCELLED || o->status == ORDER_EXPIRED
+            ? util_now_ms()
+            : 0;
     o->created = util_now_ms() / 1000;
 }
 
@@ -452,25 +603,6 @@ int store_order_list(struct store *st, int64_t user_id, unsigned limit,
     return 0;
 }
 
-int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
-{
-    int64_t now_s = util_now_ms() / 1000;
-    unsigned variant;
-    int err;
-
-    FUZZ_CHECK(rc == &fake_redis, "idgen without the store's Redis");
-    FUZZ_CHECK(strcmp(prefix, "order") == 0, "idgen prefix %s", prefix);
-    if ((err = step(&variant)))
-        return err;
-    *id = (now_s - IDGEN_EPOCH) << IDGEN_SEQ_BITS | (variant + 1);
-    return 0;
-}
-
-void idgen_discard(const char *prefix)
-{
-    FUZZ_CHECK(strcmp(prefix, "order") == 0, "idgen prefix %s", prefix);
-}
-
 int lock_client_open(const char *url, const struct lock_options *opt,
                      struct lock_client **out)
 {
@@ -485,63 +617,114 @@ void lock_client_close(struct lock_client *c)
     (void)c;
 }
 
-int lock_new(struct lock_client *c, const char *name, struct lock **out)
+int lock_client_ping(struct lock_client *c)
 {
     unsigned variant;
-    int err;
 
-    FUZZ_CHECK(c == &fake_locks, "a lock from an unknown client");
-    FUZZ_CHECK(strlen(name) <= LOCK_NAME_MAX, "lock name too long");
-    if ((err = step(&variant)))
-        return err;
-    *out = xcalloc(1, sizeof(**out));
-    strcpy((*out)->name, name);
-    locks_live++;
+    FUZZ_CHECK(c == &fake_locks, "an unknown lock client");
+    return step(&variant);
+}
+
+const char *lock_client_backend(const struct lock_client *c)
+{
+    (void)c;
+    return "redis";
+}
+
+/* No async sales in a fuzz build: the writer is never started, so an
+ * async voucher is refused at creation and no order is ever pending. */
+bool async_may_sell(const struct async *a)
+{
+    (void)a;
+    return false;
+}
+
+void async_voucher_hint(struct async *a, int64_t voucher_id)
+{
+    (void)a;
+    check_id("voucher id", voucher_id);
+}
+
+size_t async_vouchers(struct async *a, int64_t *out, size_t max)
+{
+    (void)a;
+    (void)out;
+    (void)max;
     return 0;
 }
 
-void lock_free(struct lock *l)
+int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
 {
-    if (!l)
-        return;
-    FUZZ_CHECK(!l->held, "lock %s freed while held", l->name);
-    locks_live--;
-    free(l);
+    (void)accepted_ms;
+    (void)rc;
+    (void)vouchers;
+    (void)n;
+    (void)voucher_id;
+    (void)user_id;
+    check_id("order id", order_id);
+    return -ENOENT;
 }
 
-int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
-                 enum lock_status *status)
+int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
 {
-    unsigned variant;
-    int err;
-
-    FUZZ_CHECK(!l->held, "lock %s taken twice", l->name);
-    /* The purchase fails fast (README, "How a purchase works"). */
-    FUZZ_CHECK(wait_ms == 0 && lease_ms > 0, "wait %u lease %u", wait_ms,
-               lease_ms);
-    if ((err = step(&variant)))
-        return err;
-    *status = variant == 1 ? LOCK_BUSY : LOCK_ACQUIRED;
-    if (*status == LOCK_ACQUIRED) {
-        l->held = 1;
-        locks_held++;
-        strcpy(held_name, l->name);
-    }
+    (void)rc;
+    check_id("voucher id", voucher_id);
+    check_id("user id", user_id);
     return 0;
 }
 
-int lock_release(struct lock *l, int *held)
+int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
+                       int64_t end_s, int64_t stock)
 {
-    unsigned variant;
-    int err;
-
-    FUZZ_CHECK(l->held, "lock %s released but not held", l->name);
-    /* Tried is enough: a failed release ends with the lease. */
-    l->held = 0;
-    locks_held--;
-    held_name[0] = '\0';
-    if ((err = step(&variant)))
-        return err;
-    *held = variant != 1;
+    (void)rc;
+    (void)begin_s;
+    (void)end_s;
+    (void)stock;
+    check_id("voucher id", voucher_id);
+    FUZZ_CHECK(0, "an async sale preheated in a fuzz build");
     return 0;
+}
+
+size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
+                         size_t max, int64_t *oldest_ms)
+{
+    (void)a;
+    (void)ids;
+    (void)depths;
+    (void)max;
+    *oldest_ms = 0;
+    return 0;
+}
+
+/* The server is never started in the fuzz builds. */
+struct async *async_start(const struct async_config *cfg)
+{
+    (void)cfg;
+    FUZZ_CHECK(0, "async_start in a fuzz build");
+    return NULL;
+}
+
+void async_stop(struct async *a)
+{
+    (void)a;
+}
+
+int async_redis_durable(redisContext *rc, char *why, size_t len)
+{
+    (void)rc;
+    snprintf(why, len, "fuzz");
+    FUZZ_CHECK(0, "a durability check in a fuzz build");
+    return -EPERM;
+}
+
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s)
+{
+    (void)rc;
+    (void)begin_s;
+    (void)end_s;
+    check_id("voucher id", voucher_id);
+    return -ENOENT;
 }

@@ -34,6 +34,11 @@ void fuzz_fail(const char *file, int line, const char *cond, const char *fmt,
 /* The key the driver's handlers_config holds, and the "now" of tokens. */
 extern const unsigned char fuzz_key[TOKEN_KEY_LEN];
 
+/* The origins the driver's configuration lets call the API (CORS). */
+#define FUZZ_CORS_ORIGIN_A "https://a.example"
+#define FUZZ_CORS_ORIGIN_B "http://b.example:8080"
+#define FUZZ_CORS_ORIGINS FUZZ_CORS_ORIGIN_A ", " FUZZ_CORS_ORIGIN_B
+
 /* Token users the driver signs for "@user" / "@admin" markers. */
 #define FUZZ_USER_ID 42
 #define FUZZ_ADMIN_ID 1
@@ -56,6 +61,7 @@ struct fuzz_kv {
 struct fuzz_request {
     const char *method;
     const char *path;
+    const char *version; /* "HTTP/1.1" when NULL */
     struct fuzz_kv args[FUZZ_KV_MAX];
     size_t nargs;
     struct fuzz_kv headers[FUZZ_KV_MAX];
@@ -72,6 +78,8 @@ struct fuzz_reply {
     char *content_type;
     char *allow;
     char *retry_after;
+    char *allow_origin; /* Access-Control-Allow-Origin */
+    bool credentials;   /* an Access-Control-Allow-Credentials header */
     /* what the request carried, as the driver saw it: */
     bool user_token;  /* a valid "@user" token */
     bool admin_token; /* a valid "@admin" token */
@@ -115,10 +123,16 @@ struct store_voucher;
 void fuzz_backend_script(const char *script, size_t len);
 
 /*
- * Checks after a request: every lock taken was released and freed. Aborts
- * otherwise. Also resets the per-request state.
+ * Checks after a request: every purchase submitted to the engine was
+ * answered. Aborts otherwise. Also resets the per-request state.
  */
 void fuzz_backend_finish(void);
+
+/*
+ * Answer the purchase the fake engine holds (its done() callback runs, as
+ * an engine thread would). False when none is held.
+ */
+bool fuzz_backend_engine_run(void);
 
 /* The lock client the fake lock calls expect (the server's). */
 struct lock_client *fuzz_backend_lock_client(void);

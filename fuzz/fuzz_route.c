@@ -5,13 +5,15 @@
  * Input: a request in HTTP/1.1 shape, as libmicrohttpd would have parsed
  * it:
  *
- *     METHOD SP TARGET [SP anything] LF
+ *     METHOD SP TARGET [SP VERSION [anything]] LF
  *     Name: value LF          (any number, up to FUZZ_KV_MAX)
  *     LF
  *     body                    (any bytes, up to the end)
  *
  * TARGET is the path, then optionally '?' and a query string of k=v pairs
- * separated by '&' ('+' and %XX decoded as libmicrohttpd does). Two
+ * separated by '&' ('+' and %XX decoded as libmicrohttpd does). VERSION
+ * is passed on when it is HTTP/1.0 to HTTP/1.9 (the versions libmicrohttpd
+ * hands over), else HTTP/1.1 is. Two
  * headers steer the harness instead of reaching the service:
  * "X-Fuzz-Backend: <script>" chooses each backend call's outcome (see
  * fuzz_backend_script in fuzz.h) and "X-Fuzz-Chunk: N" delivers the body
@@ -158,7 +160,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         goto out;
     *sp = '\0';
     target = sp + 1;
-    target[strcspn(target, " ")] = '\0';
+    char *version = target + strcspn(target, " ");
+    if (*version)
+        *version++ = '\0';
+    version[strcspn(version, " ")] = '\0';
+    if (strlen(version) == 8 && strncmp(version, "HTTP/1.", 7) == 0 &&
+        version[7] >= '0' && version[7] <= '9')
+        rq.version = version;
     char *q = strchr(target, '?');
     if (q)
         *q++ = '\0';

@@ -18,9 +18,11 @@ struct handlers_rate {
 };
 
 struct handlers_config {
-    const char *bind; /* IPv4 or IPv6 literal */
-    uint16_t port;    /* 0: pick a free one (see handlers_server_port) */
-    unsigned threads; /* worker threads, >= 1 */
+    const char *bind;        /* IPv4 or IPv6 literal */
+    uint16_t port;           /* 0: pick a free one (see handlers_server_port) */
+    unsigned threads;        /* HTTP threads, >= 1 */
+    unsigned engine_threads; /* purchase engine threads, >= 1 */
+    unsigned queue_max;      /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
     bool dev;             /* echo login codes in responses */
@@ -33,7 +35,23 @@ struct handlers_config {
     /* Voucher cache: how long a sold-out flag or an unknown id is trusted
      * without a message (handlers/vcache.c); 0: no cache. */
     unsigned soldout_ttl_ms;
+    /* Browsers on these origins may call the API (handlers/cors.c): exact
+     * origins such as "https://shop.example.com", comma-separated,
+     * validated by the configuration; NULL: CORS off. */
+    const char *cors_origins;
+    /* Seconds between SIGTERM and the stop, /readyz answering 503 (see
+     * handlers_server_drain()); cmd/main.c waits them out. */
+    unsigned drain_s;
+    /* How new seckill vouchers sell unless their request says (PURCHASE_SYNC
+     * or PURCHASE_ASYNC: async/async.h); async sales' bounds and promise. */
+    enum purchase_mode purchase_mode;
+    unsigned async_backlog_max; /* orders waiting for MySQL, per voucher */
+    bool async_accept_loss;     /* sell async on a Redis that may lose them */
     unsigned char secret[TOKEN_KEY_LEN];
+    /* The payment provider's key for POST /api/payments/notify (HMAC-
+     * SHA256 of the body); without it the route does not exist. */
+    bool has_pay_secret;
+    unsigned char pay_secret[32];
     struct store_config store;
 };
 
@@ -42,7 +60,8 @@ struct handlers_server;
 /*
  * Open the lock client for cfg->lock_url, then start listening and serving
  * on cfg->threads threads. cfg must outlive the server. Returns 0 and sets
- * *out, or -errno (-EINVAL for a bad lock URL, -EADDRINUSE, ...) with a log
+ * *out, or -errno (-EINVAL for a bad lock URL, -EADDRINUSE, -EPERM for
+ * async mode on a Redis that may lose acknowledged writes, ...) with a log
  * line.
  */
 int handlers_server_start(const struct handlers_config *cfg,
@@ -50,6 +69,16 @@ int handlers_server_start(const struct handlers_config *cfg,
 
 /* The port actually bound. */
 uint16_t handlers_server_port(const struct handlers_server *srv);
+
+/*
+ * Start draining, the first step of a graceful stop: from now on GET
+ * /readyz answers 503 UNAVAILABLE with details {"instance":"draining"}, so
+ * a load balancer that checks it takes the instance out of rotation, and
+ * every reply carries "Connection: close", so clients (and the balancer's
+ * pooled connections) reconnect elsewhere. Everything else is served as
+ * before until handlers_server_stop(). Thread-safe; idempotent.
+ */
+void handlers_server_drain(struct handlers_server *srv);
 
 /*
  * Stop accepting, finish the requests in flight, join the threads (which

@@ -1,8 +1,10 @@
 /*
  * http.c - libmicrohttpd wiring: the daemon and its thread pool, per-thread
  * stores, connection limits and request deadlines, body accumulation with
- * the 64 KiB cap, rate limits and dispatch through the route table, and
- * sending the JSON reply.
+ * the 64 KiB cap, rate limits and dispatch through the route table,
+ * parking a request while the purchase engine works (suspend/resume), and
+ * sending the reply (JSON, the metrics' text, or a page's file) with its
+ * extra headers (CORS, files).
  */
 #include "handlers/internal.h"
 
@@ -10,12 +12,14 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <microhttpd.h>
 
 #include "common/metrics.h"
@@ -26,8 +30,22 @@ struct handlers_server {
     const struct handlers_config *cfg;
     struct lock_client *locks;
     struct vcache *vcache;
+    struct engine *engine;
+    struct engine_config engine_cfg;
+    struct async *async; /* the writer of async sales' orders */
+    struct async_config async_cfg;
     struct deadlines *deadlines;
+    struct store_replica_monitor *replica; /* NULL: no read replica */
     uint16_t port;
+    /* Requests parked and not yet completed (sent or abandoned). */
+    atomic_uint parked;
+    atomic_bool draining; /* handlers_server_drain() was called */
+};
+
+/* What the service keeps per client connection. */
+struct conn_info {
+    struct deadline_conn *deadline;
+    uint64_t accept_ns; /* monotonic; 0 once its first request started */
 };
 
 /* Each worker thread owns one store, freed when the thread exits. */
@@ -56,13 +74,47 @@ static struct store *thread_store(const struct handlers_config *cfg)
     return st;
 }
 
+bool server_draining(const struct handlers_server *srv)
+{
+    return srv && atomic_load_explicit(&srv->draining, memory_order_relaxed);
+}
+
+/* Add req's extra headers to resp, queue it and drop our reference; while
+ * draining, the connection closes after it. */
+static enum MHD_Result queue_reply(struct MHD_Connection *conn,
+                                   struct request *req,
+                                   struct MHD_Response *resp)
+{
+    enum MHD_Result ret;
+
+    for (unsigned i = 0; i < req->n_headers; i++)
+        MHD_add_response_header(resp, req->headers[i].name,
+                                req->headers[i].value);
+    if (server_draining(req->srv))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    ret = MHD_queue_response(conn, req->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static enum MHD_Result send_reply(struct MHD_Connection *conn,
                                   struct request *req)
 {
     char *text;
     struct MHD_Response *resp;
-    enum MHD_Result ret;
 
+    cors_reply_headers(req);
+    if (req->raw) {
+        /* An embedded file, or no body (204, 304): not ours to free. */
+        resp = MHD_create_response_from_buffer(req->data_len, (void *)req->data,
+                                               MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        if (req->text_type)
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                    req->text_type);
+        return queue_reply(conn, req, resp);
+    }
     if (req->text) {
         /* A text reply (GET /metrics): the response takes the buffer. */
         resp = MHD_create_response_from_buffer(req->text_len, req->text,
@@ -72,9 +124,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         req->text = NULL;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 req->text_type);
-        ret = MHD_queue_response(conn, req->status, resp);
-        MHD_destroy_response(resp);
-        return ret;
+        return queue_reply(conn, req, resp);
     }
     if (!req->reply)
         req_error(req, ERR_INTERNAL, NULL);
@@ -100,9 +150,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
         snprintf(ra, sizeof(ra), "%u", req->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
-    ret = MHD_queue_response(conn, req->status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return queue_reply(conn, req, resp);
 }
 
 static void dispatch(struct request *req)
@@ -122,6 +170,10 @@ static void dispatch(struct request *req)
         req->route_id = route_index(route);
         break;
     }
+    if (req->method == HTTP_OPTIONS) {
+        cors_options(req, route);
+        return;
+    }
     if (req->method == HTTP_GET)
         fn = route->get;
     else if (req->method == HTTP_POST)
@@ -132,11 +184,13 @@ static void dispatch(struct request *req)
         return;
     }
     req->st = thread_store(req->cfg);
-    /* Probes stay cheap and always answer, whoever asks how often. The
-     * purchase runs the limiter itself, after what it can refuse from
+    /* Probes stay cheap and always answer, whoever asks how often; so do
+     * the pages' files (from memory: counting them would cost more than
+     * serving them, and a page load must not eat a client's API budget).
+     * The purchase runs the limiter itself, after what it can refuse from
      * memory (a sold-out voucher must not cost a Redis round trip). */
     if (fn != health_get && fn != ready_get && fn != metrics_get &&
-        fn != voucher_seckill_post && ratelimit_or_reply(req))
+        fn != voucher_seckill_post && fn != web_get && ratelimit_or_reply(req))
         return;
     fn(req);
 }
@@ -150,12 +204,37 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* The deadline record of conn (set when it was accepted), or NULL. */
-static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+/* What was kept for conn when it was accepted, or NULL. */
+static struct conn_info *conn_info_of(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+/* The deadline record of conn (set when it was accepted), or NULL. */
+static struct deadline_conn *conn_deadline(struct MHD_Connection *conn)
+{
+    struct conn_info *info = conn_info_of(conn);
+    return info ? info->deadline : NULL;
+}
+
+void req_park(struct request *req)
+{
+    struct handlers_server *srv = req->srv;
+
+    /* The request has fully arrived: no deadline while it waits. */
+    deadline_conn_busy(conn_deadline(req->conn));
+    atomic_fetch_add(&srv->parked, 1);
+    req->parked = true;
+    MHD_suspend_connection(req->conn);
+}
+
+void req_resume(struct request *req)
+{
+    /* libmicrohttpd calls on_request() again, on the connection's own
+     * thread, which sends the reply set here. */
+    MHD_resume_connection(req->conn);
 }
 
 /* A response is about to be queued: the request has fully arrived. */
@@ -181,21 +260,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 {
     struct handlers_server *srv = cls;
     struct request *req = *req_cls;
-    (void)version;
 
     if (!req) {
+        struct conn_info *info = conn_info_of(conn);
+
         req = xcalloc(1, sizeof(*req));
         req->start_ns = now_ns();
+        if (info && info->accept_ns) {
+            metrics_observe_wait(METRIC_WAIT_ACCEPT,
+                                 req->start_ns - info->accept_ns);
+            info->accept_ns = 0;
+        }
         req->route_id = route_count(); /* "unmatched" until dispatch */
         req->cfg = srv->cfg;
+        req->srv = srv;
         req->locks = srv->locks;
         req->vcache = srv->vcache;
+        req->engine = srv->engine;
+        req->async = srv->async;
         req->conn = conn;
         req->path = url;
-        req->method = strcmp(method, "GET") == 0    ? HTTP_GET
-                      : strcmp(method, "POST") == 0 ? HTTP_POST
-                                                    : HTTP_OTHER;
+        req->version = version;
+        req->method = strcmp(method, "GET") == 0       ? HTTP_GET
+                      : strcmp(method, "POST") == 0    ? HTTP_POST
+                      : strcmp(method, "OPTIONS") == 0 ? HTTP_OPTIONS
+                                                       : HTTP_OTHER;
         *req_cls = req;
+        if (req_protocol_or_reply(req))
+            return reply_now(conn, req);
         if (declared_too_large(conn)) {
             req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
             return reply_now(conn, req);
@@ -218,10 +310,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_size = 0;
         return MHD_YES;
     }
+    /* Back from the purchase engine: its reply is set. */
+    if (req->parked)
+        return send_reply(conn, req);
     if (req->too_large)
         req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
     else
         dispatch(req);
+    if (req->parked)
+        return MHD_YES; /* suspended: req_resume() brings it back */
     return reply_now(conn, req);
 }
 
@@ -236,6 +333,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     deadline_conn_idle(srv->deadlines, conn_deadline(conn));
     if (!req)
         return;
+    if (req->parked)
+        atomic_fetch_sub(&srv->parked, 1);
     metrics_request_observe(req->route_id, req->status,
                             now_ns() - req->start_ns);
     request_clear(req);
@@ -251,15 +350,23 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     struct handlers_server *srv = cls;
 
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        metrics_count(METRIC_HTTP_CONN_OPENED, 1);
+        struct conn_info *info = xcalloc(1, sizeof(*info));
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+        metrics_count(METRIC_HTTP_CONN_OPENED, 1);
+        info->accept_ns = now_ns();
         if (ci)
-            *socket_context = deadline_conn_add(srv->deadlines, ci->connect_fd);
+            info->deadline = deadline_conn_add(srv->deadlines, ci->connect_fd);
+        *socket_context = info;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn_info *info = *socket_context;
+
         metrics_count(METRIC_HTTP_CONN_CLOSED, 1);
         /* Before libmicrohttpd closes the socket: see deadline.c. */
-        deadline_conn_remove(srv->deadlines, *socket_context);
+        if (info)
+            deadline_conn_remove(srv->deadlines, info->deadline);
+        free(info);
         *socket_context = NULL;
     }
 }
@@ -312,12 +419,55 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("http server error", "detail=\"%s\"", buf);
 }
 
+/* The engine's expiry closed orders (on the expiry thread, with its
+ * store): their units are back on sale. */
+static void units_returned(void *ctx, struct store *st, int64_t voucher_id,
+                           const int64_t *users, size_t n)
+{
+    struct handlers_server *srv = ctx;
+
+    order_units_returned(srv->vcache, st, voucher_id, users, n);
+}
+
+/* An async sale was rebuilt (on the writer thread, with its store). */
+static void async_stock_changed(void *ctx, struct store *st, int64_t voucher_id)
+{
+    struct handlers_server *srv = ctx;
+
+    vcache_voucher_changed(srv->vcache, st, voucher_id);
+}
+
+/* Async mode promises that a 202 is written: on a Redis that may lose an
+ * acknowledged write, refuse to start unless the operator accepts it. */
+static int async_durability_check(const struct handlers_config *cfg)
+{
+    struct store *st;
+    redisContext *rc;
+    char why[96];
+    int err;
+
+    if (cfg->purchase_mode != PURCHASE_ASYNC || cfg->async_accept_loss)
+        return 0;
+    st = store_new(&cfg->store);
+    rc = store_redis(st);
+    err = rc ? async_redis_durable(rc, why, sizeof(why)) : 0;
+    store_free(st);
+    if (err == -EPERM) {
+        log_error("async purchase mode refused: redis may lose acknowledged "
+                  "writes; set appendonly yes and appendfsync always, or "
+                  "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                  "redis=\"%s\"", why);
+        return -EPERM;
+    }
+    return 0; /* durable, or unknown now: the writer looks again */
+}
+
 int handlers_server_start(const struct handlers_config *cfg,
                           struct handlers_server **out)
 {
     struct sockaddr_storage ss = {0};
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct handlers_server *srv;
 
     if (inet_pton(AF_INET, cfg->bind, &((struct sockaddr_in *)&ss)->sin_addr) ==
@@ -344,7 +494,40 @@ int handlers_server_start(const struct handlers_config *cfg,
         free(srv);
         return err;
     }
+    err = async_durability_check(cfg);
+    if (err) {
+        lock_client_close(srv->locks);
+        free(srv);
+        return err;
+    }
     srv->vcache = vcache_new(cfg);
+    srv->replica = store_replica_monitor_start(&cfg->store);
+    srv->engine_cfg = (struct engine_config){
+        .store = &cfg->store,
+        .locks = srv->locks,
+        .workers = cfg->engine_threads,
+        .batch_max =
+            cfg->store.batch_max ? cfg->store.batch_max : STORE_BATCH_DEFAULT,
+        .batch_linger_us = cfg->store.batch_linger_us,
+        .queue_max = cfg->queue_max,
+        .lock_ttl_ms = cfg->lock_ttl_ms,
+        .units_returned = units_returned,
+        .units_returned_ctx = srv,
+        .expiry = true,
+        .async_backlog_max = cfg->async_backlog_max,
+    };
+    srv->async_cfg = (struct async_config){
+        .store = &cfg->store,
+        .locks = srv->locks,
+        .batch = 256,
+        .claim_ms = ASYNC_CLAIM_MS,
+        .stock_changed = async_stock_changed,
+        .ctx = srv,
+        .accept_loss = cfg->async_accept_loss,
+    };
+    srv->async = async_start(&srv->async_cfg);
+    srv->engine_cfg.async = srv->async;
+    srv->engine = engine_start(&srv->engine_cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
      * the per-address limit is counted over all of them. */
@@ -364,6 +547,9 @@ int handlers_server_start(const struct handlers_config *cfg,
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
+        engine_stop(srv->engine);
+        async_stop(srv->async);
+        store_replica_monitor_stop(srv->replica);
         vcache_free(srv->vcache);
         lock_client_close(srv->locks);
         free(srv);
@@ -381,16 +567,40 @@ uint16_t handlers_server_port(const struct handlers_server *srv)
     return srv->port;
 }
 
+void handlers_server_drain(struct handlers_server *srv)
+{
+    if (srv && !atomic_exchange(&srv->draining, true))
+        log_info("draining", "readyz=503 port=%u", srv->port);
+}
+
 void handlers_server_stop(struct handlers_server *srv)
 {
     if (!srv)
         return;
-    /* Stop accepting first, then let the workers finish and exit; their
-     * thread-exit destructor closes each thread's connections. */
-    MHD_quiesce_daemon(srv->daemon);
+    /* Stop accepting first. Then the engine finishes the batches that run
+     * and answers what still waits (503, nothing written), which resumes
+     * every parked request; give their replies a moment to go out before
+     * the workers finish and exit (their thread-exit destructor closes
+     * each thread's connections). */
+    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
+
+    /* Ours to close (libmicrohttpd leaves it open): new connections are
+     * refused at once, which a load balancer retries elsewhere, rather
+     * than left in the backlog until the stop resets them. */
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
+    engine_stop(srv->engine);
+    for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(srv->daemon);
     /* After the daemon: every connection has been removed by now. */
     deadlines_stop(srv->deadlines);
+    /* After the engine: nothing sells any more; what the writer holds is
+     * claimed by another instance, or by this one after a restart. */
+    async_stop(srv->async);
+    store_replica_monitor_stop(srv->replica);
     vcache_free(srv->vcache);
     lock_client_close(srv->locks);
     free(srv);

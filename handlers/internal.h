@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "common/token.h"
+#include "engine/engine.h"
 #include "handlers/handlers.h"
 #include "lock/lock.h"
 #include "store/store.h"
@@ -31,11 +32,14 @@ enum api_error {
     ERR_ENDED,
     ERR_SOLD_OUT,
     ERR_ALREADY_PURCHASED,
+    ERR_ORDER_PAID,
+    ERR_ORDER_CLOSED,
     ERR_PAYLOAD_TOO_LARGE,
     ERR_BUSY,
     ERR_RATE_LIMITED,
     ERR_INTERNAL,
     ERR_UNAVAILABLE,
+    ERR_NOT_IMPLEMENTED,
     ERR_COUNT
 };
 
@@ -47,18 +51,33 @@ struct api_error_info {
 
 extern const struct api_error_info api_errors[ERR_COUNT];
 
-enum http_method { HTTP_GET, HTTP_POST, HTTP_OTHER };
+enum http_method { HTTP_GET, HTTP_POST, HTTP_OPTIONS, HTTP_OTHER };
+
+/* Room for the extra headers of one reply (req_header_add). */
+#define REQ_HEADERS_MAX 10
+
+/* An extra reply header; both strings must outlive the reply. */
+struct req_header {
+    const char *name;
+    const char *value;
+};
+
+struct handlers_server;
 
 struct request {
     const struct handlers_config *cfg;
-    struct store *st;          /* this thread's store */
-    struct lock_client *locks; /* the server's, shared by all threads */
-    struct vcache *vcache;     /* the server's voucher cache, or NULL */
-    void *conn;                /* struct MHD_Connection *, NULL in tests */
+    struct handlers_server *srv; /* the server it arrived at */
+    struct store *st;            /* this thread's store */
+    struct lock_client *locks;   /* the server's, shared by all threads */
+    struct vcache *vcache;       /* the server's voucher cache, or NULL */
+    struct engine *engine;       /* the server's purchase engine */
+    struct async *async;         /* the server's async writer, or NULL */
+    void *conn;                  /* struct MHD_Connection *, NULL in tests */
     enum http_method method;
     const char *path;
-    int64_t id; /* the {id} of the route, if any */
-    char *body; /* accumulated upload, NUL-terminated */
+    const char *version; /* "HTTP/1.1"; libmicrohttpd's, like path */
+    int64_t id;          /* the {id} of the route, if any */
+    char *body;          /* accumulated upload, NUL-terminated */
     size_t body_len;
     bool too_large;
     json_t *json;             /* parsed body object, owned */
@@ -72,11 +91,40 @@ struct request {
     unsigned retry_after; /* Retry-After header when > 0 */
     char *text;           /* owned; sent instead of reply when set */
     size_t text_len;
-    const char *text_type; /* Content-Type of text */
+    const char *text_type; /* Content-Type of text or data */
+    /* A reply sent as is instead of JSON: an embedded file, or nothing
+     * (204, 304). data is not owned and outlives the server. */
+    bool raw;
+    const void *data;
+    size_t data_len;
+    /* Extra reply headers (files, CORS), added to any kind of reply. */
+    struct req_header headers[REQ_HEADERS_MAX];
+    unsigned n_headers;
     /* for the metrics (http.c): */
     uint64_t start_ns; /* monotonic, at the first callback */
     unsigned route_id; /* route_index(), or route_count() for no route */
+    /* A request parked while the purchase engine works (req_park()): */
+    bool parked;
+    struct engine_purchase purchase;
+    uint64_t vcache_gen; /* of the voucher cache entry read at step 1 */
+    /* An order's cancel or payment, run as an engine task (orders.c): */
+    struct engine_task task;
+    struct order_op *op;
 };
+
+/* True once handlers_server_drain() was called (false for NULL). */
+bool server_draining(const struct handlers_server *srv);
+
+/*
+ * Park the request: the handler returns without a reply, its HTTP thread
+ * goes on serving other connections, and whoever finishes the work sets
+ * the reply and calls req_resume(). Only from a handler (the thread that
+ * runs the request).
+ */
+void req_park(struct request *req);
+/* The reply of a parked request is set: send it. From any thread, once;
+ * req must not be touched afterwards by the caller. */
+void req_resume(struct request *req);
 
 /* Release what a request owns (not the request itself). */
 void request_clear(struct request *req);
@@ -96,6 +144,27 @@ unsigned req_error(struct request *req, enum api_error e, const char *message);
  * op names the failed step for the log. Returns the status.
  */
 unsigned req_backend_error(struct request *req, int err, const char *op);
+
+/*
+ * Add a header to the reply. name and value are not copied: string
+ * literals, configuration, or libmicrohttpd's request strings. At most
+ * REQ_HEADERS_MAX per request (more is a programmer error: abort).
+ */
+void req_header_add(struct request *req, const char *name, const char *value);
+
+/* Set a raw reply of status: len bytes of data (not owned) of type. */
+unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
+                       const void *data, size_t len);
+
+/*
+ * Check what libmicrohttpd accepted of the request's framing but a server
+ * must refuse (protocol.c): HTTP/1.1 without exactly one Host, a header
+ * name that is not a token, control characters in a header value, a
+ * Content-Length beside Transfer-Encoding or twice, a transfer coding
+ * other than chunked. Called when the headers are in, before the body.
+ * Returns 0, or sets the 400 (501 for the coding) and returns its status.
+ */
+unsigned req_protocol_or_reply(struct request *req);
 
 /* A query-string argument, or NULL. */
 const char *req_query(struct request *req, const char *name);
@@ -205,6 +274,7 @@ struct vcache_voucher {
     int64_t begin_time; /* epoch seconds, seckill vouchers only */
     int64_t end_time;   /* epoch seconds, exclusive */
     bool sold_out;      /* seckill vouchers only */
+    enum purchase_mode mode;
 };
 
 /*
@@ -246,15 +316,54 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
  */
 void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id);
 
+/* ---- browsers: CORS (cors.c) ---- */
+
+struct route;
+
+/*
+ * Add the CORS headers of an answer to req when cfg->cors_origins is set:
+ * Vary: Origin always, and Access-Control-Allow-Origin (the request's
+ * Origin, never "*") with Access-Control-Expose-Headers when the Origin
+ * is one of the listed ones. Called once per reply, by http.c.
+ */
+void cors_reply_headers(struct request *req);
+
+/*
+ * Answer OPTIONS on route: a CORS preflight (Origin and
+ * Access-Control-Request-Method present) from a listed origin gets 204
+ * with the route's methods, the Authorization and Content-Type request
+ * headers and Access-Control-Max-Age; from any other origin 403
+ * FORBIDDEN. A plain OPTIONS gets 204 with Allow. Returns the status.
+ */
+unsigned cors_options(struct request *req, const struct route *route);
+
+/* ---- the pages (web.c) ---- */
+
+/*
+ * A file of web/ (or docs/openapi.json) compiled into the binary by
+ * scripts/embed-web.sh, which writes the table web_files[] of
+ * build/gen/web_files.c, sorted by path.
+ */
+struct web_file {
+    const char *path; /* the URL path: "/", "/admin", "/static/app.js" */
+    const char *type; /* Content-Type */
+    const unsigned char *data;
+    size_t len;
+    const char *etag; /* a strong entity tag from the content's SHA-256 */
+};
+
+extern const struct web_file web_files[];
+extern const size_t web_file_count;
+
 /* ---- routing ---- */
 
 typedef unsigned (*handler_fn)(struct request *req);
 
 struct route {
-    const char *pattern; /* "/api/vouchers/{id}/seckill" */
+    const char *pattern; /* "/api/vouchers/{id}/seckill", "/static/{file}" */
     handler_fn get;
     handler_fn post;
-    const char *allow; /* "GET", "POST" or "GET, POST" */
+    const char *allow; /* the Allow header: "GET, POST, OPTIONS" */
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
@@ -262,7 +371,8 @@ enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };
 /*
  * Find the route for path. ROUTE_OK sets *route and *id (0 without an
  * {id}); ROUTE_BAD_ID sets *route for a path whose {id} segment is not a
- * positive integer.
+ * positive integer. A "{file}" segment matches any non-empty segment (the
+ * handler reads the path itself).
  */
 enum route_result route_match(const char *path, const struct route **route,
                               int64_t *id);
@@ -285,5 +395,38 @@ unsigned voucher_get(struct request *req);
 unsigned voucher_seckill_post(struct request *req);
 unsigned orders_get(struct request *req);
 unsigned order_get(struct request *req);
+/* The pages, their files and /openapi.json, embedded at build time. */
+unsigned web_get(struct request *req);
+unsigned order_cancel_post(struct request *req);
+unsigned order_pay_post(struct request *req);
+unsigned payment_notify_post(struct request *req);
+unsigned voucher_stats_get(struct request *req);
+
+/*
+ * An order as the API shows it: id, userId, voucherId, status ("unpaid",
+ * "paid", "cancelled", "expired"), createTime, payDeadline, payTime and
+ * closeTime (null until set). A new object.
+ */
+json_t *order_json(const struct store_order *o);
+
+/*
+ * Orders of users[0..n) for voucher_id were closed (cancelled, expired)
+ * and their units are back in MySQL's stock: give them back to an async
+ * sale's Redis state too (the buyer may buy again), and tell every
+ * instance's voucher cache that the voucher sells again. On an engine
+ * thread, with its store.
+ */
+void order_units_returned(struct vcache *vc, struct store *st,
+                          int64_t voucher_id, const int64_t *users, size_t n);
+
+/*
+ * Record a payment for an order on an engine thread and reply with the
+ * outcome (orders.c): for POST /api/payments/notify and the dev-mode
+ * POST /api/orders/{id}/pay. user_id > 0: only that user's order (else
+ * 404); amount < 0: the voucher's price (the simulated provider). Parks
+ * req; returns 0.
+ */
+unsigned order_pay_park(struct request *req, int64_t order_id, int64_t user_id,
+                        int64_t amount, const char *txn_id);
 
 #endif

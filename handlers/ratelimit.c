@@ -21,13 +21,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 /*
@@ -54,14 +53,10 @@ static const char script[] =
     "end "
     "return {1, 0}";
 
-/* The script's SHA-1 from the first SCRIPT LOAD: written once under
- * sha_mu, then published by sha_ready and only read. */
-static char sha[41];
-static atomic_int sha_ready;
-static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct redis_script bucket_script = REDIS_SCRIPT(script);
 
 #define KEYS_MAX 2
-#define ARGV_MAX (3 + 3 * KEYS_MAX)
+#define ARGV_MAX (3 * KEYS_MAX)
 
 struct bucket_call {
     int nkeys;
@@ -82,15 +77,11 @@ static void bucket_add(struct bucket_call *c, const struct handlers_rate *r)
     c->nkeys++;
 }
 
-/* EVALSHA (use_sha) or EVAL of the script with c's keys and arguments. */
-static void call_argv(struct bucket_call *c, bool use_sha)
+/* The script's keys and arguments, from c's buckets. */
+static void call_argv(struct bucket_call *c)
 {
-    static const char *const nk[KEYS_MAX + 1] = {"0", "1", "2"};
     int n = 0;
 
-    c->argv[n++] = use_sha ? "EVALSHA" : "EVAL";
-    c->argv[n++] = use_sha ? sha : script;
-    c->argv[n++] = nk[c->nkeys];
     for (int i = 0; i < c->nkeys; i++)
         c->argv[n++] = c->keys[i];
     for (int i = 0; i < c->nkeys; i++) {
@@ -100,48 +91,6 @@ static void call_argv(struct bucket_call *c, bool use_sha)
     for (int i = 0; i < n; i++)
         c->lens[i] = strlen(c->argv[i]);
     c->argc = n;
-}
-
-/* Learn the script's SHA-1 once per process; false if Redis refused. */
-static bool sha_load(redisContext *rc)
-{
-    redisReply *r;
-    bool ok;
-
-    if (atomic_load(&sha_ready))
-        return true;
-    r = redisCommand(rc, "SCRIPT LOAD %s", script);
-    ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
-    if (ok) {
-        pthread_mutex_lock(&sha_mu);
-        if (!atomic_load(&sha_ready)) {
-            memcpy(sha, r->str, 41);
-            atomic_store(&sha_ready, 1);
-        }
-        pthread_mutex_unlock(&sha_mu);
-    }
-    freeReplyObject(r);
-    return ok;
-}
-
-/* Run the script: EVALSHA, or EVAL when the SHA is unknown or the server
- * lost its script cache (NOSCRIPT: EVAL caches it again). */
-static redisReply *bucket_eval(redisContext *rc, struct bucket_call *c)
-{
-    bool use_sha = sha_load(rc);
-    redisReply *r;
-
-    if (rc->err)
-        return NULL;
-    call_argv(c, use_sha);
-    r = redisCommandArgv(rc, c->argc, c->argv, c->lens);
-    if (r && use_sha && r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        freeReplyObject(r);
-        call_argv(c, false);
-        r = redisCommandArgv(rc, c->argc, c->argv, c->lens);
-    }
-    return r;
 }
 
 /* The bucket key of the client's address: IPv4 per address, IPv6 per
@@ -199,6 +148,7 @@ unsigned ratelimit_or_reply(struct request *req)
     redisContext *rc;
     redisReply *r;
     unsigned status = 0;
+    int err;
 
     if (cfg->rate_ip.per_s > 0 &&
         ip_key(req, c.keys[c.nkeys], sizeof(c.keys[0])))
@@ -215,7 +165,9 @@ unsigned ratelimit_or_reply(struct request *req)
     rc = store_redis(req->st);
     if (!rc)
         return fail_open("redis unreachable", "");
-    r = bucket_eval(rc, &c);
+    call_argv(&c);
+    r = redis_script_run(rc, &bucket_script, c.nkeys, c.argc, c.argv, c.lens,
+                         &err);
     if (!r)
         return fail_open("redis failed", rc->errstr);
     if (r->type == REDIS_REPLY_ERROR) {

@@ -28,6 +28,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_SOLD_OUT] = {409, "SOLD_OUT", "the voucher is sold out"},
     [ERR_ALREADY_PURCHASED] = {409, "ALREADY_PURCHASED",
                                "you already bought this voucher"},
+    [ERR_ORDER_PAID] = {409, "ORDER_PAID", "the order is paid already"},
+    [ERR_ORDER_CLOSED] = {409, "ORDER_CLOSED",
+                          "the order is closed (cancelled or expired)"},
     [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
                                "the request body is larger than 64 KiB"},
     [ERR_BUSY] = {429, "BUSY",
@@ -38,6 +41,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_INTERNAL] = {500, "INTERNAL", "internal error"},
     [ERR_UNAVAILABLE] = {503, "UNAVAILABLE",
                          "the service is temporarily unavailable; retry"},
+    [ERR_NOT_IMPLEMENTED] = {501, "NOT_IMPLEMENTED",
+                             "the request uses a feature this server does "
+                             "not implement"},
 };
 
 void request_clear(struct request *req)
@@ -53,6 +59,7 @@ void request_clear(struct request *req)
 unsigned req_reply(struct request *req, unsigned status, json_t *body)
 {
     json_decref(req->reply);
+    req->raw = false;
     req->reply = body;
     req->status = status;
     return status;
@@ -68,6 +75,19 @@ unsigned req_error(struct request *req, enum api_error e, const char *message)
     return req_reply(req, info->status, body);
 }
 
+/* A backend that is down fails every request: say so at most once a
+ * second per thread, not once per request. */
+static bool log_due(void)
+{
+    static _Thread_local int64_t last_ms;
+    int64_t now = util_mono_ms();
+
+    if (last_ms && now - last_ms < 1000)
+        return false;
+    last_ms = now;
+    return true;
+}
+
 unsigned req_backend_error(struct request *req, int err, const char *op)
 {
     switch (err) {
@@ -76,8 +96,19 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     case -ECONNREFUSED:
     case -ETIMEDOUT:
     case -EDEADLK:
-        log_warn("backend unavailable", "op=%s err=%d", op, err);
+    case -EACCES: /* it refused our credentials: logged where it did */
+        if (log_due())
+            log_warn("backend unavailable", "op=%s err=%d", op, err);
         return req_error(req, ERR_UNAVAILABLE, NULL);
+    case -ETIME:
+        if (log_due())
+            log_warn("purchase over its time budget", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the purchase took too long and nothing was "
+                         "bought; try again");
+    case -ESHUTDOWN:
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the service is stopping; nothing was bought, retry");
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);
         return req_error(req, ERR_UNAVAILABLE,
@@ -86,6 +117,27 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
         log_error("backend failed", "op=%s err=%d", op, err);
         return req_error(req, ERR_INTERNAL, NULL);
     }
+}
+
+void req_header_add(struct request *req, const char *name, const char *value)
+{
+    if (req->n_headers >= REQ_HEADERS_MAX)
+        abort(); /* programmer error: raise REQ_HEADERS_MAX */
+    req->headers[req->n_headers].name = name;
+    req->headers[req->n_headers++].value = value;
+}
+
+unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
+                       const void *data, size_t len)
+{
+    json_decref(req->reply);
+    req->reply = NULL;
+    req->raw = true;
+    req->text_type = type;
+    req->data = data;
+    req->data_len = len;
+    req->status = status;
+    return status;
 }
 
 const char *req_query(struct request *req, const char *name)

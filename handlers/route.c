@@ -1,7 +1,8 @@
 /*
  * route.c - the route table and path matching. A path matches a pattern
  * segment by segment; "{id}" matches any segment and must hold a positive
- * integer, else the request is a 400 rather than a 404.
+ * integer, else the request is a 400 rather than a 404; "{file}" matches
+ * any non-empty segment.
  */
 #include "handlers/internal.h"
 
@@ -11,16 +12,26 @@
 #include "common/util.h"
 
 static const struct route routes[] = {
-    {"/healthz", health_get, NULL, "GET"},
-    {"/readyz", ready_get, NULL, "GET"},
-    {"/metrics", metrics_get, NULL, "GET"},
-    {"/api/auth/code", NULL, auth_code_post, "POST"},
-    {"/api/auth/login", NULL, auth_login_post, "POST"},
-    {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST"},
-    {"/api/vouchers/{id}", voucher_get, NULL, "GET"},
-    {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST"},
-    {"/api/orders", orders_get, NULL, "GET"},
-    {"/api/orders/{id}", order_get, NULL, "GET"},
+    {"/healthz", health_get, NULL, "GET, OPTIONS"},
+    {"/readyz", ready_get, NULL, "GET, OPTIONS"},
+    {"/metrics", metrics_get, NULL, "GET, OPTIONS"},
+    {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS"},
+    {"/api/auth/login", NULL, auth_login_post, "POST, OPTIONS"},
+    {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST, OPTIONS"},
+    {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS"},
+    {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS"},
+    {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS"},
+    {"/api/orders", orders_get, NULL, "GET, OPTIONS"},
+    {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS"},
+    {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS"},
+    {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS"},
+    {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS"},
+    /* The buyer's and the admin's pages (web/), their files and the API
+     * description, served from the binary. */
+    {"/", web_get, NULL, "GET, OPTIONS"},
+    {"/admin", web_get, NULL, "GET, OPTIONS"},
+    {"/static/{file}", web_get, NULL, "GET, OPTIONS"},
+    {"/openapi.json", web_get, NULL, "GET, OPTIONS"},
 };
 
 /* Match path against pattern; 1 = match, 0 = no, -1 = match but bad id. */
@@ -37,6 +48,12 @@ static int match(const char *pattern, const char *path, int64_t *id)
             if (util_parse_id(s, n, id))
                 bad = 1;
             p += 4;
+            s += n;
+        } else if (strncmp(p, "{file}", 6) == 0) {
+            size_t n = strcspn(s, "/");
+            if (n == 0)
+                return 0;
+            p += 6;
             s += n;
         } else if (*p == *s) {
             p++;

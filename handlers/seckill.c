@@ -1,35 +1,40 @@
 /*
- * seckill.c - POST /api/vouchers/{id}/seckill, the purchase:
+ * seckill.c - POST /api/vouchers/{id}/seckill, the purchase.
+ *
+ * This thread only decides what it can without waiting for anyone else:
  *
  *   1. read the voucher: exists, is a seckill voucher, on sale now, stock
  *      left (cheap rejections before any lock). Answered from the voucher
  *      cache (vcache.c) when it knows, before the rate limiter, so that a
  *      sold-out voucher costs no I/O; else read from MySQL;
- *   2. take the user's lock lock:order:{userId} from the lock backend
- *      (SECKILL_LOCK_URL; fail fast: a second concurrent request of the
- *      same user gets 429 BUSY);
- *   3. take an order id from the Redis ID worker (idgen/idgen.h: unique
- *      also across a Redis restart that loses its counter; usually from
- *      the process's block of reserved ids, without a round trip);
- *   4. one MySQL transaction: no order yet for (user, voucher), insert the
- *      order, CAS the stock, commit (store_order_purchase; concurrent
- *      purchases of the voucher share one transaction, SECKILL_BATCH_MAX);
- *   5. release the lock on every path, then reply.
+ *   2. hand the purchase to the purchase engine (engine/engine.h) and
+ *      park the connection. The engine takes the user's lock
+ *      lock:order:{userId} (a second concurrent request of the same user
+ *      gets 429 BUSY), an order id, and one MySQL transaction with the
+ *      other purchases of the voucher waiting with it, then releases the
+ *      lock and calls purchase_done() below, which sets the reply and
+ *      resumes the connection.
  *
- * MySQL is the source of truth: the lock only keeps one user's requests
- * from racing; the unique key and the CAS keep the data right even when a
- * lock expires early.
+ * An async voucher (async/async.h) goes the same way, but the engine's
+ * batch is one Redis script instead of the lock and the transaction (the
+ * script checks the buyer set atomically): the answer is 202
+ * {"orderId","status":"pending"}, a promise that the order will be in
+ * MySQL shortly (GET /api/orders/{id} shows it pending until then).
+ *
+ * A purchase has STORE_PURCHASE_BUDGET_MS from its arrival; a full queue
+ * is 429 BUSY at once. MySQL is the source of truth: the lock only keeps
+ * one user's requests from racing; the unique key and the CAS keep the
+ * data right even when a lock expires early.
  */
 #include "handlers/internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
-#include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/util.h"
-#include "idgen/idgen.h"
-#include "lock/lock.h"
 
 /*
  * Step 1's verdict on what is known about the voucher (from the cache when
@@ -59,57 +64,81 @@ static unsigned verdict_or_reply(struct request *req,
 /* Step 1 when the cache could not answer: read the voucher row, remember
  * it (gen from vcache_entry_get), answer from it. Returns 0 to go on. */
 static unsigned precheck_or_reply(struct request *req, int64_t now_s,
-                                  uint64_t gen)
+                                  uint64_t gen, struct vcache_voucher *v)
 {
-    struct vcache_voucher v;
     struct store_seckill s;
     int err = store_seckill_get(req->st, req->id, &s);
 
-    if (err && err != -ENOENT)
-        return req_backend_error(req, err, "seckill_get");
-    vcache_voucher_from_row(&v, err ? NULL : &s);
-    vcache_entry_put(req->vcache, req->id, &v, gen);
-    return verdict_or_reply(req, &v, now_s, false);
+    if (err && err != -ENOENT) {
+        /* MySQL cannot say: an async sale sells from Redis alone. */
+        redisContext *rc = store_redis(req->st);
+
+        memset(v, 0, sizeof(*v));
+        if (!rc ||
+            async_sale_window(rc, req->id, &v->begin_time, &v->end_time) != 0)
+            return req_backend_error(req, err, "seckill_get");
+        v->found = true;
+        v->type = VOUCHER_SECKILL;
+        v->mode = PURCHASE_ASYNC;
+        return verdict_or_reply(req, v, now_s, false);
+    }
+    vcache_voucher_from_row(v, err ? NULL : &s);
+    vcache_entry_put(req->vcache, req->id, v, gen);
+    return verdict_or_reply(req, v, now_s, false);
 }
 
-/* An id the ID worker handed out before (its counter was lost) is
- * refused by the primary key; a fresh id is tried this many times. */
-#define ID_ATTEMPTS 3
-
-/* Steps 3 and 4, under the lock. A sold-out outcome also sets the
- * voucher's flag in the cache (gen: the cache generation read at step 1). */
-static unsigned buy_locked(struct request *req, uint64_t gen)
+/* The engine's answer (on an engine thread): the reply, then resume. */
+static void purchase_done(struct engine_purchase *p)
 {
-    enum store_purchase outcome;
-    int64_t order_id;
-    int err = -EEXIST;
+    struct request *req =
+        (struct request *)((char *)p - offsetof(struct request, purchase));
 
-    for (int i = 0; i < ID_ATTEMPTS && err == -EEXIST; i++) {
-        redisContext *rc = store_redis(req->st);
-        if (!rc)
-            return req_backend_error(req, -ENOTCONN, "idgen");
-        err = idgen_next(rc, "order", &order_id);
-        if (err)
-            return req_backend_error(req, err, "idgen");
-        err = store_order_purchase(req->st, order_id, req->auth.user_id,
-                                   req->id, &outcome);
-        /* The rest of that id's block is suspect too: reserve anew. */
-        if (err == -EEXIST)
-            idgen_discard("order");
-    }
-    if (err)
-        return req_backend_error(req, err, "purchase");
-    switch (outcome) {
-    case STORE_PURCHASE_SOLD_OUT:
-        vcache_sold_out_set(req->vcache, req->id, gen);
-        return req_error(req, ERR_SOLD_OUT, NULL);
-    case STORE_PURCHASE_DUPLICATE:
-        return req_error(req, ERR_ALREADY_PURCHASED, NULL);
-    case STORE_PURCHASE_OK:
+    switch (p->outcome) {
+    case ENGINE_OK:
+        req_reply(req, 201,
+                  json_pack("{s:o}", "orderId", json_id(p->order_id)));
+        break;
+    case ENGINE_SOLD_OUT:
+        vcache_sold_out_set(req->vcache, p->voucher_id, req->vcache_gen);
+        req_error(req, ERR_SOLD_OUT, NULL);
+        break;
+    case ENGINE_DUPLICATE:
+        req_error(req, ERR_ALREADY_PURCHASED, NULL);
+        break;
+    case ENGINE_BUSY:
+        req_error(req, ERR_BUSY, NULL);
+        break;
+    case ENGINE_PENDING:
+        req_reply(req, 202,
+                  json_pack("{s:o,s:s}", "orderId", json_id(p->order_id),
+                            "status", "pending"));
+        break;
+    case ENGINE_NOT_STARTED:
+        req_error(req, ERR_NOT_STARTED, NULL);
+        break;
+    case ENGINE_ENDED:
+        req_error(req, ERR_ENDED, NULL);
+        break;
+    case ENGINE_BACKLOG:
+        metrics_count(METRIC_PURCHASE_SHED, 1);
+        req_error(req, ERR_BUSY,
+                  "too many orders of this voucher wait to be written; "
+                  "retry");
+        req->retry_after = 1;
+        break;
+    case ENGINE_ERROR:
+        if (p->err == -EAGAIN)
+            req_error(req, ERR_UNAVAILABLE,
+                      "the sale is being repaired; nothing was bought, retry");
+        else if (p->err == -EPERM)
+            req_error(req, ERR_UNAVAILABLE,
+                      "this instance's Redis may lose acknowledged writes, "
+                      "so it does not sell this voucher; nothing was bought");
+        else
+            req_backend_error(req, p->err, "purchase");
         break;
     }
-    return req_reply(req, 201,
-                     json_pack("{s:o}", "orderId", json_id(order_id)));
+    req_resume(req);
 }
 
 unsigned voucher_seckill_post(struct request *req)
@@ -118,11 +147,8 @@ unsigned voucher_seckill_post(struct request *req)
     struct vcache_voucher known;
     bool cached = false;
     uint64_t gen = 0;
-    char name[64];
-    struct lock *lock = NULL;
-    enum lock_status ls;
     unsigned status;
-    int err, held;
+    int err;
 
     /* Step 1 from memory first, before the rate limiter: the crowd that
      * keeps buying a sold-out (or not started, ended, unknown) voucher is
@@ -135,40 +161,30 @@ unsigned voucher_seckill_post(struct request *req)
     }
     if ((status = ratelimit_or_reply(req)) ||
         (status = req_user_or_reply(req)) ||
-        (!cached && (status = precheck_or_reply(req, now_s, gen))))
+        (!cached && (status = precheck_or_reply(req, now_s, gen, &known))))
         return status;
 
-    /* Step 2: fail fast (no wait), with a fixed lease. */
-    snprintf(name, sizeof(name), "lock:order:%lld",
-             (long long)req->auth.user_id);
-    err = lock_new(req->locks, name, &lock);
-    if (!err)
-        err = lock_acquire(lock, 0, req->cfg->lock_ttl_ms, &ls);
-    if (err) {
-        metrics_count(METRIC_LOCK_ERROR, 1);
-        status = req_backend_error(req, err, "lock_acquire");
-        goto out;
+    /* Step 2: the engine decides; this thread goes on with others. */
+    req->vcache_gen = gen;
+    req->purchase = (struct engine_purchase){
+        .voucher_id = req->id,
+        .user_id = req->auth.user_id,
+        .deadline_ms =
+            (int64_t)(req->start_ns / 1000000u) + STORE_PURCHASE_BUDGET_MS,
+        .async = known.mode == PURCHASE_ASYNC,
+        .done = purchase_done,
+    };
+    req_park(req);
+    err = engine_submit(req->engine, &req->purchase);
+    if (err == 0)
+        return 0;
+    if (err == -EAGAIN) {
+        req_error(req, ERR_BUSY,
+                  "too many purchases of this voucher are waiting; retry");
+        req->retry_after = 1;
+    } else {
+        req_backend_error(req, err, "purchase");
     }
-    if (ls == LOCK_BUSY) {
-        metrics_count(METRIC_LOCK_BUSY, 1);
-        status = req_error(req, ERR_BUSY, NULL);
-        goto out;
-    }
-    metrics_count(METRIC_LOCK_ACQUIRED, 1);
-
-    FAILPOINT("after_lock");
-    status = buy_locked(req, gen);
-
-    /* Step 5, whatever happened above. If the lock backend is gone the
-     * lock ends with its lease or session; the reply stands, since MySQL
-     * holds the outcome. */
-    err = lock_release(lock, &held);
-    if (err)
-        log_warn("lock release failed", "name=%s err=%d", name, err);
-    else if (!held)
-        log_warn("lock expired before release", "name=%s lease_ms=%u", name,
-                 req->cfg->lock_ttl_ms);
-out:
-    lock_free(lock);
-    return status;
+    req_resume(req);
+    return 0;
 }

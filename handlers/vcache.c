@@ -78,6 +78,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 #define SET_BITS 8
@@ -98,10 +99,12 @@
 #define KEEPALIVE_INTVL_S 2
 #define KEEPALIVE_CNT 3
 
-/* Entry bits: kind, then the sold-out flag, then the voucher type. */
+/* Entry bits: kind, then the sold-out flag, the voucher type (one bit)
+ * and its purchase mode. */
 enum { KIND_EMPTY = 0, KIND_MISSING = 1, KIND_VOUCHER = 2, KIND_MASK = 3 };
 #define BIT_SOLD_OUT 4u
 #define TYPE_SHIFT 3
+#define BIT_ASYNC 16u
 
 /*
  * Every field is atomic so that readers racing a writer are not a data
@@ -329,7 +332,8 @@ bool vcache_entry_get(struct vcache *vc, int64_t id, struct vcache_voucher *v,
         atomic_store_explicit(&e->ref, 1, memory_order_relaxed);
     memset(v, 0, sizeof(*v));
     v->found = (sn.bits & KIND_MASK) == KIND_VOUCHER;
-    v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT);
+    v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT & 1u);
+    v->mode = sn.bits & BIT_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
     v->begin_time = sn.begin_time;
     v->end_time = sn.end_time;
     v->sold_out = (sn.bits & BIT_SOLD_OUT) != 0;
@@ -352,6 +356,8 @@ void vcache_entry_put(struct vcache *vc, int64_t id,
         expires = vc->ttl_ms;
     } else {
         bits = KIND_VOUCHER | (uint32_t)v->type << TYPE_SHIFT;
+        if (v->mode == PURCHASE_ASYNC)
+            bits |= BIT_ASYNC;
         if (v->sold_out)
             bits |= BIT_SOLD_OUT;
         expires = v->sold_out ? vc->ttl_ms : META_TTL_MS;
@@ -487,50 +493,35 @@ static bool reply_ok(redisContext *rc, redisReply *r, const char *what)
     return ok;
 }
 
-/* Connect, AUTH and SUBSCRIBE, with the store's timeouts. NULL: failed
- * (quietly when quiet: the first failure of a streak is logged). */
-static redisContext *subscribe(struct vcache *vc, bool quiet)
+/* Connect (common/redis.h: one log line per streak of failures) and
+ * SUBSCRIBE, with the store's timeouts. NULL: failed. */
+static redisContext *subscribe(struct vcache *vc, struct redis_connect_log *log)
 {
     const struct store_config *c = vc->sc;
-    struct timeval ct = {c->connect_timeout_ms / 1000,
-                         (c->connect_timeout_ms % 1000) * 1000};
-    struct timeval io = {c->io_timeout_ms / 1000,
-                         (c->io_timeout_ms % 1000) * 1000};
     int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S,
-        cnt = KEEPALIVE_CNT;
+        cnt = KEEPALIVE_CNT, err;
+    struct redis_server rs;
     redisContext *rc;
     redisReply *r;
 
-    rc = redisConnectWithTimeout(c->redis_host, (int)c->redis_port, ct);
-    if (!rc || rc->err) {
-        if (!quiet)
-            log_warn("voucher cache subscriber connect failed",
-                     "host=%s port=%u err=\"%s\"", c->redis_host, c->redis_port,
-                     rc ? rc->errstr : "alloc");
-        goto fail;
-    }
-    redisSetTimeout(rc, io);
+    store_redis_server(c, &rs);
+    rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
+                       "voucher cache", log, &err);
+    if (!rc)
+        return NULL;
+    /* A subscriber only reads: notice a dead peer within a minute. */
     setsockopt(rc->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    if (c->redis_pass &&
-        !reply_ok(rc,
-                  c->redis_user ? redisCommand(rc, "AUTH %s %s", c->redis_user,
-                                               c->redis_pass)
-                                : redisCommand(rc, "AUTH %s", c->redis_pass),
-                  "auth"))
-        goto fail;
     /* The reply is the subscription's confirmation: from here on no
      * message is missed. */
     r = redisCommand(rc, "SUBSCRIBE %s", vc->channel);
-    if (!reply_ok(rc, r, "subscribe"))
-        goto fail;
-    return rc;
-fail:
-    if (rc)
+    if (!reply_ok(rc, r, "subscribe")) {
         redisFree(rc);
-    return NULL;
+        return NULL;
+    }
+    return rc;
 }
 
 /* One pub/sub message: an id drops its entry, "*" the whole cache. */
@@ -552,13 +543,21 @@ static void on_message(struct vcache *vc, redisReply *r)
                  vc->channel, r->element[2]->len);
 }
 
-/* Handle messages until the connection fails or vcache_free() stops
+/* How often a quiet subscriber checks whether the sentinels named a new
+ * master (its own connection would still be to the old one). */
+#define EPOCH_CHECK_MS 1000
+
+/* Handle messages until the connection fails, the Redis master changes
+ * (epoch: redis_server_epoch() at its connect) or vcache_free() stops
  * the thread. True: stop. */
-static bool listen_until_error(struct vcache *vc, redisContext *rc)
+static bool listen_until_error(struct vcache *vc, redisContext *rc,
+                               unsigned epoch)
 {
     struct pollfd p[2] = {{.fd = rc->fd, .events = POLLIN},
                           {.fd = vc->stop_pipe[0], .events = POLLIN}};
+    struct redis_server rs;
 
+    store_redis_server(vc->sc, &rs);
     for (;;) {
         void *reply = NULL;
 
@@ -569,7 +568,12 @@ static bool listen_until_error(struct vcache *vc, redisContext *rc)
         }
         if (rc->err)
             break;
-        if (poll(p, 2, -1) < 0) {
+        if (redis_server_epoch(&rs) != epoch) {
+            log_info("voucher cache subscriber follows the new redis master",
+                     "channel=%s", vc->channel);
+            return false;
+        }
+        if (poll(p, 2, rs.sentinel ? EPOCH_CHECK_MS : -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -587,24 +591,26 @@ static bool listen_until_error(struct vcache *vc, redisContext *rc)
 static void *subscriber_main(void *arg)
 {
     struct vcache *vc = arg;
+    struct redis_connect_log log = {0};
     int backoff = BACKOFF_MIN_MS;
-    bool failing = false;
 
     for (;;) {
-        redisContext *rc = subscribe(vc, failing);
+        struct redis_server rs;
+        unsigned epoch;
+        redisContext *rc;
 
+        store_redis_server(vc->sc, &rs);
+        epoch = redis_server_epoch(&rs);
+        rc = subscribe(vc, &log);
         if (rc) {
             /* Whatever changed while we were not listening. */
             flush(vc);
             log_info("voucher cache subscribed", "channel=%s", vc->channel);
-            failing = false;
             backoff = BACKOFF_MIN_MS;
-            bool stop = listen_until_error(vc, rc);
+            bool stop = listen_until_error(vc, rc, epoch);
             redisFree(rc);
             if (stop)
                 break;
-        } else {
-            failing = true;
         }
         if (stop_or_sleep(vc, backoff))
             break;
@@ -673,6 +679,7 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
     v->type = s->type;
     v->begin_time = s->begin_time;
     v->end_time = s->end_time;
+    v->mode = s->mode;
     v->sold_out = s->type == VOUCHER_SECKILL && s->stock <= 0;
 }
 

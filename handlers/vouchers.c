@@ -1,6 +1,7 @@
 /*
- * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers and
- * GET /api/vouchers/{id}. The purchase is in seckill.c.
+ * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers,
+ * GET /api/vouchers/{id} and GET /api/vouchers/{id}/stats (admin: initial
+ * stock, stock now, orders by status). The purchase is in seckill.c.
  */
 #include "handlers/internal.h"
 
@@ -25,6 +26,9 @@ static json_t *voucher_json(const struct store_voucher *v)
         json_object_set_new(o, "stock", json_integer(v->stock));
         json_object_set_new(o, "beginTime", json_time(v->begin_time));
         json_object_set_new(o, "endTime", json_time(v->end_time));
+        json_object_set_new(
+            o, "purchaseMode",
+            json_string(v->mode == PURCHASE_ASYNC ? "async" : "sync"));
     }
     return o;
 }
@@ -43,6 +47,7 @@ unsigned vouchers_post(struct request *req)
 {
     struct store_voucher *v;
     const char *title = NULL, *sub_title = "", *rules = "", *type = "normal";
+    const char *mode = NULL;
     unsigned status;
     int err;
 
@@ -72,13 +77,32 @@ unsigned vouchers_post(struct request *req)
             req_error(req, ERR_BAD_REQUEST, "endTime: must be after beginTime");
             goto out;
         }
+        if (!body_str_or_reply(req, "purchaseMode", false, 8, &mode))
+            goto out;
+        v->mode = req->cfg->purchase_mode;
+        if (mode && strcmp(mode, "async") == 0)
+            v->mode = PURCHASE_ASYNC;
+        else if (mode && strcmp(mode, "sync") == 0)
+            v->mode = PURCHASE_SYNC;
+        else if (mode) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "purchaseMode: must be \"sync\" or \"async\"");
+            goto out;
+        }
+        if (v->mode == PURCHASE_ASYNC && !async_may_sell(req->async)) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "purchaseMode: async needs a Redis that keeps "
+                      "acknowledged writes (appendonly yes, appendfsync "
+                      "always) or SECKILL_ASYNC_ACCEPT_LOSS=1");
+            goto out;
+        }
     } else if (strcmp(type, "normal") == 0) {
         v->type = VOUCHER_NORMAL;
         if (body_has(req, "stock") || body_has(req, "beginTime") ||
-            body_has(req, "endTime")) {
+            body_has(req, "endTime") || body_has(req, "purchaseMode")) {
             req_error(req, ERR_BAD_REQUEST,
-                      "stock, beginTime and endTime are only for seckill "
-                      "vouchers");
+                      "stock, beginTime, endTime and purchaseMode are only "
+                      "for seckill vouchers");
             goto out;
         }
     } else {
@@ -95,8 +119,22 @@ unsigned vouchers_post(struct request *req)
         req_backend_error(req, err, "voucher_insert");
         goto out;
     }
-    log_info("voucher created", "id=%lld type=%d stock=%lld", (long long)v->id,
-             v->type, (long long)v->stock);
+    log_info("voucher created", "id=%lld type=%d stock=%lld mode=%s",
+             (long long)v->id, v->type, (long long)v->stock,
+             v->mode == PURCHASE_ASYNC ? "async" : "sync");
+    if (v->mode == PURCHASE_ASYNC) {
+        /* The sale's state in Redis. If Redis is away now, the writer's
+         * reconciliation makes it from MySQL within seconds. */
+        redisContext *rc = store_redis(req->st);
+
+        err = rc ? async_sale_preheat(rc, v->id, v->begin_time, v->end_time,
+                                      v->stock)
+                 : -ENOTCONN;
+        async_voucher_hint(req->async, v->id);
+        if (err)
+            log_warn("async sale not preheated", "voucher=%lld err=%d",
+                     (long long)v->id, err);
+    }
     /* Instances that answered 404 for this id from their cache (someone
      * tried it early) drop that answer now instead of after the TTL. */
     vcache_voucher_changed(req->vcache, req->st, v->id);
@@ -139,4 +177,30 @@ unsigned vouchers_get(struct request *req)
         json_array_append_new(arr, voucher_json(&items[i]));
     free(items);
     return req_reply(req, 200, json_pack("{s:o}", "items", arr));
+}
+
+unsigned voucher_stats_get(struct request *req)
+{
+    struct store_voucher_stats s;
+    unsigned status;
+    int err;
+
+    if ((status = req_admin_or_reply(req)))
+        return status;
+    err = store_voucher_stats(req->st, req->id, &s);
+    if (err == -ENOENT)
+        return req_error(req, ERR_NOT_FOUND, "no seckill voucher with this id");
+    if (err)
+        return req_backend_error(req, err, "voucher_stats");
+    return req_reply(
+        req, 200,
+        json_pack("{s:o,s:o,s:I,s:{s:I,s:I,s:I,s:I},s:I,s:I}", "voucherId",
+                  json_id(req->id), "initialStock",
+                  s.initial_stock >= 0 ? json_integer(s.initial_stock)
+                                       : json_null(),
+                  "stock", (json_int_t)s.stock, "orders", "unpaid",
+                  (json_int_t)s.unpaid, "paid", (json_int_t)s.paid, "cancelled",
+                  (json_int_t)s.cancelled, "expired", (json_int_t)s.expired,
+                  "sold", (json_int_t)(s.unpaid + s.paid), "returned",
+                  (json_int_t)(s.cancelled + s.expired)));
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 /*
@@ -57,10 +58,7 @@ static const char script[] =
     "redis.call('EXPIRE', KEYS[2 + i], ARGV[2])\n"
     "return {t, n}\n";
 
-/* The script's SHA, learned once from SCRIPT LOAD. */
-static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
-static char sha[41];
-static atomic_int sha_known;
+static struct redis_script id_script = REDIS_SCRIPT(script);
 
 /* Server time minus local time, in seconds: the next guess of the day. */
 static atomic_llong skew_s;
@@ -113,35 +111,6 @@ int idgen_window(const char *prefix, int64_t hint_s,
     return 0;
 }
 
-/* Learn the script's SHA (once per process). 0 or -ECONNRESET/-EIO. */
-static int sha_learn(redisContext *rc)
-{
-    redisReply *r;
-    int err = 0;
-
-    if (atomic_load_explicit(&sha_known, memory_order_acquire))
-        return 0;
-    pthread_mutex_lock(&sha_mu);
-    if (atomic_load_explicit(&sha_known, memory_order_relaxed))
-        goto unlock;
-    r = redisCommand(rc, "SCRIPT LOAD %s", script);
-    if (!r) {
-        log_warn("redis command failed", "op=idgen_load err=\"%s\"",
-                 rc->errstr);
-        err = -ECONNRESET;
-    } else if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-        log_warn("redis reply unexpected", "op=idgen_load type=%d", r->type);
-        err = -EIO;
-    } else {
-        memcpy(sha, r->str, 40);
-        atomic_store_explicit(&sha_known, 1, memory_order_release);
-    }
-    freeReplyObject(r);
-unlock:
-    pthread_mutex_unlock(&sha_mu);
-    return err;
-}
-
 /*
  * Run the script once with the window of days around hint_s, reserving
  * count values. Returns 0 with *a and *b set to the reply's two integers,
@@ -165,24 +134,14 @@ static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
     snprintf(ttl, sizeof(ttl), "%d", IDGEN_KEY_TTL_S);
     snprintf(cnt, sizeof(cnt), "%u", count);
 
-    argv[argc++] = "EVALSHA";
-    argv[argc++] = sha;
-    argv[argc++] = "4";
     argv[argc++] = clock_key;
     for (int i = 0; i < IDGEN_WINDOW; i++)
         argv[argc++] = keys[i];
     argv[argc++] = first;
     argv[argc++] = ttl;
     argv[argc++] = cnt;
-    r = redisCommandArgv(rc, argc, argv, NULL);
-    if (r && r->type == REDIS_REPLY_ERROR &&
-        strncmp(r->str, "NOSCRIPT", 8) == 0) {
-        /* The server forgot it (restart, SCRIPT FLUSH): EVAL loads it. */
-        freeReplyObject(r);
-        argv[0] = "EVAL";
-        argv[1] = script;
-        r = redisCommandArgv(rc, argc, argv, NULL);
-    }
+    r = redis_script_run(rc, &id_script, 1 + IDGEN_WINDOW, argc, argv, NULL,
+                         &err);
     if (!r) {
         log_warn("redis command failed", "op=idgen_next err=\"%s\"",
                  rc->errstr);
@@ -222,9 +181,6 @@ static int reserve(redisContext *rc, const char *prefix, uint32_t count,
     long long a, b, first;
     int misses = 0, err;
 
-    err = sha_learn(rc);
-    if (err)
-        return err;
     for (;;) {
         int64_t local = util_now_ms() / 1000;
 

@@ -67,13 +67,14 @@ static int fair_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                                 taken, pttl);
 }
 
-static void fair_cancel(struct redis_impl *ri, struct lock *l)
+/* Leave the queue, and drop the lock if an acquire whose answer was lost
+ * had taken it. */
+static void fair_undo(struct redis_impl *ri, const struct lock *l)
 {
     struct fair_keys k;
     const char *argv[5] = {k.lock, k.queue, k.times, l->owner,
                            RCONN_CHANNEL_PREFIX FAIR_WAKE};
     size_t lens[5];
-    int yes, err;
 
     fair_keys(l, &k);
     lens[0] = k.lock_len;
@@ -81,11 +82,9 @@ static void fair_cancel(struct redis_impl *ri, struct lock *l)
     lens[2] = k.times_len;
     lens[3] = strlen(l->owner);
     lens[4] = strlen(argv[4]);
-    /* If this fails, the missed check-ins drop us from the queue. */
-    err =
-        lock__redis_run_bool(ri, l, RCONN_FAIR_CANCEL, 3, 5, argv, lens, &yes);
-    l->release_unknown = 0;
-    (void)err;
+    /* If this is lost, the missed check-ins drop us from the queue and
+     * the lease frees the lock. */
+    lock__redis_detach(ri, RCONN_FAIR_CANCEL, 3, 5, argv, lens);
 }
 
 static int fair_release(struct redis_impl *ri, struct lock *l, int *held)
@@ -133,7 +132,8 @@ static void fair_channel(const struct lock *l, char *buf, size_t size)
 
 const struct redis_kind lock__redis_fair = {
     .try_once = fair_try,
-    .cancel = fair_cancel,
+    .undo = fair_undo,
+    .queues = 1,
     .release = fair_release,
     .renew = fair_renew,
     .channel = fair_channel,

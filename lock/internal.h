@@ -13,48 +13,42 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/url.h"
 #include "lock/lock.h"
 
-#define LOCK_URL_HOSTS_MAX 9
 #define LOCK_OWNER_LEN 33 /* 32 hex characters and NUL */
 
-/* A parsed lock URL. Strings are NUL-terminated copies. */
-struct lock_url {
-    char scheme[16];
-    char user[128]; /* "" when absent */
-    char pass[128]; /* "" when absent */
-    int has_pass;
-    struct {
-        char host[256];
-        unsigned port; /* 0 when absent: the backend's default */
-    } hosts[LOCK_URL_HOSTS_MAX];
-    int nhosts;
-    char path[256]; /* after the first '/', without it; "" when absent */
-    uint32_t timeout_ms;
-    uint32_t session_ms;
-    uint32_t replicas; /* redis: WAIT for this many replicas; 0: none */
+/* Most replicas a redis:// lock URL's ?replicas= may ask for. */
+#define LOCK_REPLICAS_MAX 64
+
+/* The query settings of a lock URL; 0 when absent. */
+struct lock_url_settings {
+    uint32_t timeout_ms; /* every operation, 1..3600000 */
+    uint32_t session_ms; /* ZooKeeper's session, 1..3600000 */
+    uint32_t replicas;   /* redis://, redis-sentinel://: 0..64 */
 };
 
 /*
- * Parse url into u. Returns 0, or -EINVAL with a reason in err (errlen
- * bytes). Query keys other than timeout_ms, session_ms and replicas are
- * refused.
+ * Check the query settings of a parsed lock URL (common/url.h) into *out:
+ * only timeout_ms, session_ms and, on a single Redis server, replicas.
+ * Returns 0, or -EINVAL with a reason in err (errlen bytes).
  */
-int lock__url_parse(const char *url, struct lock_url *u, char *err,
-                    size_t errlen);
+int lock__url_settings(const struct url *u, struct lock_url_settings *out,
+                       char *err, size_t errlen);
 
 struct lock_backend;
 
 struct lock_client {
     const struct lock_backend *be;
     void *impl; /* the backend's state */
-    struct lock_url url;
+    struct url url;
     uint32_t timeout_ms;        /* resolved: option, URL, or 1000 */
     uint32_t session_ms;        /* resolved: option, URL, or 10000 */
     uint32_t watchdog_lease_ms; /* resolved: option or the default */
+    uint32_t replicas;          /* redis: WAIT for this many; 0: none */
     /* The servers, as "host:port,host:port/path": with the backend's name,
      * what makes two clients' locks of one name the same lock. */
-    char where[LOCK_URL_HOSTS_MAX * 264 + 264];
+    char where[URL_HOSTS_MAX * 264 + 264];
 
     /* The watchdog: locks with a lease of 0, renewed by one thread. */
     pthread_mutex_t wd_mu;
@@ -86,7 +80,8 @@ struct lock {
      * kept (bs, fence) until release is called again. */
     int release_pending;
     /* Set by a backend's release when it failed without knowing whether
-     * the server ran it: the same release may be asked again. */
+     * the server ran it (or on a connection found reset, where a fresh
+     * one may answer): the same release may be asked again. */
     int release_unknown;
     uint32_t lease_ms;   /* of the current hold: fixed, or the watchdog's */
     int watched;         /* on the watchdog's list */
@@ -114,7 +109,16 @@ struct lock {
  *   backends: check the session still holds it); *held = 0 if not.
  *   Called from the watchdog thread; may be NULL (nothing to renew).
  *   Never called while acquire or release of the same lock runs.
- * Each of them serves every kind in kinds, by l->kind.
+ * forget: drop what a pending release kept (lock_free() gives up on it):
+ *   the lease or the session frees the lock. May be NULL.
+ * acquire, release and renew serve every kind in kinds, by l->kind.
+ * ping: check the backend answers (a quorum of servers, a session),
+ *   within about one timeout. Thread-safe.
+ * acquire_many, release_many: as acquire (wait 0) and release for each
+ *   of n mutexes (LOCK_KIND_MUTEX) of this client, in one round trip; may
+ *   be NULL (then the generic layer calls acquire and release in turn).
+ *   release_many keeps nothing for a retry: a release it could not
+ *   finish is left to the lease.
  */
 struct lock_backend {
     const char *name;
@@ -125,9 +129,11 @@ struct lock_backend {
                    enum lock_status *status);
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
-    /* Drop what a pending release kept (lock_free() gives up on it): the
-     * lease or the session frees the lock. May be NULL. */
     void (*forget)(struct lock *l);
+    int (*ping)(struct lock_client *c);
+    void (*acquire_many)(struct lock **l, size_t n, uint32_t lease_ms,
+                         enum lock_status *status, int *err);
+    void (*release_many)(struct lock **l, size_t n, int *held, int *err);
 };
 
 #define LOCK_KIND_BIT(k) (1u << (unsigned)(k))

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <sodium.h>
 
+#include "common/redis.h"
 #include "common/util.h"
 
 #define DEFAULT_TIMEOUT_MS 1000
@@ -26,8 +27,11 @@ static const struct {
     const char *scheme;
     const struct lock_backend *be;
 } schemes[] = {
-    {"redis", &lock__redis_backend}, {"redlock", &lock__redlock_backend},
-    {"mysql", &lock__mysql_backend}, {"zookeeper", &lock__zk_backend},
+    {"redis", &lock__redis_backend},
+    {REDIS_SENTINEL_SCHEME, &lock__redis_backend},
+    {"redlock", &lock__redlock_backend},
+    {"mysql", &lock__mysql_backend},
+    {"zookeeper", &lock__zk_backend},
     {"zk", &lock__zk_backend},
 };
 
@@ -176,7 +180,7 @@ static void watchdog_remove(struct lock *l)
 /* ---- clients ---- */
 
 /* "host:port,host:port/path" of u into buf. */
-static void describe_where(const struct lock_url *u, char *buf, size_t size)
+static void describe_where(const struct url *u, char *buf, size_t size)
 {
     size_t len = 0;
 
@@ -195,6 +199,7 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     char why[160];
     struct lock_client *c;
     pthread_condattr_t attr;
+    struct lock_url_settings set;
     int err;
 
     pthread_once(&sodium_once, init_sodium);
@@ -203,7 +208,9 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     if (!opt)
         opt = &no_options;
     c = xcalloc(1, sizeof(*c));
-    err = lock__url_parse(url, &c->url, why, sizeof(why));
+    err = url_parse(url, &c->url, why, sizeof(why));
+    if (!err)
+        err = lock__url_settings(&c->url, &set, why, sizeof(why));
     if (err)
         goto fail_free;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
@@ -214,19 +221,15 @@ int lock_client_open(const char *url, const struct lock_options *opt,
         err = -EINVAL;
         goto fail_free;
     }
-    c->timeout_ms = opt->timeout_ms     ? opt->timeout_ms
-                    : c->url.timeout_ms ? c->url.timeout_ms
-                                        : DEFAULT_TIMEOUT_MS;
-    c->session_ms = opt->session_ms     ? opt->session_ms
-                    : c->url.session_ms ? c->url.session_ms
-                                        : DEFAULT_SESSION_MS;
+    c->timeout_ms = opt->timeout_ms  ? opt->timeout_ms
+                    : set.timeout_ms ? set.timeout_ms
+                                     : DEFAULT_TIMEOUT_MS;
+    c->session_ms = opt->session_ms  ? opt->session_ms
+                    : set.session_ms ? set.session_ms
+                                     : DEFAULT_SESSION_MS;
     c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
                                                   : LOCK_WATCHDOG_LEASE_MS;
-    if (c->url.replicas && c->be != &lock__redis_backend) {
-        snprintf(why, sizeof(why), "replicas is for redis:// URLs only");
-        err = -EINVAL;
-        goto fail_free;
-    }
+    c->replicas = set.replicas;
     describe_where(&c->url, c->where, sizeof(c->where));
 
     pthread_mutex_init(&c->wd_mu, NULL);
@@ -267,6 +270,11 @@ void lock_client_close(struct lock_client *c)
     pthread_cond_destroy(&c->wd_cond);
     pthread_mutex_destroy(&c->wd_mu);
     free(c);
+}
+
+int lock_client_ping(struct lock_client *c)
+{
+    return c->be->ping ? c->be->ping(c) : 0;
 }
 
 const char *lock_client_backend(const struct lock_client *c)
@@ -445,6 +453,75 @@ int lock_release(struct lock *l, int *held)
     if (l->watched)
         watchdog_remove(l);
     return release_last(l, held);
+}
+
+int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
+                      enum lock_status *status, int *err)
+{
+    const struct lock_backend *be;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !status || !err || lease_ms == 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds || locks[i]->release_pending ||
+            locks[i]->kind != LOCK_KIND_MUTEX || locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    for (size_t i = 0; i < n; i++)
+        atomic_store(&locks[i]->lost, 0);
+    if (be->acquire_many) {
+        be->acquire_many(locks, n, lease_ms, status, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->acquire(locks[i], 0, lease_ms, &status[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (err[i] || status[i] != LOCK_ACQUIRED)
+            continue;
+        locks[i]->holds = 1;
+        locks[i]->lease_ms = lease_ms;
+    }
+    return 0;
+}
+
+int lock_release_many(struct lock **locks, size_t n, int *held, int *err)
+{
+    const struct lock_backend *be;
+    int *h;
+
+    if (n == 0)
+        return 0;
+    if (!locks || !err)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i] || locks[i]->holds != 1 || locks[i]->watched ||
+            locks[i]->kind != LOCK_KIND_MUTEX || locks[i]->c != locks[0]->c)
+            return -EINVAL;
+    be = locks[0]->c->be;
+    h = xcalloc(n, sizeof(*h));
+    for (size_t i = 0; i < n; i++)
+        locks[i]->release_unknown = 0;
+    if (be->release_many) {
+        be->release_many(locks, n, h, err);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            err[i] = be->release(locks[i], &h[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* Nothing is kept pending: the lease or the session frees a lock
+         * whose release could not be finished. */
+        if (locks[i]->release_unknown && be->forget)
+            be->forget(locks[i]);
+        locks[i]->release_unknown = 0;
+        locks[i]->holds = 0;
+        locks[i]->fence = 0;
+        if (held)
+            held[i] = err[i] ? 0 : h[i];
+    }
+    free(h);
+    return 0;
 }
 
 uint64_t lock_fence(const struct lock *l)

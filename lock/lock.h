@@ -13,10 +13,11 @@
  *
  * Every URL takes optional query settings: ?timeout_ms=N (each network
  * operation, including connecting; default 1000) and, for ZooKeeper,
- * &session_ms=N (session timeout; default 10000). A redis:// URL also takes
- * &replicas=N: every acquire (and watchdog renewal) then waits, with WAIT,
- * until N replicas have the lock, and fails with -EIO if they do not
- * within half of timeout_ms (the lock is released again first).
+ * &session_ms=N (session timeout; default 10000). A redis:// URL (also
+ * one through its sentinels, redis-sentinel://, see common/redis.h) takes
+ * &replicas=N (0..64): every acquire (and watchdog renewal) then waits,
+ * with WAIT, until N replicas have the lock, and fails with -EIO if they
+ * do not within half of timeout_ms (the lock is released again first).
  *
  * Lock kinds (each a struct lock, with the same acquire/release calls):
  *
@@ -59,7 +60,8 @@
  *                  lock (an upgrade, which could deadlock two readers);
  *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
  *                  the backend is unreachable, too slow, dropped the
- *                  connection, or answered with an error. Every call that
+ *                  connection, or answered with an error;
+ *   -EACCES        the backend refused the URL's credentials. Every call that
  *                  talks to a backend returns within a bounded time
  *                  (about timeout_ms per operation, plus the wait budget).
  * Business outcomes (busy) are enum lock_status, never errno.
@@ -67,6 +69,7 @@
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Longest lock name, in bytes. Names are any bytes but NUL. */
@@ -124,6 +127,15 @@ void lock_client_close(struct lock_client *c);
 const char *lock_client_backend(const struct lock_client *c);
 
 /*
+ * Check that the backend can serve locks now: a script round trip on
+ * Redis (a quorum of servers for RedLock), a query on a MySQL session, a
+ * connected ZooKeeper session. Within about timeout_ms. Thread-safe.
+ * Returns 0, or a negative errno as below (-EACCES: the server refused
+ * the credentials).
+ */
+int lock_client_ping(struct lock_client *c);
+
+/*
  * Make an owner for the lock called name (1..LOCK_NAME_MAX bytes). No I/O.
  * Returns 0 with *out set, or -EINVAL. Free it with lock_free().
  */
@@ -167,6 +179,32 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
  * (at least 5 s); a pending release asked later than that answers held 0.
  */
 int lock_release(struct lock *l, int *held);
+
+/*
+ * Many locks at once, for callers that serve many owners together (the
+ * purchase engine takes the per-user locks of a whole batch): each of
+ * locks[0..n) is taken without waiting (as lock_acquire() with wait_ms 0)
+ * with the fixed lease lease_ms (> 0). On Redis every command goes out in
+ * one pipelined write and the replies come back in one round trip; on
+ * the other backends they run one after another. Per lock: err[i] is 0
+ * with status[i] set, or a negative errno as lock_acquire() (an acquire
+ * whose reply was lost is undone, as there; with ?replicas=N one WAIT
+ * covers the batch). The locks must be mutexes (lock_new()), not held,
+ * with no release pending, and belong to the same client. Returns 0, or
+ * -EINVAL (nothing done) for bad arguments.
+ */
+int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
+                      enum lock_status *status, int *err);
+
+/*
+ * Release each of locks[0..n) (mutexes, each held exactly once), as
+ * lock_release(), in one round trip on Redis: a release whose answer was
+ * lost is asked once more and answers as the first would have. Unlike
+ * lock_release() it keeps nothing pending: a release that still failed
+ * (err[i]) is left to the lease or the session end. held[i] (may be NULL)
+ * and err[i] per lock. Returns 0, or -EINVAL for bad arguments.
+ */
+int lock_release_many(struct lock **locks, size_t n, int *held, int *err);
 
 /* The fencing token of the current hold, or 0 when not held. */
 uint64_t lock_fence(const struct lock *l);

@@ -42,6 +42,7 @@
 #include <mysqld_error.h>
 #include <sodium.h>
 
+#include "common/sqlflavour.h"
 #include "common/util.h"
 
 #define MYSQL_DEFAULT_PORT 3306
@@ -109,6 +110,7 @@ enum call_op {
     CALL_STORE,
     CALL_FETCH,
     CALL_CLOSE,
+    CALL_PING,
 };
 
 /* One library call to run without blocking: its arguments and result. */
@@ -161,6 +163,9 @@ static int call_step(MYSQL *my, struct call *c, int start, int ev)
                      : mysql_stmt_fetch_cont(&c->ret, c->stmt, ev);
     case CALL_CLOSE:
         return start ? mysql_close_start(my) : mysql_close_cont(my, ev);
+    case CALL_PING:
+        return start ? mysql_ping_start(&c->ret, my)
+                     : mysql_ping_cont(&c->ret, my, ev);
     }
     return 0;
 }
@@ -275,6 +280,8 @@ static int conn_error(const struct my_backend *b, const struct my_conn *k,
     else if (e == CR_CONNECTION_ERROR || e == CR_CONN_HOST_ERROR ||
              e == CR_UNKNOWN_HOST)
         err = -ECONNREFUSED;
+    else if (e == ER_ACCESS_DENIED_ERROR || e == ER_DBACCESS_DENIED_ERROR)
+        err = -EACCES;
     else if (error_is_disconnect(e))
         err = -ECONNRESET;
     else
@@ -310,6 +317,9 @@ static void conn_close(const struct my_backend *b, struct my_conn *k)
     free(k);
 }
 
+/* Logged once per process: which server the lock talks to. */
+static atomic_int flavour_logged;
+
 /* Open a session within timeout_ms. Returns it, or NULL with *err set. */
 static struct my_conn *conn_open(const struct my_backend *b, int *err)
 {
@@ -340,6 +350,12 @@ static struct my_conn *conn_open(const struct my_backend *b, int *err)
         *err = conn_error(b, k, NULL, timed_out, "connect");
         goto fail;
     }
+    /* GET_LOCK and the fence table work alike on MariaDB and MySQL: no
+     * flavour-specific session settings, but say which one it is. */
+    if (!atomic_exchange(&flavour_logged, 1))
+        log_info("mysql lock server", "flavour=%s version=\"%s\" host=%s",
+                 sql_flavour_name(sql_flavour_of(mysql_get_server_info(k->my))),
+                 mysql_get_server_info(k->my), b->host);
     return k;
 fail:
     conn_close(b, k);
@@ -708,7 +724,7 @@ static int mysql_lock_renew(struct lock *l, uint32_t lease_ms, int *held)
 
 static int mysql_lock_open(struct lock_client *c)
 {
-    const struct lock_url *u = &c->url;
+    const struct url *u = &c->url;
     struct my_backend *b;
 
     if (u->nhosts != 1 || !u->path[0]) {
@@ -750,6 +766,26 @@ static void mysql_lock_close(struct lock_client *c)
     c->impl = NULL;
 }
 
+/* Ready when a session (pooled, or new) answers a ping. */
+static int mysql_lock_ping(struct lock_client *c)
+{
+    struct my_backend *b = c->impl;
+    struct call call = {.op = CALL_PING};
+    struct my_conn *k = pool_take(b);
+    int err = 0, timed_out;
+
+    if (!k && !(k = conn_open(b, &err)))
+        return err;
+    timed_out = call_run(k->my, &call, deadline_after(b, 0)) != 0;
+    if (timed_out || call.ret) {
+        err = conn_error(b, k, NULL, timed_out, "ping");
+        conn_close(b, k);
+        return err;
+    }
+    pool_put(b, k);
+    return 0;
+}
+
 const struct lock_backend lock__mysql_backend = {
     .name = "mysql",
     .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
@@ -758,4 +794,5 @@ const struct lock_backend lock__mysql_backend = {
     .acquire = mysql_lock_acquire,
     .release = mysql_lock_release,
     .renew = mysql_lock_renew,
+    .ping = mysql_lock_ping,
 };

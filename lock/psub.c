@@ -31,9 +31,10 @@ struct chan {
 };
 
 struct rconn_psub {
-    struct rconn_hub *hub; /* hub->mu guards every field below */
-    const struct lock_url *url;
-    int host;
+    struct rconn_hub *hub;   /* hub->mu guards every field below */
+    struct redis_server srv; /* its strings: the client's URL */
+    struct redis_connect_log log;
+    unsigned epoch; /* redis_server_epoch() when the connection was made */
     uint32_t timeout_ms;
     struct chan *chans;
     int dirty; /* subscriptions to send */
@@ -141,30 +142,10 @@ static void handle_reply(struct rconn_psub *ps, redisReply *r)
 
 static redisContext *listener_connect(struct rconn_psub *ps)
 {
-    const struct lock_url *u = ps->url;
-    unsigned port = u->hosts[ps->host].port ? u->hosts[ps->host].port : 6379;
-    struct timeval tv = {(time_t)(ps->timeout_ms / 1000),
-                         (suseconds_t)(ps->timeout_ms % 1000) * 1000};
-    redisContext *rc =
-        redisConnectWithTimeout(u->hosts[ps->host].host, (int)port, tv);
+    int err;
 
-    if (!rc || rc->err)
-        goto fail;
-    redisSetTimeout(rc, tv);
-    redisEnableKeepAlive(rc);
-    if (u->has_pass) {
-        redisReply *r = u->user[0]
-                            ? redisCommand(rc, "AUTH %s %s", u->user, u->pass)
-                            : redisCommand(rc, "AUTH %s", u->pass);
-        int ok = r && r->type != REDIS_REPLY_ERROR;
-        freeReplyObject(r);
-        if (!ok)
-            goto fail;
-    }
-    return rc;
-fail:
-    redisFree(rc);
-    return NULL;
+    return redis_connect(&ps->srv, ps->timeout_ms, ps->timeout_ms,
+                         "lock listener", &ps->log, &err);
 }
 
 static void sleep_locked(struct rconn_psub *ps, int64_t ms)
@@ -195,6 +176,7 @@ static void *listener_main(void *arg)
                 continue;
             }
             pthread_mutex_unlock(&ps->hub->mu);
+            ps->epoch = redis_server_epoch(&ps->srv);
             rc = listener_connect(ps);
             pthread_mutex_lock(&ps->hub->mu);
             if (!rc) {
@@ -224,6 +206,16 @@ static void *listener_main(void *arg)
         pthread_mutex_lock(&ps->hub->mu);
         if (rd != REDIS_OK)
             goto lost;
+        /* Releases are published on the master: follow it when the
+         * sentinels name a new one. */
+        if (redis_server_epoch(&ps->srv) != ps->epoch) {
+            redisFree(rc);
+            rc = NULL;
+            for (struct chan *ch = ps->chans; ch; ch = ch->next)
+                ch->sent = ch->confirmed = 0;
+            bump_all(ps);
+            continue;
+        }
         for (;;) {
             redisReply *r = NULL;
             if (redisGetReplyFromReader(rc, (void **)&r) != REDIS_OK)
@@ -235,7 +227,8 @@ static void *listener_main(void *arg)
         }
         continue;
     lost:
-        log_warn("redis lock listener lost its connection", "err=\"%s\"",
+        log_warn("redis lock listener lost its connection",
+                 "host=%s port=%u err=\"%s\"", ps->srv.host, ps->srv.port,
                  rc->errstr);
         redisFree(rc);
         rc = NULL;
@@ -250,14 +243,13 @@ static void *listener_main(void *arg)
 }
 
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
-                                  const struct lock_url *url, int host,
+                                  const struct redis_server *srv,
                                   uint32_t timeout_ms)
 {
     struct rconn_psub *ps = xcalloc(1, sizeof(*ps));
 
     ps->hub = hub;
-    ps->url = url;
-    ps->host = host;
+    ps->srv = *srv;
     ps->timeout_ms = timeout_ms;
     if (pipe2(ps->wake, O_CLOEXEC | O_NONBLOCK) != 0 ||
         pthread_create(&ps->thread, NULL, listener_main, ps) != 0) {

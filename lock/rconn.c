@@ -1,51 +1,60 @@
 /*
- * rconn.c - connection pools and lock scripts for the Redis backends (see
- * rconn.h). The pub/sub listener is in psub.c.
+ * rconn.c - the multiplexed connection and the lock scripts of the Redis
+ * backends (see rconn.h). The pub/sub listener is in psub.c.
  */
 #include "lock/rconn.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <stdatomic.h>
 #include <stdio.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/util.h"
 
 /* After a failed connect, fail fast for this long instead of retrying. */
 #define CONNECT_BACKOFF_MS 200
+/* A connection idle for longer than this is checked before reuse (the
+ * server may have closed it: restart, timeout). */
+#define IDLE_CHECK_MS 1000
+#define READ_CHUNK 16384
+/* Detached commands kept for the next connection while there is none. */
+#define RESEND_MAX 4096
 
-static const char *const scripts[RCONN_NSCRIPTS] = {
-    [RCONN_ACQUIRE] =
+static struct redis_script scripts[RCONN_NSCRIPTS] = {
+    [RCONN_ACQUIRE] = REDIS_SCRIPT(
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
         "return {1, redis.call('incr', KEYS[2])} end "
-        "return {0, redis.call('pttl', KEYS[1])}",
-    [RCONN_RELEASE] = "if redis.call('get', KEYS[1]) == ARGV[1] then "
-                      "redis.call('del', KEYS[1]) "
-                      "redis.call('publish', KEYS[2], '1') "
-                      "return 1 end return 0",
-    [RCONN_RENEW] = "if redis.call('get', KEYS[1]) == ARGV[1] then "
-                    "return redis.call('pexpire', KEYS[1], ARGV[2]) end "
-                    "return 0",
-    [RCONN_FENCE_RAISE] =
+        "return {0, redis.call('pttl', KEYS[1])}"),
+    [RCONN_RELEASE] = REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] "
+                                   "then "
+                                   "redis.call('del', KEYS[1]) "
+                                   "redis.call('publish', KEYS[2], '1') "
+                                   "return 1 end return 0"),
+    [RCONN_RENEW] = REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] "
+                                 "then "
+                                 "return redis.call('pexpire', KEYS[1], "
+                                 "ARGV[2]) end "
+                                 "return 0"),
+    [RCONN_FENCE_RAISE] = REDIS_SCRIPT(
         "local v = tonumber(redis.call('get', KEYS[1]) or '0') "
         "local t = tonumber(ARGV[1]) "
         "if t > v then redis.call('set', KEYS[1], ARGV[1]) return t end "
-        "return v",
-    [RCONN_RELEASE_ONCE] =
+        "return v"),
+    [RCONN_PING] = REDIS_SCRIPT("return 1"),
+    [RCONN_RELEASE_ONCE] = REDIS_SCRIPT(
         "if redis.call('get', KEYS[1]) == ARGV[1] then "
         "redis.call('del', KEYS[1]) "
         "redis.call('publish', KEYS[2], '1') "
         "redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[3]) "
         "return 1 end "
         "if redis.call('get', KEYS[3]) == ARGV[2] then return 1 end "
-        "return 0",
+        "return 0"),
     /* Waiters that missed their check-in are dropped first; the queue
      * and the deadlines share one TTL, the longest check-in. */
-    [RCONN_FAIR_ACQUIRE] =
+    [RCONN_FAIR_ACQUIRE] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) "
@@ -73,8 +82,8 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "local p = redis.call('pttl', KEYS[1]) "
         "if p < 0 and head and head ~= ARGV[1] then "
         "p = tonumber(redis.call('zscore', KEYS[3], head)) - now end "
-        "return {0, p}",
-    [RCONN_FAIR_RELEASE] =
+        "return {0, p}"),
+    [RCONN_FAIR_RELEASE] = REDIS_SCRIPT(
         "if redis.call('get', KEYS[1]) == ARGV[1] then "
         "redis.call('del', KEYS[1]) "
         "redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[3]) "
@@ -87,16 +96,18 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "if head then redis.call('publish', ARGV[4] .. head, '1') end "
         "return 1 end "
         "if redis.call('get', KEYS[4]) == ARGV[2] then return 1 end "
-        "return 0",
-    [RCONN_FAIR_CANCEL] =
+        "return 0"),
+    [RCONN_FAIR_CANCEL] = REDIS_SCRIPT(
         "redis.call('lrem', KEYS[2], 0, ARGV[1]) "
         "redis.call('zrem', KEYS[3], ARGV[1]) "
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "redis.call('del', KEYS[1]) end "
         "if redis.call('exists', KEYS[1]) == 0 then "
         "local head = redis.call('lindex', KEYS[2], 0) "
         "if head then redis.call('publish', ARGV[2] .. head, '1') end end "
-        "return 1",
+        "return 1"),
     /* A waiting writer keeps new readers out (they would starve it). */
-    [RCONN_RW_READ] =
+    [RCONN_RW_READ] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
@@ -109,8 +120,8 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "redis.call('zadd', KEYS[2], now + l, ARGV[1]) "
         "if redis.call('pttl', KEYS[2]) < l then "
         "redis.call('pexpire', KEYS[2], l) end "
-        "return {1, redis.call('incr', KEYS[4])}",
-    [RCONN_RW_WRITE] =
+        "return {1, redis.call('incr', KEYS[4])}"),
+    [RCONN_RW_WRITE] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
@@ -128,11 +139,14 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "redis.call('pexpire', KEYS[3], ck) end end "
         "if w then return {0, redis.call('pttl', KEYS[1])} end "
         "local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES') "
-        "return {0, tonumber(last[2]) - now}",
-    [RCONN_RW_CANCEL] = "redis.call('zrem', KEYS[1], ARGV[1]) "
-                        "redis.call('publish', KEYS[2], '1') "
-                        "return 1",
-    [RCONN_SEM_ACQUIRE] =
+        "return {0, tonumber(last[2]) - now}"),
+    [RCONN_RW_CANCEL] =
+        REDIS_SCRIPT("redis.call('zrem', KEYS[2], ARGV[1]) "
+                     "if redis.call('get', KEYS[1]) == ARGV[1] then "
+                     "redis.call('del', KEYS[1]) end "
+                     "redis.call('publish', KEYS[3], '1') "
+                     "return 1"),
+    [RCONN_SEM_ACQUIRE] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
@@ -144,8 +158,8 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "redis.call('zadd', KEYS[1], now + l, ARGV[1]) "
         "if redis.call('pttl', KEYS[1]) < l then "
         "redis.call('pexpire', KEYS[1], l) end "
-        "return {1, redis.call('incr', KEYS[2])}",
-    [RCONN_ZRELEASE] =
+        "return {1, redis.call('incr', KEYS[2])}"),
+    [RCONN_ZRELEASE] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
@@ -157,8 +171,8 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "redis.call('publish', KEYS[2], '1') end "
         "return 1 end "
         "if redis.call('get', KEYS[3]) == ARGV[2] then return 1 end "
-        "return 0",
-    [RCONN_ZRENEW] =
+        "return 0"),
+    [RCONN_ZRENEW] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
@@ -168,158 +182,59 @@ static const char *const scripts[RCONN_NSCRIPTS] = {
         "if redis.call('pttl', KEYS[1]) < l then "
         "redis.call('pexpire', KEYS[1], l) end "
         "return 1 end "
-        "return 0",
+        "return 0"),
+    [RCONN_ZLEAVE] = REDIS_SCRIPT("redis.call('zrem', KEYS[1], ARGV[1]) "
+                                  "redis.call('publish', KEYS[2], '1') "
+                                  "return 1"),
 };
 
-/* SHA-1s of the scripts, as learnt from the first SCRIPT LOAD (the same
- * on every server, so one copy per process). Written once under sha_mu,
- * then published by shas_ready and only read. */
-static char shas[RCONN_NSCRIPTS][41];
-static atomic_int shas_ready;
-static pthread_mutex_t sha_mu = PTHREAD_MUTEX_INITIALIZER;
-
-int rconn_errno(const redisContext *rc)
+int rconn_url_servers(const struct url *u, struct redis_server *out)
 {
-    if (!rc)
-        return -ENOMEM;
-    switch (rc->err) {
-    case REDIS_ERR_EOF:
-        return -ECONNRESET;
-    case REDIS_ERR_IO:
-        if (strstr(rc->errstr, "temporarily") || strstr(rc->errstr, "timed"))
-            return -ETIMEDOUT;
-        if (strstr(rc->errstr, "refused"))
-            return -ECONNREFUSED;
-        return -ECONNRESET;
-    default:
-        return -EIO;
-    }
-}
+    int n = strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0 ? 1 : u->nhosts;
+    char why[120];
 
-int rconn_url_check(const struct lock_url *u)
-{
-    size_t n = strlen(u->path);
-
-    if (n > 5 || strspn(u->path, "0123456789") != n) {
-        log_warn("lock url invalid", "why=\"redis db must be a number\"");
-        return -EINVAL;
-    }
+    for (int i = 0; i < n; i++)
+        if (redis_server_from_url(u, i, &out[i], why, sizeof(why))) {
+            log_warn("lock url invalid", "why=\"%s\"", why);
+            while (i-- > 0)
+                redis_server_release(&out[i]);
+            return -EINVAL;
+        }
     return 0;
-}
-
-static struct timeval ms_tv(uint32_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
-static int setup_ok(redisContext *rc, redisReply *r, const char *what)
-{
-    int ok = r && r->type != REDIS_REPLY_ERROR;
-
-    if (!ok)
-        log_warn("redis lock setup failed", "op=%s err=\"%s\"", what,
-                 r ? r->str : rc->errstr);
-    freeReplyObject(r);
-    return ok;
-}
-
-/* Connect, AUTH, SELECT, and load the scripts in one pipelined batch. */
-static redisContext *connect_one(const struct lock_url *u, int host,
-                                 uint32_t timeout_ms, int *err)
-{
-    unsigned port = u->hosts[host].port ? u->hosts[host].port : 6379;
-    redisContext *rc = redisConnectWithTimeout(u->hosts[host].host, (int)port,
-                                               ms_tv(timeout_ms));
-    if (!rc || rc->err) {
-        *err = rc ? rconn_errno(rc) : -ENOMEM;
-        log_warn("redis lock connect failed", "host=%s port=%u err=\"%s\"",
-                 u->hosts[host].host, port, rc ? rc->errstr : "alloc");
-        goto fail;
-    }
-    redisSetTimeout(rc, ms_tv(timeout_ms));
-    redisEnableKeepAlive(rc);
-    *err = -EIO;
-    if (u->has_pass &&
-        !setup_ok(rc,
-                  u->user[0] ? redisCommand(rc, "AUTH %s %s", u->user, u->pass)
-                             : redisCommand(rc, "AUTH %s", u->pass),
-                  "auth"))
-        goto fail;
-    if (u->path[0] && strcmp(u->path, "0") != 0 &&
-        !setup_ok(rc, redisCommand(rc, "SELECT %s", u->path), "select"))
-        goto fail;
-    for (int i = 0; i < RCONN_NSCRIPTS; i++)
-        redisAppendCommand(rc, "SCRIPT LOAD %s", scripts[i]);
-    int loaded = 0;
-    pthread_mutex_lock(&sha_mu);
-    for (int i = 0; i < RCONN_NSCRIPTS; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
-            *err = rconn_errno(rc);
-            break;
-        }
-        if (r->type == REDIS_REPLY_STRING && r->len == 40) {
-            if (!atomic_load(&shas_ready))
-                memcpy(shas[i], r->str, 41);
-            loaded++;
-        }
-        if (!setup_ok(rc, r, "script load"))
-            break;
-    }
-    if (loaded == RCONN_NSCRIPTS)
-        atomic_store(&shas_ready, 1);
-    pthread_mutex_unlock(&sha_mu);
-    if (loaded != RCONN_NSCRIPTS)
-        goto fail;
-    return rc;
-fail:
-    if (rc && rc->err)
-        *err = rconn_errno(rc);
-    redisFree(rc);
-    return NULL;
-}
-
-static void script_argv(enum rconn_script s, int use_sha, char nk[4], int nkeys,
-                        int argc, const char **argv, const size_t *lens,
-                        const char **out_v, size_t *out_l, const char *sha)
-{
-    out_v[0] = use_sha ? "EVALSHA" : "EVAL";
-    out_l[0] = strlen(out_v[0]);
-    if (use_sha) {
-        out_v[1] = sha;
-        out_l[1] = 40;
-    } else {
-        out_v[1] = scripts[s];
-        out_l[1] = strlen(scripts[s]);
-    }
-    snprintf(nk, 4, "%d", nkeys);
-    out_v[2] = nk;
-    out_l[2] = strlen(nk);
-    for (int i = 0; i < argc; i++) {
-        out_v[3 + i] = argv[i];
-        out_l[3 + i] = lens[i];
-    }
 }
 
 /* ---- the multiplexed connection ---- */
 
-/* A connection idle for longer than this is checked before reuse (the
- * server may have closed it: restart, timeout). */
-#define IDLE_CHECK_MS 1000
-#define READ_CHUNK 16384
+/*
+ * One reply owed by the server, in the order the commands were written.
+ * A slot whose call is NULL has nobody waiting: a detached command, or a
+ * call that gave up on its late reply. Its reply is read and dropped.
+ */
+struct rconn_slot {
+    struct rconn_slot *next;
+    struct rconn_call *call;
+    int64_t due_ms; /* 0 until written; then the time its reply is late */
+    char *cmd;      /* a detached command (re-sent after a reset) */
+    size_t len;
+    enum rconn_script script;
+};
 
 struct rconn_mux {
     pthread_mutex_t mu; /* guards every field below */
-    const struct lock_url *url;
-    int host;
+    struct redis_server srv;
+    struct redis_connect_log log;
+    unsigned epoch; /* redis_server_epoch() when rc was made */
     uint32_t timeout_ms;
+    int64_t dead_ms;  /* silence that means the connection is gone */
     redisContext *rc; /* NULL while disconnected; only its fd is used */
     redisReader *reader;
-    struct rconn_call *head, *tail; /* sent, waiting for their replies */
-    int reading;                    /* a caller is reading for everyone */
-    int flushing;                   /* a caller is writing for everyone */
-    int broken;                     /* a write failed: reset when idle */
+    struct rconn_slot *head, *tail; /* replies owed, oldest first */
+    struct rconn_slot *unstamped;   /* first slot not written yet */
+    struct rconn_slot *resend;      /* detached, for the next connection */
+    unsigned nresend;
+    int reading;  /* a caller is reading for everyone */
+    int flushing; /* a caller is writing for everyone */
+    int broken;   /* a write failed or a reset came mid-I/O */
     /* Commands not yet written: callers append (no system call), and
      * whoever finds nobody flushing writes them all (one send() for many
      * commands under load). wbuf is the flusher's spare. */
@@ -328,36 +243,87 @@ struct rconn_mux {
     int64_t next_try_ms; /* connect back-off */
     int backoff_err;     /* what calls get until then */
     int64_t used_ms;     /* last reply or send */
+    int64_t rx_ms;       /* last bytes read, or when replies became owed */
 };
 
-struct rconn_mux *rconn_mux_new(const struct lock_url *url, int host,
+struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
                                 uint32_t timeout_ms)
 {
     struct rconn_mux *m = xcalloc(1, sizeof(*m));
 
     pthread_mutex_init(&m->mu, NULL);
-    m->url = url;
-    m->host = host;
+    m->srv = *srv;
     m->timeout_ms = timeout_ms;
+    m->dead_ms = (int64_t)timeout_ms * RCONN_DEAD_TIMEOUTS;
+    if (m->dead_ms < 1000)
+        m->dead_ms = 1000;
     return m;
+}
+
+static void slot_free(struct rconn_slot *s)
+{
+    free(s->cmd);
+    free(s);
+}
+
+/* With m->mu held: append slot s to the reply queue. */
+static void queue_push(struct rconn_mux *m, struct rconn_slot *s)
+{
+    s->next = NULL;
+    s->due_ms = 0;
+    if (!m->head)
+        m->rx_ms = lock__mono_ms(); /* silence counts from now */
+    if (m->tail)
+        m->tail->next = s;
+    else
+        m->head = s;
+    m->tail = s;
+    if (!m->unstamped)
+        m->unstamped = s;
+}
+
+/* With m->mu held: keep detached slot s for the next connection. */
+static void resend_keep(struct rconn_mux *m, struct rconn_slot *s)
+{
+    if (m->nresend >= RESEND_MAX) {
+        log_warn("redis lock command dropped",
+                 "host=%s why=\"too many "
+                 "queued while disconnected\"",
+                 m->srv.host);
+        slot_free(s);
+        return;
+    }
+    s->next = m->resend;
+    m->resend = s;
+    m->nresend++;
 }
 
 /*
  * With m->mu held: fail every call in flight with err and drop the
- * connection; the next send reconnects. While a caller is in read() or
- * send() on it, the socket is only shut down (which ends that call) and
- * marked broken; that caller closes it when it comes back.
+ * connection; the next send reconnects. Detached commands are kept for
+ * the next connection. While a caller is in read() or send() on it, the
+ * socket is only shut down (which ends that call) and marked broken; that
+ * caller closes it when it comes back.
  */
 static void mux_reset(struct rconn_mux *m, int err)
 {
     while (m->head) {
-        struct rconn_call *c = m->head;
-        m->head = c->next;
-        c->err = err;
-        c->done = 1;
-        pthread_cond_signal(&c->cv);
+        struct rconn_slot *s = m->head;
+
+        m->head = s->next;
+        if (s->call) {
+            s->call->err = err;
+            s->call->done = 1;
+            s->call->slot = NULL;
+            pthread_cond_signal(&s->call->cv);
+            slot_free(s);
+        } else if (s->cmd) {
+            resend_keep(m, s);
+        } else {
+            slot_free(s);
+        }
     }
-    m->tail = NULL;
+    m->tail = m->unstamped = NULL;
     if (m->reading || m->flushing) {
         if (m->rc && !m->broken)
             shutdown(m->rc->fd, SHUT_RDWR);
@@ -381,10 +347,54 @@ void rconn_mux_free(struct rconn_mux *m)
     if (!m)
         return;
     mux_reset(m, -ECONNRESET);
+    while (m->resend) {
+        struct rconn_slot *s = m->resend;
+        m->resend = s->next;
+        slot_free(s);
+    }
     pthread_mutex_destroy(&m->mu);
     free(m->obuf);
     free(m->wbuf);
     free(m);
+}
+
+/* With m->mu held: add len bytes of cmd to the output buffer. */
+static void obuf_append(struct rconn_mux *m, const char *cmd, size_t len)
+{
+    if (m->olen + len > m->ocap) {
+        m->ocap = (m->olen + len) * 2;
+        m->obuf = xrealloc(m->obuf, m->ocap);
+    }
+    memcpy(m->obuf + m->olen, cmd, len);
+    m->olen += len;
+}
+
+/* With m->mu held: the first slot somebody waits for, or NULL. */
+static struct rconn_slot *first_waited(struct rconn_mux *m)
+{
+    struct rconn_slot *s = m->head;
+
+    while (s && !s->call)
+        s = s->next;
+    return s;
+}
+
+/* Connect, log in, and learn the scripts' SHAs (once per process). */
+static redisContext *connect_one(struct rconn_mux *m, int *err)
+{
+    redisContext *rc = redis_connect(&m->srv, m->timeout_ms, m->timeout_ms,
+                                     "lock", &m->log, err);
+
+    if (!rc)
+        return NULL;
+    for (int i = 0; i < RCONN_NSCRIPTS; i++) {
+        *err = redis_script_load(rc, &scripts[i]);
+        if (*err) {
+            redisFree(rc);
+            return NULL;
+        }
+    }
+    return rc;
 }
 
 /* With m->mu held: a usable connection, or an errno. */
@@ -399,6 +409,18 @@ static int mux_connect(struct rconn_mux *m)
         if (poll(&pfd, 1, 0) != 0)
             mux_reset(m, -ECONNRESET);
     }
+    /* Replies owed for a long time to callers who gave up on them, and
+     * nobody read since: the server is gone, start afresh. */
+    if (m->rc && m->head && !first_waited(m) && !m->reading &&
+        now - m->rx_ms >= m->dead_ms)
+        mux_reset(m, -ETIMEDOUT);
+    /* The sentinels named a new master: the calls in flight fail (their
+     * outcome is unknown, as after any reset) and the next connects
+     * there. */
+    if (m->rc && redis_server_epoch(&m->srv) != m->epoch) {
+        mux_reset(m, -ECONNRESET);
+        m->next_try_ms = 0;
+    }
     if (m->broken && !m->reading && !m->flushing)
         mux_reset(m, -ECONNRESET);
     if (m->broken)
@@ -407,7 +429,8 @@ static int mux_connect(struct rconn_mux *m)
         return 0;
     if (now < m->next_try_ms)
         return m->backoff_err;
-    m->rc = connect_one(m->url, m->host, m->timeout_ms, &err);
+    m->epoch = redis_server_epoch(&m->srv);
+    m->rc = connect_one(m, &err);
     if (!m->rc) {
         /* A server that accepts but does not answer costs a whole
          * timeout per try: wait at least that long before the next. */
@@ -421,36 +444,43 @@ static int mux_connect(struct rconn_mux *m)
     m->reader = redisReaderCreate();
     if (!m->reader)
         abort();
+    m->used_ms = lock__mono_ms();
+    /* Undo commands kept while disconnected go first. */
+    while (m->resend) {
+        struct rconn_slot *s = m->resend;
+
+        m->resend = s->next;
+        m->nresend--;
+        queue_push(m, s);
+        obuf_append(m, s->cmd, s->len);
+    }
     return 0;
 }
 
 /*
- * With m->mu held: append cmd to the output buffer, then, unless another
- * caller is already at it, write the buffer out until it is empty,
- * dropping m->mu around each send(). A failed write marks the connection
- * broken: a half-written command poisons the stream, so whoever reads next
- * fails the calls in flight and resets it.
+ * With m->mu held: write the output buffer out until it is empty, unless
+ * another caller is already at it, dropping m->mu around each send().
+ * The replies of what is written become due a timeout after it is taken.
+ * A failed write marks the connection broken: a half-written command
+ * poisons the stream, so whoever reads next fails the calls in flight and
+ * resets it.
  */
-static int mux_write(struct rconn_mux *m, const char *cmd, size_t len)
+static void mux_flush(struct rconn_mux *m)
 {
     int err = 0;
 
-    if (m->olen + len > m->ocap) {
-        m->ocap = (m->olen + len) * 2;
-        m->obuf = realloc(m->obuf, m->ocap);
-        if (!m->obuf)
-            abort();
-    }
-    memcpy(m->obuf + m->olen, cmd, len);
-    m->olen += len;
     if (m->flushing)
-        return 0;
-
+        return;
     m->flushing = 1;
     while (m->olen > 0 && !m->broken) {
         /* Take the pending bytes; appenders fill the spare meanwhile. */
         char *buf = m->obuf;
         size_t n = m->olen, cap = m->ocap;
+        int64_t due = lock__mono_ms() + m->timeout_ms;
+
+        for (struct rconn_slot *s = m->unstamped; s; s = s->next)
+            s->due_ms = due;
+        m->unstamped = NULL;
         m->obuf = m->wbuf;
         m->ocap = m->wcap;
         m->olen = 0;
@@ -479,48 +509,44 @@ static int mux_write(struct rconn_mux *m, const char *cmd, size_t len)
             m->broken = 1;
     }
     m->flushing = 0;
+    m->used_ms = lock__mono_ms();
     if (m->broken && !m->reading)
         mux_reset(m, err ? err : -ECONNRESET);
-    return err;
 }
 
 static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
 {
-    const char *v[3 + RCONN_ARGS_MAX];
-    size_t l[3 + RCONN_ARGS_MAX];
-    char nk[4], *cmd = NULL;
+    char *cmd = NULL;
     int len;
+    struct rconn_slot *s = xcalloc(1, sizeof(*s));
 
     if (call->script == RCONN_COMMAND) {
         len = redisFormatCommandArgv(&cmd, call->argc, call->argv, call->lens);
+        if (len < 0)
+            abort(); /* only out of memory */
     } else {
-        int ready = atomic_load(&shas_ready) && !call->eval;
-        script_argv(call->script, ready, nk, call->nkeys, call->argc,
-                    call->argv, call->lens, v, l,
-                    ready ? shas[call->script] : NULL);
-        len = redisFormatCommandArgv(&cmd, 3 + call->argc, v, l);
+        len =
+            redis_script_format(&scripts[call->script], call->eval, call->nkeys,
+                                call->argc, call->argv, call->lens, &cmd);
     }
-    if (len < 0)
-        abort();
 
     pthread_mutex_lock(&m->mu);
     int err = mux_connect(m);
     if (!err) {
         /* Queued before its bytes go out, so that its reply, however
          * fast, finds it. A write failure fails it with the rest. */
-        call->next = NULL;
         call->done = 0;
         call->reply = NULL;
-        call->due_ms = lock__mono_ms() + m->timeout_ms;
-        if (m->tail)
-            m->tail->next = call;
-        else
-            m->head = call;
-        m->tail = call;
-        m->used_ms = lock__mono_ms();
-        mux_write(m, cmd, (size_t)len);
+        call->slot = s;
+        s->call = call;
+        s->script = call->script;
+        queue_push(m, s);
+        obuf_append(m, cmd, (size_t)len);
+        mux_flush(m);
+        s = NULL;
     }
     pthread_mutex_unlock(&m->mu);
+    free(s);
     redisFreeCommand(cmd);
     return err;
 }
@@ -536,6 +562,7 @@ int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
     call->lens = lens;
     call->eval = 0;
     call->err = 0;
+    call->slot = NULL;
     pthread_cond_init(&call->cv, NULL);
     int err = mux_send_cmd(m, call);
     if (err)
@@ -549,78 +576,154 @@ int rconn_mux_send_command(struct rconn_mux *m, struct rconn_call *call,
     return rconn_mux_send(m, call, RCONN_COMMAND, 0, argc, argv, lens);
 }
 
+void rconn_mux_send_detached(struct rconn_mux *m, enum rconn_script script,
+                             int nkeys, int argc, const char **argv,
+                             const size_t *lens)
+{
+    struct rconn_slot *s = xcalloc(1, sizeof(*s));
+    char *cmd = NULL;
+    /* EVAL, not EVALSHA: nobody is there to answer a NOSCRIPT. */
+    int len = redis_script_format(&scripts[script], true, nkeys, argc, argv,
+                                  lens, &cmd);
+
+    s->cmd = xmalloc((size_t)len);
+    memcpy(s->cmd, cmd, (size_t)len);
+    s->len = (size_t)len;
+    s->script = script;
+    redisFreeCommand(cmd);
+
+    pthread_mutex_lock(&m->mu);
+    if (mux_connect(m) == 0) {
+        queue_push(m, s);
+        obuf_append(m, s->cmd, s->len);
+        mux_flush(m);
+    } else {
+        resend_keep(m, s);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* With m->mu held: fail the calls whose replies are late by now. Replies
+ * come in order, so they are the oldest ones. */
+static void give_up_late(struct rconn_mux *m, int64_t now)
+{
+    for (struct rconn_slot *s = m->head; s && s->due_ms; s = s->next) {
+        if (!s->call)
+            continue;
+        if (s->due_ms > now)
+            break;
+        s->call->err = -ETIMEDOUT;
+        s->call->done = 1;
+        s->call->slot = NULL;
+        pthread_cond_signal(&s->call->cv);
+        s->call = NULL;
+    }
+}
+
+/* With m->mu held: hand every complete reply to its slot, in order.
+ * Returns 0, or -EIO when the stream makes no sense any more. */
+static int deliver(struct rconn_mux *m)
+{
+    for (;;) {
+        void *r = NULL;
+
+        if (redisReaderGetReply(m->reader, &r) != REDIS_OK)
+            return -EIO;
+        if (!r)
+            return 0;
+        struct rconn_slot *s = m->head;
+        if (!s) { /* a reply nobody asked for: the stream is lost */
+            freeReplyObject(r);
+            return -EIO;
+        }
+        m->head = s->next;
+        if (!m->head)
+            m->tail = NULL;
+        if (s->call) {
+            s->call->reply = r;
+            s->call->done = 1;
+            s->call->slot = NULL;
+            pthread_cond_signal(&s->call->cv);
+        } else {
+            redisReply *rr = r;
+            if (rr->type == REDIS_REPLY_ERROR && s->cmd)
+                log_warn("redis lock command failed",
+                         "host=%s script=%d reply=\"%.*s\"", m->srv.host,
+                         (int)s->script, (int)rr->len, rr->str);
+            freeReplyObject(r);
+        }
+        slot_free(s);
+    }
+}
+
 /*
- * With m->mu held, as the reader: one read(), then hand every complete
- * reply to its call in order. m->mu is dropped around the read() so that
- * others can keep sending.
+ * With m->mu held, as the reader: wait for bytes until the oldest waited
+ * call's reply is late (or the connection has been silent too long),
+ * then hand out what arrived. m->mu is dropped around poll() and read()
+ * so that others can keep sending.
  */
 static void mux_read(struct rconn_mux *m)
 {
     char buf[READ_CHUNK];
     int fd = m->rc->fd;
     redisReader *reader = m->reader;
-    /* The oldest call's reply is due timeout_ms after it was sent, so a
-     * caller waiting on several servers (RedLock) waits about one timeout
-     * in all, not one per server. */
-    int64_t left = m->head ? m->head->due_ms - lock__mono_ms() : 0;
+    struct rconn_slot *w = first_waited(m);
+    int64_t now = lock__mono_ms();
+    int64_t until = m->rx_ms + m->dead_ms;
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    ssize_t n = -1;
-    int rerr = -ETIMEDOUT;
+    ssize_t n = 0;
+    int ready, rerr = 0;
 
+    if (w) {
+        int64_t due = w->due_ms ? w->due_ms : now + m->timeout_ms;
+        if (due < until)
+            until = due;
+    }
     m->reading = 1;
     pthread_mutex_unlock(&m->mu);
-    int ready;
     do
-        ready = poll(&pfd, 1, left > 0 ? (int)left : 0);
+        ready = poll(&pfd, 1, until > now ? (int)(until - now) : 0);
     while (ready < 0 && errno == EINTR);
     if (ready > 0) {
         do
             n = read(fd, buf, sizeof(buf));
         while (n < 0 && errno == EINTR);
-        rerr = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? -ETIMEDOUT
-                                                                  : -ECONNRESET;
+        if (n == 0)
+            rerr = -ECONNRESET;
+        else if (n < 0)
+            rerr = errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -ECONNRESET;
     }
     pthread_mutex_lock(&m->mu);
     m->reading = 0;
+    now = lock__mono_ms();
 
-    if (n <= 0 || redisReaderFeed(reader, buf, (size_t)n) != REDIS_OK) {
-        log_warn("redis lock connection lost", "host=%s err=%d",
-                 m->url->hosts[m->host].host, n <= 0 ? rerr : -EIO);
-        /* A server that stopped answering is not tried again at once
-         * (the release that follows a failed RedLock round would wait
-         * for it a second time). */
-        if (rerr == -ETIMEDOUT) {
-            uint32_t ms = m->timeout_ms > CONNECT_BACKOFF_MS
-                              ? m->timeout_ms
-                              : CONNECT_BACKOFF_MS;
-            m->next_try_ms = lock__mono_ms() + ms;
-            m->backoff_err = -ETIMEDOUT;
-        }
-        mux_reset(m, n <= 0 ? rerr : -EIO);
+    if (m->broken) {
+        mux_reset(m, -ECONNRESET);
         return;
     }
-    m->used_ms = lock__mono_ms();
-    for (;;) {
-        void *r = NULL;
-        if (redisReaderGetReply(reader, &r) != REDIS_OK) {
-            mux_reset(m, -EIO);
-            return;
-        }
-        if (!r)
-            break;
-        struct rconn_call *c = m->head;
-        if (!c) { /* a reply nobody asked for: the stream is lost */
-            freeReplyObject(r);
-            mux_reset(m, -EIO);
-            return;
-        }
-        m->head = c->next;
-        if (!m->head)
-            m->tail = NULL;
-        c->reply = r;
-        c->done = 1;
-        pthread_cond_signal(&c->cv);
+    if (rerr) {
+        log_warn("redis lock connection lost", "host=%s port=%u err=%d",
+                 m->srv.host, m->srv.port, rerr);
+        mux_reset(m, rerr);
+        return;
     }
+    if (n > 0) {
+        m->rx_ms = now;
+        m->used_ms = now;
+        if (redisReaderFeed(reader, buf, (size_t)n) != REDIS_OK || deliver(m)) {
+            log_warn("redis lock connection lost", "host=%s err=\"protocol\"",
+                     m->srv.host);
+            mux_reset(m, -EIO);
+            return;
+        }
+    }
+    if (m->head && now - m->rx_ms >= m->dead_ms) {
+        log_warn("redis lock connection silent", "host=%s port=%u ms=%lld",
+                 m->srv.host, m->srv.port, (long long)(now - m->rx_ms));
+        mux_reset(m, -ETIMEDOUT);
+        return;
+    }
+    give_up_late(m, now);
 }
 
 redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
@@ -639,14 +742,16 @@ redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
                 pthread_cond_wait(&call->cv, &m->mu);
         }
         /* Leader/follower: pass the reading on to the oldest waiter. */
-        if (!m->reading && m->head)
-            pthread_cond_signal(&m->head->cv);
+        if (!m->reading) {
+            struct rconn_slot *w = first_waited(m);
+            if (w)
+                pthread_cond_signal(&w->call->cv);
+        }
         r = call->reply;
-        if (call->err || !r || r->type != REDIS_REPLY_ERROR ||
-            strncmp(r->str, "NOSCRIPT", 8) != 0 || call->eval)
+        if (call->err || call->eval || !redis_reply_is_noscript(r))
             break;
-        /* The server lost its script cache (SCRIPT FLUSH): EVAL runs the
-         * script and caches it again. */
+        /* The server lost its script cache (SCRIPT FLUSH, a restart):
+         * EVAL runs the script and caches it again. */
         freeReplyObject(r);
         call->reply = NULL;
         call->eval = 1;
@@ -666,12 +771,25 @@ redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
     } else if (r && r->type == REDIS_REPLY_ERROR) {
         log_warn("redis lock script failed", "script=%d reply=\"%.*s\"",
                  (int)call->script, (int)r->len, r->str);
+        *err = redis_reply_is_auth_error(r) ? -EACCES : -EIO;
         freeReplyObject(r);
-        *err = -EIO;
         r = NULL;
     } else if (!r) {
         *err = -EIO;
     }
     call->reply = NULL;
     return r;
+}
+
+int rconn_mux_ping(struct rconn_mux *m)
+{
+    struct rconn_call call;
+    redisReply *r;
+    int err = rconn_mux_send(m, &call, RCONN_PING, 0, 0, NULL, NULL);
+
+    if (err)
+        return err;
+    r = rconn_mux_wait(m, &call, &err);
+    freeReplyObject(r);
+    return err;
 }

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "common/redis.h"
 #include "lock/internal.h"
 
 #define RCONN_FENCE_KEY "lock:fence"
@@ -52,6 +53,8 @@ enum rconn_script {
     RCONN_RENEW,
     /* KEYS fence; ARGV token. Raise the counter to at least token. */
     RCONN_FENCE_RAISE,
+    /* No keys: 1. A health check that also proves scripts run. */
+    RCONN_PING,
     /* KEYS name, channel, receipt; ARGV owner, token, receipt_ms.
      * RCONN_RELEASE that leaves a receipt: 1 if deleted now or by an
      * earlier call for the same token, else 0. */
@@ -64,7 +67,9 @@ enum rconn_script {
      * live waiter only. */
     RCONN_FAIR_RELEASE,
     /* KEYS lock, queue, times; ARGV owner, wake channel prefix. A waiter
-     * gives up: leave the queue, wake the next if the lock is free. */
+     * gives up, or an acquire of unknown outcome is undone: leave the
+     * queue, delete the lock if it is ours, wake the next if the lock is
+     * free. 1. */
     RCONN_FAIR_CANCEL,
     /* KEYS writer, readers, writers waiting, fence; ARGV owner, lease_ms.
      * {1, token}, or {0, ms to wait or -1} while a writer holds or
@@ -73,7 +78,9 @@ enum rconn_script {
     /* KEYS writer, readers, writers waiting, fence; ARGV owner, lease_ms,
      * checkin_ms (0: do not queue). {1, token}, or {0, ms to wait}. */
     RCONN_RW_WRITE,
-    /* KEYS writers waiting, channel; ARGV owner. A writer gives up. */
+    /* KEYS writer, writers waiting, channel; ARGV owner. A writer gives
+     * up, or its acquire of unknown outcome is undone: leave the waiting
+     * set, delete the writer if it is ours, publish. 1. */
     RCONN_RW_CANCEL,
     /* KEYS holders, fence; ARGV owner, lease_ms, permits. {1, token}, or
      * {0, ms until the first lease ends}. */
@@ -85,6 +92,10 @@ enum rconn_script {
     /* KEYS holders; ARGV owner, lease_ms. 1 if its lease was still on
      * (now renewed), else 0. */
     RCONN_ZRENEW,
+    /* KEYS holders, channel; ARGV owner. Drop the owner's lease from a
+     * sorted set of leases and publish: undoes a reader's or a permit's
+     * acquire of unknown outcome. 1. */
+    RCONN_ZLEAVE,
     RCONN_NSCRIPTS
 };
 
@@ -100,37 +111,47 @@ enum rconn_script {
  * replies read back in the same order by whichever waiting caller is
  * reading at the time (leader/follower, no extra thread), so concurrent
  * lock operations travel pipelined and Redis serves them in batches.
- * Thread-safe. The connection opens on first use (AUTH, SELECT, SCRIPT
- * LOAD), is checked before reuse after a second idle, and after a failure
- * every call in flight fails and the next call reconnects (after a 200 ms
- * back-off after a failed connect or a reply that timed out; calls in the
- * back-off get the error that started it).
+ * Thread-safe. The connection opens on first use (common/redis.h:
+ * redis_connect) and is checked before reuse after a second idle.
+ *
+ * Each call's reply is due timeout_ms after its command was written. A
+ * call whose reply is late fails alone with -ETIMEDOUT; its reply, when
+ * it comes, is dropped. The connection itself is dropped only when it is
+ * broken: end of file, a protocol error, or nothing at all received for
+ * RCONN_DEAD_TIMEOUTS timeouts (at least a second) while replies are
+ * owed; then every call in flight fails and the next call reconnects. A
+ * failed connect is not retried for 200 ms (a timeout, if the server
+ * accepted but never answered); calls in that back-off get its error.
  */
 struct rconn_mux;
 
-struct rconn_mux *rconn_mux_new(const struct lock_url *url, int host,
+#define RCONN_DEAD_TIMEOUTS 4
+
+/* A mux for srv (its strings must outlive the mux). Never NULL. */
+struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
                                 uint32_t timeout_ms);
 void rconn_mux_free(struct rconn_mux *m);
 
 /* One call in flight: the caller's, usually on its stack, until
  * rconn_mux_wait() returns. Fields are private to rconn.c. */
 struct rconn_call {
-    struct rconn_call *next;
+    struct rconn_slot *slot; /* its place in the reply queue */
     enum rconn_script script;
     int nkeys, argc, eval;
     const char **argv;
     const size_t *lens;
     redisReply *reply;
     int err, done;
-    int64_t due_ms; /* monotonic: its reply is late after this */
     pthread_cond_t cv;
 };
 
 /*
  * Send EVALSHA of script s with nkeys keys followed by the args (argc
  * strings with lengths, at most RCONN_ARGS_MAX; they must stay valid until
- * rconn_mux_wait() returns). Returns 0, or an errno (-ECONNREFUSED,
- * -ETIMEDOUT, -ECONNRESET) and then the call must not be waited for.
+ * rconn_mux_wait() returns). Returns 0 once the command is on its way
+ * (then wait for it), or an errno when it was not sent (-ECONNREFUSED,
+ * -ETIMEDOUT, -ECONNRESET, -EACCES: the server refused the credentials)
+ * and then the call must not be waited for.
  */
 int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
                    enum rconn_script s, int nkeys, int argc, const char **argv,
@@ -147,17 +168,39 @@ int rconn_mux_send_command(struct rconn_mux *m, struct rconn_call *call,
 /*
  * Wait for the reply of a sent call, at most about the timeout, running
  * EVAL if the server answered NOSCRIPT. Returns the reply (the caller
- * frees it with freeReplyObject) or NULL with *err set: -ETIMEDOUT,
- * -ECONNRESET, or -EIO for an error reply (logged).
+ * frees it with freeReplyObject) or NULL with *err set: -ETIMEDOUT (the
+ * command may still run), -ECONNRESET (it may have run), or -EIO for an
+ * error reply (logged).
  */
 redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
                            int *err);
 
-/* 0 if the URL's path is empty or a database number, else -EINVAL. */
-int rconn_url_check(const struct lock_url *u);
+/*
+ * Send script s (keys and args as above, copied) without waiting for its
+ * reply, which is dropped (an error reply is logged). For undoing a
+ * command whose outcome is unknown, such as an acquire whose reply timed
+ * out: on a live connection it travels behind that command, so Redis runs
+ * it after; when the connection is down it is kept (a bounded number) and
+ * sent first on the next connection. Use it only for commands that are
+ * harmless to run twice.
+ */
+void rconn_mux_send_detached(struct rconn_mux *m, enum rconn_script s,
+                             int nkeys, int argc, const char **argv,
+                             const size_t *lens);
 
-/* Map a failed context to an errno (-ETIMEDOUT, -ECONNRESET, ...). */
-int rconn_errno(const redisContext *rc);
+/*
+ * Check the server answers scripts (RCONN_PING), within the timeout.
+ * Returns 0 or an errno as rconn_mux_send()/rconn_mux_wait().
+ */
+int rconn_mux_ping(struct rconn_mux *m);
+
+/*
+ * The servers of a redis:// or redlock:// lock URL, host by host, into
+ * out[0..u->nhosts); of a redis-sentinel:// URL, its one master into
+ * out[0] (release it with redis_server_release()). Returns 0, or -EINVAL
+ * (logged) when a database, a master's name or a user is malformed.
+ */
+int rconn_url_servers(const struct url *u, struct redis_server *out);
 
 /*
  * One pub/sub listener per server. All listeners of a client share a
@@ -174,9 +217,10 @@ struct rconn_psub;
 void rconn_hub_init(struct rconn_hub *h);
 void rconn_hub_destroy(struct rconn_hub *h);
 
-/* Start a listener for one server (its thread connects lazily). */
+/* Start a listener for srv (its strings must outlive the listener; its
+ * thread connects lazily). */
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
-                                  const struct lock_url *url, int host,
+                                  const struct redis_server *srv,
                                   uint32_t timeout_ms);
 void rconn_psub_free(struct rconn_psub *ps);
 

@@ -4,15 +4,18 @@
  * that publishes on the lock's channel, and an owner-checked PEXPIRE for
  * the watchdog. A waiter subscribes to the channel before it retries, so a
  * release between its try and its sleep still wakes it; it also wakes when
- * the holder's TTL runs out, and after a jittered fallback interval.
+ * the holder's TTL runs out, and after a jittered fallback interval. The
+ * server is named by its address or by its sentinels (common/redis.h).
  *
  * The other kinds (fair.c, rwlock.c, semaphore.c) bring their own scripts
  * through struct redis_kind and share this file's wait loop.
  *
- * Releases leave a receipt (the hold's token under lock-rel:OWNER for a few
- * seconds), so a release asked again after its answer was lost answers the
- * same: 1 if the first one deleted our lock, even if someone else has
- * taken it since (and their lock is left alone).
+ * An acquire whose answer never came may have taken the lock: its kind's
+ * undo goes out behind it without waiting, so the owner is not locked out
+ * by its own lost hold. Releases leave a receipt (the hold's token under
+ * lock-rel:OWNER for a few seconds), so a release asked again after its
+ * answer was lost answers the same: 1 if the first one deleted our lock,
+ * even if someone else has taken it since (and their lock is left alone).
  *
  * What it does not survive: Redis losing the key (restart without
  * persistence, failover to a replica that had not received it) lets a
@@ -38,21 +41,32 @@
 static int redis_open(struct lock_client *c)
 {
     struct redis_impl *ri;
+    struct redis_server srv;
 
-    if (c->url.nhosts != 1)
+    /* One server: by its address, or by its sentinels (then every host
+     * is a sentinel). */
+    if (c->url.nhosts != 1 && strcmp(c->url.scheme, REDIS_SENTINEL_SCHEME) != 0)
         return -EINVAL;
-    if (rconn_url_check(&c->url))
+    if (rconn_url_servers(&c->url, &srv))
         return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
-    ri->mux = rconn_mux_new(&c->url, 0, c->timeout_ms);
+    ri->srv = srv;
+    ri->mux = rconn_mux_new(&ri->srv, c->timeout_ms);
     rconn_hub_init(&ri->hub);
-    ri->ps = rconn_psub_new(&ri->hub, &c->url, 0, c->timeout_ms);
-    ri->replicas = c->url.replicas;
+    ri->ps = rconn_psub_new(&ri->hub, &ri->srv, c->timeout_ms);
+    ri->replicas = c->replicas;
     ri->receipt_ms = c->timeout_ms * RECEIPT_TIMEOUTS;
     if (ri->receipt_ms < RECEIPT_MIN_MS)
         ri->receipt_ms = RECEIPT_MIN_MS;
     c->impl = ri;
     return 0;
+}
+
+static int redis_ping(struct lock_client *c)
+{
+    struct redis_impl *ri = c->impl;
+
+    return rconn_mux_ping(ri->mux);
 }
 
 static void redis_close(struct lock_client *c)
@@ -62,10 +76,13 @@ static void redis_close(struct lock_client *c)
     rconn_psub_free(ri->ps);
     rconn_hub_destroy(&ri->hub);
     rconn_mux_free(ri->mux);
+    redis_server_release(&ri->srv);
     free(ri);
 }
 
 /* ---- helpers for every kind ---- */
+
+static const struct redis_kind *kind_of(const struct lock *l);
 
 size_t lock__redis_key(char *buf, const char *prefix, const struct lock *l)
 {
@@ -82,29 +99,41 @@ redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
     if (unknown)
         *unknown = 0;
     *err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
-    if (*err)
-        return NULL; /* never sent */
+    if (*err) {
+        /* Never sent; but a connection reset under us is worth asking
+         * again on a fresh one. */
+        if (unknown)
+            *unknown = *err == -ECONNRESET;
+        return NULL;
+    }
     r = rconn_mux_wait(ri->mux, &call, err);
     if (!r && unknown)
-        *unknown = 1;
+        *unknown = *err == -ETIMEDOUT || *err == -ECONNRESET;
     return r;
 }
 
-int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
-                         enum rconn_script s, int nkeys, int argc,
-                         const char **argv, const size_t *lens, int *taken,
-                         int64_t *pttl)
+void lock__redis_detach(struct redis_impl *ri, enum rconn_script s, int nkeys,
+                        int argc, const char **argv, const size_t *lens)
+{
+    rconn_mux_send_detached(ri->mux, s, nkeys, argc, argv, lens);
+}
+
+int lock__redis_take_answer(struct redis_impl *ri, struct lock *l,
+                            struct rconn_call *call, int *taken, int64_t *pttl)
 {
     int err = 0;
-    redisReply *r = lock__redis_run(ri, s, nkeys, argc, argv, lens, &err, NULL);
+    redisReply *r = rconn_mux_wait(ri->mux, call, &err);
 
-    if (!r)
+    if (!r) {
+        if (err == -ETIMEDOUT || err == -ECONNRESET)
+            kind_of(l)->undo(ri, l);
         return err;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER) {
         log_warn("redis lock reply unexpected", "op=acquire script=%d type=%d",
-                 (int)s, r->type);
+                 (int)call->script, r->type);
         freeReplyObject(r);
         return -EIO;
     }
@@ -115,6 +144,19 @@ int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
         *pttl = r->element[1]->integer;
     freeReplyObject(r);
     return 0;
+}
+
+int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
+                         enum rconn_script s, int nkeys, int argc,
+                         const char **argv, const size_t *lens, int *taken,
+                         int64_t *pttl)
+{
+    struct rconn_call call;
+    int err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
+
+    if (err)
+        return err; /* never sent: nothing to undo */
+    return lock__redis_take_answer(ri, l, &call, taken, pttl);
 }
 
 int lock__redis_run_bool(struct redis_impl *ri, struct lock *l,
@@ -173,6 +215,19 @@ int lock__redis_zset_renew(struct redis_impl *ri, struct lock *l,
     return lock__redis_run_bool(ri, l, RCONN_ZRENEW, 1, 3, argv, lens, held);
 }
 
+void lock__redis_zset_undo(struct redis_impl *ri, const struct lock *l,
+                           const char *set, size_t set_len, const char *chan,
+                           size_t chan_len)
+{
+    const char *argv[3] = {set, chan, l->owner};
+    size_t lens[3];
+
+    lens[0] = set_len;
+    lens[1] = chan_len;
+    lens[2] = strlen(l->owner);
+    lock__redis_detach(ri, RCONN_ZLEAVE, 2, 3, argv, lens);
+}
+
 /*
  * Sleep until the channel has a message since *gen, or until wake_at
  * (monotonic ms).
@@ -191,13 +246,14 @@ static void wait_message(struct redis_impl *ri, const char *chan, uint64_t *gen,
 
 /*
  * WAIT until ri->replicas replicas have every write this connection made
- * (the lock script's included), for at most half a timeout so that the
- * answer comes back before the connection's own deadline. Returns 0, -EIO
- * when too few confirmed, or the connection's error.
+ * (the lock scripts' included), for at most half a timeout so that the
+ * answer comes back before the call's own deadline. name is for the log.
+ * Returns 0, -EIO when too few confirmed, or the connection's error.
  */
-static int wait_replicas(struct redis_impl *ri, const struct lock *l)
+static int wait_replicas(struct redis_impl *ri, const struct lock_client *c,
+                         const char *name)
 {
-    uint32_t ms = l->c->timeout_ms / 2 ? l->c->timeout_ms / 2 : 1;
+    uint32_t ms = c->timeout_ms / 2 ? c->timeout_ms / 2 : 1;
     char n[16], t[16];
     const char *argv[3] = {"WAIT", n, t};
     size_t lens[3];
@@ -219,46 +275,94 @@ static int wait_replicas(struct redis_impl *ri, const struct lock *l)
     if (got >= (long long)ri->replicas)
         return 0;
     log_warn("redis lock not confirmed by replicas",
-             "name=\"%s\" replicas=%lld wanted=%u wait_ms=%u", l->name, got,
+             "name=\"%s\" replicas=%lld wanted=%u wait_ms=%u", name, got,
              (unsigned)ri->replicas, (unsigned)ms);
     return -EIO;
 }
 
 /* ---- the mutex ---- */
 
+/* The acquire script's keys and arguments for l (lease_s: a buffer). */
+struct acquire_args {
+    char lease_s[16];
+    const char *argv[4];
+    size_t lens[4];
+};
+
+static void acquire_args(const struct lock *l, uint32_t lease,
+                         struct acquire_args *a)
+{
+    a->argv[0] = l->name;
+    a->argv[1] = RCONN_FENCE_KEY;
+    a->argv[2] = l->owner;
+    a->argv[3] = a->lease_s;
+    a->lens[0] = l->name_len;
+    a->lens[1] = strlen(RCONN_FENCE_KEY);
+    a->lens[2] = strlen(l->owner);
+    a->lens[3] =
+        (size_t)snprintf(a->lease_s, sizeof(a->lease_s), "%u", (unsigned)lease);
+}
+
 static int mutex_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                      int waiting, int *taken, int64_t *pttl)
 {
-    char lease_s[16];
-    const char *argv[4] = {l->name, RCONN_FENCE_KEY, l->owner, lease_s};
-    size_t lens[4];
+    struct acquire_args a;
 
     (void)waiting;
-    lens[0] = l->name_len;
-    lens[1] = strlen(RCONN_FENCE_KEY);
-    lens[2] = strlen(l->owner);
-    lens[3] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
-    return lock__redis_run_take(ri, l, RCONN_ACQUIRE, 2, 4, argv, lens, taken,
-                                pttl);
+    acquire_args(l, lease, &a);
+    return lock__redis_run_take(ri, l, RCONN_ACQUIRE, 2, 4, a.argv, a.lens,
+                                taken, pttl);
+}
+
+/* The release script's keys and args for l (buffers in r). */
+struct release_args {
+    char channel[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
+    char token[24], ms[16];
+    const char *argv[6];
+    size_t lens[6];
+};
+
+static void release_args(const struct redis_impl *ri, const struct lock *l,
+                         struct release_args *r)
+{
+    r->argv[0] = l->name;
+    r->argv[1] = r->channel;
+    r->argv[2] = r->receipt;
+    r->argv[3] = l->owner;
+    r->argv[4] = r->token;
+    r->argv[5] = r->ms;
+    r->lens[0] = l->name_len;
+    r->lens[1] = lock__redis_key(r->channel, RCONN_CHANNEL_PREFIX, l);
+    r->lens[2] = (size_t)snprintf(r->receipt, sizeof(r->receipt), "lock-rel:%s",
+                                  l->owner);
+    r->lens[3] = strlen(l->owner);
+    r->lens[4] = (size_t)snprintf(r->token, sizeof(r->token), "%llu",
+                                  (unsigned long long)l->fence);
+    r->lens[5] =
+        (size_t)snprintf(r->ms, sizeof(r->ms), "%u", (unsigned)ri->receipt_ms);
 }
 
 static int mutex_release(struct redis_impl *ri, struct lock *l, int *held)
 {
-    char channel[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
-    char token[24], ms[16];
-    const char *argv[6] = {l->name, channel, receipt, l->owner, token, ms};
-    size_t lens[6];
+    struct release_args r;
+
+    release_args(ri, l, &r);
+    return lock__redis_run_bool(ri, l, RCONN_RELEASE_ONCE, 3, 6, r.argv, r.lens,
+                                held);
+}
+
+/* Compare-and-delete l: harmless if the lock was never set or is someone
+ * else's. */
+static void mutex_undo(struct redis_impl *ri, const struct lock *l)
+{
+    char channel[REDIS_KEY_MAX];
+    const char *argv[3] = {l->name, channel, l->owner};
+    size_t lens[3];
 
     lens[0] = l->name_len;
     lens[1] = lock__redis_key(channel, RCONN_CHANNEL_PREFIX, l);
-    lens[2] =
-        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
-    lens[3] = strlen(l->owner);
-    lens[4] = (size_t)snprintf(token, sizeof(token), "%llu",
-                               (unsigned long long)l->fence);
-    lens[5] = (size_t)snprintf(ms, sizeof(ms), "%u", (unsigned)ri->receipt_ms);
-    return lock__redis_run_bool(ri, l, RCONN_RELEASE_ONCE, 3, 6, argv, lens,
-                                held);
+    lens[2] = strlen(l->owner);
+    lock__redis_detach(ri, RCONN_RELEASE, 2, 3, argv, lens);
 }
 
 static int mutex_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
@@ -281,6 +385,7 @@ static void mutex_channel(const struct lock *l, char *buf, size_t size)
 
 static const struct redis_kind redis_mutex = {
     .try_once = mutex_try,
+    .undo = mutex_undo,
     .release = mutex_release,
     .renew = mutex_renew,
     .channel = mutex_channel,
@@ -336,14 +441,16 @@ static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
         wait_message(ri, chan, &gen, now + sleep_ms);
     }
     rconn_psub_unsubscribe(ri->ps, chan);
-    if (!taken && k->cancel)
-        k->cancel(ri, l);
+    /* A lost answer was undone already; a plain give-up leaves the
+     * queue here. */
+    if (!taken && !err && k->queues)
+        k->undo(ri, l);
 out:
     if (err == 0 && taken && ri->replicas) {
-        err = wait_replicas(ri, l);
+        err = wait_replicas(ri, l->c, l->name);
         if (err) {
             /* Not on enough replicas to survive a failover: do not hold
-             * it. If this undo fails too, the lease frees the lock. */
+             * it. If this undo is lost too, the lease frees the lock. */
             int held;
             k->release(ri, l, &held);
             l->release_unknown = 0;
@@ -355,9 +462,88 @@ out:
     return err;
 }
 
+/* Every acquire written before the first reply is read: one round trip
+ * for the lot, however many there are (and one WAIT, with ?replicas=). */
+static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
+                               enum lock_status *status, int *err)
+{
+    struct redis_impl *ri = l[0]->c->impl;
+    struct acquire_args *a = xcalloc(n, sizeof(*a));
+    struct rconn_call *call = xcalloc(n, sizeof(*call));
+    size_t ntaken = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        acquire_args(l[i], lease, &a[i]);
+        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_ACQUIRE, 2, 4,
+                                a[i].argv, a[i].lens);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int taken = 0;
+        int64_t pttl = 0;
+
+        if (err[i])
+            continue;
+        err[i] = lock__redis_take_answer(ri, l[i], &call[i], &taken, &pttl);
+        if (!err[i]) {
+            status[i] = taken ? LOCK_ACQUIRED : LOCK_BUSY;
+            ntaken += taken;
+        }
+    }
+    if (ntaken && ri->replicas) {
+        int werr = wait_replicas(ri, l[0]->c, l[0]->name);
+
+        for (size_t i = 0; werr && i < n; i++) {
+            if (err[i] || status[i] != LOCK_ACQUIRED)
+                continue;
+            mutex_undo(ri, l[i]);
+            l[i]->fence = 0;
+            err[i] = werr;
+        }
+    }
+    free(call);
+    free(a);
+}
+
 static int redis_release(struct lock *l, int *held)
 {
     return kind_of(l)->release(l->c->impl, l, held);
+}
+
+/* Every release written before the first reply is read. A release whose
+ * answer was lost is asked once more, alone: its receipt makes the second
+ * answer the one the first would have been. */
+static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
+{
+    struct redis_impl *ri = l[0]->c->impl;
+    struct release_args *a = xcalloc(n, sizeof(*a));
+    struct rconn_call *call = xcalloc(n, sizeof(*call));
+
+    for (size_t i = 0; i < n; i++) {
+        release_args(ri, l[i], &a[i]);
+        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_RELEASE_ONCE, 3, 6,
+                                a[i].argv, a[i].lens);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (!err[i])
+            r = rconn_mux_wait(ri->mux, &call[i], &err[i]);
+        if (!r && (err[i] == -ECONNRESET || err[i] == -ETIMEDOUT ||
+                   err[i] == -ECONNREFUSED)) {
+            err[i] = mutex_release(ri, l[i], &held[i]);
+            l[i]->release_unknown = 0;
+            continue;
+        }
+        if (!r)
+            continue;
+        if (r->type == REDIS_REPLY_INTEGER)
+            held[i] = r->integer == 1;
+        else
+            err[i] = -EIO;
+        freeReplyObject(r);
+    }
+    free(call);
+    free(a);
 }
 
 static int redis_renew(struct lock *l, uint32_t lease, int *held)
@@ -367,7 +553,7 @@ static int redis_renew(struct lock *l, uint32_t lease, int *held)
 
     /* A renewal the replicas lack would be undone by a failover. */
     if (err == 0 && *held && ri->replicas)
-        err = wait_replicas(ri, l);
+        err = wait_replicas(ri, l->c, l->name);
     return err;
 }
 
@@ -381,4 +567,7 @@ const struct lock_backend lock__redis_backend = {
     .acquire = redis_acquire,
     .release = redis_release,
     .renew = redis_renew,
+    .ping = redis_ping,
+    .acquire_many = redis_acquire_many,
+    .release_many = redis_release_many,
 };

@@ -4,9 +4,10 @@
  *
  * redis.c runs the parts every kind has in common: the wait loop (one try,
  * subscribe, try again at every wake-up, the TTL or the fallback timer),
- * the replica confirmation (WAIT), the retry of a release whose answer was
- * lost, and the dispatch by l->kind. A kind supplies its scripts through a
- * struct redis_kind.
+ * the undo of an acquire whose answer was lost, the replica confirmation
+ * (WAIT), and the dispatch by l->kind. A kind supplies its scripts through
+ * a struct redis_kind. (The generic layer, lock.c, asks again a release
+ * whose answer was lost.)
  */
 #ifndef SECKILL_LOCK_REDIS_KIND_H
 #define SECKILL_LOCK_REDIS_KIND_H
@@ -15,6 +16,7 @@
 
 /* The backend's state (c->impl). */
 struct redis_impl {
+    struct redis_server srv; /* its strings: the client's URL */
     struct rconn_mux *mux;
     struct rconn_hub hub;
     struct rconn_psub *ps;
@@ -35,11 +37,21 @@ struct redis_kind {
      */
     int (*try_once)(struct redis_impl *ri, struct lock *l, uint32_t lease,
                     int waiting, int *taken, int64_t *pttl);
-    /* A waiter gives up: leave the queue (best effort). May be NULL. */
-    void (*cancel)(struct redis_impl *ri, struct lock *l);
+    /*
+     * Take back an acquire of l whose answer never came (it may have
+     * run), without waiting (rconn_mux_send_detached()): drop l's hold
+     * if it has one and its place in any queue, and wake whoever that
+     * lets in. Harmless if the acquire never ran. Kinds with a queue
+     * also call it when a waiter gives up.
+     */
+    void (*undo)(struct redis_impl *ri, const struct lock *l);
+    /* 1: a waiter keeps a place (a queue, a check-in) that undo gives
+     * back when it stops waiting without the lock. */
+    int queues;
     /*
      * Release l's hold (token l->fence), leaving a receipt: 0 with *held,
-     * or an errno with l->release_unknown set if the script may have run.
+     * or an errno, with l->release_unknown set when asking again may
+     * answer (lock__redis_run_bool()).
      */
     int (*release)(struct redis_impl *ri, struct lock *l, int *held);
     /* Renew l's lease to lease ms: *held = 0 if it is no longer ours. */
@@ -69,15 +81,26 @@ redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
                             int nkeys, int argc, const char **argv,
                             const size_t *lens, int *err, int *unknown);
 
-/* Run a script that answers {1, token} or {0, pttl}: see try_once. */
+/*
+ * Wait for the answer of an acquire script sent as call, which answers
+ * {1, token} or {0, pttl}: see try_once. An answer lost after the send
+ * (-ETIMEDOUT, -ECONNRESET) leaves the outcome unknown: l's kind's undo
+ * goes out behind the script, so this owner's next try is not BUSY for a
+ * whole lease.
+ */
+int lock__redis_take_answer(struct redis_impl *ri, struct lock *l,
+                            struct rconn_call *call, int *taken, int64_t *pttl);
+
+/* Send an acquire script and wait for it (lock__redis_take_answer()). */
 int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
                          enum rconn_script s, int nkeys, int argc,
                          const char **argv, const size_t *lens, int *taken,
                          int64_t *pttl);
 
 /*
- * Run a script that answers 1 or 0: *yes. For releases, a lost answer
- * sets l->release_unknown.
+ * Run a script that answers 1 or 0: *yes. For releases: an answer lost
+ * after the send, or a connection found reset before it, sets
+ * l->release_unknown (asking again may answer).
  */
 int lock__redis_run_bool(struct redis_impl *ri, struct lock *l,
                          enum rconn_script s, int nkeys, int argc,
@@ -97,5 +120,15 @@ int lock__redis_zset_release(struct redis_impl *ri, struct lock *l,
 int lock__redis_zset_renew(struct redis_impl *ri, struct lock *l,
                            const char *set, size_t set_len, uint32_t lease,
                            int *held);
+
+/* Send script s detached (rconn_mux_send_detached()): an undo. */
+void lock__redis_detach(struct redis_impl *ri, enum rconn_script s, int nkeys,
+                        int argc, const char **argv, const size_t *lens);
+
+/* Undo l's acquire by dropping its member of set and publishing on chan
+ * (RCONN_ZLEAVE, detached): readers, a semaphore's holders. */
+void lock__redis_zset_undo(struct redis_impl *ri, const struct lock *l,
+                           const char *set, size_t set_len, const char *chan,
+                           size_t chan_len);
 
 #endif

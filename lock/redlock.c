@@ -33,9 +33,10 @@
 
 struct redlock_impl {
     int n, quorum;
-    struct rconn_mux *mux[LOCK_URL_HOSTS_MAX];
+    struct redis_server srv[URL_HOSTS_MAX]; /* strings: the client's URL */
+    struct rconn_mux *mux[URL_HOSTS_MAX];
     struct rconn_hub hub;
-    struct rconn_psub *ps[LOCK_URL_HOSTS_MAX];
+    struct rconn_psub *ps[URL_HOSTS_MAX];
 };
 
 static int redlock_open(struct lock_client *c)
@@ -45,15 +46,17 @@ static int redlock_open(struct lock_client *c)
     /* One server is a plain Redis lock; two cannot survive a failure. */
     if (c->url.nhosts < 3)
         return -EINVAL;
-    if (rconn_url_check(&c->url))
-        return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
+    if (rconn_url_servers(&c->url, ri->srv)) {
+        free(ri);
+        return -EINVAL;
+    }
     ri->n = c->url.nhosts;
     ri->quorum = ri->n / 2 + 1;
     rconn_hub_init(&ri->hub);
     for (int i = 0; i < ri->n; i++) {
-        ri->mux[i] = rconn_mux_new(&c->url, i, c->timeout_ms);
-        ri->ps[i] = rconn_psub_new(&ri->hub, &c->url, i, c->timeout_ms);
+        ri->mux[i] = rconn_mux_new(&ri->srv[i], c->timeout_ms);
+        ri->ps[i] = rconn_psub_new(&ri->hub, &ri->srv[i], c->timeout_ms);
     }
     c->impl = ri;
     return 0;
@@ -86,8 +89,8 @@ static void fan_out(struct redlock_impl *ri, enum rconn_script s, int nkeys,
                     int argc, const char **argv, const size_t *lens,
                     const int *only, struct answer *a)
 {
-    struct rconn_call call[LOCK_URL_HOSTS_MAX];
-    int sent[LOCK_URL_HOSTS_MAX] = {0};
+    struct rconn_call call[URL_HOSTS_MAX];
+    int sent[URL_HOSTS_MAX] = {0};
 
     for (int i = 0; i < ri->n; i++) {
         a[i].r = NULL;
@@ -124,7 +127,7 @@ static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
     char rkey[64], token[24], ms[16];
     const char *argv[6] = {l->name, channel, rkey, l->owner, token, ms};
     size_t lens[6];
-    struct answer a[LOCK_URL_HOSTS_MAX];
+    struct answer a[URL_HOSTS_MAX];
     int held = 0, answered = 0;
     uint32_t receipt_ms =
         l->c->timeout_ms * 5 > 5000 ? l->c->timeout_ms * 5 : 5000;
@@ -171,7 +174,7 @@ static int raise_fence(struct redlock_impl *ri, const int *granted,
     char tok[24];
     const char *argv[2] = {RCONN_FENCE_KEY, tok};
     size_t lens[2];
-    struct answer a[LOCK_URL_HOSTS_MAX];
+    struct answer a[URL_HOSTS_MAX];
     int ok = 0;
 
     lens[0] = strlen(RCONN_FENCE_KEY);
@@ -195,9 +198,9 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     char lease_s[16];
     const char *argv[4] = {l->name, RCONN_FENCE_KEY, l->owner, lease_s};
     size_t lens[4];
-    struct answer a[LOCK_URL_HOSTS_MAX];
-    int granted[LOCK_URL_HOSTS_MAX] = {0};
-    int undo[LOCK_URL_HOSTS_MAX] = {0};
+    struct answer a[URL_HOSTS_MAX];
+    int granted[URL_HOSTS_MAX] = {0};
+    int undo[URL_HOSTS_MAX] = {0};
     int ngranted = 0, nundo = 0, answered = 0, err = 0, rel_err, rel_unknown;
     uint64_t token = 0;
     int64_t start = lock__mono_ms();
@@ -293,7 +296,7 @@ static int redlock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
                            enum lock_status *status)
 {
     struct redlock_impl *ri = l->c->impl;
-    uint64_t gen[LOCK_URL_HOSTS_MAX];
+    uint64_t gen[URL_HOSTS_MAX];
     int taken = 0, err;
     int64_t pttl;
 
@@ -326,6 +329,24 @@ out:
     return err;
 }
 
+/* Reachable when a quorum of servers runs scripts. */
+static int redlock_ping(struct lock_client *c)
+{
+    struct redlock_impl *ri = c->impl;
+    struct answer a[URL_HOSTS_MAX];
+    int ok = 0, err = 0;
+
+    fan_out(ri, RCONN_PING, 0, 0, NULL, NULL, NULL, a);
+    for (int i = 0; i < ri->n; i++) {
+        if (a[i].err)
+            err = a[i].err;
+        else
+            ok++;
+    }
+    fan_out_free(ri, a);
+    return ok >= ri->quorum ? 0 : err ? err : -EIO;
+}
+
 static int redlock_release(struct lock *l, int *held)
 {
     struct redlock_impl *ri = l->c->impl;
@@ -344,7 +365,7 @@ static int redlock_renew(struct lock *l, uint32_t lease, int *held)
     char lease_s[16];
     const char *argv[3] = {l->name, l->owner, lease_s};
     size_t lens[3];
-    struct answer a[LOCK_URL_HOSTS_MAX];
+    struct answer a[URL_HOSTS_MAX];
     int renewed = 0, answered = 0, err = 0;
 
     lens[0] = l->name_len;
@@ -381,4 +402,5 @@ const struct lock_backend lock__redlock_backend = {
     .acquire = redlock_acquire,
     .release = redlock_release,
     .renew = redlock_renew,
+    .ping = redlock_ping,
 };

@@ -131,8 +131,17 @@ static int read_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
     return lock__redis_zset_renew(ri, l, k.r, k.r_len, lease, held);
 }
 
+static void read_undo(struct redis_impl *ri, const struct lock *l)
+{
+    struct rw_keys k;
+
+    rw_keys(l, &k);
+    lock__redis_zset_undo(ri, l, k.r, k.r_len, k.chan, k.chan_len);
+}
+
 const struct redis_kind lock__redis_read = {
     .try_once = read_try,
+    .undo = read_undo,
     .release = read_release,
     .renew = read_renew,
     .channel = rw_channel,
@@ -162,21 +171,21 @@ static int write_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                                 pttl);
 }
 
-/* A writer that gave up lets the readers it kept out in. */
-static void write_cancel(struct redis_impl *ri, struct lock *l)
+/* A writer that gave up lets the readers it kept out in; one whose
+ * answer was lost also drops the lock if it had taken it. */
+static void write_undo(struct redis_impl *ri, const struct lock *l)
 {
     struct rw_keys k;
-    const char *argv[3] = {k.q, k.chan, l->owner};
-    size_t lens[3];
-    int yes;
+    const char *argv[4] = {k.w, k.q, k.chan, l->owner};
+    size_t lens[4];
 
     rw_keys(l, &k);
-    lens[0] = k.q_len;
-    lens[1] = k.chan_len;
-    lens[2] = strlen(l->owner);
-    /* If this fails, its missed check-ins drop it. */
-    (void)lock__redis_run_bool(ri, l, RCONN_RW_CANCEL, 2, 3, argv, lens, &yes);
-    l->release_unknown = 0;
+    lens[0] = k.w_len;
+    lens[1] = k.q_len;
+    lens[2] = k.chan_len;
+    lens[3] = strlen(l->owner);
+    /* If this is lost, its missed check-ins drop it. */
+    lock__redis_detach(ri, RCONN_RW_CANCEL, 3, 4, argv, lens);
 }
 
 static int write_release(struct redis_impl *ri, struct lock *l, int *held)
@@ -213,7 +222,8 @@ static int write_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
 
 const struct redis_kind lock__redis_write = {
     .try_once = write_try,
-    .cancel = write_cancel,
+    .undo = write_undo,
+    .queues = 1,
     .release = write_release,
     .renew = write_renew,
     .channel = rw_channel,

@@ -72,6 +72,15 @@ static int sem_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
     return lock__redis_zset_renew(ri, l, key, key_len, lease, held);
 }
 
+static void sem_undo(struct redis_impl *ri, const struct lock *l)
+{
+    char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX];
+    size_t key_len = lock__redis_key(key, SEM_KEY, l);
+    size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
+
+    lock__redis_zset_undo(ri, l, key, key_len, chan, chan_len);
+}
+
 static void sem_channel(const struct lock *l, char *buf, size_t size)
 {
     snprintf(buf, size, SEM_KEY "%s", l->name);
@@ -79,6 +88,7 @@ static void sem_channel(const struct lock *l, char *buf, size_t size)
 
 const struct redis_kind lock__redis_semaphore = {
     .try_once = sem_try,
+    .undo = sem_undo,
     .release = sem_release,
     .renew = sem_renew,
     .channel = sem_channel,

@@ -1096,7 +1096,7 @@ static int zk_root_valid(const char *root)
 
 static int zk_open(struct lock_client *c)
 {
-    const struct lock_url *u = &c->url;
+    const struct url *u = &c->url;
     const char *root = u->path[0] ? u->path : ZK_DEFAULT_ROOT;
     struct zk *zk;
     char *hosts = NULL;
@@ -1726,6 +1726,19 @@ static int zk_renew(struct lock *l, uint32_t lease_ms, int *held)
     return zk_fail("exists", h->path, rc);
 }
 
+/* Ready when a session is connected (started, if need be, and waited
+ * for within the timeout). */
+static int zk_ping(struct lock_client *c)
+{
+    struct zk *zk = c->impl;
+    struct zk_sess *s;
+    int err = zk_session_get(zk, zk_now_ms() + zk->timeout_ms, &s);
+
+    if (!err)
+        zk_session_put(s, 0);
+    return err;
+}
+
 const struct lock_backend lock__zk_backend = {
     .name = "zookeeper",
     .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX) | LOCK_KIND_BIT(LOCK_KIND_FAIR) |
@@ -1737,4 +1750,5 @@ const struct lock_backend lock__zk_backend = {
     .release = zk_release,
     .renew = zk_renew,
     .forget = zk_forget,
+    .ping = zk_ping,
 };

@@ -12,9 +12,11 @@
 # redis-tools brings redis-cli and redis-benchmark. clang and
 # libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
-# make test-faults.
+# make test-faults. haproxy balances make cluster and the drain test.
+# redis-server also runs the sentinels of the failover test
+# (redis-server --sentinel).
 #
-#   scripts/deps.sh [bench] [jmeter]
+#   scripts/deps.sh [bench] [jmeter] [web] [containers]
 set -euo pipefail
 
 PACKAGES=(
@@ -25,6 +27,7 @@ PACKAGES=(
     zookeeper libzookeeper-mt-dev default-jre-headless libslf4j-java
     curl jq ca-certificates faketime
     clang libclang-rt-14-dev
+    haproxy
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }
@@ -33,12 +36,31 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # adds the load generators, the raw-limit tools and the chart (wrk,
 # sysbench, nginx-light, gnuplot-nox); `jmeter` adds JMeter with its HTTP
 # sampler and a JDK (bench/jmeter/JMeterLauncher.java runs as a source
-# file), which are large: only make bench-jmeter asks for them.
+# file), which are large: only make bench-jmeter asks for them. `web`
+# (make test) adds what the browser and OpenAPI tests run on: Debian's
+# chromium, driven by playwright-core, and Node.js with npm for the npm
+# packages of tests/package-lock.json (scripts/npm.sh). A Node.js that is
+# already installed from elsewhere (NodeSource's nodejs carries its own npm
+# and conflicts with Debian's) is kept.
+# `containers` (make test-compose) adds podman and podman-compose with the
+# OCI runtime runc, netavark and aardvark-dns (container networks with name
+# resolution, which compose's service names need) and mmdebstrap (the
+# base image: no registry is reached for images).
 for group in "$@"; do
     case $group in
     bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
     jmeter) PACKAGES+=(jmeter jmeter-http default-jdk-headless) ;;
-    *) die "unknown package group '$group' (known: bench, jmeter)" ;;
+    web)
+        PACKAGES+=(chromium fonts-dejavu-core)
+        if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+            PACKAGES+=(nodejs npm)
+        fi
+        ;;
+    containers)
+        PACKAGES+=(podman podman-compose runc netavark aardvark-dns iptables
+            uidmap mmdebstrap)
+        ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, web, containers)" ;;
     esac
 done
 

@@ -24,6 +24,7 @@ MYSQL_PORT=${SECKILL_MYSQL_PORT:-13306}
 REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
 ZK_PORT=${SECKILL_ZK_PORT:-12181}
 SCHEMA=$ROOT/sql/schema.sql
+UPGRADE=$ROOT/sql/upgrade-mariadb.sql
 
 for p in "$MYSQL_PORT" "$REDIS_PORT" "$ZK_PORT"; do
     if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p > 65535)); then die "bad port: '$p'"; fi
@@ -216,8 +217,10 @@ mysql_provision() {
         sql+="GRANT PROCESS ON *.* TO 'seckill'@'$host';"$'\n'
     done
     mysql_admin <<<"$sql" || die "provisioning MariaDB (databases, user seckill) failed"
-    mysql_admin seckill <"$SCHEMA" || die "loading $SCHEMA into seckill failed"
-    mysql_admin seckill_test <"$SCHEMA" || die "loading $SCHEMA into seckill_test failed"
+    for db in seckill seckill_test; do
+        mysql_admin "$db" <"$SCHEMA" || die "loading $SCHEMA into $db failed"
+        mysql_admin "$db" <"$UPGRADE" || die "applying $UPGRADE to $db failed"
+    done
     # The apps connect over TCP as seckill: check exactly that.
     mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
         -u seckill -pseckill seckill -e 'SELECT 1' >/dev/null ||
@@ -504,6 +507,9 @@ export SECKILL_LOCK_REDLOCK_URL=redlock://$redlock
 export SECKILL_LOCK_ZK_URL=zookeeper://127.0.0.1:$ZK_PORT/$4
 export SECKILL_SECRET=$SECRET
 export SECKILL_DEV=1
+# Instances started by hand, by the tests and by the benchmarks stop at
+# once on SIGTERM; behind a load balancer (make cluster) they drain first.
+export SECKILL_DRAIN_S=0
 EOF
     mv -f "$1.tmp" "$1"
 }

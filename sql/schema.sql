@@ -1,6 +1,8 @@
 -- Schema of the seckill service (MariaDB 10.11 / MySQL 8.0, InnoDB, utf8mb4).
 -- Loaded by scripts/services.sh and by docker-compose; every statement is
--- idempotent so loading it twice is harmless. All times are UTC.
+-- idempotent so loading it twice is harmless. All times are UTC. A database
+-- made by an older version is brought up to date by sql/upgrade-mariadb.sql
+-- (scripts/services.sh applies it after this file).
 
 CREATE TABLE IF NOT EXISTS users (
     id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
@@ -29,14 +31,21 @@ CREATE TABLE IF NOT EXISTS vouchers (
 
 -- The hot row of a flash sale: one per seckill voucher. The CHECK is a
 -- belt to the CAS update's braces (MariaDB enforces it; MySQL >= 8.0.16 too).
+-- initial_stock is the stock it went on sale with: at every moment
+-- stock + unpaid orders + paid orders = initial_stock (cancelled and
+-- expired orders gave their unit back).
 CREATE TABLE IF NOT EXISTS seckill_vouchers (
-    voucher_id  BIGINT UNSIGNED NOT NULL,
-    stock       INT             NOT NULL,
-    begin_time  DATETIME        NOT NULL,
-    end_time    DATETIME        NOT NULL,
-    created     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
-                                ON UPDATE CURRENT_TIMESTAMP,
+    voucher_id    BIGINT UNSIGNED NOT NULL,
+    stock         INT             NOT NULL,
+    initial_stock INT             NULL,
+    -- 0: sync (MySQL decides each sale), 1: async (Redis decides and a
+    -- stream carries the orders to MySQL); fixed when it goes on sale.
+    purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    begin_time    DATETIME        NOT NULL,
+    end_time      DATETIME        NOT NULL,
+    created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    updated       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
+                                  ON UPDATE CURRENT_TIMESTAMP,
     PRIMARY KEY (voucher_id),
     CONSTRAINT ck_seckill_stock CHECK (stock >= 0),
     CONSTRAINT fk_seckill_voucher FOREIGN KEY (voucher_id)
@@ -59,23 +68,38 @@ CREATE TABLE IF NOT EXISTS seckill_stock_segments (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- id comes from the Redis ID worker (idgen/), not AUTO_INCREMENT.
--- status: 1 = unpaid, 2 = paid, 3 = used, 4 = cancelled, 5 = refunding,
--- 6 = refunded. No foreign keys on the purchase path: they would take extra
--- row locks inside the hot transaction, and load-test users (minted with
--- `seckilld tokens`) need not have a users row.
+-- status: 1 = unpaid, 2 = paid, 4 = cancelled, 7 = expired (3, 5 and 6 are
+-- reserved: used, refunding, refunded). An unpaid order is closed when its
+-- pay_deadline passes (expired) or its owner cancels it; either returns its
+-- unit to the stock in the same transaction. No foreign keys on the
+-- purchase path: they would take extra row locks inside the hot
+-- transaction, and load-test users (minted with `seckilld tokens`) need
+-- not have a users row.
 CREATE TABLE IF NOT EXISTS voucher_orders (
-    id          BIGINT UNSIGNED NOT NULL,
-    user_id     BIGINT UNSIGNED NOT NULL,
-    voucher_id  BIGINT UNSIGNED NOT NULL,
-    status      TINYINT UNSIGNED NOT NULL DEFAULT 1,
-    created     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
-                                ON UPDATE CURRENT_TIMESTAMP,
+    id           BIGINT UNSIGNED NOT NULL,
+    user_id      BIGINT UNSIGNED NOT NULL,
+    voucher_id   BIGINT UNSIGNED NOT NULL,
+    status       TINYINT UNSIGNED NOT NULL DEFAULT 1,
+    pay_deadline DATETIME(3)     NULL, -- NULL: never expires
+    pay_time     DATETIME(3)     NULL,
+    close_time   DATETIME(3)     NULL,
+    txn_id       VARCHAR(64)     NULL, -- the payment provider's transaction
+    -- The user while the order is active (unpaid or paid), else NULL: a
+    -- unique key over it allows one active order per user and voucher and
+    -- any number of closed ones.
+    active_user  BIGINT UNSIGNED GENERATED ALWAYS AS
+                 (IF(status IN (1, 2), user_id, NULL)) STORED,
+    created      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    updated      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
+                                 ON UPDATE CURRENT_TIMESTAMP,
     PRIMARY KEY (id),
-    -- The last line of defence for one order per user and voucher.
-    UNIQUE KEY uk_orders_user_voucher (user_id, voucher_id),
+    -- The last line of defence for one active order per user and voucher.
+    UNIQUE KEY uk_orders_active (active_user, voucher_id),
+    UNIQUE KEY uk_orders_txn (txn_id),
     KEY idx_orders_user (user_id, id),
-    KEY idx_orders_voucher (voucher_id)
+    KEY idx_orders_voucher (voucher_id, status),
+    -- The expiry's scan: unpaid orders by deadline.
+    KEY idx_orders_expiry (status, pay_deadline)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
 -- Fencing tokens of the MySQL lock backend (lock/mysql.c): one row per lock

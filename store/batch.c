@@ -1,8 +1,7 @@
 /*
- * batch.c - merged purchases (issue 4): concurrent purchases of the same
- * voucher in this process join the voucher's queue, and one of their
- * threads at a time, the leader, runs one transaction for up to
- * batch_max of them on its own connection:
+ * batch.c - merged purchases: the purchases of one voucher that arrived
+ * together (the purchase engine hands them over as one batch) run as one
+ * transaction on this thread's connection:
  *
  *   START TRANSACTION
  *   INSERT INTO voucher_orders VALUES (...), (...), ...  (k rows: one
@@ -21,11 +20,12 @@
  * Sold out: when the CAS matches no row, fewer than k remain: the
  * transaction rolls back, the stock s is read, and the first s members by
  * arrival are tried again (the others are SOLD_OUT once the stock reads
- * 0). Stock never grows, so each failed CAS sees a smaller s and the loop
- * ends.
+ * 0). Stock can grow meanwhile (a cancelled or expired order gives its
+ * unit back), so a retry may sell more than the last read said; a bound on
+ * the rounds stops the loop from spinning however the stock moves.
  *
- * Also the per-voucher state the purchase keeps for the process's
- * lifetime: the queue, and the segments of a segmented voucher.
+ * Also the per-voucher state the store keeps for the process's lifetime:
+ * the segments of a segmented voucher, and which were seen empty lately.
  */
 #include "store/internal.h"
 
@@ -40,29 +40,16 @@
 #include "common/metrics.h"
 #include "common/util.h"
 
-/* One purchase in a voucher's queue; lives on its caller's stack. */
-struct member {
-    int64_t order_id;
-    int64_t user_id;
-    /* Written by the leader before it posts wake, read after it: */
-    enum store_purchase outcome;
-    int err;
-    bool settled;        /* leader-private: outcome or err decided */
-    bool done;           /* answered; else a post of wake means: lead */
-    sem_t wake;          /* posted once: done, or lead the next batch */
-    struct member *next; /* under the voucher's mutex */
-};
-
 struct voucher_state {
     int64_t voucher_id;
-    struct voucher_state *next; /* hash chain; fixed once published */
-    atomic_uint segments;       /* 0: not read yet */
-    atomic_uint_fast64_t empty; /* bit j: segment j seen at 0 */
-    pthread_mutex_t mu;
-    struct member *head, *tail; /* waiting for a leader, by arrival */
-    unsigned queued;
-    bool leading; /* a batch runs now (one at a time per process) */
+    struct voucher_state *next;  /* hash chain; fixed once published */
+    atomic_uint segments;        /* 0: not read yet */
+    atomic_uint_fast64_t empty;  /* bit j: segment j seen at 0 */
+    atomic_llong empty_since_ms; /* when the first of those was seen */
 };
+
+/* A member of a batch: the caller's item. */
+#define member store_purchase_item
 
 /* The states: a hash of chains, read without a lock (a state is
  * published whole at the head of its chain and never removed). */
@@ -93,7 +80,6 @@ struct voucher_state *store_voucher_state_get(int64_t voucher_id)
         s = xcalloc(1, sizeof(*s));
         s->voucher_id = voucher_id;
         s->next = head;
-        pthread_mutex_init(&s->mu, NULL);
         atomic_store_explicit(&states[h], s, memory_order_release);
     }
     pthread_mutex_unlock(&states_mu);
@@ -116,8 +102,10 @@ static int segments_count_once(struct store *st, void *arg)
     return store_stmt_rows(st, STMT_SEGMENT_COUNT, p, r, 1, NULL, NULL, &n);
 }
 
-int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
-                               unsigned *n)
+/* As store_voucher_segments_get(), the read done by fn (which may be
+ * wrapped in store_retry() or not). */
+static int segments_get(struct store *st, struct voucher_state *vs, unsigned *n,
+                        bool retry)
 {
     struct segments_args a = {vs->voucher_id, 0};
     unsigned known = atomic_load_explicit(&vs->segments, memory_order_relaxed);
@@ -127,7 +115,8 @@ int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
         *n = known;
         return 0;
     }
-    err = store_retry(st, segments_count_once, &a);
+    err = retry ? store_retry(st, segments_count_once, &a)
+                : segments_count_once(st, &a);
     if (err)
         return err;
     if (a.count > STORE_SEGMENTS_MAX) {
@@ -143,17 +132,52 @@ int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
     return 0;
 }
 
-bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg)
+int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
+                               unsigned *n)
+{
+    return segments_get(st, vs, n, true);
+}
+
+int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
+                                unsigned *n)
+{
+    return segments_get(st, vs, n, false);
+}
+
+/* A segment seen empty is skipped for this long: a cancelled or expired
+ * order may have given it a unit back meanwhile (on another instance). */
+#define SEGMENT_EMPTY_TTL_MS 1000
+
+bool store_segment_is_empty(struct voucher_state *vs, unsigned seg)
 {
     uint_fast64_t bits = atomic_load_explicit(&vs->empty, memory_order_relaxed);
+
+    if (!bits)
+        return false;
+    if (util_mono_ms() -
+            atomic_load_explicit(&vs->empty_since_ms, memory_order_relaxed) >=
+        SEGMENT_EMPTY_TTL_MS) {
+        atomic_store_explicit(&vs->empty, 0, memory_order_relaxed);
+        return false;
+    }
     return seg < 64 && (bits >> seg & 1);
 }
 
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg)
 {
+    if (seg >= 64)
+        return;
+    if (!atomic_fetch_or_explicit(&vs->empty, (uint_fast64_t)1 << seg,
+                                  memory_order_relaxed))
+        atomic_store_explicit(&vs->empty_since_ms, util_mono_ms(),
+                              memory_order_relaxed);
+}
+
+void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg)
+{
     if (seg < 64)
-        atomic_fetch_or_explicit(&vs->empty, (uint_fast64_t)1 << seg,
-                                 memory_order_relaxed);
+        atomic_fetch_and_explicit(&vs->empty, ~((uint_fast64_t)1 << seg),
+                                  memory_order_relaxed);
 }
 
 /* ---- one batch's transaction ---- */
@@ -286,7 +310,8 @@ static int dups_settle(struct store *st, struct batch *b)
 static int orders_insert(struct store *st, struct batch *b, struct member **in,
                          size_t k)
 {
-    MYSQL_BIND p[3 * STMT_ROWS_MAX];
+    MYSQL_BIND p[4 * STMT_ROWS_MAX];
+    int64_t pay_timeout_s = store_pay_timeout_s(st);
     MYSQL_STMT *s;
     size_t done = 0;
     int err;
@@ -297,17 +322,18 @@ static int orders_insert(struct store *st, struct batch *b, struct member **in,
         while (insert_sizes[j].rows > k - done)
             j++;
         w = insert_sizes[j].rows;
-        memset(p, 0, 3 * w * sizeof(p[0]));
+        memset(p, 0, 4 * w * sizeof(p[0]));
         for (size_t r = 0; r < w; r++) {
-            bind_i64(&p[3 * r], &in[done + r]->order_id);
-            bind_i64(&p[3 * r + 1], &in[done + r]->user_id);
-            bind_i64(&p[3 * r + 2], &b->voucher_id);
+            bind_i64(&p[4 * r], &in[done + r]->order_id);
+            bind_i64(&p[4 * r + 1], &in[done + r]->user_id);
+            bind_i64(&p[4 * r + 2], &b->voucher_id);
+            bind_i64(&p[4 * r + 3], &pay_timeout_s);
         }
         err = store_stmt_exec(st, insert_sizes[j].id, p, NULL, &s);
         if (err == -EEXIST) {
             const char *m = mysql_stmt_error(st->stmts[insert_sizes[j].id]);
 
-            if (strstr(m, "uk_orders_user_voucher") && !b->dups_checked)
+            if (strstr(m, "uk_orders_active") && !b->dups_checked)
                 return BATCH_DUPS;
             log_warn("purchase batch split by a key clash",
                      "voucher=%lld batch=%zu err=\"%s\"",
@@ -429,6 +455,15 @@ static int batch_attempt(struct store *st, void *arg)
     return 0;
 }
 
+/* Settle the members that have no time left for another attempt: -ETIME,
+ * nothing written for them (every attempt before rolled back). */
+static void expire(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!b->m[i]->settled && !store_attempt_fits(b->m[i]->deadline_ms))
+            settle(b->m[i], STORE_PURCHASE_SOLD_OUT, -ETIME);
+}
+
 /*
  * Run the batch m[0..n) to the end: every member settled. Attempts go
  * through store_retry() (a connection that broke before the COMMIT is
@@ -437,15 +472,15 @@ static int batch_attempt(struct store *st, void *arg)
  * exactly as if it had been alone (DUPLICATE, or -EEXIST for a taken
  * order id: that caller retries with a fresh one).
  */
-static void batch_run(struct store *st, struct voucher_state *vs,
-                      struct member **m, size_t n)
+void store_batch_run(struct store *st, struct voucher_state *vs,
+                     struct member **m, size_t n)
 {
     struct batch b = {.voucher_id = vs->voucher_id, .m = m, .n = n, .cap = -1};
     /* Each round settles someone or sees the stock shrink; this bound
      * only stops a bug from spinning. */
     int rounds = 0, rounds_max = 4 * (int)n + 64, deadlocks = 0, err = 0;
 
-    while (pending(&b)) {
+    while (expire(&b), pending(&b)) {
         if (rounds++ == rounds_max) {
             log_error("purchase batch made no progress", "voucher=%lld n=%zu",
                       (long long)b.voucher_id, n);
@@ -466,7 +501,8 @@ static void batch_run(struct store *st, struct voucher_state *vs,
                 if (m[i]->settled)
                     continue;
                 e = store_purchase_single(st, vs, 1, m[i]->order_id,
-                                          m[i]->user_id, vs->voucher_id, &o);
+                                          m[i]->user_id, vs->voucher_id,
+                                          m[i]->deadline_ms, &o);
                 settle(m[i], o, e);
             }
         }
@@ -475,102 +511,4 @@ static void batch_run(struct store *st, struct voucher_state *vs,
     for (size_t i = 0; i < n; i++)
         if (!m[i]->settled)
             settle(m[i], STORE_PURCHASE_SOLD_OUT, err);
-}
-
-/* ---- the queue ---- */
-
-static void sleep_us(unsigned us)
-{
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Move up to max waiting members, oldest first, into out. vs->mu held. */
-static size_t queue_take(struct voucher_state *vs, struct member **out,
-                         size_t max)
-{
-    size_t n = 0;
-
-    while (vs->head && n < max) {
-        out[n++] = vs->head;
-        vs->head = vs->head->next;
-    }
-    if (!vs->head)
-        vs->tail = NULL;
-    vs->queued -= (unsigned)n;
-    return n;
-}
-
-/*
- * Join the voucher's queue and wait for the answer. A caller that finds no
- * batch running leads at once; a leader that finishes hands over to the
- * oldest waiter, if any, so each wakeup is for someone who has something
- * to do (its answer, or the next batch), and the leader, the oldest in
- * the queue, is in its own batch. One batch at a time per voucher and
- * process: a second one would only wait for the first one's row lock.
- * Members sleep on their own semaphore, posted outside the queue's mutex,
- * so that a woken member does not queue up for the mutex its waker holds.
- */
-int store_purchase_merged(struct store *st, struct voucher_state *vs,
-                          int64_t order_id, int64_t user_id,
-                          enum store_purchase *outcome)
-{
-    struct member me = {.order_id = order_id, .user_id = user_id};
-    struct member *batch[STORE_BATCH_MAX], *next;
-    size_t max = st->cfg->batch_max ? st->cfg->batch_max : STORE_BATCH_DEFAULT;
-    unsigned linger = st->cfg->batch_linger_us;
-    bool lead;
-    size_t n;
-
-    if (max > STORE_BATCH_MAX)
-        max = STORE_BATCH_MAX;
-    sem_init(&me.wake, 0, 0);
-    pthread_mutex_lock(&vs->mu);
-    if (vs->tail)
-        vs->tail->next = &me;
-    else
-        vs->head = &me;
-    vs->tail = &me;
-    vs->queued++;
-    lead = !vs->leading;
-    vs->leading = true;
-    pthread_mutex_unlock(&vs->mu);
-
-    if (!lead) {
-        while (sem_wait(&me.wake) != 0)
-            ; /* EINTR */
-        if (me.done)
-            goto out;
-    }
-
-    /* Lead: whatever waits now forms the batch (after the linger, if one
-     * is set and the batch is not full yet). We are its oldest member. */
-    pthread_mutex_lock(&vs->mu);
-    if (linger && vs->queued < max) {
-        pthread_mutex_unlock(&vs->mu);
-        sleep_us(linger);
-        pthread_mutex_lock(&vs->mu);
-    }
-    n = queue_take(vs, batch, max);
-    pthread_mutex_unlock(&vs->mu);
-
-    batch_run(st, vs, batch, n);
-
-    pthread_mutex_lock(&vs->mu);
-    next = vs->head;
-    if (!next)
-        vs->leading = false;
-    pthread_mutex_unlock(&vs->mu);
-    /* Once done is seen a member may return: its stack is gone. */
-    for (size_t i = 0; i < n; i++) {
-        batch[i]->done = true;
-        if (batch[i] != &me)
-            sem_post(&batch[i]->wake);
-    }
-    if (next)
-        sem_post(&next->wake);
-out:
-    sem_destroy(&me.wake);
-    *outcome = me.outcome;
-    return me.err;
 }

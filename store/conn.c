@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 #include <errmsg.h>
 #include <mysqld_error.h>
 
 #include "common/metrics.h"
+#include "common/sqlflavour.h"
 #include "common/util.h"
 
 /* A dead server is retried at most this often, so requests fail fast. */
@@ -39,7 +41,7 @@
 #define LIST_16 LIST_8 ", " LIST_8
 #define LIST_32 LIST_16 ", " LIST_16
 #define LIST_64 LIST_32 ", " LIST_32
-#define ROWS_1 "(?, ?, ?, 1)"
+#define ROWS_1 "(?, ?, ?, 1, NOW(3) + INTERVAL ? SECOND)"
 #define ROWS_2 ROWS_1 ", " ROWS_1
 #define ROWS_3 ROWS_2 ", " ROWS_1
 #define ROWS_4 ROWS_2 ", " ROWS_2
@@ -57,10 +59,29 @@
 #define ROWS_16 ROWS_8 ", " ROWS_8
 #define ROWS_32 ROWS_16 ", " ROWS_16
 #define ROWS_64 ROWS_32 ", " ROWS_32
+/* Active orders only: a cancelled or expired one does not stop a re-buy. */
 #define ORDERS_EXIST                                                           \
-    "SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND user_id IN "
+    "SELECT user_id FROM voucher_orders WHERE voucher_id = ? AND status IN "   \
+    "(1, 2) AND user_id IN "
 #define ORDERS_INSERT                                                          \
-    "INSERT INTO voucher_orders (id, user_id, voucher_id, status) VALUES "
+    "INSERT INTO voucher_orders (id, user_id, voucher_id, status, "            \
+    "pay_deadline) VALUES "
+/* The async writer's rows: the deadline is computed from when Redis
+ * accepted the order. */
+#define AROWS_1 "(?, ?, ?, 1, ?)"
+#define AROWS_2 AROWS_1 ", " AROWS_1
+#define AROWS_3 AROWS_2 ", " AROWS_1
+#define AROWS_4 AROWS_2 ", " AROWS_2
+#define AROWS_8 AROWS_4 ", " AROWS_4
+#define AROWS_16 AROWS_8 ", " AROWS_8
+#define AROWS_32 AROWS_16 ", " AROWS_16
+#define AROWS_64 AROWS_32 ", " AROWS_32
+#define IDS_EXIST                                                              \
+    "SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN "
+/* An order as every read returns it. */
+#define ORDER_COLUMNS                                                          \
+    "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
+    "close_time "
 
 static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_USER_LOGIN] = "INSERT INTO users (phone) VALUES (?) "
@@ -69,44 +90,40 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
-        "INSERT INTO seckill_vouchers (voucher_id, stock, begin_time, "
-        "end_time) VALUES (?, ?, ?, ?)",
+        "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
+        "begin_time, end_time, purchase_mode) VALUES (?, ?, ?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_VOUCHER_LIST_SHOP] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "ORDER BY v.id DESC LIMIT ?",
     [STMT_SECKILL_GET] =
-        "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time "
-        "FROM vouchers v "
+        "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
+        "s.purchase_mode FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
-        "LIMIT 1",
-    [STMT_ORDER_INSERT] =
-        "INSERT INTO voucher_orders (id, user_id, voucher_id, status) "
-        "VALUES (?, ?, ?, 1)",
+        "AND status IN (1, 2) LIMIT 1",
+    [STMT_ORDER_INSERT] = ORDERS_INSERT ROWS_1,
     /* The CAS of seed 002 (2.3): only decrement while stock remains. */
     [STMT_STOCK_DECR] = "UPDATE seckill_vouchers SET stock = stock - 1 "
                         "WHERE voucher_id = ? AND stock > 0",
     [STMT_ORDER_GET] =
-        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
-        "WHERE id = ?",
-    [STMT_ORDER_LIST] =
-        "SELECT id, user_id, voucher_id, status, created FROM voucher_orders "
-        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id = ?",
+    [STMT_ORDER_LIST] = "SELECT " ORDER_COLUMNS "FROM voucher_orders "
+                        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
     [STMT_STOCK_GET] =
         "SELECT stock FROM seckill_vouchers WHERE voucher_id = ?",
     /* The merged CAS: k purchases at once, or none. */
@@ -143,6 +160,59 @@ static const char *const stmt_sql[STMT_COUNT] = {
     /* The CAS of one segment (seed 003, section 8). */
     [STMT_SEGMENT_DECR] = "UPDATE seckill_stock_segments SET stock = stock - 1 "
                           "WHERE voucher_id = ? AND segment = ? AND stock > 0",
+    /* The order lifecycle (lifecycle.c). The order row is locked first,
+     * the voucher's stock row last, as in a purchase. */
+    [STMT_ORDER_LOCK] =
+        "SELECT o.user_id, o.voucher_id, o.status, COALESCE(o.txn_id, ''), "
+        "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), "
+        "v.pay_value FROM voucher_orders o JOIN vouchers v ON v.id = "
+        "o.voucher_id WHERE o.id = ? FOR UPDATE",
+    [STMT_ORDER_CLOSE] = "UPDATE voucher_orders SET status = ?, close_time = "
+                         "NOW(3) WHERE id = ? AND status = 1",
+    [STMT_ORDER_PAY] = "UPDATE voucher_orders SET status = 2, pay_time = "
+                       "NOW(3), txn_id = ? WHERE id = ? AND status = 1",
+    [STMT_STOCK_RETURN] = "UPDATE seckill_vouchers SET stock = stock + ? "
+                          "WHERE voucher_id = ?",
+    [STMT_SEGMENT_RETURN] = "UPDATE seckill_stock_segments SET stock = "
+                            "stock + ? WHERE voucher_id = ? AND segment = ?",
+    /* Unpaid orders past their deadline, oldest first; rows another
+     * instance's expiry holds are skipped, not waited for. */
+    [STMT_EXPIRE_SCAN] =
+        "SELECT id, user_id, voucher_id, TIMESTAMPDIFF(MICROSECOND, "
+        "pay_deadline, NOW(3)) FROM voucher_orders WHERE status = 1 AND "
+        "pay_deadline <= NOW(3) ORDER BY pay_deadline LIMIT ? "
+        "FOR UPDATE SKIP LOCKED",
+    /* The asynchronous mode (async.c). */
+    [STMT_IDS_EXIST_1] = IDS_EXIST "(" LIST_1 ")",
+    [STMT_IDS_EXIST_2] = IDS_EXIST "(" LIST_2 ")",
+    [STMT_IDS_EXIST_4] = IDS_EXIST "(" LIST_4 ")",
+    [STMT_IDS_EXIST_8] = IDS_EXIST "(" LIST_8 ")",
+    [STMT_IDS_EXIST_16] = IDS_EXIST "(" LIST_16 ")",
+    [STMT_IDS_EXIST_32] = IDS_EXIST "(" LIST_32 ")",
+    [STMT_IDS_EXIST_64] = IDS_EXIST "(" LIST_64 ")",
+    [STMT_ASYNC_INSERT_1] = ORDERS_INSERT AROWS_1,
+    [STMT_ASYNC_INSERT_2] = ORDERS_INSERT AROWS_2,
+    [STMT_ASYNC_INSERT_4] = ORDERS_INSERT AROWS_4,
+    [STMT_ASYNC_INSERT_8] = ORDERS_INSERT AROWS_8,
+    [STMT_ASYNC_INSERT_16] = ORDERS_INSERT AROWS_16,
+    [STMT_ASYNC_INSERT_32] = ORDERS_INSERT AROWS_32,
+    [STMT_ASYNC_INSERT_64] = ORDERS_INSERT AROWS_64,
+    [STMT_ASYNC_VOUCHERS] =
+        "SELECT voucher_id FROM seckill_vouchers WHERE purchase_mode = 1 "
+        "AND end_time > NOW() - INTERVAL 1 HOUR ORDER BY voucher_id DESC "
+        "LIMIT ?",
+    [STMT_ASYNC_SALE] =
+        "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time "
+        "FROM seckill_vouchers WHERE voucher_id = ? AND purchase_mode = 1",
+    [STMT_ACTIVE_USERS] = "SELECT user_id FROM voucher_orders WHERE "
+                          "voucher_id = ? AND status IN (1, 2)",
+    [STMT_VOUCHER_STATS] =
+        "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "
+        "COALESCE(SUM(o.status = 1), 0), COALESCE(SUM(o.status = 2), 0), "
+        "COALESCE(SUM(o.status = 4), 0), COALESCE(SUM(o.status = 7), 0) "
+        "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
+        "o.voucher_id = s.voucher_id WHERE s.voucher_id = ? "
+        "GROUP BY s.voucher_id, s.initial_stock, s.stock",
 };
 
 struct store *store_new(const struct store_config *cfg)
@@ -171,6 +241,7 @@ void store_free(struct store *st)
     mysql_drop(st);
     if (st->rc)
         redisFree(st->rc);
+    store_free(st->replica);
     free(st);
 }
 
@@ -186,13 +257,18 @@ static bool idle_conn_dead(int fd)
     return fd < 0 || poll(&pfd, 1, 0) != 0;
 }
 
+/* Logged once per process: which server the store talks to. */
+static atomic_int flavour_logged;
+
 int store_mysql_ensure(struct store *st)
 {
     const struct store_config *c = st->cfg;
     unsigned ct = (c->connect_timeout_ms + 999) / 1000;
-    unsigned io = (c->io_timeout_ms + 999) / 1000;
+    unsigned rt = SQL_READ_TIMEOUT_S;
+    unsigned wt = (c->io_timeout_ms + 999) / 1000;
     unsigned proto = MYSQL_PROTOCOL_TCP;
     int64_t now = util_mono_ms();
+    enum sql_flavour flavour;
 
     if (st->my)
         return 0;
@@ -206,31 +282,43 @@ int store_mysql_ensure(struct store *st)
     }
     mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
     mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
-    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &io);
-    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &io);
+    /* Longer than the server's own bounds on lock waits and idle
+     * transactions (common/sqlflavour.h): the server ends a stuck
+     * statement first, so a retry never races its own first attempt. */
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &rt);
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     /* DATETIME columns hold UTC; CURRENT_TIMESTAMP must agree. */
     mysql_options(my, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
-    /* A client cut off in the middle of a purchase must not hold the hot
-     * row's lock until the server notices the dead socket: an idle open
-     * write transaction is rolled back after 5 s, and a purchase waiting
-     * for a row lock gives up after 5 s (retried, then 503) instead of
-     * MariaDB's 50 s. */
-    mysql_options(my, MYSQL_INIT_COMMAND,
-                  "SET SESSION idle_write_transaction_timeout = 5, "
-                  "innodb_lock_wait_timeout = 5");
     if (!mysql_real_connect(my, c->mysql_host, c->mysql_user, c->mysql_pass,
-                            c->mysql_db, c->mysql_port, NULL, 0)) {
-        log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
-                 c->mysql_host, c->mysql_port, mysql_errno(my),
-                 mysql_error(my));
-        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
-        mysql_close(my);
-        st->my_next_try_ms = now + RETRY_BACKOFF_MS;
-        return -ENOTCONN;
-    }
+                            c->mysql_db, c->mysql_port, NULL, 0))
+        goto fail;
+    /* A client cut off in the middle of a purchase must not hold the hot
+     * row's lock until the server notices the dead socket, and a purchase
+     * waiting for a row lock gives up after a few seconds (retried, then
+     * 503) instead of MariaDB's 50 s: the settings this server knows. */
+    flavour = sql_flavour_of(mysql_get_server_info(my));
+    if (mysql_real_query(my, sql_session_settings(flavour),
+                         strlen(sql_session_settings(flavour))))
+        goto fail;
+    /* A replica's connections only read: make sure of it. */
+    if (c->read_only &&
+        mysql_real_query(my, "SET SESSION TRANSACTION READ ONLY",
+                         strlen("SET SESSION TRANSACTION READ ONLY")))
+        goto fail;
+    if (!atomic_exchange(&flavour_logged, 1))
+        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
+                 sql_flavour_name(flavour), mysql_get_server_info(my),
+                 c->mysql_host, c->mysql_port);
     st->my = my;
     return 0;
+fail:
+    log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
+             c->mysql_host, c->mysql_port, mysql_errno(my), mysql_error(my));
+    metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+    mysql_close(my);
+    st->my_next_try_ms = now + RETRY_BACKOFF_MS;
+    return -ENOTCONN;
 }
 
 static int is_connection_error(unsigned e)
@@ -401,6 +489,19 @@ void bind_time(MYSQL_BIND *b, MYSQL_TIME *t)
     b->buffer = t;
 }
 
+void bind_time_null(MYSQL_BIND *b, MYSQL_TIME *t, char *is_null)
+{
+    b->buffer_type = MYSQL_TYPE_DATETIME;
+    b->buffer = t;
+    b->is_null = (my_bool *)is_null;
+}
+
+int64_t store_pay_timeout_s(const struct store *st)
+{
+    return st->cfg->pay_timeout_s ? st->cfg->pay_timeout_s
+                                  : STORE_PAY_TIMEOUT_DEFAULT_S;
+}
+
 void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
 {
     struct tm tm;
@@ -415,6 +516,17 @@ void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s)
     t->minute = (unsigned)tm.tm_min;
     t->second = (unsigned)tm.tm_sec;
     t->time_type = MYSQL_TIMESTAMP_DATETIME;
+}
+
+void time_from_epoch_ms(MYSQL_TIME *t, int64_t epoch_ms)
+{
+    time_from_epoch(t, epoch_ms / 1000);
+    t->second_part = (unsigned long)(epoch_ms % 1000) * 1000u;
+}
+
+int64_t time_to_epoch_ms(const MYSQL_TIME *t)
+{
+    return time_to_epoch(t) * 1000 + (int64_t)(t->second_part / 1000);
 }
 
 int64_t time_to_epoch(const MYSQL_TIME *t)
@@ -432,25 +544,24 @@ int64_t time_to_epoch(const MYSQL_TIME *t)
 
 /* ---- Redis ---- */
 
-static int redis_cmd_ok(redisContext *rc, const char *what, redisReply *r)
+void store_redis_server(const struct store_config *c, struct redis_server *out)
 {
-    int ok = r && r->type != REDIS_REPLY_ERROR;
-    if (!ok)
-        log_warn("redis setup failed", "op=%s err=\"%s\"", what,
-                 r ? r->str : rc->errstr);
-    freeReplyObject(r);
-    return ok;
+    out->host = c->redis_host;
+    out->port = c->redis_port;
+    out->user = c->redis_user;
+    out->pass = c->redis_pass;
+    out->db = c->redis_db;
+    out->sentinel = c->redis_sentinel;
 }
 
 redisContext *store_redis(struct store *st)
 {
     const struct store_config *c = st->cfg;
     int64_t now = util_mono_ms();
-    struct timeval ct = {c->connect_timeout_ms / 1000,
-                         (c->connect_timeout_ms % 1000) * 1000};
-    struct timeval io = {c->io_timeout_ms / 1000,
-                         (c->io_timeout_ms % 1000) * 1000};
+    struct redis_server rs;
+    int err;
 
+    store_redis_server(c, &rs);
     if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
                  st->rc->err ? st->rc->errstr : "closed while idle");
@@ -458,39 +569,24 @@ redisContext *store_redis(struct store *st)
         redisFree(st->rc);
         st->rc = NULL;
     }
+    /* The sentinels named a new master since this connection was made. */
+    if (st->rc && redis_server_epoch(&rs) != st->rc_epoch) {
+        redisFree(st->rc);
+        st->rc = NULL;
+        st->rc_next_try_ms = 0;
+    }
     if (st->rc)
         return st->rc;
     if (now < st->rc_next_try_ms)
         return NULL;
-
-    redisContext *rc =
-        redisConnectWithTimeout(c->redis_host, (int)c->redis_port, ct);
-    if (!rc || rc->err) {
-        log_warn("redis connect failed", "host=%s port=%u err=\"%s\"",
-                 c->redis_host, c->redis_port, rc ? rc->errstr : "alloc");
-        goto fail;
+    st->rc_epoch = redis_server_epoch(&rs);
+    st->rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
+                           "store", &st->rc_log, &err);
+    if (!st->rc) {
+        metrics_count(METRIC_CONN_ERROR_REDIS, 1);
+        st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
     }
-    redisSetTimeout(rc, io);
-    redisEnableKeepAlive(rc);
-    if (c->redis_pass) {
-        redisReply *r =
-            c->redis_user
-                ? redisCommand(rc, "AUTH %s %s", c->redis_user, c->redis_pass)
-                : redisCommand(rc, "AUTH %s", c->redis_pass);
-        if (!redis_cmd_ok(rc, "auth", r))
-            goto fail;
-    }
-    if (c->redis_db &&
-        !redis_cmd_ok(rc, "select", redisCommand(rc, "SELECT %u", c->redis_db)))
-        goto fail;
-    st->rc = rc;
-    return rc;
-fail:
-    metrics_count(METRIC_CONN_ERROR_REDIS, 1);
-    if (rc)
-        redisFree(rc);
-    st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
-    return NULL;
+    return st->rc;
 }
 
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)

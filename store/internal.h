@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <mysql.h>
 
+#include "common/redis.h"
 #include "store/store.h"
 
 enum stmt_id {
@@ -57,6 +58,32 @@ enum stmt_id {
     STMT_SEGMENT_INSERT,
     STMT_SEGMENT_COUNT,
     STMT_SEGMENT_DECR,
+    /* the order lifecycle: */
+    STMT_ORDER_LOCK,
+    STMT_ORDER_CLOSE,
+    STMT_ORDER_PAY,
+    STMT_STOCK_RETURN,
+    STMT_SEGMENT_RETURN,
+    STMT_EXPIRE_SCAN,
+    STMT_VOUCHER_STATS,
+    /* the asynchronous mode: */
+    STMT_IDS_EXIST_1, /* ..._64: id IN a list of 2^i */
+    STMT_IDS_EXIST_2,
+    STMT_IDS_EXIST_4,
+    STMT_IDS_EXIST_8,
+    STMT_IDS_EXIST_16,
+    STMT_IDS_EXIST_32,
+    STMT_IDS_EXIST_64,
+    STMT_ASYNC_INSERT_1, /* ..._64: 2^i rows with their deadlines */
+    STMT_ASYNC_INSERT_2,
+    STMT_ASYNC_INSERT_4,
+    STMT_ASYNC_INSERT_8,
+    STMT_ASYNC_INSERT_16,
+    STMT_ASYNC_INSERT_32,
+    STMT_ASYNC_INSERT_64,
+    STMT_ASYNC_VOUCHERS,
+    STMT_ASYNC_SALE,
+    STMT_ACTIVE_USERS,
     STMT_COUNT
 };
 
@@ -70,6 +97,12 @@ struct store {
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     redisContext *rc;              /* NULL while disconnected */
     int64_t rc_next_try_ms;
+    unsigned rc_epoch; /* redis_server_epoch() when rc was made */
+    struct redis_connect_log rc_log;
+    /* The thread's connection to the read replica (replica.c), made on
+     * its first voucher read there; skipped until this after a failure. */
+    struct store *replica;
+    int64_t replica_skip_until_ms;
 };
 
 /*
@@ -116,15 +149,38 @@ int store_query(struct store *st, const char *sql);
  */
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg);
 
+/* ---- the read replica (replica.c) ---- */
+
+/*
+ * The store a voucher read should use: st's replica store when the
+ * monitor finds the replica usable and this thread has not seen it fail
+ * within the last second, else st itself.
+ */
+struct store *store_reader(struct store *st);
+
+/*
+ * After a read on reader (from store_reader(st)) that returned err:
+ * count it, and after a failure on the replica skip it for a while (the
+ * caller then reads the primary).
+ */
+void store_reader_done(struct store *st, struct store *reader, int err);
+
 /* ---- the purchase (orders.c, batch.c) ---- */
 
 /* Deadlocks and lock wait timeouts are retried this many times in all. */
 #define PURCHASE_ATTEMPTS 3
 
 /*
- * What this process knows about one voucher's purchases (batch.c): the
- * queue of its merged purchases, its number of stock segments and which
- * of them were seen empty. Created on first use, kept until exit.
+ * Whether a purchase due by deadline_ms (monotonic) may start another
+ * transaction attempt: one that waits for a row lock takes up to
+ * SQL_LOCK_WAIT_S, which must fit in what is left of its budget.
+ */
+bool store_attempt_fits(int64_t deadline_ms);
+
+/*
+ * What this process knows about one voucher's stock (batch.c): its number
+ * of stock segments and which of them were seen empty. Created on first
+ * use, kept until exit.
  */
 struct voucher_state;
 
@@ -139,23 +195,36 @@ struct voucher_state *store_voucher_state_get(int64_t voucher_id);
 int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
                                unsigned *n);
 
-/* Segment seg was seen at 0 (stock never grows back): skip it. */
-bool store_segment_is_empty(const struct voucher_state *vs, unsigned seg);
+/* The same without store_retry(): for use inside a transaction. */
+int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
+                                unsigned *n);
+
+/*
+ * Segment seg was seen at 0: skip it for a second (a returned unit makes
+ * it sell again; this process clears the mark when it returns one, other
+ * processes' marks run out).
+ */
+bool store_segment_is_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
+void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
 
 /*
  * One purchase in its own transaction (orders.c): the naive CAS on the
  * stock row, or on a segment when segments > 1. Retries deadlocks and a
- * broken connection. Returns as store_order_purchase().
+ * broken connection. Returns 0 with *outcome, or an error of
+ * store_purchase_batch().
  */
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, enum store_purchase *outcome);
-
-/* A merged purchase (batch.c); returns as store_order_purchase(). */
-int store_purchase_merged(struct store *st, struct voucher_state *vs,
-                          int64_t order_id, int64_t user_id,
+                          int64_t voucher_id, int64_t deadline_ms,
                           enum store_purchase *outcome);
+
+/*
+ * The merged transaction over m[0..n) (batch.c): every member settled, as
+ * store_purchase_batch() says.
+ */
+void store_batch_run(struct store *st, struct voucher_state *vs,
+                     struct store_purchase_item **m, size_t n);
 
 /* Roll back the open transaction, if any; returns err unchanged. */
 int store_tx_rollback(struct store *st, int err);
@@ -165,8 +234,17 @@ void bind_i64(MYSQL_BIND *b, int64_t *v);
 void bind_str_in(MYSQL_BIND *b, const char *s, unsigned long *len);
 void bind_str_out(MYSQL_BIND *b, char *buf, size_t cap, unsigned long *len);
 void bind_time(MYSQL_BIND *b, MYSQL_TIME *t);
+/* A DATETIME result that may be NULL: *is_null says which after a fetch. */
+void bind_time_null(MYSQL_BIND *b, MYSQL_TIME *t, char *is_null);
 
 void time_from_epoch(MYSQL_TIME *t, int64_t epoch_s);
 int64_t time_to_epoch(const MYSQL_TIME *t);
+/* The same with the fraction: milliseconds since the epoch. */
+int64_t time_to_epoch_ms(const MYSQL_TIME *t);
+void time_from_epoch_ms(MYSQL_TIME *t, int64_t epoch_ms);
+
+/* How long a new order may stay unpaid (cfg->pay_timeout_s or the
+ * default), for the INSERTs' deadline. */
+int64_t store_pay_timeout_s(const struct store *st);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * orders.c - the purchase: the one-purchase transaction (naive, or on a
- * stock segment), the choice between it and a merged transaction
+ * stock segment), the choice between it and the merged transaction
  * (batch.c), and order reads.
  */
 #include "store/internal.h"
@@ -10,6 +10,7 @@
 
 #include "common/failpoint.h"
 #include "common/metrics.h"
+#include "common/sqlflavour.h"
 #include "common/util.h"
 
 struct purchase_args {
@@ -92,17 +93,20 @@ static int purchase_once(struct store *st, void *arg)
     }
 
     /* 2. the order row. */
-    memset(p, 0, sizeof(p));
-    bind_i64(&p[0], &a->order_id);
-    bind_i64(&p[1], &a->user_id);
-    bind_i64(&p[2], &a->voucher_id);
-    err = store_stmt_exec(st, STMT_ORDER_INSERT, p, NULL, &s);
+    MYSQL_BIND q[4] = {0};
+    int64_t pay_timeout_s = store_pay_timeout_s(st);
+
+    bind_i64(&q[0], &a->order_id);
+    bind_i64(&q[1], &a->user_id);
+    bind_i64(&q[2], &a->voucher_id);
+    bind_i64(&q[3], &pay_timeout_s);
+    err = store_stmt_exec(st, STMT_ORDER_INSERT, q, NULL, &s);
     if (err == -EEXIST) {
         /* Which key? The unique (user, voucher) key is the business
          * outcome; the primary key means the ID worker handed out an id
          * twice (its Redis counter was lost): the caller retries. */
         const char *m = mysql_stmt_error(st->stmts[STMT_ORDER_INSERT]);
-        if (strstr(m, "uk_orders_user_voucher")) {
+        if (strstr(m, "uk_orders_active")) {
             *a->outcome = STORE_PURCHASE_DUPLICATE;
             return store_tx_rollback(st, 0);
         }
@@ -141,8 +145,8 @@ static int purchase_once(struct store *st, void *arg)
     return 0;
 }
 
-/* Every segment of a segmented voucher seen empty: sold out for good. */
-static bool segments_all_empty(const struct voucher_state *vs, unsigned n)
+/* Every segment of a segmented voucher seen empty lately: sold out. */
+static bool segments_all_empty(struct voucher_state *vs, unsigned n)
 {
     for (unsigned j = 0; j < n; j++)
         if (!store_segment_is_empty(vs, j))
@@ -150,9 +154,15 @@ static bool segments_all_empty(const struct voucher_state *vs, unsigned n)
     return true;
 }
 
+bool store_attempt_fits(int64_t deadline_ms)
+{
+    return util_mono_ms() + SQL_LOCK_WAIT_S * 1000 <= deadline_ms;
+}
+
 int store_purchase_single(struct store *st, struct voucher_state *vs,
                           unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, enum store_purchase *outcome)
+                          int64_t voucher_id, int64_t deadline_ms,
+                          enum store_purchase *outcome)
 {
     struct purchase_args a = {order_id, user_id,  voucher_id,
                               vs,       segments, outcome};
@@ -162,13 +172,16 @@ int store_purchase_single(struct store *st, struct voucher_state *vs,
         *outcome = STORE_PURCHASE_SOLD_OUT;
         return 0;
     }
-    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++) {
+        if (!store_attempt_fits(deadline_ms))
+            return -ETIME; /* every attempt so far rolled back */
         err = store_retry(st, purchase_once, &a);
+    }
     return err;
 }
 
-int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
-                         int64_t voucher_id, enum store_purchase *outcome)
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n)
 {
     static const enum metric_counter counter[] = {
         [STORE_PURCHASE_OK] = METRIC_PURCHASE_OK,
@@ -179,26 +192,38 @@ int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
     unsigned segments, batch_max = st->cfg->batch_max;
     int err;
 
+    for (size_t i = 0; i < n; i++) {
+        items[i]->settled = false;
+        items[i]->err = 0;
+        items[i]->outcome = STORE_PURCHASE_SOLD_OUT;
+    }
     err = store_voucher_segments_get(st, vs, &segments);
-    if (err)
-        return err;
+    if (err) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = err;
+        return;
+    }
     if (batch_max == 0)
         batch_max = STORE_BATCH_DEFAULT;
-    if (segments > 1 || batch_max == 1)
-        err = store_purchase_single(st, vs, segments, order_id, user_id,
-                                    voucher_id, outcome);
-    else
-        err = store_purchase_merged(st, vs, order_id, user_id, outcome);
-    if (!err)
-        metrics_count(counter[*outcome], 1);
-    return err;
+    if (segments > 1 || batch_max == 1) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = store_purchase_single(
+                st, vs, segments, items[i]->order_id, items[i]->user_id,
+                voucher_id, items[i]->deadline_ms, &items[i]->outcome);
+    } else {
+        store_batch_run(st, vs, items, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!items[i]->err)
+            metrics_count(counter[items[i]->outcome], 1);
 }
 
-/* Result buffers for one row of the order SELECTs. */
+/* Result buffers for one row of the order SELECTs (ORDER_COLUMNS). */
 struct order_row {
-    MYSQL_BIND b[5];
+    MYSQL_BIND b[8];
     int64_t status;
-    MYSQL_TIME created;
+    MYSQL_TIME created, deadline, paid, closed;
+    char deadline_null, paid_null, closed_null;
 };
 
 static void order_row_bind(struct order_row *r, struct store_order *o)
@@ -209,12 +234,18 @@ static void order_row_bind(struct order_row *r, struct store_order *o)
     bind_i64(&r->b[2], &o->voucher_id);
     bind_i64(&r->b[3], &r->status);
     bind_time(&r->b[4], &r->created);
+    bind_time_null(&r->b[5], &r->deadline, &r->deadline_null);
+    bind_time_null(&r->b[6], &r->paid, &r->paid_null);
+    bind_time_null(&r->b[7], &r->closed, &r->closed_null);
 }
 
 static void order_row_finish(struct order_row *r, struct store_order *o)
 {
     o->status = (enum order_status)r->status;
     o->created = time_to_epoch(&r->created);
+    o->pay_deadline_ms = r->deadline_null ? 0 : time_to_epoch_ms(&r->deadline);
+    o->pay_time_ms = r->paid_null ? 0 : time_to_epoch_ms(&r->paid);
+    o->close_time_ms = r->closed_null ? 0 : time_to_epoch_ms(&r->closed);
 }
 
 /* Fetch context of the order SELECTs, as in vouchers.c. */

@@ -31,12 +31,22 @@ struct store_config {
     const char *redis_user; /* NULL: AUTH with password only */
     const char *redis_pass; /* NULL: no AUTH */
     unsigned redis_db;
+    /* Not NULL: redis_host is the master's name and its address is asked
+     * of these sentinels at each connect (common/redis.h). */
+    struct redis_sentinel *redis_sentinel;
     unsigned connect_timeout_ms;
     unsigned io_timeout_ms;
     /* The purchase (README, Configuration; 0 reads as the default): */
     unsigned batch_max;       /* purchases per transaction; 1: no merging */
-    unsigned batch_linger_us; /* a leader waits this long for more */
+    unsigned batch_linger_us; /* a batch waits this long for more */
     unsigned stock_segments;  /* new vouchers' stock rows; 1: one row */
+    unsigned pay_timeout_s;   /* a new order's time to pay; 0: default */
+    /* A MySQL read replica for voucher reads and lists (NULL: none): its
+     * own config, whose mysql_* name the replica (see store_voucher_get()
+     * and store_replica_monitor_start()). */
+    const struct store_config *replica;
+    unsigned replica_max_lag_s; /* a replica further behind is skipped */
+    bool read_only; /* this config's sessions are READ ONLY (a replica) */
 };
 
 /* Bounds of the purchase settings above. */
@@ -44,6 +54,11 @@ struct store_config {
 #define STORE_BATCH_DEFAULT 64
 #define STORE_BATCH_LINGER_MAX_US 10000
 #define STORE_SEGMENTS_MAX 64
+/* The most time one purchase may take from its arrival to its answer. */
+#define STORE_PURCHASE_BUDGET_MS 10000
+/* A new order's time to pay, by default, and the bounds of the setting. */
+#define STORE_PAY_TIMEOUT_DEFAULT_S 900
+#define STORE_PAY_TIMEOUT_MAX_S 86400
 
 struct store;
 
@@ -64,8 +79,45 @@ void store_free(struct store *st);
  */
 redisContext *store_redis(struct store *st);
 
+/* The Redis server of cfg, for connections of their own. */
+struct redis_server;
+void store_redis_server(const struct store_config *cfg,
+                        struct redis_server *out);
+
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
+
+/* ---- the read replica ---- */
+
+/*
+ * The replica monitor: one thread with its own connection to the replica
+ * of cfg (cfg->replica), which reads the replica's lag every second
+ * (SHOW REPLICA STATUS, Seconds_Behind_Master; SHOW SLAVE STATUS on
+ * servers that predate it) and decides for the whole process whether
+ * voucher reads may go there: only while it answers, replicates (both
+ * replication threads running) and lags no more than
+ * cfg->replica_max_lag_s. Until its first look, and whenever it cannot
+ * tell, reads go to the primary. Its MySQL user needs the REPLICA MONITOR
+ * privilege (SLAVE MONITOR; REPLICATION CLIENT on MySQL) besides SELECT.
+ *
+ * Start it once per process after cfg is final; NULL when cfg has no
+ * replica. Stop accepts NULL.
+ */
+struct store_replica_monitor;
+struct store_replica_monitor *
+store_replica_monitor_start(const struct store_config *cfg);
+void store_replica_monitor_stop(struct store_replica_monitor *m);
+
+/* What the monitor knows, for /metrics and /readyz. */
+struct store_replica_state {
+    bool configured; /* the process has a monitor running */
+    bool usable;     /* voucher reads go to the replica */
+    int64_t lag_s;   /* its last lag; -1: unknown (down, not replicating) */
+    const char *why; /* "ok", "lagging", "down", "not replicating", ... */
+};
+
+/* The monitor's last finding. Lock-free; no I/O. */
+void store_replica_state_get(struct store_replica_state *out);
 
 /* ---- users ---- */
 
@@ -99,6 +151,13 @@ int store_code_check(struct store *st, const char *phone, const char *code,
 
 enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };
 
+/*
+ * How a seckill voucher sells, fixed when it goes on sale: sync (each
+ * sale decided by a MySQL transaction) or async (decided by a Redis
+ * script; a Redis Stream carries the orders to MySQL: async/async.h).
+ */
+enum purchase_mode { PURCHASE_SYNC = 0, PURCHASE_ASYNC = 1 };
+
 /* Text sizes: the schema's VARCHAR lengths in utf8mb4 bytes, plus NUL. */
 #define STORE_TITLE_LEN (255 * 4 + 1)
 #define STORE_RULES_LEN (1024 * 4 + 1)
@@ -116,6 +175,7 @@ struct store_voucher {
     int64_t stock;
     int64_t begin_time; /* epoch seconds */
     int64_t end_time;   /* epoch seconds, exclusive */
+    enum purchase_mode mode;
     int64_t created;
     int64_t updated;
 };
@@ -132,13 +192,25 @@ struct store_voucher {
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v);
 
-/* Read one voucher with its current stock. -ENOENT if absent. */
+/*
+ * Read one voucher with its current stock. -ENOENT if absent.
+ *
+ * With a read replica (cfg->replica) that the monitor finds usable, the
+ * read goes there: its stock may then be up to replica_max_lag_s behind.
+ * A voucher the replica does not have yet (created moments ago) is read
+ * from the primary, so whoever just created one can read it back; so is
+ * everything after a replica error (and the thread skips the replica for
+ * a second). Reads inside a purchase (store_seckill_get()) and a user's
+ * own orders always go to the primary.
+ */
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
 
 /*
  * List vouchers, newest first, at most limit (1..100), of one shop when
  * shop_id > 0. *items is a new array of *count entries that the caller
- * releases with free(3) (NULL when empty).
+ * releases with free(3) (NULL when empty). From the replica as
+ * store_voucher_get() says (a voucher created moments ago may be missing
+ * for up to the lag bound).
  */
 int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
                        struct store_voucher **items, size_t *count);
@@ -149,6 +221,7 @@ struct store_seckill {
     int64_t stock;
     int64_t begin_time;
     int64_t end_time;
+    enum purchase_mode mode;
 };
 
 /* Read a voucher's type, stock and sale window. -ENOENT if absent. */
@@ -163,12 +236,25 @@ enum store_purchase {
     STORE_PURCHASE_DUPLICATE, /* this user already has an order: rolled back */
 };
 
+/* One purchase handed to store_purchase_batch(). */
+struct store_purchase_item {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t deadline_ms; /* monotonic: the end of its time budget */
+    /* Set by store_purchase_batch(): */
+    enum store_purchase outcome; /* valid when err is 0 */
+    int err;
+    bool settled; /* private to the store */
+};
+
 /*
- * The purchase transaction: check the user has no order for the voucher,
- * insert order_id, then CAS the stock as the last statement before COMMIT
- * so the hot row is locked briefly. 0 with *outcome set means the outcome
- * is durable (committed or rolled back). The unique (user_id, voucher_id)
- * key backs the check up.
+ * The purchases items[0..n) of voucher_id, in arrival order (the caller
+ * holds each user's purchase lock). Each item gets its own answer: err 0
+ * with the outcome, which is then durable (committed or rolled back), or
+ * one of the errors below; nothing else is reported for it. The
+ * transaction inserts the orders and then CASes the stock as its last
+ * statement before COMMIT, so the hot row is locked briefly; the unique
+ * (user_id, voucher_id) key backs up the one-order-per-user rule.
  *
  * Three ways, chosen per voucher:
  *   - segmented (created with stock_segments > 1): one transaction per
@@ -177,38 +263,37 @@ enum store_purchase {
  *     segment is 0 (segments seen empty are remembered per process);
  *   - cfg->batch_max 1: one transaction per purchase, CAS stock = stock - 1
  *     WHERE stock > 0 (the naive design, kept as the baseline);
- *   - else merged: concurrent purchases of the same voucher in this
- *     process join a queue; one caller at a time (the leader) takes up to
- *     batch_max of them (after batch_linger_us, if set) and runs one
- *     transaction for all on its own connection: one multi-row INSERT,
- *     one CAS stock = stock - k WHERE stock >= k, COMMIT. If the INSERT
- *     hits the unique key, the users' existing orders are looked up
- *     (DUPLICATE) and the rest retried; if the CAS matches nothing, the
- *     stock s is read and the first s by arrival are retried (the rest
- *     SOLD_OUT). The others wait (blocking this thread) for their own
- *     outcome. A broken connection before COMMIT retries the whole batch
- *     on a fresh one, a deadlock retries it, any other key clash in the
- *     INSERT (a user twice, an order id taken before) falls back to one
- *     transaction per purchase, and each member gets the answer below as
- *     if it had run alone.
+ *   - else merged (batch.c): one transaction for all of them: one
+ *     multi-row INSERT, one CAS stock = stock - k WHERE stock >= k,
+ *     COMMIT. If the INSERT hits the unique key, the users' existing
+ *     orders are looked up (DUPLICATE) and the rest retried; if the CAS
+ *     matches nothing, the stock s is read and the first s by arrival are
+ *     retried (the rest SOLD_OUT). A broken connection before COMMIT
+ *     retries on a fresh one, a deadlock retries, and any other key clash
+ *     in the INSERT (a user twice, an order id taken before) falls back to
+ *     one transaction per purchase: each item gets the answer it would
+ *     have got alone.
  *
- * Returns 0, or as above (-EINPROGRESS for every member of a batch whose
- * COMMIT went unanswered), or -EEXIST: order_id is already taken (the ID
- * worker's counter was lost); nothing was written for this purchase,
- * retry with a new id. Counts the
- * outcomes and transaction sizes in common/metrics.h. Thread-safe in the
- * sense of this header: st is the calling thread's own.
+ * A purchase is bounded in time: an item whose deadline_ms has passed, or
+ * leaves too little for an attempt that may wait for a row lock
+ * (SQL_LOCK_WAIT_S), gets -ETIME with nothing written for it.
+ *
+ * Errors per item: -ENOTCONN (MySQL unreachable; nothing written),
+ * -EINPROGRESS (its COMMIT went unanswered: the outcome is unknown), -ETIME,
+ * -EEXIST (its order_id is taken already, the ID worker's counter was
+ * lost: nothing written, retry it with a fresh id), -EIO. Counts the
+ * outcomes and transaction sizes in common/metrics.h. st is the calling
+ * thread's own.
  */
-int store_order_purchase(struct store *st, int64_t order_id, int64_t user_id,
-                         int64_t voucher_id, enum store_purchase *outcome);
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n);
 
+/* An order's status: unpaid -> paid, cancelled or expired (final). */
 enum order_status {
     ORDER_UNPAID = 1,
     ORDER_PAID = 2,
-    ORDER_USED = 3,
     ORDER_CANCELLED = 4,
-    ORDER_REFUNDING = 5,
-    ORDER_REFUNDED = 6,
+    ORDER_EXPIRED = 7,
 };
 
 struct store_order {
@@ -216,7 +301,10 @@ struct store_order {
     int64_t user_id;
     int64_t voucher_id;
     enum order_status status;
-    int64_t created; /* epoch seconds */
+    int64_t created;         /* epoch seconds */
+    int64_t pay_deadline_ms; /* epoch milliseconds; 0: none */
+    int64_t pay_time_ms;     /* 0 until paid */
+    int64_t close_time_ms;   /* 0 until cancelled or expired */
 };
 
 /* Read one order. -ENOENT if absent. */
@@ -228,5 +316,132 @@ int store_order_get(struct store *st, int64_t id, struct store_order *o);
  */
 int store_order_list(struct store *st, int64_t user_id, unsigned limit,
                      struct store_order **items, size_t *count);
+
+/* ---- the order lifecycle (lifecycle.c) ----
+ *
+ * An unpaid order ends exactly one way: paid, cancelled or expired. Each
+ * is one transaction that locks the order row and changes it only while it
+ * is unpaid (a CAS on status), so whichever comes first wins and the others
+ * see the result. Cancelling and expiring give the unit back to the stock
+ * in the same transaction (the voucher's row, or the segment user_id % N of
+ * a segmented voucher): at every moment stock + unpaid + paid orders =
+ * the voucher's initial stock.
+ */
+
+enum store_close {
+    STORE_CLOSE_DONE,      /* it was unpaid: now cancelled, unit returned */
+    STORE_CLOSE_ALREADY,   /* it was cancelled already (nothing changed) */
+    STORE_CLOSE_PAID,      /* it is paid: not cancelled */
+    STORE_CLOSE_EXPIRED,   /* it expired before: not cancelled */
+    STORE_CLOSE_NOT_FOUND, /* no such order */
+};
+
+/*
+ * Cancel order_id. On return *o holds the order as it is now (unless
+ * NOT_FOUND). Returns 0 with *outcome, or an error as the other calls
+ * (-EINPROGRESS: the COMMIT went unanswered).
+ */
+int store_order_cancel(struct store *st, int64_t order_id,
+                       enum store_close *outcome, struct store_order *o);
+
+enum store_pay {
+    STORE_PAY_DONE,      /* it was unpaid and in time: now paid */
+    STORE_PAY_SAME,      /* paid already by this very transaction */
+    STORE_PAY_OTHER,     /* paid already by another transaction */
+    STORE_PAY_CLOSED,    /* cancelled or expired: refused */
+    STORE_PAY_LATE,      /* unpaid but past its deadline: expired now */
+    STORE_PAY_AMOUNT,    /* amount is not the voucher's pay value */
+    STORE_PAY_TXN_USED,  /* txn_id paid another order already */
+    STORE_PAY_NOT_FOUND, /* no such order */
+};
+
+/*
+ * Record the payment txn_id (1..64 bytes) of amount cents for order_id. A
+ * payment that arrives after the deadline expires the order then and
+ * there (STORE_PAY_LATE: the unit goes back on sale) rather than letting a
+ * late payment win. On return *o holds the order as it is now (unless
+ * NOT_FOUND) and *pay_value the voucher's price in cents. Returns 0 with
+ * *outcome, or an error.
+ */
+int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
+                    const char *txn_id, enum store_pay *outcome,
+                    struct store_order *o, int64_t *pay_value);
+
+/* What one expiry batch did. */
+#define STORE_EXPIRE_BATCH_MAX 64
+struct store_expired {
+    size_t orders;                            /* closed */
+    int64_t vouchers[STORE_EXPIRE_BATCH_MAX]; /* that got units back */
+    size_t nvouchers;
+    int64_t lag_us[STORE_EXPIRE_BATCH_MAX]; /* deadline to close, each */
+    /* Each closed order's voucher and buyer, grouped by voucher. */
+    int64_t order_voucher[STORE_EXPIRE_BATCH_MAX];
+    int64_t order_user[STORE_EXPIRE_BATCH_MAX];
+};
+
+/*
+ * Expire up to max (<= STORE_EXPIRE_BATCH_MAX) unpaid orders whose
+ * deadline has passed, oldest deadline first, in one transaction: the
+ * orders' rows are taken with FOR UPDATE SKIP LOCKED (rows another
+ * instance is expiring are left to it, never waited for), each becomes
+ * expired, and each voucher (each segment) gets its units back in one
+ * UPDATE stock = stock + k. Returns 0 with *out filled (out->orders == max
+ * means there may be more), or an error (nothing closed).
+ */
+int store_orders_expire(struct store *st, unsigned max,
+                        struct store_expired *out);
+
+/* ---- the asynchronous mode (async.c): the stream's orders to MySQL ---- */
+
+/* One order a Redis Stream carried. */
+struct store_async_order {
+    int64_t order_id;
+    int64_t user_id;
+    int64_t accepted_ms; /* Redis' clock when it sold it: the pay deadline
+                          * counts from there */
+    /* Set by store_async_write(): 0 written (now or before); -EEXIST the
+     * database refused it (the user has another active order, or its id
+     * is another order's: it can never be written); -ERANGE no stock
+     * left for it in MySQL. */
+    int result;
+};
+
+/*
+ * Write orders o[0..n) of voucher_id (at most 256) in one transaction:
+ * those already in MySQL (a replay) are left as they are, the others are
+ * inserted unpaid with their deadline, and the voucher's stock goes down
+ * by how many were inserted (stock = stock - k WHERE stock >= k). An order
+ * that can never be written gets its result; the rest are written still.
+ * Returns 0 (see each result) or an error with nothing written (retry).
+ */
+int store_async_write(struct store *st, int64_t voucher_id,
+                      struct store_async_order *o, size_t n);
+
+/* The async vouchers still on sale or ahead (ended less than an hour
+ * ago): up to max ids into out, newest first. */
+int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n);
+
+/* What the Redis side of an async sale is rebuilt from. */
+struct store_async_sale {
+    int64_t initial_stock, stock;
+    int64_t begin_time, end_time; /* epoch seconds */
+    int64_t *users;               /* with an active order; free(3) it */
+    size_t nusers;
+};
+
+/* Read voucher_id's sale (-ENOENT: not an async seckill voucher). */
+int store_async_sale_read(struct store *st, int64_t voucher_id,
+                          struct store_async_sale *out);
+
+struct store_voucher_stats {
+    int64_t initial_stock; /* -1: unknown (a voucher from before) */
+    int64_t stock;
+    int64_t unpaid, paid, cancelled, expired;
+};
+
+/* The numbers a shop watches during a sale. -ENOENT: no seckill voucher
+ * with this id. */
+int store_voucher_stats(struct store *st, int64_t voucher_id,
+                        struct store_voucher_stats *out);
 
 #endif

@@ -10,10 +10,10 @@
 
 /* Result buffers for one row of the voucher SELECTs. */
 struct voucher_row {
-    MYSQL_BIND b[13];
-    unsigned long len[13];
-    char null[13];
-    int64_t type;
+    MYSQL_BIND b[14];
+    unsigned long len[14];
+    char null[14];
+    int64_t type, mode;
     MYSQL_TIME begin, end, created, updated;
 };
 
@@ -33,7 +33,8 @@ static void voucher_row_bind(struct voucher_row *r, struct store_voucher *v)
     bind_time(&r->b[10], &r->end);
     bind_time(&r->b[11], &r->created);
     bind_time(&r->b[12], &r->updated);
-    for (int i = 0; i < 13; i++)
+    bind_i64(&r->b[13], &r->mode);
+    for (int i = 0; i < 14; i++)
         r->b[i].is_null = &r->null[i];
 }
 
@@ -44,6 +45,8 @@ static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
     v->sub_title[r->len[3] < sizeof(v->sub_title) ? r->len[3] : 0] = '\0';
     v->rules[r->len[4] < sizeof(v->rules) ? r->len[4] : 0] = '\0';
     v->type = r->type == VOUCHER_SECKILL ? VOUCHER_SECKILL : VOUCHER_NORMAL;
+    v->mode = !r->null[13] && r->mode == PURCHASE_ASYNC ? PURCHASE_ASYNC
+                                                        : PURCHASE_SYNC;
     if (r->null[8]) {
         v->stock = v->begin_time = v->end_time = 0;
     } else {
@@ -79,9 +82,12 @@ static int voucher_insert_once(struct store *st, void *arg)
     v->id = (int64_t)mysql_stmt_insert_id(s);
 
     if (v->type == VOUCHER_SECKILL) {
-        MYSQL_BIND q[4] = {0};
+        MYSQL_BIND q[6] = {0};
+        int64_t mode = v->mode;
         MYSQL_TIME b, e;
-        unsigned segments = st->cfg->stock_segments;
+        /* An async sale's stock is one counter in Redis and one row. */
+        unsigned segments =
+            v->mode == PURCHASE_ASYNC ? 1 : st->cfg->stock_segments;
         /* Segmented: the stock lives in the segments, the row holds 0. */
         int64_t row_stock = segments > 1 ? 0 : v->stock;
 
@@ -89,8 +95,10 @@ static int voucher_insert_once(struct store *st, void *arg)
         time_from_epoch(&e, v->end_time);
         bind_i64(&q[0], &v->id);
         bind_i64(&q[1], &row_stock);
-        bind_time(&q[2], &b);
-        bind_time(&q[3], &e);
+        bind_i64(&q[2], &v->stock);
+        bind_time(&q[3], &b);
+        bind_time(&q[4], &e);
+        bind_i64(&q[5], &mode);
         err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
         if (err)
             goto rollback;
@@ -111,7 +119,8 @@ static int voucher_insert_once(struct store *st, void *arg)
         err = store_mysql_error(st, NULL, "commit");
         return err == -ENOTCONN ? -EINPROGRESS : err;
     }
-    if (v->type == VOUCHER_SECKILL && st->cfg->stock_segments > 1)
+    if (v->type == VOUCHER_SECKILL && v->mode == PURCHASE_SYNC &&
+        st->cfg->stock_segments > 1)
         log_info("voucher stock split into segments", "voucher=%lld n=%u",
                  (long long)v->id, st->cfg->stock_segments);
     return 0;
@@ -166,7 +175,19 @@ static int voucher_get_once(struct store *st, void *arg)
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
 {
     struct get_args a = {id, v};
-    return store_retry(st, voucher_get_once, &a);
+    struct store *r = store_reader(st);
+    int err;
+
+    if (r != st) {
+        err = store_retry(r, voucher_get_once, &a);
+        store_reader_done(st, r, err);
+        /* Not there may mean not replicated yet: the primary decides. */
+        if (err == 0)
+            return 0;
+    }
+    err = store_retry(st, voucher_get_once, &a);
+    store_reader_done(st, st, err);
+    return err;
 }
 
 struct list_args {
@@ -209,11 +230,26 @@ int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
 {
     struct list_args a = {shop_id, limit, items, count};
 
+    struct store *r;
+    int err;
+
     *items = NULL;
     *count = 0;
     if (limit < 1 || limit > 100)
         return -EINVAL;
-    return store_retry(st, voucher_list_once, &a);
+    r = store_reader(st);
+    if (r != st) {
+        err = store_retry(r, voucher_list_once, &a);
+        store_reader_done(st, r, err);
+        if (err == 0)
+            return 0;
+        free(*items);
+        *items = NULL;
+        *count = 0;
+    }
+    err = store_retry(st, voucher_list_once, &a);
+    store_reader_done(st, st, err);
+    return err;
 }
 
 struct seckill_args {
@@ -224,9 +260,9 @@ struct seckill_args {
 static int seckill_get_once(struct store *st, void *arg)
 {
     struct seckill_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[4] = {0};
-    char null[4] = {0};
-    int64_t type = 0;
+    MYSQL_BIND p[1] = {0}, r[5] = {0};
+    char null[5] = {0};
+    int64_t type = 0, mode = 0;
     MYSQL_TIME b, e;
     size_t n;
     int err;
@@ -236,7 +272,8 @@ static int seckill_get_once(struct store *st, void *arg)
     bind_i64(&r[1], &a->s->stock);
     bind_time(&r[2], &b);
     bind_time(&r[3], &e);
-    for (int i = 0; i < 4; i++)
+    bind_i64(&r[4], &mode);
+    for (int i = 0; i < 5; i++)
         r[i].is_null = &null[i];
     err = store_stmt_rows(st, STMT_SECKILL_GET, p, r, 1, NULL, NULL, &n);
     if (err)
@@ -246,6 +283,8 @@ static int seckill_get_once(struct store *st, void *arg)
     /* A seckill voucher without its stock row reads as normal. */
     a->s->type =
         type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL : VOUCHER_NORMAL;
+    a->s->mode =
+        !null[4] && mode == PURCHASE_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
     if (a->s->type == VOUCHER_SECKILL) {
         a->s->begin_time = time_to_epoch(&b);
         a->s->end_time = time_to_epoch(&e);

@@ -14,8 +14,10 @@
 -- session settings as store_mysql_ensure():
 --
 --   START TRANSACTION
---   SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? LIMIT 1
---   INSERT INTO voucher_orders (id, user_id, voucher_id, status) VALUES (?, ?, ?, 1)
+--   SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ?
+--     AND status IN (1, 2) LIMIT 1
+--   INSERT INTO voucher_orders (id, user_id, voucher_id, status, pay_deadline)
+--     VALUES (?, ?, ?, 1, NOW(3) + INTERVAL ? SECOND)
 --   UPDATE seckill_vouchers SET stock = stock - 1 WHERE voucher_id = ? AND stock > 0
 --   COMMIT
 --
@@ -46,22 +48,24 @@ function thread_init()
   drv = sysbench.sql.driver()
   con = drv:connect()
   con:query("SET time_zone = '+00:00'")
-  con:query("SET SESSION idle_write_transaction_timeout = 5, " ..
-            "innodb_lock_wait_timeout = 5")
+  con:query("SET SESSION idle_write_transaction_timeout = 3, " ..
+            "innodb_lock_wait_timeout = 3")
 
   local T = sysbench.sql.type
   exists = con:prepare("SELECT 1 FROM voucher_orders WHERE user_id = ? " ..
-                       "AND voucher_id = ? LIMIT 1")
+                       "AND voucher_id = ? AND status IN (1, 2) LIMIT 1")
   ex_user = exists:bind_create(T.BIGINT)
   ex_voucher = exists:bind_create(T.BIGINT)
   exists:bind_param(ex_user, ex_voucher)
 
   insert = con:prepare("INSERT INTO voucher_orders (id, user_id, " ..
-                       "voucher_id, status) VALUES (?, ?, ?, 1)")
+                       "voucher_id, status, pay_deadline) VALUES " ..
+                       "(?, ?, ?, 1, NOW(3) + INTERVAL ? SECOND)")
   in_id = insert:bind_create(T.BIGINT)
   in_user = insert:bind_create(T.BIGINT)
   in_voucher = insert:bind_create(T.BIGINT)
-  insert:bind_param(in_id, in_user, in_voucher)
+  in_timeout = insert:bind_create(T.BIGINT)
+  insert:bind_param(in_id, in_user, in_voucher, in_timeout)
 
   decr = con:prepare("UPDATE seckill_vouchers SET stock = stock - 1 " ..
                      "WHERE voucher_id = ? AND stock > 0")
@@ -70,6 +74,7 @@ function thread_init()
 
   ex_voucher:set(voucher)
   in_voucher:set(voucher)
+  in_timeout:set(900) -- the service's default pay timeout
   de_voucher:set(voucher)
 end
 

@@ -20,8 +20,16 @@
 --                   (make bench also signals it from outside)
 --   BUY_SOLD_OUT_FILE=F  the first 409 SOLD_OUT creates the file F
 --   BUY_METHOD=GET  another method (default POST)
+--   BUY_PAY_PERCENT=P  after a 201, pay the order with probability P%:
+--                   the thread's next request is the payment provider's
+--                   POST /api/payments/notify for it, signed with
+--                   BUY_PAY_SECRET (64 hex characters, the service's
+--                   SECKILL_PAY_SECRET; HMAC-SHA256 by libsodium through
+--                   LuaJIT's FFI) for BUY_PAY_AMOUNT cents; its answers
+--                   are counted as paid (200) and pay_late (409
+--                   ORDER_CLOSED: the order had expired)
 --   BUY_REPORT=FILE write one JSON object at the end: requests, duration_s,
---                   replies by kind (ok = 201, sold_out, duplicate, busy =
+--                   replies by kind (ok = 201 or 202, sold_out, duplicate, busy =
 --                   429 BUSY, limited = 429 RATE_LIMITED, unavailable =
 --                   503, other), wrk's socket errors, p50/p90/p99/max
 --                   latency in ms, and sold_out_after_s: from the first
@@ -68,6 +76,33 @@ function setup(thread)
   threads[#threads + 1] = thread
 end
 
+-- Paying: libsodium's HMAC-SHA256, and the orders waiting to be paid.
+local pay_percent = tonumber(os.getenv("BUY_PAY_PERCENT") or "0")
+local pay_key, sodium
+if pay_percent > 0 then
+  ffi.cdef [[
+  int sodium_init(void);
+  int crypto_auth_hmacsha256(unsigned char *out, const unsigned char *in,
+                             unsigned long long inlen, const unsigned char *k);
+  ]]
+  sodium = ffi.load("sodium")
+  sodium.sodium_init()
+  local hex = os.getenv("BUY_PAY_SECRET") or ""
+  pay_key = ffi.new("unsigned char[32]")
+  for k = 0, 31 do
+    pay_key[k] = tonumber(hex:sub(2 * k + 1, 2 * k + 2), 16)
+  end
+end
+local pay_amount = os.getenv("BUY_PAY_AMOUNT") or "100"
+local mac = ffi.new("unsigned char[32]")
+
+local function sign(body)
+  sodium.crypto_auth_hmacsha256(mac, body, #body, pay_key)
+  local out = {}
+  for k = 0, 31 do out[#out + 1] = string.format("%02x", mac[k]) end
+  return table.concat(out)
+end
+
 function init(args)
   local base = tonumber(os.getenv("USER_BASE") or "0")
   stride = tonumber(os.getenv("BUY_THREADS") or "0")
@@ -82,10 +117,20 @@ function init(args)
   t_first, t_sold = -1, -1
   n_ok, n_sold_out, n_duplicate, n_busy, n_limited = 0, 0, 0, 0, 0
   n_unavailable, n_other = 0, 0
+  n_paid, n_pay_late = 0, 0
+  to_pay = {}
+  math.randomseed(offset + 1)
 end
 
 request = function()
   if t_first < 0 then t_first = now() end
+  if #to_pay > 0 then
+    local id = table.remove(to_pay)
+    local body = string.format(
+      '{"orderId":"%s","amount":%s,"txnId":"bench-%s"}', id, pay_amount, id)
+    return wrk.format("POST", "/api/payments/notify",
+      { ["X-Signature"] = sign(body) }, body)
+  end
   i = i + stride
   return wrk.format(method, path,
     { ["Authorization"] = "Bearer " .. tokens[(i % #tokens) + 1] }, "")
@@ -100,8 +145,16 @@ local function wrk_pid()
 end
 
 response = function(status, headers, body)
-  if status == 201 then
+  if status == 201 or status == 202 then
     n_ok = n_ok + 1
+    if pay_percent > 0 and math.random(100) <= pay_percent then
+      local id = body:match('"orderId":"(%d+)"')
+      if id then to_pay[#to_pay + 1] = id end
+    end
+  elseif status == 200 then
+    n_paid = n_paid + 1
+  elseif status == 409 and body:find("ORDER_CLOSED", 1, true) then
+    n_pay_late = n_pay_late + 1
   elseif status == 409 then
     if body:find("SOLD_OUT", 1, true) then
       n_sold_out = n_sold_out + 1
@@ -135,7 +188,7 @@ end
 
 function done(summary, latency, requests)
   local c = { ok = 0, sold_out = 0, duplicate = 0, busy = 0, limited = 0,
-              unavailable = 0, other = 0 }
+              unavailable = 0, other = 0, paid = 0, pay_late = 0 }
   for _, t in ipairs(threads) do
     c.ok = c.ok + (t:get("n_ok") or 0)
     c.sold_out = c.sold_out + (t:get("n_sold_out") or 0)
@@ -144,6 +197,8 @@ function done(summary, latency, requests)
     c.limited = c.limited + (t:get("n_limited") or 0)
     c.unavailable = c.unavailable + (t:get("n_unavailable") or 0)
     c.other = c.other + (t:get("n_other") or 0)
+    c.paid = c.paid + (t:get("n_paid") or 0)
+    c.pay_late = c.pay_late + (t:get("n_pay_late") or 0)
   end
   local first, sold = -1, -1
   for _, t in ipairs(threads) do
@@ -156,11 +211,13 @@ function done(summary, latency, requests)
   local out = string.format(
     '{"requests":%d,"duration_s":%.3f,"ok":%d,"sold_out":%d,' ..
     '"duplicate":%d,"busy":%d,"limited":%d,"unavailable":%d,"other":%d,' ..
+    '"paid":%d,"pay_late":%d,' ..
     '"socket_errors":{"connect":%d,"read":%d,"write":%d,"timeout":%d},' ..
     '"p50_ms":%.3f,"p90_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,' ..
     '"sold_out_after_s":%.3f}',
     summary.requests, summary.duration / 1e6, c.ok, c.sold_out,
-    c.duplicate, c.busy, c.limited, c.unavailable, c.other,
+    c.duplicate, c.busy, c.limited, c.unavailable, c.other, c.paid,
+    c.pay_late,
     e.connect, e.read, e.write, e.timeout,
     latency:percentile(50) / 1000, latency:percentile(90) / 1000,
     latency:percentile(99) / 1000, latency.max / 1000, sold_after)

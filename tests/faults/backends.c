@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "tests/faults/faults.h"
@@ -90,29 +91,6 @@ unsigned fdb_exec(MYSQL *my, const char *fmt, ...)
 
 /* ---- helpers ---- */
 
-/* The absolute path of prog in $PATH (static buffer), or NULL. */
-static const char *which(const char *prog)
-{
-    static char buf[IT_PATH_MAX];
-    const char *p = getenv("PATH");
-
-    if (!p)
-        p = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    while (*p) {
-        size_t len = strcspn(p, ":");
-
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
-        if (len && access(buf, X_OK) == 0)
-            return buf;
-        p += len;
-        if (*p == ':')
-            p++;
-    }
-    /* Debian keeps mariadbd in /usr/sbin, which a user's PATH may lack. */
-    snprintf(buf, sizeof(buf), "/usr/sbin/%s", prog);
-    return access(buf, X_OK) == 0 ? buf : NULL;
-}
-
 static void reap_kill(pid_t *pid)
 {
     if (*pid <= 0)
@@ -126,36 +104,53 @@ static void reap_kill(pid_t *pid)
 
 int predis_start(struct predis *r)
 {
-    const char *bin = which("redis-server");
-    char port[16];
+    const char *aof[] = {
+        "--appendonly", "yes", "--appendfsync", "always", "--dir",
+        r->dir,         NULL};
 
-    if (!bin) {
-        fprintf(stderr, "faults: redis-server not found\n");
-        return -1;
-    }
     if (!r->port) {
         r->port = it_free_port();
         snprintf(r->log, sizeof(r->log), "%s/redis-private-%u.log",
                  it_log_dir(), (unsigned)r->port);
         unlink(r->log);
     }
-    snprintf(port, sizeof(port), "%u", (unsigned)r->port);
-    char *argv[] = {(char *)bin, "--port",      port, "--bind",
-                    "127.0.0.1", "--save",      "",   "--appendonly",
-                    "no",        "--daemonize", "no", "--enable-debug-command",
-                    "local",     NULL};
-    r->pid = it_spawn(argv, NULL, r->log);
-    if (r->pid < 0 || it_wait_tcp(r->port, 5000) != 0) {
-        fprintf(stderr, "faults: private redis did not start; log %s\n",
-                r->log);
+    if (r->dir[0] && mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "faults: mkdir %s: %s\n", r->dir, strerror(errno));
         return -1;
     }
-    for (int i = 0; i < 100; i++) {
-        if (predis_run(r->port, 0, "PING") == 0)
-            return 0;
-        sleep_ms(20);
-    }
-    return -1;
+    r->pid = it_redis_start_with(r->port, r->log, NULL, r->dir[0] ? aof : NULL);
+    return r->pid > 0 ? 0 : -1;
+}
+
+/* rm -rf dir (only a directory of the suite's logs), then cp -a from dir. */
+static int dir_replace(const char *from, const char *dir)
+{
+    char *rm[] = {"/bin/rm", "-rf", (char *)dir, NULL};
+    char *cp[] = {"/bin/cp", "-a", (char *)from, (char *)dir, NULL};
+    char *out = NULL;
+    int status;
+
+    if (strncmp(dir, it_log_dir(), strlen(it_log_dir())) != 0)
+        return -1;
+    status = it_run_capture(rm, &out);
+    free(out);
+    out = NULL;
+    if (status == 0)
+        status = it_run_capture(cp, &out);
+    free(out);
+    return status == 0 ? 0 : -1;
+}
+
+int predis_copy_aof(const struct predis *r, const char *to)
+{
+    return r->dir[0] ? dir_replace(r->dir, to) : -1;
+}
+
+int predis_restore_aof(struct predis *r, const char *from)
+{
+    if (!r->dir[0] || r->pid > 0)
+        return -1;
+    return dir_replace(from, r->dir);
 }
 
 void predis_kill(struct predis *r)
@@ -194,6 +189,33 @@ int predis_fire(struct predis *r, const char *cmd)
     }
     pthread_detach(th);
     return 0;
+}
+
+long long predis_int(uint16_t port, unsigned db, const char *fmt, ...)
+{
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, tv);
+    redisReply *r = NULL;
+    long long n = -1;
+    va_list ap;
+
+    if (!rc || rc->err)
+        goto out;
+    redisSetTimeout(rc, tv);
+    if (db)
+        freeReplyObject(redisCommand(rc, "SELECT %u", db));
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        n = r->integer;
+    else if (r && r->type == REDIS_REPLY_STRING)
+        n = strtoll(r->str, NULL, 10);
+out:
+    freeReplyObject(r);
+    if (rc)
+        redisFree(rc);
+    return n;
 }
 
 int predis_run(uint16_t port, unsigned db, const char *fmt, ...)
@@ -253,7 +275,7 @@ static MYSQL *pmaria_admin(struct pmaria *m)
 
 int pmaria_start(struct pmaria *m)
 {
-    const char *bin = which("mariadbd");
+    const char *bin = it_which("mariadbd");
     char datadir[IT_PATH_MAX + 16], sock[IT_PATH_MAX + 16],
         pidf[IT_PATH_MAX + 16], port[32];
     char *argv[20];
@@ -349,7 +371,7 @@ out:
 
 int pmaria_create(struct pmaria *m)
 {
-    const char *bin = which("mariadb-install-db");
+    const char *bin = it_which("mariadb-install-db");
     char tmpl[] = "/tmp/seckill-faults-XXXXXX";
     char datadir[IT_PATH_MAX + 16], sockuser[128];
     char *argv[10], *out = NULL;
@@ -421,81 +443,4 @@ void pmaria_target(const struct pmaria *m, struct db_target *t)
     snprintf(t->user, sizeof(t->user), "seckill");
     snprintf(t->pass, sizeof(t->pass), "seckill");
     snprintf(t->db, sizeof(t->db), "seckill_fault");
-}
-
-/* ---- the proxy ---- */
-
-static const char *proxy_bin(void)
-{
-    static char buf[IT_PATH_MAX];
-    const char *env = getenv("SECKILL_TCPPROXY");
-    const char *bin = it_bin(), *slash = strrchr(bin, '/');
-
-    if (env && *env)
-        return env;
-    snprintf(buf, sizeof(buf), "%.*s/tools/tcpproxy",
-             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
-    return buf;
-}
-
-int proxy_start(struct proxy *p, const char *tag, uint16_t target_port)
-{
-    char listen[16], ctl[16], target[32];
-
-    memset(p, 0, sizeof(*p));
-    p->port = it_free_port();
-    p->ctl = it_free_port();
-    snprintf(listen, sizeof(listen), "%u", (unsigned)p->port);
-    snprintf(ctl, sizeof(ctl), "%u", (unsigned)p->ctl);
-    snprintf(target, sizeof(target), "127.0.0.1:%u", (unsigned)target_port);
-    snprintf(p->log, sizeof(p->log), "%s/proxy-%s-%u.log", it_log_dir(), tag,
-             (unsigned)p->port);
-    unlink(p->log);
-    char *argv[] = {(char *)proxy_bin(), "--listen", listen, "--target", target,
-                    "--control",         ctl,        NULL};
-    p->pid = it_spawn(argv, NULL, p->log);
-    if (p->pid < 0 || it_wait_tcp(p->ctl, 5000) != 0 ||
-        it_wait_tcp(p->port, 5000) != 0) {
-        fprintf(stderr, "faults: tcpproxy did not start; log %s\n", p->log);
-        return -1;
-    }
-    return 0;
-}
-
-int proxy_ctl(struct proxy *p, const char *cmd)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons(p->ctl),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    char line[160], reply[160] = "";
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    size_t have = 0;
-    int rc = -1;
-
-    if (fd < 0)
-        return -1;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-        goto out;
-    snprintf(line, sizeof(line), "%s\n", cmd);
-    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
-        goto out;
-    while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
-        ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
-
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        reply[have] = '\0';
-    }
-    rc = strncmp(reply, "ok", 2) == 0 ? 0 : -1;
-    if (rc)
-        fprintf(stderr, "faults: proxy %s: %s\n", cmd, reply);
-out:
-    close(fd);
-    return rc;
-}
-
-void proxy_stop(struct proxy *p)
-{
-    reap_kill(&p->pid);
 }

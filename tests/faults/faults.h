@@ -6,8 +6,9 @@
  *
  * backends.c  private redis-server and mariadbd, the proxy, MySQL helpers
  * load.c      the fleet, client threads, the stock sampler
- * check.c     the six invariants and the recovery probe
+ * check.c     the invariants and the recovery probe
  * faults.c    the scenarios, the table, main()
+ * async.c     the scenarios of the asynchronous purchase mode (async/async.h)
  *
  * Threads: the load's client threads and the sampler run beside the
  * scenario's own thread; everything they share is behind a mutex or
@@ -60,16 +61,31 @@ int fdb_scalar(MYSQL *my, int64_t *out, const char *fmt, ...)
 unsigned fdb_exec(MYSQL *my, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* ---- a private redis-server (no persistence, DEBUG allowed) ---- */
+/* ---- a private redis-server (DEBUG allowed) ---- */
 
 struct predis {
     uint16_t port;
     pid_t pid;
     char log[IT_PATH_MAX];
+    /* Set before the first start: keep every write in an append-only file
+     * in this directory, fsynced before each reply (appendfsync always),
+     * and load it at each start. Empty: no persistence. */
+    char dir[IT_PATH_MAX];
 };
 
 /* Start it (on a new port the first time, the same port after). 0 or -1. */
 int predis_start(struct predis *r);
+/* Copy r's append-only files (r->dir) into the directory to, replacing
+ * what is there; while it runs, the copy ends at a whole command or in
+ * the middle of the last one (which the server drops when it loads the
+ * file). 0 or -1. */
+int predis_copy_aof(const struct predis *r, const char *to);
+/* Put the copy in from back in place of r's append-only files (r must be
+ * down; its next start loads them). 0 or -1. */
+int predis_restore_aof(struct predis *r, const char *from);
+/* The integer answer to one command (a string that is a number counts),
+ * -1 if it failed or answered something else. */
+long long predis_int(uint16_t port, unsigned db, const char *fmt, ...);
 /* SIGKILL it and reap it. */
 void predis_kill(struct predis *r);
 /* Send one command and do not wait for the answer (DEBUG SLEEP). */
@@ -99,20 +115,12 @@ void pmaria_destroy(struct pmaria *m);
 /* Its database as a target. */
 void pmaria_target(const struct pmaria *m, struct db_target *t);
 
-/* ---- the TCP proxy (tests/tools/tcpproxy.c) ---- */
+/* ---- the TCP proxy: the harness's (tests/it/harness.h) ---- */
 
-struct proxy {
-    uint16_t port; /* connect here to reach the target */
-    uint16_t ctl;
-    pid_t pid;
-    char log[IT_PATH_MAX];
-};
-
-/* Start a proxy in front of 127.0.0.1:target_port. 0 or -1. */
-int proxy_start(struct proxy *p, const char *tag, uint16_t target_port);
-/* Send one control command ("stall"); 0 when it answered "ok". */
-int proxy_ctl(struct proxy *p, const char *cmd);
-void proxy_stop(struct proxy *p);
+#define proxy it_proxy
+#define proxy_start it_proxy_start
+#define proxy_ctl it_proxy_ctl
+#define proxy_stop it_proxy_stop
 
 /* ---- the fleet of seckilld instances ---- */
 
@@ -165,6 +173,9 @@ bool fleet_wait_dead(struct fleet *f, int i, int timeout_ms);
 struct it_server fleet_get(struct fleet *f, int i);
 /* Allow or forbid the load on instance i. */
 void fleet_set_load(struct fleet *f, int i, bool load);
+/* Lines containing needle (and also, unless NULL) in every log the
+ * fleet's instances wrote. */
+int fleet_log_count(struct fleet *f, const char *needle, const char *also);
 /* SIGTERM every instance; -1 if one did not exit cleanly. */
 int fleet_stop(struct fleet *f);
 
@@ -174,7 +185,7 @@ int fleet_stop(struct fleet *f);
 struct attempt {
     int64_t user;
     long status;   /* 0: no answer (timeout, reset, refused) */
-    char code[24]; /* the error code, "" for 201 or no answer */
+    char code[24]; /* the error code, "" for 201, 202 or no answer */
     int64_t order_id;
     bool ambiguous;  /* 503 "the outcome is unknown" (a COMMIT unanswered) */
     int64_t sent_ms; /* wall clock */
@@ -190,7 +201,11 @@ struct attempt {
 bool attempt_definite(const struct attempt *a);
 /* A business answer: 2xx or 4xx other than 429 (the backends work). */
 bool attempt_served(const struct attempt *a);
-/* Fill a's status, code, order id and ambiguity from a response. */
+/* The purchase was answered bought: 201 (an order), or 202 (pending: an
+ * async sale's order, promised to be written). */
+bool attempt_sold(const struct attempt *a);
+/* Fill a's status, code, order id (of a 201 or 202) and ambiguity from a
+ * response. */
 void attempt_from_resp(struct attempt *a, const struct it_resp *resp);
 
 /*
@@ -252,12 +267,13 @@ void sampler_stop(struct sampler *s);
 /* ---- a scenario and its invariants ---- */
 
 enum inv {
-    INV_STOCK,     /* 1: orders == initial - final; stock never < 0 */
+    INV_STOCK,     /* 1: stock + unpaid + paid == initial; never < 0 */
     INV_ONE_EACH,  /* 2: no (user, voucher) twice */
     INV_201_KEPT,  /* 3: every 201 order id is in MySQL */
     INV_4XX_CLEAN, /* 4: a definite 4xx left no order */
     INV_IDS,       /* 5: order ids never reused */
     INV_LIVE,      /* 6: stock reaches 0, no lock key without a TTL */
+    INV_ASYNC,     /* 7: an async sale drained; Redis agrees with MySQL */
     INV_COUNT
 };
 
@@ -267,8 +283,14 @@ struct run {
     const char *name;
     int index;
     struct db_target db;
-    uint16_t lock_redis_port; /* where the lock keys live */
+    /* Where the lock keys live, and an async sale's keys (the instances'
+     * Redis). */
+    uint16_t lock_redis_port;
     unsigned lock_redis_db;
+    /* The voucher sells in async mode (202 pending, written by the
+     * instances' writers): run_finish() waits for its stream to drain
+     * and invariant 7 applies. */
+    bool async;
     struct fleet fleet;
     int64_t voucher;
     int64_t stock0;
@@ -285,29 +307,47 @@ struct run {
         int64_t before_ms, after_ms;
     } loss[LOSS_MAX];
     int nloss;
+    /* A window (wall clock) whose 202s may be missing from MySQL: the
+     * instances' Redis came back from an older file and forgot them. A
+     * 202 whose reply came before lost_from_ms, or that was sent after
+     * lost_to_ms, must be an order like any other. 0: no such window. */
+    int64_t lost_from_ms, lost_to_ms;
+    size_t lost_window; /* 202s in that window */
+    size_t lost;        /* of them, not in MySQL */
+    size_t resold;      /* 202s dead-lettered: the buyer already had the
+                         * order the older file forgot */
     /* Scenario-specific check, folded into the invariant it names. */
     bool extra_ok[INV_COUNT];
     char extra_why[INV_COUNT][200];
     /* results */
     bool ok[INV_COUNT];
     char why[INV_COUNT][200];
-    size_t requests, n201, n4xx, n503, nindef;
-    int ambiguous; /* COMMITs answered 503 "outcome unknown" (logs) */
+    size_t requests, nsold, n4xx, n503, nindef; /* nsold: 201 or 202 */
+    /* Purchases answered 503 "outcome unknown" (logs: a COMMIT, or an
+     * async sale's script, went unanswered). */
+    int ambiguous;
     int64_t orders, stock_final, min_stock;
     int64_t stock_at_heal; /* 0 would mean the faults met no purchase */
     bool setup_failed;
     char setup_why[200];
+    int64_t secs;   /* the scenario's run time */
+    char note[400]; /* printed below the table */
 };
 
 /* Mark a scenario-specific failure of invariant i. */
 void run_extra_fail(struct run *r, enum inv i, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Add to the scenario's note (printf-like, "; " between parts). */
+void run_note(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /*
  * After the faults healed: every instance answers a purchase with a
  * definite answer within bound_ms (sets recover_ms), then the load runs
- * flat out until the stock is 0 (at most drain_ms), stops, and the
- * invariants are checked. Stops the fleet.
+ * flat out until the stock is 0 (at most drain_ms), stops, an async
+ * sale's writers drain its stream, and the invariants are checked. Stops
+ * the fleet.
  */
 void run_finish(struct run *r, int bound_ms, int drain_ms);
 
@@ -319,7 +359,59 @@ void check_invariants(struct run *r);
 void sleep_ms(int ms);
 /* Log a line of the scenario's progress to stderr. */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* An admin POST /api/vouchers of a seckill voucher; its id or -1. */
-int64_t voucher_create(const struct it_server *srv, int64_t stock);
+/* An admin POST /api/vouchers of a seckill voucher (purchaseMode async
+ * if async); its id or -1. */
+int64_t voucher_create(const struct it_server *srv, int64_t stock, bool async);
+
+/* ---- an async sale's state in Redis ---- */
+
+/* The numbers of voucher v's sale in the Redis at port/db; -1 where a
+ * command failed. */
+struct async_state {
+    long long stock, buyers, stream, pending_hash, pending_group, dead;
+};
+
+void async_state_read(uint16_t port, unsigned db, int64_t v,
+                      struct async_state *out);
+/* Wait up to timeout_ms until v's stream, pending hash and the group's
+ * pending list are empty; how long it took, or -1. */
+int64_t async_wait_drained(uint16_t port, unsigned db, int64_t v,
+                           int timeout_ms);
+
+/* The async scenarios (async.c). */
+void sc_async_kill_writer(struct run *r);
+void sc_async_mysql_down(struct run *r);
+void sc_async_redis_aof(struct run *r);
+void sc_async_redis_older(struct run *r);
+void sc_async_pause_writer(struct run *r);
+
+/* ---- what faults.c shares with async.c ---- */
+
+/* The scenario could not set up its faults: it fails, saying why. */
+void setup_fail(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* 8 client threads, ~50 users a second, 5 s timeout, 6 attempts each. */
+struct load_cfg default_load(void);
+/* Create the voucher through instance 0 (async if r->async), start the
+ * sampler and the load. 0 or -1 (set-up failed). */
+int run_start(struct run *r, struct load_cfg cfg);
+/* Abandon a scenario whose set-up failed after the load started. */
+void run_abort(struct run *r);
+/* Whether pid is stopped (SIGSTOP). */
+bool proc_stopped(pid_t pid);
+/* Lines of instance i's current log that contain needle. */
+int log_lines(struct run *r, int i, const char *needle);
+/* "SECKILL_REDIS_URL=" for instances that use rd (database 0). */
+void private_redis_env(const struct predis *rd, char *url, size_t len);
+/* The suite's MariaDB (every scenario's orders live there). */
+extern struct pmaria suite_db;
+/* Every instance must give a definite answer this soon after healing. */
+#define RECOVER_BOUND_MS 10000
+/* The rest of the stock must sell within this after healing. */
+#define DRAIN_MS 30000
+/* An async sale's writers must empty its stream within this after the
+ * load stopped. */
+#define ASYNC_DRAIN_MS 20000
+#define STOCK 1000
 
 #endif

@@ -171,6 +171,24 @@ static bool fleet_pick(struct fleet *f, struct it_server *out, int *idx)
     return found;
 }
 
+int fleet_log_count(struct fleet *f, const char *needle, const char *also)
+{
+    int count = 0;
+
+    for (int i = 0; i < f->nlogs; i++) {
+        FILE *in = fopen(f->logs[i], "r");
+        char line[4096];
+
+        if (!in)
+            continue;
+        while (fgets(line, sizeof(line), in))
+            if (strstr(line, needle) && (!also || strstr(line, also)))
+                count++;
+        fclose(in);
+    }
+    return count;
+}
+
 int fleet_stop(struct fleet *f)
 {
     int rc = 0;
@@ -201,6 +219,11 @@ bool attempt_served(const struct attempt *a)
     return a->status >= 200 && a->status < 500 && a->status != 429;
 }
 
+bool attempt_sold(const struct attempt *a)
+{
+    return a->status == 201 || a->status == 202;
+}
+
 void attempt_from_resp(struct attempt *a, const struct it_resp *resp)
 {
     json_t *e = json_object_get(resp->json, "error");
@@ -208,11 +231,11 @@ void attempt_from_resp(struct attempt *a, const struct it_resp *resp)
     const char *msg = it_json_str(e, "message");
 
     a->status = resp->status;
-    if (resp->status == 201) {
+    if (resp->status == 201 || resp->status == 202) {
         const char *id = it_json_str(resp->json, "orderId");
 
         if (!id || util_parse_id(id, strlen(id), &a->order_id) != 0)
-            snprintf(a->code, sizeof(a->code), "BAD_201_BODY");
+            snprintf(a->code, sizeof(a->code), "BAD_%ld_BODY", resp->status);
     } else if (resp->json) {
         snprintf(a->code, sizeof(a->code), "%s", code ? code : "?");
     }

@@ -322,6 +322,123 @@ size_t it_proc_tcp_ports(pid_t pid, uint16_t remote_port, uint16_t *out,
     return n;
 }
 
+/* ---- raw sockets ---- */
+
+int it_raw_connect(uint16_t port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        print_error("connect to port %u: %s\n", (unsigned)port,
+                    strerror(errno));
+        close(fd);
+        fail();
+    }
+    return fd;
+}
+
+/* Send all of s; false if the peer has closed. */
+bool it_raw_send(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        s += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+bool it_raw_send_str(int fd, const char *s)
+{
+    return it_raw_send(fd, s, strlen(s));
+}
+
+/*
+ * Read from fd until the peer closes (EOF or reset) or timeout_ms passes.
+ * Returns true if it closed. The data read so far goes to *out when out is
+ * not NULL (NUL-terminated; free(3) it).
+ */
+bool it_raw_read_to_close(int fd, int timeout_ms, char **out)
+{
+    int64_t deadline = util_mono_ms() + timeout_ms;
+    size_t len = 0, cap = 4096;
+    char *buf = xmalloc(cap);
+    bool closed = false;
+
+    for (;;) {
+        int64_t left = deadline - util_mono_ms();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        if (len + 1024 > cap)
+            buf = xrealloc(buf, cap *= 2);
+        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            closed = true;
+            break;
+        }
+        len += (size_t)r;
+    }
+    buf[len] = '\0';
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return closed;
+}
+
+/* Send request (complete, with "Connection: close") and read the answer. */
+void it_raw_request(uint16_t port, const char *request, size_t len,
+                    int timeout_ms, struct it_raw_resp *resp)
+{
+    int fd = it_raw_connect(port);
+
+    memset(resp, 0, sizeof(*resp));
+    it_raw_send(fd, request, len);
+    resp->closed = it_raw_read_to_close(fd, timeout_ms, &resp->text);
+    close(fd);
+    if (sscanf(resp->text, "HTTP/1.%*d %ld", &resp->status) != 1)
+        resp->status = 0;
+    resp->body = strstr(resp->text, "\r\n\r\n");
+    resp->body = resp->body ? resp->body + 4 : "";
+    resp->json = json_loads(resp->body, 0, NULL);
+}
+
+void it_raw_resp_free(struct it_raw_resp *resp)
+{
+    free(resp->text);
+    json_decref(resp->json);
+    memset(resp, 0, sizeof(*resp));
+}
+
+/* Assert a raw answer is the JSON error status/code. */
+void it_raw_assert_error(const struct it_raw_resp *resp, long status,
+                         const char *code)
+{
+    const char *got = it_json_str(json_object_get(resp->json, "error"), "code");
+
+    if (resp->status != status || !got || strcmp(got, code) != 0) {
+        print_error("expected %ld %s, got:\n%.600s\n", status, code,
+                    resp->text);
+        fail();
+    }
+    if (!strstr(resp->text, "Content-Type: application/json")) {
+        print_error("not JSON:\n%.600s\n", resp->text);
+        fail();
+    }
+}
+
 /* ---- seckilld ---- */
 
 /* The current environment with overrides applied; free with free_env. */
@@ -400,6 +517,12 @@ static int it_server_kill(struct it_server *srv)
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides)
 {
+    return it_server_start_port(srv, 0, tag, overrides);
+}
+
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides)
+{
     char port_arg[16];
     char *argv[4];
     char **env;
@@ -408,7 +531,7 @@ int it_server_start(struct it_server *srv, const char *tag,
 
     it_init();
     memset(srv, 0, sizeof(*srv));
-    srv->port = it_free_port();
+    srv->port = port ? port : it_free_port();
     if (srv->port == 0) {
         fprintf(stderr, "harness: no free port\n");
         return -1;
@@ -568,8 +691,13 @@ static size_t it_on_header(char *data, size_t size, size_t nmemb, void *arg)
     /* A new status line (after a 100 Continue) starts a new header set. */
     if (n >= 5 && strncmp(data, "HTTP/", 5) == 0) {
         resp->allow[0] = resp->retry_after[0] = resp->content_type[0] = '\0';
+        resp->headers_len = 0;
         return n;
     }
+    resp->headers = xrealloc(resp->headers, resp->headers_len + n + 1);
+    memcpy(resp->headers + resp->headers_len, data, n);
+    resp->headers_len += n;
+    resp->headers[resp->headers_len] = '\0';
     it_take_header(data, n, "Allow", resp->allow, sizeof(resp->allow));
     it_take_header(data, n, "Retry-After", resp->retry_after,
                    sizeof(resp->retry_after));
@@ -617,6 +745,10 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
         resp->hdrs_ = curl_slist_append(resp->hdrs_, auth);
     }
     free(auth);
+    for (size_t i = 0; req->headers && req->headers[i]; i++)
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, req->headers[i]);
+    if (req->header)
+        resp->hdrs_ = curl_slist_append(resp->hdrs_, req->header);
 
     if (strcmp(req->method, "HEAD") == 0) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
@@ -640,10 +772,17 @@ CURL *it_http_prepare(const struct it_server *srv, const struct it_req *req,
 
 void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp)
 {
+    double total = 0;
+
     resp->curl_rc = rc;
     resp->status = 0;
     if (rc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    else
+        snprintf(resp->curl_error, sizeof(resp->curl_error), "%s",
+                 resp->errbuf_[0] ? resp->errbuf_ : curl_easy_strerror(rc));
+    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &total);
+    resp->elapsed_ms = total * 1000;
     curl_easy_cleanup(h);
     curl_slist_free_all(resp->hdrs_);
     resp->hdrs_ = NULL;
@@ -671,8 +810,32 @@ long it_http(const struct it_server *srv, const char *method, const char *path,
     return it_http_do(srv, &req, resp);
 }
 
+size_t it_resp_header(const struct it_resp *resp, const char *name, char *buf,
+                      size_t cap)
+{
+    const char *line = resp->headers;
+    size_t count = 0;
+
+    buf[0] = '\0';
+    while (line && *line) {
+        size_t len = strcspn(line, "\n");
+        char value[1024];
+
+        value[0] = '\0';
+        it_take_header(line, len, name, value, sizeof(value));
+        if (value[0] || (len > strlen(name) && line[strlen(name)] == ':' &&
+                         strncasecmp(line, name, strlen(name)) == 0)) {
+            if (count++ == 0)
+                snprintf(buf, cap, "%s", value);
+        }
+        line += len + (line[len] == '\n');
+    }
+    return count;
+}
+
 void it_resp_free(struct it_resp *resp)
 {
+    free(resp->headers);
     free(resp->body);
     json_decref(resp->json);
     curl_slist_free_all(resp->hdrs_);
@@ -723,9 +886,16 @@ void it_assert_error_at(const struct it_resp *resp, long status,
     it_assert_status_at(resp, status, file, line);
     it_assert_json_type_at(resp, file, line);
     err = resp->json ? json_object_get(resp->json, "error") : NULL;
+    /* The envelope: code and message, and optionally an object of
+     * details (the checks of /readyz). Nothing else. */
     if (!json_is_object(resp->json) || json_object_size(resp->json) != 1 ||
-        !json_is_object(err) || json_object_size(err) != 2) {
-        print_error("expected {\"error\":{\"code\",\"message\"}}\n");
+        !json_is_object(err) ||
+        json_object_size(err) !=
+            2u + (json_object_get(err, "details") != NULL) ||
+        (json_object_get(err, "details") &&
+         !json_is_object(json_object_get(err, "details")))) {
+        print_error("expected {\"error\":{\"code\",\"message\"[,"
+                    "\"details\":{}]}}\n");
         it_dump(resp);
         _fail(file, line);
     }
@@ -1280,65 +1450,106 @@ void it_http_run_all(struct it_req *reqs, const struct it_server **to,
     } while (running);
     assert_int_equal(n, done);
     curl_multi_cleanup(multi);
+    it_http_report(reqs, to, resps, n);
 }
 
-/* ---- proxies (tests/tools/tcpproxy.c) ---- */
+void it_http_report(const struct it_req *reqs, const struct it_server **to,
+                    const struct it_resp *resps, size_t n)
+{
+    size_t failed = 0, slowest = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (resps[i].elapsed_ms > resps[slowest].elapsed_ms)
+            slowest = i;
+        if (resps[i].curl_rc == CURLE_OK)
+            continue;
+        if (failed++ < 20)
+            print_error("request %zu of %zu, %s %s to port %u: no answer "
+                        "after %.0f ms: %s\n",
+                        i, n, reqs[i].method, reqs[i].path,
+                        (unsigned)to[i]->port, resps[i].elapsed_ms,
+                        resps[i].curl_error);
+    }
+    if (failed && n)
+        print_error("%zu of %zu requests got no answer; the slowest took "
+                    "%.0f ms (request %zu, status %ld)\n",
+                    failed, n, resps[slowest].elapsed_ms, slowest,
+                    resps[slowest].status);
+}
+
+/* ---- the TCP proxy ---- */
+
+static const char *proxy_bin(void)
+{
+    static char buf[IT_PATH_MAX];
+    const char *env = getenv("SECKILL_TCPPROXY");
+    const char *bin = it_bin(), *slash = strrchr(bin, '/');
+
+    if (env && *env)
+        return env;
+    snprintf(buf, sizeof(buf), "%.*s/tools/tcpproxy",
+             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    return buf;
+}
 
 int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target)
 {
-    char listen[16], ctl[16], to[32], bin[IT_PATH_MAX], log[2 * IT_PATH_MAX];
-    const char *seckilld = it_bin(), *slash = strrchr(seckilld, '/');
+    char listen[16], ctl[16], to[32];
 
+    memset(p, 0, sizeof(*p));
     p->port = it_free_port();
     p->ctl = it_free_port();
     snprintf(listen, sizeof(listen), "%u", (unsigned)p->port);
     snprintf(ctl, sizeof(ctl), "%u", (unsigned)p->ctl);
     snprintf(to, sizeof(to), "127.0.0.1:%u", (unsigned)target);
-    /* Built beside the binary under test (make tests). */
-    snprintf(bin, sizeof(bin), "%.*s/tools/tcpproxy",
-             slash ? (int)(slash - seckilld) : 1, slash ? seckilld : ".");
-    snprintf(log, sizeof(log), "%s/proxy-%s-%u.log", it_log_dir(), tag,
-             (unsigned)p->port);
-    char *argv[] = {bin, "--listen",  listen, "--target",
-                    to,  "--control", ctl,    NULL};
-    p->pid = it_spawn(argv, NULL, log);
+    if (snprintf(p->log, sizeof(p->log), "%s/proxy-%s-%u.log", it_log_dir(),
+                 tag, (unsigned)p->port) >= (int)sizeof(p->log)) {
+        fprintf(stderr, "harness: log path too long\n");
+        return -1;
+    }
+    unlink(p->log);
+    char *argv[] = {(char *)proxy_bin(), "--listen", listen, "--target", to,
+                    "--control",         ctl,        NULL};
+    p->pid = it_spawn(argv, NULL, p->log);
     if (p->pid < 0 || it_wait_tcp(p->ctl, 5000) != 0 ||
         it_wait_tcp(p->port, 5000) != 0) {
-        fprintf(stderr, "harness: %s did not start; log %s\n", bin, log);
-        it_proxy_stop(p);
+        fprintf(stderr, "harness: tcpproxy did not start; log %s\n", p->log);
         return -1;
     }
     return 0;
 }
 
-bool it_proxy_ctl(const struct it_proxy *p, const char *cmd)
+int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons(p->ctl),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    char line[64], reply[160] = "";
+    char line[160], reply[160] = "";
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     size_t have = 0;
-    bool ok = false;
+    int rc = -1;
 
     if (fd < 0)
-        return false;
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        goto out;
     snprintf(line, sizeof(line), "%s\n", cmd);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        write(fd, line, strlen(line)) == (ssize_t)strlen(line)) {
-        while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
-            ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
-            if (n <= 0)
-                break;
-            have += (size_t)n;
-            reply[have] = '\0';
-        }
-        ok = strncmp(reply, "ok", 2) == 0;
+    if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+        goto out;
+    while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
+        ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
+
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        reply[have] = '\0';
     }
-    close(fd);
-    if (!ok)
+    rc = strncmp(reply, "ok", 2) == 0 ? 0 : -1;
+    if (rc)
         fprintf(stderr, "harness: proxy %s: %s\n", cmd, reply);
-    return ok;
+out:
+    close(fd);
+    return rc;
 }
 
 void it_proxy_stop(struct it_proxy *p)
@@ -1350,4 +1561,132 @@ void it_proxy_stop(struct it_proxy *p)
     kill(p->pid, SIGKILL);
     it_wait_exit(p->pid, 5000, &status);
     p->pid = 0;
+}
+
+/* ---- private servers ---- */
+
+const char *it_which(const char *prog)
+{
+    static char buf[IT_PATH_MAX];
+    const char *p = getenv("PATH");
+
+    if (!p)
+        p = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    while (*p) {
+        size_t len = strcspn(p, ":");
+
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
+        if (len && access(buf, X_OK) == 0)
+            return buf;
+        p += len;
+        if (*p == ':')
+            p++;
+    }
+    /* Debian keeps mariadbd in /usr/sbin, which a user's PATH may lack. */
+    snprintf(buf, sizeof(buf), "/usr/sbin/%s", prog);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+/* Wait until redis-server pid answers PING on port (AUTH pass first). */
+static pid_t redis_await(pid_t pid, uint16_t port, const char *pass,
+                         const char *log_path);
+
+pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass)
+{
+    return it_redis_start_with(port, log_path, pass, NULL);
+}
+
+pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
+                          const char *const *extra)
+{
+    const char *bin = it_which("redis-server");
+    char port_arg[16];
+    char *argv[48];
+    int n = 0;
+    pid_t pid;
+
+    if (!bin) {
+        fprintf(stderr, "harness: redis-server not found in PATH\n");
+        return -1;
+    }
+    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
+    const char *const base[] = {
+        bin,         "--port",      port_arg, "--bind",
+        "127.0.0.1", "--save",      "",       "--appendonly",
+        "no",        "--daemonize", "no",     "--enable-debug-command",
+        "local",     NULL};
+    for (int i = 0; base[i]; i++)
+        argv[n++] = (char *)base[i];
+    if (pass) {
+        argv[n++] = "--requirepass";
+        argv[n++] = (char *)pass;
+    }
+    for (int i = 0; extra && extra[i] && n < 46; i++)
+        argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    pid = it_spawn(argv, NULL, log_path);
+    if (pid < 0)
+        return -1;
+    return redis_await(pid, port, pass, log_path);
+}
+
+pid_t it_sentinel_start(uint16_t port, const char *name, uint16_t master_port,
+                        unsigned down_ms, const char *log_path)
+{
+    const char *bin = it_which("redis-server");
+    char conf[IT_PATH_MAX + 16];
+    FILE *f;
+    pid_t pid;
+
+    if (!bin) {
+        fprintf(stderr, "harness: redis-server not found in PATH\n");
+        return -1;
+    }
+    snprintf(conf, sizeof(conf), "%s.conf", log_path);
+    f = fopen(conf, "w");
+    if (!f) {
+        fprintf(stderr, "harness: cannot write %s: %s\n", conf,
+                strerror(errno));
+        return -1;
+    }
+    fprintf(f,
+            "port %u\nbind 127.0.0.1\ndaemonize no\n"
+            "sentinel monitor %s 127.0.0.1 %u 2\n"
+            "sentinel down-after-milliseconds %s %u\n"
+            "sentinel failover-timeout %s 10000\n"
+            "sentinel parallel-syncs %s 1\n",
+            (unsigned)port, name, (unsigned)master_port, name, down_ms, name,
+            name);
+    fclose(f);
+    char *argv[] = {(char *)bin, conf, "--sentinel", NULL};
+    pid = it_spawn(argv, NULL, log_path);
+    if (pid < 0)
+        return -1;
+    return redis_await(pid, port, NULL, log_path);
+}
+
+static pid_t redis_await(pid_t pid, uint16_t port, const char *pass,
+                         const char *log_path)
+{
+    for (int i = 0; i < 250; i++) {
+        redisContext *rc = redisConnect("127.0.0.1", port);
+        redisReply *r = NULL;
+
+        if (rc && !rc->err) {
+            if (pass)
+                freeReplyObject(redisCommand(rc, "AUTH %s", pass));
+            r = redisCommand(rc, "PING");
+        }
+        bool up = r && r->type == REDIS_REPLY_STATUS;
+        freeReplyObject(r);
+        redisFree(rc);
+        if (up)
+            return pid;
+        usleep(20 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fprintf(stderr, "harness: redis-server on port %u did not start; log: %s\n",
+            (unsigned)port, log_path);
+    return -1;
 }

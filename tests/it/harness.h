@@ -74,6 +74,36 @@ int it_wait_exit(pid_t pid, int timeout_ms, int *status);
  */
 int it_run_capture(char *const argv[], char **out);
 
+/* The absolute path of prog in $PATH, else in /usr/sbin (a static
+ * buffer), or NULL. */
+const char *it_which(const char *prog);
+
+/*
+ * Start a private redis-server on 127.0.0.1:port: no persistence, DEBUG
+ * allowed from loopback, `requirepass pass` unless pass is NULL, output
+ * appended to log_path. Waits until it answers PING. Returns the pid, or
+ * -1 after printing why (the child is then killed). Does not use cmocka.
+ */
+pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass);
+
+/*
+ * it_redis_start() with more arguments for redis-server (a NULL-terminated
+ * array, may be NULL), such as {"--replicaof", "127.0.0.1 6379", NULL}.
+ */
+pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
+                          const char *const *extra);
+
+/*
+ * Start redis-server in sentinel mode on 127.0.0.1:port, monitoring the
+ * master called name at 127.0.0.1:master_port with a quorum of 2, down
+ * after down_ms without an answer, a failover timeout of 10 s. Its
+ * configuration file (which Sentinel rewrites) goes next to log_path.
+ * Waits until it answers PING. Returns the pid, or -1 after printing why.
+ * Does not use cmocka.
+ */
+pid_t it_sentinel_start(uint16_t port, const char *name, uint16_t master_port,
+                        unsigned down_ms, const char *log_path);
+
 /* Wait up to timeout_ms until something accepts TCP on 127.0.0.1:port. */
 int it_wait_tcp(uint16_t port, int timeout_ms);
 
@@ -102,6 +132,11 @@ struct it_server {
  */
 int it_server_start(struct it_server *srv, const char *tag,
                     const char *const *overrides);
+
+/* it_server_start() on a given port (0: a free one), e.g. to restart an
+ * instance where a load balancer expects it. */
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides);
 
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);
@@ -139,7 +174,10 @@ struct it_req {
     const char *token;  /* NULL: no Authorization header */
     /* Raw Authorization value ("Basic x"); overrides token. */
     const char *authorization;
-    long timeout_s; /* 0: IT_HTTP_TIMEOUT_S */
+    long timeout_s;     /* 0: IT_HTTP_TIMEOUT_S */
+    const char *header; /* one more header, "Name: value", or NULL */
+    /* Yet more, "Name: value" each, NULL-terminated; or NULL. */
+    const char *const *headers;
 };
 
 struct it_resp {
@@ -152,6 +190,12 @@ struct it_resp {
     char allow[256];
     char retry_after[64];
     char content_type[256];
+    /* Every header line of the (final) answer, "Name: value\r\n" each;
+     * owned. Read one with it_resp_header(). */
+    char *headers;
+    size_t headers_len;
+    double elapsed_ms; /* from the start of the request to its end */
+    char curl_error[CURL_ERROR_SIZE]; /* why the transport failed, or "" */
     /* private */
     struct curl_slist *hdrs_;
     char errbuf_[CURL_ERROR_SIZE];
@@ -170,10 +214,18 @@ void it_http_complete(CURL *h, CURLcode rc, struct it_resp *resp);
 /*
  * Send reqs[i] to to[i] for every i < n all at once on one multi handle
  * (every request in flight together) and wait for them all; resps[i] gets
- * each answer. Fails the test (cmocka) if curl itself fails.
+ * each answer. Fails the test (cmocka) if curl itself fails. When a
+ * request got no answer (a transport error, a timeout) it prints each
+ * such request with curl's error and time, and the slowest request's
+ * time, before the caller's assertions look at the statuses.
  */
 void it_http_run_all(struct it_req *reqs, const struct it_server **to,
                      struct it_resp *resps, size_t n);
+
+/* The report of it_http_run_all(): nothing when every request got an
+ * answer. For crowds sent some other way. */
+void it_http_report(const struct it_req *reqs, const struct it_server **to,
+                    const struct it_resp *resps, size_t n);
 
 /* Perform req synchronously. Returns the HTTP status (0 on failure). */
 long it_http_do(const struct it_server *srv, const struct it_req *req,
@@ -183,6 +235,14 @@ long it_http(const struct it_server *srv, const char *method, const char *path,
              const char *body, const char *token, struct it_resp *resp);
 /* Release what resp owns; zeroes it. */
 void it_resp_free(struct it_resp *resp);
+
+/*
+ * How many headers called name (any case) the answer has; the value of
+ * the first (trimmed, cut to cap - 1 bytes) goes to buf, "" when there is
+ * none.
+ */
+size_t it_resp_header(const struct it_resp *resp, const char *name, char *buf,
+                      size_t cap);
 
 /*
  * The assertions below are macros so that a failure names the caller's
@@ -219,6 +279,41 @@ int64_t it_json_id_at(const json_t *obj, const char *key, const char *file,
                       int line);
 /* True if a comma-separated header value lists token (trimmed, exact). */
 bool it_header_lists(const char *value, const char *token);
+
+/* ---- raw sockets: what curl will not send ---- */
+
+/* A TCP connection to 127.0.0.1:port; asserts it connects. */
+int it_raw_connect(uint16_t port);
+/* Send all n bytes of s; false if the peer has closed. */
+bool it_raw_send(int fd, const char *s, size_t n);
+bool it_raw_send_str(int fd, const char *s);
+/*
+ * Read from fd until the peer closes (EOF or reset) or timeout_ms passes.
+ * Returns true if it closed. The data read so far goes to *out when out is
+ * not NULL (NUL-terminated; free(3) it).
+ */
+bool it_raw_read_to_close(int fd, int timeout_ms, char **out);
+
+/* An answer read off a raw socket. */
+struct it_raw_resp {
+    long status; /* 0: no HTTP answer */
+    char *text;  /* the whole answer, headers and body */
+    const char *body;
+    json_t *json;
+    bool closed;
+};
+
+/*
+ * Send len bytes of request on a new connection and read the answer
+ * until the server closes it or timeout_ms passes (so send a complete
+ * request with "Connection: close", or one the server refuses).
+ */
+void it_raw_request(uint16_t port, const char *request, size_t len,
+                    int timeout_ms, struct it_raw_resp *resp);
+void it_raw_resp_free(struct it_raw_resp *resp);
+/* Asserts a raw answer is the JSON error status/code. */
+void it_raw_assert_error(const struct it_raw_resp *resp, long status,
+                         const char *code);
 
 /* ---- tokens ---- */
 
@@ -328,27 +423,24 @@ pid_t it_pidfile_read(const char *path);
 int it_blackhole_listen(uint16_t *port);
 
 /*
- * A tests/tools/tcpproxy process: 127.0.0.1:port forwards to a target
- * port, and the control port takes commands that break the network
- * (stall, cut, mute, ...; see the tool's header).
+ * A loopback TCP proxy (tests/tools/tcpproxy.c, built beside the binary
+ * under test, or $SECKILL_TCPPROXY) in front of 127.0.0.1:target, whose
+ * control port makes the link slow, stalled or cut.
  */
 struct it_proxy {
-    pid_t pid; /* 0 when not running */
-    uint16_t port, ctl;
+    uint16_t port; /* connect here to reach the target */
+    uint16_t ctl;  /* the control port */
+    pid_t pid;
+    char log[IT_PATH_MAX];
 };
 
-/*
- * Start a proxy on free ports in front of 127.0.0.1:target (the tool is
- * built beside the binary under test, by make tests); tag names its log.
- * Waits until both ports listen. Returns 0, or -1 after printing why. No
- * cmocka.
- */
+/* Start one; tag names its log. Returns 0, or -1 with a message on stderr.
+ * Does not use cmocka. */
 int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target);
-
-/* Send one control command; true when it answered "ok". No cmocka. */
-bool it_proxy_ctl(const struct it_proxy *p, const char *cmd);
-
-/* SIGKILL and reap the proxy; accepts a stopped one. */
+/* Send one control command ("stall", "latency 300", "heal"); 0 when it
+ * answered "ok", else -1 with the answer on stderr. */
+int it_proxy_ctl(const struct it_proxy *p, const char *cmd);
+/* Kill it (accepts a stopped one). */
 void it_proxy_stop(struct it_proxy *p);
 
 /*

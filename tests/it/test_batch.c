@@ -8,8 +8,8 @@
  * a voucher created with 8 stock segments by a third instance; and a
  * stock of 5 for 20 buyers, both ways.
  *
- * In the test process, through store_order_purchase() with a linger so
- * that the purchases started together form one batch: a batch holding
+ * In the test process, through store_purchase_batch() as the purchase
+ * engine calls it, one batch at a time: a batch holding
  * users who already have an order and users present twice (the unique
  * key clash, answered per purchase), a batch larger than the stock (the
  * CAS fails, the first 5 are retried), a batch with an order id that is
@@ -19,7 +19,6 @@
  * transaction (SECKILL_BATCH_MAX=1), and segments that run empty.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -43,22 +42,30 @@
 #define CROWD_STOCK 300
 #define SEGMENTS 8
 
-/* A and B: defaults (merged purchases); S creates segmented vouchers. */
-static struct it_server srv[3];
+/* A and B: defaults (merged purchases); S creates segmented vouchers; T
+ * merges at most two purchases per transaction. */
+static struct it_server srv[4];
 static int64_t next_user = USER_BASE;
 
 static int group_setup(void **state)
 {
     static const char *const plain[] = {"SECKILL_RATE_USER=0",
-                                        "SECKILL_THREADS=16",
+                                        "SECKILL_THREADS",
                                         "SECKILL_BATCH_MAX",
                                         "SECKILL_BATCH_LINGER_US",
                                         "SECKILL_STOCK_SEGMENTS",
                                         "SECKILL_LOCK_URL",
                                         NULL};
     static const char *const segmented[] = {
-        "SECKILL_RATE_USER=0",      "SECKILL_THREADS=16", "SECKILL_BATCH_MAX",
-        "SECKILL_STOCK_SEGMENTS=8", "SECKILL_LOCK_URL",   NULL};
+        "SECKILL_RATE_USER=0",      "SECKILL_THREADS",  "SECKILL_BATCH_MAX",
+        "SECKILL_STOCK_SEGMENTS=8", "SECKILL_LOCK_URL", NULL};
+    static const char *const two[] = {"SECKILL_RATE_USER=0",
+                                      "SECKILL_THREADS",
+                                      "SECKILL_BATCH_MAX=2",
+                                      "SECKILL_BATCH_LINGER_US=0",
+                                      "SECKILL_STOCK_SEGMENTS",
+                                      "SECKILL_LOCK_URL",
+                                      NULL};
 
     (void)state;
     it_init();
@@ -68,8 +75,9 @@ static int group_setup(void **state)
     if (it_server_start(&srv[0], "batch-a", plain) != 0)
         return -1;
     if (it_server_start(&srv[1], "batch-b", plain) != 0 ||
-        it_server_start(&srv[2], "batch-s", segmented) != 0) {
-        it_group_teardown(srv, 3);
+        it_server_start(&srv[2], "batch-s", segmented) != 0 ||
+        it_server_start(&srv[3], "batch-t", two) != 0) {
+        it_group_teardown(srv, 4);
         return -1;
     }
     return 0;
@@ -78,7 +86,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    return it_group_teardown(srv, 3);
+    return it_group_teardown(srv, 4);
 }
 
 /* ---- over HTTP ---- */
@@ -135,11 +143,23 @@ static int64_t sql_stock_total(int64_t voucher)
 
 /*
  * users buyers, one request each, all at once, alternating between A and
- * B. Asserts exactly stock 201s, every other answer 409 SOLD_OUT, and the
- * invariants in MySQL: orders == stock sold, one per user, every 201's id
- * is that user's order, nothing left, nothing negative.
+ * B (crowd) or the servers given (crowd_on). Asserts exactly stock 201s, every
+ * other answer 409 SOLD_OUT, and the invariants in MySQL: orders == stock sold,
+ * one per user, every 201's id is that user's order, nothing left, nothing
+ * negative.
  */
+static void crowd_on(const struct it_server *on, size_t non, long timeout_s,
+                     int64_t voucher, int64_t stock, size_t users);
+
 static void crowd(int64_t voucher, int64_t stock, size_t users)
+{
+    crowd_on(srv, 2, 0, voucher, stock, users);
+}
+
+/* The same over the servers on[0..non), each request given timeout_s
+ * (0: the harness's default). */
+static void crowd_on(const struct it_server *on, size_t non, long timeout_s,
+                     int64_t voucher, int64_t stock, size_t users)
 {
     struct it_req *reqs = xcalloc(users, sizeof(*reqs));
     struct it_resp *resps = xcalloc(users, sizeof(*resps));
@@ -157,7 +177,8 @@ static void crowd(int64_t voucher, int64_t stock, size_t users)
         reqs[i].method = "POST";
         reqs[i].path = path;
         reqs[i].token = tokens[i];
-        to[i] = &srv[i % 2];
+        reqs[i].timeout_s = timeout_s;
+        to[i] = &on[i % non];
     }
     t0 = util_mono_ms();
     it_http_run_all(reqs, to, resps, users);
@@ -227,7 +248,108 @@ static void test_crowd_merged(void **state)
                   purchases, transactions,
                   transactions > 0 ? purchases / transactions : 0.0);
     assert_true(purchases == CROWD_STOCK);
-    assert_true(transactions < purchases);
+    assert_true(transactions <= purchases / 4);
+}
+
+/*
+ * The crowd on one instance: what merging promises is batches of several
+ * purchases, here at least four on average (transactions at most a
+ * quarter of the purchases).
+ */
+static void test_crowd_merged_one_instance(void **state)
+{
+    int64_t v = it_seckill_create(&srv[0], 1, CROWD_STOCK, -60, 3600);
+    struct batches a0, a1;
+    double purchases, transactions;
+
+    (void)state;
+    batches_get(&srv[0], &a0);
+    crowd_on(&srv[0], 1, 0, v, CROWD_STOCK, CROWD);
+    batches_get(&srv[0], &a1);
+    purchases = a1.purchases - a0.purchases;
+    transactions = a1.transactions - a0.transactions;
+    print_message("      one instance: %.0f purchases in %.0f transactions "
+                  "(%.1f each)\n",
+                  purchases, transactions,
+                  transactions > 0 ? purchases / transactions : 0.0);
+    assert_true(purchases == CROWD_STOCK);
+    assert_true(transactions <= purchases / 4);
+}
+
+/*
+ * Batches of at most two (no linger): 50 buyers at once on T, so the
+ * queue always holds more than one batch and every batch ends by handing
+ * the queue to the next leader. Each buyer must be answered within 10 s
+ * (a lost hand-off would leave the rest waiting forever).
+ */
+static void test_handoff_batch_max_2(void **state)
+{
+    int64_t v = it_seckill_create(&srv[3], 1, 30, -60, 3600);
+    struct batches t0, t1;
+
+    (void)state;
+    batches_get(&srv[3], &t0);
+    crowd_on(&srv[3], 1, 10, v, 30, 50);
+    batches_get(&srv[3], &t1);
+    print_message("      %.0f purchases in %.0f transactions\n",
+                  t1.purchases - t0.purchases,
+                  t1.transactions - t0.transactions);
+    assert_true(t1.purchases - t0.purchases == 30);
+    /* Never more than two in one transaction. */
+    assert_true(t1.transactions - t0.transactions >= 15);
+}
+
+/*
+ * A purchase is bounded in time: while another session holds the hot
+ * row's lock for longer than a purchase may take, a crowd on one instance
+ * is answered 503 within the budget (10 s, plus one statement), with
+ * nothing written, instead of queueing batch after batch behind row-lock
+ * timeouts; and sells once the lock is gone.
+ */
+static void test_purchase_budget(void **state)
+{
+    enum { N = 24 };
+    int64_t v = it_seckill_create(&srv[0], 1, 100, -60, 3600);
+    struct it_req reqs[N];
+    struct it_resp resps[N];
+    const struct it_server *to[N];
+    char tokens[N][TOKEN_STR_LEN], path[96];
+    int64_t first = next_user, t0, took;
+    double slowest = 0;
+
+    (void)state;
+    next_user += N;
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    for (int i = 0; i < N; i++) {
+        it_token(first + i, TOKEN_ROLE_USER, 3600, tokens[i]);
+        reqs[i] = (struct it_req){.method = "POST",
+                                  .path = path,
+                                  .token = tokens[i],
+                                  .timeout_s = 25};
+        to[i] = &srv[0];
+    }
+    assert_int_equal(0, it_sql_exec("START TRANSACTION"));
+    assert_int_equal(100, it_sql_scalar("SELECT stock FROM seckill_vouchers "
+                                        "WHERE voucher_id = %lld FOR UPDATE",
+                                        (long long)v));
+    t0 = util_mono_ms();
+    it_http_run_all(reqs, to, resps, N);
+    took = util_mono_ms() - t0;
+    assert_int_equal(0, it_sql_exec("ROLLBACK"));
+    for (int i = 0; i < N; i++) {
+        if (resps[i].elapsed_ms > slowest)
+            slowest = resps[i].elapsed_ms;
+        it_assert_error(&resps[i], 503, "UNAVAILABLE");
+        it_resp_free(&resps[i]);
+    }
+    print_message("      %d purchases against a locked row: all 503, the "
+                  "slowest in %.0f ms (%lld ms in all)\n",
+                  N, slowest, (long long)took);
+    assert_true(slowest <= STORE_PURCHASE_BUDGET_MS + 4000);
+    assert_int_equal(0, it_sql_order_count(v));
+    assert_int_equal(100, it_sql_stock(v));
+    /* The row is free again: the same buyers get their orders. */
+    crowd_on(&srv[0], 1, 0, v, 100, 100);
 }
 
 /* A voucher made by S is split into segments; A and B sell it as such. */
@@ -267,8 +389,6 @@ static void test_sold_out_mid_batch(void **state)
 /* ---- in the test process, through the store ---- */
 
 struct buyer {
-    const struct store_config *cfg;
-    pthread_barrier_t *start;
     int64_t voucher;
     int64_t user;
     int64_t order_id; /* given, or 0: from the ID worker */
@@ -277,62 +397,61 @@ struct buyer {
     enum store_purchase outcome;
 };
 
-/* Buy as buy_locked() does: a fresh id after an id clash, 3 tries. */
-static void *buyer_run(void *arg)
-{
-    struct buyer *b = arg;
-    struct store *st = store_new(b->cfg);
-    int64_t id = b->order_id;
-
-    b->err = 0;
-    if (!id && (b->err = idgen_next(store_redis(st), "order", &id)) != 0)
-        id = 0;
-    /* Connected before the start, so that the purchases arrive together. */
-    {
-        bool mysql_ok, redis_ok;
-
-        store_ping(st, &mysql_ok, &redis_ok);
-    }
-    pthread_barrier_wait(b->start);
-    for (int i = 0; i < 3 && id; i++) {
-        b->err = store_order_purchase(st, id, b->user, b->voucher, &b->outcome);
-        if (i == 0)
-            b->first_err = b->err;
-        if (b->err != -EEXIST)
-            break;
-        idgen_discard("order");
-        if (idgen_next(store_redis(st), "order", &id) != 0)
-            break;
-    }
-    store_free(st);
-    return NULL;
-}
-
-/* Run n buyers at once with cfg; each thread has its own store. */
+/*
+ * The buyers b[0..n) as one batch of the voucher of b[0], as the purchase
+ * engine hands it to the store: one store_purchase_batch() call, then the
+ * members whose order id was taken already again with a fresh one (3
+ * tries in all, as the engine does).
+ */
 static void buyers_run(struct buyer *b, size_t n, const struct store_config *c)
 {
-    pthread_t *th = xcalloc(n, sizeof(*th));
-    pthread_barrier_t start;
+    struct store *st = store_new(c);
+    struct store_purchase_item *items = xcalloc(n, sizeof(*items));
+    struct store_purchase_item **pending = xcalloc(n, sizeof(*pending));
 
-    assert_int_equal(0, pthread_barrier_init(&start, NULL, (unsigned)n));
     for (size_t i = 0; i < n; i++) {
-        b[i].cfg = c;
-        b[i].start = &start;
-        assert_int_equal(0, pthread_create(&th[i], NULL, buyer_run, &b[i]));
+        items[i].user_id = b[i].user;
+        items[i].order_id = b[i].order_id;
+        items[i].deadline_ms = util_mono_ms() + STORE_PURCHASE_BUDGET_MS;
+        b[i].first_err = 1; /* not tried yet */
     }
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(0, pthread_join(th[i], NULL));
-    pthread_barrier_destroy(&start);
-    free(th);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        size_t k = 0;
+
+        for (size_t i = 0; i < n; i++) {
+            if (attempt > 0 && b[i].err != -EEXIST)
+                continue;
+            if (attempt > 0 || !items[i].order_id) {
+                if (attempt > 0)
+                    idgen_discard("order");
+                assert_int_equal(0, idgen_next(store_redis(st), "order",
+                                               &items[i].order_id));
+            }
+            pending[k++] = &items[i];
+        }
+        if (k == 0)
+            break;
+        store_purchase_batch(st, b[0].voucher, pending, k);
+        for (size_t i = 0; i < n; i++) {
+            if (attempt > 0 && b[i].err != -EEXIST)
+                continue;
+            b[i].err = items[i].err;
+            b[i].outcome = items[i].outcome;
+            if (attempt == 0)
+                b[i].first_err = items[i].err;
+        }
+    }
+    free(pending);
+    free(items);
+    store_free(st);
 }
 
 /* The test backends with the purchase settings given. */
-static struct store_config store_cfg(unsigned batch_max, unsigned linger_us)
+static struct store_config store_cfg(unsigned batch_max)
 {
     struct store_config c = *it_store_config();
 
     c.batch_max = batch_max;
-    c.batch_linger_us = linger_us;
     c.stock_segments = 1;
     return c;
 }
@@ -357,7 +476,7 @@ static size_t count_outcome(const struct buyer *b, size_t n,
  */
 static void test_store_duplicates_in_batch(void **state)
 {
-    struct store_config c = store_cfg(64, 10000);
+    struct store_config c = store_cfg(64);
     int64_t v = it_seckill_create(&srv[0], 1, 100, -60, 3600);
     int64_t u = next_user;
     struct buyer pre[5] = {0}, b[20] = {0};
@@ -416,7 +535,7 @@ static void local_batches(struct batches *b)
  */
 static void test_store_existing_orders_in_batch(void **state)
 {
-    struct store_config c = store_cfg(64, 10000);
+    struct store_config c = store_cfg(64);
     int64_t v = it_seckill_create(&srv[0], 1, 100, -60, 3600);
     int64_t u = next_user;
     struct buyer pre[5] = {0}, b[10] = {0};
@@ -463,7 +582,7 @@ static void stock_5_for_20(const struct store_config *c, int64_t v)
 
 static void test_store_sold_out_mid_batch(void **state)
 {
-    struct store_config c = store_cfg(64, 10000);
+    struct store_config c = store_cfg(64);
 
     (void)state;
     stock_5_for_20(&c, it_seckill_create(&srv[0], 1, 5, -60, 3600));
@@ -472,7 +591,7 @@ static void test_store_sold_out_mid_batch(void **state)
 /* The naive transaction, one purchase each (SECKILL_BATCH_MAX=1). */
 static void test_store_naive(void **state)
 {
-    struct store_config c = store_cfg(1, 0);
+    struct store_config c = store_cfg(1);
 
     (void)state;
     stock_5_for_20(&c, it_seckill_create(&srv[0], 1, 5, -60, 3600));
@@ -481,7 +600,7 @@ static void test_store_naive(void **state)
 /* Segments: 5 over 8 (three start empty), purchases fall through. */
 static void test_store_segments(void **state)
 {
-    struct store_config c = store_cfg(64, 0);
+    struct store_config c = store_cfg(64);
     int64_t v = it_seckill_create(&srv[2], 1, 5, -60, 3600);
 
     (void)state;
@@ -500,7 +619,7 @@ static void test_store_segments(void **state)
  */
 static void test_store_id_clash(void **state)
 {
-    struct store_config c = store_cfg(64, 10000);
+    struct store_config c = store_cfg(64);
     int64_t v = it_seckill_create(&srv[0], 1, 10, -60, 3600);
     int64_t other = it_seckill_create(&srv[0], 1, 10, -60, 3600);
     int64_t taken = 0, taker = next_user++;
@@ -543,6 +662,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crowd_merged),
+        cmocka_unit_test(test_crowd_merged_one_instance),
+        cmocka_unit_test(test_handoff_batch_max_2),
+        cmocka_unit_test(test_purchase_budget),
         cmocka_unit_test(test_crowd_segmented),
         cmocka_unit_test(test_sold_out_mid_batch),
         cmocka_unit_test(test_store_duplicates_in_batch),

@@ -65,7 +65,7 @@ static int64_t user_id(int k)
  * Start the counters of today and tomorrow at a random point far above
  * anything the shared Redis reaches.
  */
-static void redis_seed_idgen(uint16_t port)
+static void redis_seed_idgen_auth(uint16_t port, const char *pass)
 {
     int64_t now = util_now_ms() / 1000;
     redisContext *rc = redisConnect("127.0.0.1", port);
@@ -74,6 +74,8 @@ static void redis_seed_idgen(uint16_t port)
 
     assert_non_null(rc);
     assert_int_equal(0, rc->err);
+    if (pass)
+        freeReplyObject(redisCommand(rc, "AUTH %s", pass));
     for (d = 0; d < 2; d++) {
         unsigned long long seed = (1ULL << 31) + randombytes_uniform(1U << 30);
         redisReply *r;
@@ -86,6 +88,11 @@ static void redis_seed_idgen(uint16_t port)
         freeReplyObject(r);
     }
     redisFree(rc);
+}
+
+static void redis_seed_idgen(uint16_t port)
+{
+    redis_seed_idgen_auth(port, NULL);
 }
 
 /* Assert 503 UNAVAILABLE with a Retry-After of whole seconds. */
@@ -228,60 +235,20 @@ static void test_mysql_unreachable(void **state)
 
 /* ---- (b) Redis goes away and comes back ---- */
 
-/* The absolute path of prog found in $PATH (static buffer), or NULL. */
-static const char *which(const char *prog)
+/* Start a private redis-server on port, with a password when pass is not
+ * NULL. */
+static pid_t redis_start_auth(uint16_t port, const char *log_path,
+                              const char *pass)
 {
-    static char buf[IT_PATH_MAX];
-    const char *path = getenv("PATH");
-    const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    pid_t pid = it_redis_start(port, log_path, pass);
 
-    while (*p) {
-        size_t len = strcspn(p, ":");
-
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, p, prog);
-        if (len && access(buf, X_OK) == 0)
-            return buf;
-        p += len;
-        if (*p == ':')
-            p++;
-    }
-    return NULL;
+    assert_true(pid > 0);
+    return pid;
 }
 
 static pid_t redis_start(uint16_t port, const char *log_path)
 {
-    const char *bin = which("redis-server");
-    char port_arg[16];
-    char *argv[12];
-    pid_t pid;
-
-    if (!bin) {
-        print_error("redis-server not found in PATH\n");
-        fail();
-    }
-    snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
-    argv[0] = (char *)bin;
-    argv[1] = (char *)"--port";
-    argv[2] = port_arg;
-    argv[3] = (char *)"--bind";
-    argv[4] = (char *)"127.0.0.1";
-    argv[5] = (char *)"--save";
-    argv[6] = (char *)"";
-    argv[7] = (char *)"--appendonly";
-    argv[8] = (char *)"no";
-    argv[9] = (char *)"--daemonize";
-    argv[10] = (char *)"no";
-    argv[11] = NULL;
-    pid = it_spawn(argv, NULL, log_path);
-    assert_true(pid > 0);
-    if (it_wait_tcp(port, 5000) != 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        print_error("redis-server on port %u did not start; log: %s\n",
-                    (unsigned)port, log_path);
-        fail();
-    }
-    return pid;
+    return redis_start_auth(port, log_path, NULL);
 }
 
 static void redis_kill(pid_t pid)
@@ -379,6 +346,121 @@ static void test_redis_reconnect(void **state)
 }
 
 /* ---- (c) MySQL drops the service's connections ---- */
+
+/* How many lines of the file at path hold needle. */
+static int log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int n = 0;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/*
+ * A Redis with a password that needs percent-encoding in a URL ("p@ss" is
+ * "p%40ss"): the store and the purchase lock (whose URL defaults to the
+ * Redis URL) both log in with it, so purchases work. A lock backend that
+ * refuses its credentials makes /readyz say so and purchases answer 503,
+ * logged once, never 500.
+ */
+static void test_redis_password(void **state)
+{
+    uint16_t port = it_free_port();
+    char *log_path = xasprintf("%s/redis-%u.log", it_log_dir(), (unsigned)port);
+    char *url = xasprintf("SECKILL_REDIS_URL=redis://:p%%40ss@127.0.0.1:%u/0",
+                          (unsigned)port);
+    char *bad_lock = xasprintf("SECKILL_LOCK_URL=redis://:wrong@127.0.0.1:%u/0",
+                               (unsigned)port);
+    const char *env[] = {url, NULL};
+    const char *env_bad[] = {url, bad_lock, NULL};
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    struct it_server good, bad;
+    struct it_resp resp;
+    const json_t *details;
+    pid_t redis;
+
+    (void)state;
+    unlink(log_path);
+    redis = redis_start_auth(port, log_path, "p@ss");
+    redis_seed_idgen_auth(port, "p@ss");
+
+    assert_int_equal(0, it_server_start(&good, "faults-redis-pass", env));
+    it_http(&good, "GET", "/readyz", NULL, NULL, &resp);
+    it_assert_status(&resp, 200);
+    assert_string_equal("ok", it_json_str(resp.json, "lock"));
+    it_resp_free(&resp);
+    expect_sold(&good, v, user_id(20));
+    it_purchase(&good, v, user_id(20), &resp);
+    it_assert_error(&resp, 409, "ALREADY_PURCHASED");
+    it_resp_free(&resp);
+    assert_int_equal(0, it_server_stop(&good));
+
+    /* The lock's own URL with a wrong password. */
+    assert_int_equal(0, it_server_start(&bad, "faults-lock-badpass", env_bad));
+    it_http(&bad, "GET", "/readyz", NULL, NULL, &resp);
+    it_assert_error(&resp, 503, "UNAVAILABLE");
+    details = json_object_get(json_object_get(resp.json, "error"), "details");
+    assert_string_equal("ok", it_json_str(details, "mysql"));
+    assert_string_equal("ok", it_json_str(details, "redis"));
+    assert_string_equal("credentials refused", it_json_str(details, "lock"));
+    it_resp_free(&resp);
+    for (int i = 0; i < 5; i++) {
+        it_purchase(&bad, v, user_id(21 + i), &resp);
+        assert_unavailable(&resp);
+        it_resp_free(&resp);
+    }
+    assert_true(it_server_alive(&bad));
+    assert_int_equal(0, it_server_stop(&bad));
+    /* Six refusals (the probe and five purchases), one log line. */
+    assert_int_equal(1, log_count(bad.log_path, "who=lock"));
+    assert_int_equal(1, log_count(bad.log_path, "refused the credentials"));
+
+    redis_kill(redis);
+    assert_int_equal(1, it_sql_order_count(v));
+    free(bad_lock);
+    free(url);
+    free(log_path);
+}
+
+/*
+ * Only the purchase lock's backend is unreachable (its own URL points at a
+ * closed port): /readyz says so (503, details.lock "unreachable") while
+ * MySQL and Redis answer, and purchases are 503 with nothing written.
+ */
+static void test_lock_unreachable(void **state)
+{
+    char *lock_url =
+        xasprintf("SECKILL_LOCK_URL=redis://127.0.0.1:%u/0?timeout_ms=200",
+                  (unsigned)it_free_port());
+    const char *env[] = {lock_url, NULL};
+    int64_t v = it_seckill_create(&srv, 1, 10, -60, 3600);
+    struct it_server inst;
+    struct it_resp resp;
+    const json_t *details;
+
+    (void)state;
+    assert_int_equal(0, it_server_start(&inst, "faults-nolock", env));
+    it_http(&inst, "GET", "/readyz", NULL, NULL, &resp);
+    it_assert_error(&resp, 503, "UNAVAILABLE");
+    details = json_object_get(json_object_get(resp.json, "error"), "details");
+    assert_string_equal("ok", it_json_str(details, "mysql"));
+    assert_string_equal("ok", it_json_str(details, "redis"));
+    assert_string_equal("unreachable", it_json_str(details, "lock"));
+    assert_string_equal("redis", it_json_str(details, "lockBackend"));
+    it_resp_free(&resp);
+    it_purchase(&inst, v, user_id(30), &resp);
+    assert_unavailable(&resp);
+    it_resp_free(&resp);
+    assert_int_equal(0, it_server_stop(&inst));
+    assert_int_equal(0, it_sql_order_count(v));
+    free(lock_url);
+}
 
 static void test_mysql_reconnect(void **state)
 {
@@ -543,6 +625,8 @@ int main(void)
         cmocka_unit_test(test_redis_unreachable),
         cmocka_unit_test(test_mysql_unreachable),
         cmocka_unit_test(test_redis_reconnect),
+        cmocka_unit_test(test_redis_password),
+        cmocka_unit_test(test_lock_unreachable),
         cmocka_unit_test(test_mysql_reconnect),
         cmocka_unit_test(test_id_reuse),
         cmocka_unit_test(test_clean_shutdown),

@@ -120,132 +120,10 @@ static char *repeat(const char *unit, size_t n)
 
 /* ---- raw sockets: what curl will not send ---- */
 
-static int raw_connect(uint16_t port)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    assert_true(fd >= 0);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        print_error("connect to port %u: %s\n", (unsigned)port,
-                    strerror(errno));
-        close(fd);
-        fail();
-    }
-    return fd;
-}
-
-/* Send all of s; false if the peer has closed. */
-static bool raw_send(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
-
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        s += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static bool raw_send_str(int fd, const char *s)
-{
-    return raw_send(fd, s, strlen(s));
-}
-
-/*
- * Read from fd until the peer closes (EOF or reset) or timeout_ms passes.
- * Returns true if it closed. The data read so far goes to *out when out is
- * not NULL (NUL-terminated; free(3) it).
- */
-static bool raw_read_to_close(int fd, int timeout_ms, char **out)
-{
-    int64_t deadline = util_mono_ms() + timeout_ms;
-    size_t len = 0, cap = 4096;
-    char *buf = xmalloc(cap);
-    bool closed = false;
-
-    for (;;) {
-        int64_t left = deadline - util_mono_ms();
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-            break;
-        if (len + 1024 > cap)
-            buf = xrealloc(buf, cap *= 2);
-        ssize_t r = recv(fd, buf + len, cap - len - 1, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            closed = true;
-            break;
-        }
-        len += (size_t)r;
-    }
-    buf[len] = '\0';
-    if (out)
-        *out = buf;
-    else
-        free(buf);
-    return closed;
-}
-
-struct raw_resp {
-    long status; /* 0: no HTTP answer */
-    char *text;  /* the whole answer, headers and body */
-    const char *body;
-    json_t *json;
-    bool closed;
-};
-
-/* Send request (complete, with "Connection: close") and read the answer. */
-static void raw_request(uint16_t port, const char *request, size_t len,
-                        int timeout_ms, struct raw_resp *resp)
-{
-    int fd = raw_connect(port);
-
-    memset(resp, 0, sizeof(*resp));
-    raw_send(fd, request, len);
-    resp->closed = raw_read_to_close(fd, timeout_ms, &resp->text);
-    close(fd);
-    if (sscanf(resp->text, "HTTP/1.%*d %ld", &resp->status) != 1)
-        resp->status = 0;
-    resp->body = strstr(resp->text, "\r\n\r\n");
-    resp->body = resp->body ? resp->body + 4 : "";
-    resp->json = json_loads(resp->body, 0, NULL);
-}
-
-static void raw_resp_free(struct raw_resp *resp)
-{
-    free(resp->text);
-    json_decref(resp->json);
-    memset(resp, 0, sizeof(*resp));
-}
-
-/* Assert a raw answer is the JSON error status/code. */
-static void raw_assert_error(const struct raw_resp *resp, long status,
-                             const char *code)
-{
-    const char *got = it_json_str(json_object_get(resp->json, "error"), "code");
-
-    if (resp->status != status || !got || strcmp(got, code) != 0) {
-        print_error("expected %ld %s, got:\n%.600s\n", status, code,
-                    resp->text);
-        fail();
-    }
-    if (!strstr(resp->text, "Content-Type: application/json")) {
-        print_error("not JSON:\n%.600s\n", resp->text);
-        fail();
-    }
-}
-
 /* A POST of body with content_type (NULL: none) to path, raw. */
 static void raw_post(uint16_t port, const char *path, const char *content_type,
-                     const char *token, const char *body, struct raw_resp *resp)
+                     const char *token, const char *body,
+                     struct it_raw_resp *resp)
 {
     char *ct = content_type ? xasprintf("Content-Type: %s\r\n", content_type)
                             : xstrdup("");
@@ -255,7 +133,7 @@ static void raw_post(uint16_t port, const char *path, const char *content_type,
                           "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
                           path, ct, auth, strlen(body), body);
 
-    raw_request(port, req, strlen(req), 10000, resp);
+    it_raw_request(port, req, strlen(req), 10000, resp);
     free(req);
     free(auth);
     free(ct);
@@ -794,14 +672,14 @@ static void test_body_declared_huge(void **state)
             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
             "Authorization: Bearer %s\r\nContent-Length: 10485760\r\n\r\n",
             paths[i], i == 1 ? admin_tok : tok);
-        int fd = raw_connect(srv.port);
+        int fd = it_raw_connect(srv.port);
         int64_t t0 = util_mono_ms();
         char *text;
         bool closed;
         long status = 0;
 
-        assert_true(raw_send_str(fd, head));
-        closed = raw_read_to_close(fd, 5000, &text);
+        assert_true(it_raw_send_str(fd, head));
+        closed = it_raw_read_to_close(fd, 5000, &text);
         sscanf(text, "HTTP/1.1 %ld", &status);
         if (status != 413 || !closed || util_mono_ms() - t0 > 3000) {
             print_error("%s: status %ld closed %d after %lld ms:\n%.400s\n",
@@ -833,21 +711,21 @@ static void test_body_content_types(void **state)
         {"application/json; charset=utf-16", "\xff\xfe{\x00}\x00"},
         {NULL, "[\"13800138000\"]"},
     };
-    struct raw_resp resp;
+    struct it_raw_resp resp;
     size_t i;
 
     (void)state;
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         raw_post(srv.port, "/api/auth/code", bad[i].type, NULL, bad[i].body,
                  &resp);
-        raw_assert_error(&resp, 400, "BAD_REQUEST");
-        raw_resp_free(&resp);
+        it_raw_assert_error(&resp, 400, "BAD_REQUEST");
+        it_raw_resp_free(&resp);
     }
     /* A JSON object is read as JSON under any label (documented). */
     raw_post(srv.port, "/api/auth/code", "text/plain", NULL,
              "{\"phone\":\"13800138000\"}", &resp);
     assert_int_equal(200, resp.status);
-    raw_resp_free(&resp);
+    it_raw_resp_free(&resp);
 }
 
 /* JSON nested 10,000 deep, as arrays and as objects, in every body. */
@@ -1121,19 +999,19 @@ static void test_slowloris(void **state)
     assert_int_equal(0, it_server_start(&s, "hostile-slow", env));
     t0 = util_mono_ms();
     for (i = 0; i < n; i++) {
-        fds[i] = raw_connect(s.port);
+        fds[i] = it_raw_connect(s.port);
         if (i < STALLED)
-            assert_true(raw_send_str(fds[i], "GET /api/vouchers HTTP/1.1\r\n"
-                                             "Host: t\r\nX-Slow: "));
+            assert_true(it_raw_send_str(fds[i], "GET /api/vouchers HTTP/1.1\r\n"
+                                                "Host: t\r\nX-Slow: "));
         else if (i < STALLED + DRIPPING)
-            assert_true(raw_send_str(fds[i], "GET /healthz HTTP/1.1\r\n"));
+            assert_true(it_raw_send_str(fds[i], "GET /healthz HTTP/1.1\r\n"));
         else
-            assert_true(raw_send_str(fds[i],
-                                     "POST /api/auth/code HTTP/1.1\r\n"
-                                     "Host: t\r\nContent-Length: 100\r\n\r\n"
-                                     "{\"phone\":"));
+            assert_true(it_raw_send_str(fds[i],
+                                        "POST /api/auth/code HTTP/1.1\r\n"
+                                        "Host: t\r\nContent-Length: 100\r\n\r\n"
+                                        "{\"phone\":"));
     }
-    keep = raw_connect(s.port);
+    keep = it_raw_connect(s.port);
 
     /* Served at once while they hang on. */
     healthz_within(&s, 1000);
@@ -1145,11 +1023,11 @@ static void test_slowloris(void **state)
         char *text = NULL;
 
         for (i = STALLED; i < n; i++)
-            raw_send_str(fds[i],
-                         i < STALLED + DRIPPING ? "X-Drip: 1\r\n" : "1");
+            it_raw_send_str(fds[i],
+                            i < STALLED + DRIPPING ? "X-Drip: 1\r\n" : "1");
         assert_true(
-            raw_send_str(keep, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"));
-        raw_read_to_close(keep, 300, &text);
+            it_raw_send_str(keep, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"));
+        it_raw_read_to_close(keep, 300, &text);
         assert_non_null(strstr(text, "HTTP/1.1 200"));
         free(text);
         keep_requests++;
@@ -1168,13 +1046,13 @@ static void test_slowloris(void **state)
 
         for (i = STALLED; i < n; i++)
             if (!closed[i])
-                raw_send_str(fds[i],
-                             i < STALLED + DRIPPING ? "X-Drip: 1\r\n" : "1");
+                it_raw_send_str(fds[i],
+                                i < STALLED + DRIPPING ? "X-Drip: 1\r\n" : "1");
         /* The keep-alive client sends a request every 300 ms: each one
          * restarts its clock, so it stays open throughout. */
         assert_true(
-            raw_send_str(keep, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"));
-        raw_read_to_close(keep, 300, &text);
+            it_raw_send_str(keep, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"));
+        it_raw_read_to_close(keep, 300, &text);
         assert_non_null(strstr(text, "HTTP/1.1 200"));
         free(text);
         keep_requests++;
@@ -1197,8 +1075,8 @@ static void test_slowloris(void **state)
 static void open_stalled(uint16_t port, int *fds, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        fds[i] = raw_connect(port);
-        assert_true(raw_send_str(fds[i], "GET /healthz HTTP/1.1\r\n"));
+        fds[i] = it_raw_connect(port);
+        assert_true(it_raw_send_str(fds[i], "GET /healthz HTTP/1.1\r\n"));
     }
 }
 
@@ -1208,12 +1086,12 @@ static long raw_healthz(uint16_t port, int timeout_ms)
 {
     static const char req[] =
         "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-    struct raw_resp resp;
+    struct it_raw_resp resp;
     long status;
 
-    raw_request(port, req, strlen(req), timeout_ms, &resp);
+    it_raw_request(port, req, strlen(req), timeout_ms, &resp);
     status = resp.status;
-    raw_resp_free(&resp);
+    it_raw_resp_free(&resp);
     return status;
 }
 
@@ -1251,12 +1129,12 @@ static void test_conn_limit_per_ip(void **state)
         }
     }
     for (int i = 0; i < 5; i++) {
-        int fd = raw_connect(s.port);
+        int fd = it_raw_connect(s.port);
         int64_t t0 = util_mono_ms();
         char *text;
 
-        raw_send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-        if (!raw_read_to_close(fd, 2000, &text) || text[0] ||
+        it_raw_send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+        if (!it_raw_read_to_close(fd, 2000, &text) || text[0] ||
             util_mono_ms() - t0 > 1500) {
             print_error("connection %d over the limit: after %lld ms "
                         "got \"%.100s\"\n",
@@ -1292,7 +1170,7 @@ static void test_conn_limit_global(void **state)
                          "SECKILL_CONN_TIMEOUT_S=2", NULL};
     struct it_server s;
     int fds[GLOBAL_MAX];
-    struct raw_resp resp;
+    struct it_raw_resp resp;
     static const char req[] =
         "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
     int64_t t0, took;
@@ -1306,22 +1184,22 @@ static void test_conn_limit_global(void **state)
     usleep(200 * 1000);
     t0 = util_mono_ms();
     /* Not served while the slots are taken ... */
-    fd = raw_connect(s.port);
-    assert_true(raw_send_str(fd, req));
-    assert_false(raw_read_to_close(fd, 700, &text));
+    fd = it_raw_connect(s.port);
+    assert_true(it_raw_send_str(fd, req));
+    assert_false(it_raw_read_to_close(fd, 700, &text));
     assert_int_equal(0, strlen(text));
     free(text);
     /* ... and served once the deadline frees them. */
-    raw_read_to_close(fd, 6000, &text);
+    it_raw_read_to_close(fd, 6000, &text);
     took = util_mono_ms() - t0;
     print_message("      waiting client served after %lld ms\n",
                   (long long)took);
     assert_non_null(strstr(text, "HTTP/1.1 200"));
     free(text);
     close(fd);
-    raw_request(s.port, req, strlen(req), 2000, &resp);
+    it_raw_request(s.port, req, strlen(req), 2000, &resp);
     assert_int_equal(200, resp.status);
-    raw_resp_free(&resp);
+    it_raw_resp_free(&resp);
     for (int i = 0; i < GLOBAL_MAX; i++)
         close(fds[i]);
     assert_int_equal(0, it_server_stop(&s));

@@ -327,8 +327,8 @@ static void test_unknown_route(void **state)
 
     (void)state;
     user_token(uid(1), tok);
-    expect_error("GET", "/", NULL, NULL, 404, "NOT_FOUND");
     expect_error("GET", "/nope", NULL, NULL, 404, "NOT_FOUND");
+    expect_error("GET", "/index.html", NULL, NULL, 404, "NOT_FOUND");
     expect_error("GET", "/api", NULL, NULL, 404, "NOT_FOUND");
     expect_error("GET", "/api/nope", NULL, tok, 404, "NOT_FOUND");
     expect_error("GET", "/api/vouchers/1/nope", NULL, tok, 404, "NOT_FOUND");

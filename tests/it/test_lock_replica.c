@@ -99,33 +99,22 @@ static const char *redis_str(uint16_t port, char *buf, size_t size,
 static pid_t start_redis(const struct pair *p, uint16_t port,
                          const char *replicaof, const char *tag)
 {
-    char port_s[16], dir[96], log[IT_PATH_MAX + 64];
+    char dir[96], log[IT_PATH_MAX + 64];
     pid_t pid;
 
-    snprintf(port_s, sizeof(port_s), "%u", (unsigned)port);
     snprintf(dir, sizeof(dir), "%s/%s", p->dir, tag);
     assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
     snprintf(log, sizeof(log), "%s/replica-test-%s-%u.log", it_log_dir(), tag,
              (unsigned)port);
-    char *argv[] = {"/usr/bin/redis-server",
-                    "--port",
-                    port_s,
-                    "--bind",
-                    "127.0.0.1",
-                    "--dir",
-                    dir,
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--repl-diskless-load",
-                    "on-empty-db",
-                    replicaof ? "--replicaof" : NULL,
-                    (char *)replicaof,
-                    NULL};
-    pid = it_spawn(argv, NULL, log);
-    assert_true(pid > 0);
-    if (it_wait_tcp(port, 10000) != 0)
+    const char *const extra[] = {"--dir",
+                                 dir,
+                                 "--repl-diskless-load",
+                                 "on-empty-db",
+                                 replicaof ? "--replicaof" : NULL,
+                                 replicaof,
+                                 NULL};
+    pid = it_redis_start_with(port, log, NULL, extra);
+    if (pid < 0)
         fail_msg("redis-server on %u did not start; log %s", (unsigned)port,
                  log);
     return pid;
@@ -180,7 +169,7 @@ static void pair_failover(struct pair *p)
     char buf[64];
 
     kill_wait(&p->primary);
-    assert_true(it_proxy_ctl(&p->link, "cut"));
+    assert_int_equal(it_proxy_ctl(&p->link, "cut"), 0);
     it_proxy_stop(&p->link);
     assert_string_equal(
         redis_str(p->replica_port, buf, sizeof(buf), "REPLICAOF NO ONE"), "OK");
@@ -247,7 +236,7 @@ static void test_failover_loses_lock(void **state)
     pair_start(p);
     c1 = client_at(p->primary_port, 0);
     assert_int_equal(lock_new(c1, "order:42", &l1), 0);
-    assert_true(it_proxy_ctl(&p->link, "stall"));
+    assert_int_equal(it_proxy_ctl(&p->link, "stall"), 0);
     assert_int_equal(acquire(l1, &rc), LOCK_ACQUIRED);
     assert_int_equal(rc, 0);
     assert_string_equal(
@@ -292,7 +281,7 @@ static void test_failover_keeps_confirmed_lock(void **state)
     assert_int_equal(lock_new(c1, "order:42", &l1), 0);
     assert_int_equal(lock_rw_new(c1, "order:43", &r1, &w1), 0);
     snprintf(buf, sizeof(buf), "latency %d", LAG_MS);
-    assert_true(it_proxy_ctl(&p->link, buf));
+    assert_int_equal(it_proxy_ctl(&p->link, buf), 0);
     assert_int_equal(acquire(l1, &rc), LOCK_ACQUIRED);
     assert_int_equal(rc, 0);
     assert_int_equal(acquire(w1, &rc), LOCK_ACQUIRED);
@@ -321,17 +310,33 @@ static void test_failover_keeps_confirmed_lock(void **state)
     lock_client_close(c1);
 }
 
+/* Wait up to a second for key to be gone from the server on port (an
+ * undo sent without waiting for its answer). */
+static void assert_key_gone(uint16_t port, const char *key)
+{
+    char cmd[64], buf[64];
+
+    snprintf(cmd, sizeof(cmd), "GET %s", key);
+    for (int i = 0; i < 20 && redis_str(port, buf, sizeof(buf), cmd)[0]; i++)
+        sleep_ms(50);
+    if (redis_str(port, buf, sizeof(buf), cmd)[0])
+        fail_msg("%s is still on the primary: %s", key, buf);
+}
+
 /*
  * With replicas=1 and replication held back, the acquire fails with -EIO
  * within about the timeout and takes its lock back off the primary (the
- * holder does not believe in a lock a failover would lose). Once
- * replication flows again, the same acquire succeeds.
+ * holder does not believe in a lock a failover would lose); so does each
+ * lock of a batch (lock_acquire_many(), one WAIT for all). Once
+ * replication flows again, the same acquires succeed.
  */
 static void test_unconfirmed_acquire_fails(void **state)
 {
     struct pair *p = &cur;
     struct lock_client *c1;
-    struct lock *l1;
+    struct lock *l1, *batch[2];
+    enum lock_status st[2];
+    int err[2], bheld[2];
     char buf[64];
     int64_t t0, ms;
     int rc, held = -1;
@@ -340,7 +345,7 @@ static void test_unconfirmed_acquire_fails(void **state)
     pair_start(p);
     c1 = client_at(p->primary_port, 1);
     assert_int_equal(lock_new(c1, "order:42", &l1), 0);
-    assert_true(it_proxy_ctl(&p->link, "stall"));
+    assert_int_equal(it_proxy_ctl(&p->link, "stall"), 0);
     t0 = mono_ms();
     acquire(l1, &rc);
     ms = mono_ms() - t0;
@@ -353,11 +358,34 @@ static void test_unconfirmed_acquire_fails(void **state)
     assert_string_equal(
         redis_str(p->primary_port, buf, sizeof(buf), "GET order:42"), "");
 
-    assert_true(it_proxy_ctl(&p->link, "resume"));
+    assert_int_equal(lock_new(c1, "order:1", &batch[0]), 0);
+    assert_int_equal(lock_new(c1, "order:2", &batch[1]), 0);
+    assert_int_equal(lock_acquire_many(batch, 2, LEASE_MS, st, err), 0);
+    print_message("      replication held back: a batch of two = %d, %d\n",
+                  err[0], err[1]);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(err[i], -EIO);
+        assert_int_equal(lock_holds(batch[i]), 0);
+    }
+    assert_key_gone(p->primary_port, "order:1");
+    assert_key_gone(p->primary_port, "order:2");
+
+    assert_int_equal(it_proxy_ctl(&p->link, "resume"), 0);
     assert_int_equal(acquire(l1, &rc), LOCK_ACQUIRED);
     assert_int_equal(rc, 0);
     assert_int_equal(lock_release(l1, &held), 0);
     assert_int_equal(held, 1);
+    assert_int_equal(lock_acquire_many(batch, 2, LEASE_MS, st, err), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(err[i], 0);
+        assert_int_equal(st[i], LOCK_ACQUIRED);
+    }
+    assert_int_equal(lock_release_many(batch, 2, bheld, err), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(err[i], 0);
+        assert_int_equal(bheld[i], 1);
+        lock_free(batch[i]);
+    }
     lock_free(l1);
     lock_client_close(c1);
 }

@@ -92,12 +92,18 @@ static void test_walkthrough(void **state)
     printf("%s", out ? out : "");
     assert_int_equal(status, 0);
     assert_non_null(out);
-    /* The voucher, the second purchase's 409, the order and my orders. */
+    /* The voucher, the second purchase's 409, the order, my orders, the
+     * payment and the stats. */
     assert_non_null(strstr(out, "\"type\":\"seckill\""));
     assert_non_null(strstr(out, "\"stock\":100"));
     assert_non_null(strstr(out, "ALREADY_PURCHASED"));
     assert_non_null(strstr(out, "\"status\":\"unpaid\""));
+    assert_non_null(strstr(out, "\"payDeadline\":\""));
     assert_non_null(strstr(out, "{\"items\":[{"));
+    /* Paid, and the stats count it. */
+    assert_non_null(strstr(out, "\"status\":\"paid\""));
+    assert_non_null(strstr(out, "\"initialStock\":100"));
+    assert_non_null(strstr(out, "\"paid\":1"));
     free(out);
     free(fixed);
     free(script);

@@ -129,8 +129,8 @@ static int group_teardown(void **state)
 static int heal_proxies(void **state)
 {
     (void)state;
-    return it_proxy_ctl(&mysql_proxy, "heal") &&
-                   it_proxy_ctl(&redis_proxy, "heal")
+    return it_proxy_ctl(&mysql_proxy, "heal") == 0 &&
+                   it_proxy_ctl(&redis_proxy, "heal") == 0
                ? 0
                : -1;
 }
@@ -281,8 +281,8 @@ static void test_refused_without_backends(void **state)
     refused(srv_a, plain, fresh_user(), 409, "NOT_SECKILL");
     refused(srv_a, unknown, fresh_user(), 404, "NOT_FOUND");
 
-    assert_true(it_proxy_ctl(&mysql_proxy, "stall"));
-    assert_true(it_proxy_ctl(&redis_proxy, "stall"));
+    assert_true(it_proxy_ctl(&mysql_proxy, "stall") == 0);
+    assert_true(it_proxy_ctl(&redis_proxy, "stall") == 0);
     ms = burst(srv_a, sold, BURST, 0, 409, "SOLD_OUT");
     slowest = ms > slowest ? ms : slowest;
     /* One user, far over the rate limit: never 429, never the limiter. */
@@ -309,8 +309,8 @@ static void test_refused_without_backends(void **state)
         it_assert_error(&resp, 401, "UNAUTHORIZED");
         it_resp_free(&resp);
     }
-    assert_true(it_proxy_ctl(&mysql_proxy, "resume"));
-    assert_true(it_proxy_ctl(&redis_proxy, "resume"));
+    assert_true(it_proxy_ctl(&mysql_proxy, "resume") == 0);
+    assert_true(it_proxy_ctl(&redis_proxy, "resume") == 0);
 }
 
 /*
@@ -388,7 +388,7 @@ static void test_resubscribe_flushes(void **state)
     restock(v, 1);
     refused(srv_a, v, fresh_user(), 409, "SOLD_OUT");
     /* Reset every connection of A to Redis, its subscriber's too. */
-    assert_true(it_proxy_ctl(&redis_proxy, "cut"));
+    assert_true(it_proxy_ctl(&redis_proxy, "cut") == 0);
     ms = sells_within(srv_a, v, 5000);
     print_message("after the subscriber reconnected: A sold in %lld ms\n",
                   (long long)ms);

@@ -2,17 +2,21 @@
  * test_config.c - settings from the environment and flags: defaults,
  * precedence, URL parsing and one-line errors for bad values; also the
  * abuse limits (rate limits, connection timeout and limits), the purchase
- * settings (batching, stock segments) and the sold-out cache's TTL.
+ * settings (batching, stock segments), the sold-out cache's TTL and the
+ * CORS origins.
  */
 #include <stdarg.h>
 #include <stddef.h>
+#include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cmd/config.h"
+#include "common/url.h"
 
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -24,6 +28,8 @@ static const char *const vars[] = {
     "SECKILL_REDIS_URL",
     "SECKILL_SECRET",
     "SECKILL_THREADS",
+    "SECKILL_ENGINE_THREADS",
+    "SECKILL_QUEUE_MAX",
     "SECKILL_LOCK_TTL_MS",
     "SECKILL_LOCK_URL",
     "SECKILL_DEV",
@@ -36,6 +42,7 @@ static const char *const vars[] = {
     "SECKILL_BATCH_LINGER_US",
     "SECKILL_STOCK_SEGMENTS",
     "SECKILL_SOLDOUT_TTL_MS",
+    "SECKILL_CORS_ORIGINS",
 };
 
 static int reset_env(void **state)
@@ -82,7 +89,14 @@ static void test_defaults(void **state)
     assert_string_equal(c.http.bind, "127.0.0.1");
     assert_int_equal(c.http.lock_ttl_ms, 10000);
     assert_false(c.http.dev);
-    assert_true(c.http.threads >= 4);
+    {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* One HTTP thread per core (two at least), two engine threads
+         * per core, and a queue that drains in about a second. */
+        assert_int_equal(c.http.threads, cores < 2 ? 2 : cores);
+        assert_int_equal(c.http.engine_threads, 2 * cores);
+        assert_int_equal(c.http.queue_max, 20000);
+    }
     assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
     assert_int_equal(c.http.store.mysql_port, 13306);
     assert_string_equal(c.http.store.mysql_user, "u");
@@ -201,6 +215,45 @@ static void test_urls(void **state)
     assert_string_equal(c.http.store.redis_user, "app");
     assert_string_equal(c.http.store.redis_pass, "pw");
     assert_int_equal(c.http.store.redis_db, 2);
+    config_free(&c);
+
+    /* The lock's URL defaults to the Redis URL, and the lock decodes it
+     * with the same parser: the same password reaches both. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%40ss@h:1/0", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.redis_pass, "p@ss");
+    assert_string_equal(c.http.lock_url, "redis://:p%40ss@h:1/0");
+    struct url u;
+    assert_int_equal(url_parse(c.http.lock_url, &u, err, sizeof(err)), 0);
+    assert_string_equal(u.pass, "p@ss");
+    config_free(&c);
+
+    /* Sentinels: the master's name and database from the path, the
+     * sentinels' object made once and released with the config. */
+    setenv("SECKILL_REDIS_URL",
+           "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/main/4", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_non_null(c.http.store.redis_sentinel);
+    assert_string_equal(c.http.store.redis_host, "main");
+    assert_string_equal(c.http.store.redis_pass, "pw");
+    assert_int_equal(c.http.store.redis_db, 4);
+    assert_string_equal(c.http.lock_url,
+                        "redis-sentinel://:pw@127.0.0.1:26379,127.0.0.1:26380/"
+                        "main/4");
+    config_free(&c);
+    assert_null(c.http.store.redis_sentinel);
+    setenv("SECKILL_REDIS_URL", "redis-sentinel://s1,s2,s3", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "redis-sentinel://"));
+    config_free(&c);
+    setenv("SECKILL_REDIS_URL", "redis://a:1,b:2/0", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    config_free(&c);
+
+    /* A bad escape is a start-up error naming the setting. */
+    setenv("SECKILL_REDIS_URL", "redis://:p%4@h", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_REDIS_URL"));
     config_free(&c);
     reset_env(NULL);
 }
@@ -370,6 +423,12 @@ static void test_purchase_values(void **state)
     assert_int_equal(c.http.store.batch_max, STORE_BATCH_MAX);
     assert_int_equal(c.http.store.stock_segments, 64);
     config_free(&c);
+
+    setenv("SECKILL_QUEUE_MAX", "5", 1);
+    assert_int_equal(parse(&c, err, 2, "--engine-threads=7"), 0);
+    assert_int_equal(c.http.engine_threads, 7);
+    assert_int_equal(c.http.queue_max, 5);
+    config_free(&c);
 }
 
 static void test_purchase_bad_values(void **state)
@@ -387,6 +446,11 @@ static void test_purchase_bad_values(void **state)
         {"SECKILL_STOCK_SEGMENTS", "0"},
         {"SECKILL_STOCK_SEGMENTS", "65"},
         {"SECKILL_STOCK_SEGMENTS", "2.5"},
+        {"SECKILL_ENGINE_THREADS", "0"},
+        {"SECKILL_ENGINE_THREADS", "1025"},
+        {"SECKILL_QUEUE_MAX", "0"},
+        {"SECKILL_QUEUE_MAX", "1000001"},
+        {"SECKILL_QUEUE_MAX", "many"},
     };
     struct config c;
     char err[256];
@@ -451,6 +515,90 @@ static void test_soldout_bad_values(void **state)
     }
 }
 
+static void test_cors_default_and_values(void **state)
+{
+    static const char *const good[] = {
+        "https://shop.example.com",
+        "http://localhost:3000",
+        "https://a.example, http://127.0.0.1:8081 ,http://[::1]:9000",
+        "http://xn--fsq.example",
+    };
+    struct config c;
+    char err[256];
+    char *flag[] = {"--cors-origins", "https://flag.example"};
+
+    (void)state;
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_null(c.http.cors_origins);
+    config_free(&c);
+
+    /* Empty, or only spaces: off. */
+    setenv("SECKILL_CORS_ORIGINS", " ", 1);
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_null(c.http.cors_origins);
+    config_free(&c);
+
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        setenv("SECKILL_CORS_ORIGINS", good[i], 1);
+        if (parse_argv(&c, err, 1, NULL) != 0) {
+            print_error("\"%s\" refused: %s\n", good[i], err);
+            fail();
+        }
+        assert_string_equal(c.http.cors_origins, good[i]);
+        config_free(&c);
+    }
+    /* The flag wins over the environment. */
+    assert_int_equal(parse_argv(&c, err, 3, flag), 0);
+    assert_string_equal(c.http.cors_origins, "https://flag.example");
+    config_free(&c);
+}
+
+static void test_cors_bad_values(void **state)
+{
+    /* Each with a word of the reason the message must give. */
+    static const struct {
+        const char *value, *why;
+    } bad[] = {
+        {"*", "every site"},
+        {"null", "sandboxed"},
+        {"https://shop.example/", "trailing slash"},
+        {"https://shop.example/app", "path"},
+        {"shop.example", "http:// or https://"},
+        {"ftp://shop.example", "http:// or https://"},
+        {"https://Shop.example", "lower-case"},
+        {"https://shop.example:443", "default port"},
+        {"http://shop.example:80", "default port"},
+        {"http://shop.example:0", "port"},
+        {"http://shop.example:99999", "port"},
+        {"http://shop.example:8a", "port"},
+        {"http://", "http:// or https://"},
+        {"http://[zz]:1", "IPv6"},
+        {"https://a.example,", "empty origin"},
+        {"https://a.example,,https://b.example", "empty origin"},
+        {"https://a.example https://b.example", "lower-case"},
+    };
+    struct config c;
+    char err[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SECKILL_CORS_ORIGINS", bad[i].value, 1);
+        err[0] = '\0';
+        if (parse_argv(&c, err, 1, NULL) == 0) {
+            print_error("SECKILL_CORS_ORIGINS=\"%s\" was accepted\n",
+                        bad[i].value);
+            fail();
+        }
+        if (!strstr(err, "SECKILL_CORS_ORIGINS") || !strstr(err, bad[i].why)) {
+            print_error("\"%s\": message \"%s\" lacks \"%s\"\n", bad[i].value,
+                        err, bad[i].why);
+            fail();
+        }
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -468,6 +616,8 @@ int main(void)
         cmocka_unit_test_setup(test_purchase_bad_values, reset_env),
         cmocka_unit_test_setup(test_soldout_default_and_values, reset_env),
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
+        cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
+        cmocka_unit_test_setup(test_cors_bad_values, reset_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

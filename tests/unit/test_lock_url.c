@@ -1,7 +1,9 @@
 /*
- * test_lock_url.c - unit tests of the lock URL parser (lock/url.c) and of
- * the checks lock_client_open() makes before any I/O: schemes, host lists,
- * IPv6 literals, credentials, query settings and every malformed form.
+ * test_lock_url.c - unit tests of a lock URL's own settings (lock/url.c;
+ * the grammar itself is common/url.h's, tested in test_url.c) and of the
+ * checks lock_client_open() makes before any I/O: schemes, host counts,
+ * databases, query settings; and the lock kinds' constructors and the
+ * multi-lock's checks, which need no server either.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,122 +16,65 @@
 
 #include "lock/internal.h"
 
-static void test_single_redis(void **state)
+/* The query settings a lock URL may carry, and nothing else. */
+static void test_settings(void **state)
 {
-    struct lock_url u;
-    char err[160];
-
-    (void)state;
-    assert_int_equal(
-        0, lock__url_parse("redis://127.0.0.1:16379/1", &u, err, sizeof(err)));
-    assert_string_equal("redis", u.scheme);
-    assert_int_equal(1, u.nhosts);
-    assert_string_equal("127.0.0.1", u.hosts[0].host);
-    assert_int_equal(16379, u.hosts[0].port);
-    assert_string_equal("1", u.path);
-    assert_int_equal(0, u.has_pass);
-    assert_int_equal(0, u.timeout_ms);
-}
-
-static void test_credentials_and_hosts(void **state)
-{
-    struct lock_url u;
-    char err[160];
-
-    (void)state;
-    assert_int_equal(0, lock__url_parse("redlock://bob:s3cr:t@a:1,b,[::1]:3/2"
-                                        "?timeout_ms=50&session_ms=4000",
-                                        &u, err, sizeof(err)));
-    assert_string_equal("bob", u.user);
-    assert_string_equal("s3cr:t", u.pass);
-    assert_int_equal(1, u.has_pass);
-    assert_int_equal(3, u.nhosts);
-    assert_string_equal("a", u.hosts[0].host);
-    assert_int_equal(1, u.hosts[0].port);
-    assert_string_equal("b", u.hosts[1].host);
-    assert_int_equal(0, u.hosts[1].port); /* the backend's default */
-    assert_string_equal("::1", u.hosts[2].host);
-    assert_int_equal(3, u.hosts[2].port);
-    assert_string_equal("2", u.path);
-    assert_int_equal(50, u.timeout_ms);
-    assert_int_equal(4000, u.session_ms);
-
-    /* Password only, as redis://:pass@host. */
-    assert_int_equal(0, lock__url_parse("redis://:pw@h", &u, err, sizeof(err)));
-    assert_string_equal("", u.user);
-    assert_string_equal("pw", u.pass);
-    assert_int_equal(1, u.has_pass);
-
-    /* A ZooKeeper root path keeps its inner slashes. */
-    assert_int_equal(
-        0, lock__url_parse("zookeeper://z:2181/a/b", &u, err, sizeof(err)));
-    assert_string_equal("a/b", u.path);
-}
-
-/* ?replicas=N: how many replicas an acquire waits for; 0 is off. */
-static void test_replicas(void **state)
-{
-    struct lock_url u;
-    char err[160];
-
-    (void)state;
-    assert_int_equal(0, lock__url_parse("redis://h:1/0", &u, err, sizeof(err)));
-    assert_int_equal(0, u.replicas);
-    assert_int_equal(
-        0, lock__url_parse("redis://h:1/0?replicas=2", &u, err, sizeof(err)));
-    assert_int_equal(2, u.replicas);
-    assert_int_equal(0, u.timeout_ms);
-    assert_int_equal(0, lock__url_parse("redis://h:1/3?timeout_ms=50&"
-                                        "replicas=1",
-                                        &u, err, sizeof(err)));
-    assert_int_equal(1, u.replicas);
-    assert_int_equal(50, u.timeout_ms);
-    assert_string_equal("3", u.path);
-    assert_int_equal(0, lock__url_parse("redis://h?replicas=0&replicas=64", &u,
-                                        err, sizeof(err)));
-    assert_int_equal(64, u.replicas);
-}
-
-static void test_malformed(void **state)
-{
-    static const char *const bad[] = {
-        "",
-        "redis",
-        "://host",
-        "redis://",
-        "redis:///1",
-        "redis://h:",
-        "redis://h:0",
-        "redis://h:65536",
-        "redis://h:12ab",
-        "redis://h,",
-        "redis://h,,k",
-        "redis://[::1",
-        "redis://[::1]x",
-        "redis://h?timeout_ms",
-        "redis://h?timeout_ms=0",
-        "redis://h?timeout_ms=abc",
-        "redis://h?timeout_ms=3600001",
-        "redis://h?bogus=1",
-        "redis://h?replicas",
-        "redis://h?replicas=",
-        "redis://h?replicas=-1",
-        "redis://h?replicas=65",
-        "redis://h?replicas=1x",
-        "redis://h?timeout_ms=10&replicas=2&replicas",
-        "redlock://a,b,c,d,e,f,g,h,i,j",
-        "averyveryverylongscheme://h",
+    static const struct {
+        const char *in;
+        int ok;
+        uint32_t timeout_ms, session_ms, replicas;
+    } cases[] = {
+        {"redis://127.0.0.1:16379/1", 1, 0, 0, 0},
+        {"redlock://a:1,b,[::1]:3/2?timeout_ms=50&session_ms=4000", 1, 50, 4000,
+         0},
+        {"zookeeper://z:2181/a/b?session_ms=3600000", 1, 0, 3600000, 0},
+        {"redis://h?timeout_ms=0", 0, 0, 0, 0},
+        {"redis://h?timeout_ms=abc", 0, 0, 0, 0},
+        {"redis://h?timeout_ms=3600001", 0, 0, 0, 0},
+        {"redis://h?timeout_ms=-1", 0, 0, 0, 0},
+        {"redis://h?bogus=1", 0, 0, 0, 0},
+        /* ?replicas=N: how many replicas an acquire waits for; 0 is off. */
+        {"redis://h:1/0?replicas=2", 1, 0, 0, 2},
+        {"redis://h:1/3?timeout_ms=50&replicas=1", 1, 50, 0, 1},
+        {"redis://h?replicas=0", 1, 0, 0, 0},
+        {"redis://h?replicas=64", 1, 0, 0, 64},
+        {"redis://h?replicas=0&replicas=64", 0, 0, 0, 0},
+        {"redis-sentinel://s1,s2,s3/m/1?replicas=1", 1, 0, 0, 1},
+        {"redis://h?replicas", 0, 0, 0, 0},
+        {"redis://h?replicas=", 0, 0, 0, 0},
+        {"redis://h?replicas=-1", 0, 0, 0, 0},
+        {"redis://h?replicas=65", 0, 0, 0, 0},
+        {"redis://h?replicas=1x", 0, 0, 0, 0},
+        {"redis://h?timeout_ms=10&replicas=2&replicas", 0, 0, 0, 0},
+        /* Replica confirmation is a single Redis server's. */
+        {"redlock://a:1,b:2,c:3/0?replicas=1", 0, 0, 0, 0},
+        {"mysql://u:p@h:1/db?replicas=0", 0, 0, 0, 0},
+        {"zookeeper://h:1/locks?replicas=1", 0, 0, 0, 0},
     };
-    struct lock_url u;
     char err[160];
 
     (void)state;
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct url u;
+        struct lock_url_settings set = {7, 7, 7};
+
+        /* Some bad settings are already bad grammar ("?replicas"). */
+        if (url_parse(cases[i].in, &u, err, sizeof(err))) {
+            if (cases[i].ok)
+                fail_msg("url_parse refused \"%s\": %s", cases[i].in, err);
+            continue;
+        }
         err[0] = '\0';
-        if (lock__url_parse(bad[i], &u, err, sizeof(err)) != -EINVAL)
-            fail_msg("accepted \"%s\"", bad[i]);
-        if (!err[0])
-            fail_msg("no reason for \"%s\"", bad[i]);
+        int rc = lock__url_settings(&u, &set, err, sizeof(err));
+        if (cases[i].ok) {
+            if (rc)
+                fail_msg("refused \"%s\": %s", cases[i].in, err);
+            assert_int_equal(cases[i].timeout_ms, set.timeout_ms);
+            assert_int_equal(cases[i].session_ms, set.session_ms);
+            assert_int_equal(cases[i].replicas, set.replicas);
+        } else if (rc != -EINVAL || !err[0]) {
+            fail_msg("accepted \"%s\"", cases[i].in);
+        }
     }
 }
 
@@ -142,6 +87,12 @@ static void test_client_open_refuses(void **state)
         "redis://a:1,b:2",         /* one server only */
         "redlock://a:1,b:2",       /* RedLock needs at least three */
         "redlock://a:1,b:2,c:3/x", /* database must be a number */
+        "redis://:p%4@h",          /* a bad percent-escape */
+        "redis://h?timeout_ms=0",
+        "zookeeper://h?bogus=1",
+        "redis-sentinel://s1,s2,s3",     /* no master's name */
+        "redis-sentinel://s1/m/99",      /* no such database */
+        "redis-sentinel://s1/m?bogus=1", /* an unknown setting */
         /* Replica confirmation is a single Redis server's. */
         "redlock://a:1,b:2,c:3/0?replicas=1",
         "mysql://u:p@h:1/db?replicas=1",
@@ -172,6 +123,13 @@ static void test_client_open_refuses(void **state)
     int held = 1;
     assert_int_equal(-ENOLCK, lock_release(l, &held));
     lock_free(l);
+    lock_client_close(c);
+
+    /* A Redis found through its sentinels is the redis backend. */
+    assert_int_equal(0, lock_client_open("redis-sentinel://127.0.0.1:1,"
+                                         "127.0.0.1:2,127.0.0.1:3/main/1",
+                                         NULL, &c));
+    assert_string_equal("redis", lock_client_backend(c));
     lock_client_close(c);
 }
 
@@ -240,6 +198,12 @@ static void test_kinds_offline(void **state)
     assert_int_equal(-EINVAL,
                      lock_multi_acquire(big, LOCK_MULTI_MAX + 1, 0, 1000, &st));
     assert_int_equal(-EINVAL, lock_multi_acquire(mixed, 3, 0, 1000, NULL));
+    /* The batch calls (the purchase engine's) take mutexes only. */
+    struct lock *not_mutexes[] = {m, s};
+    enum lock_status bst[2];
+    int berr[2];
+    assert_int_equal(-EINVAL,
+                     lock_acquire_many(not_mutexes, 2, 1000, bst, berr));
     /* Releasing a set nobody holds: -ENOLCK, not held. */
     assert_int_equal(-ENOLCK, lock_multi_release(mixed, 3, &held));
     assert_int_equal(0, held);
@@ -257,10 +221,7 @@ static void test_kinds_offline(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single_redis),
-        cmocka_unit_test(test_credentials_and_hosts),
-        cmocka_unit_test(test_replicas),
-        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_settings),
         cmocka_unit_test(test_client_open_refuses),
         cmocka_unit_test(test_kinds_offline),
     };

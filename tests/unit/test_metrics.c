@@ -85,7 +85,7 @@ static void test_exited_threads_keep_counts(void **state)
 static char *render(struct prom_doc *doc)
 {
     static const char *const names[] = {"/a", "/b/{id}", "unmatched"};
-    struct metrics_extra extra = {names, 3};
+    struct metrics_extra extra = {.route_names = names, .routes = 3};
     size_t len;
     char *text = metrics_render(&extra, &len);
 

@@ -1,12 +1,14 @@
 /*
- * test_route.c - routing, the error table and the body validators, without
- * a server: requests are built by hand with no connection.
+ * test_route.c - routing, the error table (and its copies in README.md and
+ * docs/openapi.json) and the body validators, without a server: requests
+ * are built by hand with no connection. Run from the repository's root.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -23,7 +25,7 @@ static void test_routes(void **state)
     assert_ptr_equal(r->get, health_get);
     assert_int_equal(route_match("/api/vouchers", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->post, vouchers_post);
-    assert_string_equal(r->allow, "GET, POST");
+    assert_string_equal(r->allow, "GET, POST, OPTIONS");
     assert_int_equal(route_match("/api/vouchers/42", &r, &id), ROUTE_OK);
     assert_ptr_equal(r->get, voucher_get);
     assert_int_equal(id, 42);
@@ -44,17 +46,35 @@ static void test_routes(void **state)
     for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++)
         assert_int_equal(route_match(bad_ids[i], &r, &id), ROUTE_BAD_ID);
 
-    const char *missing[] = {"/",
-                             "",
+    const char *missing[] = {"",
                              "/api",
                              "/api/vouchers/",
                              "/api/vouchers/1/",
                              "/api/vouchers/1/seckill/x",
                              "/healthzz",
                              "/API/vouchers",
-                             "/api/orders/1/x"};
+                             "/api/orders/1/x",
+                             "/admin/",
+                             "/static",
+                             "/static/",
+                             "/static/a/b",
+                             "/index.html"};
     for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++)
         assert_int_equal(route_match(missing[i], &r, &id), ROUTE_NOT_FOUND);
+
+    /* The pages and their files: one handler, any file name. */
+    const char *pages[] = {"/",
+                           "/admin",
+                           "/openapi.json",
+                           "/static/app.css",
+                           "/static/no-such-file",
+                           "/static/..."};
+    for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+        assert_int_equal(route_match(pages[i], &r, &id), ROUTE_OK);
+        assert_ptr_equal(r->get, web_get);
+        assert_null(r->post);
+        assert_int_equal(id, 0);
+    }
 }
 
 static void test_error_table(void **state)
@@ -69,6 +89,83 @@ static void test_error_table(void **state)
     assert_int_equal(api_errors[ERR_BUSY].status, 429);
     assert_int_equal(api_errors[ERR_SOLD_OUT].status, 409);
     assert_int_equal(api_errors[ERR_UNAVAILABLE].status, 503);
+}
+
+/* The code's index in the table, or -1. */
+static int error_index(const char *code)
+{
+    for (int i = 0; i < ERR_COUNT; i++)
+        if (strcmp(api_errors[i].code, code) == 0)
+            return i;
+    return -1;
+}
+
+/* The OpenAPI document lists exactly the table's codes. */
+static void test_error_table_in_openapi(void **state)
+{
+    json_error_t jerr;
+    json_t *doc = json_load_file("docs/openapi.json", 0, &jerr);
+    json_t *codes;
+    bool seen[ERR_COUNT] = {false};
+    size_t i;
+    json_t *v;
+    (void)state;
+
+    if (!doc) {
+        print_error("docs/openapi.json: %s\n", jerr.text);
+        fail();
+    }
+    codes = json_object_get(
+        json_object_get(
+            json_object_get(json_object_get(doc, "components"), "schemas"),
+            "ErrorCode"),
+        "enum");
+    assert_true(json_is_array(codes));
+    json_array_foreach(codes, i, v)
+    {
+        int e = error_index(json_string_value(v));
+        if (e < 0) {
+            print_error("openapi lists %s, the table does not\n",
+                        json_string_value(v));
+            fail();
+        }
+        seen[e] = true;
+    }
+    for (int e = 0; e < ERR_COUNT; e++)
+        if (!seen[e]) {
+            print_error("openapi lacks %s\n", api_errors[e].code);
+            fail();
+        }
+    json_decref(doc);
+}
+
+/* README's table of errors: every code with its status, once. */
+static void test_error_table_in_readme(void **state)
+{
+    FILE *f = fopen("README.md", "r");
+    char line[1024], code[64];
+    int seen[ERR_COUNT] = {0};
+    unsigned status;
+    (void)state;
+
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "| %u | `%63[A-Z_]` |", &status, code) != 2)
+            continue;
+        int e = error_index(code);
+        if (e < 0 || api_errors[e].status != status) {
+            print_error("README: %u %s is not in the table\n", status, code);
+            fail();
+        }
+        seen[e]++;
+    }
+    fclose(f);
+    for (int e = 0; e < ERR_COUNT; e++)
+        if (seen[e] != 1) {
+            print_error("README lists %s %d times\n", api_errors[e].code,
+                        seen[e]);
+            fail();
+        }
 }
 
 static struct handlers_config cfg;
@@ -208,6 +305,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes),
         cmocka_unit_test(test_error_table),
+        cmocka_unit_test(test_error_table_in_openapi),
+        cmocka_unit_test(test_error_table_in_readme),
         cmocka_unit_test(test_body_object),
         cmocka_unit_test(test_body_fields),
         cmocka_unit_test(test_body_strings),

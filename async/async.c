@@ -1,0 +1,1160 @@
+/*
+ * async.c - the asynchronous purchase mode (see async.h): the Redis
+ * scripts of a sale, and one instance's writer thread, which also runs
+ * the reconciliation when it holds the reconciliation lock.
+ */
+#include "async/async.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/failpoint.h"
+#include "common/metrics.h"
+#include "common/redis.h"
+#include "common/util.h"
+
+#define GROUP "writers"
+#define KEY_MAX 64
+#define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
+#define VOUCHERS_MAX 256
+/* How often the writer re-reads the async vouchers, claims what dead
+ * consumers left, and (with the lock) reconciles. */
+#define REFRESH_MS 2000
+#define CLAIM_EVERY_MS 1000
+#define RECONCILE_MS 2000
+/* The rebuild of one sale: how long its purchases are held at most. */
+#define FREEZE_MS 60000
+#define DRAIN_WAIT_MS 30000
+/* An idle writer looks again this often; a sale on this instance wakes
+ * it at once (async_voucher_hint()). */
+#define IDLE_SLEEP_MS 200
+#define HINTS_MAX 16
+
+/* ---- keys and scripts ---- */
+
+static void key(char *buf, int64_t voucher_id, const char *what)
+{
+    snprintf(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
+}
+
+/* KEYS info, stock, buyers, stream, pending, dead, frozen; ARGV begin,
+ * end, stock. A new voucher id can only meet a stale sale (from an
+ * earlier database on the same Redis): it is replaced. */
+static struct redis_script preheat_script = REDIS_SCRIPT(
+    "redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], "
+    "KEYS[7]) "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
+    "'initial', ARGV[3]) "
+    "redis.call('set', KEYS[2], ARGV[3]) "
+    "return 1");
+
+/* KEYS info, stock, buyers, stream, pending, frozen; ARGV backlog_max,
+ * then (order, user) pairs. {ms, code...}: a code per pair (1 sold, 2
+ * sold out, 3 duplicate), or {-n} for the whole batch. */
+static struct redis_script purchase_script = REDIS_SCRIPT(
+    "if redis.call('exists', KEYS[6]) == 1 then return {-1} end "
+    "local info = redis.call('hmget', KEYS[1], 'begin', 'end') "
+    "if not info[1] then return {-1} end "
+    "local t = redis.call('time') "
+    "local now = tonumber(t[1]) "
+    "if now < tonumber(info[1]) then return {-3} end "
+    "if now >= tonumber(info[2]) then return {-4} end "
+    "if redis.call('xlen', KEYS[4]) >= tonumber(ARGV[1]) then "
+    "return {-5} end "
+    "local ms = now * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local out = {ms} "
+    "local stock = tonumber(redis.call('get', KEYS[2]) or '0') "
+    "local sold = 0 "
+    "for i = 2, #ARGV, 2 do "
+    "  local o, u = ARGV[i], ARGV[i + 1] "
+    "  if redis.call('sismember', KEYS[3], u) == 1 then "
+    "    out[#out + 1] = 3 "
+    "  elseif stock <= 0 then "
+    "    out[#out + 1] = 2 "
+    "  else "
+    "    stock = stock - 1 "
+    "    sold = sold + 1 "
+    "    redis.call('sadd', KEYS[3], u) "
+    "    redis.call('xadd', KEYS[4], '*', 'o', o, 'u', u, 't', ms) "
+    "    redis.call('hset', KEYS[5], o, u .. ':' .. ms) "
+    "    out[#out + 1] = 1 "
+    "  end "
+    "end "
+    "if sold > 0 then redis.call('decrby', KEYS[2], sold) end "
+    "return out");
+
+/* KEYS info, stock, buyers; ARGV user. */
+static struct redis_script return_script =
+    REDIS_SCRIPT("if redis.call('exists', KEYS[1]) == 0 then return 0 end "
+                 "if redis.call('srem', KEYS[3], ARGV[1]) == 1 then "
+                 "redis.call('incr', KEYS[2]) return 1 end "
+                 "return 0");
+
+/* KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
+ * frozen; ARGV begin, end, initial, stock, users (how many are in
+ * rebuild), the rebuilder's token. 1, or 0 (changed nothing) when the
+ * freeze is not this rebuilder's any more or its set is gone. */
+static struct redis_script rebuild_script = REDIS_SCRIPT(
+    "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
+    "redis.call('exists', KEYS[4]) == 0) then "
+    "redis.call('del', KEYS[4]) return 0 end "
+    "redis.call('del', KEYS[3]) "
+    "if tonumber(ARGV[5]) > 0 then redis.call('rename', KEYS[4], KEYS[3]) "
+    "else redis.call('del', KEYS[4]) end "
+    "redis.call('set', KEYS[2], ARGV[4]) "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
+    "'initial', ARGV[3]) "
+    "redis.call('del', KEYS[5]) "
+    "return 1");
+
+/* A reply of an integer, or -EIO (logged) for anything else. */
+static int reply_int(redisContext *rc, redisReply *r, int err, long long *v,
+                     const char *what)
+{
+    int ret = 0;
+
+    if (!r)
+        return err ? err : redis_errno(rc);
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *v = r->integer;
+    } else {
+        log_warn("async redis reply unexpected", "op=%s type=%d err=\"%s\"",
+                 what, r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        ret = -EIO;
+    }
+    freeReplyObject(r);
+    return ret;
+}
+
+int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
+                       int64_t end_s, int64_t stock)
+{
+    static const char *const names[7] = {"info",    "stock", "buyers", "stream",
+                                         "pending", "dead",  "frozen"};
+    char k[7][KEY_MAX], b[24], e[24], n[24];
+    const char *argv[10];
+    long long v;
+    int err;
+
+    for (int i = 0; i < 7; i++) {
+        key(k[i], voucher_id, names[i]);
+        argv[i] = k[i];
+    }
+    snprintf(b, sizeof(b), "%lld", (long long)begin_s);
+    snprintf(e, sizeof(e), "%lld", (long long)end_s);
+    snprintf(n, sizeof(n), "%lld", (long long)stock);
+    argv[7] = b;
+    argv[8] = e;
+    argv[9] = n;
+    redisReply *r =
+        redis_script_run(rc, &preheat_script, 7, 10, argv, NULL, &err);
+    return reply_int(rc, r, err, &v, "preheat");
+}
+
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+    int ret = -ENOENT;
+
+    key(k, voucher_id, "info");
+    r = redisCommand(rc, "HMGET %s begin end", k);
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        *begin_s = strtoll(r->element[0]->str, NULL, 10);
+        *end_s = strtoll(r->element[1]->str, NULL, 10);
+        ret = 0;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        ret = -EIO;
+    }
+    freeReplyObject(r);
+    return ret;
+}
+
+int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
+                   const int64_t *order_ids, const int64_t *users, size_t n,
+                   enum async_outcome *out)
+{
+    static const char *const names[6] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "frozen"};
+    char keys[6][KEY_MAX], backlog[16], (*nums)[24];
+    const char **argv;
+    redisReply *r;
+    int err = 0;
+
+    if (n == 0)
+        return 0;
+    if (n > BATCH_MAX)
+        return -EINVAL;
+    nums = xcalloc(2 * n, sizeof(*nums));
+    argv = xcalloc(7 + 2 * n, sizeof(*argv));
+    for (int i = 0; i < 6; i++) {
+        key(keys[i], voucher_id, names[i]);
+        argv[i] = keys[i];
+    }
+    snprintf(backlog, sizeof(backlog), "%u", backlog_max);
+    argv[6] = backlog;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(nums[2 * i], sizeof(nums[0]), "%lld", (long long)order_ids[i]);
+        snprintf(nums[2 * i + 1], sizeof(nums[0]), "%lld", (long long)users[i]);
+        argv[7 + 2 * i] = nums[2 * i];
+        argv[8 + 2 * i] = nums[2 * i + 1];
+    }
+    r = redis_script_run(rc, &purchase_script, 6, (int)(7 + 2 * n), argv, NULL,
+                         &err);
+    free(argv);
+    free(nums);
+    if (!r)
+        return err ? err : -EIO;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* Refused before it ran (out of memory, a read-only replica after
+         * a failover, another script busy): nothing was sold. */
+        log_warn("async purchase refused by redis", "voucher=%lld err=\"%s\"",
+                 (long long)voucher_id, r->str);
+        freeReplyObject(r);
+        return -EAGAIN;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        (r->element[0]->integer > 0 && r->elements != n + 1)) {
+        log_warn("async purchase reply unexpected", "voucher=%lld type=%d",
+                 (long long)voucher_id, r->type);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    if (r->element[0]->integer < 0) {
+        enum async_outcome all =
+            r->element[0]->integer == -3   ? ASYNC_NOT_STARTED
+            : r->element[0]->integer == -4 ? ASYNC_ENDED
+            : r->element[0]->integer == -5 ? ASYNC_BACKLOG
+                                           : ASYNC_NOT_READY;
+        for (size_t i = 0; i < n; i++)
+            out[i] = all;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            long long c = r->element[i + 1]->type == REDIS_REPLY_INTEGER
+                              ? r->element[i + 1]->integer
+                              : 0;
+            out[i] = c == 1   ? ASYNC_OK
+                     : c == 2 ? ASYNC_SOLD_OUT
+                     : c == 3 ? ASYNC_DUPLICATE
+                              : ASYNC_NOT_READY;
+        }
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
+{
+    char k[3][KEY_MAX], u[24];
+    const char *argv[4] = {k[0], k[1], k[2], u};
+    long long v;
+    int err;
+
+    key(k[0], voucher_id, "info");
+    key(k[1], voucher_id, "stock");
+    key(k[2], voucher_id, "buyers");
+    snprintf(u, sizeof(u), "%lld", (long long)user_id);
+    redisReply *r =
+        redis_script_run(rc, &return_script, 3, 4, argv, NULL, &err);
+    return reply_int(rc, r, err, &v, "unit_return");
+}
+
+int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
+                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
+{
+    char k[KEY_MAX];
+    int ret = -ENOENT;
+
+    if (n > VOUCHERS_MAX)
+        n = VOUCHERS_MAX;
+    for (size_t i = 0; i < n; i++) {
+        key(k, vouchers[i], "pending");
+        redisAppendCommand(rc, "HGET %s %lld", k, (long long)order_id);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        const char *colon =
+            r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
+
+        if (ret == -ENOENT && colon &&
+            util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
+            *voucher_id = vouchers[i];
+            *accepted_ms = strtoll(colon + 1, NULL, 10);
+            ret = 0;
+        } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
+            ret = -EIO;
+        }
+        freeReplyObject(r);
+    }
+    return ret;
+}
+
+/* One value of CONFIG GET name, or "" (a buffer of len). */
+static int config_get(redisContext *rc, const char *name, char *out, size_t len)
+{
+    redisReply *r = redisCommand(rc, "CONFIG GET %s", name);
+    int err = 0;
+
+    out[0] = '\0';
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(out, len, "%s", r->element[1]->str);
+    else
+        err = -ENOTSUP; /* CONFIG renamed or refused */
+    freeReplyObject(r);
+    return err;
+}
+
+int async_redis_durable(redisContext *rc, char *why, size_t len)
+{
+    char aof[16], fsync[16];
+    int err = config_get(rc, "appendonly", aof, sizeof(aof));
+
+    if (!err)
+        err = config_get(rc, "appendfsync", fsync, sizeof(fsync));
+    if (err) {
+        snprintf(why, len, "CONFIG GET is not allowed: cannot tell");
+        return err;
+    }
+    if (strcmp(aof, "yes") == 0 && strcmp(fsync, "always") == 0) {
+        snprintf(why, len, "appendonly yes, appendfsync always");
+        return 0;
+    }
+    snprintf(why, len, "appendonly %s, appendfsync %s", aof, fsync);
+    return -EPERM;
+}
+
+/* ---- the writer ---- */
+
+struct sale {
+    int64_t voucher_id;
+    bool group_ready;
+    bool own_pending;  /* re-read what this consumer holds first */
+    unsigned backlog;  /* XLEN, at the last look */
+    int64_t oldest_ms; /* Redis time of the oldest order waiting */
+    int mismatch;      /* consecutive disagreements seen */
+    long long delta;   /* by how much */
+};
+
+struct async {
+    struct async_config cfg;
+    char consumer[64];
+    pthread_t thread;
+    pthread_mutex_t mu; /* guards sales, nsales, stop */
+    pthread_cond_t cond;
+    bool stop;
+    struct sale sales[VOUCHERS_MAX];
+    size_t nsales;
+    /* Vouchers this instance just created or sold, not yet in sales: the
+     * writer takes them in before its next round (guarded by mu). */
+    int64_t hints[HINTS_MAX];
+    size_t nhints;
+    bool kicked; /* something was sold here since the writer last looked */
+    struct lock *reconcile_lock;
+    atomic_bool may_sell; /* see async_may_sell() */
+    /* MySQL refused the last write: no write before retry_ms (monotonic),
+     * backing off up to a second; logged once an outage. */
+    int64_t retry_ms;
+    int backoff_ms;
+};
+
+/* One order of the stream, as read. */
+struct entry {
+    char id[48];
+    struct store_async_order o;
+    bool valid;
+};
+
+/* Sleep ms, or less when stopped or (kickable) kicked. True: stop. */
+static bool sleep_or_kick(struct async *a, int ms, bool kickable)
+{
+    int64_t until = util_mono_ms() + ms;
+    struct timespec ts = {(time_t)(until / 1000),
+                          (long)(until % 1000) * 1000000L};
+    bool stop;
+
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop && !(kickable && a->kicked) && util_mono_ms() < until)
+        pthread_cond_timedwait(&a->cond, &a->mu, &ts);
+    a->kicked = false;
+    stop = a->stop;
+    pthread_mutex_unlock(&a->mu);
+    return stop;
+}
+
+static bool sleep_or_stop(struct async *a, int ms)
+{
+    return sleep_or_kick(a, ms, false);
+}
+
+/* Parse one stream entry [id, [field, value, ...]]. */
+static void entry_parse(const redisReply *r, struct entry *e)
+{
+    memset(e, 0, sizeof(*e));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    snprintf(e->id, sizeof(e->id), "%s", r->element[0]->str);
+    const redisReply *f = r->element[1];
+    if (f->type != REDIS_REPLY_ARRAY)
+        return;
+    int have = 0;
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const redisReply *k = f->element[i], *v = f->element[i + 1];
+        int64_t x;
+
+        if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+            util_parse_id(v->str, v->len, &x))
+            continue;
+        if (strcmp(k->str, "o") == 0)
+            e->o.order_id = x, have |= 1;
+        else if (strcmp(k->str, "u") == 0)
+            e->o.user_id = x, have |= 2;
+        else if (strcmp(k->str, "t") == 0)
+            e->o.accepted_ms = x, have |= 4;
+    }
+    e->valid = have == 7;
+}
+
+/*
+ * After the write: acknowledge and delete every entry, drop the pending
+ * records, and move the refused ones (and unreadable ones) to the dead
+ * letters, in one pipelined round trip.
+ */
+static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
+                   size_t n)
+{
+    char k_stream[KEY_MAX], k_pending[KEY_MAX], k_dead[KEY_MAX];
+    size_t sent = 0;
+
+    key(k_stream, voucher_id, "stream");
+    key(k_pending, voucher_id, "pending");
+    key(k_dead, voucher_id, "dead");
+    for (size_t i = 0; i < n; i++) {
+        char o[24], u[24], t[24], why[32];
+        bool dead = !e[i].valid || e[i].o.result;
+
+        if (dead) {
+            snprintf(o, sizeof(o), "%lld", (long long)e[i].o.order_id);
+            snprintf(u, sizeof(u), "%lld", (long long)e[i].o.user_id);
+            snprintf(t, sizeof(t), "%lld", (long long)e[i].o.accepted_ms);
+            snprintf(why, sizeof(why), "%s",
+                     !e[i].valid                ? "unreadable"
+                     : e[i].o.result == -EEXIST ? "refused by a unique key"
+                                                : "no stock in mysql");
+            redisAppendCommand(rc, "XADD %s * o %s u %s t %s id %s why %s",
+                               k_dead, o, u, t, e[i].id, why);
+            sent++;
+            metrics_count(METRIC_ASYNC_DEAD, 1);
+            log_error("async order can never be written, dead-lettered",
+                      "voucher=%lld order=%s user=%s why=\"%s\"",
+                      (long long)voucher_id, o, u, why);
+        }
+        redisAppendCommand(rc, "XACK %s " GROUP " %s", k_stream, e[i].id);
+        redisAppendCommand(rc, "XDEL %s %s", k_stream, e[i].id);
+        redisAppendCommand(rc, "HDEL %s %lld", k_pending,
+                           (long long)e[i].o.order_id);
+        sent += 3;
+    }
+    for (size_t i = 0; i < sent; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            break; /* the connection broke: the entries stay pending and are
+                    * written again (idempotently) later */
+        freeReplyObject(r);
+    }
+}
+
+/* Write entries of a reply (an array of entries) for sale s. Returns how
+ * many there were. */
+static size_t write_entries(struct async *a, struct store *st, redisContext *rc,
+                            struct sale *s, const redisReply *list)
+{
+    struct entry *e;
+    struct store_async_order o[BATCH_MAX];
+    size_t n = 0, k = 0;
+    int err;
+
+    if (!list || list->type != REDIS_REPLY_ARRAY || list->elements == 0)
+        return 0;
+    n = list->elements < BATCH_MAX ? list->elements : BATCH_MAX;
+    e = xcalloc(n, sizeof(*e));
+    for (size_t i = 0; i < n; i++) {
+        entry_parse(list->element[i], &e[i]);
+        if (e[i].valid)
+            o[k++] = e[i].o;
+    }
+    err = store_async_write(st, s->voucher_id, o, k);
+    if (err) {
+        /* MySQL is away: keep them, read them again later. */
+        s->own_pending = true;
+        if (!a->backoff_ms)
+            log_warn("async orders not written yet: mysql failed",
+                     "voucher=%lld n=%zu err=%d", (long long)s->voucher_id, k,
+                     err);
+        a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : 50;
+        if (a->backoff_ms > 1000)
+            a->backoff_ms = 1000;
+        a->retry_ms = util_mono_ms() + a->backoff_ms;
+        free(e);
+        return 0;
+    }
+    if (a->backoff_ms) {
+        log_info("async orders written again", "voucher=%lld",
+                 (long long)s->voucher_id);
+        a->backoff_ms = 0;
+    }
+    FAILPOINT("async_write_after_commit");
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (e[i].valid)
+            e[i].o.result = o[j++].result;
+    settle(rc, s->voucher_id, e, n);
+    free(e);
+    return n;
+}
+
+/* Make the consumer group of s's stream (from its start). */
+static void group_ensure(redisContext *rc, struct sale *s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+
+    if (s->group_ready)
+        return;
+    key(k, s->voucher_id, "stream");
+    r = redisCommand(rc, "XGROUP CREATE %s " GROUP " 0 MKSTREAM", k);
+    if (r &&
+        (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "BUSYGROUP", 9) == 0))
+        s->group_ready = true;
+    freeReplyObject(r);
+}
+
+/* Read and write a batch of s's new orders (or of those this consumer
+ * still holds). Returns how many. */
+static size_t pump(struct async *a, struct store *st, redisContext *rc,
+                   struct sale *s)
+{
+    char k[KEY_MAX], count[16];
+    const char *start = s->own_pending ? "0" : ">";
+    redisReply *r;
+    size_t n = 0;
+
+    group_ensure(rc, s);
+    if (!s->group_ready)
+        return 0;
+    key(k, s->voucher_id, "stream");
+    snprintf(count, sizeof(count), "%u", a->cfg.batch);
+    r = redisCommand(rc, "XREADGROUP GROUP " GROUP " %s COUNT %s STREAMS %s %s",
+                     a->consumer, count, k, start);
+    if (!r)
+        return 0;
+    if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "NOGROUP"))
+        s->group_ready = false; /* the stream is gone (Redis lost it) */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY &&
+        r->element[0]->elements == 2) {
+        const redisReply *list = r->element[0]->element[1];
+
+        n = write_entries(a, st, rc, s, list);
+        if (s->own_pending && list->type == REDIS_REPLY_ARRAY &&
+            list->elements == 0)
+            s->own_pending = false; /* held nothing more */
+    } else if (s->own_pending && r->type != REDIS_REPLY_ERROR) {
+        s->own_pending = false;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* Take over the orders other consumers (dead ones) left unacknowledged
+ * for claim_ms, and write them. */
+static void claim(struct async *a, struct store *st, redisContext *rc,
+                  struct sale *s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+
+    if (!s->group_ready)
+        return;
+    key(k, s->voucher_id, "stream");
+    r = redisCommand(rc, "XAUTOCLAIM %s " GROUP " %s %u 0-0 COUNT %u", k,
+                     a->consumer, a->cfg.claim_ms, a->cfg.batch);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+        r->element[1]->type == REDIS_REPLY_ARRAY &&
+        r->element[1]->elements > 0) {
+        log_info("async orders claimed from a silent writer",
+                 "voucher=%lld n=%zu", (long long)s->voucher_id,
+                 r->element[1]->elements);
+        write_entries(a, st, rc, s, r->element[1]);
+    }
+    freeReplyObject(r);
+}
+
+/* Every sale's backlog (XLEN), in one pipelined round trip: the writer
+ * reads only the streams that hold something. */
+static void backlogs_look(struct async *a, redisContext *rc)
+{
+    char k[KEY_MAX];
+    size_t sent = 0;
+
+    for (size_t i = 0; i < a->nsales; i++, sent++) {
+        key(k, a->sales[i].voucher_id, "stream");
+        redisAppendCommand(rc, "XLEN %s", k);
+    }
+    for (size_t i = 0; i < sent; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return;
+        /* Under mu: /metrics reads it (async_backlog_top). */
+        pthread_mutex_lock(&a->mu);
+        if (r->type == REDIS_REPLY_INTEGER)
+            a->sales[i].backlog = (unsigned)r->integer;
+        pthread_mutex_unlock(&a->mu);
+        freeReplyObject(r);
+    }
+}
+
+/* s's backlog and the Redis time of its oldest waiting order. */
+static void backlog_look(redisContext *rc, struct sale *s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+
+    key(k, s->voucher_id, "stream");
+    r = redisCommand(rc, "XLEN %s", k);
+    if (r && r->type == REDIS_REPLY_INTEGER)
+        s->backlog = (unsigned)r->integer;
+    freeReplyObject(r);
+    s->oldest_ms = 0;
+    if (!s->backlog)
+        return;
+    r = redisCommand(rc, "XRANGE %s - + COUNT 1", k);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY &&
+        r->element[0]->element[0]->type == REDIS_REPLY_STRING)
+        s->oldest_ms = strtoll(r->element[0]->element[0]->str, NULL, 10);
+    freeReplyObject(r);
+}
+
+/* ---- the reconciliation ---- */
+
+/* Read a voucher's Redis numbers: initial (-1: no state), stock, buyers,
+ * stream length, frozen. 0 or -errno. */
+static int redis_numbers(redisContext *rc, int64_t v, long long *initial,
+                         long long *stock, long long *buyers,
+                         long long *backlog)
+{
+    static const char *const what[4] = {"info", "stock", "buyers", "stream"};
+    char k[4][KEY_MAX];
+    redisReply *r[4] = {0};
+    int err = 0;
+
+    for (int i = 0; i < 4; i++)
+        key(k[i], v, what[i]);
+    redisAppendCommand(rc, "HGET %s initial", k[0]);
+    redisAppendCommand(rc, "GET %s", k[1]);
+    redisAppendCommand(rc, "SCARD %s", k[2]);
+    redisAppendCommand(rc, "XLEN %s", k[3]);
+    for (int i = 0; i < 4; i++)
+        if (redisGetReply(rc, (void **)&r[i]) != REDIS_OK) {
+            err = redis_errno(rc);
+            break;
+        }
+    if (!err) {
+        *initial = r[0]->type == REDIS_REPLY_STRING ? atoll(r[0]->str) : -1;
+        *stock = r[1]->type == REDIS_REPLY_STRING ? atoll(r[1]->str) : 0;
+        *buyers = r[2]->type == REDIS_REPLY_INTEGER ? r[2]->integer : 0;
+        *backlog = r[3]->type == REDIS_REPLY_INTEGER ? r[3]->integer : 0;
+    }
+    for (int i = 0; i < 4; i++)
+        freeReplyObject(r[i]);
+    return err;
+}
+
+/* Pending entries of the group (handed out, not acknowledged). */
+static long long pending_count(redisContext *rc, int64_t v)
+{
+    char k[KEY_MAX];
+    long long n = -1;
+    redisReply *r;
+
+    key(k, v, "stream");
+    r = redisCommand(rc, "XPENDING %s " GROUP, k);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER)
+        n = r->element[0]->integer;
+    else if (r && r->type == REDIS_REPLY_ERROR)
+        n = 0; /* no group: nothing handed out */
+    freeReplyObject(r);
+    return n;
+}
+
+/*
+ * Rebuild s's Redis state from MySQL: freeze its purchases, let every
+ * writer drain the stream (this one helps), then, with nothing in
+ * flight, set the buyers to MySQL's active users and the stock to the
+ * initial stock minus them. Returns 0 when rebuilt.
+ */
+static int rebuild(struct async *a, struct store *st, redisContext *rc,
+                   struct sale *s)
+{
+    char k[6][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24];
+    const char *argv[11];
+    struct store_async_sale sale;
+    int64_t deadline = util_mono_ms() + DRAIN_WAIT_MS;
+    long long initial, stock, buyers, backlog = -1, pend = -1;
+    redisReply *r;
+    int err;
+
+    key(k[0], s->voucher_id, "info");
+    key(k[1], s->voucher_id, "stock");
+    key(k[2], s->voucher_id, "buyers");
+    snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
+             (long long)s->voucher_id, a->consumer);
+    key(k[4], s->voucher_id, "frozen");
+    /* One rebuilder per sale, even if two instances reconcile at once (a
+     * lock lease that ran out, instances on different lock backends):
+     * the freeze carries its owner, and only the owner's rebuild lands. */
+    r = redisCommand(rc, "SET %s %s PX %d NX", k[4], a->consumer, FREEZE_MS);
+    bool ours = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (!ours) {
+        r = redisCommand(rc, "GET %s", k[4]);
+        ours = r && r->type == REDIS_REPLY_STRING &&
+               strcmp(r->str, a->consumer) == 0;
+        freeReplyObject(r);
+        if (!ours)
+            return -EBUSY; /* another rebuilds it */
+        freeReplyObject(redisCommand(rc, "PEXPIRE %s %d", k[4], FREEZE_MS));
+    }
+    log_warn("async sale frozen for a rebuild", "voucher=%lld",
+             (long long)s->voucher_id);
+    while (util_mono_ms() < deadline) {
+        pump(a, st, rc, s);
+        claim(a, st, rc, s);
+        if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers,
+                          &backlog) == 0 &&
+            backlog == 0 && (pend = pending_count(rc, s->voucher_id)) == 0)
+            break;
+        if (sleep_or_stop(a, 50))
+            return -ECANCELED;
+    }
+    if (backlog != 0 || pend != 0) {
+        log_warn("async rebuild waits: orders still in the stream",
+                 "voucher=%lld backlog=%lld pending=%lld",
+                 (long long)s->voucher_id, backlog, pend);
+        return -EAGAIN; /* stays frozen; tried again next round */
+    }
+    err = store_async_sale_read(st, s->voucher_id, &sale);
+    if (err)
+        return err;
+    freeReplyObject(redisCommand(rc, "DEL %s", k[3]));
+    for (size_t i = 0; i < sale.nusers; i += 500) {
+        size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
+        const char **v = xcalloc(m + 2, sizeof(*v));
+        char(*num)[24] = xcalloc(m, sizeof(*num));
+
+        v[0] = "SADD";
+        v[1] = k[3];
+        for (size_t j = 0; j < m; j++) {
+            snprintf(num[j], sizeof(num[j]), "%lld",
+                     (long long)sale.users[i + j]);
+            v[2 + j] = num[j];
+        }
+        r = redisCommandArgv(rc, (int)(m + 2), v, NULL);
+        freeReplyObject(r);
+        free(num);
+        free(v);
+    }
+    snprintf(b, sizeof(b), "%lld", (long long)sale.begin_time);
+    snprintf(e, sizeof(e), "%lld", (long long)sale.end_time);
+    snprintf(in, sizeof(in), "%lld", (long long)sale.initial_stock);
+    snprintf(sk, sizeof(sk), "%lld",
+             (long long)(sale.initial_stock - (int64_t)sale.nusers));
+    snprintf(nu, sizeof(nu), "%zu", sale.nusers);
+    for (int i = 0; i < 5; i++)
+        argv[i] = k[i];
+    argv[5] = b;
+    argv[6] = e;
+    argv[7] = in;
+    argv[8] = sk;
+    argv[9] = nu;
+    argv[10] = a->consumer;
+    r = redis_script_run(rc, &rebuild_script, 5, 11, argv, NULL, &err);
+    bool landed = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    free(sale.users);
+    if (err)
+        return err;
+    if (!landed) {
+        log_warn("async rebuild dropped: the freeze is not ours any more",
+                 "voucher=%lld", (long long)s->voucher_id);
+        return -EAGAIN;
+    }
+    metrics_count(METRIC_ASYNC_REPAIRS, 1);
+    log_warn("async sale rebuilt from mysql",
+             "voucher=%lld buyers=%zu "
+             "stock=%s",
+             (long long)s->voucher_id, sale.nusers, sk);
+    if (a->cfg.stock_changed)
+        a->cfg.stock_changed(a->cfg.ctx, st, s->voucher_id);
+    return 0;
+}
+
+/*
+ * Compare s's Redis state with MySQL: Redis' units taken are its buyers,
+ * and they are MySQL's active orders plus the orders still in the stream.
+ * Moments of disagreement are normal (an order being written, a unit
+ * being returned); the same disagreement twice in a row, a missing state
+ * or a frozen one left behind is not, and s is rebuilt.
+ */
+static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
+                          struct sale *s)
+{
+    struct store_voucher_stats stats;
+    long long initial, stock, buyers, backlog, delta;
+    char k[KEY_MAX];
+    bool frozen = false;
+    redisReply *r;
+
+    if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers, &backlog) !=
+            0 ||
+        store_voucher_stats(st, s->voucher_id, &stats) != 0)
+        return;
+    key(k, s->voucher_id, "frozen");
+    r = redisCommand(rc, "EXISTS %s", k);
+    frozen = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    delta = initial < 0 ? 1
+                        : (initial - stock - buyers) * 1000000 +
+                              (buyers - stats.unpaid - stats.paid - backlog);
+    if (delta == 0 && !frozen) {
+        s->mismatch = 0;
+        return;
+    }
+    /* Orders handed to a writer and not acknowledged may be in MySQL and
+     * in the stream at once, for up to a claim period if that writer died
+     * between its COMMIT and its XACK: such a disagreement must outlast
+     * the claim before it counts. */
+    int need =
+        pending_count(rc, s->voucher_id) > 0
+            ? 2 + (int)((a->cfg.claim_ms + CLAIM_EVERY_MS) / RECONCILE_MS)
+            : 2;
+    if (initial >= 0 && !frozen && (s->mismatch == 0 || s->delta != delta)) {
+        s->mismatch = 1;
+        s->delta = delta;
+        return;
+    }
+    if (initial >= 0 && !frozen && ++s->mismatch < need)
+        return;
+    log_warn("async sale disagrees with mysql",
+             "voucher=%lld initial=%lld stock=%lld buyers=%lld backlog=%lld "
+             "mysql_unpaid=%lld mysql_paid=%lld frozen=%d",
+             (long long)s->voucher_id, initial, stock, buyers, backlog,
+             (long long)stats.unpaid, (long long)stats.paid, frozen);
+    if (rebuild(a, st, rc, s) == 0)
+        s->mismatch = 0;
+}
+
+static void reconcile(struct async *a, struct store *st, redisContext *rc)
+{
+    enum lock_status ls;
+
+    if (a->nsales == 0)
+        return;
+    if (!a->reconcile_lock &&
+        lock_new(a->cfg.locks, "seckill:async:reconcile", &a->reconcile_lock))
+        return;
+    if (lock_acquire(a->reconcile_lock, 0, 4 * RECONCILE_MS, &ls) != 0 ||
+        ls != LOCK_ACQUIRED)
+        return;
+    for (size_t i = 0; i < a->nsales; i++)
+        reconcile_one(a, st, rc, &a->sales[i]);
+    lock_release(a->reconcile_lock, NULL);
+}
+
+static void sale_init(struct sale *s, int64_t voucher_id)
+{
+    memset(s, 0, sizeof(*s));
+    s->voucher_id = voucher_id;
+    s->own_pending = true; /* after a restart: ours first */
+}
+
+static bool sale_known(const struct async *a, int64_t voucher_id)
+{
+    for (size_t j = 0; j < a->nsales; j++)
+        if (a->sales[j].voucher_id == voucher_id)
+            return true;
+    return false;
+}
+
+/* Take in the hints (on the writer thread). */
+static void hints_take(struct async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->nhints; i++)
+        if (!sale_known(a, a->hints[i]) && a->nsales < VOUCHERS_MAX)
+            sale_init(&a->sales[a->nsales++], a->hints[i]);
+    a->nhints = 0;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* The async vouchers from MySQL: new ones join (with a state made from
+ * MySQL if Redis has none), ended ones stay until they drop off. */
+/* Look at Redis' durability again: an operator may change it at run time. */
+static void durability_look(struct async *a, redisContext *rc)
+{
+    char why[96];
+    bool ok =
+        a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
+
+    if (atomic_exchange(&a->may_sell, ok) != ok)
+        log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
+                    : "async sales refused: redis may lose acknowledged writes",
+                 "redis=\"%s\"", ok ? "durable" : why);
+}
+
+static void refresh(struct async *a, struct store *st, redisContext *rc)
+{
+    int64_t ids[VOUCHERS_MAX];
+    size_t n = 0;
+    struct sale next[VOUCHERS_MAX];
+
+    if (store_async_vouchers(st, ids, VOUCHERS_MAX, &n) != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        struct sale *old = NULL;
+
+        for (size_t j = 0; j < a->nsales; j++)
+            if (a->sales[j].voucher_id == ids[i])
+                old = &a->sales[j];
+        if (old)
+            next[i] = *old;
+        else
+            sale_init(&next[i], ids[i]);
+        backlog_look(rc, &next[i]);
+    }
+    pthread_mutex_lock(&a->mu);
+    memcpy(a->sales, next, n * sizeof(next[0]));
+    a->nsales = n;
+    pthread_mutex_unlock(&a->mu);
+}
+
+/*
+ * At the stop: leave each group this consumer holds nothing in, so groups
+ * do not collect a consumer per restart. One that still holds orders
+ * stays (deleting it would drop them from the group's pending list: they
+ * would never be claimed); another writer claims them.
+ */
+static void consumers_leave(struct async *a, redisContext *rc)
+{
+    char k[KEY_MAX];
+
+    for (size_t i = 0; rc && i < a->nsales; i++) {
+        redisReply *r;
+
+        if (!a->sales[i].group_ready)
+            continue;
+        key(k, a->sales[i].voucher_id, "stream");
+        r = redisCommand(rc, "XPENDING %s " GROUP " - + 1 %s", k, a->consumer);
+        bool holds = !r || r->type != REDIS_REPLY_ARRAY || r->elements > 0;
+        freeReplyObject(r);
+        if (!holds)
+            freeReplyObject(redisCommand(
+                rc, "XGROUP DELCONSUMER %s " GROUP " %s", k, a->consumer));
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    struct async *a = arg;
+    struct store *st = store_new(a->cfg.store);
+    int64_t next_refresh = 0, next_claim = 0, next_reconcile = 0;
+
+    for (;;) {
+        redisContext *rc = store_redis(st);
+        int64_t now = util_mono_ms();
+        size_t did = 0;
+
+        pthread_mutex_lock(&a->mu);
+        bool stop = a->stop;
+        pthread_mutex_unlock(&a->mu);
+        if (stop)
+            break;
+        if (!rc) {
+            if (sleep_or_stop(a, 200))
+                break;
+            continue;
+        }
+        if (now >= next_refresh) {
+            durability_look(a, rc);
+            refresh(a, st, rc);
+            next_refresh = now + REFRESH_MS;
+        }
+        hints_take(a);
+        backlogs_look(a, rc);
+        for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
+            if (a->sales[i].backlog || a->sales[i].own_pending)
+                did += pump(a, st, rc, &a->sales[i]);
+        if (now >= next_claim && now >= a->retry_ms) {
+            for (size_t i = 0; i < a->nsales; i++)
+                if (a->sales[i].backlog)
+                    claim(a, st, rc, &a->sales[i]);
+            next_claim = now + CLAIM_EVERY_MS;
+        }
+        if (now >= next_reconcile) {
+            reconcile(a, st, rc);
+            next_reconcile = now + RECONCILE_MS;
+        }
+        if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
+            break;
+    }
+    consumers_leave(a, store_redis(st));
+    lock_free(a->reconcile_lock);
+    a->reconcile_lock = NULL;
+    store_free(st);
+    return NULL;
+}
+
+struct async *async_start(const struct async_config *cfg)
+{
+    struct async *a = xcalloc(1, sizeof(*a));
+    char host[32] = "host";
+
+    a->cfg = *cfg;
+    if (a->cfg.batch < 1 || a->cfg.batch > BATCH_MAX)
+        a->cfg.batch = BATCH_MAX;
+    if (a->cfg.claim_ms < 100)
+        a->cfg.claim_ms = 100;
+    gethostname(host, sizeof(host) - 1);
+    snprintf(a->consumer, sizeof(a->consumer), "%s-%ld", host, (long)getpid());
+    pthread_mutex_init(&a->mu, NULL);
+    /* The sleeps count on the monotonic clock (util_mono_ms()). */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (a->cfg.accept_loss) {
+        atomic_store(&a->may_sell, true);
+    } else {
+        /* The first answer now, so sales need not wait for the thread. */
+        struct store *st = store_new(a->cfg.store);
+        redisContext *rc = store_redis(st);
+        char why[96];
+
+        atomic_store(&a->may_sell,
+                     rc && async_redis_durable(rc, why, sizeof(why)) == 0);
+        store_free(st);
+    }
+    if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
+        log_error("async writer start failed", NULL);
+        abort();
+    }
+    return a;
+}
+
+void async_stop(struct async *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cond);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+bool async_may_sell(const struct async *a)
+{
+    return a && atomic_load_explicit(&a->may_sell, memory_order_relaxed);
+}
+
+void async_voucher_hint(struct async *a, int64_t voucher_id)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    bool known = sale_known(a, voucher_id);
+    for (size_t i = 0; !known && i < a->nhints; i++)
+        known = a->hints[i] == voucher_id;
+    if (!known && a->nhints < HINTS_MAX)
+        a->hints[a->nhints++] = voucher_id;
+    if (!a->kicked) {
+        a->kicked = true;
+        pthread_cond_signal(&a->cond);
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+size_t async_vouchers(struct async *a, int64_t *out, size_t max)
+{
+    size_t n = 0;
+
+    if (!a)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->nsales && n < max; i++)
+        out[n++] = a->sales[i].voucher_id;
+    for (size_t i = 0; i < a->nhints && n < max; i++)
+        out[n++] = a->hints[i];
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}
+
+size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
+                         size_t max, int64_t *oldest_ms)
+{
+    size_t n = 0;
+
+    *oldest_ms = 0;
+    if (!a || max == 0)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < a->nsales; i++) {
+        const struct sale *s = &a->sales[i];
+        size_t j;
+
+        if (!s->backlog)
+            continue;
+        if (s->oldest_ms && (!*oldest_ms || s->oldest_ms < *oldest_ms))
+            *oldest_ms = s->oldest_ms;
+        j = n < max ? n++ : max;
+        while (j > 0 && depths[j - 1] < s->backlog) {
+            if (j < max) {
+                ids[j] = ids[j - 1];
+                depths[j] = depths[j - 1];
+            }
+            j--;
+        }
+        if (j < max) {
+            ids[j] = s->voucher_id;
+            depths[j] = s->backlog;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return n;
+}

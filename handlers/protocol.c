@@ -1,0 +1,151 @@
+/*
+ * protocol.c - the checks of a request's framing that libmicrohttpd leaves
+ * to the application, answered with the JSON error envelope like every
+ * other client error.
+ *
+ * libmicrohttpd (0.9.75, Debian 12) parses the request line and the
+ * headers itself. What it refuses never reaches the service: it sends a
+ * fixed HTML page of its own (without a Content-Type header) and closes
+ * the connection. It has no option or callback to replace those pages
+ * (they are compiled into its connection.c), so these stay as they are:
+ *
+ *   - a request line without a space: closed without an answer;
+ *   - a malformed HTTP version ("HTTP/x", "FOO"): 400;
+ *   - HTTP/0.x, HTTP/2 and up: 505;
+ *   - a header line without a colon: 400;
+ *   - a Content-Length that is not a number: 400; one above 2^64-1: 413;
+ *   - malformed chunked encoding: 400; a chunk size above 2^64-1: 413;
+ *   - a request line or headers beyond its memory pool (32 KiB): 414 or
+ *     431.
+ *
+ * At its default strictness it accepts more than a server should, and
+ * hands those requests on; req_protocol_or_reply() refuses them here (see
+ * internal.h for the list). README ("Malformed requests") says the same
+ * and tests/it/test_web.c checks both lists on the wire.
+ */
+#include "handlers/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <microhttpd.h>
+
+/* What one pass over the request headers found. */
+struct header_scan {
+    unsigned hosts;
+    unsigned lengths;   /* Content-Length headers */
+    unsigned encodings; /* Transfer-Encoding headers */
+    const char *encoding;
+    const char *bad_name;  /* the first name that is not a token */
+    const char *bad_value; /* the name of the first value with a CTL */
+};
+
+/* RFC 9110 5.6.2: a token is one or more tchar. */
+static bool is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static bool is_token(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!is_tchar((unsigned char)*s))
+            return false;
+    return true;
+}
+
+/* Field values may hold tabs and obs-text, never other controls. */
+static bool has_ctl(const char *s)
+{
+    for (; *s; s++)
+        if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
+            return true;
+    return false;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    struct header_scan *scan = cls;
+    (void)kind;
+
+    if (!scan->bad_name && !is_token(key))
+        scan->bad_name = key;
+    if (!scan->bad_value && value && has_ctl(value))
+        scan->bad_value = key;
+    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+        scan->hosts++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        scan->lengths++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        scan->encodings++;
+        scan->encoding = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Quote client text into a message: printable ASCII, at most 40 bytes. */
+static void quote(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+
+    for (; *s && n + 1 < cap && n < 40; s++)
+        out[n++] = *s >= 0x20 && *s < 0x7f ? *s : '?';
+    out[n] = '\0';
+}
+
+unsigned req_protocol_or_reply(struct request *req)
+{
+    struct header_scan scan = {0};
+    char msg[160], name[48];
+
+    if (!req->conn)
+        return 0;
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, scan_header, &scan);
+    if (scan.bad_name) {
+        quote(name, sizeof(name), scan.bad_name);
+        snprintf(msg, sizeof(msg),
+                 "malformed header name \"%s\": names are tokens "
+                 "(RFC 9110), without spaces",
+                 name);
+        return req_error(req, ERR_BAD_REQUEST, msg);
+    }
+    if (scan.bad_value) {
+        quote(name, sizeof(name), scan.bad_value);
+        snprintf(msg, sizeof(msg),
+                 "header %s: the value holds control characters", name);
+        return req_error(req, ERR_BAD_REQUEST, msg);
+    }
+    /* HTTP/1.0 may leave Host out; every later 1.x must send one. */
+    if (scan.hosts == 0 && req->version &&
+        strcmp(req->version, MHD_HTTP_VERSION_1_0) != 0)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "an HTTP/1.1 request needs a Host header");
+    if (scan.hosts > 1)
+        return req_error(req, ERR_BAD_REQUEST, "more than one Host header");
+    /* Two lengths, or a length beside chunked coding, are read one way
+     * here and another way by a proxy in front: request smuggling. */
+    if (scan.lengths > 1)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "more than one Content-Length header");
+    if (scan.encodings > 1)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "more than one Transfer-Encoding header");
+    if (scan.encodings && scan.lengths)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "Content-Length and Transfer-Encoding together");
+    if (scan.encodings && strcasecmp(scan.encoding, "chunked") != 0) {
+        /* libmicrohttpd would read such a body until the client closes. */
+        quote(name, sizeof(name), scan.encoding);
+        snprintf(msg, sizeof(msg),
+                 "Transfer-Encoding \"%s\" is not supported; send chunked or "
+                 "a Content-Length",
+                 name);
+        return req_error(req, ERR_NOT_IMPLEMENTED, msg);
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+-- Brings a database made by an older schema.sql up to date, in place and
+-- idempotently (MariaDB's IF [NOT] EXISTS; a fresh database made by
+-- schema.sql passes through unchanged). scripts/services.sh runs it after
+-- schema.sql on every start. MySQL has no IF NOT EXISTS for columns: start
+-- a MySQL database from schema.sql.
+
+-- The order lifecycle: pay deadline, pay and close times, the payment's
+-- transaction, and one active (unpaid or paid) order per user and voucher
+-- instead of one order of any status. Orders from before have no deadline
+-- and never expire.
+ALTER TABLE voucher_orders
+    ADD COLUMN IF NOT EXISTS pay_deadline DATETIME(3) NULL AFTER status,
+    ADD COLUMN IF NOT EXISTS pay_time DATETIME(3) NULL AFTER pay_deadline,
+    ADD COLUMN IF NOT EXISTS close_time DATETIME(3) NULL AFTER pay_time,
+    ADD COLUMN IF NOT EXISTS txn_id VARCHAR(64) NULL AFTER close_time,
+    ADD COLUMN IF NOT EXISTS active_user BIGINT UNSIGNED GENERATED ALWAYS AS
+        (IF(status IN (1, 2), user_id, NULL)) STORED AFTER txn_id;
+ALTER TABLE voucher_orders
+    ADD UNIQUE KEY IF NOT EXISTS uk_orders_active (active_user, voucher_id),
+    ADD UNIQUE KEY IF NOT EXISTS uk_orders_txn (txn_id),
+    ADD KEY IF NOT EXISTS idx_orders_expiry (status, pay_deadline),
+    ADD KEY IF NOT EXISTS idx_orders_voucher (voucher_id, status),
+    DROP INDEX IF EXISTS uk_orders_user_voucher;
+
+-- The stock a voucher went on sale with, for the lifecycle's invariant
+-- (stock + unpaid + paid = initial) and GET /api/vouchers/{id}/stats.
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS initial_stock INT NULL AFTER stock;
+UPDATE seckill_vouchers s
+   SET s.initial_stock = s.stock
+       + COALESCE((SELECT SUM(g.stock) FROM seckill_stock_segments g
+                   WHERE g.voucher_id = s.voucher_id), 0)
+       + (SELECT COUNT(*) FROM voucher_orders o
+          WHERE o.voucher_id = s.voucher_id AND o.status IN (1, 2))
+ WHERE s.initial_stock IS NULL;
+
+-- The purchase mode (0 sync, 1 async), fixed when a voucher goes on sale.
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER initial_stock;

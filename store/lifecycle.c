@@ -1,0 +1,408 @@
+/*
+ * lifecycle.c - an order after its purchase: paid, cancelled or expired,
+ * and the voucher's numbers (see store.h, "the order lifecycle").
+ *
+ * Every transition is one transaction that first locks the order row
+ * (SELECT ... FOR UPDATE, or FOR UPDATE SKIP LOCKED for the expiry's scan)
+ * and changes it only if it is still unpaid; a cancel or an expiry then
+ * gives the unit back with stock = stock + k on the voucher's row (or on a
+ * segment) as the last statement before COMMIT, the same order of row
+ * locks as a purchase (orders first, the hot row last), so the hot row is
+ * held briefly and transitions do not deadlock with purchases.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/failpoint.h"
+#include "common/util.h"
+
+#define TXN_MAX 64
+
+/* The locked order: what a transition needs to decide. */
+struct locked {
+    int64_t user_id, voucher_id, status, past_deadline, pay_value;
+    char txn[TXN_MAX + 1];
+    unsigned long txn_len;
+};
+
+/* Lock order id's row (inside a transaction). *found false: no order. */
+static int order_lock(struct store *st, int64_t id, struct locked *l,
+                      bool *found)
+{
+    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    size_t n;
+    int err;
+
+    bind_i64(&p[0], &id);
+    bind_i64(&r[0], &l->user_id);
+    bind_i64(&r[1], &l->voucher_id);
+    bind_i64(&r[2], &l->status);
+    bind_str_out(&r[3], l->txn, sizeof(l->txn), &l->txn_len);
+    bind_i64(&r[4], &l->past_deadline);
+    bind_i64(&r[5], &l->pay_value);
+    err = store_stmt_rows(st, STMT_ORDER_LOCK, p, r, 1, NULL, NULL, &n);
+    if (!err) {
+        l->txn[l->txn_len < TXN_MAX ? l->txn_len : TXN_MAX] = '\0';
+        *found = n == 1;
+    }
+    return err;
+}
+
+/* Set order id (locked, unpaid) to status (cancelled or expired). */
+static int order_close(struct store *st, int64_t id, int64_t status)
+{
+    MYSQL_BIND p[2] = {0};
+    MYSQL_STMT *s;
+    int err;
+
+    bind_i64(&p[0], &status);
+    bind_i64(&p[1], &id);
+    err = store_stmt_exec(st, STMT_ORDER_CLOSE, p, NULL, &s);
+    if (!err && mysql_stmt_affected_rows(s) != 1)
+        err = -EIO; /* locked and unpaid: cannot happen */
+    return err;
+}
+
+/*
+ * Give k units of voucher_id back: to its row, or to the segment a user
+ * of user_id buys from first (segment = user_id % N) when it is
+ * segmented. Inside the transaction.
+ */
+static int units_return(struct store *st, int64_t voucher_id, int64_t user_id,
+                        int64_t k)
+{
+    struct voucher_state *vs = store_voucher_state_get(voucher_id);
+    MYSQL_BIND p[3] = {0};
+    unsigned segments;
+    MYSQL_STMT *s;
+    int64_t seg;
+    int err = store_voucher_segments_read(st, vs, &segments);
+
+    if (err)
+        return err;
+    bind_i64(&p[0], &k);
+    bind_i64(&p[1], &voucher_id);
+    if (segments <= 1)
+        return store_stmt_exec(st, STMT_STOCK_RETURN, p, NULL, &s);
+    seg = user_id % segments;
+    bind_i64(&p[2], &seg);
+    err = store_stmt_exec(st, STMT_SEGMENT_RETURN, p, NULL, &s);
+    if (!err)
+        store_segment_mark_stocked(vs, (unsigned)seg);
+    return err;
+}
+
+/* COMMIT: an unanswered one is -EINPROGRESS, never a success. */
+static int commit(struct store *st)
+{
+    int err;
+
+    if (!mysql_commit(st->my))
+        return 0;
+    err = store_mysql_error(st, NULL, "commit");
+    return err == -ENOTCONN ? -EINPROGRESS : store_tx_rollback(st, err);
+}
+
+/* Run fn through store_retry(), and again after a deadlock or a lock wait
+ * timeout (PURCHASE_ATTEMPTS in all). */
+static int run_tx(struct store *st, int (*fn)(struct store *, void *),
+                  void *arg)
+{
+    int err = -EDEADLK;
+
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
+        err = store_retry(st, fn, arg);
+    return err;
+}
+
+/* ---- cancel ---- */
+
+struct cancel_args {
+    int64_t id;
+    enum store_close *outcome;
+};
+
+static int cancel_once(struct store *st, void *arg)
+{
+    struct cancel_args *a = arg;
+    struct locked l = {0};
+    bool found = false;
+    int err = store_query(st, "START TRANSACTION");
+
+    if (err)
+        return err;
+    err = order_lock(st, a->id, &l, &found);
+    if (err || !found) {
+        *a->outcome = STORE_CLOSE_NOT_FOUND;
+        return store_tx_rollback(st, err);
+    }
+    switch (l.status) {
+    case ORDER_UNPAID:
+        break;
+    case ORDER_CANCELLED:
+        *a->outcome = STORE_CLOSE_ALREADY;
+        return store_tx_rollback(st, 0);
+    case ORDER_PAID:
+        *a->outcome = STORE_CLOSE_PAID;
+        return store_tx_rollback(st, 0);
+    default:
+        *a->outcome = STORE_CLOSE_EXPIRED;
+        return store_tx_rollback(st, 0);
+    }
+    err = order_close(st, a->id, ORDER_CANCELLED);
+    if (!err)
+        err = units_return(st, l.voucher_id, l.user_id, 1);
+    if (err)
+        return store_tx_rollback(st, err);
+    err = commit(st);
+    if (!err)
+        *a->outcome = STORE_CLOSE_DONE;
+    return err;
+}
+
+int store_order_cancel(struct store *st, int64_t order_id,
+                       enum store_close *outcome, struct store_order *o)
+{
+    struct cancel_args a = {order_id, outcome};
+    int err = run_tx(st, cancel_once, &a);
+
+    if (err || *outcome == STORE_CLOSE_NOT_FOUND)
+        return err;
+    return store_order_get(st, order_id, o);
+}
+
+/* ---- pay ---- */
+
+struct pay_args {
+    int64_t id;
+    int64_t amount;
+    const char *txn;
+    enum store_pay *outcome;
+    int64_t *pay_value;
+};
+
+static int pay_once(struct store *st, void *arg)
+{
+    struct pay_args *a = arg;
+    struct locked l = {0};
+    bool found = false;
+    MYSQL_BIND p[2] = {0};
+    unsigned long txn_len;
+    MYSQL_STMT *s;
+    int err = store_query(st, "START TRANSACTION");
+
+    if (err)
+        return err;
+    err = order_lock(st, a->id, &l, &found);
+    if (err || !found) {
+        *a->outcome = STORE_PAY_NOT_FOUND;
+        return store_tx_rollback(st, err);
+    }
+    *a->pay_value = l.pay_value;
+    if (l.status == ORDER_PAID) {
+        *a->outcome =
+            strcmp(l.txn, a->txn) == 0 ? STORE_PAY_SAME : STORE_PAY_OTHER;
+        return store_tx_rollback(st, 0);
+    }
+    if (l.status != ORDER_UNPAID) {
+        *a->outcome = STORE_PAY_CLOSED;
+        return store_tx_rollback(st, 0);
+    }
+    if (l.past_deadline) {
+        /* Late: the order expires now, as the expiry would have, and the
+         * unit goes back on sale; the payment is refused. */
+        err = order_close(st, a->id, ORDER_EXPIRED);
+        if (!err)
+            err = units_return(st, l.voucher_id, l.user_id, 1);
+        if (err)
+            return store_tx_rollback(st, err);
+        err = commit(st);
+        if (!err)
+            *a->outcome = STORE_PAY_LATE;
+        return err;
+    }
+    if (a->amount != l.pay_value) {
+        *a->outcome = STORE_PAY_AMOUNT;
+        return store_tx_rollback(st, 0);
+    }
+    bind_str_in(&p[0], a->txn, &txn_len);
+    bind_i64(&p[1], &a->id);
+    err = store_stmt_exec(st, STMT_ORDER_PAY, p, NULL, &s);
+    if (err == -EEXIST) {
+        /* The transaction's unique key: it paid another order. */
+        *a->outcome = STORE_PAY_TXN_USED;
+        return store_tx_rollback(st, 0);
+    }
+    if (!err && mysql_stmt_affected_rows(s) != 1)
+        err = -EIO; /* locked and unpaid: cannot happen */
+    if (err)
+        return store_tx_rollback(st, err);
+    err = commit(st);
+    if (!err)
+        *a->outcome = STORE_PAY_DONE;
+    return err;
+}
+
+int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
+                    const char *txn_id, enum store_pay *outcome,
+                    struct store_order *o, int64_t *pay_value)
+{
+    struct pay_args a = {order_id, amount, txn_id, outcome, pay_value};
+    int err;
+
+    if (!txn_id[0] || strlen(txn_id) > TXN_MAX)
+        return -EINVAL;
+    *pay_value = 0;
+    err = run_tx(st, pay_once, &a);
+    if (err || *outcome == STORE_PAY_NOT_FOUND)
+        return err;
+    return store_order_get(st, order_id, o);
+}
+
+/* ---- expiry ---- */
+
+/* One expired order, as the scan found it. */
+struct expiring {
+    int64_t id, user_id, voucher_id, lag_us;
+    unsigned segment; /* where its unit goes back (0: the voucher's row) */
+};
+
+struct expire_args {
+    unsigned max;
+    struct store_expired *out;
+};
+
+/* Fetch context of the scan. */
+struct scan_fetch {
+    struct expiring row;
+    struct expiring *rows;
+};
+
+static void scan_fetched(void *ctx, size_t i)
+{
+    struct scan_fetch *f = ctx;
+    f->rows[i] = f->row;
+}
+
+static int by_voucher_segment(const void *x, const void *y)
+{
+    const struct expiring *a = x, *b = y;
+
+    if (a->voucher_id != b->voucher_id)
+        return a->voucher_id < b->voucher_id ? -1 : 1;
+    return (a->segment > b->segment) - (a->segment < b->segment);
+}
+
+static int expire_once(struct store *st, void *arg)
+{
+    struct expire_args *a = arg;
+    struct expiring rows[STORE_EXPIRE_BATCH_MAX];
+    struct scan_fetch f = {.rows = rows};
+    MYSQL_BIND p[1] = {0}, r[4] = {0};
+    int64_t limit = a->max;
+    size_t n = 0;
+    int err;
+
+    memset(a->out, 0, sizeof(*a->out));
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+    bind_i64(&p[0], &limit);
+    bind_i64(&r[0], &f.row.id);
+    bind_i64(&r[1], &f.row.user_id);
+    bind_i64(&r[2], &f.row.voucher_id);
+    bind_i64(&r[3], &f.row.lag_us);
+    err = store_stmt_rows(st, STMT_EXPIRE_SCAN, p, r, a->max, scan_fetched, &f,
+                          &n);
+    if (err || n == 0)
+        return store_tx_rollback(st, err);
+    for (size_t i = 0; i < n && !err; i++) {
+        struct voucher_state *vs = store_voucher_state_get(rows[i].voucher_id);
+        unsigned segments;
+
+        err = order_close(st, rows[i].id, ORDER_EXPIRED);
+        if (!err)
+            err = store_voucher_segments_read(st, vs, &segments);
+        if (!err)
+            rows[i].segment =
+                segments > 1 ? (unsigned)(rows[i].user_id % segments) : 0;
+    }
+    if (err)
+        return store_tx_rollback(st, err);
+    FAILPOINT("expire_before_commit");
+    /* Every voucher's (segment's) units back in one statement, in one
+     * order, so two instances' batches cannot deadlock on the rows. */
+    qsort(rows, n, sizeof(rows[0]), by_voucher_segment);
+    for (size_t i = 0; i < n && !err;) {
+        size_t j = i + 1;
+
+        while (j < n && rows[j].voucher_id == rows[i].voucher_id &&
+               rows[j].segment == rows[i].segment)
+            j++;
+        err = units_return(st, rows[i].voucher_id, rows[i].user_id,
+                           (int64_t)(j - i));
+        i = j;
+    }
+    if (err)
+        return store_tx_rollback(st, err);
+    err = commit(st);
+    if (err)
+        return err;
+    FAILPOINT("expire_after_commit");
+    a->out->orders = n;
+    for (size_t i = 0; i < n; i++) {
+        a->out->lag_us[i] = rows[i].lag_us;
+        a->out->order_voucher[i] = rows[i].voucher_id;
+        a->out->order_user[i] = rows[i].user_id;
+        if (i == 0 || rows[i].voucher_id != rows[i - 1].voucher_id)
+            a->out->vouchers[a->out->nvouchers++] = rows[i].voucher_id;
+    }
+    return 0;
+}
+
+int store_orders_expire(struct store *st, unsigned max,
+                        struct store_expired *out)
+{
+    struct expire_args a = {max, out};
+
+    if (max < 1 || max > STORE_EXPIRE_BATCH_MAX)
+        return -EINVAL;
+    return run_tx(st, expire_once, &a);
+}
+
+/* ---- numbers ---- */
+
+struct stats_args {
+    int64_t id;
+    struct store_voucher_stats *out;
+};
+
+static int stats_once(struct store *st, void *arg)
+{
+    struct stats_args *a = arg;
+    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    size_t n;
+    int err;
+
+    bind_i64(&p[0], &a->id);
+    bind_i64(&r[0], &a->out->initial_stock);
+    bind_i64(&r[1], &a->out->stock);
+    bind_i64(&r[2], &a->out->unpaid);
+    bind_i64(&r[3], &a->out->paid);
+    bind_i64(&r[4], &a->out->cancelled);
+    bind_i64(&r[5], &a->out->expired);
+    err = store_stmt_rows(st, STMT_VOUCHER_STATS, p, r, 1, NULL, NULL, &n);
+    return err ? err : n ? 0 : -ENOENT;
+}
+
+int store_voucher_stats(struct store *st, int64_t voucher_id,
+                        struct store_voucher_stats *out)
+{
+    struct stats_args a = {voucher_id, out};
+
+    memset(out, 0, sizeof(*out));
+    return store_retry(st, stats_once, &a);
+}

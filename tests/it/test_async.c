@@ -1,0 +1,648 @@
+/*
+ * test_async.c - the asynchronous purchase mode over HTTP against the real
+ * binary, checked in MySQL and Redis once the writers have drained: every
+ * 202 becomes exactly one order, orders = initial stock - stock, no user
+ * twice, the stock never negative, and Redis' state agrees with MySQL.
+ *
+ * Instances: A and B (async by default, sharing the test Redis, which
+ * keeps writes with appendfsync everysec, so they accept that loss) for
+ * the crowd over two processes; C (the same, with a backlog bound of 12).
+ * All three reach MySQL through a proxy the test cuts, since every
+ * instance's writer drains every sale: MySQL away while sales go on.
+ * Start-up refusal runs the binary against a Redis without durable writes
+ * and one with them.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/it/harness.h"
+#include "tests/it/promtext.h"
+
+#define USER_BASE 270000000000LL
+#define CROWD_STOCK 100
+#define CROWD_USERS 500
+#define CROWD_PER_USER 3
+#define CROWD_REQUESTS (CROWD_USERS * CROWD_PER_USER)
+#define PAY_TIMEOUT_S 3
+#define C_BACKLOG 12
+/* How long the writers get to drain a sale. */
+#define DRAIN_MS 15000
+
+static struct it_server srv[3]; /* A, B, C */
+static struct it_proxy mysql_proxy;
+static char mysql_set[1024];
+static int64_t next_user;
+
+static int group_setup(void **state)
+{
+    const struct store_config *sc;
+    char *url;
+    const char *env_ab[] = {"SECKILL_PURCHASE_MODE=async",
+                            "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                            "SECKILL_PAY_TIMEOUT_S=3",
+                            "SECKILL_DEV=1",
+                            "SECKILL_RATE_USER=0",
+                            mysql_set,
+                            NULL};
+    const char *env_c[] = {"SECKILL_PURCHASE_MODE=async",
+                           "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                           "SECKILL_ASYNC_BACKLOG_MAX=12",
+                           "SECKILL_RATE_USER=0",
+                           "SECKILL_DEV=1",
+                           mysql_set,
+                           NULL};
+
+    (void)state;
+    it_init();
+    next_user = USER_BASE + util_now_ms() % 100000000 * 100;
+    sc = it_store_config();
+    if (it_proxy_start(&mysql_proxy, "async-mysql", (uint16_t)sc->mysql_port))
+        return -1;
+    url = it_mysql_url_with_port(getenv("SECKILL_MYSQL_URL"), mysql_proxy.port);
+    snprintf(mysql_set, sizeof(mysql_set), "SECKILL_MYSQL_URL=%s", url);
+    free(url);
+    if (it_server_start(&srv[0], "async-a", env_ab) != 0)
+        return -1;
+    if (it_server_start(&srv[1], "async-b", env_ab) != 0 ||
+        it_server_start(&srv[2], "async-c", env_c) != 0) {
+        it_group_teardown(srv, 3);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    it_proxy_ctl(&mysql_proxy, "heal");
+    int rc = it_group_teardown(srv, 3);
+    it_proxy_stop(&mysql_proxy);
+    return rc;
+}
+
+/* ---- helpers ---- */
+
+/* A seckill voucher in mode ("async", "sync", or NULL: the default). */
+static int64_t sale_create(const struct it_server *s, int64_t stock,
+                           int64_t begin_off_s, int64_t end_off_s,
+                           const char *mode)
+{
+    char body[512], b[40], e[40], m[40] = "";
+
+    if (mode)
+        snprintf(m, sizeof(m), ",\"purchaseMode\":\"%s\"", mode);
+    snprintf(body, sizeof(body),
+             "{\"shopId\":1,\"title\":\"async\",\"payValue\":100,"
+             "\"actualValue\":200,\"type\":\"seckill\",\"stock\":%lld,"
+             "\"beginTime\":\"%s\",\"endTime\":\"%s\"%s}",
+             (long long)stock, it_time(begin_off_s, b), it_time(end_off_s, e),
+             m);
+    return it_voucher_create(s, body);
+}
+
+/* A 202 from s for user: the pending order's id. */
+static int64_t buy(const struct it_server *s, int64_t v, int64_t user)
+{
+    struct it_resp resp;
+    int64_t id;
+
+    it_purchase(s, v, user, &resp);
+    it_assert_status(&resp, 202);
+    assert_string_equal("pending", it_json_str(resp.json, "status"));
+    id = it_json_id(resp.json, "orderId");
+    it_resp_free(&resp);
+    return id;
+}
+
+static long long redis_int(redisContext *rc, const char *fmt, int64_t v)
+{
+    redisReply *r = redisCommand(rc, fmt, (long long)v);
+    long long n = -1;
+
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_INTEGER)
+        n = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        n = atoll(r->str);
+    freeReplyObject(r);
+    return n;
+}
+
+static int64_t active_orders(int64_t v)
+{
+    return it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
+                         "voucher_id = %lld AND status IN (1, 2)",
+                         (long long)v);
+}
+
+/*
+ * Wait until v's stream is empty and nothing is pending, then check the
+ * invariants in MySQL and that Redis agrees: stock + active orders =
+ * initial, stock >= 0, no user twice, Redis' stock and buyers = MySQL's.
+ */
+static void assert_drained(int64_t v, int64_t initial)
+{
+    redisContext *rc = it_redis_connect();
+    int64_t until = util_mono_ms() + DRAIN_MS;
+    long long backlog, pending;
+
+    do {
+        backlog = redis_int(rc, "XLEN {v:%lld}:stream", v);
+        pending = redis_int(rc, "HLEN {v:%lld}:pending", v);
+        if (backlog == 0 && pending == 0)
+            break;
+        usleep(50 * 1000);
+    } while (util_mono_ms() < until);
+    if (backlog || pending)
+        print_error("voucher %lld: %lld orders still in the stream, %lld "
+                    "pending after %d ms\n",
+                    (long long)v, backlog, pending, DRAIN_MS);
+    assert_int_equal(0, backlog);
+    assert_int_equal(0, pending);
+
+    int64_t stock = it_sql_stock(v), active = active_orders(v);
+    if (stock + active != initial)
+        print_error("voucher %lld: stock %lld + active orders %lld != %lld\n",
+                    (long long)v, (long long)stock, (long long)active,
+                    (long long)initial);
+    assert_int_equal(initial, stock + active);
+    assert_true(stock >= 0);
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM (SELECT user_id "
+                                      "FROM voucher_orders WHERE voucher_id "
+                                      "= %lld AND status IN (1, 2) GROUP BY "
+                                      "user_id HAVING COUNT(*) > 1) d",
+                                      (long long)v));
+    assert_int_equal(stock, redis_int(rc, "GET {v:%lld}:stock", v));
+    assert_int_equal(active, redis_int(rc, "SCARD {v:%lld}:buyers", v));
+    redisFree(rc);
+}
+
+static int64_t order_status(int64_t order)
+{
+    return it_sql_scalar(
+        "SELECT COALESCE(MAX(status), 0) FROM voucher_orders WHERE id = %lld",
+        (long long)order);
+}
+
+/* Wait until order is in MySQL (status != 0); its status. */
+static int64_t order_written(int64_t order)
+{
+    int64_t until = util_mono_ms() + DRAIN_MS, st;
+
+    while ((st = order_status(order)) == 0 && util_mono_ms() < until)
+        usleep(20 * 1000);
+    return st;
+}
+
+static long order_read(const struct it_server *s, int64_t order, int64_t user,
+                       struct it_resp *resp)
+{
+    char tok[TOKEN_STR_LEN], path[64];
+
+    it_token(user, TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/orders/%lld", (long long)order);
+    return it_http(s, "GET", path, NULL, tok, resp);
+}
+
+static long order_post(const struct it_server *s, int64_t order,
+                       const char *action, int64_t user, struct it_resp *resp)
+{
+    char tok[TOKEN_STR_LEN], path[96];
+
+    it_token(user, TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/orders/%lld/%s", (long long)order,
+             action);
+    return it_http(s, "POST", path, NULL, tok, resp);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* ---- the sale ---- */
+
+static void test_voucher_mode(void **state)
+{
+    int64_t a = sale_create(&srv[0], 5, -60, 3600, NULL);
+    int64_t s = sale_create(&srv[0], 5, -60, 3600, "sync");
+    struct it_resp resp;
+    char path[64];
+
+    (void)state;
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)a);
+    it_http(&srv[1], "GET", path, NULL, NULL, &resp);
+    it_assert_status(&resp, 200);
+    assert_string_equal("async", it_json_str(resp.json, "purchaseMode"));
+    it_resp_free(&resp);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)s);
+    it_http(&srv[1], "GET", path, NULL, NULL, &resp);
+    assert_string_equal("sync", it_json_str(resp.json, "purchaseMode"));
+    it_resp_free(&resp);
+    /* A sync voucher on an async instance answers 201 as ever. */
+    it_purchase(&srv[0], s, next_user++, &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+
+    char tok[TOKEN_STR_LEN], b[40], e[40], body[512];
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, tok);
+    snprintf(body, sizeof(body),
+             "{\"shopId\":1,\"title\":\"x\",\"payValue\":1,\"actualValue\":2,"
+             "\"type\":\"seckill\",\"stock\":1,\"beginTime\":\"%s\","
+             "\"endTime\":\"%s\",\"purchaseMode\":\"later\"}",
+             it_time(-60, b), it_time(60, e));
+    it_http(&srv[0], "POST", "/api/vouchers", body, tok, &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    assert_non_null(
+        strstr(it_json_str(json_object_get(resp.json, "error"), "message"),
+               "purchaseMode"));
+    it_resp_free(&resp);
+}
+
+static void test_crowd(void **state)
+{
+    struct it_req *reqs = xcalloc(CROWD_REQUESTS, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(CROWD_REQUESTS, sizeof(*resps));
+    const struct it_server **to = xcalloc(CROWD_REQUESTS, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(CROWD_USERS, sizeof(*tokens));
+    int64_t ids[CROWD_STOCK], base = next_user;
+    int wins[CROWD_USERS] = {0};
+    size_t n202 = 0, other = 0;
+    int64_t v = sale_create(&srv[0], CROWD_STOCK, -60, 3600, "async");
+    char path[96];
+
+    (void)state;
+    next_user += CROWD_USERS;
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    for (size_t i = 0; i < CROWD_USERS; i++)
+        it_token(base + (int64_t)i, TOKEN_ROLE_USER, 3600, tokens[i]);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        reqs[i].method = "POST";
+        reqs[i].path = path;
+        reqs[i].token = tokens[i / CROWD_PER_USER];
+        to[i] = &srv[i % 2];
+    }
+    it_http_run_all(reqs, to, resps, CROWD_REQUESTS);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        struct it_resp *r = &resps[i];
+        const char *code =
+            it_json_str(json_object_get(r->json, "error"), "code");
+
+        if (r->status == 202) {
+            assert_true(n202 < CROWD_STOCK);
+            assert_string_equal("pending", it_json_str(r->json, "status"));
+            ids[n202++] = it_json_id(r->json, "orderId");
+            wins[i / CROWD_PER_USER]++;
+        } else if ((r->status == 409 && code &&
+                    (strcmp(code, "SOLD_OUT") == 0 ||
+                     strcmp(code, "ALREADY_PURCHASED") == 0)) ||
+                   (r->status == 429 && code && strcmp(code, "BUSY") == 0)) {
+            other++;
+        } else {
+            print_error("request %zu: %ld %s\n", i, r->status,
+                        r->body ? r->body : "");
+            fail();
+        }
+    }
+    print_message("202: %zu, others: %zu\n", n202, other);
+    assert_int_equal(CROWD_STOCK, n202);
+    for (size_t i = 0; i < CROWD_USERS; i++)
+        assert_true(wins[i] <= 1);
+    qsort(ids, n202, sizeof(ids[0]), cmp_i64);
+    for (size_t i = 1; i < n202; i++)
+        assert_true(ids[i] != ids[i - 1]);
+
+    assert_drained(v, CROWD_STOCK);
+    /* Every 202 is exactly one order, of the user it was sold to. */
+    assert_int_equal(CROWD_STOCK, it_sql_order_count(v));
+    assert_int_equal(0, it_sql_stock(v));
+    for (size_t i = 0; i < n202; i++) {
+        int64_t user = it_sql_scalar("SELECT COALESCE(MAX(user_id), -1) FROM "
+                                     "voucher_orders WHERE id = %lld AND "
+                                     "voucher_id = %lld AND status = 1",
+                                     (long long)ids[i], (long long)v);
+        assert_true(user >= base && user < base + CROWD_USERS);
+        assert_int_equal(1, wins[user - base]);
+    }
+    for (size_t i = 0; i < CROWD_REQUESTS; i++)
+        it_resp_free(&resps[i]);
+    free(tokens);
+    free(to);
+    free(resps);
+    free(reqs);
+}
+
+/* The same purchase 50 times at once, over both instances: one 202. */
+static void test_same_request(void **state)
+{
+    enum { N = 50 };
+    struct it_req reqs[N] = {0};
+    struct it_resp resps[N];
+    const struct it_server *to[N];
+    char tok[TOKEN_STR_LEN], path[96];
+    int64_t v = sale_create(&srv[0], 10, -60, 3600, "async");
+    int64_t user = next_user++, order = 0;
+    size_t n202 = 0;
+
+    (void)state;
+    it_token(user, TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    for (size_t i = 0; i < N; i++) {
+        reqs[i] = (struct it_req){.method = "POST", .path = path, .token = tok};
+        to[i] = &srv[i % 2];
+    }
+    it_http_run_all(reqs, to, resps, N);
+    for (size_t i = 0; i < N; i++) {
+        if (resps[i].status == 202) {
+            n202++;
+            order = it_json_id(resps[i].json, "orderId");
+        } else if (resps[i].status == 429) {
+            it_assert_error(&resps[i], 429, "BUSY");
+        } else {
+            it_assert_error(&resps[i], 409, "ALREADY_PURCHASED");
+        }
+        it_resp_free(&resps[i]);
+    }
+    assert_int_equal(1, n202);
+    assert_drained(v, 10);
+    assert_int_equal(1, it_sql_order_count(v));
+    assert_int_equal(user, it_sql_scalar("SELECT user_id FROM voucher_orders "
+                                         "WHERE id = %lld",
+                                         (long long)order));
+}
+
+/* The window is Redis' to judge for an async sale, the same as MySQL's. */
+static void test_window(void **state)
+{
+    int64_t early = sale_create(&srv[0], 5, 30, 3600, "async");
+    int64_t over = sale_create(&srv[0], 5, -60, 2, "async");
+    struct it_resp resp;
+
+    (void)state;
+    it_purchase(&srv[1], early, next_user++, &resp);
+    it_assert_error(&resp, 409, "NOT_STARTED");
+    it_resp_free(&resp);
+    buy(&srv[1], over, next_user++);
+    sleep(3);
+    it_purchase(&srv[1], over, next_user++, &resp);
+    it_assert_error(&resp, 409, "ENDED");
+    it_resp_free(&resp);
+    assert_drained(over, 5);
+    assert_int_equal(1, it_sql_order_count(over));
+}
+
+/* ---- the order's life ---- */
+
+static void test_cancel_returns_unit(void **state)
+{
+    int64_t v = sale_create(&srv[0], 1, -60, 3600, "async");
+    int64_t u = next_user++, w = next_user++;
+    int64_t o = buy(&srv[0], v, u);
+    struct it_resp resp;
+
+    (void)state;
+    assert_int_equal(1, order_written(o));
+    it_purchase(&srv[1], v, w, &resp);
+    it_assert_error(&resp, 409, "SOLD_OUT");
+    it_resp_free(&resp);
+    order_post(&srv[1], o, "cancel", u, &resp);
+    it_assert_status(&resp, 200);
+    assert_string_equal("cancelled", it_json_str(resp.json, "status"));
+    it_resp_free(&resp);
+    assert_drained(v, 1);
+    /* The unit is back in Redis: another user buys it (the sold-out cache
+     * heard about it too). */
+    int64_t o2 = buy(&srv[0], v, w);
+    assert_int_equal(1, order_written(o2));
+    assert_drained(v, 1);
+}
+
+static void test_expiry_returns_unit(void **state)
+{
+    int64_t v = sale_create(&srv[0], 1, -60, 3600, "async");
+    int64_t u = next_user++;
+    int64_t o = buy(&srv[1], v, u), until;
+    struct it_resp resp;
+
+    (void)state;
+    assert_int_equal(1, order_written(o));
+    until = util_mono_ms() + (PAY_TIMEOUT_S + 5) * 1000;
+    while (order_status(o) == 1 && util_mono_ms() < until)
+        usleep(100 * 1000);
+    assert_int_equal(7, order_status(o)); /* expired */
+    assert_drained(v, 1);
+    /* The same user may buy again: the buyer set forgot them. */
+    o = buy(&srv[0], v, u);
+    assert_int_equal(1, order_written(o));
+    order_post(&srv[0], o, "pay", u, &resp);
+    it_assert_status(&resp, 200);
+    assert_string_equal("paid", it_json_str(resp.json, "status"));
+    it_resp_free(&resp);
+    assert_drained(v, 1);
+}
+
+/* ---- MySQL away: Redis sells, the backlog waits, then drains ---- */
+
+static void test_mysql_away(void **state)
+{
+    int64_t v = sale_create(&srv[2], 40, -60, 3600, "async");
+    int64_t users[C_BACKLOG], orders[C_BACKLOG];
+    struct it_resp resp;
+
+    (void)state;
+    /* Warm C's voucher cache while MySQL is there. */
+    orders[0] = buy(&srv[2], v, users[0] = next_user++);
+    assert_int_equal(1, order_written(orders[0]));
+    assert_true(it_proxy_ctl(&mysql_proxy, "cut") == 0);
+    assert_true(it_proxy_ctl(&mysql_proxy, "refuse") == 0);
+    for (size_t i = 1; i < C_BACKLOG; i++)
+        orders[i] = buy(&srv[2], v, users[i] = next_user++);
+    /* Pending, and readable as such while MySQL is away. */
+    order_read(&srv[2], orders[5], users[5], &resp);
+    it_assert_status(&resp, 200);
+    assert_string_equal("pending", it_json_str(resp.json, "status"));
+    it_resp_free(&resp);
+    /* Someone else's pending order reads as absent. */
+    order_read(&srv[2], orders[5], users[6], &resp);
+    it_assert_error(&resp, 404, "NOT_FOUND");
+    it_resp_free(&resp);
+    /* Not yet cancellable: in a moment. */
+    order_post(&srv[2], orders[5], "cancel", users[5], &resp);
+    it_assert_error(&resp, 429, "BUSY");
+    assert_string_equal("1", resp.retry_after);
+    it_resp_free(&resp);
+    /* The backlog bound: 11 wait, at most 12 may. Fill it, then 429. */
+    int64_t extra = buy(&srv[2], v, next_user++);
+    it_purchase(&srv[2], v, next_user++, &resp);
+    it_assert_error(&resp, 429, "BUSY");
+    assert_string_equal("1", resp.retry_after);
+    it_resp_free(&resp);
+    assert_int_equal(1,
+                     it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
+                                   "voucher_id = %lld",
+                                   (long long)v));
+
+    assert_true(it_proxy_ctl(&mysql_proxy, "heal") == 0);
+    assert_drained(v, 40);
+    for (size_t i = 0; i < C_BACKLOG; i++)
+        assert_int_equal(1, order_status(orders[i]));
+    assert_int_equal(1, order_status(extra));
+    assert_int_equal(C_BACKLOG + 1, it_sql_order_count(v));
+}
+
+/* ---- repairs ---- */
+
+/* A Redis that lost a sale's state (say a restart from an older file) is
+ * rebuilt from MySQL: nothing sold twice. */
+static void test_rebuild(void **state)
+{
+    int64_t v = sale_create(&srv[0], 5, -60, 3600, "async");
+    int64_t u[3];
+    redisContext *rc = it_redis_connect();
+    redisReply *r;
+    struct it_resp resp;
+
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(1, order_written(buy(&srv[0], v, u[i] = next_user++)));
+    r = redisCommand(rc, "DEL {v:%lld}:info {v:%lld}:stock {v:%lld}:buyers",
+                     (long long)v, (long long)v, (long long)v);
+    freeReplyObject(r);
+    /* Until rebuilt, nothing sells; then the buyers are known again. */
+    int64_t until = util_mono_ms() + DRAIN_MS;
+    while (redis_int(rc, "EXISTS {v:%lld}:info", v) == 0 &&
+           util_mono_ms() < until)
+        usleep(100 * 1000);
+    assert_int_equal(1, redis_int(rc, "EXISTS {v:%lld}:info", v));
+    it_purchase(&srv[1], v, u[1], &resp);
+    it_assert_error(&resp, 409, "ALREADY_PURCHASED");
+    it_resp_free(&resp);
+    buy(&srv[1], v, next_user++);
+    buy(&srv[1], v, next_user++);
+    it_purchase(&srv[1], v, next_user++, &resp);
+    it_assert_error(&resp, 409, "SOLD_OUT");
+    it_resp_free(&resp);
+    assert_drained(v, 5);
+    assert_int_equal(5, it_sql_order_count(v));
+    redisFree(rc);
+}
+
+/* An order that can never be written goes to the dead letters once, and
+ * the unit it took comes back. */
+static void test_dead_letter(void **state)
+{
+    int64_t v = sale_create(&srv[0], 5, -60, 3600, "async");
+    int64_t u = next_user++, o = buy(&srv[0], v, u);
+    redisContext *rc = it_redis_connect();
+    redisReply *r;
+
+    (void)state;
+    assert_int_equal(1, order_written(o));
+    /* A second order of the same user, as a broken client of the stream
+     * might write it: the database refuses it (one active order). */
+    r = redisCommand(rc, "XADD {v:%lld}:stream * o %lld u %lld t %lld",
+                     (long long)v, (long long)(o + 1), (long long)u,
+                     (long long)util_now_ms());
+    freeReplyObject(r);
+    int64_t until = util_mono_ms() + DRAIN_MS;
+    while (redis_int(rc, "XLEN {v:%lld}:dead", v) < 1 && util_mono_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(1, redis_int(rc, "XLEN {v:%lld}:dead", v));
+    assert_drained(v, 5);
+    assert_int_equal(1, it_sql_order_count(v));
+    assert_int_equal(0, order_status(o + 1));
+    redisFree(rc);
+}
+
+/* ---- start-up ---- */
+
+static void test_startup_refusal(void **state)
+{
+    char *argv[] = {(char *)it_bin(), "--port", "0", NULL};
+    char *env[64], log[IT_PATH_MAX], rlog[IT_PATH_MAX], url[256];
+    const struct store_config *sc = it_store_config();
+    size_t n = 0;
+    int status = -1;
+    pid_t pid, redis;
+    uint16_t port = it_free_port();
+    struct it_server s;
+
+    (void)state;
+    /* The test Redis keeps writes with appendfsync everysec. */
+    for (char **e = environ; *e && n < 60; e++)
+        if (strncmp(*e, "SECKILL_PURCHASE_MODE=", 22) != 0 &&
+            strncmp(*e, "SECKILL_ASYNC_ACCEPT_LOSS=", 26) != 0)
+            env[n++] = *e;
+    env[n++] = "SECKILL_PURCHASE_MODE=async";
+    env[n] = NULL;
+    snprintf(log, sizeof(log), "%s/async-refused.log", it_log_dir());
+    pid = it_spawn(argv, env, log);
+    assert_true(pid > 0);
+    assert_int_equal(0, it_wait_exit(pid, 10000, &status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(2, WEXITSTATUS(status));
+    char *text = NULL;
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    text = xcalloc(1, 65536);
+    fread(text, 1, 65535, f);
+    fclose(f);
+    assert_non_null(strstr(text, "SECKILL_ASYNC_ACCEPT_LOSS=1"));
+    free(text);
+
+    /* A Redis that fsyncs every write: accepted. */
+    char dir[IT_PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/async-redis", it_log_dir());
+    mkdir(dir, 0700);
+    const char *const durable[] = {
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", dir, NULL};
+    snprintf(rlog, sizeof(rlog), "%s/async-redis.log", it_log_dir());
+    redis = it_redis_start_with(port, rlog, NULL, durable);
+    assert_true(redis > 0);
+    snprintf(url, sizeof(url), "SECKILL_REDIS_URL=redis://127.0.0.1:%u/0",
+             (unsigned)port);
+    const char *ov[] = {"SECKILL_PURCHASE_MODE=async",
+                        "SECKILL_ASYNC_ACCEPT_LOSS=0", url, "SECKILL_LOCK_URL",
+                        NULL};
+    (void)sc;
+    assert_int_equal(0, it_server_start(&s, "async-durable", ov));
+    int64_t v = sale_create(&s, 2, -60, 3600, NULL);
+    buy(&s, v, next_user++);
+    assert_int_equal(0, it_server_stop(&s));
+    kill(redis, SIGKILL);
+    waitpid(redis, NULL, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_voucher_mode),
+        cmocka_unit_test(test_crowd),
+        cmocka_unit_test(test_same_request),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_cancel_returns_unit),
+        cmocka_unit_test(test_expiry_returns_unit),
+        cmocka_unit_test(test_mysql_away),
+        cmocka_unit_test(test_rebuild),
+        cmocka_unit_test(test_dead_letter),
+        cmocka_unit_test(test_startup_refusal),
+    };
+
+    return it_exit_status(
+        cmocka_run_group_tests(tests, group_setup, group_teardown));
+}

@@ -1,0 +1,472 @@
+// browser.mjs - the buyer's and the admin's pages in headless Chromium
+// (Debian's chromium, driven by playwright-core) against the real
+// seckilld, MariaDB and Redis.
+//
+// The buyer's flow runs in a browser whose clock is an hour fast, so the
+// countdown and the buy button can only be right if they follow the
+// server's clock (the Date header). Every page must run without a console
+// error or a Content-Security-Policy report. Screenshots of both pages at
+// phone and desktop width go to build/screenshots/.
+
+import { mkdirSync } from "node:fs";
+import path from "node:path";
+
+import { chromium } from "playwright-core";
+
+import {
+    BIN,
+    ROOT,
+    RUN,
+    assert,
+    assertEqual,
+    createVoucher,
+    http,
+    start,
+    startSeckilld,
+    stopAll,
+    summary,
+    test,
+    timeIn,
+    token,
+} from "./lib.mjs";
+
+const SHOTS = path.join(ROOT, "build/screenshots");
+const PHONE = { width: 390, height: 844 };
+const DESKTOP = { width: 1280, height: 900 };
+// A bound for a page to show what the test waits for; reaching it fails
+// the test, it is not a measurement.
+const WAIT_MS = 20000;
+// The browser's clock runs this much ahead of the server's.
+const SKEW_MS = 3600 * 1000;
+
+let server;
+let browser;
+
+// Poll fn until it returns a truthy value; fail after WAIT_MS.
+async function waitFor(fn, what, ms = WAIT_MS) {
+    const deadline = Date.now() + ms;
+    let last;
+    while (Date.now() < deadline) {
+        try {
+            last = await fn();
+            if (last) return last;
+        } catch (e) {
+            last = e;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`timed out waiting for ${what} (last: ${last})`);
+}
+
+// A page that records console errors, uncaught exceptions and CSP
+// violations in page.problems.
+async function newPage(context) {
+    const page = await context.newPage();
+    page.problems = [];
+    page.on("console", (m) => {
+        // Chromium logs every 4xx answer of fetch(); the pages expect
+        // those (sold out, already purchased) and show them in words.
+        if (m.type() === "error" && !/^Failed to load resource: .* status of 4\d\d/.test(m.text()))
+            page.problems.push("console: " + m.text());
+    });
+    page.on("pageerror", (e) => page.problems.push("exception: " + e.message));
+    await page.addInitScript(() => {
+        document.addEventListener("securitypolicyviolation", (e) =>
+            console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`),
+        );
+    });
+    return page;
+}
+
+function assertNoProblems(page) {
+    assert(!page.problems.length, `the page reported problems:\n  ${page.problems.join("\n  ")}`);
+}
+
+// Make the page's clock (Date and performance.timeOrigin) run skewMs ahead.
+async function skewClock(page, skewMs) {
+    await page.addInitScript((skew) => {
+        const RealDate = Date;
+        class SkewedDate extends RealDate {
+            constructor(...args) {
+                if (args.length === 0) super(RealDate.now() + skew);
+                else super(...args);
+            }
+            static now() {
+                return RealDate.now() + skew;
+            }
+        }
+        globalThis.Date = SkewedDate;
+        const origin = performance.timeOrigin + skew;
+        Object.defineProperty(performance, "timeOrigin", { get: () => origin });
+    }, skewMs);
+}
+
+async function shoot(page, name) {
+    for (const [label, size] of [
+        ["phone", PHONE],
+        ["desktop", DESKTOP],
+    ]) {
+        await page.setViewportSize(size);
+        await page.waitForTimeout(300); // a repaint after the resize
+        await page.screenshot({ path: path.join(SHOTS, `${name}-${label}.png`), fullPage: true });
+    }
+}
+
+const card = (page, id) => page.locator(`li.voucher[data-voucher-id="${id}"]`);
+
+async function logIn(page, phone) {
+    await page.fill("#phone", phone);
+    await page.click("#send-code");
+    await waitFor(() => page.isVisible("#dev-code"), "the development code");
+    const code = await page.textContent("#dev-code-value");
+    assert(/^[0-9]{6}$/.test(code), `dev code ${code}`);
+    assertEqual(await page.inputValue("#code"), code, "the code field");
+    await page.click("#login-button");
+    await waitFor(() => page.isVisible("#who"), "the logged-in header");
+    assertEqual(await page.textContent("#who-phone"), phone, "the phone shown");
+    assert(await page.isVisible("#orders"), "my orders are shown");
+    assert(await page.isHidden("#login"), "the login form is hidden");
+}
+
+// ---- the buyer ----
+
+async function buyerFlow() {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    await skewClock(page, SKEW_MS);
+    const shop = 800000 + (RUN % 100000);
+    const phone = "137" + String(RUN % 100000000).padStart(8, "0");
+
+    // One regular voucher and one already on sale, before the page loads.
+    const normal = await createVoucher(server.url, { shopId: shop, title: "10 off any meal", payValue: 900, actualValue: 1000 });
+    const spare = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Two left: 20 off",
+        payValue: 8000,
+        actualValue: 10000,
+        type: "seckill",
+        stock: 2,
+        beginTime: timeIn(-60),
+        endTime: timeIn(3600),
+    });
+    const last = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Last one: 90 off",
+        payValue: 1000,
+        actualValue: 10000,
+        type: "seckill",
+        stock: 1,
+        beginTime: timeIn(-60),
+        endTime: timeIn(3600),
+    });
+    const resp = await page.goto(`${server.url}/?shop=${shop}`);
+    assertEqual(resp.status(), 200, "GET /");
+    assert(/default-src 'self'/.test(resp.headers()["content-security-policy"] || ""), "the page has a CSP");
+    await waitFor(() => card(page, last).isVisible(), "the vouchers");
+    assert(
+        /Regular voucher/.test(await card(page, normal).textContent()) && !(await card(page, normal).locator("button").isVisible()),
+        "a regular voucher has no buy button",
+    );
+
+    await logIn(page, phone);
+
+    // A sale that starts in 3 s on the server's clock; the browser's clock
+    // says it started an hour ago.
+    const begin = Math.ceil(Date.now() / 1000 + 3) * 1000;
+    const soon = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Flash: 50 off 47.50",
+        subTitle: "today only",
+        rules: "one per person",
+        payValue: 4750,
+        actualValue: 5000,
+        type: "seckill",
+        stock: 5,
+        beginTime: new Date(begin).toISOString().replace(/\.\d{3}Z$/, "Z"),
+        endTime: timeIn(3600),
+    });
+    await page.click("#shop-form button");
+    const button = card(page, soon).locator("button.buy");
+    await waitFor(() => button.isVisible(), "the new voucher");
+    const before = Date.now();
+    assert(before < begin, "the page showed the voucher after its sale began: the test machine is too slow");
+    assert(await button.isDisabled(), "the buy button is enabled before the sale starts");
+    assert(/Starts in 00:0[0-4]/.test(await button.textContent()), `the countdown: ${await button.textContent()}`);
+
+    await waitFor(() => button.isEnabled(), "the buy button to open");
+    const opened = Date.now();
+    assert(opened >= begin, `the button opened ${begin - opened} ms before the sale`);
+    assertEqual(await button.textContent(), "Buy now", "the open button");
+
+    // The purchase is held in flight: the button must be disabled and a
+    // second click must not send a second request.
+    let purchases = 0;
+    let release;
+    const held = new Promise((r) => (release = r));
+    await page.route(`**/api/vouchers/${soon}/seckill`, async (route) => {
+        purchases++;
+        await held;
+        await route.continue();
+    });
+    await button.click();
+    await waitFor(() => button.isDisabled(), "the button to close while buying");
+    assertEqual(await button.textContent(), "Buying…", "the button in flight");
+    await button.dispatchEvent("click");
+    release();
+    const msg = card(page, soon).locator(".msg");
+    const bought = await waitFor(async () => /Bought! Order (\d+)\./.exec(await msg.textContent()), "the purchase's outcome");
+    assertEqual(purchases, 1, "purchase requests for one click and one click while in flight");
+    await page.unroute(`**/api/vouchers/${soon}/seckill`);
+    const orderId = bought[1];
+
+    // My orders: the new one with its voucher's title and status, and
+    // the time left to pay on the server's clock (15 minutes; the
+    // browser's clock would say it ran out an hour ago).
+    const order = page.locator(`#order-list li[data-order-id="${orderId}"]`);
+    await waitFor(() => order.isVisible(), "the order in my orders");
+    const orderText = await order.textContent();
+    assert(/Flash: 50 off 47\.50/.test(orderText) && /Unpaid/.test(orderText), `the order reads: ${orderText}`);
+    const left = await order.locator(".countdown").textContent();
+    assert(/^Pay within 1[45]:[0-5][0-9]$/.test(left), `the time to pay: ${left}`);
+
+    // A second click: the server's answer, in words.
+    await button.click();
+    await waitFor(async () => /Already purchased/.test(await msg.textContent()), "already purchased");
+
+    // Sold out: someone else takes the last one; this page's next click.
+    const other = await http(server.url, "POST", `/api/vouchers/${last}/seckill`, { token: token(9300000000 + RUN) });
+    assertEqual(other.status, 201, "the other buyer's purchase");
+    await card(page, last).locator("button.buy").click();
+    await waitFor(async () => /Sold out/.test(await card(page, last).locator(".msg").textContent()), "sold out");
+    // And the card itself, once the list is read again.
+    await waitFor(async () => /Sold out/.test(await card(page, last).locator(".pill").textContent()), "the sold-out pill");
+
+    // The page as a buyer sees it mid-sale: an unpaid order counting down.
+    await shoot(page, "buyer");
+    await page.setViewportSize(DESKTOP);
+
+    // Pay it (development mode's simulated provider).
+    await order.locator("button.pay").click();
+    await waitFor(async () => (await order.locator(".status").textContent()) === "Paid", "the order paid");
+    assertEqual(await order.locator("button").count(), 0, "buttons on a paid order");
+
+    // Buy another and cancel it: its unit goes back on sale.
+    const spareCard = card(page, spare);
+    await spareCard.locator("button.buy").click();
+    const other2 = await waitFor(
+        async () => /Bought! Order (\d+)\./.exec(await spareCard.locator(".msg").textContent()),
+        "the second purchase",
+    );
+    await waitFor(async () => /^1 left$/.test(await spareCard.locator(".row span:last-child").textContent()), "1 left");
+    const order2 = page.locator(`#order-list li[data-order-id="${other2[1]}"]`);
+    await waitFor(() => order2.locator("button.cancel").isVisible(), "the cancel button");
+    await order2.locator("button.cancel").click();
+    await waitFor(async () => (await order2.locator(".status").textContent()) === "Cancelled", "the order cancelled");
+    await waitFor(async () => /^2 left$/.test(await spareCard.locator(".row span:last-child").textContent()), "2 left again");
+
+    // The clock line: the server's time, not the browser's hour-fast one.
+    const clockText = await page.textContent("#clock");
+    assert(/Server clock: .*\(±\d+ ms\)/.test(clockText), `the clock line: ${clockText}`);
+    const offset = await page.evaluate(async () => {
+        const { clock } = await import("/static/api.js");
+        return clock.now() - Date.now();
+    });
+    assert(Math.abs(offset + SKEW_MS) < 5000, `the page's server clock is off by ${offset + SKEW_MS} ms`);
+
+    assertNoProblems(page);
+    await context.close();
+}
+
+// Every error code of the document has its own words.
+async function errorWords() {
+    const context = await browser.newContext();
+    const page = await newPage(context);
+    await page.goto(`${server.url}/`);
+    const doc = await (await fetch(`${server.url}/openapi.json`)).json();
+    const codes = doc.components.schemas.ErrorCode.enum;
+    const words = await page.evaluate(async (list) => {
+        const { describeError } = await import("/static/api.js");
+        return list.map((code) => describeError({ status: 400, error: { code, message: "detail" }, retryAfter: 7 }).text);
+    }, codes);
+    codes.forEach((code, i) => {
+        assert(!/^Error \d+/.test(words[i]), `${code} has no words of its own: ${words[i]}`);
+    });
+    assertEqual(new Set(words).size, codes.length, "distinct words per code");
+    assert(/Wait 7 s/.test(words[codes.indexOf("RATE_LIMITED")]), "rate limited says how long to wait");
+    assertNoProblems(page);
+    await context.close();
+}
+
+// ---- the admin ----
+
+// The form's fields, valid, and the same as an API body.
+const VALID = {
+    shopId: "1",
+    title: "Valid title",
+    subTitle: "",
+    rules: "",
+    payValue: "4750",
+    actualValue: "5000",
+    type: "seckill",
+    stock: "10",
+};
+
+async function fillForm(page, fields, beginOffsetS = 60, endOffsetS = 3660) {
+    for (const [k, v] of Object.entries(fields)) {
+        if (k === "type") await page.selectOption("#f-type", v);
+        else await page.fill(`#f-${k}`, v);
+    }
+    // The reader's local time, as the datetime-local inputs take it.
+    const local = (offsetS) =>
+        page.evaluate((o) => {
+            const d = new Date(Math.floor(Date.now() / 1000 + o) * 1000);
+            const two = (n) => String(n).padStart(2, "0");
+            // Chromium writes whole minutes without the seconds.
+            const sec = d.getSeconds() ? `:${two(d.getSeconds())}` : "";
+            return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}${sec}`;
+        }, offsetS);
+    await page.fill("#f-beginTime", beginOffsetS === null ? "" : await local(beginOffsetS));
+    await page.fill("#f-endTime", await local(endOffsetS));
+}
+
+async function adminValidation(page, adminToken) {
+    // Each case: what the form gets, and the same mistake in an API body.
+    const base = {
+        shopId: 1,
+        title: "Valid title",
+        payValue: 4750,
+        actualValue: 5000,
+        type: "seckill",
+        stock: 10,
+        beginTime: timeIn(60),
+        endTime: timeIn(3660),
+    };
+    const cases = [
+        ["shopId", { shopId: "abc" }, { shopId: "abc" }],
+        ["shopId", { shopId: "0" }, { shopId: 0 }],
+        ["title", { title: "" }, { title: undefined }],
+        ["title", { title: "t".repeat(256) }, { title: "t".repeat(256) }],
+        ["subTitle", { subTitle: "s".repeat(256) }, { subTitle: "s".repeat(256) }],
+        ["rules", { rules: "r".repeat(1025) }, { rules: "r".repeat(1025) }],
+        ["payValue", { payValue: "-1" }, { payValue: -1 }],
+        ["actualValue", { actualValue: "100000000001" }, { actualValue: 100000000001 }],
+        ["stock", { stock: "1.5" }, { stock: 1.5 }],
+        ["stock", { stock: "" }, { stock: undefined }],
+        ["beginTime", { begin: null }, { beginTime: undefined }],
+        ["endTime", { end: "before" }, { endTime: timeIn(30) }],
+    ];
+    for (const [field, form, api] of cases) {
+        const fields = { ...VALID };
+        for (const [k, v] of Object.entries(form)) if (k !== "begin" && k !== "end") fields[k] = v;
+        await fillForm(page, fields, form.begin === null ? null : 60, form.end === "before" ? 30 : 3660);
+        await page.click("#create-button");
+        const shown = await page.textContent(`.field-error[data-for="${field}"]`);
+        const r = await http(server.url, "POST", "/api/vouchers", { body: { ...base, ...api }, token: adminToken });
+        assertEqual(r.status, 400, `the API on a bad ${field}`);
+        assertEqual(shown, r.json.error.message, `the page's message for ${field} (${JSON.stringify(form).slice(0, 60)})`);
+    }
+}
+
+async function adminFlow() {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    const resp = await page.goto(`${server.url}/admin`);
+    assertEqual(resp.status(), 200, "GET /admin");
+    const adminToken = token(1, true);
+
+    // Without a token the form says so; a user's token is named as such.
+    await page.fill("#token", token(5));
+    await page.click("#token-form button[type=submit]");
+    await waitFor(async () => /user token of user 5/.test(await page.textContent("#token-msg")), "the user-token warning");
+    await page.fill("#token", adminToken);
+    await page.click("#token-form button[type=submit]");
+    await waitFor(async () => /Admin token of user 1/.test(await page.textContent("#token-msg")), "the token accepted");
+
+    await adminValidation(page, adminToken);
+
+    // Create a sale that starts now with a stock of 40.
+    const shop = 810000 + (RUN % 100000);
+    await fillForm(page, { ...VALID, shopId: String(shop), title: "Crowd test: 40 vouchers", stock: "40" });
+    await page.click('button[data-start="0"]');
+    await page.click("#create-button");
+    const created = await waitFor(async () => /Created voucher (\d+)/.exec(await page.textContent("#create-msg")), "the voucher created");
+    const id = created[1];
+    const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
+    const stock = row.locator("td.stock");
+    await waitFor(async () => (await stock.textContent()) === "40", "the new voucher with 40 in stock");
+    // "now" opened the sale at once.
+    assertEqual(await row.locator("td.status").textContent(), "on sale", "the new sale's status");
+
+    // A crowd in another process buys 30 of them, two at a time, each
+    // buyer after a pause of 300 ms: at least 4.5 s of selling, whatever
+    // the machine's speed, so the page's readings (one a second) fall
+    // inside it.
+    const crowd = start("browser-crowd", process.execPath, [
+        path.join(ROOT, "tests/web/crowd.mjs"),
+        server.url,
+        id,
+        String(9400000000 + RUN * 100),
+        "30",
+        "2",
+        "300",
+    ]);
+    // The page reads the stock once a second: it must see it fall.
+    const readings = new Set();
+    await waitFor(async () => {
+        readings.add(await stock.textContent());
+        return readings.has("10");
+    }, "the stock to fall to 10");
+    const code = await crowd.exited;
+    assertEqual(code, 0, `the crowd (${crowd.output.trim()})`);
+    assert(/crowd: 30 bought/.test(crowd.output), `the crowd: ${crowd.output}`);
+    const between = [...readings].map(Number).filter((n) => n < 40 && n > 10);
+    assert(between.length >= 1, `the page saw the stock only at ${[...readings].join(", ")}`);
+
+    // The chart: a stock line and bars of units sold.
+    await waitFor(() => page.locator("#chart path.stock").count(), "the stock line");
+    await waitFor(() => page.locator("#chart rect.sales").count(), "the sales bars");
+    // The voucher's stats (the admin token reads them): 30 sold.
+    await waitFor(async () => (await row.locator("td.sold").textContent()) === "30", "30 sold in the stats");
+    assertEqual(await row.locator("td.returned").textContent(), "0", "returned units");
+    // The counters of /metrics: at least the crowd's 30 orders.
+    await waitFor(async () => Number(await page.textContent('[data-counter="ok"] .n')) >= 30, "30 orders in the counters");
+
+    await shoot(page, "admin");
+    assertNoProblems(page);
+    await context.close();
+}
+
+async function main() {
+    mkdirSync(SHOTS, { recursive: true });
+    try {
+        // Development mode (the login code on the page, Pay (dev)); 15
+        // minutes to pay, as the buyer's test reads it.
+        server = await startSeckilld("browser-seckilld", { SECKILL_DEV: "1", SECKILL_PAY_TIMEOUT_S: "900" });
+        // launch() runs Chromium on a fresh temporary profile of its own
+        // and removes it on close.
+        browser = await chromium.launch({
+            executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+            headless: true,
+            args: [
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        });
+        await test("browser: buyer logs in, waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
+        await test("browser: every error code has its own words", errorWords);
+        await test("browser: admin creates a voucher with the API's messages and watches a crowd buy", adminFlow);
+    } finally {
+        if (browser) await browser.close();
+        await stopAll();
+    }
+    console.log(`     screenshots: ${path.relative(ROOT, SHOTS)}/ (binary ${path.relative(ROOT, BIN)})`);
+    return summary("browser");
+}
+
+process.exitCode = await main();

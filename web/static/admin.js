@@ -1,0 +1,538 @@
+// admin.js - the admin's page: an admin token, a form that creates a
+// voucher (checked field by field with the API's own messages before it
+// is sent), the shop's vouchers with their numbers read once a second
+// (GET /api/vouchers/{id}/stats with the token, else the voucher's stock)
+// and a chart of the selected one's sales, and the purchase counters of
+// /metrics.
+
+import { call, clock, describeError, el, localTime, money, rfc3339, say } from "./api.js";
+import { drawChart, soldBetween } from "./chart.js";
+
+const TOKEN_KEY = "seckill.admin-token";
+const LIST_REFRESH_MS = 10000;
+const STOCK_POLL_MS = 1000;
+const METRICS_POLL_MS = 1000;
+const HISTORY_MS = 10 * 60000;
+// At most this many vouchers have their stock read every second.
+const WATCH_MAX = 8;
+const SECKILL_ROUTE = "/api/vouchers/{id}/seckill";
+
+const $ = (id) => document.getElementById(id);
+
+const state = {
+    token: sessionStorage.getItem(TOKEN_KEY) || "",
+    shopId: "1",
+    vouchers: [], // the list, newest first
+    history: new Map(), // voucher id -> [{t, stock, sold?}]
+    stats: new Map(), // voucher id -> its last stats
+    selected: null,
+    metrics: [], // [{t, values}] of the last seconds
+};
+
+// ---- the token ----
+
+// A token's claims, read without checking its signature (only the server
+// can): base64url of version(1) | user id(8) | role(1) | expires(8) |
+// mac(32). null when it does not have that shape.
+export function decodeToken(tok) {
+    if (!/^[A-Za-z0-9_-]{67}$/.test(tok)) return null;
+    const bin = atob(tok.replace(/-/g, "+").replace(/_/g, "/") + "=");
+    const b = Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    const big = (from) => {
+        let v = 0n;
+        for (let i = 0; i < 8; i++) v = (v << 8n) | BigInt(b[from + i]);
+        return v;
+    };
+    return {
+        version: b[0],
+        userId: big(1).toString(),
+        role: b[9] === 2 ? "admin" : b[9] === 1 ? "user" : "unknown",
+        expires: Number(big(10)) * 1000,
+    };
+}
+
+function showToken() {
+    const msg = $("token-msg");
+    if (!state.token) {
+        say(msg, "No token: creating vouchers needs one.", "warn");
+        return;
+    }
+    const c = decodeToken(state.token);
+    if (!c) {
+        say(msg, "This is not a seckilld token (67 characters of base64url).", "bad");
+    } else if (c.role !== "admin") {
+        say(msg, `A ${c.role} token of user ${c.userId}: the API needs an admin token.`, "bad");
+    } else if (c.expires <= clock.now()) {
+        say(msg, `The admin token of user ${c.userId} expired at ${localTime(new Date(c.expires).toISOString())}.`, "bad");
+    } else {
+        say(msg, `Admin token of user ${c.userId}, valid until ${localTime(new Date(c.expires).toISOString())}.`, "ok");
+    }
+}
+
+$("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    $("token").value = "";
+    state.stats.clear();
+    showToken();
+});
+
+$("token-forget").addEventListener("click", () => {
+    state.token = "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    showToken();
+});
+
+// ---- the new voucher's fields, checked as the API checks them ----
+
+const INT64_MAX = 9223372036854775807n;
+const MONEY_MAX = 100000000000n; // a billion in cents
+const STOCK_MAX = 1000000000n;
+const TIME_EXAMPLE = 'must be an RFC 3339 time such as "2026-11-21T10:00:00Z"';
+
+// An integer field: null when fine, else the API's message for it.
+function checkInt(name, raw, required, min, max) {
+    if (raw === "") return required ? `${name}: is required` : null;
+    const what = `${name}: must be an integer from ${min} to ${max}`;
+    if (!/^-?[0-9]+$/.test(raw)) return what;
+    const n = BigInt(raw);
+    return n < min || n > max ? what : null;
+}
+
+// A text field; lengths are in characters (code points), as the API
+// counts them.
+function checkStr(name, raw, required, max) {
+    if (raw === "") return required ? `${name}: is required` : null;
+    const n = [...raw].length;
+    if (n > max) {
+        return `${name}: must be a string of ${required ? "1 to " : "at most "}${max} characters`;
+    }
+    return null;
+}
+
+// A datetime-local value ("2026-11-21T18:00:05", the reader's time) as
+// epoch ms, or NaN.
+function localInputTime(raw) {
+    return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$/.test(raw) ? new Date(raw).getTime() : NaN;
+}
+
+function formValues() {
+    const v = {};
+    for (const name of [
+        "shopId",
+        "title",
+        "subTitle",
+        "rules",
+        "payValue",
+        "actualValue",
+        "type",
+        "stock",
+        "beginTime",
+        "endTime",
+    ]) {
+        const input = $("f-" + name);
+        v[name] = name === "title" || name === "subTitle" || name === "rules" ? input.value : input.value.trim();
+    }
+    return v;
+}
+
+// Every field's problem, in the API's words: {field: message}.
+export function validate(v) {
+    const errors = {};
+    const put = (name, msg) => {
+        if (msg) errors[name] = msg;
+    };
+    put("shopId", checkInt("shopId", v.shopId, true, 1n, INT64_MAX));
+    put("title", checkStr("title", v.title, true, 255));
+    put("subTitle", checkStr("subTitle", v.subTitle, false, 255));
+    put("rules", checkStr("rules", v.rules, false, 1024));
+    put("payValue", checkInt("payValue", v.payValue, true, 0n, MONEY_MAX));
+    put("actualValue", checkInt("actualValue", v.actualValue, true, 0n, MONEY_MAX));
+    if (v.type !== "seckill" && v.type !== "normal") put("type", 'type: must be "normal" or "seckill"');
+    if (v.type === "seckill") {
+        put("stock", checkInt("stock", v.stock, true, 0n, STOCK_MAX));
+        const begin = localInputTime(v.beginTime);
+        const end = localInputTime(v.endTime);
+        if (v.beginTime === "") put("beginTime", "beginTime: is required");
+        else if (Number.isNaN(begin)) put("beginTime", "beginTime: " + TIME_EXAMPLE);
+        if (v.endTime === "") put("endTime", "endTime: is required");
+        else if (Number.isNaN(end)) put("endTime", "endTime: " + TIME_EXAMPLE);
+        if (!errors.beginTime && !errors.endTime && Math.floor(end / 1000) <= Math.floor(begin / 1000))
+            put("endTime", "endTime: must be after beginTime");
+    }
+    return errors;
+}
+
+// The request body. Integers go in as the digits typed (normalised), so
+// ids beyond 2^53 keep every digit.
+export function voucherBody(v) {
+    const parts = [`"shopId":${BigInt(v.shopId)}`, `"title":${JSON.stringify(v.title)}`];
+    if (v.subTitle) parts.push(`"subTitle":${JSON.stringify(v.subTitle)}`);
+    if (v.rules) parts.push(`"rules":${JSON.stringify(v.rules)}`);
+    parts.push(`"payValue":${BigInt(v.payValue)}`, `"actualValue":${BigInt(v.actualValue)}`);
+    parts.push(`"type":${JSON.stringify(v.type)}`);
+    if (v.type === "seckill") {
+        parts.push(`"stock":${BigInt(v.stock)}`);
+        parts.push(`"beginTime":"${rfc3339(localInputTime(v.beginTime))}"`);
+        parts.push(`"endTime":"${rfc3339(localInputTime(v.endTime))}"`);
+    }
+    return "{" + parts.join(",") + "}";
+}
+
+function showFieldErrors(errors) {
+    for (const span of document.querySelectorAll(".field-error")) {
+        const name = span.dataset.for;
+        span.textContent = errors[name] || "";
+        const input = $("f-" + name);
+        if (input) input.setAttribute("aria-invalid", errors[name] ? "true" : "false");
+    }
+}
+
+function syncType() {
+    const seckill = $("f-type").value === "seckill";
+    for (const n of document.querySelectorAll(".seckill-only")) n.hidden = !seckill;
+}
+
+function showMoney() {
+    for (const name of ["payValue", "actualValue"]) {
+        const raw = $("f-" + name).value.trim();
+        $(`f-${name}-money`).textContent = /^[0-9]{1,12}$/.test(raw) ? `= ${money(raw)}` : "";
+    }
+}
+
+// The reader's local time of epoch ms t, as a datetime-local value.
+function toLocalInput(t) {
+    const d = new Date(t);
+    const two = (n) => String(n).padStart(2, "0");
+    return (
+        `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}` +
+        `T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`
+    );
+}
+
+function setStart(inSeconds) {
+    // Whole seconds on the server's clock, as the API stores them; "now"
+    // is a second the server's clock has surely reached, so the sale is
+    // open at once.
+    const begin = Math.floor((clock.earliest() + inSeconds * 1000) / 1000) * 1000;
+    $("f-beginTime").value = toLocalInput(begin);
+    $("f-endTime").value = toLocalInput(begin + 3600 * 1000);
+}
+
+for (const b of document.querySelectorAll("[data-start]"))
+    b.addEventListener("click", () => setStart(Number(b.dataset.start)));
+$("f-type").addEventListener("change", syncType);
+for (const name of ["payValue", "actualValue"]) $("f-" + name).addEventListener("input", showMoney);
+
+$("create-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const v = formValues();
+    const errors = validate(v);
+    showFieldErrors(errors);
+    const msg = $("create-msg");
+    if (Object.keys(errors).length) {
+        say(msg, "Correct the marked fields.", "bad");
+        return;
+    }
+    if (!state.token) {
+        say(msg, "Paste an admin token first.", "bad");
+        $("token").focus();
+        return;
+    }
+    const button = $("create-button");
+    button.disabled = true;
+    say(msg, "Creating…");
+    const res = await call("POST", "/api/vouchers", { body: voucherBody(v), token: state.token });
+    button.disabled = false;
+    if (!res.ok) {
+        // A 400 names its field first ("stock: ..."): show it there.
+        const m = /^([A-Za-z]+): /.exec(res.error.message || "");
+        if (res.error.code === "BAD_REQUEST" && m && $("f-" + m[1])) {
+            showFieldErrors({ [m[1]]: res.error.message });
+            say(msg, "The server refused a field: see above.", "bad");
+        } else {
+            say(msg, describeError(res).text, "bad");
+        }
+        return;
+    }
+    say(msg, `Created voucher ${res.data.id} in shop ${v.shopId}.`, "ok");
+    state.shopId = String(BigInt(v.shopId));
+    $("shop-id").value = state.shopId;
+    state.selected = res.data.id;
+    await loadList();
+});
+
+// ---- the shop's vouchers, their stock and the chart ----
+
+$("shop-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const v = $("shop-id").value.trim();
+    if (!/^[1-9][0-9]{0,17}$/.test(v)) {
+        say($("list-msg"), "A shop is a positive whole number.", "bad");
+        return;
+    }
+    state.shopId = v;
+    state.selected = null;
+    loadList();
+});
+
+async function loadList() {
+    const shop = state.shopId;
+    const res = await call("GET", `/api/vouchers?shopId=${shop}&limit=20`);
+    if (shop !== state.shopId) return;
+    if (!res.ok) {
+        say($("list-msg"), "Could not load the vouchers: " + describeError(res).text, "warn");
+        return;
+    }
+    state.vouchers = res.data.items;
+    say($("list-msg"), state.vouchers.length ? "" : `Shop ${shop} has no vouchers yet.`);
+    if (!state.selected) {
+        const first = state.vouchers.find((v) => v.type === "seckill");
+        state.selected = first ? first.id : null;
+    }
+    for (const v of state.vouchers) record(v);
+    renderList();
+}
+
+// Remember a reading of v's stock (and of its sold count, from stats) on
+// the server's clock.
+function record(v, stats) {
+    if (v.type !== "seckill") return;
+    const h = state.history.get(v.id) || [];
+    const t = clock.now();
+    h.push(stats ? { t, stock: stats.stock, sold: stats.sold } : { t, stock: v.stock });
+    while (h.length && t - h[0].t > HISTORY_MS) h.shift();
+    state.history.set(v.id, h);
+}
+
+// Vouchers worth reading every second: flash sales not over for a minute.
+function watched() {
+    const now = clock.now();
+    return state.vouchers
+        .filter((v) => v.type === "seckill" && Date.parse(v.endTime) + 60000 > now)
+        .slice(0, WATCH_MAX);
+}
+
+// True while the pasted token is an admin's that has not expired (the
+// server checks the signature).
+function adminToken() {
+    const c = state.token ? decodeToken(state.token) : null;
+    return c && c.role === "admin" && c.expires > clock.now() ? state.token : null;
+}
+
+// One voucher's reading: its stats with an admin token, else the voucher.
+async function readOne(v) {
+    const tok = adminToken();
+    if (tok) {
+        const res = await call("GET", `/api/vouchers/${v.id}/stats`, { token: tok });
+        if (res.ok) {
+            state.stats.set(v.id, res.data);
+            return { ...v, stock: res.data.stock, stats: res.data };
+        }
+    }
+    const res = await call("GET", `/api/vouchers/${v.id}`);
+    return res.ok ? res.data : null;
+}
+
+async function pollStock() {
+    const list = watched();
+    const answers = await Promise.all(list.map(readOne));
+    answers.forEach((got, i) => {
+        if (!got) return;
+        const { stats, ...voucher } = got;
+        const idx = state.vouchers.findIndex((v) => v.id === list[i].id);
+        if (idx >= 0) state.vouchers[idx] = voucher;
+        record(voucher, stats);
+    });
+    renderList();
+}
+
+function soldPerSecond(id, overMs = 10000) {
+    const h = state.history.get(id) || [];
+    const now = clock.now();
+    let sold = 0;
+    for (let i = 1; i < h.length; i++) {
+        const n = soldBetween(h[i - 1], h[i]);
+        if (n > 0 && now - h[i].t <= overMs) sold += n;
+    }
+    return sold / (overMs / 1000);
+}
+
+function saleStatus(v) {
+    if (v.type !== "seckill") return "regular";
+    const now = clock.now();
+    if (now < Date.parse(v.beginTime)) return "starts soon";
+    if (now >= Date.parse(v.endTime)) return "ended";
+    return v.stock > 0 ? "on sale" : "sold out";
+}
+
+// Rows are kept and updated in place, so that a click is not lost to a
+// redraw between pressing and releasing the button.
+const rows = new Map(); // voucher id -> {tr, cells}
+
+function row(v) {
+    let r = rows.get(v.id);
+    if (r) return r;
+    const cells = {};
+    for (const k of ["id", "title", "type", "stock", "sold", "paid", "returned", "rate", "window", "status"])
+        cells[k] = el("td", {
+            class: k === "id" ? "mono" : k === "title" ? "title" : ["type", "window", "status"].includes(k) ? k : "num " + k,
+        });
+    const tr = el("tr", { "data-voucher-id": v.id }, ...Object.values(cells));
+    tr.addEventListener("click", () => {
+        state.selected = v.id;
+        renderList();
+    });
+    r = { tr, cells };
+    rows.set(v.id, r);
+    return r;
+}
+
+function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
+}
+
+function renderList() {
+    const keep = new Set();
+    const body = $("voucher-rows");
+    state.vouchers.forEach((v, i) => {
+        const seckill = v.type === "seckill";
+        const r = row(v);
+        keep.add(v.id);
+        setText(r.cells.id, v.id);
+        setText(r.cells.title, v.title);
+        setText(r.cells.type, seckill ? "flash sale" : "regular");
+        setText(r.cells.stock, seckill ? String(v.stock) : "–");
+        const st = seckill ? state.stats.get(v.id) : null;
+        setText(r.cells.sold, st ? String(st.sold) : "–");
+        setText(r.cells.paid, st ? String(st.orders.paid) : "–");
+        setText(r.cells.returned, st ? String(st.returned) : "–");
+        setText(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : "–");
+        setText(r.cells.window, seckill ? `${localTime(v.beginTime)} – ${localTime(v.endTime)}` : "–");
+        setText(r.cells.status, saleStatus(v));
+        r.tr.className = v.id === state.selected ? "selected" : "";
+        if (body.children[i] !== r.tr) body.insertBefore(r.tr, body.children[i] || null);
+    });
+    for (const [id, r] of rows)
+        if (!keep.has(id)) {
+            r.tr.remove();
+            rows.delete(id);
+        }
+    const sel = state.vouchers.find((v) => v.id === state.selected);
+    if (sel && sel.type === "seckill") {
+        setText($("chart-title"), `Voucher ${sel.id}, “${sel.title}”: stock and units sold`);
+        drawChart($("chart"), state.history.get(sel.id) || [], clock.now());
+    } else {
+        setText($("chart-title"), "Select a flash-sale voucher to see its sales.");
+        $("chart").replaceChildren();
+    }
+}
+
+// ---- the counters of /metrics ----
+
+// The samples of a Prometheus text page: [{name, labels: {}, value}].
+export function parseMetrics(text) {
+    const out = [];
+    for (const line of text.split("\n")) {
+        if (!line || line.startsWith("#")) continue;
+        const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+        if (!m) continue;
+        const labels = {};
+        for (const kv of (m[2] || "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[kv[1]] = kv[2];
+        out.push({ name: m[1], labels, value: Number(m[3]) });
+    }
+    return out;
+}
+
+// The counters the page shows, from one scrape.
+function outcomeValues(samples) {
+    const get = (name, label, value) =>
+        samples
+            .filter((s) => s.name === name && (!label || s.labels[label] === value))
+            .reduce((a, s) => a + s.value, 0);
+    const code = (c) =>
+        samples
+            .filter((s) => s.name === "seckill_http_requests_total" && s.labels.route === SECKILL_ROUTE && s.labels.code === c)
+            .reduce((a, s) => a + s.value, 0);
+    const busy = get("seckill_lock_acquisitions_total", "outcome", "busy");
+    const shed = get("seckill_purchases_total", "outcome", "shed");
+    return {
+        requests: get("seckill_http_requests_total", "route", SECKILL_ROUTE),
+        ok: get("seckill_purchases_total", "outcome", "ok"),
+        sold_out: get("seckill_purchases_total", "outcome", "sold_out"),
+        sold_out_cached: get("seckill_purchases_total", "outcome", "sold_out_cached"),
+        duplicate: get("seckill_purchases_total", "outcome", "duplicate"),
+        busy,
+        shed,
+        rate_limited: Math.max(0, code("429") - busy - shed),
+        unavailable: code("503"),
+        paid: get("seckill_order_transitions_total", "to", "paid"),
+        cancelled: get("seckill_order_transitions_total", "to", "cancelled"),
+        expired: get("seckill_order_transitions_total", "to", "expired"),
+    };
+}
+
+const COUNTERS = [
+    ["requests", "purchase requests"],
+    ["ok", "orders placed"],
+    ["sold_out_cached", "sold out, answered from memory"],
+    ["sold_out", "sold out, checked in MySQL"],
+    ["duplicate", "already purchased"],
+    ["busy", "busy (one user, two requests)"],
+    ["shed", "busy (the voucher's queue full)"],
+    ["rate_limited", "rate limited"],
+    ["unavailable", "unavailable (503)"],
+    ["paid", "orders paid"],
+    ["cancelled", "orders cancelled"],
+    ["expired", "orders expired unpaid"],
+];
+
+async function pollMetrics() {
+    const res = await call("GET", "/metrics");
+    if (!res.ok) {
+        say($("metrics-msg"), "Could not read /metrics: " + describeError(res).text, "warn");
+        return;
+    }
+    say($("metrics-msg"), "");
+    const values = outcomeValues(parseMetrics(res.text));
+    const t = clock.now();
+    state.metrics.push({ t, values });
+    while (state.metrics.length > 1 && t - state.metrics[0].t > 5000) state.metrics.shift();
+    const old = state.metrics[0];
+    const dt = (t - old.t) / 1000;
+    $("counters").replaceChildren(
+        ...COUNTERS.map(([key, label]) =>
+            el(
+                "div",
+                { class: "counter", "data-counter": key },
+                el("div", { class: "n" }, String(values[key])),
+                el("div", { class: "label" }, label),
+                el("div", { class: "rate" }, dt > 0 ? `${((values[key] - old.values[key]) / dt).toFixed(1)}/s` : "–"),
+            ),
+        ),
+    );
+}
+
+// ---- start ----
+
+// The chart is drawn to the page's width: again when that changes.
+window.addEventListener("resize", renderList);
+
+$("shop-id").value = state.shopId;
+syncType();
+showMoney();
+loadList().then(() => {
+    setStart(60);
+    showToken();
+});
+pollMetrics();
+setInterval(() => {
+    if (document.visibilityState === "visible") loadList();
+}, LIST_REFRESH_MS);
+setInterval(() => {
+    if (document.visibilityState === "visible") pollStock();
+}, STOCK_POLL_MS);
+setInterval(() => {
+    if (document.visibilityState === "visible") pollMetrics();
+}, METRICS_POLL_MS);

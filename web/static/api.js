@@ -1,0 +1,289 @@
+// api.js - what both pages share: API calls that read the error envelope,
+// the server's clock from the Date header, words for every error code, and
+// the formats of money, times and durations.
+
+// Local milliseconds that never jump (unlike Date.now() when the user sets
+// the clock), on the same scale as Date.now().
+export function localNow() {
+    return performance.timeOrigin + performance.now();
+}
+
+// The server's clock, learnt from the Date header of every answer. Date
+// has whole seconds, so one answer only says that the offset (server minus
+// local time) lies in an interval: the server wrote Date = d, meaning a
+// time in [d, d + 1 s), at some moment between sending and receiving, so
+// offset is in (d - received, d + 1 s - sent). Intersecting the intervals
+// of many answers, taken at different fractions of a second, narrows it
+// to about a round trip. A sale's button opens when even the lowest
+// estimate of the server's time has passed the start, so a purchase never
+// arrives before the sale opens.
+export const clock = {
+    lo: -Infinity,
+    hi: Infinity,
+    samples: 0,
+
+    observe(dateHeader, sent, received) {
+        const d = Date.parse(dateHeader || "");
+        if (Number.isNaN(d)) return;
+        const lo = d - received;
+        const hi = d + 1000 - sent;
+        // Disjoint: a clock moved (the server's, or a suspended laptop).
+        if (lo > this.hi || hi < this.lo) {
+            this.lo = lo;
+            this.hi = hi;
+        } else {
+            this.lo = Math.max(this.lo, lo);
+            this.hi = Math.min(this.hi, hi);
+        }
+        this.samples++;
+    },
+    known() {
+        return Number.isFinite(this.lo) && Number.isFinite(this.hi);
+    },
+    // The best estimate of the server's time, in epoch milliseconds.
+    now() {
+        return localNow() + (this.known() ? (this.lo + this.hi) / 2 : 0);
+    },
+    // The earliest time the server's clock can show now.
+    earliest() {
+        return localNow() + (this.known() ? this.lo : 0);
+    },
+    // True once the server's clock has certainly reached t.
+    surelyReached(t) {
+        return this.known() && this.earliest() >= t;
+    },
+    uncertainty() {
+        return this.known() ? this.hi - this.lo : Infinity;
+    },
+};
+
+// Take clock samples until the offset is known to within targetMs, with
+// pauses at random fractions of a second between them (GET /healthz is
+// cheap, answered from memory and not rate limited).
+export async function tightenClock(targetMs = 60, maxSamples = 12) {
+    for (let i = 0; i < maxSamples && clock.uncertainty() > targetMs; i++) {
+        await call("GET", "/healthz");
+        await sleep(90 + Math.random() * 310);
+    }
+}
+
+export function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// One API call. Resolves (never rejects) to
+//   { ok, status, data, error: {code, message}, retryAfter }
+// where error is the envelope's (or NETWORK when nothing came back) and
+// retryAfter the Retry-After header in seconds (0 without one).
+export async function call(method, path, { body, token } = {}) {
+    const headers = {};
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (token) headers.Authorization = "Bearer " + token;
+    const sent = localNow();
+    let resp;
+    try {
+        resp = await fetch(path, {
+            method,
+            headers,
+            body:
+                body === undefined
+                    ? undefined
+                    : typeof body === "string"
+                      ? body
+                      : JSON.stringify(body),
+            cache: "no-store",
+        });
+    } catch (e) {
+        return {
+            ok: false,
+            status: 0,
+            data: null,
+            error: { code: "NETWORK", message: String(e.message || e) },
+            retryAfter: 0,
+        };
+    }
+    clock.observe(resp.headers.get("Date"), sent, localNow());
+    const text = await resp.text();
+    let data = null;
+    try {
+        data = JSON.parse(text);
+    } catch {
+        data = null;
+    }
+    const retryAfter = parseInt(resp.headers.get("Retry-After") || "0", 10);
+    const result = {
+        ok: resp.ok,
+        status: resp.status,
+        data,
+        error: null,
+        retryAfter: retryAfter > 0 ? retryAfter : 0,
+        text,
+    };
+    if (!resp.ok) {
+        const e = data && data.error;
+        result.error =
+            e && typeof e.code === "string"
+                ? e
+                : {
+                      code: "HTTP_" + resp.status,
+                      message: text.slice(0, 200) || resp.statusText,
+                  };
+    }
+    return result;
+}
+
+// The error codes of the API (README, docs/openapi.yaml) in words a buyer
+// understands, and how to present them: "bad" for a final refusal, "warn"
+// for one that passes (retry, wait). res is what call() resolved to.
+export function describeError(res) {
+    const e = res.error || { code: "", message: "" };
+    const wait = res.retryAfter || 1;
+    switch (e.code) {
+        case "SOLD_OUT":
+            return { text: "Sold out: every voucher has been taken.", tone: "bad" };
+        case "ALREADY_PURCHASED":
+            return {
+                text: "Already purchased: it is one per person, and you have yours.",
+                tone: "bad",
+            };
+        case "BUSY":
+            return {
+                text: "Busy: the sale is crowded or another purchase of yours is in progress. Retry in a moment.",
+                tone: "warn",
+            };
+        case "RATE_LIMITED":
+            return {
+                text: `Rate limited: too many requests. Wait ${wait} s.`,
+                tone: "warn",
+                wait,
+            };
+        case "NOT_STARTED":
+            return { text: "Not started yet: the sale has not opened.", tone: "warn" };
+        case "ENDED":
+            return { text: "Ended: the sale is over.", tone: "bad" };
+        case "NOT_SECKILL":
+            return {
+                text: "Not in the flash sale: this voucher is not sold here.",
+                tone: "bad",
+            };
+        case "NOT_FOUND":
+            return { text: "Not found: it no longer exists.", tone: "bad" };
+        case "ORDER_PAID":
+            return { text: "Already paid: a paid order cannot be cancelled.", tone: "bad" };
+        case "ORDER_CLOSED":
+            return {
+                text: "Closed: the order was cancelled, or its time to pay ran out.",
+                tone: "bad",
+            };
+        case "UNAUTHORIZED":
+            return {
+                text: "Please log in again: your session is missing or has expired.",
+                tone: "bad",
+            };
+        case "FORBIDDEN":
+            return { text: "Not allowed: this needs an admin token.", tone: "bad" };
+        case "BAD_REQUEST":
+            return { text: "Refused: " + e.message + ".", tone: "bad" };
+        case "METHOD_NOT_ALLOWED":
+            return {
+                text: "Refused: the page sent a request this server does not take.",
+                tone: "bad",
+            };
+        case "PAYLOAD_TOO_LARGE":
+            return { text: "Refused: the request is larger than 64 KiB.", tone: "bad" };
+        case "NOT_IMPLEMENTED":
+            return {
+                text: "Refused: the browser sent a request this server does not support.",
+                tone: "bad",
+            };
+        case "INTERNAL":
+            return {
+                text: "Something went wrong on our side. Retry in a moment.",
+                tone: "bad",
+            };
+        case "UNAVAILABLE":
+            if (/outcome is unknown/.test(e.message))
+                return {
+                    text: "We could not confirm the outcome: look at My orders before you retry.",
+                    tone: "warn",
+                    checkOrders: true,
+                };
+            return {
+                text: `The service is busy or down. Retry in ${wait} s.`,
+                tone: "warn",
+                wait,
+            };
+        case "NETWORK":
+            return {
+                text: "Network error: check your connection and retry.",
+                tone: "warn",
+            };
+        default:
+            return { text: `Error ${res.status}: ${e.message}`, tone: "bad" };
+    }
+}
+
+// Cents as "47.50".
+export function money(cents) {
+    const n = Number(cents);
+    if (!Number.isFinite(n)) return "";
+    return (n / 100).toLocaleString(undefined, {
+        minimumFractionDigits: 2,
+        maximumFractionDigits: 2,
+    });
+}
+
+// Milliseconds as "2 d 03:04:05", "03:04:05" or "04:05".
+export function duration(ms) {
+    let s = Math.max(0, Math.ceil(ms / 1000));
+    const d = Math.floor(s / 86400);
+    s -= d * 86400;
+    const h = Math.floor(s / 3600);
+    s -= h * 3600;
+    const m = Math.floor(s / 60);
+    s -= m * 60;
+    const two = (n) => String(n).padStart(2, "0");
+    const hms = h || d ? `${two(h)}:${two(m)}:${two(s)}` : `${two(m)}:${two(s)}`;
+    return d ? `${d} d ${hms}` : hms;
+}
+
+// An RFC 3339 time as the reader's local date and time.
+export function localTime(iso) {
+    const t = Date.parse(iso);
+    if (Number.isNaN(t)) return iso || "";
+    return new Date(t).toLocaleString(undefined, {
+        dateStyle: "medium",
+        timeStyle: "medium",
+    });
+}
+
+// A Date (or epoch ms) as the API's time: "2026-11-21T10:00:00Z".
+export function rfc3339(t) {
+    return new Date(Math.floor(Number(t) / 1000) * 1000)
+        .toISOString()
+        .replace(/\.\d{3}Z$/, "Z");
+}
+
+// document.createElement with attributes, properties and children in one
+// call; text is always set as text, never parsed as HTML.
+export function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props)) {
+        if (v === undefined || v === null || v === false) continue;
+        if (k === "class") node.className = v;
+        else if (k === "text") node.textContent = v;
+        else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+        else if (k in node && typeof v !== "string") node[k] = v;
+        else node.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children.flat())
+        if (c !== undefined && c !== null && c !== false)
+            node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return node;
+}
+
+// Show a message in a status element with a tone ("ok", "warn", "bad").
+export function say(node, text, tone = "") {
+    node.textContent = text;
+    node.className = "msg" + (tone ? " " + tone : "");
+}
