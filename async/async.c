@@ -468,12 +468,33 @@ static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
                       "voucher=%lld order=%s user=%s why=\"%s\"",
                       (long long)voucher_id, o, u, why);
         }
-        redisAppendCommand(rc, "XACK %s " GROUP " %s", k_stream, e[i].id);
-        redisAppendCommand(rc, "XDEL %s %s", k_stream, e[i].id);
-        redisAppendCommand(rc, "HDEL %s %lld", k_pending,
-                           (long long)e[i].o.order_id);
-        sent += 3;
     }
+    /* One command each for the whole batch: acknowledged, deleted, no
+     * longer pending (in that order: a crash in between leaves an order
+     * that is written and still pending, which is only read again). */
+    const char **v = xcalloc(n + 3, sizeof(*v));
+    char(*oid)[24] = xcalloc(n, sizeof(*oid));
+
+    v[0] = "XACK";
+    v[1] = k_stream;
+    v[2] = GROUP;
+    for (size_t i = 0; i < n; i++)
+        v[3 + i] = e[i].id;
+    redisAppendCommandArgv(rc, (int)(n + 3), v, NULL);
+    v[0] = "XDEL";
+    for (size_t i = 0; i < n; i++)
+        v[2 + i] = e[i].id;
+    redisAppendCommandArgv(rc, (int)(n + 2), v, NULL);
+    v[0] = "HDEL";
+    v[1] = k_pending;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(oid[i], sizeof(oid[i]), "%lld", (long long)e[i].o.order_id);
+        v[2 + i] = oid[i];
+    }
+    redisAppendCommandArgv(rc, (int)(n + 2), v, NULL);
+    sent += 3;
+    free(oid);
+    free(v);
     for (size_t i = 0; i < sent; i++) {
         redisReply *r = NULL;
 
