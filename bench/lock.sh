@@ -7,16 +7,22 @@
 #
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_CLIENTS (default
 # "1 16 64"), BENCH_BACKENDS (default "redis redlock mysql zookeeper"),
-# BENCH_ROUNDS (redis against its raw limit, default 3: the median round).
+# BENCH_ROUNDS (redis against its raw limit, default 3: the median round),
+# BENCH_KINDS (default "fair read write semaphore") on BENCH_KIND_BACKENDS
+# (default "redis zookeeper", the backends that offer them).
 #
 # Each cell is bench/lock_bench.c: CLIENTS threads, each with its own lock
 # name, fail-fast acquire (wait 0, lease 30 s) then release, in a loop. The
-# raw Redis figure runs the backend's own acquire script and its release
+# kind rows are the same loop over the other kinds: fair and write locks on
+# a name per thread; read locks all on one name (readers share it); one
+# semaphore with CLIENTS permits, waiting up to 5 s for a permit. The raw
+# Redis figure runs the backend's own acquire script and its release
 # script (EVALSHA, same keys and arguments, fresh random keys so the
 # acquire succeeds) with redis-benchmark at the same client count, and
 # combines them as one pair: 1 / (1/acquire_rate + 1/release_rate). The
-# release benchmark's keys are mostly absent, so it is a little cheaper than
-# a real release: the ratio errs against us.
+# release benchmark's keys are mostly absent (it reads the receipt instead
+# of deleting the lock and writing one), so it is a little cheaper than a
+# real release: the ratio errs against us.
 #
 # Prints a table, writes it under bench/results/, and ends with
 #   lock-ratio redis=<pairs/s of the redis backend / raw pairs/s, 64 clients>
@@ -28,6 +34,8 @@ BIN="$ROOT/$BUILD/bench/lock_bench"
 SECONDS_PER=${BENCH_SECONDS:-5}
 CLIENTS=${BENCH_CLIENTS:-1 16 64}
 BACKENDS=${BENCH_BACKENDS:-redis redlock mysql zookeeper}
+KINDS=${BENCH_KINDS:-fair read write semaphore}
+KIND_BACKENDS=${BENCH_KIND_BACKENDS:-redis zookeeper}
 
 [[ -x $BIN ]] || { echo "lock.sh: $BIN missing (make bench-lock builds it)" >&2; exit 1; }
 # shellcheck disable=SC1091
@@ -62,7 +70,7 @@ script_text() {
         grep -o '"[^"]*"' | sed 's/^"//; s/"$//' | tr -d '\n'
 }
 ACQ=$(script_text RCONN_ACQUIRE)
-REL=$(script_text RCONN_RELEASE)
+REL=$(script_text RCONN_RELEASE_ONCE)
 ACQ_SHA=$(rcli SCRIPT LOAD "$ACQ")
 REL_SHA=$(rcli SCRIPT LOAD "$REL")
 
@@ -77,15 +85,21 @@ raw_rate() {
 
 declare -A rate p50 p99 errs raw
 
-# One cell of lock_bench for backend $1 at $2 clients into the arrays.
+# One cell of lock_bench for backend $1 at $2 clients into the arrays; $3,
+# if given, is a lock kind, and the row is called "$1 $3".
 run_cell() {
-    local b=$1 c=$2 line
-    line=$("$BIN" "$(url_of "$b")" "$c" "$SECONDS_PER") || true
-    echo "$b clients=$c $line" >&2
-    rate[$b,$c]=$(sed -n 's/.*rate=\([0-9]*\).*/\1/p' <<<"$line")
-    p50[$b,$c]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
-    p99[$b,$c]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
-    errs[$b,$c]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
+    local b=$1 c=$2 kind=${3:-} row=$1 line
+    local args=("$(url_of "$b")" "$c" "$SECONDS_PER")
+    if [[ -n $kind ]]; then
+        args+=("kind=$kind")
+        row="$b $kind"
+    fi
+    line=$("$BIN" "${args[@]}") || true
+    echo "$row clients=$c $line" >&2
+    rate[$row,$c]=$(sed -n 's/.*rate=\([0-9]*\).*/\1/p' <<<"$line")
+    p50[$row,$c]=$(sed -n 's/.*p50_us=\([0-9]*\).*/\1/p' <<<"$line")
+    p99[$row,$c]=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' <<<"$line")
+    errs[$row,$c]=$(sed -n 's/.*errors=\([0-9]*\).*/\1/p' <<<"$line")
 }
 
 for b in $BACKENDS; do
@@ -102,8 +116,9 @@ for c in $CLIENTS; do
     for ((i = 0; i < ROUNDS; i++)); do
         a=$(raw_rate "$c" EVALSHA "$ACQ_SHA" 2 "bench:raw:__rand_int__" \
             lock:fence 0123456789abcdef0123456789abcdef 30000)
-        r=$(raw_rate "$c" EVALSHA "$REL_SHA" 2 "bench:raw:__rand_int__" \
-            lock-ch:bench 0123456789abcdef0123456789abcdef)
+        r=$(raw_rate "$c" EVALSHA "$REL_SHA" 3 "bench:raw:__rand_int__" \
+            lock-ch:bench lock-rel:0123456789abcdef0123456789abcdef \
+            0123456789abcdef0123456789abcdef 42 5000)
         round_raw[$i]=$(awk -v a="$a" -v r="$r" 'BEGIN { printf "%.0f", 1 / (1 / a + 1 / r) }')
         echo "raw redis-benchmark clients=$c acquire=$a/s release=$r/s pair=${round_raw[$i]}/s" >&2
         run_cell redis "$c"
@@ -129,6 +144,15 @@ for b in $BACKENDS; do
         run_cell "$b" "$c"
     done
 done
+read -ra rows <<<"$BACKENDS"
+for b in $KIND_BACKENDS; do
+    for k in $KINDS; do
+        for c in $CLIENTS; do
+            run_cell "$b" "$c" "$k"
+        done
+        rows+=("$b $k")
+    done
+done
 
 mkdir -p "$ROOT/bench/results"
 out="$ROOT/bench/results/lock-$(date -u +%Y%m%dT%H%M%SZ).md"
@@ -138,7 +162,7 @@ out="$ROOT/bench/results/lock-$(date -u +%Y%m%dT%H%M%SZ).md"
     for c in $CLIENTS; do
         printf '| raw redis-benchmark (2 scripts) | %s | %s | | | | 1.00 |\n' "$c" "${raw[$c]}"
     done
-    for b in $BACKENDS; do
+    for b in "${rows[@]}"; do
         for c in $CLIENTS; do
             awk -v b="$b" -v c="$c" -v r="${rate[$b,$c]:-0}" -v p5="${p50[$b,$c]:-0}" \
                 -v p9="${p99[$b,$c]:-0}" -v e="${errs[$b,$c]:-?}" -v raw="${raw[$c]}" \

@@ -1,13 +1,19 @@
 /*
  * lock_bench.c - acquire+release pairs per second through lock/lock.h.
  *
- *   lock_bench URL CLIENTS SECONDS [contended]
+ *   lock_bench URL CLIENTS SECONDS [contended] [kind=KIND]
  *
  * CLIENTS threads share one lock_client. Each has its own struct lock on
  * its own name and loops: fail-fast acquire (wait 0, fixed lease 30 s),
  * release. With "contended" every thread uses the same name and waits up
- * to 5 s instead, so the figure is lock handovers per second. Prints one
- * line:
+ * to 5 s instead, so the figure is lock handovers per second. KIND is the
+ * kind of lock (default mutex):
+ *   fair, write   as the mutex: a name of its own per thread
+ *   read          every thread reads the same name (readers share it)
+ *   semaphore     every thread takes a permit of one semaphore with
+ *                 CLIENTS permits (never full), waiting up to 5 s (the
+ *                 ZooKeeper recipe queues contenders on a mutex)
+ * Prints one line:
  *
  *   pairs=N seconds=S rate=R p50_us=A p99_us=B busy=N errors=N
  *
@@ -34,6 +40,8 @@ struct worker {
     struct lock_client *c;
     int id;
     int contended;
+    enum lock_kind kind;
+    int nclients;
     uint32_t *lat_us;
     size_t nlat;
     uint64_t pairs, busy, errors;
@@ -49,24 +57,61 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* The thread's lock: the kind asked for (other, the read-write lock's
+ * other side, to free too). */
+static struct lock *make_lock(struct worker *w, const char *name,
+                              struct lock **other)
+{
+    struct lock *l = NULL, *r, *wr;
+    int err = 0;
+
+    *other = NULL;
+    switch (w->kind) {
+    case LOCK_KIND_MUTEX:
+        err = lock_new(w->c, name, &l);
+        break;
+    case LOCK_KIND_FAIR:
+        err = lock_fair_new(w->c, name, &l);
+        break;
+    case LOCK_KIND_SEMAPHORE:
+        err = lock_semaphore_new(w->c, name, (uint32_t)w->nclients, &l);
+        break;
+    case LOCK_KIND_READ:
+    case LOCK_KIND_WRITE:
+        err = lock_rw_new(w->c, name, &r, &wr);
+        if (!err) {
+            l = w->kind == LOCK_KIND_READ ? r : wr;
+            *other = w->kind == LOCK_KIND_READ ? wr : r;
+        }
+        break;
+    }
+    if (err) {
+        fprintf(stderr, "lock_bench: cannot make the lock: %d\n", err);
+        exit(2);
+    }
+    return l;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    int shared = w->contended || w->kind == LOCK_KIND_READ ||
+                 w->kind == LOCK_KIND_SEMAPHORE;
+    uint32_t wait_ms =
+        w->contended || w->kind == LOCK_KIND_SEMAPHORE ? CONTENDED_WAIT_MS : 0;
     char name[96];
-    struct lock *l;
+    struct lock *l, *other;
 
-    if (w->contended)
+    if (shared)
         snprintf(name, sizeof(name), "bench:lock:%s:shared", run_id);
     else
         snprintf(name, sizeof(name), "bench:lock:%s:%d", run_id, w->id);
-    if (lock_new(w->c, name, &l))
-        abort();
+    l = make_lock(w, name, &other);
     while (!atomic_load(&stop)) {
         enum lock_status st;
         int held;
         int64_t t0 = now_us();
-        int err = lock_acquire(l, w->contended ? CONTENDED_WAIT_MS : 0,
-                               LEASE_MS, &st);
+        int err = lock_acquire(l, wait_ms, LEASE_MS, &st);
         if (err) {
             w->errors++;
             continue;
@@ -84,7 +129,28 @@ static void *worker_main(void *arg)
         w->pairs++;
     }
     lock_free(l);
+    lock_free(other);
     return NULL;
+}
+
+static int parse_kind(const char *s, enum lock_kind *kind)
+{
+    static const struct {
+        const char *name;
+        enum lock_kind kind;
+    } kinds[] = {
+        {"mutex", LOCK_KIND_MUTEX},         {"fair", LOCK_KIND_FAIR},
+        {"read", LOCK_KIND_READ},           {"write", LOCK_KIND_WRITE},
+        {"semaphore", LOCK_KIND_SEMAPHORE},
+    };
+
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(s, kinds[i].name) == 0) {
+            *kind = kinds[i].kind;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -96,15 +162,25 @@ static int cmp_u32(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     struct lock_client *c;
-    int nclients, seconds, contended;
+    enum lock_kind kind = LOCK_KIND_MUTEX;
+    int nclients, seconds, contended = 0;
 
     if (argc < 4) {
-        fprintf(stderr, "usage: lock_bench URL CLIENTS SECONDS [contended]\n");
+        fprintf(stderr, "usage: lock_bench URL CLIENTS SECONDS [contended] "
+                        "[kind=mutex|fair|read|write|semaphore]\n");
         return 2;
     }
     nclients = atoi(argv[2]);
     seconds = atoi(argv[3]);
-    contended = argc > 4 && strcmp(argv[4], "contended") == 0;
+    for (int i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "contended") == 0) {
+            contended = 1;
+        } else if (strncmp(argv[i], "kind=", 5) != 0 ||
+                   parse_kind(argv[i] + 5, &kind) != 0) {
+            fprintf(stderr, "lock_bench: unknown argument %s\n", argv[i]);
+            return 2;
+        }
+    }
     if (nclients < 1 || nclients > 1024 || seconds < 1) {
         fprintf(stderr, "lock_bench: CLIENTS 1..1024, SECONDS >= 1\n");
         return 2;
@@ -121,6 +197,8 @@ int main(int argc, char **argv)
         w[i].c = c;
         w[i].id = i;
         w[i].contended = contended;
+        w[i].kind = kind;
+        w[i].nclients = nclients;
         w[i].lat_us = malloc(per * sizeof(uint32_t));
         if (!w[i].lat_us)
             abort();

@@ -179,6 +179,19 @@ static void watchdog_remove(struct lock *l)
 
 /* ---- clients ---- */
 
+/* "host:port,host:port/path" of u into buf. */
+static void describe_where(const struct url *u, char *buf, size_t size)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < u->nhosts && len < size; i++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s:%u", i ? "," : "",
+                                u->hosts[i].host, u->hosts[i].port);
+    if (len < size)
+        snprintf(buf + len, size - len, "/%s", u->path);
+}
+
 int lock_client_open(const char *url, const struct lock_options *opt,
                      struct lock_client **out)
 {
@@ -186,7 +199,7 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     char why[160];
     struct lock_client *c;
     pthread_condattr_t attr;
-    uint32_t url_timeout_ms, url_session_ms;
+    struct lock_url_settings set;
     int err;
 
     pthread_once(&sodium_once, init_sodium);
@@ -197,8 +210,7 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     c = xcalloc(1, sizeof(*c));
     err = url_parse(url, &c->url, why, sizeof(why));
     if (!err)
-        err = lock__url_settings(&c->url, &url_timeout_ms, &url_session_ms, why,
-                                 sizeof(why));
+        err = lock__url_settings(&c->url, &set, why, sizeof(why));
     if (err)
         goto fail_free;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
@@ -210,13 +222,15 @@ int lock_client_open(const char *url, const struct lock_options *opt,
         goto fail_free;
     }
     c->timeout_ms = opt->timeout_ms  ? opt->timeout_ms
-                    : url_timeout_ms ? url_timeout_ms
+                    : set.timeout_ms ? set.timeout_ms
                                      : DEFAULT_TIMEOUT_MS;
     c->session_ms = opt->session_ms  ? opt->session_ms
-                    : url_session_ms ? url_session_ms
+                    : set.session_ms ? set.session_ms
                                      : DEFAULT_SESSION_MS;
     c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
                                                   : LOCK_WATCHDOG_LEASE_MS;
+    c->replicas = set.replicas;
+    describe_where(&c->url, c->where, sizeof(c->where));
 
     pthread_mutex_init(&c->wd_mu, NULL);
     pthread_condattr_init(&attr);
@@ -270,7 +284,8 @@ const char *lock_client_backend(const struct lock_client *c)
 
 /* ---- locks ---- */
 
-int lock_new(struct lock_client *c, const char *name, struct lock **out)
+int lock__new_kind(struct lock_client *c, const char *name, enum lock_kind kind,
+                   struct lock **out)
 {
     unsigned char raw[16];
     size_t len;
@@ -281,8 +296,11 @@ int lock_new(struct lock_client *c, const char *name, struct lock **out)
     len = strlen(name);
     if (len == 0 || len > LOCK_NAME_MAX)
         return -EINVAL;
+    if (!(c->be->kinds & LOCK_KIND_BIT(kind)))
+        return -ENOTSUP;
     l = xcalloc(1, sizeof(*l));
     l->c = c;
+    l->kind = kind;
     memcpy(l->name, name, len + 1);
     l->name_len = len;
     randombytes_buf(raw, sizeof(raw));
@@ -292,16 +310,64 @@ int lock_new(struct lock_client *c, const char *name, struct lock **out)
     return 0;
 }
 
+int lock_new(struct lock_client *c, const char *name, struct lock **out)
+{
+    return lock__new_kind(c, name, LOCK_KIND_MUTEX, out);
+}
+
+/*
+ * The last release of a hold, or the retry of a pending one: ask the
+ * backend, and ask once more when its answer was lost. Leaves the release
+ * pending if even that was lost.
+ */
+static int release_last(struct lock *l, int *held)
+{
+    /* Once an answer was lost, only an answer ends the uncertainty. */
+    int h = 0, err, unknown = l->release_pending;
+
+    l->release_unknown = 0;
+    err = l->c->be->release(l, &h);
+    if (err && l->release_unknown) {
+        log_info("lock release answer lost; asking again",
+                 "name=\"%s\" backend=%s err=%d", l->name, l->c->be->name, err);
+        unknown = 1;
+        l->release_unknown = 0;
+        err = l->c->be->release(l, &h);
+    }
+    l->release_pending = err && (unknown || l->release_unknown);
+    if (!l->release_pending)
+        l->fence = 0;
+    l->holds = 0;
+    if (held)
+        *held = err ? 0 : h;
+    return err;
+}
+
 void lock_free(struct lock *l)
 {
+    int err = 0;
+
     if (!l)
         return;
     if (l->holds > 0) {
         l->holds = 1;
-        int err = lock_release(l, NULL);
-        if (err)
-            log_warn("lock release at free failed", "name=\"%s\" err=%d",
-                     l->name, err);
+        err = lock_release(l, NULL);
+    } else if (l->release_pending) {
+        err = release_last(l, NULL);
+    }
+    if (l->release_pending && l->c->be->forget)
+        l->c->be->forget(l);
+    if (err)
+        log_warn("lock release at free failed", "name=\"%s\" err=%d", l->name,
+                 err);
+    if (l->pair) {
+        /* The other side of a read-write lock lives on alone. */
+        if (l->pair->read == l)
+            l->pair->read = NULL;
+        else
+            l->pair->write = NULL;
+        if (!l->pair->read && !l->pair->write)
+            free(l->pair);
     }
     free(l);
 }
@@ -316,6 +382,16 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
     if (!l || !status)
         return -EINVAL;
     be = l->c->be;
+
+    if (l->release_pending) {
+        err = release_last(l, NULL);
+        if (err)
+            return err;
+    }
+    /* An upgrade: two readers doing it would each wait for the other. */
+    if (l->kind == LOCK_KIND_WRITE && l->holds == 0 && l->pair &&
+        l->pair->read && l->pair->read->holds > 0)
+        return -EDEADLK;
 
     if (l->holds > 0) {
         if (atomic_load(&l->lost))
@@ -362,10 +438,10 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
 
 int lock_release(struct lock *l, int *held)
 {
-    int h = 0, err;
-
     if (!l)
         return -EINVAL;
+    if (l->release_pending)
+        return release_last(l, held);
     if (l->holds == 0)
         return -ENOLCK;
     if (l->holds > 1) {
@@ -376,12 +452,7 @@ int lock_release(struct lock *l, int *held)
     }
     if (l->watched)
         watchdog_remove(l);
-    err = l->c->be->release(l, &h);
-    l->holds = 0;
-    l->fence = 0;
-    if (held)
-        *held = err ? 0 : h;
-    return err;
+    return release_last(l, held);
 }
 
 int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
@@ -394,7 +465,8 @@ int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
     if (!locks || !status || !err || lease_ms == 0)
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
-        if (!locks[i] || locks[i]->holds || locks[i]->c != locks[0]->c)
+        if (!locks[i] || locks[i]->holds || locks[i]->release_pending ||
+            locks[i]->kind != LOCK_KIND_MUTEX || locks[i]->c != locks[0]->c)
             return -EINVAL;
     be = locks[0]->c->be;
     for (size_t i = 0; i < n; i++)
@@ -425,10 +497,12 @@ int lock_release_many(struct lock **locks, size_t n, int *held, int *err)
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         if (!locks[i] || locks[i]->holds != 1 || locks[i]->watched ||
-            locks[i]->c != locks[0]->c)
+            locks[i]->kind != LOCK_KIND_MUTEX || locks[i]->c != locks[0]->c)
             return -EINVAL;
     be = locks[0]->c->be;
     h = xcalloc(n, sizeof(*h));
+    for (size_t i = 0; i < n; i++)
+        locks[i]->release_unknown = 0;
     if (be->release_many) {
         be->release_many(locks, n, h, err);
     } else {
@@ -436,6 +510,11 @@ int lock_release_many(struct lock **locks, size_t n, int *held, int *err)
             err[i] = be->release(locks[i], &h[i]);
     }
     for (size_t i = 0; i < n; i++) {
+        /* Nothing is kept pending: the lease or the session frees a lock
+         * whose release could not be finished. */
+        if (locks[i]->release_unknown && be->forget)
+            be->forget(locks[i]);
+        locks[i]->release_unknown = 0;
         locks[i]->holds = 0;
         locks[i]->fence = 0;
         if (held)
@@ -468,4 +547,14 @@ const char *lock_name(const struct lock *l)
 const char *lock_owner(const struct lock *l)
 {
     return l->owner;
+}
+
+enum lock_kind lock_kind(const struct lock *l)
+{
+    return l->kind;
+}
+
+int lock_release_pending(const struct lock *l)
+{
+    return l ? l->release_pending : 0;
 }

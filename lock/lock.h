@@ -13,7 +13,23 @@
  *
  * Every URL takes optional query settings: ?timeout_ms=N (each network
  * operation, including connecting; default 1000) and, for ZooKeeper,
- * &session_ms=N (session timeout; default 10000).
+ * &session_ms=N (session timeout; default 10000). A redis:// URL (also
+ * one through its sentinels, redis-sentinel://, see common/redis.h) takes
+ * &replicas=N (0..64): every acquire (and watchdog renewal) then waits,
+ * with WAIT, until N replicas have the lock, and fails with -EIO if they
+ * do not within half of timeout_ms (the lock is released again first).
+ *
+ * Lock kinds (each a struct lock, with the same acquire/release calls):
+ *
+ *   kind        made by               redis  zookeeper  redlock  mysql
+ *   mutex       lock_new()            yes    yes        yes      yes
+ *   fair        lock_fair_new()       yes    yes        -ENOTSUP -ENOTSUP
+ *   read/write  lock_rw_new()         yes    yes        -ENOTSUP -ENOTSUP
+ *   semaphore   lock_semaphore_new()  yes    yes        -ENOTSUP -ENOTSUP
+ *
+ * and lock_multi_acquire() takes several struct locks of any kinds and
+ * backends all or none. Kinds are separate namespaces: a mutex and a fair
+ * lock called "x" are two different locks.
  *
  * The model (see docs/locks.md for what each backend guarantees):
  *   - A struct lock_client is one backend: its connections, the pub/sub
@@ -39,6 +55,9 @@
  *   -ENOLCK        release of a lock not held, or reentrant acquire of
  *                  a hold that was lost meanwhile (its release then
  *                  returns 0 with *held = 0);
+ *   -ENOTSUP       a lock kind the backend does not offer (see above);
+ *   -EDEADLK       acquiring a write lock while holding only its read
+ *                  lock (an upgrade, which could deadlock two readers);
  *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EIO
  *                  the backend is unreachable, too slow, dropped the
  *                  connection, or answered with an error;
@@ -65,6 +84,19 @@ enum lock_status {
     LOCK_ACQUIRED, /* the struct lock now holds the lock */
     LOCK_BUSY,     /* someone else held it for the whole wait budget */
 };
+
+enum lock_kind {
+    LOCK_KIND_MUTEX,     /* lock_new() */
+    LOCK_KIND_FAIR,      /* lock_fair_new() */
+    LOCK_KIND_READ,      /* lock_rw_new(): the shared side */
+    LOCK_KIND_WRITE,     /* lock_rw_new(): the exclusive side */
+    LOCK_KIND_SEMAPHORE, /* lock_semaphore_new() */
+};
+
+/* Most permits a semaphore may have. */
+#define LOCK_PERMITS_MAX 100000
+/* Most locks one lock_multi_acquire() takes. */
+#define LOCK_MULTI_MAX 64
 
 /*
  * Optional settings; a zero field means "the URL's value, or the default".
@@ -133,8 +165,18 @@ int lock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
  * (only if this owner still holds it), stops its watchdog and wakes a
  * waiter. *held (may be NULL) is set to 1 if the lock was still ours,
  * 0 if it had expired or been taken by someone else since. Returns 0,
- * -ENOLCK when l is not held, or a backend error (the hold is dropped
- * locally anyway: the lease or the session end frees it).
+ * -ENOLCK when l is not held, or a backend error.
+ *
+ * Releases are idempotent. When the backend may have run the release but
+ * its answer was lost (a timeout, a dropped connection), lock_release()
+ * asks again once; if that fails too it returns the error and l keeps the
+ * release pending: lock_holds() is 0, and the next lock_release(l) asks
+ * again and returns the answer the first one would have had (held 1 if
+ * the release it sent freed our lock), never freeing a lock someone else
+ * took meanwhile. lock_acquire() and lock_free() finish a pending release
+ * first. If it is never finished, the lease or the session end frees the
+ * lock. The Redis backends keep each release's answer for 5 * timeout_ms
+ * (at least 5 s); a pending release asked later than that answers held 0.
  */
 int lock_release(struct lock *l, int *held);
 
@@ -146,17 +188,21 @@ int lock_release(struct lock *l, int *held);
  * one pipelined write and the replies come back in one round trip; on
  * the other backends they run one after another. Per lock: err[i] is 0
  * with status[i] set, or a negative errno as lock_acquire() (an acquire
- * whose reply was lost is undone, as there). The locks must not be held
- * and must belong to the same client. Returns 0, or -EINVAL (nothing
- * done) for bad arguments.
+ * whose reply was lost is undone, as there; with ?replicas=N one WAIT
+ * covers the batch). The locks must be mutexes (lock_new()), not held,
+ * with no release pending, and belong to the same client. Returns 0, or
+ * -EINVAL (nothing done) for bad arguments.
  */
 int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
                       enum lock_status *status, int *err);
 
 /*
- * Release each of locks[0..n) (each held exactly once), as
- * lock_release(), in one round trip on Redis. held[i] (may be NULL) and
- * err[i] per lock. Returns 0, or -EINVAL for bad arguments.
+ * Release each of locks[0..n) (mutexes, each held exactly once), as
+ * lock_release(), in one round trip on Redis: a release whose answer was
+ * lost is asked once more and answers as the first would have. Unlike
+ * lock_release() it keeps nothing pending: a release that still failed
+ * (err[i]) is left to the lease or the session end. held[i] (may be NULL)
+ * and err[i] per lock. Returns 0, or -EINVAL for bad arguments.
  */
 int lock_release_many(struct lock **locks, size_t n, int *held, int *err);
 
@@ -175,5 +221,116 @@ int lock_lost(const struct lock *l);
 /* The name given to lock_new() and the owner id (32 hex characters). */
 const char *lock_name(const struct lock *l);
 const char *lock_owner(const struct lock *l);
+
+/* Which kind of lock l is. */
+enum lock_kind lock_kind(const struct lock *l);
+
+/* 1 if l has a release whose answer it has not had yet (see
+ * lock_release()). */
+int lock_release_pending(const struct lock *l);
+
+/* ---- the fair lock ---- */
+
+/*
+ * A fair (FIFO) lock called name: waiters get it in the order they started
+ * waiting, and a release wakes only the first of them (Redisson's
+ * RFairLock; on ZooKeeper the mutex recipe is already ordered by its
+ * sequential nodes). An acquire with wait_ms 0 never overtakes a waiter:
+ * it is LOCK_BUSY while anyone waits. A waiter that dies does not block the
+ * queue: on Redis each waiter checks in at every retry and one that has
+ * not for LOCK_CHECKIN_MS plus two timeouts is dropped; on ZooKeeper its
+ * node goes with its session.
+ * Everything else (leases, the watchdog, fencing, reentrancy) is as for
+ * lock_new(). Returns 0 with *out set (free it with lock_free()),
+ * -EINVAL for a bad name, or -ENOTSUP on RedLock and MySQL (whose waiters
+ * are not ordered by anything the client can see: MySQL's GET_LOCK
+ * queue is the server's, RedLock has no single queue to keep). No I/O.
+ */
+int lock_fair_new(struct lock_client *c, const char *name, struct lock **out);
+
+/*
+ * Redis: a waiter that keeps a place (in a fair lock's queue; a writer
+ * waiting, which keeps new readers out) checks in at every retry; one that
+ * has not for LOCK_CHECKIN_MS plus two timeout_ms is dropped.
+ */
+#define LOCK_CHECKIN_MS 1000
+
+/* ---- the read-write lock ---- */
+
+/*
+ * A read-write lock called name, as two struct locks of one owner: *read
+ * (shared: any number of readers at once) and *write (exclusive: one
+ * writer and no readers). Curator's InterProcessReadWriteLock and
+ * Redisson's RReadWriteLock:
+ *   - a writer is not starved by a stream of readers: once a writer
+ *     waits, new readers wait behind it, so the writer waits only for the
+ *     readers already inside (a waiting writer that dies stops keeping
+ *     readers out after LOCK_CHECKIN_MS on Redis, its session on
+ *     ZooKeeper);
+ *   - both sides are reentrant (hold counts, as lock_acquire());
+ *   - downgrade: the write holder may take the read lock, then release
+ *     the write lock and keep reading, with no writer in between;
+ *   - upgrade is refused: acquiring *write while holding only *read
+ *     returns -EDEADLK at once (two readers upgrading would wait for each
+ *     other forever);
+ *   - leases, the watchdog, lock_lost() and fencing tokens as for a mutex
+ *     (each first acquire of either side gets a new token, so a writer's
+ *     token is higher than every earlier hold's).
+ * The two share the owner: use them from one thread at a time, as one
+ * struct lock. Free each with lock_free() (either order). Returns 0,
+ * -EINVAL, or -ENOTSUP on RedLock and MySQL (GET_LOCK has no shared mode;
+ * a RedLock read lock would need every reader on a quorum). No I/O.
+ */
+int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
+                struct lock **write);
+
+/* ---- the semaphore ---- */
+
+/*
+ * One holder of one permit of the semaphore called name, which has
+ * permits permits (1..LOCK_PERMITS_MAX; every user of the name must pass
+ * the same number, as with Curator's InterProcessSemaphoreV2). Acquiring
+ * takes a permit, waiting up to wait_ms for one to come back; at most
+ * permits struct locks hold one at a time. Each permit is leased: a fixed
+ * lease, or the watchdog with lease 0 (Redis), or the session
+ * (ZooKeeper), so a crashed holder's permit comes back. A reentrant
+ * acquire counts holds of the same permit; to hold k permits use k struct
+ * locks (lock_multi_acquire() takes them all or none). Each first
+ * acquire gets a fencing token that grows, but with permits > 1 several
+ * holders are inside at once: the token orders them, it does not exclude.
+ * On ZooKeeper contenders queue on a mutex before they count permits, so
+ * a fail-fast acquire (wait_ms 0) is LOCK_BUSY while another client is
+ * taking a permit, even if one is free (as with Curator).
+ * Returns 0, -EINVAL (name, permits), or -ENOTSUP on RedLock and MySQL
+ * (GET_LOCK is exclusive only; N permits spread over independent RedLock
+ * masters do not add up to a count). No I/O.
+ */
+int lock_semaphore_new(struct lock_client *c, const char *name,
+                       uint32_t permits, struct lock **out);
+
+/* ---- several locks at once ---- */
+
+/*
+ * Take all n locks (1..LOCK_MULTI_MAX struct locks of any kinds, clients
+ * and backends) or none, like Curator's InterProcessMultiLock. They are
+ * taken in one canonical order (by name, backend, servers, kind, owner),
+ * whatever order the array has, so two callers wanting overlapping sets
+ * cannot deadlock each other. wait_ms is the budget for the whole set;
+ * lease_ms applies to each lock. On LOCK_BUSY or an error every lock
+ * taken by this call is released again (reentrant holds taken earlier
+ * stay). Returns 0 with *status set, -EINVAL (n, a NULL or repeated
+ * lock, or two exclusive locks of the same name, which could never both
+ * be held), or the first error a lock returned. The locks are used from
+ * the calling thread only, as for lock_acquire().
+ */
+int lock_multi_acquire(struct lock *const *locks, size_t n, uint32_t wait_ms,
+                       uint32_t lease_ms, enum lock_status *status);
+
+/*
+ * Release each of the n locks once, in the reverse of the acquire order.
+ * Every one is released even after one fails. *held (may be NULL) is 1 if
+ * every lock was still ours. Returns 0 or the first error.
+ */
+int lock_multi_release(struct lock *const *locks, size_t n, int *held);
 
 #endif

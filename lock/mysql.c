@@ -650,6 +650,16 @@ static int mysql_lock_acquire(struct lock *l, uint32_t wait_ms,
     }
 }
 
+/*
+ * l->bs after a release whose answer was lost. The call closed the
+ * session, and a closed session frees its locks whether or not the
+ * RELEASE_LOCK ran; until then the lock was this session's (GET_LOCK locks
+ * belong to a session, and a session ended by the server reports an error
+ * at once, not a timeout). So asked again, the release answers "held"
+ * unless the lock was found lost before.
+ */
+static struct my_conn released_by_close;
+
 static int mysql_lock_release(struct lock *l, int *held)
 {
     struct my_backend *b = l->c->impl;
@@ -662,6 +672,10 @@ static int mysql_lock_release(struct lock *l, int *held)
     l->bs = NULL;
     if (!k)
         return 0; /* the watchdog found the session gone */
+    if (k == &released_by_close) {
+        *held = !atomic_load(&l->lost);
+        return 0;
+    }
     if (conn_dead(k)) {
         log_warn("mysql lock session ended while held", "op=release");
         conn_close(b, k);
@@ -673,7 +687,11 @@ static int mysql_lock_release(struct lock *l, int *held)
         conn_close(b, k);
         /* The session ended (killed, server restarted): so did the lock,
          * before this release. */
-        return err == -ECONNRESET ? 0 : err;
+        if (err == -ECONNRESET)
+            return 0;
+        l->bs = &released_by_close;
+        l->release_unknown = 1;
+        return err;
     }
     *held = !is_null && v == 1;
     pool_put(b, k);
@@ -770,6 +788,7 @@ static int mysql_lock_ping(struct lock_client *c)
 
 const struct lock_backend lock__mysql_backend = {
     .name = "mysql",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
     .open = mysql_lock_open,
     .close = mysql_lock_close,
     .acquire = mysql_lock_acquire,

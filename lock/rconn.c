@@ -44,6 +44,148 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "if t > v then redis.call('set', KEYS[1], ARGV[1]) return t end "
         "return v"),
     [RCONN_PING] = REDIS_SCRIPT("return 1"),
+    [RCONN_RELEASE_ONCE] = REDIS_SCRIPT(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "redis.call('del', KEYS[1]) "
+        "redis.call('publish', KEYS[2], '1') "
+        "redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[3]) "
+        "return 1 end "
+        "if redis.call('get', KEYS[3]) == ARGV[2] then return 1 end "
+        "return 0"),
+    /* Waiters that missed their check-in are dropped first; the queue
+     * and the deadlines share one TTL, the longest check-in. */
+    [RCONN_FAIR_ACQUIRE] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) "
+        "do redis.call('lrem', KEYS[2], 0, w) redis.call('zrem', KEYS[3], w) "
+        "end "
+        "local head = redis.call('lindex', KEYS[2], 0) "
+        "while head and not redis.call('zscore', KEYS[3], head) do "
+        "redis.call('lpop', KEYS[2]) head = redis.call('lindex', KEYS[2], 0) "
+        "end "
+        "if not redis.call('get', KEYS[1]) and "
+        "(not head or head == ARGV[1]) then "
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+        "if head then redis.call('lpop', KEYS[2]) "
+        "redis.call('zrem', KEYS[3], ARGV[1]) end "
+        "return {1, redis.call('incr', KEYS[4])} end "
+        "local ck = tonumber(ARGV[3]) "
+        "if ck > 0 then "
+        "redis.call('zadd', KEYS[3], now + ck, ARGV[1]) "
+        "if not redis.call('lpos', KEYS[2], ARGV[1]) then "
+        "redis.call('rpush', KEYS[2], ARGV[1]) end "
+        "local keep = math.max(ck, redis.call('pttl', KEYS[2]), "
+        "redis.call('pttl', KEYS[3])) "
+        "redis.call('pexpire', KEYS[2], keep) "
+        "redis.call('pexpire', KEYS[3], keep) end "
+        "local p = redis.call('pttl', KEYS[1]) "
+        "if p < 0 and head and head ~= ARGV[1] then "
+        "p = tonumber(redis.call('zscore', KEYS[3], head)) - now end "
+        "return {0, p}"),
+    [RCONN_FAIR_RELEASE] = REDIS_SCRIPT(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "redis.call('del', KEYS[1]) "
+        "redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[3]) "
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) "
+        "do redis.call('lrem', KEYS[2], 0, w) redis.call('zrem', KEYS[3], w) "
+        "end "
+        "local head = redis.call('lindex', KEYS[2], 0) "
+        "if head then redis.call('publish', ARGV[4] .. head, '1') end "
+        "return 1 end "
+        "if redis.call('get', KEYS[4]) == ARGV[2] then return 1 end "
+        "return 0"),
+    [RCONN_FAIR_CANCEL] = REDIS_SCRIPT(
+        "redis.call('lrem', KEYS[2], 0, ARGV[1]) "
+        "redis.call('zrem', KEYS[3], ARGV[1]) "
+        "if redis.call('get', KEYS[1]) == ARGV[1] then "
+        "redis.call('del', KEYS[1]) end "
+        "if redis.call('exists', KEYS[1]) == 0 then "
+        "local head = redis.call('lindex', KEYS[2], 0) "
+        "if head then redis.call('publish', ARGV[2] .. head, '1') end end "
+        "return 1"),
+    /* A waiting writer keeps new readers out (they would starve it). */
+    [RCONN_RW_READ] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+        "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
+        "local w = redis.call('get', KEYS[1]) "
+        "if w and w ~= ARGV[1] then return {0, redis.call('pttl', KEYS[1])} "
+        "end "
+        "if not w and redis.call('zcard', KEYS[3]) > 0 then return {0, -1} end "
+        "local l = tonumber(ARGV[2]) "
+        "redis.call('zadd', KEYS[2], now + l, ARGV[1]) "
+        "if redis.call('pttl', KEYS[2]) < l then "
+        "redis.call('pexpire', KEYS[2], l) end "
+        "return {1, redis.call('incr', KEYS[4])}"),
+    [RCONN_RW_WRITE] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+        "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
+        "redis.call('zrem', KEYS[2], ARGV[1]) "
+        "local w = redis.call('get', KEYS[1]) "
+        "if (not w or w == ARGV[1]) and redis.call('zcard', KEYS[2]) == 0 then "
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+        "redis.call('zrem', KEYS[3], ARGV[1]) "
+        "return {1, redis.call('incr', KEYS[4])} end "
+        "local ck = tonumber(ARGV[3]) "
+        "if ck > 0 then "
+        "redis.call('zadd', KEYS[3], now + ck, ARGV[1]) "
+        "if redis.call('pttl', KEYS[3]) < ck then "
+        "redis.call('pexpire', KEYS[3], ck) end end "
+        "if w then return {0, redis.call('pttl', KEYS[1])} end "
+        "local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES') "
+        "return {0, tonumber(last[2]) - now}"),
+    [RCONN_RW_CANCEL] =
+        REDIS_SCRIPT("redis.call('zrem', KEYS[2], ARGV[1]) "
+                     "if redis.call('get', KEYS[1]) == ARGV[1] then "
+                     "redis.call('del', KEYS[1]) end "
+                     "redis.call('publish', KEYS[3], '1') "
+                     "return 1"),
+    [RCONN_SEM_ACQUIRE] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+        "if not redis.call('zscore', KEYS[1], ARGV[1]) and "
+        "redis.call('zcard', KEYS[1]) >= tonumber(ARGV[3]) then "
+        "local first = redis.call('zrange', KEYS[1], 0, 0, 'WITHSCORES') "
+        "return {0, tonumber(first[2]) - now} end "
+        "local l = tonumber(ARGV[2]) "
+        "redis.call('zadd', KEYS[1], now + l, ARGV[1]) "
+        "if redis.call('pttl', KEYS[1]) < l then "
+        "redis.call('pexpire', KEYS[1], l) end "
+        "return {1, redis.call('incr', KEYS[2])}"),
+    [RCONN_ZRELEASE] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
+        "if s then redis.call('zrem', KEYS[1], ARGV[1]) end "
+        "if s and tonumber(s) > now then "
+        "redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[3]) "
+        "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+        "if ARGV[4] == '1' or redis.call('zcard', KEYS[1]) == 0 then "
+        "redis.call('publish', KEYS[2], '1') end "
+        "return 1 end "
+        "if redis.call('get', KEYS[3]) == ARGV[2] then return 1 end "
+        "return 0"),
+    [RCONN_ZRENEW] = REDIS_SCRIPT(
+        "local t = redis.call('time') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
+        "if s and tonumber(s) > now then "
+        "local l = tonumber(ARGV[2]) "
+        "redis.call('zadd', KEYS[1], now + l, ARGV[1]) "
+        "if redis.call('pttl', KEYS[1]) < l then "
+        "redis.call('pexpire', KEYS[1], l) end "
+        "return 1 end "
+        "return 0"),
+    [RCONN_ZLEAVE] = REDIS_SCRIPT("redis.call('zrem', KEYS[1], ARGV[1]) "
+                                  "redis.call('publish', KEYS[2], '1') "
+                                  "return 1"),
 };
 
 int rconn_url_servers(const struct url *u, struct redis_server *out)
@@ -375,10 +517,18 @@ static void mux_flush(struct rconn_mux *m)
 static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
 {
     char *cmd = NULL;
-    int len =
-        redis_script_format(&scripts[call->script], call->eval, call->nkeys,
-                            call->argc, call->argv, call->lens, &cmd);
+    int len;
     struct rconn_slot *s = xcalloc(1, sizeof(*s));
+
+    if (call->script == RCONN_COMMAND) {
+        len = redisFormatCommandArgv(&cmd, call->argc, call->argv, call->lens);
+        if (len < 0)
+            abort(); /* only out of memory */
+    } else {
+        len =
+            redis_script_format(&scripts[call->script], call->eval, call->nkeys,
+                                call->argc, call->argv, call->lens, &cmd);
+    }
 
     pthread_mutex_lock(&m->mu);
     int err = mux_connect(m);
@@ -418,6 +568,12 @@ int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
     if (err)
         pthread_cond_destroy(&call->cv);
     return err;
+}
+
+int rconn_mux_send_command(struct rconn_mux *m, struct rconn_call *call,
+                           int argc, const char **argv, const size_t *lens)
+{
+    return rconn_mux_send(m, call, RCONN_COMMAND, 0, argc, argv, lens);
 }
 
 void rconn_mux_send_detached(struct rconn_mux *m, enum rconn_script script,

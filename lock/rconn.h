@@ -8,9 +8,27 @@
  * Keys and channels for a lock called NAME:
  *   NAME            the lock: a string holding the owner id, with a TTL
  *   lock:fence      one counter (no TTL) INCR'd at every first acquire;
- *                   shared by all names, so it only grows for each name
- *                   and leaves no per-name key behind
+ *                   shared by all names and kinds, so it only grows for
+ *                   each name and leaves no per-name key behind
  *   lock-ch:NAME    the channel the release publishes on
+ *   lock-rel:OWNER  the last release's receipt: the hold's token, for
+ *                   5 * timeout_ms, so that a release asked again after a
+ *                   lost answer answers the same (lock-rel:r:OWNER and
+ *                   lock-rel:w:OWNER for the two sides of a read-write
+ *                   lock, which share the owner)
+ * The other kinds (times are the server's clock, TIME, in ms):
+ *   lock-fair:NAME     fair lock: the holder, as NAME above
+ *   lock-fair-q:NAME   its waiters' owner ids, first in line first
+ *   lock-fair-t:NAME   sorted set: waiter -> check-in deadline
+ *   lock-ch:lock-fair-w:OWNER  wakes that one waiter
+ *   lock-rw-w:NAME     read-write lock: the writer, as NAME above
+ *   lock-rw-r:NAME     sorted set: reader -> lease deadline
+ *   lock-rw-q:NAME     sorted set: waiting writer -> check-in deadline
+ *   lock-ch:lock-rw:NAME
+ *   lock-sem:NAME      semaphore: sorted set holder -> lease deadline
+ *   lock-ch:lock-sem:NAME
+ * The sorted sets and lists carry a TTL as long as their longest entry,
+ * so an abandoned lock leaves nothing behind.
  */
 #ifndef SECKILL_LOCK_RCONN_H
 #define SECKILL_LOCK_RCONN_H
@@ -37,8 +55,52 @@ enum rconn_script {
     RCONN_FENCE_RAISE,
     /* No keys: 1. A health check that also proves scripts run. */
     RCONN_PING,
+    /* KEYS name, channel, receipt; ARGV owner, token, receipt_ms.
+     * RCONN_RELEASE that leaves a receipt: 1 if deleted now or by an
+     * earlier call for the same token, else 0. */
+    RCONN_RELEASE_ONCE,
+    /* KEYS lock, queue, times, fence; ARGV owner, lease_ms, checkin_ms
+     * (0: do not queue). {1, token} when taken, {0, pttl} when busy. */
+    RCONN_FAIR_ACQUIRE,
+    /* KEYS lock, queue, times, receipt; ARGV owner, token, receipt_ms,
+     * wake channel prefix. As RCONN_RELEASE_ONCE, and wakes the first
+     * live waiter only. */
+    RCONN_FAIR_RELEASE,
+    /* KEYS lock, queue, times; ARGV owner, wake channel prefix. A waiter
+     * gives up, or an acquire of unknown outcome is undone: leave the
+     * queue, delete the lock if it is ours, wake the next if the lock is
+     * free. 1. */
+    RCONN_FAIR_CANCEL,
+    /* KEYS writer, readers, writers waiting, fence; ARGV owner, lease_ms.
+     * {1, token}, or {0, ms to wait or -1} while a writer holds or
+     * waits (the owner's own write lock does not count: downgrade). */
+    RCONN_RW_READ,
+    /* KEYS writer, readers, writers waiting, fence; ARGV owner, lease_ms,
+     * checkin_ms (0: do not queue). {1, token}, or {0, ms to wait}. */
+    RCONN_RW_WRITE,
+    /* KEYS writer, writers waiting, channel; ARGV owner. A writer gives
+     * up, or its acquire of unknown outcome is undone: leave the waiting
+     * set, delete the writer if it is ours, publish. 1. */
+    RCONN_RW_CANCEL,
+    /* KEYS holders, fence; ARGV owner, lease_ms, permits. {1, token}, or
+     * {0, ms until the first lease ends}. */
+    RCONN_SEM_ACQUIRE,
+    /* KEYS holders, channel, receipt; ARGV owner, token, receipt_ms,
+     * always (1: publish at every release; else when the set empties).
+     * Release a member of a sorted set of leases (readers, semaphore). */
+    RCONN_ZRELEASE,
+    /* KEYS holders; ARGV owner, lease_ms. 1 if its lease was still on
+     * (now renewed), else 0. */
+    RCONN_ZRENEW,
+    /* KEYS holders, channel; ARGV owner. Drop the owner's lease from a
+     * sorted set of leases and publish: undoes a reader's or a permit's
+     * acquire of unknown outcome. 1. */
+    RCONN_ZLEAVE,
     RCONN_NSCRIPTS
 };
+
+/* Not a script: rconn_mux_send_command()'s calls. */
+#define RCONN_COMMAND RCONN_NSCRIPTS
 
 /* Most keys and args a script call takes. */
 #define RCONN_ARGS_MAX 8
@@ -94,6 +156,14 @@ struct rconn_call {
 int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
                    enum rconn_script s, int nkeys, int argc, const char **argv,
                    const size_t *lens);
+
+/*
+ * Send a plain command (argc strings with lengths, at most
+ * RCONN_ARGS_MAX + 3) on the shared connection, for commands a script may
+ * not run, such as WAIT after a lock script. As rconn_mux_send().
+ */
+int rconn_mux_send_command(struct rconn_mux *m, struct rconn_call *call,
+                           int argc, const char **argv, const size_t *lens);
 
 /*
  * Wait for the reply of a sent call, at most about the timeout, running

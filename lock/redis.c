@@ -4,14 +4,28 @@
  * that publishes on the lock's channel, and an owner-checked PEXPIRE for
  * the watchdog. A waiter subscribes to the channel before it retries, so a
  * release between its try and its sleep still wakes it; it also wakes when
- * the holder's TTL runs out, and after a jittered fallback interval.
+ * the holder's TTL runs out, and after a jittered fallback interval. The
+ * server is named by its address or by its sentinels (common/redis.h).
+ *
+ * The other kinds (fair.c, rwlock.c, semaphore.c) bring their own scripts
+ * through struct redis_kind and share this file's wait loop.
+ *
+ * An acquire whose answer never came may have taken the lock: its kind's
+ * undo goes out behind it without waiting, so the owner is not locked out
+ * by its own lost hold. Releases leave a receipt (the hold's token under
+ * lock-rel:OWNER for a few seconds), so a release asked again after its
+ * answer was lost answers the same: 1 if the first one deleted our lock,
+ * even if someone else has taken it since (and their lock is left alone).
  *
  * What it does not survive: Redis losing the key (restart without
  * persistence, failover to a replica that had not received it) lets a
  * second owner in while the first still believes it holds the lock. The
- * fencing token is the defence (see docs/locks.md).
+ * fencing token is the defence (see docs/locks.md), and ?replicas=N the
+ * mitigation: each acquire then waits (WAIT) until N replicas have the
+ * lock, as Redisson's checkLockSyncedSlaves, and fails with -EIO if they
+ * do not.
  */
-#include "lock/rconn.h"
+#include "lock/redis_kind.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,16 +34,9 @@
 
 #include "common/util.h"
 
-/* A waiter retries at least this often (jittered down to half) even if no
- * release message arrives. */
-#define FALLBACK_MS 500
-
-struct redis_impl {
-    struct redis_server srv; /* its strings: the client's URL */
-    struct rconn_mux *mux;
-    struct rconn_hub hub;
-    struct rconn_psub *ps;
-};
+/* Receipts live this many timeouts, and at least RECEIPT_MIN_MS. */
+#define RECEIPT_TIMEOUTS 5
+#define RECEIPT_MIN_MS 5000
 
 static int redis_open(struct lock_client *c)
 {
@@ -47,6 +54,10 @@ static int redis_open(struct lock_client *c)
     ri->mux = rconn_mux_new(&ri->srv, c->timeout_ms);
     rconn_hub_init(&ri->hub);
     ri->ps = rconn_psub_new(&ri->hub, &ri->srv, c->timeout_ms);
+    ri->replicas = c->replicas;
+    ri->receipt_ms = c->timeout_ms * RECEIPT_TIMEOUTS;
+    if (ri->receipt_ms < RECEIPT_MIN_MS)
+        ri->receipt_ms = RECEIPT_MIN_MS;
     c->impl = ri;
     return 0;
 }
@@ -69,46 +80,207 @@ static void redis_close(struct lock_client *c)
     free(ri);
 }
 
-/*
- * Run script s (keys and args as for rconn_mux_send()) and wait for its
- * reply. Returns the reply (caller frees) or NULL with *err set.
- */
-static redisReply *run_script(struct rconn_mux *mux, enum rconn_script s,
-                              int nkeys, int argc, const char **argv,
-                              const size_t *lens, int *err)
+/* ---- helpers for every kind ---- */
+
+static const struct redis_kind *kind_of(const struct lock *l);
+
+size_t lock__redis_key(char *buf, const char *prefix, const struct lock *l)
+{
+    return (size_t)snprintf(buf, REDIS_KEY_MAX, "%s%s", prefix, l->name);
+}
+
+redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
+                            int nkeys, int argc, const char **argv,
+                            const size_t *lens, int *err, int *unknown)
 {
     struct rconn_call call;
+    redisReply *r;
 
-    *err = rconn_mux_send(mux, &call, s, nkeys, argc, argv, lens);
-    if (*err)
+    if (unknown)
+        *unknown = 0;
+    *err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
+    if (*err) {
+        /* Never sent; but a connection reset under us is worth asking
+         * again on a fresh one. */
+        if (unknown)
+            *unknown = *err == -ECONNRESET;
         return NULL;
-    return rconn_mux_wait(mux, &call, err);
+    }
+    r = rconn_mux_wait(ri->mux, &call, err);
+    if (!r && unknown)
+        *unknown = *err == -ETIMEDOUT || *err == -ECONNRESET;
+    return r;
 }
 
-/* The release script's keys and args for l (channel: the buffer). */
-static void release_args(const struct lock *l, char *channel, size_t cap,
-                         const char **argv, size_t *lens)
+void lock__redis_detach(struct redis_impl *ri, enum rconn_script s, int nkeys,
+                        int argc, const char **argv, const size_t *lens)
 {
-    argv[0] = l->name;
-    argv[1] = channel;
-    argv[2] = l->owner;
-    lens[0] = l->name_len;
-    lens[1] =
-        (size_t)snprintf(channel, cap, RCONN_CHANNEL_PREFIX "%s", l->name);
-    lens[2] = strlen(l->owner);
+    rconn_mux_send_detached(ri->mux, s, nkeys, argc, argv, lens);
 }
 
-/* Compare-and-delete l without waiting: for an acquire of unknown
- * outcome. Harmless if the lock was never set or is someone else's. */
-static void undo_acquire(struct redis_impl *ri, const struct lock *l)
+int lock__redis_take_answer(struct redis_impl *ri, struct lock *l,
+                            struct rconn_call *call, int *taken, int64_t *pttl)
 {
-    char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
-    const char *argv[3];
+    int err = 0;
+    redisReply *r = rconn_mux_wait(ri->mux, call, &err);
+
+    if (!r) {
+        if (err == -ETIMEDOUT || err == -ECONNRESET)
+            kind_of(l)->undo(ri, l);
+        return err;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        log_warn("redis lock reply unexpected", "op=acquire script=%d type=%d",
+                 (int)call->script, r->type);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *taken = r->element[0]->integer == 1;
+    if (*taken)
+        l->fence = (uint64_t)r->element[1]->integer;
+    else
+        *pttl = r->element[1]->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
+int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
+                         enum rconn_script s, int nkeys, int argc,
+                         const char **argv, const size_t *lens, int *taken,
+                         int64_t *pttl)
+{
+    struct rconn_call call;
+    int err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
+
+    if (err)
+        return err; /* never sent: nothing to undo */
+    return lock__redis_take_answer(ri, l, &call, taken, pttl);
+}
+
+int lock__redis_run_bool(struct redis_impl *ri, struct lock *l,
+                         enum rconn_script s, int nkeys, int argc,
+                         const char **argv, const size_t *lens, int *yes)
+{
+    int err = 0, unknown = 0;
+    redisReply *r =
+        lock__redis_run(ri, s, nkeys, argc, argv, lens, &err, &unknown);
+
+    if (!r) {
+        l->release_unknown = unknown;
+        return err;
+    }
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *yes = r->integer == 1;
+    freeReplyObject(r);
+    return 0;
+}
+
+int lock__redis_zset_release(struct redis_impl *ri, struct lock *l,
+                             const char *set, size_t set_len, const char *chan,
+                             size_t chan_len, const char *receipt,
+                             size_t receipt_len, int always, int *held)
+{
+    char token[24], ms[16];
+    const char *argv[7] = {set,   chan, receipt,           l->owner,
+                           token, ms,   always ? "1" : "0"};
+    size_t lens[7];
+
+    lens[0] = set_len;
+    lens[1] = chan_len;
+    lens[2] = receipt_len;
+    lens[3] = strlen(l->owner);
+    lens[4] = (size_t)snprintf(token, sizeof(token), "%llu",
+                               (unsigned long long)l->fence);
+    lens[5] = (size_t)snprintf(ms, sizeof(ms), "%u", (unsigned)ri->receipt_ms);
+    lens[6] = 1;
+    return lock__redis_run_bool(ri, l, RCONN_ZRELEASE, 3, 7, argv, lens, held);
+}
+
+int lock__redis_zset_renew(struct redis_impl *ri, struct lock *l,
+                           const char *set, size_t set_len, uint32_t lease,
+                           int *held)
+{
+    char lease_s[16];
+    const char *argv[3] = {set, l->owner, lease_s};
     size_t lens[3];
 
-    release_args(l, channel, sizeof(channel), argv, lens);
-    rconn_mux_send_detached(ri->mux, RCONN_RELEASE, 2, 3, argv, lens);
+    lens[0] = set_len;
+    lens[1] = strlen(l->owner);
+    lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    return lock__redis_run_bool(ri, l, RCONN_ZRENEW, 1, 3, argv, lens, held);
 }
+
+void lock__redis_zset_undo(struct redis_impl *ri, const struct lock *l,
+                           const char *set, size_t set_len, const char *chan,
+                           size_t chan_len)
+{
+    const char *argv[3] = {set, chan, l->owner};
+    size_t lens[3];
+
+    lens[0] = set_len;
+    lens[1] = chan_len;
+    lens[2] = strlen(l->owner);
+    lock__redis_detach(ri, RCONN_ZLEAVE, 2, 3, argv, lens);
+}
+
+/*
+ * Sleep until the channel has a message since *gen, or until wake_at
+ * (monotonic ms).
+ */
+static void wait_message(struct redis_impl *ri, const char *chan, uint64_t *gen,
+                         int64_t wake_at)
+{
+    struct timespec ts = {(time_t)(wake_at / 1000),
+                          (long)(wake_at % 1000) * 1000000L};
+
+    pthread_mutex_lock(&ri->hub.mu);
+    while (!rconn_psub_changed(ri->ps, chan, gen) && lock__mono_ms() < wake_at)
+        pthread_cond_timedwait(&ri->hub.cond, &ri->hub.mu, &ts);
+    pthread_mutex_unlock(&ri->hub.mu);
+}
+
+/*
+ * WAIT until ri->replicas replicas have every write this connection made
+ * (the lock scripts' included), for at most half a timeout so that the
+ * answer comes back before the call's own deadline. name is for the log.
+ * Returns 0, -EIO when too few confirmed, or the connection's error.
+ */
+static int wait_replicas(struct redis_impl *ri, const struct lock_client *c,
+                         const char *name)
+{
+    uint32_t ms = c->timeout_ms / 2 ? c->timeout_ms / 2 : 1;
+    char n[16], t[16];
+    const char *argv[3] = {"WAIT", n, t};
+    size_t lens[3];
+    struct rconn_call call;
+    redisReply *r;
+    int err;
+
+    lens[0] = 4;
+    lens[1] = (size_t)snprintf(n, sizeof(n), "%u", (unsigned)ri->replicas);
+    lens[2] = (size_t)snprintf(t, sizeof(t), "%u", (unsigned)ms);
+    err = rconn_mux_send_command(ri->mux, &call, 3, argv, lens);
+    if (err)
+        return err;
+    r = rconn_mux_wait(ri->mux, &call, &err);
+    if (!r)
+        return err;
+    long long got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    if (got >= (long long)ri->replicas)
+        return 0;
+    log_warn("redis lock not confirmed by replicas",
+             "name=\"%s\" replicas=%lld wanted=%u wait_ms=%u", name, got,
+             (unsigned)ri->replicas, (unsigned)ms);
+    return -EIO;
+}
+
+/* ---- the mutex ---- */
 
 /* The acquire script's keys and arguments for l (lease_s: a buffer). */
 struct acquire_args {
@@ -131,63 +303,174 @@ static void acquire_args(const struct lock *l, uint32_t lease,
         (size_t)snprintf(a->lease_s, sizeof(a->lease_s), "%u", (unsigned)lease);
 }
 
-/*
- * The answer to an acquire of l sent as call: *taken = 1 with l->fence
- * set, or 0 with *pttl (ms) left. A reply that never came (late, or its
- * connection lost after the send) leaves the outcome unknown: the SET may
- * have run, so the key is deleted if it is ours, behind the SET, and this
- * owner's next try is not BUSY for a whole lease.
- */
-static int acquire_answer(struct redis_impl *ri, struct lock *l,
-                          struct rconn_call *call, int *taken, int64_t *pttl)
-{
-    int err = 0;
-    redisReply *r = rconn_mux_wait(ri->mux, call, &err);
-
-    if (!r) {
-        if (err == -ETIMEDOUT || err == -ECONNRESET)
-            undo_acquire(ri, l);
-        return err;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_INTEGER) {
-        log_warn("redis lock reply unexpected", "op=acquire type=%d", r->type);
-        freeReplyObject(r);
-        return -EIO;
-    }
-    *taken = r->element[0]->integer == 1;
-    if (*taken)
-        l->fence = (uint64_t)r->element[1]->integer;
-    else
-        *pttl = r->element[1]->integer;
-    freeReplyObject(r);
-    return 0;
-}
-
-/* One try: *taken = 1 with l->fence set, or 0 with *pttl (ms) left. */
-static int try_once(struct redis_impl *ri, struct lock *l, uint32_t lease,
-                    int *taken, int64_t *pttl)
+static int mutex_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                     int waiting, int *taken, int64_t *pttl)
 {
     struct acquire_args a;
-    struct rconn_call call;
-    int err;
 
+    (void)waiting;
     acquire_args(l, lease, &a);
-    err = rconn_mux_send(ri->mux, &call, RCONN_ACQUIRE, 2, 4, a.argv, a.lens);
-    if (err)
-        return err; /* never sent: nothing to undo */
-    return acquire_answer(ri, l, &call, taken, pttl);
+    return lock__redis_run_take(ri, l, RCONN_ACQUIRE, 2, 4, a.argv, a.lens,
+                                taken, pttl);
+}
+
+/* The release script's keys and args for l (buffers in r). */
+struct release_args {
+    char channel[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
+    char token[24], ms[16];
+    const char *argv[6];
+    size_t lens[6];
+};
+
+static void release_args(const struct redis_impl *ri, const struct lock *l,
+                         struct release_args *r)
+{
+    r->argv[0] = l->name;
+    r->argv[1] = r->channel;
+    r->argv[2] = r->receipt;
+    r->argv[3] = l->owner;
+    r->argv[4] = r->token;
+    r->argv[5] = r->ms;
+    r->lens[0] = l->name_len;
+    r->lens[1] = lock__redis_key(r->channel, RCONN_CHANNEL_PREFIX, l);
+    r->lens[2] = (size_t)snprintf(r->receipt, sizeof(r->receipt), "lock-rel:%s",
+                                  l->owner);
+    r->lens[3] = strlen(l->owner);
+    r->lens[4] = (size_t)snprintf(r->token, sizeof(r->token), "%llu",
+                                  (unsigned long long)l->fence);
+    r->lens[5] =
+        (size_t)snprintf(r->ms, sizeof(r->ms), "%u", (unsigned)ri->receipt_ms);
+}
+
+static int mutex_release(struct redis_impl *ri, struct lock *l, int *held)
+{
+    struct release_args r;
+
+    release_args(ri, l, &r);
+    return lock__redis_run_bool(ri, l, RCONN_RELEASE_ONCE, 3, 6, r.argv, r.lens,
+                                held);
+}
+
+/* Compare-and-delete l: harmless if the lock was never set or is someone
+ * else's. */
+static void mutex_undo(struct redis_impl *ri, const struct lock *l)
+{
+    char channel[REDIS_KEY_MAX];
+    const char *argv[3] = {l->name, channel, l->owner};
+    size_t lens[3];
+
+    lens[0] = l->name_len;
+    lens[1] = lock__redis_key(channel, RCONN_CHANNEL_PREFIX, l);
+    lens[2] = strlen(l->owner);
+    lock__redis_detach(ri, RCONN_RELEASE, 2, 3, argv, lens);
+}
+
+static int mutex_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                       int *held)
+{
+    char lease_s[16];
+    const char *argv[3] = {l->name, l->owner, lease_s};
+    size_t lens[3];
+
+    lens[0] = l->name_len;
+    lens[1] = strlen(l->owner);
+    lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    return lock__redis_run_bool(ri, l, RCONN_RENEW, 1, 3, argv, lens, held);
+}
+
+static void mutex_channel(const struct lock *l, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s", l->name);
+}
+
+static const struct redis_kind redis_mutex = {
+    .try_once = mutex_try,
+    .undo = mutex_undo,
+    .release = mutex_release,
+    .renew = mutex_renew,
+    .channel = mutex_channel,
+};
+
+/* ---- the backend: every kind ---- */
+
+static const struct redis_kind *kind_of(const struct lock *l)
+{
+    switch (l->kind) {
+    case LOCK_KIND_FAIR:
+        return &lock__redis_fair;
+    case LOCK_KIND_READ:
+        return &lock__redis_read;
+    case LOCK_KIND_WRITE:
+        return &lock__redis_write;
+    case LOCK_KIND_SEMAPHORE:
+        return &lock__redis_semaphore;
+    case LOCK_KIND_MUTEX:
+        break;
+    }
+    return &redis_mutex;
+}
+
+static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
+                         enum lock_status *status)
+{
+    struct redis_impl *ri = l->c->impl;
+    const struct redis_kind *k = kind_of(l);
+    char chan[REDIS_KEY_MAX];
+    int taken = 0, err;
+    int64_t pttl = 0;
+
+    err = k->try_once(ri, l, lease, wait_ms > 0, &taken, &pttl);
+    if (err || taken || wait_ms == 0)
+        goto out;
+
+    int64_t now = lock__mono_ms();
+    int64_t deadline = now + wait_ms;
+    int64_t confirm_by = now + l->c->timeout_ms;
+    k->channel(l, chan, sizeof(chan));
+    uint64_t gen = rconn_psub_subscribe(
+        ri->ps, chan, confirm_by < deadline ? confirm_by : deadline);
+    for (;;) {
+        err = k->try_once(ri, l, lease, 1, &taken, &pttl);
+        now = lock__mono_ms();
+        if (err || taken || now >= deadline)
+            break;
+        /* The holder's TTL ending publishes nothing: wake for it too. */
+        int64_t sleep_ms = lock__jitter_ms(REDIS_FALLBACK_MS, deadline - now);
+        if (pttl >= 0 && pttl + 1 < sleep_ms)
+            sleep_ms = pttl + 1;
+        wait_message(ri, chan, &gen, now + sleep_ms);
+    }
+    rconn_psub_unsubscribe(ri->ps, chan);
+    /* A lost answer was undone already; a plain give-up leaves the
+     * queue here. */
+    if (!taken && !err && k->queues)
+        k->undo(ri, l);
+out:
+    if (err == 0 && taken && ri->replicas) {
+        err = wait_replicas(ri, l->c, l->name);
+        if (err) {
+            /* Not on enough replicas to survive a failover: do not hold
+             * it. If this undo is lost too, the lease frees the lock. */
+            int held;
+            k->release(ri, l, &held);
+            l->release_unknown = 0;
+            l->fence = 0;
+        }
+    }
+    if (err == 0)
+        *status = taken ? LOCK_ACQUIRED : LOCK_BUSY;
+    return err;
 }
 
 /* Every acquire written before the first reply is read: one round trip
- * for the lot, however many there are. */
+ * for the lot, however many there are (and one WAIT, with ?replicas=). */
 static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
                                enum lock_status *status, int *err)
 {
     struct redis_impl *ri = l[0]->c->impl;
     struct acquire_args *a = xcalloc(n, sizeof(*a));
     struct rconn_call *call = xcalloc(n, sizeof(*call));
+    size_t ntaken = 0;
 
     for (size_t i = 0; i < n; i++) {
         acquire_args(l[i], lease, &a[i]);
@@ -200,109 +483,45 @@ static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
 
         if (err[i])
             continue;
-        err[i] = acquire_answer(ri, l[i], &call[i], &taken, &pttl);
-        if (!err[i])
+        err[i] = lock__redis_take_answer(ri, l[i], &call[i], &taken, &pttl);
+        if (!err[i]) {
             status[i] = taken ? LOCK_ACQUIRED : LOCK_BUSY;
+            ntaken += taken;
+        }
+    }
+    if (ntaken && ri->replicas) {
+        int werr = wait_replicas(ri, l[0]->c, l[0]->name);
+
+        for (size_t i = 0; werr && i < n; i++) {
+            if (err[i] || status[i] != LOCK_ACQUIRED)
+                continue;
+            mutex_undo(ri, l[i]);
+            l[i]->fence = 0;
+            err[i] = werr;
+        }
     }
     free(call);
     free(a);
 }
 
-/*
- * Sleep until the lock's channel has a message since *gen, or until
- * wake_at (monotonic ms).
- */
-static void wait_message(struct redis_impl *ri, const char *name, uint64_t *gen,
-                         int64_t wake_at)
-{
-    struct timespec ts = {(time_t)(wake_at / 1000),
-                          (long)(wake_at % 1000) * 1000000L};
-
-    pthread_mutex_lock(&ri->hub.mu);
-    while (!rconn_psub_changed(ri->ps, name, gen) && lock__mono_ms() < wake_at)
-        pthread_cond_timedwait(&ri->hub.cond, &ri->hub.mu, &ts);
-    pthread_mutex_unlock(&ri->hub.mu);
-}
-
-static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
-                         enum lock_status *status)
-{
-    struct redis_impl *ri = l->c->impl;
-    int taken = 0, err;
-    int64_t pttl = 0;
-
-    err = try_once(ri, l, lease, &taken, &pttl);
-    if (err || taken || wait_ms == 0)
-        goto out;
-
-    int64_t now = lock__mono_ms();
-    int64_t deadline = now + wait_ms;
-    int64_t confirm_by = now + l->c->timeout_ms;
-    uint64_t gen = rconn_psub_subscribe(
-        ri->ps, l->name, confirm_by < deadline ? confirm_by : deadline);
-    for (;;) {
-        err = try_once(ri, l, lease, &taken, &pttl);
-        now = lock__mono_ms();
-        if (err || taken || now >= deadline)
-            break;
-        /* The holder's TTL ending publishes nothing: wake for it too. */
-        int64_t sleep_ms = lock__jitter_ms(FALLBACK_MS, deadline - now);
-        if (pttl >= 0 && pttl + 1 < sleep_ms)
-            sleep_ms = pttl + 1;
-        wait_message(ri, l->name, &gen, now + sleep_ms);
-    }
-    rconn_psub_unsubscribe(ri->ps, l->name);
-out:
-    if (err == 0)
-        *status = taken ? LOCK_ACQUIRED : LOCK_BUSY;
-    return err;
-}
-
 static int redis_release(struct lock *l, int *held)
 {
-    struct redis_impl *ri = l->c->impl;
-    char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
-    const char *argv[3];
-    size_t lens[3];
-    redisReply *r = NULL;
-    int err = 0;
-
-    release_args(l, channel, sizeof(channel), argv, lens);
-    /* A reply lost with its connection (or late) leaves the outcome
-     * unknown: ask once more, on a fresh connection if need be. The
-     * compare-and-delete is harmless twice; the second answer then says
-     * 0 when the first one had deleted the key. */
-    for (int attempt = 0; attempt < 2 && !r; attempt++) {
-        r = run_script(ri->mux, RCONN_RELEASE, 2, 3, argv, lens, &err);
-        if (!r && err != -ECONNRESET && err != -ETIMEDOUT)
-            break;
-    }
-    if (!r)
-        return err;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return -EIO;
-    }
-    *held = r->integer == 1;
-    freeReplyObject(r);
-    return 0;
+    return kind_of(l)->release(l->c->impl, l, held);
 }
 
 /* Every release written before the first reply is read. A release whose
- * reply was lost is asked once more, alone, as in redis_release(). */
+ * answer was lost is asked once more, alone: its receipt makes the second
+ * answer the one the first would have been. */
 static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
 {
     struct redis_impl *ri = l[0]->c->impl;
-    char(*channel)[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX] =
-        xcalloc(n, sizeof(*channel));
-    const char *(*argv)[3] = xcalloc(n, sizeof(*argv));
-    size_t(*lens)[3] = xcalloc(n, sizeof(*lens));
+    struct release_args *a = xcalloc(n, sizeof(*a));
     struct rconn_call *call = xcalloc(n, sizeof(*call));
 
     for (size_t i = 0; i < n; i++) {
-        release_args(l[i], channel[i], sizeof(channel[i]), argv[i], lens[i]);
-        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_RELEASE, 2, 3, argv[i],
-                                lens[i]);
+        release_args(ri, l[i], &a[i]);
+        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_RELEASE_ONCE, 3, 6,
+                                a[i].argv, a[i].lens);
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *r = NULL;
@@ -311,7 +530,8 @@ static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
             r = rconn_mux_wait(ri->mux, &call[i], &err[i]);
         if (!r && (err[i] == -ECONNRESET || err[i] == -ETIMEDOUT ||
                    err[i] == -ECONNREFUSED)) {
-            err[i] = redis_release(l[i], &held[i]);
+            err[i] = mutex_release(ri, l[i], &held[i]);
+            l[i]->release_unknown = 0;
             continue;
         }
         if (!r)
@@ -323,37 +543,25 @@ static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
         freeReplyObject(r);
     }
     free(call);
-    free(lens);
-    free(argv);
-    free(channel);
+    free(a);
 }
 
 static int redis_renew(struct lock *l, uint32_t lease, int *held)
 {
     struct redis_impl *ri = l->c->impl;
-    char lease_s[16];
-    const char *argv[3] = {l->name, l->owner, lease_s};
-    size_t lens[3];
-    int err = 0;
+    int err = kind_of(l)->renew(ri, l, lease, held);
 
-    snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
-    lens[0] = l->name_len;
-    lens[1] = strlen(l->owner);
-    lens[2] = strlen(lease_s);
-    redisReply *r = run_script(ri->mux, RCONN_RENEW, 1, 3, argv, lens, &err);
-    if (!r)
-        return err;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return -EIO;
-    }
-    *held = r->integer == 1;
-    freeReplyObject(r);
-    return 0;
+    /* A renewal the replicas lack would be undone by a failover. */
+    if (err == 0 && *held && ri->replicas)
+        err = wait_replicas(ri, l->c, l->name);
+    return err;
 }
 
 const struct lock_backend lock__redis_backend = {
     .name = "redis",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX) | LOCK_KIND_BIT(LOCK_KIND_FAIR) |
+             LOCK_KIND_BIT(LOCK_KIND_READ) | LOCK_KIND_BIT(LOCK_KIND_WRITE) |
+             LOCK_KIND_BIT(LOCK_KIND_SEMAPHORE),
     .open = redis_open,
     .close = redis_close,
     .acquire = redis_acquire,

@@ -115,26 +115,44 @@ static void fan_out_free(struct redlock_impl *ri, struct answer *a)
 
 /*
  * Release on every server (only on those in only[] when not NULL);
- * returns how many still held it for us.
+ * returns how many still held it for us. A release of a hold (not the
+ * undo of a failed round) leaves a receipt on each server, so that asked
+ * again after a lost answer each server answers the same; *unknown is
+ * set when a server took the command without answering.
  */
 static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
-                      int *err)
+                      int receipt, int *err, int *unknown)
 {
     char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
-    const char *argv[3] = {l->name, channel, l->owner};
-    size_t lens[3];
+    char rkey[64], token[24], ms[16];
+    const char *argv[6] = {l->name, channel, rkey, l->owner, token, ms};
+    size_t lens[6];
     struct answer a[URL_HOSTS_MAX];
     int held = 0, answered = 0;
+    uint32_t receipt_ms =
+        l->c->timeout_ms * 5 > 5000 ? l->c->timeout_ms * 5 : 5000;
 
     lens[0] = l->name_len;
     lens[1] = (size_t)snprintf(channel, sizeof(channel),
                                RCONN_CHANNEL_PREFIX "%s", l->name);
-    lens[2] = strlen(l->owner);
-    fan_out(ri, RCONN_RELEASE, 2, 3, argv, lens, only, a);
+    lens[2] = (size_t)snprintf(rkey, sizeof(rkey), "lock-rel:%s", l->owner);
+    lens[3] = strlen(l->owner);
+    lens[4] = (size_t)snprintf(token, sizeof(token), "%llu",
+                               (unsigned long long)l->fence);
+    lens[5] = (size_t)snprintf(ms, sizeof(ms), "%u", (unsigned)receipt_ms);
+    if (receipt) {
+        fan_out(ri, RCONN_RELEASE_ONCE, 3, 6, argv, lens, only, a);
+    } else {
+        argv[2] = l->owner;
+        lens[2] = lens[3];
+        fan_out(ri, RCONN_RELEASE, 2, 3, argv, lens, only, a);
+    }
     *err = 0;
+    *unknown = 0;
     for (int i = 0; i < ri->n; i++) {
         if (a[i].err) {
             *err = a[i].err;
+            *unknown |= a[i].sent;
             continue;
         }
         answered++;
@@ -183,7 +201,7 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     struct answer a[URL_HOSTS_MAX];
     int granted[URL_HOSTS_MAX] = {0};
     int undo[URL_HOSTS_MAX] = {0};
-    int ngranted = 0, nundo = 0, answered = 0, err = 0, rel_err;
+    int ngranted = 0, nundo = 0, answered = 0, err = 0, rel_err, rel_unknown;
     uint64_t token = 0;
     int64_t start = lock__mono_ms();
 
@@ -239,7 +257,7 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
      * never reached has nothing to undo, and asking it again would cost
      * another timeout. */
     if (nundo > 0)
-        release_on(ri, l, undo, &rel_err);
+        release_on(ri, l, undo, 0, &rel_err, &rel_unknown);
     if (answered < ri->quorum) {
         log_warn("redlock quorum unreachable",
                  "name=\"%s\" answered=%d "
@@ -332,10 +350,12 @@ static int redlock_ping(struct lock_client *c)
 static int redlock_release(struct lock *l, int *held)
 {
     struct redlock_impl *ri = l->c->impl;
-    int err;
-    int n = release_on(ri, l, NULL, &err);
+    int err, unknown;
+    int n = release_on(ri, l, NULL, 1, &err, &unknown);
 
     *held = n >= ri->quorum;
+    if (err)
+        l->release_unknown = unknown;
     return err;
 }
 
@@ -376,6 +396,7 @@ static int redlock_renew(struct lock *l, uint32_t lease, int *held)
 
 const struct lock_backend lock__redlock_backend = {
     .name = "redlock",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX),
     .open = redlock_open,
     .close = redlock_close,
     .acquire = redlock_acquire,

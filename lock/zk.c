@@ -93,7 +93,10 @@ struct zk_hold {
     char *dir;    /* the lock's directory */
     char *prefix; /* our node's name without the sequence number */
     uint64_t gen;
-    struct zk_hold *prev, *next; /* zk->holds */
+    /* A delete went out and its answer was lost: the release is asked
+     * again, and a node found gone is then taken to be our doing. */
+    int asked;
+    struct zk_hold *prev, *next; /* zk->holds; unlinked at release */
 };
 
 /* An acquire waiting for its predecessor's node to go. */
@@ -591,14 +594,25 @@ static void zk_delete_async(struct zk *zk, zhandle_t *zh, uint64_t gen,
         zk_call_free(call);
 }
 
-/* List dir's children: *kids (to free with zk_kids_free), *n. */
-static int zk_children(struct zk_sess *s, const char *dir, int64_t deadline,
-                       char ***kids, int *n)
+static void zk_node_watcher(zhandle_t *zh, int type, int state,
+                            const char *path, void *ctx);
+
+/*
+ * List dir's children: *kids (to free with zk_kids_free), *n. With watch,
+ * also leave a watch on the list that wakes the waiters registered for
+ * dir when a child comes or goes.
+ */
+static int zk_children(struct zk_sess *s, const char *dir, int watch,
+                       int64_t deadline, char ***kids, int *n)
 {
     struct zk_call *call = zk_call_new(s->zk, s, ZK_OP_CHILDREN);
     int rc;
 
-    rc = zoo_aget_children(s->zh, dir, 0, zk_children_done, call);
+    if (watch)
+        rc = zoo_awget_children(s->zh, dir, zk_node_watcher, s->zk,
+                                zk_children_done, call);
+    else
+        rc = zoo_aget_children(s->zh, dir, 0, zk_children_done, call);
     if (rc != ZOK)
         return zk_call_unsent(call, rc);
     rc = zk_call_wait(call, deadline);
@@ -620,9 +634,6 @@ static void zk_kids_free(char **kids, int n)
         free(kids[i]);
     free(kids);
 }
-
-static void zk_node_watcher(zhandle_t *zh, int type, int state,
-                            const char *path, void *ctx);
 
 /*
  * Read path's Stat; with watch, also leave a watch on it that wakes the
@@ -852,14 +863,19 @@ static int zk_session_get(struct zk *zk, int64_t deadline, struct zk_sess **out)
 
 /* ---- names and paths ---- */
 
-/* The lock's directory: root + "/" + name, percent-encoded. */
-static char *zk_dir_path(const struct zk *zk, const char *name, size_t len)
+/*
+ * The lock's directory: root + "/" + name, percent-encoded, + suffix. The
+ * encoding never makes a '~', so the kinds' suffixes ("~fair", "~rw",
+ * "~sem") keep them apart from the mutexes and from each other.
+ */
+static char *zk_dir_path(const struct zk *zk, const char *name, size_t len,
+                         const char *suffix)
 {
     static const char hex[] = "0123456789ABCDEF";
     /* "." and ".." are not node names: encode their dots too. */
     int dots = (len == 1 || len == 2) && strspn(name, ".") == len;
     size_t rlen = strlen(zk->root);
-    char *p = xmalloc(rlen + 1 + 3 * len + 1);
+    char *p = xmalloc(rlen + 1 + 3 * len + strlen(suffix) + 1);
     char *q = p + rlen;
 
     memcpy(p, zk->root, rlen);
@@ -876,48 +892,151 @@ static char *zk_dir_path(const struct zk *zk, const char *name, size_t len)
             *q++ = hex[c & 15];
         }
     }
-    *q = '\0';
+    strcpy(q, suffix);
     return p;
 }
 
-/* The sequence number of a lock node's name, or -1 if it is not one. */
-static int64_t zk_seq(const char *name)
-{
-    size_t n = strlen(name);
-    int64_t v = 0;
+/*
+ * Contender nodes are named TAG-OWNER-ATTEMPT-SEQUENCE, the tag saying
+ * what the node asks for:
+ *   lock    a mutex or fair lock; also the semaphore's own mutex
+ *   write   the write side of a read-write lock
+ *   read    the read side
+ *   dread   the read side taken by the write holder (a downgrade): held
+ *           at once, and a writer waits for it wherever it is in line
+ *   lease   a semaphore's permit
+ */
+enum zk_tag {
+    ZK_TAG_NONE,
+    ZK_TAG_LOCK,
+    ZK_TAG_WRITE,
+    ZK_TAG_READ,
+    ZK_TAG_DREAD,
+    ZK_TAG_LEASE
+};
 
-    if (n < ZK_SEQ_DIGITS + 6 || strncmp(name, "lock-", 5) != 0 ||
+static const char *const zk_tag_names[] = {
+    [ZK_TAG_LOCK] = "lock",   [ZK_TAG_WRITE] = "write", [ZK_TAG_READ] = "read",
+    [ZK_TAG_DREAD] = "dread", [ZK_TAG_LEASE] = "lease",
+};
+
+/* A contender node's name taken apart. */
+struct zk_node {
+    enum zk_tag tag; /* ZK_TAG_NONE: not a contender node */
+    int64_t seq;
+    const char *owner; /* LOCK_OWNER_LEN - 1 characters */
+};
+
+static struct zk_node zk_node_parse(const char *name)
+{
+    struct zk_node nd = {ZK_TAG_NONE, -1, NULL};
+    size_t n = strlen(name), tlen = strcspn(name, "-");
+    int64_t v = 0;
+    enum zk_tag tag = ZK_TAG_NONE;
+
+    for (int t = ZK_TAG_LOCK; t <= ZK_TAG_LEASE; t++)
+        if (strlen(zk_tag_names[t]) == tlen &&
+            strncmp(name, zk_tag_names[t], tlen) == 0)
+            tag = (enum zk_tag)t;
+    /* TAG-, the owner, -N-, the sequence */
+    if (tag == ZK_TAG_NONE ||
+        n < tlen + 1 + (LOCK_OWNER_LEN - 1) + 3 + ZK_SEQ_DIGITS ||
         name[n - ZK_SEQ_DIGITS - 1] != '-')
-        return -1;
+        return nd;
     for (size_t i = n - ZK_SEQ_DIGITS; i < n; i++) {
         if (name[i] < '0' || name[i] > '9')
-            return -1;
+            return nd;
         v = v * 10 + (name[i] - '0');
     }
-    return v;
+    nd.tag = tag;
+    nd.seq = v;
+    nd.owner = name + tlen + 1;
+    return nd;
+}
+
+static int zk_node_owned(const struct zk_node *nd, const char *owner)
+{
+    return strncmp(nd->owner, owner, LOCK_OWNER_LEN - 1) == 0;
 }
 
 /*
- * Find mine among kids. Returns 1 if present, setting *pred to the child
- * just before it (NULL when mine is the lowest); 0 if mine is missing.
+ * Decide, from the directory's children, whether the node mine (ours,
+ * made for l) holds the lock: 1, or 0 with *watch set to the node whose
+ * deletion may change that. Curator's lock drivers.
  */
-static int zk_predecessor(char **kids, int n, const char *mine,
-                          const char **pred)
-{
-    int64_t my_seq = zk_seq(mine), best = -1;
-    int found = 0;
+typedef int (*zk_decide_fn)(const struct lock *l, char **kids, int n,
+                            const char *mine, const char **watch);
 
-    *pred = NULL;
+/* Mutex and fair lock: the lowest sequence holds; watch the one before. */
+static int zk_decide_lowest(const struct lock *l, char **kids, int n,
+                            const char *mine, const char **watch)
+{
+    int64_t my_seq = zk_node_parse(mine).seq, best = -1;
+
+    (void)l;
+    *watch = NULL;
     for (int i = 0; i < n; i++) {
-        int64_t seq = zk_seq(kids[i]);
-        if (strcmp(kids[i], mine) == 0)
-            found = 1;
-        else if (seq >= 0 && seq < my_seq && seq > best) {
-            best = seq;
-            *pred = kids[i];
+        struct zk_node nd = zk_node_parse(kids[i]);
+        if (nd.tag != ZK_TAG_NONE && nd.seq < my_seq && nd.seq > best) {
+            best = nd.seq;
+            *watch = kids[i];
         }
     }
-    return found;
+    return *watch == NULL;
+}
+
+/*
+ * Writer: first in line among readers and writers, and no downgraded
+ * reader of another owner anywhere (it holds the read lock although it
+ * came after us).
+ */
+static int zk_decide_write(const struct lock *l, char **kids, int n,
+                           const char *mine, const char **watch)
+{
+    if (!zk_decide_lowest(l, kids, n, mine, watch))
+        return 0;
+    for (int i = 0; i < n; i++) {
+        struct zk_node nd = zk_node_parse(kids[i]);
+        if (nd.tag == ZK_TAG_DREAD && !zk_node_owned(&nd, l->owner)) {
+            *watch = kids[i];
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/*
+ * Reader: no other owner's writer before us in line, so readers that
+ * come after a waiting writer queue behind it. A downgraded reader holds
+ * at once: its owner holds the write lock.
+ */
+static int zk_decide_read(const struct lock *l, char **kids, int n,
+                          const char *mine, const char **watch)
+{
+    struct zk_node me = zk_node_parse(mine);
+    int64_t best = -1;
+
+    *watch = NULL;
+    if (me.tag == ZK_TAG_DREAD)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        struct zk_node nd = zk_node_parse(kids[i]);
+        if (nd.tag == ZK_TAG_WRITE && nd.seq < me.seq && nd.seq > best &&
+            !zk_node_owned(&nd, l->owner)) {
+            best = nd.seq;
+            *watch = kids[i];
+        }
+    }
+    return *watch == NULL;
+}
+
+/* Whether mine is among kids. */
+static int zk_has_child(char **kids, int n, const char *mine)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(kids[i], mine) == 0)
+            return 1;
+    return 0;
 }
 
 /* Create dir and its parents as container nodes. */
@@ -1089,48 +1208,65 @@ static void zk_node_watcher(zhandle_t *zh, int type, int state,
     pthread_mutex_unlock(&zk->mu);
 }
 
+/* Register w (for its path) before setting the watch that fires it, so
+ * that no event can slip by. */
+static void zk_waiter_link(struct zk *zk, struct zk_waiter *w)
+{
+    pthread_mutex_lock(&zk->mu);
+    w->next = zk->waiters;
+    zk->waiters = w;
+    pthread_mutex_unlock(&zk->mu);
+}
+
 /*
- * Wait for the node pred (our predecessor) to go, until wait_end. Returns
- * 0 to look again (it went, the fallback timer ran out or the deadline
- * passed), or a negative errno.
+ * Sleep until w fires, the jittered fallback timer runs out or wait_end,
+ * then unlink w. Returns 0 to look again, or -ECONNRESET when the session
+ * expired meanwhile.
+ */
+static int zk_wait_fired(struct zk_sess *s, struct zk_waiter *w,
+                         int64_t wait_end)
+{
+    struct zk *zk = s->zk;
+    int64_t now = zk_now_ms(), until = wait_end;
+    int expired;
+
+    if (now < wait_end)
+        until = now + lock__jitter_ms(ZK_FALLBACK_MS, wait_end - now);
+    pthread_mutex_lock(&zk->mu);
+    while (!w->fired && !s->expired && zk_now_ms() < until)
+        zk_cond_wait(&zk->cond, &zk->mu, until);
+    expired = s->expired;
+    pthread_mutex_unlock(&zk->mu);
+    zk_waiter_unlink(zk, w);
+    if (expired) {
+        log_warn("zookeeper session expired while waiting", "node=\"%s\"",
+                 w->path);
+        return -ECONNRESET;
+    }
+    return 0;
+}
+
+/*
+ * Wait for the node pred (the one in our way) to go, until wait_end.
+ * Returns 0 to look again (it went, the fallback timer ran out or the
+ * deadline passed), or a negative errno.
  */
 static int zk_wait_for(struct zk_sess *s, const char *pred, int64_t wait_end)
 {
     struct zk *zk = s->zk;
     struct zk_waiter w = {.path = pred};
-    int64_t now = zk_now_ms(), until;
-    int rc, expired;
+    int rc;
 
-    if (now >= wait_end)
+    if (zk_now_ms() >= wait_end)
         return 0;
-
-    /* Registered before the watch is set, so no event can slip by. */
-    pthread_mutex_lock(&zk->mu);
-    w.next = zk->waiters;
-    zk->waiters = &w;
-    pthread_mutex_unlock(&zk->mu);
-    rc = zk_stat(s, pred, 1, now + zk->timeout_ms, NULL);
+    zk_waiter_link(zk, &w);
+    rc = zk_stat(s, pred, 1, zk_now_ms() + zk->timeout_ms, NULL);
     if (rc != ZOK) {
         zk_waiter_unlink(zk, &w);
         /* ZNONODE: it went before we could watch it; look again now. */
         return rc == ZNONODE ? 0 : zk_fail("watch", pred, rc);
     }
-    now = zk_now_ms();
-    until = wait_end;
-    if (now < wait_end)
-        until = now + lock__jitter_ms(ZK_FALLBACK_MS, wait_end - now);
-    pthread_mutex_lock(&zk->mu);
-    while (!w.fired && !s->expired && zk_now_ms() < until)
-        zk_cond_wait(&zk->cond, &zk->mu, until);
-    expired = s->expired;
-    pthread_mutex_unlock(&zk->mu);
-    zk_waiter_unlink(zk, &w);
-    if (expired) {
-        log_warn("zookeeper session expired while waiting", "node=\"%s\"",
-                 pred);
-        return -ECONNRESET;
-    }
-    return 0;
+    return zk_wait_fired(s, &w, wait_end);
 }
 
 /* Create our node in dir, making dir first if needed. */
@@ -1156,102 +1292,284 @@ static int zk_create_node(struct zk_sess *s, const char *dir,
     return err;
 }
 
+/* Our node's name prefix: the owner and a fresh attempt number make it
+ * findable after a lost reply. */
+static char *zk_prefix(struct zk *zk, enum zk_tag tag, const struct lock *l)
+{
+    uint64_t attempt;
+
+    pthread_mutex_lock(&zk->mu);
+    attempt = ++zk->attempts;
+    pthread_mutex_unlock(&zk->mu);
+    return xasprintf("%s-%s-%" PRIu64 "-", zk_tag_names[tag], l->owner,
+                     attempt);
+}
+
+/* Delete a node of ours that does not hold anything (or no longer). If the
+ * reply is lost, the orphan rules delete it later. */
+static void zk_drop_node(struct zk_sess *s, const char *path, const char *dir,
+                         const char *prefix)
+{
+    int rc = zk_delete(s, path, dir, prefix, zk_now_ms() + s->zk->timeout_ms);
+
+    if (rc != ZOK && rc != ZNONODE)
+        zk_fail("delete", path, rc);
+}
+
+/* A contender node of ours: the path made, its directory and prefix. */
+struct zk_node_of {
+    char *path, *dir, *prefix;
+    struct Stat st;
+};
+
+static void zk_node_of_free(struct zk_node_of *n)
+{
+    free(n->path);
+    free(n->dir);
+    free(n->prefix);
+    memset(n, 0, sizeof(*n));
+}
+
+/*
+ * Curator's LockInternals: create our node (tag) in n->dir, then until
+ * decide says it holds, watch the node in the way and look again, until
+ * wait_end (wait: 0 to try once). Returns 0 with *status; on LOCK_BUSY or
+ * an error our node is deleted again. n->dir is the caller's; on success
+ * n->path and n->prefix are set.
+ */
+static int zk_contend(struct zk_sess *s, struct lock *l, enum zk_tag tag,
+                      zk_decide_fn decide, int wait, int64_t wait_end,
+                      struct zk_node_of *n, enum lock_status *status)
+{
+    struct zk *zk = s->zk;
+    char **kids = NULL;
+    const char *mine, *in_way;
+    int err, nkids = 0;
+
+    n->prefix = zk_prefix(zk, tag, l);
+    err = zk_create_node(s, n->dir, n->prefix, l->owner, &n->path, &n->st);
+    if (err)
+        return err;
+    mine = strrchr(n->path, '/') + 1;
+    for (;;) {
+        int rc = zk_children(s, n->dir, 0, zk_now_ms() + zk->timeout_ms, &kids,
+                             &nkids);
+        if (rc != ZOK) {
+            err = zk_fail("children", n->dir, rc);
+            goto drop;
+        }
+        if (!zk_has_child(kids, nkids, mine)) {
+            /* Only the session's end deletes it behind our back. */
+            log_warn("zookeeper lock node vanished", "node=\"%s\"", n->path);
+            err = -ECONNRESET;
+            goto drop;
+        }
+        if (decide(l, kids, nkids, mine, &in_way))
+            break;
+        if (!wait || zk_now_ms() >= wait_end) {
+            *status = LOCK_BUSY;
+            goto drop;
+        }
+        char *watch = xasprintf("%s/%s", n->dir, in_way);
+        zk_kids_free(kids, nkids);
+        kids = NULL;
+        nkids = 0;
+        err = zk_wait_for(s, watch, wait_end);
+        free(watch);
+        if (err)
+            goto drop;
+    }
+    zk_kids_free(kids, nkids);
+    *status = LOCK_ACQUIRED;
+    return 0;
+
+drop:
+    /* Not ours (busy, or failed): take our node out of the line. */
+    zk_kids_free(kids, nkids);
+    zk_drop_node(s, n->path, n->dir, n->prefix);
+    free(n->path);
+    free(n->prefix);
+    n->path = n->prefix = NULL;
+    return err;
+}
+
+/* How many permits are taken: the lease nodes among kids. */
+static int zk_leases(char **kids, int n)
+{
+    int count = 0;
+
+    for (int i = 0; i < n; i++)
+        count += zk_node_parse(kids[i]).tag == ZK_TAG_LEASE;
+    return count;
+}
+
+/*
+ * Curator's InterProcessSemaphoreV2. The semaphore's directory has two:
+ * locks/ (a mutex, taken with the usual recipe) and leases/ (one node per
+ * permit taken). Holding the mutex, a contender adds its lease node and,
+ * while there are more lease nodes than permits, waits for the list to
+ * change; then it lets the mutex go. Only the mutex holder ever has a
+ * lease node that does not hold a permit, so at most permits do. Waiters
+ * queue on the mutex (each watching its predecessor), and only its holder
+ * watches the leases: a release wakes one client, not all.
+ */
+static int zk_sem_contend(struct zk_sess *s, struct lock *l, int wait,
+                          int64_t wait_end, struct zk_node_of *n,
+                          enum lock_status *status)
+{
+    struct zk *zk = s->zk;
+    char *semdir = n->dir;
+    struct zk_node_of mu = {.dir = xasprintf("%s/locks", semdir)};
+    char **kids = NULL;
+    int err, nkids = 0;
+
+    n->dir = xasprintf("%s/leases", semdir);
+    free(semdir);
+    err = zk_contend(s, l, ZK_TAG_LOCK, zk_decide_lowest, wait, wait_end, &mu,
+                     status);
+    if (err || *status != LOCK_ACQUIRED)
+        goto out;
+    n->prefix = zk_prefix(zk, ZK_TAG_LEASE, l);
+    err = zk_create_node(s, n->dir, n->prefix, l->owner, &n->path, &n->st);
+    if (err)
+        goto unlock;
+    for (;;) {
+        struct zk_waiter w = {.path = n->dir};
+        zk_waiter_link(zk, &w);
+        int rc = zk_children(s, n->dir, 1, zk_now_ms() + zk->timeout_ms, &kids,
+                             &nkids);
+        if (rc != ZOK) {
+            zk_waiter_unlink(zk, &w);
+            err = zk_fail("children", n->dir, rc);
+            goto drop;
+        }
+        if (!zk_has_child(kids, nkids, strrchr(n->path, '/') + 1)) {
+            zk_waiter_unlink(zk, &w);
+            log_warn("zookeeper lock node vanished", "node=\"%s\"", n->path);
+            err = -ECONNRESET;
+            goto drop;
+        }
+        if (zk_leases(kids, nkids) <= (int)l->permits) {
+            zk_waiter_unlink(zk, &w);
+            *status = LOCK_ACQUIRED;
+            goto unlock;
+        }
+        zk_kids_free(kids, nkids);
+        kids = NULL;
+        nkids = 0;
+        if (!wait || zk_now_ms() >= wait_end) {
+            zk_waiter_unlink(zk, &w);
+            *status = LOCK_BUSY;
+            goto drop;
+        }
+        err = zk_wait_fired(s, &w, wait_end);
+        if (err)
+            goto drop;
+    }
+
+drop:
+    zk_drop_node(s, n->path, n->dir, n->prefix);
+    free(n->path);
+    free(n->prefix);
+    n->path = n->prefix = NULL;
+unlock:
+    zk_drop_node(s, mu.path, mu.dir, mu.prefix);
+out:
+    zk_kids_free(kids, nkids);
+    zk_node_of_free(&mu);
+    return err;
+}
+
+/*
+ * Whether l (a reader) is a downgrade: its owner's write lock is held, and
+ * its node is still there in this session. A downgraded reader holds at
+ * once, so a write hold lost unnoticed must not make one.
+ */
+static int zk_write_still_ours(struct zk_sess *s, const struct lock *l)
+{
+    const struct lock *w = l->pair ? l->pair->write : NULL;
+    const struct zk_hold *h = w && w->holds > 0 ? w->bs : NULL;
+    struct Stat st;
+
+    if (!h || h->gen != s->gen || atomic_load(&w->lost))
+        return 0;
+    if (zk_stat(s, h->path, 0, zk_now_ms() + s->zk->timeout_ms, &st) != ZOK)
+        return 0;
+    return st.ephemeralOwner == zoo_client_id(s->zh)->client_id;
+}
+
 static int zk_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease_ms,
                       enum lock_status *status)
 {
     struct zk *zk = l->c->impl;
     int64_t wait_end = zk_now_ms() + wait_ms;
     struct zk_sess *s = NULL;
-    struct zk_hold *h = NULL;
-    char *dir, *prefix, *made = NULL, **kids = NULL;
-    const char *mine, *pred;
-    struct Stat st;
-    uint64_t attempt;
-    int err, nkids = 0;
+    struct zk_node_of n = {0};
+    struct zk_hold *h;
+    int err;
 
     (void)lease_ms; /* held as long as the session, or until released */
-    dir = zk_dir_path(zk, l->name, l->name_len);
-    pthread_mutex_lock(&zk->mu);
-    attempt = ++zk->attempts;
-    pthread_mutex_unlock(&zk->mu);
-    /* The owner and attempt make our node findable after a lost reply. */
-    prefix = xasprintf("lock-%s-%" PRIu64 "-", l->owner, attempt);
     err = zk_session_get(zk, zk_now_ms() + zk->timeout_ms, &s);
     if (err)
-        goto out;
-    err = zk_create_node(s, dir, prefix, l->owner, &made, &st);
-    if (err)
-        goto out;
-    mine = strrchr(made, '/') + 1;
-    for (;;) {
-        int rc =
-            zk_children(s, dir, zk_now_ms() + zk->timeout_ms, &kids, &nkids);
-        if (rc != ZOK) {
-            err = zk_fail("children", dir, rc);
-            goto drop;
-        }
-        if (!zk_predecessor(kids, nkids, mine, &pred)) {
-            /* Only the session's end deletes it behind our back. */
-            log_warn("zookeeper lock node vanished", "node=\"%s\"", made);
-            err = -ECONNRESET;
-            goto drop;
-        }
-        if (!pred)
-            break;
-        if (wait_ms == 0 || zk_now_ms() >= wait_end) {
-            *status = LOCK_BUSY;
-            goto drop;
-        }
-        char *pred_path = xasprintf("%s/%s", dir, pred);
-        zk_kids_free(kids, nkids);
-        kids = NULL;
-        nkids = 0;
-        err = zk_wait_for(s, pred_path, wait_end);
-        free(pred_path);
-        if (err)
-            goto drop;
+        return err;
+    switch (l->kind) {
+    case LOCK_KIND_MUTEX:
+        n.dir = zk_dir_path(zk, l->name, l->name_len, "");
+        err = zk_contend(s, l, ZK_TAG_LOCK, zk_decide_lowest, wait_ms > 0,
+                         wait_end, &n, status);
+        break;
+    case LOCK_KIND_FAIR:
+        /* The mutex recipe is first come, first served already. */
+        n.dir = zk_dir_path(zk, l->name, l->name_len, "~fair");
+        err = zk_contend(s, l, ZK_TAG_LOCK, zk_decide_lowest, wait_ms > 0,
+                         wait_end, &n, status);
+        break;
+    case LOCK_KIND_WRITE:
+        n.dir = zk_dir_path(zk, l->name, l->name_len, "~rw");
+        err = zk_contend(s, l, ZK_TAG_WRITE, zk_decide_write, wait_ms > 0,
+                         wait_end, &n, status);
+        break;
+    case LOCK_KIND_READ:
+        n.dir = zk_dir_path(zk, l->name, l->name_len, "~rw");
+        err = zk_contend(s, l,
+                         zk_write_still_ours(s, l) ? ZK_TAG_DREAD : ZK_TAG_READ,
+                         zk_decide_read, wait_ms > 0, wait_end, &n, status);
+        break;
+    case LOCK_KIND_SEMAPHORE:
+        n.dir = zk_dir_path(zk, l->name, l->name_len, "~sem");
+        err = zk_sem_contend(s, l, wait_ms > 0, wait_end, &n, status);
+        break;
     }
+    if (err || *status != LOCK_ACQUIRED)
+        goto out;
 
     h = xcalloc(1, sizeof(*h));
     h->l = l;
-    h->path = made;
-    h->dir = dir;
-    h->prefix = prefix;
     h->gen = s->gen;
     pthread_mutex_lock(&zk->mu);
     if (s->expired) {
         pthread_mutex_unlock(&zk->mu);
         free(h);
         err = -ECONNRESET;
-        goto drop;
+        zk_drop_node(s, n.path, n.dir, n.prefix);
+        goto out;
     }
     h->next = zk->holds;
     if (zk->holds)
         zk->holds->prev = h;
     zk->holds = h;
     pthread_mutex_unlock(&zk->mu);
-    made = dir = prefix = NULL;
+    h->path = n.path;
+    h->dir = n.dir;
+    h->prefix = n.prefix;
     l->bs = h;
     /* czxid: the creating transaction's id; ensemble-wide and growing. */
-    l->fence = (uint64_t)st.czxid;
+    l->fence = (uint64_t)n.st.czxid;
+    memset(&n, 0, sizeof(n));
     *status = LOCK_ACQUIRED;
-    goto out;
-
-drop:
-    /* Not ours (busy, or failed): take our node out of the queue. If the
-     * reply is lost, the orphan rules delete it later. */
-    if (made) {
-        int rc = zk_delete(s, made, dir, prefix, zk_now_ms() + zk->timeout_ms);
-        if (rc != ZOK && rc != ZNONODE)
-            zk_fail("delete", made, rc);
-    }
 out:
-    zk_kids_free(kids, nkids);
-    if (s)
-        zk_session_put(s, 0);
-    free(made);
-    free(dir);
-    free(prefix);
+    zk_node_of_free(&n);
+    zk_session_put(s, 0);
     return err;
 }
 
@@ -1272,42 +1590,76 @@ static int zk_hold_unlink(struct zk *zk, struct zk_hold *h)
     return live;
 }
 
+/* Whether a delete that ended with rc may have run (or may still). */
+static int zk_rc_lost(int rc)
+{
+    return rc == ZK_NO_REPLY || zk_rc_unknown(rc) || rc == ZINVALIDSTATE ||
+           rc == ZCLOSING;
+}
+
+/*
+ * Delete our node. Idempotent: if the answer is lost, the hold stays in
+ * l->bs (out of zk->holds) for the next call, which deletes it again and
+ * takes a node already gone as its own earlier delete: in a live session
+ * nobody else deletes our nodes.
+ */
 static int zk_release(struct lock *l, int *held)
 {
     struct zk *zk = l->c->impl;
     struct zk_hold *h = l->bs;
     struct zk_sess *s = NULL;
-    int err = 0, rc, mine = 0;
+    int err = 0, rc;
 
-    l->bs = NULL;
+    *held = 0;
     if (!h)
-        goto out;
+        return 0;
     /* An expired session took our node with it. */
-    if (!zk_hold_unlink(zk, h))
-        goto out;
+    if (!h->asked && !zk_hold_unlink(zk, h))
+        goto done;
     err = zk_session_get(zk, zk_now_ms() + zk->timeout_ms, &s);
     if (err == -ECONNRESET || (!err && s->gen != h->gen)) {
         err = 0; /* the session expired and took our node with it */
-        goto out;
+        goto done;
     }
-    if (err) {
-        /* Not connected in time: delete it once the session reconnects
-         * (dropped if the session expires instead). */
-        zk_orphan_add(zk, NULL, h->gen, h->dir, h->prefix);
-        goto out;
-    }
+    if (err)
+        goto again; /* not connected in time: nothing went out */
     rc = zk_delete(s, h->path, h->dir, h->prefix, zk_now_ms() + zk->timeout_ms);
-    if (rc == ZOK)
-        mine = 1;
-    else if (rc != ZNONODE)
+    if (rc == ZOK) {
+        *held = 1;
+    } else if (rc == ZNONODE) {
+        *held = h->asked && !atomic_load(&l->lost);
+    } else if (zk_rc_lost(rc)) {
         err = zk_fail("delete", h->path, rc);
-out:
+        h->asked = 1;
+        goto again;
+    } else {
+        err = zk_fail("delete", h->path, rc);
+    }
+done:
     if (s)
         zk_session_put(s, 0);
-    if (held)
-        *held = mine;
+    l->bs = NULL;
     zk_hold_free(h);
     return err;
+again:
+    if (s)
+        zk_session_put(s, 0);
+    l->release_unknown = 1;
+    return err;
+}
+
+/* A release left pending is given up: delete the node once the session
+ * is connected (nothing to do if it expires first). */
+static void zk_forget(struct lock *l)
+{
+    struct zk *zk = l->c->impl;
+    struct zk_hold *h = l->bs;
+
+    if (!h)
+        return;
+    zk_orphan_add(zk, NULL, h->gen, h->dir, h->prefix);
+    l->bs = NULL;
+    zk_hold_free(h);
 }
 
 static int zk_renew(struct lock *l, uint32_t lease_ms, int *held)
@@ -1389,10 +1741,14 @@ static int zk_ping(struct lock_client *c)
 
 const struct lock_backend lock__zk_backend = {
     .name = "zookeeper",
+    .kinds = LOCK_KIND_BIT(LOCK_KIND_MUTEX) | LOCK_KIND_BIT(LOCK_KIND_FAIR) |
+             LOCK_KIND_BIT(LOCK_KIND_READ) | LOCK_KIND_BIT(LOCK_KIND_WRITE) |
+             LOCK_KIND_BIT(LOCK_KIND_SEMAPHORE),
     .open = zk_open,
     .close = zk_close,
     .acquire = zk_acquire,
     .release = zk_release,
     .renew = zk_renew,
+    .forget = zk_forget,
     .ping = zk_ping,
 };

@@ -16,10 +16,14 @@
  *                written, also not a FIN, and new connections are
  *                accepted and stalled too
  *   resume       forward again (what was held is delivered)
+ *   mute         forward requests but drop every answer: the server
+ *                sees the commands and runs them, the client never hears
+ *                back (a reply lost on the way)
+ *   unmute       deliver answers again (the ones dropped are gone)
  *   cut          reset (RST) every open connection, both sides
  *   refuse       reset new connections as soon as they are accepted
  *   accept       take new connections again
- *   heal         latency 0, resume, accept
+ *   heal         latency 0, resume, accept, unmute
  *   stats        "ok open=N accepted=N refused=N cut=N bytes=N"
  *
  * e.g. `exec 3<>/dev/tcp/127.0.0.1/$CTL; echo stall >&3; head -1 <&3`.
@@ -61,6 +65,7 @@ struct pump {
 
 static atomic_int latency_ms;
 static atomic_int stalled;
+static atomic_int muted;
 static atomic_int refusing;
 static atomic_long n_accepted, n_refused, n_cut, n_bytes;
 static atomic_int n_open;
@@ -194,6 +199,9 @@ static void *pump_run(void *arg)
         for (int waited = 0, lat = atomic_load(&latency_ms);
              waited < lat && !atomic_load(&c->dead); waited += TICK_MS)
             sleep_ms(lat - waited < TICK_MS ? lat - waited : TICK_MS);
+        /* Muted: the answer is read off the server's socket and lost. */
+        if (p->from == c->sfd && atomic_load(&muted))
+            continue;
         if (!wait_unstalled(c) || !write_all(p->to, buf, (size_t)n)) {
             conn_kill(c);
             break;
@@ -318,6 +326,12 @@ static void control_command(char *line, char *out, size_t len)
     } else if (strcmp(line, "resume") == 0) {
         atomic_store(&stalled, 0);
         snprintf(out, len, "ok resumed\n");
+    } else if (strcmp(line, "mute") == 0) {
+        atomic_store(&muted, 1);
+        snprintf(out, len, "ok muted\n");
+    } else if (strcmp(line, "unmute") == 0) {
+        atomic_store(&muted, 0);
+        snprintf(out, len, "ok unmuted\n");
     } else if (strcmp(line, "cut") == 0) {
         snprintf(out, len, "ok cut %d\n", cut_all());
     } else if (strcmp(line, "refuse") == 0) {
@@ -330,6 +344,7 @@ static void control_command(char *line, char *out, size_t len)
         atomic_store(&latency_ms, 0);
         atomic_store(&stalled, 0);
         atomic_store(&refusing, 0);
+        atomic_store(&muted, 0);
         snprintf(out, len, "ok healed\n");
     } else if (strcmp(line, "stats") == 0) {
         snprintf(out, len,

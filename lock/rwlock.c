@@ -1,0 +1,230 @@
+/*
+ * rwlock.c - the read-write lock: lock_rw_new(), and its Redis scripts.
+ * On ZooKeeper it is Curator's recipe (zk.c).
+ *
+ * The two sides are struct locks of one owner; lock.c refuses an upgrade
+ * (write while holding only read) before any I/O, and each side keeps its
+ * own hold count, so reentrancy and downgrade (write, then read, then
+ * release the write) need nothing from the server but this:
+ *
+ *   lock-rw-w:NAME   the writer's owner id with a TTL, as a mutex
+ *   lock-rw-r:NAME   readers: a sorted set of owner -> lease deadline
+ *                    (each reader has its own lease, renewed by its own
+ *                    watchdog; expired ones are dropped by any script)
+ *   lock-rw-q:NAME   writers waiting: owner -> check-in deadline
+ *
+ * A reader gets in when no other owner writes and no writer waits (the
+ * write holder itself may read: downgrade). A writer gets in when nobody
+ * writes and no other reader is inside; while it waits it stays in the
+ * waiting set, which keeps new readers out, so a stream of readers cannot
+ * starve it: it waits only for the readers already inside. A waiting
+ * writer that stops checking in (crashed) is dropped after
+ * LOCK_CHECKIN_MS plus two timeouts. Releases publish on lock-ch:lock-rw:
+ * NAME: the writer's always, a reader's when it was the last one inside.
+ */
+#include "lock/redis_kind.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define RW_WRITER "lock-rw-w:"
+#define RW_READERS "lock-rw-r:"
+#define RW_WAITING "lock-rw-q:"
+#define RW_CHANNEL "lock-rw:"
+
+int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
+                struct lock **write)
+{
+    struct lock *r = NULL, *w = NULL;
+    int err;
+
+    if (!read || !write)
+        return -EINVAL;
+    err = lock__new_kind(c, name, LOCK_KIND_READ, &r);
+    if (err)
+        return err;
+    err = lock__new_kind(c, name, LOCK_KIND_WRITE, &w);
+    if (err) {
+        lock_free(r);
+        return err;
+    }
+    /* One owner: the server must see the writer and the reader as the
+     * same client, or a downgrade would wait for itself. */
+    memcpy(w->owner, r->owner, sizeof(w->owner));
+    r->pair = w->pair = xcalloc(1, sizeof(*r->pair));
+    r->pair->read = r;
+    r->pair->write = w;
+    *read = r;
+    *write = w;
+    return 0;
+}
+
+struct rw_keys {
+    char w[REDIS_KEY_MAX], r[REDIS_KEY_MAX], q[REDIS_KEY_MAX];
+    char chan[REDIS_KEY_MAX];
+    size_t w_len, r_len, q_len, chan_len;
+};
+
+static void rw_keys(const struct lock *l, struct rw_keys *k)
+{
+    k->w_len = lock__redis_key(k->w, RW_WRITER, l);
+    k->r_len = lock__redis_key(k->r, RW_READERS, l);
+    k->q_len = lock__redis_key(k->q, RW_WAITING, l);
+    k->chan_len = lock__redis_key(k->chan, RCONN_CHANNEL_PREFIX RW_CHANNEL, l);
+}
+
+/* Receipts per side: the two share the owner id. */
+static size_t rw_receipt(char *buf, const struct lock *l)
+{
+    return (size_t)snprintf(buf, REDIS_KEY_MAX, "lock-rel:%c:%s",
+                            l->kind == LOCK_KIND_READ ? 'r' : 'w', l->owner);
+}
+
+static void rw_channel(const struct lock *l, char *buf, size_t size)
+{
+    snprintf(buf, size, RW_CHANNEL "%s", l->name);
+}
+
+/* ---- the read side ---- */
+
+static int read_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                    int waiting, int *taken, int64_t *pttl)
+{
+    struct rw_keys k;
+    char lease_s[16];
+    const char *argv[6] = {k.w, k.r, k.q, RCONN_FENCE_KEY, l->owner, lease_s};
+    size_t lens[6];
+
+    (void)waiting;
+    rw_keys(l, &k);
+    lens[0] = k.w_len;
+    lens[1] = k.r_len;
+    lens[2] = k.q_len;
+    lens[3] = strlen(RCONN_FENCE_KEY);
+    lens[4] = strlen(l->owner);
+    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    return lock__redis_run_take(ri, l, RCONN_RW_READ, 4, 6, argv, lens, taken,
+                                pttl);
+}
+
+static int read_release(struct redis_impl *ri, struct lock *l, int *held)
+{
+    struct rw_keys k;
+    char receipt[REDIS_KEY_MAX];
+    size_t receipt_len = rw_receipt(receipt, l);
+
+    rw_keys(l, &k);
+    /* Only the last reader out can let a writer in. */
+    return lock__redis_zset_release(ri, l, k.r, k.r_len, k.chan, k.chan_len,
+                                    receipt, receipt_len, 0, held);
+}
+
+static int read_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                      int *held)
+{
+    struct rw_keys k;
+
+    rw_keys(l, &k);
+    return lock__redis_zset_renew(ri, l, k.r, k.r_len, lease, held);
+}
+
+static void read_undo(struct redis_impl *ri, const struct lock *l)
+{
+    struct rw_keys k;
+
+    rw_keys(l, &k);
+    lock__redis_zset_undo(ri, l, k.r, k.r_len, k.chan, k.chan_len);
+}
+
+const struct redis_kind lock__redis_read = {
+    .try_once = read_try,
+    .undo = read_undo,
+    .release = read_release,
+    .renew = read_renew,
+    .channel = rw_channel,
+};
+
+/* ---- the write side ---- */
+
+static int write_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                     int waiting, int *taken, int64_t *pttl)
+{
+    struct rw_keys k;
+    char lease_s[16], checkin[16];
+    const char *argv[7] = {k.w,      k.r,     k.q,    RCONN_FENCE_KEY,
+                           l->owner, lease_s, checkin};
+    size_t lens[7];
+    uint32_t ck = waiting ? LOCK_CHECKIN_MS + 2 * l->c->timeout_ms : 0;
+
+    rw_keys(l, &k);
+    lens[0] = k.w_len;
+    lens[1] = k.r_len;
+    lens[2] = k.q_len;
+    lens[3] = strlen(RCONN_FENCE_KEY);
+    lens[4] = strlen(l->owner);
+    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    lens[6] = (size_t)snprintf(checkin, sizeof(checkin), "%u", (unsigned)ck);
+    return lock__redis_run_take(ri, l, RCONN_RW_WRITE, 4, 7, argv, lens, taken,
+                                pttl);
+}
+
+/* A writer that gave up lets the readers it kept out in; one whose
+ * answer was lost also drops the lock if it had taken it. */
+static void write_undo(struct redis_impl *ri, const struct lock *l)
+{
+    struct rw_keys k;
+    const char *argv[4] = {k.w, k.q, k.chan, l->owner};
+    size_t lens[4];
+
+    rw_keys(l, &k);
+    lens[0] = k.w_len;
+    lens[1] = k.q_len;
+    lens[2] = k.chan_len;
+    lens[3] = strlen(l->owner);
+    /* If this is lost, its missed check-ins drop it. */
+    lock__redis_detach(ri, RCONN_RW_CANCEL, 3, 4, argv, lens);
+}
+
+static int write_release(struct redis_impl *ri, struct lock *l, int *held)
+{
+    struct rw_keys k;
+    char receipt[REDIS_KEY_MAX], token[24], ms[16];
+    const char *argv[6] = {k.w, k.chan, receipt, l->owner, token, ms};
+    size_t lens[6];
+
+    rw_keys(l, &k);
+    lens[0] = k.w_len;
+    lens[1] = k.chan_len;
+    lens[2] = rw_receipt(receipt, l);
+    lens[3] = strlen(l->owner);
+    lens[4] = (size_t)snprintf(token, sizeof(token), "%llu",
+                               (unsigned long long)l->fence);
+    lens[5] = (size_t)snprintf(ms, sizeof(ms), "%u", (unsigned)ri->receipt_ms);
+    return lock__redis_run_bool(ri, l, RCONN_RELEASE_ONCE, 3, 6, argv, lens,
+                                held);
+}
+
+static int write_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                       int *held)
+{
+    char key[REDIS_KEY_MAX], lease_s[16];
+    const char *argv[3] = {key, l->owner, lease_s};
+    size_t lens[3];
+
+    lens[0] = lock__redis_key(key, RW_WRITER, l);
+    lens[1] = strlen(l->owner);
+    lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    return lock__redis_run_bool(ri, l, RCONN_RENEW, 1, 3, argv, lens, held);
+}
+
+const struct redis_kind lock__redis_write = {
+    .try_once = write_try,
+    .undo = write_undo,
+    .queues = 1,
+    .release = write_release,
+    .renew = write_renew,
+    .channel = rw_channel,
+};

@@ -1,0 +1,95 @@
+/*
+ * semaphore.c - the semaphore: lock_semaphore_new(), and its Redis scripts
+ * (a lease per permit, as Redisson's RPermitExpirableSemaphore). On
+ * ZooKeeper it is Curator's InterProcessSemaphoreV2 (zk.c).
+ *
+ * Redis keeps the holders in one sorted set, lock-sem:NAME, owner -> lease
+ * deadline on the server's clock. A try first drops the expired leases
+ * (a crashed holder's permit comes back when its lease ends), then joins
+ * if fewer than permits holders are left. Each holder's lease is renewed
+ * on its own, by the watchdog when it asked for lease 0. A release
+ * publishes on lock-ch:lock-sem:NAME, waking the waiters; one of them gets
+ * the permit, the others sleep again.
+ */
+#include "lock/redis_kind.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SEM_KEY "lock-sem:"
+
+int lock_semaphore_new(struct lock_client *c, const char *name,
+                       uint32_t permits, struct lock **out)
+{
+    int err;
+
+    if (permits < 1 || permits > LOCK_PERMITS_MAX)
+        return -EINVAL;
+    err = lock__new_kind(c, name, LOCK_KIND_SEMAPHORE, out);
+    if (err == 0)
+        (*out)->permits = permits;
+    return err;
+}
+
+static int sem_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                   int waiting, int *taken, int64_t *pttl)
+{
+    char key[REDIS_KEY_MAX], lease_s[16], permits[16];
+    const char *argv[5] = {key, RCONN_FENCE_KEY, l->owner, lease_s, permits};
+    size_t lens[5];
+
+    (void)waiting;
+    lens[0] = lock__redis_key(key, SEM_KEY, l);
+    lens[1] = strlen(RCONN_FENCE_KEY);
+    lens[2] = strlen(l->owner);
+    lens[3] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    lens[4] =
+        (size_t)snprintf(permits, sizeof(permits), "%u", (unsigned)l->permits);
+    return lock__redis_run_take(ri, l, RCONN_SEM_ACQUIRE, 2, 5, argv, lens,
+                                taken, pttl);
+}
+
+static int sem_release(struct redis_impl *ri, struct lock *l, int *held)
+{
+    char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
+    size_t key_len = lock__redis_key(key, SEM_KEY, l);
+    size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
+    size_t receipt_len =
+        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
+
+    /* Every release frees a permit someone may be waiting for. */
+    return lock__redis_zset_release(ri, l, key, key_len, chan, chan_len,
+                                    receipt, receipt_len, 1, held);
+}
+
+static int sem_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
+                     int *held)
+{
+    char key[REDIS_KEY_MAX];
+    size_t key_len = lock__redis_key(key, SEM_KEY, l);
+
+    return lock__redis_zset_renew(ri, l, key, key_len, lease, held);
+}
+
+static void sem_undo(struct redis_impl *ri, const struct lock *l)
+{
+    char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX];
+    size_t key_len = lock__redis_key(key, SEM_KEY, l);
+    size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
+
+    lock__redis_zset_undo(ri, l, key, key_len, chan, chan_len);
+}
+
+static void sem_channel(const struct lock *l, char *buf, size_t size)
+{
+    snprintf(buf, size, SEM_KEY "%s", l->name);
+}
+
+const struct redis_kind lock__redis_semaphore = {
+    .try_once = sem_try,
+    .undo = sem_undo,
+    .release = sem_release,
+    .renew = sem_renew,
+    .channel = sem_channel,
+};
