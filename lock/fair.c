@@ -48,23 +48,13 @@ static int fair_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                     int waiting, int *taken, int64_t *pttl)
 {
     struct fair_keys k;
-    char lease_s[16], checkin[16];
-    const char *argv[7] = {k.lock,   k.queue, k.times, RCONN_FENCE_KEY,
-                           l->owner, lease_s, checkin};
-    size_t lens[7];
-    /* A retry comes at least every REDIS_FALLBACK_MS plus a round trip. */
-    uint32_t ck = waiting ? LOCK_CHECKIN_MS + 2 * l->c->timeout_ms : 0;
 
     fair_keys(l, &k);
-    lens[0] = k.lock_len;
-    lens[1] = k.queue_len;
-    lens[2] = k.times_len;
-    lens[3] = strlen(RCONN_FENCE_KEY);
-    lens[4] = strlen(l->owner);
-    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
-    lens[6] = (size_t)snprintf(checkin, sizeof(checkin), "%u", (unsigned)ck);
-    return lock__redis_run_take(ri, l, RCONN_FAIR_ACQUIRE, 4, 7, argv, lens,
-                                taken, pttl);
+    return lock__redis_take3(
+        ri, l, RCONN_FAIR_ACQUIRE,
+        (const char *const[3]){k.lock, k.queue, k.times},
+        (const size_t[3]){k.lock_len, k.queue_len, k.times_len}, lease, 1,
+        waiting, taken, pttl);
 }
 
 /* Leave the queue, and drop the lock if an acquire whose answer was lost

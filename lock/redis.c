@@ -159,6 +159,26 @@ int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
     return lock__redis_take_answer(ri, l, &call, taken, pttl);
 }
 
+int lock__redis_take3(struct redis_impl *ri, struct lock *l,
+                      enum rconn_script s, const char *const key[3],
+                      const size_t len[3], uint32_t lease, int checkin,
+                      int waiting, int *taken, int64_t *pttl)
+{
+    char lease_s[16], ck_s[16];
+    const char *argv[7] = {key[0],   key[1],  key[2], RCONN_FENCE_KEY,
+                           l->owner, lease_s, ck_s};
+    size_t lens[7] = {len[0], len[1], len[2], strlen(RCONN_FENCE_KEY),
+                      strlen(l->owner)};
+    /* A waiter retries at least every REDIS_FALLBACK_MS plus a round trip;
+     * a check-in missed by a full LOCK_CHECKIN_MS means it is gone. */
+    uint32_t ck = waiting ? LOCK_CHECKIN_MS + 2 * l->c->timeout_ms : 0;
+
+    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
+    lens[6] = (size_t)snprintf(ck_s, sizeof(ck_s), "%u", (unsigned)ck);
+    return lock__redis_run_take(ri, l, s, 4, checkin ? 7 : 6, argv, lens, taken,
+                                pttl);
+}
+
 int lock__redis_run_bool(struct redis_impl *ri, struct lock *l,
                          enum rconn_script s, int nkeys, int argc,
                          const char **argv, const size_t *lens, int *yes)

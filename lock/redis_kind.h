@@ -98,6 +98,17 @@ int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
                          int64_t *pttl);
 
 /*
+ * One try (as try_once) of a kind whose acquire script s takes KEYS = the
+ * three keys key[0..2] (lengths len[0..2]) and the fencing counter, and
+ * ARGV = l's owner, lease and, with checkin, how long a waiter's place is
+ * kept between two tries (0 when the caller does not wait).
+ */
+int lock__redis_take3(struct redis_impl *ri, struct lock *l,
+                      enum rconn_script s, const char *const key[3],
+                      const size_t len[3], uint32_t lease, int checkin,
+                      int waiting, int *taken, int64_t *pttl);
+
+/*
  * Run a script that answers 1 or 0: *yes. For releases: an answer lost
  * after the send, or a connection found reset before it, sets
  * l->release_unknown (asking again may answer).

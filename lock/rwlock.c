@@ -88,26 +88,26 @@ static void rw_channel(const struct lock *l, char *buf, size_t size)
     snprintf(buf, size, RW_CHANNEL "%s", l->name);
 }
 
+/* One try of either side: KEYS writer, readers, waiting writers, fence;
+ * a writer also checks in (its place keeps new readers out). */
+static int rw_take(struct redis_impl *ri, struct lock *l, enum rconn_script s,
+                   uint32_t lease, int checkin, int waiting, int *taken,
+                   int64_t *pttl)
+{
+    struct rw_keys k;
+
+    rw_keys(l, &k);
+    return lock__redis_take3(ri, l, s, (const char *const[3]){k.w, k.r, k.q},
+                             (const size_t[3]){k.w_len, k.r_len, k.q_len},
+                             lease, checkin, waiting, taken, pttl);
+}
+
 /* ---- the read side ---- */
 
 static int read_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                     int waiting, int *taken, int64_t *pttl)
 {
-    struct rw_keys k;
-    char lease_s[16];
-    const char *argv[6] = {k.w, k.r, k.q, RCONN_FENCE_KEY, l->owner, lease_s};
-    size_t lens[6];
-
-    (void)waiting;
-    rw_keys(l, &k);
-    lens[0] = k.w_len;
-    lens[1] = k.r_len;
-    lens[2] = k.q_len;
-    lens[3] = strlen(RCONN_FENCE_KEY);
-    lens[4] = strlen(l->owner);
-    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
-    return lock__redis_run_take(ri, l, RCONN_RW_READ, 4, 6, argv, lens, taken,
-                                pttl);
+    return rw_take(ri, l, RCONN_RW_READ, lease, 0, waiting, taken, pttl);
 }
 
 static int read_release(struct redis_impl *ri, struct lock *l, int *held)
@@ -152,23 +152,7 @@ const struct redis_kind lock__redis_read = {
 static int write_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                      int waiting, int *taken, int64_t *pttl)
 {
-    struct rw_keys k;
-    char lease_s[16], checkin[16];
-    const char *argv[7] = {k.w,      k.r,     k.q,    RCONN_FENCE_KEY,
-                           l->owner, lease_s, checkin};
-    size_t lens[7];
-    uint32_t ck = waiting ? LOCK_CHECKIN_MS + 2 * l->c->timeout_ms : 0;
-
-    rw_keys(l, &k);
-    lens[0] = k.w_len;
-    lens[1] = k.r_len;
-    lens[2] = k.q_len;
-    lens[3] = strlen(RCONN_FENCE_KEY);
-    lens[4] = strlen(l->owner);
-    lens[5] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
-    lens[6] = (size_t)snprintf(checkin, sizeof(checkin), "%u", (unsigned)ck);
-    return lock__redis_run_take(ri, l, RCONN_RW_WRITE, 4, 7, argv, lens, taken,
-                                pttl);
+    return rw_take(ri, l, RCONN_RW_WRITE, lease, 1, waiting, taken, pttl);
 }
 
 /* A writer that gave up lets the readers it kept out in; one whose
