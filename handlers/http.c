@@ -2,8 +2,10 @@
  * http.c - libmicrohttpd wiring: the daemon and its thread pool, per-thread
  * stores, connection limits and request deadlines, body accumulation with
  * the 64 KiB cap, rate limits and dispatch through the route table,
- * parking a request while the purchase engine works (suspend/resume), and
- * sending the reply (JSON, the metrics' text, or a page's file) with its
+ * parking a request while the purchase engine or the I/O pool works
+ * (suspend/resume; the pool is an engine of its own that runs the
+ * handlers that wait for MySQL or Redis, req_offload()), and sending the
+ * reply (JSON, the metrics' text, or a page's file) with its
  * extra headers (CORS, files).
  */
 #include "handlers/internal.h"
@@ -32,6 +34,9 @@ struct handlers_server {
     struct vcache *vcache;
     struct engine *engine;
     struct engine_config engine_cfg;
+    /* The I/O pool: an engine used for its tasks only (req_offload()). */
+    struct engine *io;
+    struct engine_config io_cfg;
     struct async *async; /* the writer of async sales' orders */
     struct async_config async_cfg;
     struct deadlines *deadlines;
@@ -153,6 +158,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *conn,
     return queue_reply(conn, req, resp);
 }
 
+static unsigned offload(struct request *req, handler_fn fn, bool limit);
+
 static void dispatch(struct request *req)
 {
     const struct route *route;
@@ -183,15 +190,17 @@ static void dispatch(struct request *req)
         req_error(req, ERR_METHOD_NOT_ALLOWED, NULL);
         return;
     }
-    req->st = thread_store(req->cfg);
-    /* Probes stay cheap and always answer, whoever asks how often; so do
-     * the pages' files (from memory: counting them would cost more than
-     * serving them, and a page load must not eat a client's API budget).
-     * The purchase runs the limiter itself, after what it can refuse from
-     * memory (a sold-out voucher must not cost a Redis round trip). */
-    if (fn != health_get && fn != ready_get && fn != metrics_get &&
-        fn != voucher_seckill_post && fn != web_get && ratelimit_or_reply(req))
+    if (!route->http_thread) {
+        /* The limiter (a Redis script) and the handler, on the pool. The
+         * readiness probe is not limited: it always answers. */
+        offload(req, fn, fn != ready_get);
         return;
+    }
+    /* From memory: the probe, /metrics, the pages' files (a page load
+     * must not eat a client's API budget), and the purchase, which runs
+     * the limiter itself after what it can refuse from memory (a
+     * sold-out voucher must not cost a Redis round trip). */
+    req->st = thread_store(req->cfg);
     fn(req);
 }
 
@@ -223,6 +232,12 @@ void req_park(struct request *req)
 {
     struct handlers_server *srv = req->srv;
 
+    if (req->parked) {
+        /* On the I/O pool: its handler hands the request on. */
+        if (req->handed_on)
+            *req->handed_on = true;
+        return;
+    }
     /* The request has fully arrived: no deadline while it waits. */
     deadline_conn_busy(conn_deadline(req->conn));
     atomic_fetch_add(&srv->parked, 1);
@@ -235,6 +250,70 @@ void req_resume(struct request *req)
     /* libmicrohttpd calls on_request() again, on the connection's own
      * thread, which sends the reply set here. */
     MHD_resume_connection(req->conn);
+}
+
+/* ---- the I/O pool ---- */
+
+/* A handler run on the pool; the task first (offload_run's cast). */
+struct offload {
+    struct engine_task task;
+    struct request *req;
+    handler_fn fn;
+    bool limit; /* run the rate limiter first */
+};
+
+static void offload_run(struct engine_task *t, struct store *st)
+{
+    struct offload *o = (struct offload *)t;
+    struct request *req = o->req;
+    bool handed_on = false;
+
+    req->st = st;
+    req->handed_on = &handed_on;
+    if (!o->limit || !ratelimit_or_reply(req))
+        o->fn(req);
+    /* Handed on, req is someone else's now (it may be gone already). */
+    if (!handed_on) {
+        req->handed_on = NULL;
+        req_resume(req);
+    }
+}
+
+static void offload_done(struct engine_task *t)
+{
+    struct offload *o = (struct offload *)t;
+
+    if (t->err) {
+        /* The pool stopped before it ran: nothing was done. */
+        req_backend_error(o->req, t->err, "request");
+        req_resume(o->req);
+    }
+    free(o);
+}
+
+static unsigned offload(struct request *req, handler_fn fn, bool limit)
+{
+    struct offload *o;
+
+    if (req->handed_on) /* on the pool already */
+        return (!limit || !ratelimit_or_reply(req)) ? fn(req) : req->status;
+    o = xcalloc(1, sizeof(*o));
+    o->task = (struct engine_task){.run = offload_run, .done = offload_done};
+    o->req = req;
+    o->fn = fn;
+    o->limit = limit;
+    req_park(req);
+    if (engine_run(req->srv->io, &o->task) != 0) {
+        free(o);
+        req_backend_error(req, -ESHUTDOWN, "request");
+        req_resume(req);
+    }
+    return 0;
+}
+
+unsigned req_offload(struct request *req, handler_fn fn)
+{
+    return offload(req, fn, false);
 }
 
 /* A response is about to be queued: the request has fully arrived. */
@@ -528,6 +607,16 @@ int handlers_server_start(const struct handlers_config *cfg,
     srv->async = async_start(&srv->async_cfg);
     srv->engine_cfg.async = srv->async;
     srv->engine = engine_start(&srv->engine_cfg);
+    /* Its threads block on MySQL and Redis one request at a time, as many
+     * as the engine's: a stalled backend holds them, never an HTTP
+     * thread, and never a purchase batch. */
+    srv->io_cfg = (struct engine_config){
+        .store = &cfg->store,
+        .workers = cfg->engine_threads,
+        .batch_max = 1,
+        .queue_max = 1,
+    };
+    srv->io = engine_start(&srv->io_cfg);
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
      * the per-address limit is counted over all of them. */
@@ -547,6 +636,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
+        engine_stop(srv->io);
         engine_stop(srv->engine);
         async_stop(srv->async);
         store_replica_monitor_stop(srv->replica);
@@ -589,6 +679,9 @@ void handlers_server_stop(struct handlers_server *srv)
      * than left in the backlog until the stop resets them. */
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
+    /* The pool first: a request it runs may still hand a purchase or a
+     * task to the engine. */
+    engine_stop(srv->io);
     engine_stop(srv->engine);
     for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};

@@ -105,12 +105,20 @@ struct request {
     unsigned route_id; /* route_index(), or route_count() for no route */
     /* A request parked while the purchase engine works (req_park()): */
     bool parked;
+    /* While its handler runs on the I/O pool (req_offload()): set by a
+     * req_park() there, which means the handler handed the request on (to
+     * the purchase engine, to a task) and will not get it back. */
+    bool *handed_on;
     struct engine_purchase purchase;
     uint64_t vcache_gen; /* of the voucher cache entry read at step 1 */
     /* An order's cancel or payment, run as an engine task (orders.c): */
     struct engine_task task;
     struct order_op *op;
 };
+
+/* An endpoint's handler: sets req's reply and returns its status (0 when
+ * the request was parked: the reply comes later). */
+typedef unsigned (*handler_fn)(struct request *req);
 
 /* True once handlers_server_drain() was called (false for NULL). */
 bool server_draining(const struct handlers_server *srv);
@@ -125,6 +133,17 @@ void req_park(struct request *req);
 /* The reply of a parked request is set: send it. From any thread, once;
  * req must not be touched afterwards by the caller. */
 void req_resume(struct request *req);
+
+/*
+ * Run fn(req) on a thread of the server's I/O pool, with that thread's
+ * store, and park the request meanwhile: for whatever waits for MySQL or
+ * Redis, which an HTTP thread (serving thousands of connections) must
+ * never do. fn's reply is sent when it returns, unless fn parked the
+ * request again to hand it on (whoever it went to answers it). From a
+ * handler on the HTTP thread; on the pool already, runs fn at once.
+ * Returns 0 (the status is not known yet).
+ */
+unsigned req_offload(struct request *req, handler_fn fn);
 
 /* Release what a request owns (not the request itself). */
 void request_clear(struct request *req);
@@ -226,6 +245,10 @@ json_t *json_time(int64_t epoch_s);
  * the request goes on, with a log line at most once a second per thread.
  */
 unsigned ratelimit_or_reply(struct request *req);
+
+/* Whether ratelimit_or_reply() has a bucket to charge for req (and so a
+ * Redis round trip to make). */
+bool ratelimit_applies(struct request *req);
 
 /*
  * Request deadlines against slow clients. libmicrohttpd's connection
@@ -357,13 +380,16 @@ extern const size_t web_file_count;
 
 /* ---- routing ---- */
 
-typedef unsigned (*handler_fn)(struct request *req);
-
 struct route {
     const char *pattern; /* "/api/vouchers/{id}/seckill", "/static/{file}" */
     handler_fn get;
     handler_fn post;
     const char *allow; /* the Allow header: "GET, POST, OPTIONS" */
+    /* Run on the HTTP thread: its handlers answer from memory (or, like
+     * the purchase, decide what they can from memory and hand the rest to
+     * the I/O pool themselves). Every other route runs, rate limiter
+     * included, on the I/O pool (req_offload()). */
+    bool http_thread;
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };

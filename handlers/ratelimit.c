@@ -141,6 +141,15 @@ static unsigned fail_open(const char *why, const char *detail)
     return 0;
 }
 
+bool ratelimit_applies(struct request *req)
+{
+    const struct handlers_config *cfg = req->cfg;
+
+    return cfg->rate_ip.per_s > 0 ||
+           (cfg->rate_user.per_s > 0 && req_auth(req) == 0 &&
+            req->auth.role == TOKEN_ROLE_USER);
+}
+
 unsigned ratelimit_or_reply(struct request *req)
 {
     const struct handlers_config *cfg = req->cfg;

@@ -11,27 +11,32 @@
 #include "common/metrics.h"
 #include "common/util.h"
 
+/* The last field: answered on the HTTP thread (from memory); the others
+ * wait for MySQL or Redis and run on the I/O pool. */
 static const struct route routes[] = {
-    {"/healthz", health_get, NULL, "GET, OPTIONS"},
-    {"/readyz", ready_get, NULL, "GET, OPTIONS"},
-    {"/metrics", metrics_get, NULL, "GET, OPTIONS"},
-    {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS"},
-    {"/api/auth/login", NULL, auth_login_post, "POST, OPTIONS"},
-    {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST, OPTIONS"},
-    {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS"},
-    {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS"},
-    {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS"},
-    {"/api/orders", orders_get, NULL, "GET, OPTIONS"},
-    {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS"},
-    {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS"},
-    {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS"},
-    {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS"},
+    {"/healthz", health_get, NULL, "GET, OPTIONS", true},
+    {"/readyz", ready_get, NULL, "GET, OPTIONS", false},
+    {"/metrics", metrics_get, NULL, "GET, OPTIONS", true},
+    {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS", false},
+    {"/api/auth/login", NULL, auth_login_post, "POST, OPTIONS", false},
+    {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST, OPTIONS", false},
+    {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS", false},
+    {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS",
+     true},
+    {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS",
+     false},
+    {"/api/orders", orders_get, NULL, "GET, OPTIONS", false},
+    {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS", false},
+    {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS",
+     false},
+    {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS", false},
+    {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS", false},
     /* The buyer's and the admin's pages (web/), their files and the API
      * description, served from the binary. */
-    {"/", web_get, NULL, "GET, OPTIONS"},
-    {"/admin", web_get, NULL, "GET, OPTIONS"},
-    {"/static/{file}", web_get, NULL, "GET, OPTIONS"},
-    {"/openapi.json", web_get, NULL, "GET, OPTIONS"},
+    {"/", web_get, NULL, "GET, OPTIONS", true},
+    {"/admin", web_get, NULL, "GET, OPTIONS", true},
+    {"/static/{file}", web_get, NULL, "GET, OPTIONS", true},
+    {"/openapi.json", web_get, NULL, "GET, OPTIONS", true},
 };
 
 /* Match path against pattern; 1 = match, 0 = no, -1 = match but bad id. */

@@ -1,12 +1,15 @@
 /*
  * seckill.c - POST /api/vouchers/{id}/seckill, the purchase.
  *
- * This thread only decides what it can without waiting for anyone else:
+ * The HTTP thread only decides what it can without waiting for anyone
+ * else:
  *
  *   1. read the voucher: exists, is a seckill voucher, on sale now, stock
  *      left (cheap rejections before any lock). Answered from the voucher
  *      cache (vcache.c) when it knows, before the rate limiter, so that a
- *      sold-out voucher costs no I/O; else read from MySQL;
+ *      sold-out voucher costs no I/O. What needs a round trip (the rate
+ *      limiter's Redis script, the voucher's row when the cache does not
+ *      know it) runs on the I/O pool instead (req_offload());
  *   2. hand the purchase to the purchase engine (engine/engine.h) and
  *      park the connection. The engine takes the user's lock
  *      lock:order:{userId} (a second concurrent request of the same user
@@ -159,6 +162,11 @@ unsigned voucher_seckill_post(struct request *req)
         if (cached && (status = verdict_or_reply(req, &known, now_s, true)))
             return status;
     }
+    /* What is left may wait for Redis (the rate limiter) or MySQL (a
+     * voucher the cache does not know): the I/O pool runs this function
+     * again, and this time goes on. */
+    if (!req->handed_on && (!cached || ratelimit_applies(req)))
+        return req_offload(req, voucher_seckill_post);
     if ((status = ratelimit_or_reply(req)) ||
         (status = req_user_or_reply(req)) ||
         (!cached && (status = precheck_or_reply(req, now_s, gen, &known))))

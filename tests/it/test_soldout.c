@@ -6,6 +6,10 @@
  * back every instance sells again at once when the change is published,
  * and within the TTL when the message is lost or the subscriber was away.
  *
+ * The same stall shows that requests that do need MySQL or Redis wait on
+ * the I/O pool, never on A's (single) HTTP thread: probes and refusals
+ * from memory go on meanwhile, and the waiting requests end in 503.
+ *
  * Three instances: A reaches MySQL and Redis only through two TCP proxies
  * (tests/tools/tcpproxy.c), so the test can stall both and show that
  * refusals keep coming at full speed (any MySQL or Redis round trip would
@@ -27,6 +31,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -95,8 +100,11 @@ static int group_setup(void **state)
 
     /* The default per-user rate (20 a second, bursts of 40): the bursts
      * below would be refused 429 if they reached the limiter. */
-    const char *env_a[] = {mysql_env,          redis_env,           ttl_long,
-                           "SECKILL_LOCK_URL", "SECKILL_RATE_USER", NULL};
+    /* A has one HTTP thread, so that a request that waited for a stalled
+     * backend on it would hold up every other (see test_http_thread_free). */
+    const char *env_a[] = {
+        mysql_env,          redis_env,           ttl_long, "SECKILL_THREADS=1",
+        "SECKILL_LOCK_URL", "SECKILL_RATE_USER", NULL};
     const char *env_b[] = {ttl_long, "SECKILL_RATE_USER", NULL};
     const char *env_c[] = {ttl_c, "SECKILL_RATE_USER", NULL};
     if (it_server_start(srv_a, "soldout-a", env_a) ||
@@ -337,6 +345,86 @@ static void test_refused_without_backends(void **state)
     assert_true(it_proxy_ctl(&redis_proxy, "resume") == 0);
 }
 
+/* Requests that need MySQL or Redis, sent to A at once; exits 0 when
+ * every one ended in 503 with Retry-After (the backend timed out). */
+static void stalled_requests(int64_t v)
+{
+    char token[TOKEN_STR_LEN], voucher_path[64], order_path[64];
+    const char *code_body = "{\"phone\":\"13800000000\"}";
+    struct it_req reqs[5] = {
+        {.method = "GET", .path = voucher_path},
+        {.method = "GET", .path = "/api/orders", .token = token},
+        {.method = "GET", .path = order_path, .token = token},
+        {.method = "POST", .path = "/api/auth/code", .body = code_body},
+        {.method = "GET", .path = "/api/vouchers"},
+    };
+    const struct it_server *to[5] = {srv_a, srv_a, srv_a, srv_a, srv_a};
+    struct it_resp resps[5];
+    int bad = 0;
+
+    it_token(fresh_user(), TOKEN_ROLE_USER, 3600, token);
+    snprintf(voucher_path, sizeof(voucher_path), "/api/vouchers/%lld",
+             (long long)v);
+    snprintf(order_path, sizeof(order_path), "/api/orders/%lld",
+             (long long)it_unique());
+    it_http_run_all(reqs, to, resps, 5);
+    for (int i = 0; i < 5; i++) {
+        if (resps[i].status != 503 || !resps[i].retry_after[0]) {
+            fprintf(stderr, "stalled %s %s: HTTP %ld after %.0f ms: %s\n",
+                    reqs[i].method, reqs[i].path, resps[i].status,
+                    resps[i].elapsed_ms, resps[i].body ? resps[i].body : "");
+            bad = 1;
+        }
+        it_resp_free(&resps[i]);
+    }
+    _exit(bad);
+}
+
+/*
+ * With A's MySQL and Redis stalled, five requests that need them (a
+ * voucher, the orders, an order, a login code, the voucher list) wait on
+ * the I/O pool; meanwhile A's only HTTP thread answers probes and
+ * refusals from memory at once. The five end in 503 when the backends'
+ * I/O timeout passes.
+ */
+static void test_http_thread_free(void **state)
+{
+    int64_t sold = sold_out_everywhere(1), slowest = 0, t0;
+    int status = -1;
+    pid_t child;
+
+    (void)state;
+    assert_true(it_proxy_ctl(&mysql_proxy, "stall") == 0);
+    assert_true(it_proxy_ctl(&redis_proxy, "stall") == 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        stalled_requests(sold);
+    /* Let the five arrive and start waiting. */
+    usleep(500 * 1000);
+    t0 = util_mono_ms();
+    for (int i = 0; i < 20; i++) {
+        struct it_resp resp;
+        int64_t t = util_mono_ms();
+
+        it_http(srv_a, "GET", "/healthz", NULL, NULL, &resp);
+        it_assert_status(&resp, 200);
+        it_resp_free(&resp);
+        refused(srv_a, sold, fresh_user(), 409, "SOLD_OUT");
+        t = util_mono_ms() - t;
+        slowest = t > slowest ? t : slowest;
+    }
+    print_message("40 probes and refusals in %lld ms while five requests "
+                  "waited for stalled backends, slowest pair %lld ms\n",
+                  (long long)(util_mono_ms() - t0), (long long)slowest);
+    /* A blocked HTTP thread would hold each for the 5 s I/O timeout. */
+    assert_true(slowest < FAST_MS);
+    assert_int_equal(child, waitpid(child, &status, 0));
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(it_proxy_ctl(&mysql_proxy, "resume") == 0);
+    assert_true(it_proxy_ctl(&redis_proxy, "resume") == 0);
+}
+
 /*
  * B's limiter is the real one: a user's purchases of a sold-out voucher
  * are not charged to their bucket, so the same user is not throttled
@@ -451,6 +539,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_refused_without_backends, heal_proxies),
         cmocka_unit_test_teardown(test_rate_limit_not_spent, heal_proxies),
+        cmocka_unit_test_teardown(test_http_thread_free, heal_proxies),
         cmocka_unit_test_teardown(test_restock_published, heal_proxies),
         cmocka_unit_test_teardown(test_missed_invalidation_heals, heal_proxies),
         cmocka_unit_test_teardown(test_resubscribe_flushes, heal_proxies),
