@@ -270,7 +270,13 @@ static void offload_run(struct engine_task *t, struct store *st)
 
     req->st = st;
     req->handed_on = &handed_on;
-    if (!o->limit || !ratelimit_or_reply(req))
+    if ((now_ns() - req->start_ns) / 1000000u > STORE_PURCHASE_BUDGET_MS)
+        /* It waited out its budget behind requests that wait for a
+         * stalled backend: the client has been patient enough. */
+        req_error(req, ERR_UNAVAILABLE,
+                  "the service could not get to this request in time; "
+                  "nothing was done, retry");
+    else if (!o->limit || !ratelimit_or_reply(req))
         o->fn(req);
     /* Handed on, req is someone else's now (it may be gone already). */
     if (!handed_on) {
