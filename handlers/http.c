@@ -233,9 +233,11 @@ void req_park(struct request *req)
     struct handlers_server *srv = req->srv;
 
     if (req->parked) {
-        /* On the I/O pool: its handler hands the request on. */
+        /* On the I/O pool: its handler hands the request on, and the pool
+         * must not touch it again. */
         if (req->handed_on)
             *req->handed_on = true;
+        req->handed_on = NULL;
         return;
     }
     /* The request has fully arrived: no deadline while it waits. */

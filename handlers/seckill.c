@@ -164,8 +164,10 @@ unsigned voucher_seckill_post(struct request *req)
     }
     /* What is left may wait for Redis (the rate limiter) or MySQL (a
      * voucher the cache does not know): the I/O pool runs this function
-     * again, and this time goes on. */
-    if (!req->handed_on && (!cached || ratelimit_applies(req)))
+     * again, and this time goes on. (Without a valid token and a limit
+     * to charge, the 401 below needs neither.) */
+    if (!req->handed_on &&
+        (ratelimit_applies(req) || (!cached && req_auth(req) == 0)))
         return req_offload(req, voucher_seckill_post);
     if ((status = ratelimit_or_reply(req)) ||
         (status = req_user_or_reply(req)) ||
