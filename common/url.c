@@ -8,16 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "common/util.h"
 
 int url_decode(const char *s, size_t n, char *out, size_t cap)
 {
@@ -29,7 +20,7 @@ int url_decode(const char *s, size_t n, char *out, size_t cap)
         if (c == '%') {
             if (i + 2 >= n)
                 return -EINVAL;
-            int h = hex_value(s[i + 1]), l = hex_value(s[i + 2]);
+            int h = util_hex_digit(s[i + 1]), l = util_hex_digit(s[i + 2]);
             if (h < 0 || l < 0 || (h | l) == 0)
                 return -EINVAL;
             c = (char)(h << 4 | l);

@@ -226,7 +226,7 @@ int util_time_parse(const char *s, int64_t *out)
     return 0;
 }
 
-static int hexval(char c)
+int util_hex_digit(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -242,7 +242,8 @@ int util_hex_decode(const char *hex, unsigned char *out, size_t outlen)
     if (strlen(hex) != outlen * 2)
         return -EINVAL;
     for (size_t i = 0; i < outlen; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        int hi = util_hex_digit(hex[2 * i]),
+            lo = util_hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return -EINVAL;
         out[i] = (unsigned char)(hi << 4 | lo);

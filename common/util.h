@@ -61,6 +61,9 @@ char *util_time_format(int64_t epoch_s, char *buf);
  */
 int util_time_parse(const char *s, int64_t *out);
 
+/* The value of a hex digit (either case), or -1. */
+int util_hex_digit(char c);
+
 /* Decode hex into out (exactly outlen bytes). Returns 0 or -EINVAL. */
 int util_hex_decode(const char *hex, unsigned char *out, size_t outlen);
 

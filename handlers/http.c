@@ -458,17 +458,6 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     }
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /*
  * Percent-decode the path and the query arguments in place, as
  * libmicrohttpd does, except "%00": a decoded NUL would cut the C string
@@ -483,8 +472,8 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
     (void)conn;
 
     while (*r) {
-        int hi = r[0] == '%' ? hex_digit(r[1]) : -1;
-        int lo = hi >= 0 ? hex_digit(r[2]) : -1;
+        int hi = r[0] == '%' ? util_hex_digit(r[1]) : -1;
+        int lo = hi >= 0 ? util_hex_digit(r[2]) : -1;
 
         if (lo >= 0 && (hi | lo)) {
             *w++ = (char)(hi << 4 | lo);
