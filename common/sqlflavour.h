@@ -1,7 +1,8 @@
 /*
  * sqlflavour.h - which SQL server a connection reached (MariaDB or
  * MySQL), told from the version string the server sends at connect
- * (mysql_get_server_info()), and the session settings each one knows.
+ * (mysql_get_server_info()), the session settings each one knows, and
+ * which of their error codes mean the session is gone.
  *
  * The service bounds how long a purchase can hold or wait for the hot
  * row's lock with session variables, and the two servers differ:
@@ -40,5 +41,10 @@ const char *sql_flavour_name(enum sql_flavour f);
 
 /* The SET SESSION statement with the bounds above that f understands. */
 const char *sql_session_settings(enum sql_flavour f);
+
+/* Whether the client or server error code e (mysql_errno()) means the
+ * session is gone or could not be made (both flavours): drop the
+ * connection and open a new one. */
+int sql_error_is_disconnect(unsigned e);
 
 #endif

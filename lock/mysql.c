@@ -243,27 +243,6 @@ static int call_run(MYSQL *my, struct call *c, int64_t deadline)
     return timed_out ? -ETIMEDOUT : 0;
 }
 
-/* The connection errors: the session is gone (or the server going). */
-static int error_is_disconnect(unsigned e)
-{
-    switch (e) {
-    case CR_SERVER_GONE_ERROR:
-    case CR_SERVER_LOST:
-    case CR_SERVER_LOST_EXTENDED:
-    case CR_COMMANDS_OUT_OF_SYNC:
-    case ER_CONNECTION_KILLED:
-    case ER_SERVER_SHUTDOWN:
-    case ER_NET_READ_ERROR:
-    case ER_NET_READ_INTERRUPTED:
-    case ER_NET_ERROR_ON_WRITE:
-    case ER_NET_WRITE_INTERRUPTED:
-    case ER_NET_PACKETS_OUT_OF_ORDER:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /*
  * Map the failure of the last call on k (of statement s, or NULL) to
  * -errno and log it. timed_out: the call ran past its deadline.
@@ -282,7 +261,7 @@ static int conn_error(const struct my_backend *b, const struct my_conn *k,
         err = -ECONNREFUSED;
     else if (e == ER_ACCESS_DENIED_ERROR || e == ER_DBACCESS_DENIED_ERROR)
         err = -EACCES;
-    else if (error_is_disconnect(e))
+    else if (sql_error_is_disconnect(e))
         err = -ECONNRESET;
     else
         err = -EIO;

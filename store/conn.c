@@ -321,34 +321,12 @@ fail:
     return -ENOTCONN;
 }
 
-static int is_connection_error(unsigned e)
-{
-    switch (e) {
-    case CR_SERVER_GONE_ERROR:
-    case CR_SERVER_LOST:
-    case CR_CONN_HOST_ERROR:
-    case CR_CONNECTION_ERROR:
-    case CR_COMMANDS_OUT_OF_SYNC:
-    case CR_SERVER_LOST_EXTENDED:
-    case ER_CONNECTION_KILLED:
-    case ER_SERVER_SHUTDOWN:
-    case ER_NET_READ_ERROR:
-    case ER_NET_READ_INTERRUPTED:
-    case ER_NET_ERROR_ON_WRITE:
-    case ER_NET_WRITE_INTERRUPTED:
-    case ER_NET_PACKETS_OUT_OF_ORDER:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)
 {
     unsigned e = stmt ? mysql_stmt_errno(stmt) : mysql_errno(st->my);
     const char *msg = stmt ? mysql_stmt_error(stmt) : mysql_error(st->my);
 
-    if (is_connection_error(e)) {
+    if (sql_error_is_disconnect(e)) {
         log_warn("mysql connection lost", "op=%s errno=%u err=\"%s\"", op, e,
                  msg);
         metrics_count(METRIC_CONN_ERROR_MYSQL, 1);

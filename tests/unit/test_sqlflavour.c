@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <errmsg.h>
+#include <mysqld_error.h>
 
 #include "common/sqlflavour.h"
 
@@ -63,11 +65,28 @@ static void test_settings(void **state)
     assert_true(SQL_READ_TIMEOUT_S > SQL_IDLE_WRITE_S);
 }
 
+/* Lost sessions are told from statement errors: only the former make
+ * the store and the lock drop the connection. */
+static void test_disconnect(void **state)
+{
+    (void)state;
+    assert_true(sql_error_is_disconnect(CR_SERVER_GONE_ERROR));
+    assert_true(sql_error_is_disconnect(CR_SERVER_LOST));
+    assert_true(sql_error_is_disconnect(CR_CONN_HOST_ERROR));
+    assert_true(sql_error_is_disconnect(ER_CONNECTION_KILLED));
+    assert_true(sql_error_is_disconnect(ER_SERVER_SHUTDOWN));
+    assert_false(sql_error_is_disconnect(0));
+    assert_false(sql_error_is_disconnect(ER_DUP_ENTRY));
+    assert_false(sql_error_is_disconnect(ER_LOCK_WAIT_TIMEOUT));
+    assert_false(sql_error_is_disconnect(ER_LOCK_DEADLOCK));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flavour_of),
         cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_disconnect),
     };
     return cmocka_run_group_tests_name("sqlflavour", tests, NULL, NULL);
 }
