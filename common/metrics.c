@@ -436,8 +436,8 @@ static void render_requests(struct out *o, const struct sums *s,
     }
 
     out_meta(o, "http_request_duration_seconds", "histogram",
-             "Time from the request's first callback to its completion, "
-             "by route pattern.");
+             "Time from the request's first callback to its reply being "
+             "queued (or its end, without one), by route pattern.");
     for (unsigned r = 0; r < METRICS_ROUTES_MAX; r++) {
         uint64_t cum = 0;
         if (!route_shown(s, extra, r))

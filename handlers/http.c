@@ -86,6 +86,15 @@ bool server_draining(const struct handlers_server *srv)
 
 /* Add req's extra headers to resp, queue it and drop our reference; while
  * draining, the connection closes after it. */
+/* Monotonic nanoseconds, for request durations. */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static enum MHD_Result queue_reply(struct MHD_Connection *conn,
                                    struct request *req,
                                    struct MHD_Response *resp)
@@ -97,6 +106,11 @@ static enum MHD_Result queue_reply(struct MHD_Connection *conn,
                                 req->headers[i].value);
     if (server_draining(req->srv))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* Counted now, not when the connection is done with it: a client
+     * that has its answer and then scrapes /metrics finds it there. */
+    metrics_request_observe(req->route_id, req->status,
+                            now_ns() - req->start_ns);
+    req->observed = true;
     ret = MHD_queue_response(conn, req->status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -202,15 +216,6 @@ static void dispatch(struct request *req)
      * sold-out voucher must not cost a Redis round trip). */
     req->st = thread_store(req->cfg);
     fn(req);
-}
-
-/* Monotonic nanoseconds, for request durations. */
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* What was kept for conn when it was accepted, or NULL. */
@@ -422,8 +427,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         return;
     if (req->parked)
         atomic_fetch_sub(&srv->parked, 1);
-    metrics_request_observe(req->route_id, req->status,
-                            now_ns() - req->start_ns);
+    if (!req->observed) /* ended before a reply was queued */
+        metrics_request_observe(req->route_id, req->status,
+                                now_ns() - req->start_ns);
     request_clear(req);
     free(req->text);
     free(req);

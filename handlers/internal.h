@@ -103,6 +103,7 @@ struct request {
     /* for the metrics (http.c): */
     uint64_t start_ns; /* monotonic, at the first callback */
     unsigned route_id; /* route_index(), or route_count() for no route */
+    bool observed;     /* counted (when its reply was queued) */
     /* A request parked while the purchase engine works (req_park()): */
     bool parked;
     /* While its handler runs on the I/O pool (req_offload()): set by a
