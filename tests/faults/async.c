@@ -206,15 +206,9 @@ void sc_async_mysql_down(struct run *r)
     size_t accepted;
 
     r->async = true;
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        return;
-    }
     cfg.threads = 4;
-    if (run_start(r, cfg))
-        return run_abort(r);
+    if (pair_start(r, env, cfg))
+        return;
     sleep_ms(2000);
     pmaria_kill(&suite_db);
     down_ms = util_now_ms();
@@ -327,15 +321,7 @@ void sc_async_redis_aof(struct run *r)
 
     if (durable_redis(r, &rd, url, sizeof(url)) != 0)
         return;
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        predis_kill(&rd);
-        return;
-    }
-    if (run_start(r, default_load())) {
-        run_abort(r);
+    if (pair_start(r, env, default_load())) {
         predis_kill(&rd);
         return;
     }
@@ -393,15 +379,7 @@ void sc_async_redis_older(struct run *r)
     if (durable_redis(r, &rd, url, sizeof(url)) != 0)
         return;
     snprintf(older, sizeof(older), "%s.older", rd.dir);
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        predis_kill(&rd);
-        return;
-    }
-    if (run_start(r, default_load())) {
-        run_abort(r);
+    if (pair_start(r, env, default_load())) {
         predis_kill(&rd);
         return;
     }

@@ -74,6 +74,21 @@ struct load_cfg default_load(void)
     return c;
 }
 
+int pair_start(struct run *r, const char *const *env, struct load_cfg cfg)
+{
+    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
+        fleet_add(&r->fleet, "b", env, true) < 0) {
+        setup_fail(r, "instances did not start");
+        fleet_stop(&r->fleet);
+        return -1;
+    }
+    if (run_start(r, cfg)) {
+        run_abort(r);
+        return -1;
+    }
+    return 0;
+}
+
 int run_start(struct run *r, struct load_cfg cfg)
 {
     struct it_server s = fleet_get(&r->fleet, 0);
@@ -447,15 +462,7 @@ static void sc_redis_restart(struct run *r)
     private_redis_env(&rd, url, sizeof(url));
     r->lock_redis_port = rd.port;
     r->lock_redis_db = 0;
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        predis_kill(&rd);
-        return;
-    }
-    if (run_start(r, default_load())) {
-        run_abort(r);
+    if (pair_start(r, env, default_load())) {
         predis_kill(&rd);
         return;
     }
@@ -494,15 +501,7 @@ static void sc_redis_pause(struct run *r)
     private_redis_env(&rd, url, sizeof(url));
     r->lock_redis_port = rd.port;
     r->lock_redis_db = 0;
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        predis_kill(&rd);
-        return;
-    }
-    if (run_start(r, default_load())) {
-        run_abort(r);
+    if (pair_start(r, env, default_load())) {
         predis_kill(&rd);
         return;
     }
@@ -526,14 +525,8 @@ static void sc_mariadb_kill(struct run *r)
 {
     const char *env[] = {"SECKILL_THREADS=8", "SECKILL_LOCK_TTL_MS=2000", NULL};
 
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
+    if (pair_start(r, env, default_load()))
         return;
-    }
-    if (run_start(r, default_load()))
-        return run_abort(r);
     sleep_ms(2000);
     for (int k = 0; k < 2; k++) {
         pmaria_kill(&suite_db);
@@ -599,16 +592,8 @@ static void sc_slow_network(struct run *r)
 
     if (netpair_start(r, &np) != 0)
         return netpair_stop(&np);
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
+    if (pair_start(r, env, cfg))
         return netpair_stop(&np);
-    }
-    if (run_start(r, cfg)) {
-        run_abort(r);
-        return netpair_stop(&np);
-    }
     sleep_ms(1000);
     ctl(r, &np.redis, "latency 20");
     ctl(r, &np.mysql, "latency 20");
@@ -695,15 +680,9 @@ static void sc_same_request(struct run *r)
     int64_t first = r->user_first + 8000000;
     struct load_cfg cfg = default_load();
 
-    if (fleet_add(&r->fleet, "a", env, true) < 0 ||
-        fleet_add(&r->fleet, "b", env, true) < 0) {
-        setup_fail(r, "instances did not start");
-        fleet_stop(&r->fleet);
-        return;
-    }
     cfg.threads = 4;
-    if (run_start(r, cfg))
-        return run_abort(r);
+    if (pair_start(r, env, cfg))
+        return;
     for (int u = 0; u < 20; u++) {
         burst(r, first + u, 50);
         r->faults++;

@@ -397,6 +397,10 @@ struct load_cfg default_load(void);
 int run_start(struct run *r, struct load_cfg cfg);
 /* Abandon a scenario whose set-up failed after the load started. */
 void run_abort(struct run *r);
+/* Instances "a" and "b" with env, then run_start(). 0; or -1 with the
+ * scenario failed and what started stopped (the caller's own backends are
+ * its to stop). */
+int pair_start(struct run *r, const char *const *env, struct load_cfg cfg);
 /* Whether pid is stopped (SIGSTOP). */
 bool proc_stopped(pid_t pid);
 /* Lines of instance i's current log that contain needle. */
