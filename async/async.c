@@ -266,6 +266,8 @@ int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
     key(k[1], voucher_id, "stock");
     key(k[2], voucher_id, "buyers");
     snprintf(u, sizeof(u), "%lld", (long long)user_id);
+    if (FAILPOINT_FAILS("unit_return_fails"))
+        return -EIO;
     redisReply *r =
         redis_script_run(rc, &return_script, 3, 4, argv, NULL, &err);
     return reply_int(rc, r, err, &v, "unit_return");

@@ -158,6 +158,8 @@ static int cancel_once(struct store *st, void *arg)
     if (err)
         return store_tx_rollback(st, err);
     err = commit(st);
+    if (!err && FAILPOINT_FAILS("cancel_commit_unanswered"))
+        err = -EINPROGRESS;
     if (!err)
         *a->outcome = STORE_CLOSE_DONE;
     return err;
@@ -349,6 +351,8 @@ static int expire_once(struct store *st, void *arg)
     if (err)
         return store_tx_rollback(st, err);
     err = commit(st);
+    if (!err && FAILPOINT_FAILS("expire_commit_unanswered"))
+        err = -EINPROGRESS;
     if (err)
         return err;
     FAILPOINT("expire_after_commit");
