@@ -69,6 +69,7 @@ static const struct {
     [METRIC_ORDER_EXPIRED] = {"order_transitions", "to", "expired"},
     [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
     [METRIC_ASYNC_ACCEPTED] = {"async_orders", "event", "accepted"},
+    [METRIC_ASYNC_UNCONFIRMED] = {"async_orders", "event", "unconfirmed"},
     [METRIC_ASYNC_WRITTEN] = {"async_orders", "event", "written"},
     [METRIC_ASYNC_DEAD] = {"async_orders", "event", "dead_lettered"},
     [METRIC_ASYNC_REPAIRS] = {"async_repairs", "what", "sale_state"},
