@@ -17,8 +17,8 @@ int store_unit_return_owe(struct store *st, int64_t order_id,
     MYSQL_BIND p[3] = {0};
     MYSQL_STMT *s;
     bool async = false;
-    int err = store_voucher_async_read(
-        st, store_voucher_state_get(voucher_id), &async);
+    int err = store_voucher_async_read(st, store_voucher_state_get(voucher_id),
+                                       &async);
 
     if (err || !async)
         return err;
