@@ -502,13 +502,8 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             return redis_errno(rc);
-        const char *colon =
-            r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
-
-        if (ret == -ENOENT && colon &&
-            util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
+        if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
             *voucher_id = vouchers[i];
-            *accepted_ms = strtoll(colon + 1, NULL, 10);
             ret = 0;
         } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
             ret = -EIO;
