@@ -94,8 +94,9 @@ static const struct {
     {"order_transitions",
      "Unpaid orders that were paid, cancelled or expired."},
     {"async_orders",
-     "Asynchronous purchases: accepted (202), written to MySQL from the "
-     "stream, moved to the dead-letter stream."},
+     "Asynchronous purchases: accepted (202), unconfirmed (sold, not "
+     "confirmed by Redis' replicas in time: 503), written to MySQL from "
+     "the stream, moved to the dead-letter stream."},
     {"async_repairs",
      "Times an asynchronous sale's Redis state was rebuilt from MySQL."},
     {"payments_refused",
