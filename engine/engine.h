@@ -118,7 +118,7 @@ struct engine_purchase {
     /* Set before done() is called: */
     enum engine_outcome outcome;
     int err;
-    int64_t order_id; /* ENGINE_OK only */
+    int64_t order_id; /* ENGINE_OK, ENGINE_PENDING, ENGINE_UNCONFIRMED */
     /* Private to the engine: */
     struct engine_purchase *next;
     int64_t queued_ms;
