@@ -5,7 +5,8 @@
  * writers put the orders in MySQL later. Each scenario breaks that path
  * under load: a writer killed in the middle of a batch, MySQL down for
  * 20 s while Redis sells, Redis restarted from its append-only file (and
- * from an older copy of it), a writer paused past the claim timeout.
+ * from an older copy of it), a writer paused past the claim timeout, the
+ * return of cancelled and expired orders' units to Redis interrupted.
  * After each, once the writers have drained the stream (run_finish()),
  * every 202 must be an order of its user in MySQL, nothing oversold, no
  * user twice, and Redis' stock and buyers equal MySQL's (invariant 7).
