@@ -9,7 +9,11 @@
  * with every answer; order ids stay unique, and those made after the
  * failover come from later seconds than any before it (the ID worker's
  * restart guarantee on the promoted server). Then a sentinel that names
- * a replica as its master: the service refuses to use it.
+ * a replica as its master: the service refuses to use it. Last, an async
+ * sale on a second primary whose replica reaches it through a proxy:
+ * replication held back, the primary killed, and every 202 must still be
+ * an order in MySQL (purchases the replica did not confirm answer 503,
+ * outcome unknown).
  */
 #include <errno.h>
 #include <setjmp.h>
