@@ -35,6 +35,11 @@
  * it at once (async_voucher_hint()). */
 #define IDLE_SLEEP_MS 200
 #define HINTS_MAX 16
+/* Units owed to Redis (async_units_return()): looked for this often, when
+ * recorded at least this long ago, this many at a time. */
+#define RETURNS_EVERY_MS 500
+#define RETURNS_AGE_MS 500
+#define RETURNS_SWEEP_MAX 256
 
 /* ---- keys and scripts ---- */
 
@@ -54,9 +59,9 @@ static struct redis_script preheat_script = REDIS_SCRIPT(
     "redis.call('set', KEYS[2], ARGV[3]) "
     "return 1");
 
-/* KEYS info, stock, buyers, stream, pending, frozen; ARGV backlog_max,
- * then (order, user) pairs. {ms, code...}: a code per pair (1 sold, 2
- * sold out, 3 duplicate), or {-n} for the whole batch. */
+/* KEYS info, stock, buyers, stream, pending, frozen, holders; ARGV
+ * backlog_max, then (order, user) pairs. {ms, code...}: a code per pair
+ * (1 sold, 2 sold out, 3 duplicate), or {-n} for the whole batch. */
 static struct redis_script purchase_script = REDIS_SCRIPT(
     "if redis.call('exists', KEYS[6]) == 1 then return {-1} end "
     "local info = redis.call('hmget', KEYS[1], 'begin', 'end') "
@@ -83,30 +88,40 @@ static struct redis_script purchase_script = REDIS_SCRIPT(
     "    redis.call('sadd', KEYS[3], u) "
     "    redis.call('xadd', KEYS[4], '*', 'o', o, 'u', u, 't', ms) "
     "    redis.call('hset', KEYS[5], o, u .. ':' .. ms) "
+    "    redis.call('hset', KEYS[7], u, o) "
     "    out[#out + 1] = 1 "
     "  end "
     "end "
     "if sold > 0 then redis.call('decrby', KEYS[2], sold) end "
     "return out");
 
-/* KEYS info, stock, buyers; ARGV user. */
-static struct redis_script return_script =
-    REDIS_SCRIPT("if redis.call('exists', KEYS[1]) == 0 then return 0 end "
-                 "if redis.call('srem', KEYS[3], ARGV[1]) == 1 then "
-                 "redis.call('incr', KEYS[2]) return 1 end "
-                 "return 0");
+/* KEYS info, stock, buyers, holders, frozen; ARGV order, user. 1: the
+ * unit is back; 2: it was already (the user holds no order, or another
+ * one); 0: no async sale in Redis; -1: frozen for a rebuild, try later
+ * (the rebuild's snapshot of MySQL may predate the return). */
+static struct redis_script return_script = REDIS_SCRIPT(
+    "if redis.call('exists', KEYS[1]) == 0 then return 0 end "
+    "if redis.call('exists', KEYS[5]) == 1 then return -1 end "
+    "if redis.call('hget', KEYS[4], ARGV[2]) ~= ARGV[1] then return 2 end "
+    "redis.call('hdel', KEYS[4], ARGV[2]) "
+    "if redis.call('srem', KEYS[3], ARGV[2]) == 1 then "
+    "redis.call('incr', KEYS[2]) end "
+    "return 1");
 
 /* KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
- * frozen; ARGV begin, end, initial, stock, users (how many are in
- * rebuild), the rebuilder's token. 1, or 0 (changed nothing) when the
- * freeze is not this rebuilder's any more or its set is gone. */
+ * frozen, holders, rebuild-holders (its hash of their orders); ARGV
+ * begin, end, initial, stock, users (how many are in rebuild), the
+ * rebuilder's token. 1, or 0 (changed nothing) when the freeze is not
+ * this rebuilder's any more or its set is gone. */
 static struct redis_script rebuild_script = REDIS_SCRIPT(
     "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
-    "redis.call('exists', KEYS[4]) == 0) then "
-    "redis.call('del', KEYS[4]) return 0 end "
-    "redis.call('del', KEYS[3]) "
+    "(redis.call('exists', KEYS[4]) == 0 or "
+    "redis.call('exists', KEYS[7]) == 0)) then "
+    "redis.call('del', KEYS[4], KEYS[7]) return 0 end "
+    "redis.call('del', KEYS[3], KEYS[6]) "
     "if tonumber(ARGV[5]) > 0 then redis.call('rename', KEYS[4], KEYS[3]) "
-    "else redis.call('del', KEYS[4]) end "
+    "redis.call('rename', KEYS[7], KEYS[6]) "
+    "else redis.call('del', KEYS[4], KEYS[7]) end "
     "redis.call('set', KEYS[2], ARGV[4]) "
     "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
     "'initial', ARGV[3]) "
@@ -181,13 +196,41 @@ int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
     return ret;
 }
 
+/* The replicas confirmed acked of the replicas wanted (-1: WAIT failed):
+ * when short, the batch's sales are unconfirmed. Logged once a second. */
+static void unconfirmed_mark(int64_t voucher_id, unsigned replicas,
+                             long long acked, enum async_outcome *out, size_t n)
+{
+    static _Atomic int64_t logged_ms;
+    size_t sold = 0;
+    int64_t now;
+
+    if (acked >= (long long)replicas)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (out[i] == ASYNC_OK) {
+            out[i] = ASYNC_UNCONFIRMED;
+            sold++;
+        }
+    now = util_mono_ms();
+    if (sold && now - atomic_load(&logged_ms) >= 1000) {
+        atomic_store(&logged_ms, now);
+        log_warn("async batch not confirmed by redis replicas: outcome "
+                 "unknown",
+                 "voucher=%lld sold=%zu replicas=%u acked=%lld",
+                 (long long)voucher_id, sold, replicas, acked);
+    }
+}
+
 int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
                    const int64_t *order_ids, const int64_t *users, size_t n,
-                   enum async_outcome *out)
+                   const struct async_confirm *confirm, enum async_outcome *out)
 {
-    static const char *const names[6] = {"info",   "stock",   "buyers",
-                                         "stream", "pending", "frozen"};
-    char keys[6][KEY_MAX], backlog[16], (*nums)[24];
+    static const char *const names[7] = {
+        "info", "stock", "buyers", "stream", "pending", "frozen", "holders"};
+    char keys[7][KEY_MAX], backlog[16], (*nums)[24];
+    unsigned replicas = confirm ? confirm->replicas : 0;
+    long long acked = 0;
     const char **argv;
     redisReply *r;
     int err = 0;
@@ -197,21 +240,24 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
     if (n > BATCH_MAX)
         return -EINVAL;
     nums = xcalloc(2 * n, sizeof(*nums));
-    argv = xcalloc(7 + 2 * n, sizeof(*argv));
-    for (int i = 0; i < 6; i++) {
+    argv = xcalloc(8 + 2 * n, sizeof(*argv));
+    for (int i = 0; i < 7; i++) {
         key(keys[i], voucher_id, names[i]);
         argv[i] = keys[i];
     }
     snprintf(backlog, sizeof(backlog), "%u", backlog_max);
-    argv[6] = backlog;
+    argv[7] = backlog;
     for (size_t i = 0; i < n; i++) {
         snprintf(nums[2 * i], sizeof(nums[0]), "%lld", (long long)order_ids[i]);
         snprintf(nums[2 * i + 1], sizeof(nums[0]), "%lld", (long long)users[i]);
-        argv[7 + 2 * i] = nums[2 * i];
-        argv[8 + 2 * i] = nums[2 * i + 1];
+        argv[8 + 2 * i] = nums[2 * i];
+        argv[9 + 2 * i] = nums[2 * i + 1];
     }
-    r = redis_script_run(rc, &purchase_script, 6, (int)(7 + 2 * n), argv, NULL,
-                         &err);
+    /* The replicas' WAIT rides in the same round trip: when they are
+     * quick, confirming costs no extra wait. */
+    r = redis_script_run_wait(rc, &purchase_script, 7, (int)(8 + 2 * n), argv,
+                              NULL, replicas, confirm ? confirm->wait_ms : 0,
+                              &acked, &err);
     free(argv);
     free(nums);
     if (!r)
@@ -250,25 +296,192 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
                      : c == 3 ? ASYNC_DUPLICATE
                               : ASYNC_NOT_READY;
         }
+        unconfirmed_mark(voucher_id, replicas, acked, out, n);
     }
     freeReplyObject(r);
     return 0;
 }
 
-int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
-{
-    char k[3][KEY_MAX], u[24];
-    const char *argv[4] = {k[0], k[1], k[2], u};
-    long long v;
-    int err;
+/* How many returns one pipelined round trip carries. */
+#define RETURNS_MAX 64
 
-    key(k[0], voucher_id, "info");
-    key(k[1], voucher_id, "stock");
-    key(k[2], voucher_id, "buyers");
-    snprintf(u, sizeof(u), "%lld", (long long)user_id);
-    redisReply *r =
-        redis_script_run(rc, &return_script, 3, 4, argv, NULL, &err);
-    return reply_int(rc, r, err, &v, "unit_return");
+/*
+ * Run the return script for orders[0..n) (n <= RETURNS_MAX) of voucher_id
+ * in one pipelined round trip; res[i] its answer (-2 when it failed).
+ * 0 or -errno when the connection failed (the rest unknown: -2).
+ */
+static int returns_run(redisContext *rc, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       long long *res)
+{
+    static const char *const names[5] = {"info", "stock", "buyers", "holders",
+                                         "frozen"};
+    char k[5][KEY_MAX], o[24], u[24];
+    const char *argv[7];
+    bool noscript = false;
+    int err = 0;
+
+    for (int i = 0; i < 5; i++) {
+        key(k[i], voucher_id, names[i]);
+        argv[i] = k[i];
+    }
+    argv[5] = o;
+    argv[6] = u;
+    if (!atomic_load_explicit(&return_script.ready, memory_order_acquire) &&
+        (err = redis_script_load(rc, &return_script)) && rc->err)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        char *cmd;
+        int len;
+
+        res[i] = -2;
+        if (FAILPOINT_FAILS("unit_return_fails"))
+            continue;
+        snprintf(o, sizeof(o), "%lld", (long long)orders[i]);
+        snprintf(u, sizeof(u), "%lld", (long long)users[i]);
+        len =
+            redis_script_format(&return_script, false, 5, 7, argv, NULL, &cmd);
+        redisAppendFormattedCommand(rc, cmd, (size_t)len);
+        redisFreeCommand(cmd);
+        res[i] = -3; /* sent: its answer comes in order */
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (res[i] != -3)
+            continue;
+        res[i] = -2;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (r->type == REDIS_REPLY_INTEGER)
+            res[i] = r->integer;
+        else if (redis_reply_is_noscript(r))
+            noscript = true;
+        else
+            log_warn("async unit return refused by redis",
+                     "voucher=%lld order=%lld err=\"%s\"",
+                     (long long)voucher_id, (long long)orders[i],
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected");
+        freeReplyObject(r);
+    }
+    /* A restarted server forgot the script: load it for the next try. */
+    if (noscript)
+        freeReplyObject(redisCommand(rc, "SCRIPT LOAD %s", return_script.src));
+    return 0;
+}
+
+/* async_units_return(); sweeping: a record of a sale that has no state
+ * in Redis is dropped too (its state, when rebuilt, is read from MySQL,
+ * which has the unit back; a sale retired long ago has none). */
+static int units_return(struct store *st, int64_t voucher_id,
+                        const int64_t *orders, const int64_t *users, size_t n,
+                        bool sweeping, size_t *returned)
+{
+    redisContext *rc = store_redis(st);
+    long long res[RETURNS_MAX];
+    int64_t done[RETURNS_MAX];
+    size_t back = 0;
+    int err = 0;
+
+    if (returned)
+        *returned = 0;
+    if (!rc)
+        return -ENOTCONN;
+    for (size_t i = 0; i < n && !err; i += RETURNS_MAX) {
+        size_t m = n - i < RETURNS_MAX ? n - i : RETURNS_MAX, k = 0;
+
+        err = returns_run(rc, voucher_id, orders + i, users + i, m, res);
+        for (size_t j = 0; j < m; j++) {
+            /* Back now, or before: no longer owed. A voucher without a
+             * sale in Redis is left to the sweep (a sync voucher owes
+             * nothing: no statement for it here). */
+            if (res[j] == 1 || res[j] == 2 || (sweeping && res[j] == 0))
+                done[k++] = orders[i + j];
+            back += res[j] == 1;
+            if (res[j] == -1 || res[j] == -2)
+                log_info("async unit return deferred",
+                         "voucher=%lld order=%lld why=%s",
+                         (long long)voucher_id, (long long)orders[i + j],
+                         res[j] == -1 ? "frozen" : "redis failed");
+        }
+        if (k && store_unit_returns_done(st, done, k) != 0)
+            log_warn("async unit returns not dropped: mysql failed",
+                     "voucher=%lld n=%zu", (long long)voucher_id, k);
+    }
+    if (returned)
+        *returned = back;
+    return err;
+}
+
+int async_units_return(struct store *st, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       size_t *returned)
+{
+    return units_return(st, voucher_id, orders, users, n, false, returned);
+}
+
+/* The pending record "user:t" of an order, parsed: 0, or -ENOENT. */
+static int pending_parse(const redisReply *r, int64_t *user_id,
+                         int64_t *accepted_ms)
+{
+    const char *colon =
+        r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
+
+    if (!colon || util_parse_id(r->str, (size_t)(colon - r->str), user_id))
+        return -ENOENT;
+    *accepted_ms = strtoll(colon + 1, NULL, 10);
+    return 0;
+}
+
+int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
+                          int64_t user_id, struct async_pending *out,
+                          size_t max, size_t *found)
+{
+    char k[KEY_MAX];
+    int64_t held[VOUCHERS_MAX] = {0};
+    size_t asked = 0;
+
+    *found = 0;
+    if (n > VOUCHERS_MAX)
+        n = VOUCHERS_MAX;
+    /* Which order the user holds in each sale, then which of those still
+     * wait for MySQL. */
+    for (size_t i = 0; i < n; i++) {
+        key(k, vouchers[i], "holders");
+        redisAppendCommand(rc, "HGET %s %lld", k, (long long)user_id);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (r->type == REDIS_REPLY_STRING &&
+            util_parse_id(r->str, r->len, &held[i]) != 0)
+            held[i] = 0;
+        freeReplyObject(r);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (held[i]) {
+            key(k, vouchers[i], "pending");
+            redisAppendCommand(rc, "HGET %s %lld", k, (long long)held[i]);
+            asked++;
+        }
+    for (size_t i = 0; i < n && asked; i++) {
+        redisReply *r = NULL;
+        int64_t u, t;
+
+        if (!held[i])
+            continue;
+        asked--;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (pending_parse(r, &u, &t) == 0 && u == user_id && *found < max)
+            out[(*found)++] = (struct async_pending){.order_id = held[i],
+                                                     .voucher_id = vouchers[i],
+                                                     .accepted_ms = t};
+        freeReplyObject(r);
+    }
+    return 0;
 }
 
 int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
@@ -289,13 +502,8 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             return redis_errno(rc);
-        const char *colon =
-            r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
-
-        if (ret == -ENOENT && colon &&
-            util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
+        if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
             *voucher_id = vouchers[i];
-            *accepted_ms = strtoll(colon + 1, NULL, 10);
             ret = 0;
         } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
             ret = -EIO;
@@ -370,6 +578,9 @@ struct async {
     bool kicked; /* something was sold here since the writer last looked */
     struct lock *reconcile_lock;
     atomic_bool may_sell; /* see async_may_sell() */
+    /* Online replicas the Redis primary reported at the last look. */
+    atomic_uint replicas_seen;
+    int64_t next_returns_ms; /* the next look at the owed unit returns */
     /* MySQL refused the last write: no write before retry_ms (monotonic),
      * backing off up to a second; logged once an outage. */
     int64_t retry_ms;
@@ -739,8 +950,8 @@ static long long pending_count(redisContext *rc, int64_t v)
 static int rebuild(struct async *a, struct store *st, redisContext *rc,
                    struct sale *s)
 {
-    char k[6][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24];
-    const char *argv[11];
+    char k[7][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24];
+    const char *argv[13];
     struct store_async_sale sale;
     int64_t deadline = util_mono_ms() + DRAIN_WAIT_MS;
     long long initial, stock, buyers, backlog = -1, pend = -1;
@@ -753,6 +964,9 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
              (long long)s->voucher_id, a->consumer);
     key(k[4], s->voucher_id, "frozen");
+    key(k[5], s->voucher_id, "holders");
+    snprintf(k[6], sizeof(k[6]), "{v:%lld}:rebuild-holders:%s",
+             (long long)s->voucher_id, a->consumer);
     /* One rebuilder per sale, even if two instances reconcile at once (a
      * lock lease that ran out, instances on different lock backends):
      * the freeze carries its owner, and only the owner's rebuild lands. */
@@ -789,11 +1003,11 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     err = store_async_sale_read(st, s->voucher_id, &sale);
     if (err)
         return err;
-    freeReplyObject(redisCommand(rc, "DEL %s", k[3]));
+    freeReplyObject(redisCommand(rc, "DEL %s %s", k[3], k[6]));
     for (size_t i = 0; i < sale.nusers; i += 500) {
         size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
-        const char **v = xcalloc(m + 2, sizeof(*v));
-        char(*num)[24] = xcalloc(m, sizeof(*num));
+        const char **v = xcalloc(2 * m + 2, sizeof(*v));
+        char(*num)[24] = xcalloc(2 * m, sizeof(*num));
 
         v[0] = "SADD";
         v[1] = k[3];
@@ -804,6 +1018,17 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
         }
         r = redisCommandArgv(rc, (int)(m + 2), v, NULL);
         freeReplyObject(r);
+        /* Each buyer's order: a later return names it. */
+        v[0] = "HSET";
+        v[1] = k[6];
+        for (size_t j = 0; j < m; j++) {
+            snprintf(num[m + j], sizeof(num[0]), "%lld",
+                     (long long)sale.orders[i + j]);
+            v[2 + 2 * j] = num[j];
+            v[3 + 2 * j] = num[m + j];
+        }
+        r = redisCommandArgv(rc, (int)(2 * m + 2), v, NULL);
+        freeReplyObject(r);
         free(num);
         free(v);
     }
@@ -813,18 +1038,19 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     snprintf(sk, sizeof(sk), "%lld",
              (long long)(sale.initial_stock - (int64_t)sale.nusers));
     snprintf(nu, sizeof(nu), "%zu", sale.nusers);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         argv[i] = k[i];
-    argv[5] = b;
-    argv[6] = e;
-    argv[7] = in;
-    argv[8] = sk;
-    argv[9] = nu;
-    argv[10] = a->consumer;
-    r = redis_script_run(rc, &rebuild_script, 5, 11, argv, NULL, &err);
+    argv[7] = b;
+    argv[8] = e;
+    argv[9] = in;
+    argv[10] = sk;
+    argv[11] = nu;
+    argv[12] = a->consumer;
+    r = redis_script_run(rc, &rebuild_script, 7, 13, argv, NULL, &err);
     bool landed = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
     free(sale.users);
+    free(sale.orders);
     if (err)
         return err;
     if (!landed) {
@@ -942,6 +1168,25 @@ static void hints_take(struct async *a)
 
 /* The async vouchers from MySQL: new ones join (with a state made from
  * MySQL if Redis has none), ended ones stay until they drop off. */
+/* How many replicas the Redis of rc has online (INFO replication: the
+ * slaveN lines with state=online), 0 when it cannot say. */
+static unsigned replicas_online(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO replication");
+    unsigned n = 0;
+
+    if (r && r->type == REDIS_REPLY_STRING)
+        for (const char *p = r->str; (p = strstr(p, "\nslave")); p++) {
+            const char *end = strchr(p + 1, '\n');
+            const char *online = strstr(p, "state=online");
+
+            if (online && (!end || online < end))
+                n++;
+        }
+    freeReplyObject(r);
+    return n;
+}
+
 /* Look at Redis' durability again: an operator may change it at run time. */
 static void durability_look(struct async *a, redisContext *rc)
 {
@@ -949,6 +1194,7 @@ static void durability_look(struct async *a, redisContext *rc)
     bool ok =
         a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
 
+    atomic_store(&a->replicas_seen, replicas_online(rc));
     if (atomic_exchange(&a->may_sell, ok) != ok)
         log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
                     : "async sales refused: redis may lose acknowledged writes",
@@ -1006,6 +1252,50 @@ static void consumers_leave(struct async *a, redisContext *rc)
     }
 }
 
+/*
+ * Give Redis the units it is still owed: returns recorded in MySQL at
+ * least RETURNS_AGE_MS ago (the closing request returns its own at once)
+ * and not confirmed since, because the COMMIT's answer was lost, Redis
+ * failed, the process died, or the sale was frozen. Every instance
+ * sweeps; a return repeated changes nothing.
+ */
+static int by_voucher(const void *x, const void *y)
+{
+    const struct store_unit_return *a = x, *b = y;
+
+    return (a->voucher_id > b->voucher_id) - (a->voucher_id < b->voucher_id);
+}
+
+static void returns_sweep(struct async *a, struct store *st)
+{
+    struct store_unit_return owed[RETURNS_SWEEP_MAX];
+    int64_t orders[RETURNS_SWEEP_MAX], users[RETURNS_SWEEP_MAX];
+    size_t n = 0;
+
+    if (store_unit_returns_list(st, RETURNS_AGE_MS, owed, RETURNS_SWEEP_MAX,
+                                &n) != 0 ||
+        n == 0)
+        return;
+    qsort(owed, n, sizeof(owed[0]), by_voucher);
+    for (size_t i = 0, j; i < n; i = j) {
+        size_t k = 0, back = 0;
+
+        for (j = i; j < n && owed[j].voucher_id == owed[i].voucher_id; j++) {
+            orders[k] = owed[j].order_id;
+            users[k++] = owed[j].user_id;
+        }
+        if (units_return(st, owed[i].voucher_id, orders, users, k, true,
+                         &back) != 0)
+            return; /* Redis failed: the next sweep */
+        if (back) {
+            log_info("async units returned to redis late", "voucher=%lld n=%zu",
+                     (long long)owed[i].voucher_id, back);
+            if (a->cfg.stock_changed)
+                a->cfg.stock_changed(a->cfg.ctx, st, owed[i].voucher_id);
+        }
+    }
+}
+
 static void *writer_main(void *arg)
 {
     struct async *a = arg;
@@ -1046,6 +1336,10 @@ static void *writer_main(void *arg)
         if (now >= next_reconcile) {
             reconcile(a, st, rc);
             next_reconcile = now + RECONCILE_MS;
+        }
+        if (now >= a->next_returns_ms) {
+            returns_sweep(a, st);
+            a->next_returns_ms = now + RETURNS_EVERY_MS;
         }
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
@@ -1088,6 +1382,14 @@ struct async *async_start(const struct async_config *cfg)
                      rc && async_redis_durable(rc, why, sizeof(why)) == 0);
         store_free(st);
     }
+    {
+        /* The replicas to wait for, known before the first sale. */
+        struct store *st = store_new(a->cfg.store);
+        redisContext *rc = store_redis(st);
+
+        atomic_store(&a->replicas_seen, rc ? replicas_online(rc) : 0);
+        store_free(st);
+    }
     if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
         log_error("async writer start failed", NULL);
         abort();
@@ -1107,6 +1409,23 @@ void async_stop(struct async *a)
     pthread_cond_destroy(&a->cond);
     pthread_mutex_destroy(&a->mu);
     free(a);
+}
+
+void async_confirm_get(const struct async *a, struct async_confirm *out)
+{
+    unsigned seen;
+
+    out->replicas = 0;
+    out->wait_ms = 0;
+    if (!a)
+        return;
+    out->wait_ms = a->cfg.wait_ms ? a->cfg.wait_ms : 200;
+    if (a->cfg.replicas >= 0) {
+        out->replicas = (unsigned)a->cfg.replicas;
+        return;
+    }
+    seen = atomic_load_explicit(&a->replicas_seen, memory_order_relaxed);
+    out->replicas = seen > 1 ? 1 : seen;
 }
 
 bool async_may_sell(const struct async *a)

@@ -9,6 +9,7 @@
  *   {v:ID}:info     hash: begin, end (epoch s), initial (stock)
  *   {v:ID}:stock    units left
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
+ *   {v:ID}:holders  hash: user -> the order id of that active order
  *   {v:ID}:stream   orders sold and not yet in MySQL: o (order id),
  *                   u (user), t (Redis time of the sale, ms)
  *   {v:ID}:pending  hash: order id -> "user:t", until it is in MySQL
@@ -30,7 +31,20 @@
  *
  * A 202 promises the order will be written: acknowledged writes must
  * survive a Redis crash (async_redis_durable()), or the operator accepts
- * losing them (SECKILL_ASYNC_ACCEPT_LOSS=1).
+ * losing them (SECKILL_ASYNC_ACCEPT_LOSS=1). They must also survive a
+ * failover to a replica: a batch is answered 202 only once the
+ * primary's replicas have it (WAIT, pipelined behind the script); a
+ * batch they do not confirm in time is answered "outcome unknown", since
+ * it may yet replicate and be written, or be lost with the primary.
+ *
+ * A cancelled or expired order gives its unit back in MySQL first, and
+ * then in Redis (async_units_return()). The return names the order: only
+ * the order its user holds now (holders) gives a unit back, so a return
+ * repeated, or late after the user bought again, changes nothing. The
+ * transaction that closes an async sale's order records the return as
+ * owed in MySQL; the record goes once Redis has the unit, and until then
+ * the writer tries again (a COMMIT whose answer was lost, Redis down, a
+ * crash in between): Redis and MySQL agree again without a rebuild.
  */
 #ifndef SECKILL_ASYNC_H
 #define SECKILL_ASYNC_H
@@ -51,6 +65,16 @@ enum async_outcome {
     ASYNC_ENDED,       /* at or after its end */
     ASYNC_NOT_READY,   /* the sale's state is missing or being rebuilt */
     ASYNC_BACKLOG,     /* too many orders wait for MySQL: retry */
+    /* Sold on the primary, but its replicas did not confirm the batch in
+     * time: the order may be written, or lost by a failover. */
+    ASYNC_UNCONFIRMED,
+};
+
+/* How a batch is confirmed before it is answered: replicas of the
+ * primary that must have it (0: none), within wait_ms. */
+struct async_confirm {
+    unsigned replicas;
+    unsigned wait_ms;
 };
 
 /*
@@ -77,21 +101,50 @@ int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
  * in one script, in that order. out[i] is each one's outcome (all
  * the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the stream holds
- * backlog_max orders or more). 0; -EAGAIN when Redis refused the script
- * (an error reply: nothing sold); or -errno as redis_errno() when the
- * connection failed (the outcome is then unknown).
+ * backlog_max orders or more). With confirm (may be NULL) asking for
+ * replicas, a WAIT follows the script in the same round trip, and the
+ * sales of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when
+ * Redis refused the script (an error reply: nothing sold); or -errno as
+ * redis_errno() when the connection failed under the script (the outcome
+ * is then unknown).
  */
 int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
                    const int64_t *order_ids, const int64_t *users, size_t n,
+                   const struct async_confirm *confirm,
                    enum async_outcome *out);
 
 /*
- * An order of user_id was cancelled or expired in MySQL: its unit goes
- * back on sale in Redis and the user may buy again. Does nothing for a
- * voucher that is not async, or a user who is not a buyer (a second call).
- * 0 or -errno.
+ * Orders orders[i] of users[i], i < n, of voucher_id were cancelled or
+ * expired in MySQL: their units go back on sale in Redis and their users
+ * may buy again, in one pipelined round trip on st's Redis. Each order
+ * gives its unit back once: a second call, or one for an order its user
+ * no longer holds, changes nothing. The returns Redis confirmed (or that
+ * it had already) have their owed record dropped in MySQL
+ * (store_unit_returns_done()); the others stay owed, and the writer
+ * tries them again (also while the sale is frozen for a rebuild). A sync
+ * voucher has no sale in Redis: nothing happens. *returned (may be NULL):
+ * how many units went back now. 0, or -errno when Redis failed (the
+ * records stay).
  */
-int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id);
+int async_units_return(struct store *st, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       size_t *returned);
+
+/* An async sale's order on its way to MySQL (its 202 was answered, or
+ * its outcome was unknown). */
+struct async_pending {
+    int64_t order_id, voucher_id;
+    int64_t accepted_ms; /* Redis' time of the sale */
+};
+
+/*
+ * The orders of user_id that wait in the streams of vouchers[0..n) (at
+ * most 256): up to max into out, *found of them. One or two pipelined
+ * round trips. 0 or -errno.
+ */
+int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
+                          int64_t user_id, struct async_pending *out,
+                          size_t max, size_t *found);
 
 /*
  * Whether order_id waits in the stream of one of vouchers[0..n) (at most
@@ -127,6 +180,11 @@ struct async_config {
     /* Sell async vouchers even when Redis may lose acknowledged writes
      * (SECKILL_ASYNC_ACCEPT_LOSS=1). */
     bool accept_loss;
+    /* Replicas that must confirm a batch (-1: as many as the primary
+     * has, at most 1; 0: none), within wait_ms (SECKILL_ASYNC_REPLICAS,
+     * SECKILL_ASYNC_WAIT_MS). */
+    int replicas;
+    unsigned wait_ms;
 };
 
 struct async;
@@ -140,6 +198,14 @@ struct async *async_start(const struct async_config *cfg);
  * every couple of seconds). Thread-safe, lock-free.
  */
 bool async_may_sell(const struct async *a);
+
+/*
+ * How this instance confirms a batch now: the configured replicas, or
+ * (-1) those its Redis primary reported at the writer's last look
+ * (online replicas, at most 1). Thread-safe, lock-free; a NULL a asks
+ * for none.
+ */
+void async_confirm_get(const struct async *a, struct async_confirm *out);
 
 /* Stop it (what it wrote is acknowledged; what it holds is claimed by
  * another writer later, or by this one after a restart). Accepts NULL. */

@@ -114,6 +114,17 @@ const char config_usage[] =
     "sell async on a Redis that may lose\n"
     "                                           "
     "acknowledged writes (0)\n"
+    "  --async-replicas N|auto\n"
+    "                      SECKILL_ASYNC_REPLICAS\n"
+    "                                           "
+    "Redis replicas that must have an async\n"
+    "                                           "
+    "batch before its 202s; 0: none (auto:\n"
+    "                                           "
+    "those the primary has, at most 1)\n"
+    "  --async-wait-ms N   SECKILL_ASYNC_WAIT_MS\n"
+    "                                           "
+    "how long they may take (200)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -158,6 +169,8 @@ enum setting_id {
     SET_PURCHASE_MODE,
     SET_ASYNC_BACKLOG,
     SET_ASYNC_ACCEPT_LOSS,
+    SET_ASYNC_REPLICAS,
+    SET_ASYNC_WAIT,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -197,6 +210,8 @@ static const struct {
                            "100000"},
     [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
                                "0"},
+    [SET_ASYNC_REPLICAS] = {"async-replicas", "SECKILL_ASYNC_REPLICAS", "auto"},
+    [SET_ASYNC_WAIT] = {"async-wait-ms", "SECKILL_ASYNC_WAIT_MS", "200"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -498,6 +513,25 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
         else
             return fail(err, errlen, "%s: must be sync or async (got \"%s\")",
                         env, v);
+        return 0;
+    case SET_ASYNC_REPLICAS:
+        if (strcmp(v, "auto") == 0) {
+            h->async_replicas = -1;
+            return 0;
+        }
+        if (parse_int(v, 0, 16, &n))
+            return fail(err, errlen, "%s: must be auto or 0..16 (got \"%s\")",
+                        env, v);
+        h->async_replicas = (int)n;
+        return 0;
+    case SET_ASYNC_WAIT:
+        /* Below the Redis I/O timeout (5 s): the WAIT's answer must
+         * come before the connection gives up on it. */
+        if (parse_int(v, 1, 4000, &n))
+            return fail(err, errlen,
+                        "%s: must be 1..4000 milliseconds (got \"%s\")", env,
+                        v);
+        h->async_wait_ms = (unsigned)n;
         return 0;
     case SET_ASYNC_BACKLOG:
         if (parse_int(v, 1, 10000000, &n))

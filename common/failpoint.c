@@ -19,7 +19,7 @@
 #define FP_MAX 16
 #define FP_NAME_MAX 32
 
-enum fp_action { FP_KILL, FP_STOP, FP_SLEEP };
+enum fp_action { FP_KILL, FP_STOP, FP_SLEEP, FP_FAIL };
 
 struct failpoint {
     char name[FP_NAME_MAX];
@@ -69,6 +69,8 @@ static void parse_one(const char *spec, const char *s, size_t len)
         fp->action = FP_KILL;
     } else if (strcmp(eq + 1, "stop") == 0) {
         fp->action = FP_STOP;
+    } else if (strcmp(eq + 1, "fail") == 0) {
+        fp->action = FP_FAIL;
     } else if (strncmp(eq + 1, "sleep:", 6) == 0) {
         fp->action = FP_SLEEP;
         fp->sleep_ms = strtol(eq + 7, &end, 10);
@@ -97,8 +99,10 @@ static void parse_env(void)
     }
 }
 
-void failpoint_hit(const char *name)
+bool failpoint_hit(const char *name)
 {
+    bool fail = false;
+
     pthread_once(&parse_once, parse_env);
     for (int i = 0; i < npoints; i++) {
         struct failpoint *fp = &points[i];
@@ -121,8 +125,12 @@ void failpoint_hit(const char *name)
                 ;
             break;
         }
+        case FP_FAIL:
+            fail = true;
+            break;
         }
     }
+    return fail;
 }
 
 #else

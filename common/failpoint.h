@@ -10,6 +10,9 @@
  *   kill       SIGKILL the process (a crash: no cleanup, no reply)
  *   stop       SIGSTOP the process, all threads, until a SIGCONT
  *   sleep:MS   block the calling thread for MS milliseconds
+ *   fail       make the step at that point fail as its comment says
+ *              (only points written FAILPOINT_FAILS(); elsewhere it does
+ *              nothing)
  *
  * and @n makes it fire on the n-th time that point is reached (default
  * the first), once. Example:
@@ -26,21 +29,32 @@
  * writer's batch is inserted and the stock row updated, no COMMIT yet)
  * and async_write_after_commit (async/async.c, the batch is committed,
  * not yet acknowledged in the stream).
+ * Points that can fail: cancel_commit_unanswered and
+ * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
+ * an expiry batch, succeeded and its answer is taken as lost,
+ * -EINPROGRESS), and unit_return_fails (async/async.c: one order's
+ * return of its unit to an async sale in Redis fails as if Redis had
+ * refused it).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */
 #ifndef SECKILL_FAILPOINT_H
 #define SECKILL_FAILPOINT_H
 
+#include <stdbool.h>
+
 #ifdef SECKILL_FAILPOINTS
 /*
  * Count a hit of the point called name and run its action if this is the
- * hit it was armed for. Thread-safe.
+ * hit it was armed for. Returns true when that action is "fail": the
+ * caller then fails the step. Thread-safe.
  */
-void failpoint_hit(const char *name);
-#define FAILPOINT(name) failpoint_hit(name)
+bool failpoint_hit(const char *name);
+#define FAILPOINT(name) ((void)failpoint_hit(name))
+#define FAILPOINT_FAILS(name) failpoint_hit(name)
 #else
 #define FAILPOINT(name) ((void)0)
+#define FAILPOINT_FAILS(name) false
 #endif
 
 #endif

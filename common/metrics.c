@@ -69,6 +69,7 @@ static const struct {
     [METRIC_ORDER_EXPIRED] = {"order_transitions", "to", "expired"},
     [METRIC_PAYMENT_LATE] = {"payments_refused", "reason", "closed"},
     [METRIC_ASYNC_ACCEPTED] = {"async_orders", "event", "accepted"},
+    [METRIC_ASYNC_UNCONFIRMED] = {"async_orders", "event", "unconfirmed"},
     [METRIC_ASYNC_WRITTEN] = {"async_orders", "event", "written"},
     [METRIC_ASYNC_DEAD] = {"async_orders", "event", "dead_lettered"},
     [METRIC_ASYNC_REPAIRS] = {"async_repairs", "what", "sale_state"},
@@ -93,8 +94,9 @@ static const struct {
     {"order_transitions",
      "Unpaid orders that were paid, cancelled or expired."},
     {"async_orders",
-     "Asynchronous purchases: accepted (202), written to MySQL from the "
-     "stream, moved to the dead-letter stream."},
+     "Asynchronous purchases: accepted (202), unconfirmed (sold, not "
+     "confirmed by Redis' replicas in time: 503), written to MySQL from "
+     "the stream, moved to the dead-letter stream."},
     {"async_repairs",
      "Times an asynchronous sale's Redis state was rebuilt from MySQL."},
     {"payments_refused",

@@ -42,6 +42,7 @@ enum metric_counter {
     METRIC_ORDER_EXPIRED,            /* unpaid -> expired */
     METRIC_PAYMENT_LATE,             /* a payment refused: closed or late */
     METRIC_ASYNC_ACCEPTED,           /* an async purchase answered 202 */
+    METRIC_ASYNC_UNCONFIRMED,        /* sold, replicas did not confirm: 503 */
     METRIC_ASYNC_WRITTEN,            /* a streamed order written to MySQL */
     METRIC_ASYNC_DEAD,               /* a streamed order dead-lettered */
     METRIC_ASYNC_REPAIRS,            /* an async sale's Redis state rebuilt */

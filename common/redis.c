@@ -698,3 +698,50 @@ redisReply *redis_script_run(redisContext *rc, struct redis_script *s,
         *err = redis_errno(rc);
     return r;
 }
+
+redisReply *redis_script_run_wait(redisContext *rc, struct redis_script *s,
+                                  int nkeys, int argc, const char **argv,
+                                  const size_t *lens, unsigned replicas,
+                                  unsigned wait_ms, long long *acked, int *err)
+{
+    const char *v[SCRIPT_ARGS_MAX];
+    size_t l[SCRIPT_ARGS_MAX];
+    char nk[12];
+    redisReply *r = NULL, *w = NULL;
+
+    *acked = 0;
+    if (replicas == 0)
+        return redis_script_run(rc, s, nkeys, argc, argv, lens, err);
+    *acked = -1;
+    *err = 0;
+    if (!atomic_load_explicit(&s->ready, memory_order_acquire) &&
+        redis_script_load(rc, s) && rc->err) {
+        *err = redis_errno(rc);
+        return NULL;
+    }
+    for (int eval = 0; eval < 2; eval++) {
+        int n = script_argv(s, eval, nkeys, argc, argv, lens, v, l, nk);
+
+        redisAppendCommandArgv(rc, n, v, l);
+        redisAppendCommand(rc, "WAIT %u %u", replicas, wait_ms);
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
+            *err = redis_errno(rc);
+            return NULL;
+        }
+        if (redisGetReply(rc, (void **)&w) != REDIS_OK)
+            return r; /* the script's answer stands; the WAIT's is lost */
+        if (!eval && redis_reply_is_noscript(r)) {
+            freeReplyObject(r);
+            freeReplyObject(w);
+            continue; /* EVAL, and WAIT again */
+        }
+        break;
+    }
+    if (w->type == REDIS_REPLY_INTEGER)
+        *acked = w->integer;
+    else
+        log_warn("redis wait refused", "err=\"%s\"",
+                 w->type == REDIS_REPLY_ERROR ? w->str : "unexpected reply");
+    freeReplyObject(w);
+    return r;
+}

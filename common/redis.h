@@ -158,6 +158,18 @@ redisReply *redis_script_run(redisContext *rc, struct redis_script *s,
                              const size_t *lens, int *err);
 
 /*
+ * redis_script_run(), followed in the same round trip by WAIT replicas
+ * wait_ms: *acked is how many replicas had the script's writes when
+ * WAIT answered (-1: WAIT refused, or its answer lost with the
+ * connection; the script's reply is returned still). replicas 0: no
+ * WAIT, *acked 0. wait_ms must stay below rc's I/O timeout.
+ */
+redisReply *redis_script_run_wait(redisContext *rc, struct redis_script *s,
+                                  int nkeys, int argc, const char **argv,
+                                  const size_t *lens, unsigned replicas,
+                                  unsigned wait_ms, long long *acked, int *err);
+
+/*
  * Format the EVALSHA of s (or EVAL, when eval is true or the SHA is not
  * known yet) into a new command buffer for a pipelined connection;
  * returns its length and sets *cmd (free with redisFreeCommand()).

@@ -346,7 +346,9 @@ static void sell_async(struct engine *e, struct store *st, int64_t voucher_id,
         [ASYNC_NOT_STARTED] = ENGINE_NOT_STARTED,
         [ASYNC_ENDED] = ENGINE_ENDED,
         [ASYNC_BACKLOG] = ENGINE_BACKLOG,
+        [ASYNC_UNCONFIRMED] = ENGINE_UNCONFIRMED,
     };
+    struct async_confirm confirm;
     int64_t *ids = xcalloc(n, sizeof(*ids)), *users = xcalloc(n, sizeof(*ids));
     enum async_outcome *out = xcalloc(n, sizeof(*out));
     struct member **who = xcalloc(n, sizeof(*who));
@@ -363,9 +365,11 @@ static void sell_async(struct engine *e, struct store *st, int64_t voucher_id,
         who[k++] = &m[i];
     }
     rc = k ? store_redis(st) : NULL;
+    /* A 202 only once the primary's replicas have the batch too. */
+    async_confirm_get(e->cfg.async, &confirm);
     err = !k   ? 0
           : rc ? async_purchase(rc, voucher_id, e->cfg.async_backlog_max, ids,
-                                users, k, out)
+                                users, k, &confirm, out)
                : -ENOTCONN;
     FAILPOINT("async_after_script");
     if (!err)
@@ -382,10 +386,12 @@ static void sell_async(struct engine *e, struct store *st, int64_t voucher_id,
             settle(w, ENGINE_ERROR, -EAGAIN);
         } else {
             settle(w, map[out[j]], 0);
-            if (out[j] == ASYNC_OK) {
+            if (out[j] == ASYNC_OK || out[j] == ASYNC_UNCONFIRMED)
                 w->p->order_id = ids[j];
+            if (out[j] == ASYNC_OK)
                 metrics_count(METRIC_ASYNC_ACCEPTED, 1);
-            }
+            else if (out[j] == ASYNC_UNCONFIRMED)
+                metrics_count(METRIC_ASYNC_UNCONFIRMED, 1);
         }
     }
     free(who);
@@ -535,8 +541,8 @@ static void *expiry_main(void *arg)
                      j++)
                     ;
                 e->cfg.units_returned(e->cfg.units_returned_ctx, st,
-                                      out.order_voucher[i], &out.order_user[i],
-                                      j - i);
+                                      out.order_voucher[i], &out.order_id[i],
+                                      &out.order_user[i], j - i);
             }
         }
         pthread_mutex_lock(&e->mu);

@@ -63,12 +63,13 @@ struct engine_config {
     unsigned batch_linger_us;         /* a batch waits this long for more */
     unsigned queue_max;               /* purchases waiting per voucher */
     uint32_t lock_ttl_ms;             /* lease of the per-user lock */
-    /* The expiry closed the orders of users[0..n) for voucher_id: their
+    /* The expiry closed orders[0..n) of users[0..n) for voucher_id: their
      * units went back on sale in MySQL. Called on the expiry thread with
      * its store, to return the units to an async sale and to tell whoever
      * caches "sold out". May be NULL. */
     void (*units_returned)(void *ctx, struct store *st, int64_t voucher_id,
-                           const int64_t *users, size_t n);
+                           const int64_t *orders, const int64_t *users,
+                           size_t n);
     void *units_returned_ctx;
     bool expiry; /* run the expiry thread (false in unit tests) */
     /* Async vouchers (async/async.h): a voucher's backlog of orders not yet
@@ -94,6 +95,9 @@ enum engine_outcome {
     ENGINE_NOT_STARTED, /* before the sale's begin, by Redis' clock */
     ENGINE_ENDED,       /* after its end, by Redis' clock */
     ENGINE_BACKLOG,     /* too many orders wait for MySQL: retry later */
+    ENGINE_UNCONFIRMED, /* sold in Redis, but its replicas did not confirm
+                         * it in time: order order_id may be written, or
+                         * lost by a failover (the outcome is unknown) */
 };
 
 /*
@@ -114,7 +118,7 @@ struct engine_purchase {
     /* Set before done() is called: */
     enum engine_outcome outcome;
     int err;
-    int64_t order_id; /* ENGINE_OK only */
+    int64_t order_id; /* ENGINE_OK, ENGINE_PENDING, ENGINE_UNCONFIRMED */
     /* Private to the engine: */
     struct engine_purchase *next;
     int64_t queued_ms;

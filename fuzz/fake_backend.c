@@ -667,11 +667,32 @@ int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
     return -ENOENT;
 }
 
-int async_unit_return(redisContext *rc, int64_t voucher_id, int64_t user_id)
+int async_units_return(struct store *st, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       size_t *returned)
+{
+    (void)st;
+    check_id("voucher id", voucher_id);
+    for (size_t i = 0; i < n; i++) {
+        check_id("order id", orders[i]);
+        check_id("user id", users[i]);
+    }
+    if (returned)
+        *returned = 0;
+    return 0;
+}
+
+int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
+                          int64_t user_id, struct async_pending *out,
+                          size_t max, size_t *found)
 {
     (void)rc;
-    check_id("voucher id", voucher_id);
+    (void)vouchers;
+    (void)n;
+    (void)out;
+    (void)max;
     check_id("user id", user_id);
+    *found = 0;
     return 0;
 }
 

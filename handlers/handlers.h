@@ -47,6 +47,11 @@ struct handlers_config {
     enum purchase_mode purchase_mode;
     unsigned async_backlog_max; /* orders waiting for MySQL, per voucher */
     bool async_accept_loss;     /* sell async on a Redis that may lose them */
+    /* Redis replicas that must confirm an async batch before its 202s
+     * (-1: as many as the primary has, at most 1; 0: none), and how long
+     * they may take. */
+    int async_replicas;
+    unsigned async_wait_ms;
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

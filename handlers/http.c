@@ -504,11 +504,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 /* The engine's expiry closed orders (on the expiry thread, with its
  * store): their units are back on sale. */
 static void units_returned(void *ctx, struct store *st, int64_t voucher_id,
-                           const int64_t *users, size_t n)
+                           const int64_t *orders, const int64_t *users,
+                           size_t n)
 {
     struct handlers_server *srv = ctx;
 
-    order_units_returned(srv->vcache, st, voucher_id, users, n);
+    order_units_returned(srv->vcache, st, voucher_id, orders, users, n);
 }
 
 /* An async sale was rebuilt (on the writer thread, with its store). */
@@ -606,6 +607,8 @@ int handlers_server_start(const struct handlers_config *cfg,
         .stock_changed = async_stock_changed,
         .ctx = srv,
         .accept_loss = cfg->async_accept_loss,
+        .replicas = cfg->async_replicas,
+        .wait_ms = cfg->async_wait_ms,
     };
     srv->async = async_start(&srv->async_cfg);
     srv->engine_cfg.async = srv->async;

@@ -437,14 +437,16 @@ unsigned voucher_stats_get(struct request *req);
 json_t *order_json(const struct store_order *o);
 
 /*
- * Orders of users[0..n) for voucher_id were closed (cancelled, expired)
- * and their units are back in MySQL's stock: give them back to an async
- * sale's Redis state too (the buyer may buy again), and tell every
+ * Orders orders[0..n) of users[0..n) for voucher_id were closed
+ * (cancelled, expired) and their units are back in MySQL's stock: give
+ * them back to an async sale's Redis state too (the buyer may buy again;
+ * once per order, however often this is called), and tell every
  * instance's voucher cache that the voucher sells again. On an engine
  * thread, with its store.
  */
 void order_units_returned(struct vcache *vc, struct store *st,
-                          int64_t voucher_id, const int64_t *users, size_t n);
+                          int64_t voucher_id, const int64_t *orders,
+                          const int64_t *users, size_t n);
 
 /*
  * Record a payment for an order on an engine thread and reply with the

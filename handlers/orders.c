@@ -11,9 +11,11 @@
  * voucher cache then hears that the voucher may sell again.
  *
  * An async sale's order (async/async.h) is "pending" between its 202 and
- * the moment the writer puts it into MySQL: read, it shows that status;
- * cancelled or paid, it answers 429 BUSY with Retry-After (a second later
- * it is an ordinary unpaid order).
+ * the moment the writer puts it into MySQL: read, alone or in the
+ * caller's list, it shows that status; cancelled or paid, it answers 429
+ * BUSY with Retry-After (a second later it is an ordinary unpaid order).
+ * The list shows it too after a purchase answered "outcome unknown", so
+ * that the buyer can see what became of it.
  */
 #include "handlers/internal.h"
 
@@ -58,6 +60,9 @@ json_t *order_json(const struct store_order *o)
                      json_time_ms(o->close_time_ms));
 }
 
+static void pending_times(struct request *req, int64_t accepted_ms,
+                          struct store_order *o);
+
 /*
  * Whether order_id is an async sale's order on its way to MySQL: 0 with
  * *o filled (status unpaid, no times), -ENOENT, or -errno. Looked up after
@@ -69,6 +74,7 @@ static int pending_find(struct request *req, struct store *st, int64_t order_id,
 {
     int64_t vouchers[256];
     size_t n = async_vouchers(req->async, vouchers, 256);
+    int64_t accepted_ms = 0;
     redisContext *rc;
     int err;
 
@@ -80,12 +86,8 @@ static int pending_find(struct request *req, struct store *st, int64_t order_id,
     memset(o, 0, sizeof(*o));
     o->id = order_id;
     err = async_pending_find(rc, vouchers, n, order_id, &o->voucher_id,
-                             &o->user_id, &o->pay_deadline_ms);
-    /* What the writer will store: created at the sale, pay by then. */
-    o->created = o->pay_deadline_ms / 1000;
-    o->pay_deadline_ms += 1000 * (int64_t)(req->cfg->store.pay_timeout_s
-                                               ? req->cfg->store.pay_timeout_s
-                                               : STORE_PAY_TIMEOUT_DEFAULT_S);
+                             &o->user_id, &accepted_ms);
+    pending_times(req, accepted_ms, o);
     return err;
 }
 
@@ -97,6 +99,53 @@ static json_t *pending_json(const struct store_order *o)
 
     json_object_set_new(j, "status", json_string("pending"));
     return j;
+}
+
+/* What the writer will store for an order sold at accepted_ms: created
+ * then, to be paid within the pay timeout. */
+static void pending_times(struct request *req, int64_t accepted_ms,
+                          struct store_order *o)
+{
+    o->created = accepted_ms / 1000;
+    o->pay_deadline_ms =
+        accepted_ms + 1000 * (int64_t)(req->cfg->store.pay_timeout_s
+                                           ? req->cfg->store.pay_timeout_s
+                                           : STORE_PAY_TIMEOUT_DEFAULT_S);
+}
+
+/*
+ * Append to arr the caller's async orders that wait for MySQL and are not
+ * among mysql[0..n) (written between the two looks), at most max; how
+ * many. Redis unreachable: none (MySQL's list still answers).
+ */
+static size_t pending_list(struct request *req, struct store *st,
+                           const struct store_order *mysql, size_t n,
+                           size_t max, json_t *arr)
+{
+    int64_t vouchers[256];
+    struct async_pending p[16];
+    size_t nv = async_vouchers(req->async, vouchers, 256), found = 0, shown = 0;
+    redisContext *rc = nv ? store_redis(st) : NULL;
+
+    if (!rc || async_pending_of_user(rc, vouchers, nv, req->auth.user_id, p,
+                                     sizeof(p) / sizeof(p[0]), &found) != 0)
+        return 0;
+    for (size_t i = 0; i < found && shown < max; i++) {
+        struct store_order o = {0};
+        bool written = false;
+
+        for (size_t j = 0; j < n && !written; j++)
+            written = mysql[j].id == p[i].order_id;
+        if (written)
+            continue;
+        o.id = p[i].order_id;
+        o.user_id = req->auth.user_id;
+        o.voucher_id = p[i].voucher_id;
+        pending_times(req, p[i].accepted_ms, &o);
+        json_array_append_new(arr, pending_json(&o));
+        shown++;
+    }
+    return shown;
 }
 
 /* Read order_id: from MySQL, or pending on its way there (*pending); a
@@ -158,30 +207,26 @@ unsigned orders_get(struct request *req)
     if (err)
         return req_backend_error(req, err, "order_list");
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
+    /* The newest first: those still on their way to MySQL (a 202, or a
+     * purchase whose outcome was unknown), then MySQL's. */
+    size_t shown = pending_list(req, req->st, items, n, (size_t)limit, arr);
+    for (size_t i = 0; i < n && shown < (size_t)limit; i++, shown++)
         json_array_append_new(arr, order_json(&items[i]));
     free(items);
     return req_reply(req, 200, json_pack("{s:o}", "items", arr));
 }
 
 void order_units_returned(struct vcache *vc, struct store *st,
-                          int64_t voucher_id, const int64_t *users, size_t n)
+                          int64_t voucher_id, const int64_t *orders,
+                          const int64_t *users, size_t n)
 {
-    redisContext *rc = store_redis(st);
+    /* Does nothing for a sync voucher. A return that fails here stays
+     * owed in MySQL, and the async writer gives it to Redis later. */
+    int err = async_units_return(st, voucher_id, orders, users, n, NULL);
 
-    /* Does nothing for a sync voucher. A failure here leaves Redis short
-     * of a unit: the reconciliation sees it and rebuilds the sale. */
-    for (size_t i = 0; rc && i < n; i++) {
-        int err = async_unit_return(rc, voucher_id, users[i]);
-
-        if (err) {
-            log_warn("async unit not returned to redis",
-                     "voucher=%lld "
-                     "user=%lld err=%d",
-                     (long long)voucher_id, (long long)users[i], err);
-            break;
-        }
-    }
+    if (err)
+        log_warn("async units not returned to redis yet: retried later",
+                 "voucher=%lld n=%zu err=%d", (long long)voucher_id, n, err);
     /* The unit is back on sale: drop "sold out" on every instance. */
     vcache_voucher_changed(vc, st, voucher_id);
 }
@@ -259,10 +304,15 @@ static void cancel_run(struct engine_task *t, struct store *st)
         return;
     op->err =
         store_order_cancel(st, op->order_id, &op->outcome.close, &op->order);
-    if (op->err || op->outcome.close != STORE_CLOSE_DONE)
+    if (op->err || (op->outcome.close != STORE_CLOSE_DONE &&
+                    op->outcome.close != STORE_CLOSE_ALREADY))
         return;
-    metrics_count(METRIC_ORDER_CANCELLED, 1);
-    order_units_returned(req->vcache, st, op->order.voucher_id,
+    if (op->outcome.close == STORE_CLOSE_DONE)
+        metrics_count(METRIC_ORDER_CANCELLED, 1);
+    /* Cancelled before too: a cancel whose answer was lost is retried,
+     * and its unit may not be back in Redis yet (a second return of the
+     * same order changes nothing). */
+    order_units_returned(req->vcache, st, op->order.voucher_id, &op->order.id,
                          &op->order.user_id, 1);
 }
 
@@ -339,7 +389,7 @@ static void pay_run(struct engine_task *t, struct store *st)
         /* Expired by the payment itself: the unit is back on sale. */
         metrics_count(METRIC_ORDER_EXPIRED, 1);
         order_units_returned(req->vcache, st, op->order.voucher_id,
-                             &op->order.user_id, 1);
+                             &op->order.id, &op->order.user_id, 1);
         /* fall through */
     case STORE_PAY_CLOSED:
         metrics_count(METRIC_PAYMENT_LATE, 1);

@@ -22,7 +22,10 @@
  * batch is one Redis script instead of the lock and the transaction (the
  * script checks the buyer set atomically): the answer is 202
  * {"orderId","status":"pending"}, a promise that the order will be in
- * MySQL shortly (GET /api/orders/{id} shows it pending until then).
+ * MySQL shortly (GET /api/orders/{id} shows it pending until then). When
+ * Redis' replicas do not confirm the batch in time, the answer is 503
+ * "the outcome is unknown": the order may yet be written (it then shows
+ * in GET /api/orders), or be lost with a failing primary.
  *
  * A purchase has STORE_PURCHASE_BUDGET_MS from its arrival; a full queue
  * is 429 BUSY at once. MySQL is the source of truth: the lock only keeps
@@ -121,6 +124,12 @@ static void purchase_done(struct engine_purchase *p)
         break;
     case ENGINE_ENDED:
         req_error(req, ERR_ENDED, NULL);
+        break;
+    case ENGINE_UNCONFIRMED:
+        /* Not undone: it may yet reach the replica and be written. */
+        req_error(req, ERR_UNAVAILABLE,
+                  "the order was taken but not yet confirmed by Redis' "
+                  "replica; the outcome is unknown: check your orders");
         break;
     case ENGINE_BACKLOG:
         metrics_count(METRIC_PURCHASE_SHED, 1);

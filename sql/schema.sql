@@ -102,6 +102,19 @@ CREATE TABLE IF NOT EXISTS voucher_orders (
     KEY idx_orders_expiry (status, pay_deadline)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- Units owed to async sales' Redis state: a cancel or an expiry of an
+-- async sale's order gives its unit back in MySQL and, in the same
+-- transaction, records it here; the row goes once Redis has the unit back
+-- too (the instances retry until it has). Usually empty.
+CREATE TABLE IF NOT EXISTS async_unit_returns (
+    order_id    BIGINT UNSIGNED NOT NULL,
+    voucher_id  BIGINT UNSIGNED NOT NULL,
+    user_id     BIGINT UNSIGNED NOT NULL,
+    owed_since  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    PRIMARY KEY (order_id),
+    KEY idx_returns_since (owed_since)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 -- Fencing tokens of the MySQL lock backend (lock/mysql.c): one row per lock
 -- name, token bumped on every acquire. The backend also creates it lazily.
 CREATE TABLE IF NOT EXISTS lock_fences (

@@ -269,7 +269,7 @@ int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n)
 struct sale_args {
     int64_t id;
     struct store_async_sale *out;
-    int64_t user;
+    int64_t user, order;
     size_t cap;
 };
 
@@ -280,8 +280,10 @@ static void user_listed(void *ctx, size_t i)
     if (i >= a->cap) {
         a->cap = a->cap ? a->cap * 2 : 1024;
         a->out->users = xrealloc(a->out->users, a->cap * sizeof(int64_t));
+        a->out->orders = xrealloc(a->out->orders, a->cap * sizeof(int64_t));
     }
     a->out->users[i] = a->user;
+    a->out->orders[i] = a->order;
 }
 
 static int sale_once(struct store *st, void *arg)
@@ -310,8 +312,11 @@ static int sale_once(struct store *st, void *arg)
     a->out->end_time = time_to_epoch(&e);
     memset(r, 0, sizeof(r));
     bind_i64(&r[0], &a->user);
+    bind_i64(&r[1], &a->order);
     free(a->out->users);
+    free(a->out->orders);
     a->out->users = NULL;
+    a->out->orders = NULL;
     a->cap = 0;
     err = store_stmt_rows(st, STMT_ACTIVE_USERS, p, r, SIZE_MAX, user_listed, a,
                           &a->out->nusers);

@@ -46,6 +46,7 @@ struct voucher_state {
     atomic_uint segments;        /* 0: not read yet */
     atomic_uint_fast64_t empty;  /* bit j: segment j seen at 0 */
     atomic_llong empty_since_ms; /* when the first of those was seen */
+    atomic_uint mode;            /* 0: not read yet, else purchase_mode + 1 */
 };
 
 /* A member of a batch: the caller's item. */
@@ -129,6 +130,28 @@ static int segments_get(struct store *st, struct voucher_state *vs, unsigned *n,
     known = a.count > 1 ? (unsigned)a.count : 1;
     atomic_store_explicit(&vs->segments, known, memory_order_relaxed);
     *n = known;
+    return 0;
+}
+
+int store_voucher_async_read(struct store *st, struct voucher_state *vs,
+                             bool *async)
+{
+    unsigned known = atomic_load_explicit(&vs->mode, memory_order_relaxed);
+    MYSQL_BIND p[1] = {0}, r[1] = {0};
+    int64_t id = vs->voucher_id, mode = 0;
+    size_t n = 0;
+    int err;
+
+    if (!known) {
+        bind_i64(&p[0], &id);
+        bind_i64(&r[0], &mode);
+        err = store_stmt_rows(st, STMT_VOUCHER_MODE, p, r, 1, NULL, NULL, &n);
+        if (err)
+            return err;
+        known = (unsigned)mode + 1; /* no row: not a seckill voucher */
+        atomic_store_explicit(&vs->mode, known, memory_order_relaxed);
+    }
+    *async = known == PURCHASE_ASYNC + 1;
     return 0;
 }
 

@@ -78,6 +78,7 @@
 #define AROWS_64 AROWS_32 ", " AROWS_32
 #define IDS_EXIST                                                              \
     "SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN "
+#define RETURNS_DONE "DELETE FROM async_unit_returns WHERE order_id IN "
 /* An order as every read returns it. */
 #define ORDER_COLUMNS                                                          \
     "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
@@ -182,6 +183,22 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "pay_deadline, NOW(3)) FROM voucher_orders WHERE status = 1 AND "
         "pay_deadline <= NOW(3) ORDER BY pay_deadline LIMIT ? "
         "FOR UPDATE SKIP LOCKED",
+    /* Units owed to async sales (unit_returns.c). */
+    [STMT_VOUCHER_MODE] =
+        "SELECT purchase_mode FROM seckill_vouchers WHERE voucher_id = ?",
+    [STMT_UNIT_RETURN_OWE] = "INSERT IGNORE INTO async_unit_returns "
+                             "(order_id, voucher_id, user_id) VALUES (?, ?, ?)",
+    [STMT_UNIT_RETURNS_LIST] =
+        "SELECT order_id, voucher_id, user_id FROM async_unit_returns WHERE "
+        "owed_since <= NOW(3) - INTERVAL ? MICROSECOND ORDER BY owed_since "
+        "LIMIT ?",
+    [STMT_UNIT_RETURNS_DONE_1] = RETURNS_DONE "(" LIST_1 ")",
+    [STMT_UNIT_RETURNS_DONE_2] = RETURNS_DONE "(" LIST_2 ")",
+    [STMT_UNIT_RETURNS_DONE_4] = RETURNS_DONE "(" LIST_4 ")",
+    [STMT_UNIT_RETURNS_DONE_8] = RETURNS_DONE "(" LIST_8 ")",
+    [STMT_UNIT_RETURNS_DONE_16] = RETURNS_DONE "(" LIST_16 ")",
+    [STMT_UNIT_RETURNS_DONE_32] = RETURNS_DONE "(" LIST_32 ")",
+    [STMT_UNIT_RETURNS_DONE_64] = RETURNS_DONE "(" LIST_64 ")",
     /* The asynchronous mode (async.c). */
     [STMT_IDS_EXIST_1] = IDS_EXIST "(" LIST_1 ")",
     [STMT_IDS_EXIST_2] = IDS_EXIST "(" LIST_2 ")",
@@ -204,7 +221,7 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ASYNC_SALE] =
         "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time "
         "FROM seckill_vouchers WHERE voucher_id = ? AND purchase_mode = 1",
-    [STMT_ACTIVE_USERS] = "SELECT user_id FROM voucher_orders WHERE "
+    [STMT_ACTIVE_USERS] = "SELECT user_id, id FROM voucher_orders WHERE "
                           "voucher_id = ? AND status IN (1, 2)",
     [STMT_VOUCHER_STATS] =
         "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "

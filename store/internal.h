@@ -66,6 +66,17 @@ enum stmt_id {
     STMT_SEGMENT_RETURN,
     STMT_EXPIRE_SCAN,
     STMT_VOUCHER_STATS,
+    /* units owed to async sales (unit_returns.c): */
+    STMT_VOUCHER_MODE,
+    STMT_UNIT_RETURN_OWE,
+    STMT_UNIT_RETURNS_LIST,
+    STMT_UNIT_RETURNS_DONE_1, /* ..._64: order_id IN a list of 2^i */
+    STMT_UNIT_RETURNS_DONE_2,
+    STMT_UNIT_RETURNS_DONE_4,
+    STMT_UNIT_RETURNS_DONE_8,
+    STMT_UNIT_RETURNS_DONE_16,
+    STMT_UNIT_RETURNS_DONE_32,
+    STMT_UNIT_RETURNS_DONE_64,
     /* the asynchronous mode: */
     STMT_IDS_EXIST_1, /* ..._64: id IN a list of 2^i */
     STMT_IDS_EXIST_2,
@@ -198,6 +209,24 @@ int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
 /* The same without store_retry(): for use inside a transaction. */
 int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
                                 unsigned *n);
+
+/*
+ * Whether the voucher sells in async mode, read from MySQL on first use
+ * (a plain read, no lock: for use inside a transaction) and then
+ * remembered (the mode is fixed when it goes on sale). 0 or as
+ * store_mysql_error().
+ */
+int store_voucher_async_read(struct store *st, struct voucher_state *vs,
+                             bool *async);
+
+/*
+ * Inside the transaction that closes order_id of user_id (cancelled or
+ * expired, its unit back in MySQL): if voucher_id sells in async mode,
+ * record that its Redis sale is owed the unit (unit_returns.c). 0 or as
+ * store_mysql_error().
+ */
+int store_unit_return_owe(struct store *st, int64_t order_id,
+                          int64_t voucher_id, int64_t user_id);
 
 /*
  * Segment seg was seen at 0: skip it for a second (a returned unit makes

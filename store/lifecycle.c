@@ -8,7 +8,9 @@
  * gives the unit back with stock = stock + k on the voucher's row (or on a
  * segment) as the last statement before COMMIT, the same order of row
  * locks as a purchase (orders first, the hot row last), so the hot row is
- * held briefly and transitions do not deadlock with purchases.
+ * held briefly and transitions do not deadlock with purchases. An async
+ * sale's order also records, in the same transaction, that its sale's
+ * Redis state is owed the unit (unit_returns.c).
  */
 #include "store/internal.h"
 
@@ -155,9 +157,13 @@ static int cancel_once(struct store *st, void *arg)
     err = order_close(st, a->id, ORDER_CANCELLED);
     if (!err)
         err = units_return(st, l.voucher_id, l.user_id, 1);
+    if (!err)
+        err = store_unit_return_owe(st, a->id, l.voucher_id, l.user_id);
     if (err)
         return store_tx_rollback(st, err);
     err = commit(st);
+    if (!err && FAILPOINT_FAILS("cancel_commit_unanswered"))
+        err = -EINPROGRESS;
     if (!err)
         *a->outcome = STORE_CLOSE_DONE;
     return err;
@@ -217,6 +223,8 @@ static int pay_once(struct store *st, void *arg)
         err = order_close(st, a->id, ORDER_EXPIRED);
         if (!err)
             err = units_return(st, l.voucher_id, l.user_id, 1);
+        if (!err)
+            err = store_unit_return_owe(st, a->id, l.voucher_id, l.user_id);
         if (err)
             return store_tx_rollback(st, err);
         err = commit(st);
@@ -346,15 +354,21 @@ static int expire_once(struct store *st, void *arg)
                            (int64_t)(j - i));
         i = j;
     }
+    for (size_t i = 0; i < n && !err; i++)
+        err = store_unit_return_owe(st, rows[i].id, rows[i].voucher_id,
+                                    rows[i].user_id);
     if (err)
         return store_tx_rollback(st, err);
     err = commit(st);
+    if (!err && FAILPOINT_FAILS("expire_commit_unanswered"))
+        err = -EINPROGRESS;
     if (err)
         return err;
     FAILPOINT("expire_after_commit");
     a->out->orders = n;
     for (size_t i = 0; i < n; i++) {
         a->out->lag_us[i] = rows[i].lag_us;
+        a->out->order_id[i] = rows[i].id;
         a->out->order_voucher[i] = rows[i].voucher_id;
         a->out->order_user[i] = rows[i].user_id;
         if (i == 0 || rows[i].voucher_id != rows[i - 1].voucher_id)

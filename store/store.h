@@ -374,7 +374,8 @@ struct store_expired {
     int64_t vouchers[STORE_EXPIRE_BATCH_MAX]; /* that got units back */
     size_t nvouchers;
     int64_t lag_us[STORE_EXPIRE_BATCH_MAX]; /* deadline to close, each */
-    /* Each closed order's voucher and buyer, grouped by voucher. */
+    /* Each closed order, its voucher and buyer, grouped by voucher. */
+    int64_t order_id[STORE_EXPIRE_BATCH_MAX];
     int64_t order_voucher[STORE_EXPIRE_BATCH_MAX];
     int64_t order_user[STORE_EXPIRE_BATCH_MAX];
 };
@@ -426,12 +427,35 @@ struct store_async_sale {
     int64_t initial_stock, stock;
     int64_t begin_time, end_time; /* epoch seconds */
     int64_t *users;               /* with an active order; free(3) it */
+    int64_t *orders;              /* users[i]'s active order; free(3) it */
     size_t nusers;
 };
 
 /* Read voucher_id's sale (-ENOENT: not an async seckill voucher). */
 int store_async_sale_read(struct store *st, int64_t voucher_id,
                           struct store_async_sale *out);
+
+/* ---- units owed to async sales (unit_returns.c) ---- */
+
+/*
+ * A cancel or an expiry of an async sale's order (store_order_cancel(),
+ * store_order_pay() when late, store_orders_expire()) records in its
+ * transaction that the sale's Redis state is owed the unit; the record
+ * stays until the unit is back in Redis (async_units_return()).
+ */
+struct store_unit_return {
+    int64_t order_id, voucher_id, user_id;
+};
+
+/* Up to max owed returns recorded at least min_age_ms ago, oldest first,
+ * into out (*n of them). 0 or -errno. */
+int store_unit_returns_list(struct store *st, unsigned min_age_ms,
+                            struct store_unit_return *out, size_t max,
+                            size_t *n);
+
+/* Redis has the units of orders ids[0..n): drop their records. 0 or
+ * -errno. */
+int store_unit_returns_done(struct store *st, const int64_t *ids, size_t n);
 
 struct store_voucher_stats {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */

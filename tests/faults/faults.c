@@ -1106,6 +1106,7 @@ static const struct scenario scenarios[] = {
     {"async-redis-aof", sc_async_redis_aof},
     {"async-redis-older", sc_async_redis_older},
     {"async-pause-writer", sc_async_pause_writer},
+    {"async-unit-returns", sc_async_unit_returns},
 };
 
 #define NSCEN (sizeof(scenarios) / sizeof(scenarios[0]))

@@ -507,6 +507,61 @@ static void test_mysql_away(void **state)
     assert_int_equal(C_BACKLOG + 1, it_sql_order_count(v));
 }
 
+/* The status of order in user's GET /api/orders on s, "" when it is not
+ * listed (asserts it is listed at most once). */
+static void listed_status(const struct it_server *s, int64_t user,
+                          int64_t order, char *out, size_t len)
+{
+    char tok[TOKEN_STR_LEN], id[24];
+    struct it_resp resp;
+    json_t *items, *item;
+    size_t i, seen = 0;
+
+    it_token(user, TOKEN_ROLE_USER, 3600, tok);
+    it_http(s, "GET", "/api/orders", NULL, tok, &resp);
+    it_assert_status(&resp, 200);
+    items = json_object_get(resp.json, "items");
+    assert_true(json_is_array(items));
+    snprintf(id, sizeof(id), "%lld", (long long)order);
+    out[0] = '\0';
+    json_array_foreach(items, i, item)
+    {
+        if (strcmp(it_json_str(item, "id"), id) != 0)
+            continue;
+        seen++;
+        snprintf(out, len, "%s", it_json_str(item, "status"));
+    }
+    assert_true(seen <= 1);
+    it_resp_free(&resp);
+}
+
+/* An order on its way to MySQL shows in its buyer's list, as pending (a
+ * buyer told "the outcome is unknown" looks there); once written, once,
+ * as unpaid. The writers are held back by a lock on the voucher's row. */
+static void test_pending_listed(void **state)
+{
+    int64_t v = sale_create(&srv[0], 5, -60, 600, "async");
+    int64_t u = next_user++, o;
+    char status[32];
+
+    (void)state;
+    assert_int_equal(0, it_sql_exec("START TRANSACTION"));
+    assert_true(it_sql_scalar("SELECT stock FROM seckill_vouchers WHERE "
+                              "voucher_id = %lld FOR UPDATE",
+                              (long long)v) == 5);
+    o = buy(&srv[0], v, u);
+    listed_status(&srv[0], u, o, status, sizeof(status));
+    int64_t in_mysql = order_status(o);
+    /* Before any assertion: the next tests need MySQL as it is. */
+    assert_int_equal(0, it_sql_exec("ROLLBACK"));
+    assert_string_equal("pending", status);
+    assert_int_equal(0, in_mysql);
+    assert_int_equal(1, order_written(o));
+    listed_status(&srv[0], u, o, status, sizeof(status));
+    assert_string_equal("unpaid", status);
+    assert_drained(v, 5);
+}
+
 /* ---- repairs ---- */
 
 /* A Redis that lost a sale's state (say a restart from an older file) is
@@ -640,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_cancel_returns_unit),
         cmocka_unit_test(test_expiry_returns_unit),
         cmocka_unit_test(test_mysql_away),
+        cmocka_unit_test(test_pending_listed),
         cmocka_unit_test(test_rebuild),
         cmocka_unit_test(test_dead_letter),
         cmocka_unit_test(test_startup_refusal),

@@ -9,7 +9,11 @@
  * with every answer; order ids stay unique, and those made after the
  * failover come from later seconds than any before it (the ID worker's
  * restart guarantee on the promoted server). Then a sentinel that names
- * a replica as its master: the service refuses to use it.
+ * a replica as its master: the service refuses to use it. Last, an async
+ * sale on a second primary whose replica reaches it through a proxy:
+ * replication held back, the primary killed, and every 202 must still be
+ * an order in MySQL (purchases the replica did not confirm answer 503,
+ * outcome unknown).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -47,8 +52,15 @@
 
 static uint16_t primary_port, replica_port, sentinel_ports[3];
 static pid_t primary_pid, replica_pid, sentinel_pids[3];
-static struct it_server srv, wrong;
+static struct it_server srv, wrong, asrv;
 static int64_t user_base;
+/* The async sale's own pair: a primary and a replica that reaches it
+ * through a proxy (replication can be held back), monitored as
+ * ASYNC_MASTER; and the proxy in front of MySQL for its instance. */
+#define ASYNC_MASTER "seckill-it-async"
+static uint16_t aprimary_port, areplica_port;
+static pid_t aprimary_pid, areplica_pid;
+static struct it_proxy repl_proxy, amysql_proxy;
 
 static char *log_path(const char *what, uint16_t port)
 {
@@ -79,11 +91,12 @@ static redisReply *command_at(uint16_t port, const char *fmt, ...)
     return r;
 }
 
-/* The port sentinel i names as the master, 0 when it cannot say. */
-static unsigned master_of(int i)
+/* The port sentinel i names as the master called name, 0 when it cannot
+ * say. */
+static unsigned master_named(int i, const char *name)
 {
     redisReply *r = command_at(sentinel_ports[i],
-                               "SENTINEL get-master-addr-by-name " MASTER);
+                               "SENTINEL get-master-addr-by-name %s", name);
     unsigned port = 0;
 
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -93,14 +106,24 @@ static unsigned master_of(int i)
     return port;
 }
 
-/* How many entries a SENTINEL <what> MASTER reply of sentinel i has. */
-static size_t sentinel_count(int i, const char *what)
+static unsigned master_of(int i)
 {
-    redisReply *r = command_at(sentinel_ports[i], "SENTINEL %s " MASTER, what);
+    return master_named(i, MASTER);
+}
+
+/* How many entries a SENTINEL <what> <name> reply of sentinel i has. */
+static size_t sentinel_count_of(int i, const char *what, const char *name)
+{
+    redisReply *r = command_at(sentinel_ports[i], "SENTINEL %s %s", what, name);
     size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
 
     freeReplyObject(r);
     return n;
+}
+
+static size_t sentinel_count(int i, const char *what)
+{
+    return sentinel_count_of(i, what, MASTER);
 }
 
 /* Start the day counters far above what the shared Redis reaches, so ids
@@ -196,15 +219,19 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    struct it_server both[2] = {srv, wrong};
+    struct it_server all[3] = {srv, wrong, asrv};
     int rc;
     (void)state;
 
-    rc = it_group_teardown(both, 2);
+    rc = it_group_teardown(all, 3);
     for (int i = 0; i < 3; i++)
         stop_pid(&sentinel_pids[i]);
     stop_pid(&replica_pid);
     stop_pid(&primary_pid);
+    stop_pid(&areplica_pid);
+    stop_pid(&aprimary_pid);
+    it_proxy_stop(&repl_proxy);
+    it_proxy_stop(&amysql_proxy);
     return rc;
 }
 
@@ -406,11 +433,226 @@ static void test_replica_refused(void **state)
     freeReplyObject(r);
 }
 
+/* ---- an async sale: a 202 survives the failover ---- */
+
+#define ASYNC_WAVE 8
+#define ASYNC_DRAIN_MS 20000
+
+/* A redis-server that fsyncs every write (an async sale's requirement),
+ * with its files in a folder of its own; extra_a, extra_b: two more
+ * arguments (or NULL). */
+static pid_t durable_redis_start(uint16_t port, const char *what,
+                                 const char *extra_a, const char *extra_b)
+{
+    char dir[IT_PATH_MAX];
+
+    snprintf(dir, sizeof(dir), "%s/sentinel-%s-%u", it_log_dir(), what,
+             (unsigned)port);
+    mkdir(dir, 0700);
+    const char *const extra[] = {"--appendonly", "yes",   "--appendfsync",
+                                 "always",       "--dir", dir,
+                                 extra_a,        extra_b, NULL};
+    return it_redis_start_with(port, log_path(what, port), NULL, extra);
+}
+
+/* ASYNC_WAVE purchases at once by fresh users on asrv: each 202's order
+ * id into accepted (*n of them); a 503 must be UNAVAILABLE, and with
+ * unknown_ok it may say the outcome is unknown (*unknown counts them). */
+static void async_wave(int64_t voucher, int64_t *accepted, size_t *n,
+                       size_t *unknown, int64_t *next_user)
+{
+    struct it_req reqs[ASYNC_WAVE];
+    struct it_resp resps[ASYNC_WAVE];
+    const struct it_server *to[ASYNC_WAVE];
+    char tokens[ASYNC_WAVE][TOKEN_STR_LEN], paths[ASYNC_WAVE][64];
+
+    for (int i = 0; i < ASYNC_WAVE; i++) {
+        it_token(user_base + (*next_user)++, TOKEN_ROLE_USER, 3600, tokens[i]);
+        snprintf(paths[i], sizeof(paths[i]), "/api/vouchers/%lld/seckill",
+                 (long long)voucher);
+        reqs[i] = (struct it_req){
+            .method = "POST", .path = paths[i], .token = tokens[i]};
+        to[i] = &asrv;
+    }
+    it_http_run_all(reqs, to, resps, ASYNC_WAVE);
+    for (int i = 0; i < ASYNC_WAVE; i++) {
+        if (resps[i].status == 202) {
+            accepted[(*n)++] = it_json_id(resps[i].json, "orderId");
+        } else if (resps[i].status == 503) {
+            it_assert_error(&resps[i], 503, "UNAVAILABLE");
+            assert_non_null(strstr(resps[i].body, "unknown"));
+            (*unknown)++;
+        } else {
+            print_error("async purchase answered %ld: %s\n", resps[i].status,
+                        resps[i].body);
+            fail();
+        }
+        it_resp_free(&resps[i]);
+    }
+}
+
+/* An integer answer of the Redis at port, -1 when it gave none. */
+static long long int_at(uint16_t port, const char *fmt, int64_t v)
+{
+    redisReply *r = command_at(port, fmt, (long long)v);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    return n;
+}
+
+/*
+ * An async sale's 202 is a promise that the order will be in MySQL. Its
+ * instance's writer cannot reach MySQL (a proxy refuses it), so the
+ * orders wait in Redis' stream; replication to the replica is held back
+ * by the proxy between them; then the primary is killed and Sentinel
+ * promotes the replica, which never received the last orders. Every 202
+ * must still be an order in MySQL once the writer drained the new
+ * primary's stream: the purchases the replica had not confirmed must not
+ * have been answered 202 (they answer 503, outcome unknown).
+ */
+static void test_async_failover_keeps_202s(void **state)
+{
+    static int64_t accepted[1024];
+    size_t n = 0, unknown = 0, before_stall, missing = 0;
+    int64_t voucher, next_user = 50000000, deadline;
+    char replicaof[64], url[300], redis_url[340], mysql_url[1024];
+    const struct store_config *sc = it_store_config();
+    (void)state;
+
+    aprimary_port = it_free_port();
+    areplica_port = it_free_port();
+    aprimary_pid = durable_redis_start(aprimary_port, "aprimary",
+                                       "--repl-diskless-sync-delay", "0");
+    assert_true(aprimary_pid > 0);
+    assert_int_equal(
+        0, it_proxy_start(&repl_proxy, "sentinel-repl", aprimary_port));
+    snprintf(replicaof, sizeof(replicaof), "127.0.0.1 %u",
+             (unsigned)repl_proxy.port);
+    areplica_pid = durable_redis_start(areplica_port, "areplica", "--replicaof",
+                                       replicaof);
+    assert_true(areplica_pid > 0);
+    seed_idgen(aprimary_port);
+    /* The replica has the primary's data and follows it. */
+    deadline = util_mono_ms() + 30000;
+    for (;;) {
+        redisReply *r = command_at(areplica_port, "INFO replication");
+        bool up = r && r->type == REDIS_REPLY_STRING &&
+                  strstr(r->str, "master_link_status:up");
+
+        freeReplyObject(r);
+        if (up)
+            break;
+        assert_true(util_mono_ms() < deadline);
+        usleep(100 * 1000);
+    }
+    for (int i = 0; i < 3; i++) {
+        redisReply *r =
+            command_at(sentinel_ports[i],
+                       "SENTINEL MONITOR " ASYNC_MASTER " 127.0.0.1 %u 2",
+                       (unsigned)aprimary_port);
+        assert_non_null(r);
+        freeReplyObject(r);
+        freeReplyObject(command_at(sentinel_ports[i],
+                                   "SENTINEL SET " ASYNC_MASTER
+                                   " down-after-milliseconds 1000"));
+        freeReplyObject(command_at(sentinel_ports[i],
+                                   "SENTINEL SET " ASYNC_MASTER
+                                   " failover-timeout 10000"));
+    }
+    deadline = util_mono_ms() + 30000;
+    for (;;) {
+        bool ready = true;
+
+        for (int i = 0; i < 3; i++)
+            ready = ready &&
+                    sentinel_count_of(i, "replicas", ASYNC_MASTER) == 1 &&
+                    sentinel_count_of(i, "sentinels", ASYNC_MASTER) == 2;
+        if (ready)
+            break;
+        assert_true(util_mono_ms() < deadline);
+        usleep(100 * 1000);
+    }
+
+    assert_int_equal(0, it_proxy_start(&amysql_proxy, "sentinel-mysql",
+                                       (uint16_t)sc->mysql_port));
+    char *murl =
+        it_mysql_url_with_port(getenv("SECKILL_MYSQL_URL"), amysql_proxy.port);
+    snprintf(mysql_url, sizeof(mysql_url), "SECKILL_MYSQL_URL=%s", murl);
+    free(murl);
+    snprintf(
+        url, sizeof(url),
+        "redis-sentinel://127.0.0.1:%u,127.0.0.1:%u,127.0.0.1:%u/" ASYNC_MASTER
+        "/0",
+        (unsigned)sentinel_ports[0], (unsigned)sentinel_ports[1],
+        (unsigned)sentinel_ports[2]);
+    snprintf(redis_url, sizeof(redis_url), "SECKILL_REDIS_URL=%s", url);
+    const char *const env[] = {redis_url,
+                               mysql_url,
+                               "SECKILL_LOCK_URL",
+                               "SECKILL_RATE_USER=0",
+                               "SECKILL_PURCHASE_MODE=async",
+                               "SECKILL_ASYNC_ACCEPT_LOSS",
+                               NULL};
+    assert_int_equal(0, it_server_start(&asrv, "sentinel-async", env));
+    voucher = it_seckill_create(&asrv, 1, 1000, -5, 3600);
+
+    /* The instance knows the voucher; then its writer loses MySQL. */
+    async_wave(voucher, accepted, &n, &unknown, &next_user);
+    assert_int_equal(ASYNC_WAVE, n);
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "cut"));
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "refuse"));
+    /* Replicated: confirmed at once. */
+    async_wave(voucher, accepted, &n, &unknown, &next_user);
+    assert_int_equal(2 * ASYNC_WAVE, n);
+    before_stall = n;
+    /* The replica hears nothing more. */
+    assert_int_equal(0, it_proxy_ctl(&repl_proxy, "stall"));
+    for (int k = 0; k < 3; k++)
+        async_wave(voucher, accepted, &n, &unknown, &next_user);
+    printf("async failover: %zu 202s before the replica was held back, %zu "
+           "after; %zu answered 503 outcome unknown\n",
+           before_stall, n - before_stall, unknown);
+
+    /* The primary dies; Sentinel promotes the replica. */
+    stop_pid(&aprimary_pid);
+    deadline = util_mono_ms() + PROMOTE_MAX_MS;
+    while (master_named(0, ASYNC_MASTER) != areplica_port &&
+           util_mono_ms() < deadline)
+        usleep(100 * 1000);
+    assert_int_equal(areplica_port, master_named(0, ASYNC_MASTER));
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "heal"));
+
+    /* The writer drains the new primary's stream into MySQL. */
+    deadline = util_mono_ms() + ASYNC_DRAIN_MS;
+    while (util_mono_ms() < deadline &&
+           (int_at(areplica_port, "XLEN {v:%lld}:stream", voucher) != 0 ||
+            int_at(areplica_port, "HLEN {v:%lld}:pending", voucher) != 0))
+        usleep(100 * 1000);
+    assert_int_equal(0, int_at(areplica_port, "XLEN {v:%lld}:stream", voucher));
+    for (size_t i = 0; i < n; i++)
+        if (it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE id = "
+                          "%lld AND voucher_id = %lld",
+                          (long long)accepted[i], (long long)voucher) != 1) {
+            if (!missing++)
+                print_error("202 order %lld is not in MySQL\n",
+                            (long long)accepted[i]);
+        }
+    if (missing)
+        print_error("%zu of %zu 202s are missing in MySQL after the "
+                    "failover\n",
+                    missing, n);
+    assert_int_equal(0, missing);
+    /* Nothing oversold: MySQL's orders and stock agree. */
+    assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_mid_sale),
         cmocka_unit_test(test_replica_refused),
+        cmocka_unit_test(test_async_failover_keeps_202s),
     };
     return it_exit_status(cmocka_run_group_tests_name(
         "sentinel", tests, group_setup, group_teardown));

@@ -43,6 +43,8 @@ static const char *const vars[] = {
     "SECKILL_STOCK_SEGMENTS",
     "SECKILL_SOLDOUT_TTL_MS",
     "SECKILL_CORS_ORIGINS",
+    "SECKILL_ASYNC_REPLICAS",
+    "SECKILL_ASYNC_WAIT_MS",
 };
 
 static int reset_env(void **state)
@@ -471,6 +473,49 @@ static void test_purchase_bad_values(void **state)
     reset_env(NULL);
 }
 
+/* ---- the replicas' confirmation of an async batch ---- */
+
+static void test_async_confirm(void **state)
+{
+    static const char *const bad[][2] = {
+        {"SECKILL_ASYNC_REPLICAS", "-1"},  {"SECKILL_ASYNC_REPLICAS", "17"},
+        {"SECKILL_ASYNC_REPLICAS", "one"}, {"SECKILL_ASYNC_REPLICAS", ""},
+        {"SECKILL_ASYNC_WAIT_MS", "0"},    {"SECKILL_ASYNC_WAIT_MS", "4001"},
+        {"SECKILL_ASYNC_WAIT_MS", "1s"},
+    };
+    struct config c;
+    char err[256];
+    (void)state;
+
+    /* By default: as many replicas as the primary has, 200 ms. */
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.async_replicas, -1);
+    assert_int_equal(c.http.async_wait_ms, 200);
+    config_free(&c);
+    setenv("SECKILL_ASYNC_REPLICAS", "auto", 1);
+    setenv("SECKILL_ASYNC_WAIT_MS", "4000", 1);
+    assert_int_equal(parse(&c, err, 2, "--async-replicas=0"), 0);
+    assert_int_equal(c.http.async_replicas, 0);
+    assert_int_equal(c.http.async_wait_ms, 4000);
+    config_free(&c);
+    setenv("SECKILL_ASYNC_REPLICAS", "2", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.async_replicas, 2);
+    config_free(&c);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        reset_env(NULL);
+        setenv(bad[i][0], bad[i][1], 1);
+        err[0] = '\0';
+        if (parse(&c, err, 1) == 0) {
+            print_error("%s=\"%s\" was accepted\n", bad[i][0], bad[i][1]);
+            fail();
+        }
+        assert_non_null(strstr(err, bad[i][0]));
+        config_free(&c);
+    }
+    reset_env(NULL);
+}
+
 /* ---- the sold-out cache ---- */
 
 static void test_soldout_default_and_values(void **state)
@@ -614,6 +659,7 @@ int main(void)
         cmocka_unit_test_setup(test_purchase_defaults, reset_env),
         cmocka_unit_test_setup(test_purchase_values, reset_env),
         cmocka_unit_test_setup(test_purchase_bad_values, reset_env),
+        cmocka_unit_test_setup(test_async_confirm, reset_env),
         cmocka_unit_test_setup(test_soldout_default_and_values, reset_env),
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
         cmocka_unit_test_setup(test_cors_default_and_values, reset_env),

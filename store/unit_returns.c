@@ -1,0 +1,122 @@
+/*
+ * unit_returns.c - the units MySQL gave back that an async sale's Redis
+ * state is still owed (see store.h): recorded by the transaction that
+ * closes the order, listed for the writers to try again, dropped once
+ * Redis has them.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "common/util.h"
+
+int store_unit_return_owe(struct store *st, int64_t order_id,
+                          int64_t voucher_id, int64_t user_id)
+{
+    MYSQL_BIND p[3] = {0};
+    MYSQL_STMT *s;
+    bool async = false;
+    int err = store_voucher_async_read(st, store_voucher_state_get(voucher_id),
+                                       &async);
+
+    if (err || !async)
+        return err;
+    bind_i64(&p[0], &order_id);
+    bind_i64(&p[1], &voucher_id);
+    bind_i64(&p[2], &user_id);
+    return store_stmt_exec(st, STMT_UNIT_RETURN_OWE, p, NULL, &s);
+}
+
+struct list_args {
+    int64_t min_age_us, max;
+    struct store_unit_return row, *out;
+    size_t *n;
+};
+
+static void listed(void *ctx, size_t i)
+{
+    struct list_args *a = ctx;
+    a->out[i] = a->row;
+}
+
+static int list_once(struct store *st, void *arg)
+{
+    struct list_args *a = arg;
+    MYSQL_BIND p[2] = {0}, r[3] = {0};
+
+    bind_i64(&p[0], &a->min_age_us);
+    bind_i64(&p[1], &a->max);
+    bind_i64(&r[0], &a->row.order_id);
+    bind_i64(&r[1], &a->row.voucher_id);
+    bind_i64(&r[2], &a->row.user_id);
+    return store_stmt_rows(st, STMT_UNIT_RETURNS_LIST, p, r, (size_t)a->max,
+                           listed, a, a->n);
+}
+
+int store_unit_returns_list(struct store *st, unsigned min_age_ms,
+                            struct store_unit_return *out, size_t max,
+                            size_t *n)
+{
+    struct list_args a = {.min_age_us = (int64_t)min_age_ms * 1000,
+                          .max = (int64_t)max,
+                          .out = out,
+                          .n = n};
+
+    *n = 0;
+    if (max == 0)
+        return 0;
+    return store_retry(st, list_once, &a);
+}
+
+static const enum stmt_id done_stmt[] = {
+    STMT_UNIT_RETURNS_DONE_1,  STMT_UNIT_RETURNS_DONE_2,
+    STMT_UNIT_RETURNS_DONE_4,  STMT_UNIT_RETURNS_DONE_8,
+    STMT_UNIT_RETURNS_DONE_16, STMT_UNIT_RETURNS_DONE_32,
+    STMT_UNIT_RETURNS_DONE_64,
+};
+
+struct done_args {
+    const int64_t *ids;
+    size_t n;
+};
+
+/* One DELETE per chunk of up to 64 ids (padded to a power of two with
+ * the last id). Autocommit: each chunk stands alone. */
+static int done_once(struct store *st, void *arg)
+{
+    struct done_args *a = arg;
+    MYSQL_BIND p[STMT_ROWS_MAX];
+    int64_t ids[STMT_ROWS_MAX];
+    MYSQL_STMT *s;
+
+    for (size_t i = 0; i < a->n;) {
+        size_t k = 0;
+        unsigned lg = 0;
+        int err;
+
+        for (; i < a->n && k < STMT_ROWS_MAX; i++)
+            ids[k++] = a->ids[i];
+        while ((1u << lg) < k)
+            lg++;
+        memset(p, 0, sizeof(p));
+        for (size_t j = 0; j < (1u << lg); j++) {
+            if (j >= k)
+                ids[j] = ids[k - 1];
+            bind_i64(&p[j], &ids[j]);
+        }
+        err = store_stmt_exec(st, done_stmt[lg], p, NULL, &s);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+int store_unit_returns_done(struct store *st, const int64_t *ids, size_t n)
+{
+    struct done_args a = {ids, n};
+
+    if (n == 0)
+        return 0;
+    return store_retry(st, done_once, &a);
+}
