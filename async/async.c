@@ -4,6 +4,7 @@
  * the reconciliation when it holds the reconciliation lock.
  */
 #include "async/async.h"
+#include "async/compare.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -27,7 +28,8 @@
  * consumers left, and (with the lock) reconciles. */
 #define REFRESH_MS 2000
 #define CLAIM_EVERY_MS 1000
-#define RECONCILE_MS 2000
+/* The reconciliation's lock lasts this long unless released. */
+#define RECONCILE_LEASE_MS 8000
 /* The rebuild of one sale: how long its purchases are held at most. */
 #define FREEZE_MS 60000
 #define DRAIN_WAIT_MS 30000
@@ -351,7 +353,8 @@ struct sale {
     unsigned backlog;  /* XLEN, at the last look */
     int64_t oldest_ms; /* Redis time of the oldest order waiting */
     int mismatch;      /* consecutive disagreements seen */
-    long long delta;   /* by how much */
+    /* The latest of them. */
+    struct async_disagreement last;
 };
 
 struct async {
@@ -853,9 +856,12 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
                           struct sale *s)
 {
     struct store_voucher_stats stats;
-    long long initial, stock, buyers, backlog, delta;
+    struct async_redis_side rs = {0};
+    struct async_mysql_side ms = {0};
+    struct async_disagreement d;
+    long long initial, stock, buyers, backlog;
     char k[KEY_MAX];
-    bool frozen = false;
+    bool frozen = false, agree;
     redisReply *r;
 
     if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers, &backlog) !=
@@ -866,10 +872,14 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
     r = redisCommand(rc, "EXISTS %s", k);
     frozen = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
-    delta = initial < 0 ? 1
-                        : (initial - stock - buyers) * 1000000 +
-                              (buyers - stats.unpaid - stats.paid - backlog);
-    if (delta == 0 && !frozen) {
+    rs.initial = initial;
+    rs.stock = stock;
+    rs.buyers = buyers;
+    rs.unsettled = backlog;
+    ms.initial = stats.initial_stock;
+    ms.active = stats.unpaid + stats.paid;
+    agree = async_sale_compare(&rs, &ms, &d);
+    if (agree && !frozen) {
         s->mismatch = 0;
         return;
     }
@@ -877,13 +887,14 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
      * in the stream at once, for up to a claim period if that writer died
      * between its COMMIT and its XACK: such a disagreement must outlast
      * the claim before it counts. */
-    int need =
-        pending_count(rc, s->voucher_id) > 0
-            ? 2 + (int)((a->cfg.claim_ms + CLAIM_EVERY_MS) / RECONCILE_MS)
-            : 2;
-    if (initial >= 0 && !frozen && (s->mismatch == 0 || s->delta != delta)) {
+    int need = pending_count(rc, s->voucher_id) > 0
+                   ? 2 + (int)((a->cfg.claim_ms + CLAIM_EVERY_MS) /
+                               a->cfg.reconcile_ms)
+                   : 2;
+    if (initial >= 0 && !frozen &&
+        (s->mismatch == 0 || !async_disagreement_same(&s->last, &d))) {
         s->mismatch = 1;
-        s->delta = delta;
+        s->last = d;
         return;
     }
     if (initial >= 0 && !frozen && ++s->mismatch < need)
@@ -906,7 +917,7 @@ static void reconcile(struct async *a, struct store *st, redisContext *rc)
     if (!a->reconcile_lock &&
         lock_new(a->cfg.locks, "seckill:async:reconcile", &a->reconcile_lock))
         return;
-    if (lock_acquire(a->reconcile_lock, 0, 4 * RECONCILE_MS, &ls) != 0 ||
+    if (lock_acquire(a->reconcile_lock, 0, RECONCILE_LEASE_MS, &ls) != 0 ||
         ls != LOCK_ACQUIRED)
         return;
     for (size_t i = 0; i < a->nsales; i++)
@@ -1045,7 +1056,7 @@ static void *writer_main(void *arg)
         }
         if (now >= next_reconcile) {
             reconcile(a, st, rc);
-            next_reconcile = now + RECONCILE_MS;
+            next_reconcile = now + a->cfg.reconcile_ms;
         }
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
@@ -1067,6 +1078,8 @@ struct async *async_start(const struct async_config *cfg)
         a->cfg.batch = BATCH_MAX;
     if (a->cfg.claim_ms < 100)
         a->cfg.claim_ms = 100;
+    if (a->cfg.reconcile_ms == 0)
+        a->cfg.reconcile_ms = ASYNC_RECONCILE_MS;
     gethostname(host, sizeof(host) - 1);
     snprintf(a->consumer, sizeof(a->consumer), "%s-%ld", host, (long)getpid());
     pthread_mutex_init(&a->mu, NULL);

@@ -114,12 +114,17 @@ int async_redis_durable(redisContext *rc, char *why, size_t len);
 
 /* A consumer silent this long has its orders claimed by another. */
 #define ASYNC_CLAIM_MS 5000
+/* The reconciliation looks at every sale this often, by default. */
+#define ASYNC_RECONCILE_MS 2000
 
 struct async_config {
     const struct store_config *store; /* the writer's own store */
     struct lock_client *locks;        /* one reconciler at a time */
     unsigned batch;                   /* orders per MySQL transaction */
     unsigned claim_ms; /* a dead consumer's orders are claimed after */
+    /* How often a sale's Redis state is compared with MySQL (0: the
+     * default, ASYNC_RECONCILE_MS). */
+    unsigned reconcile_ms;
     /* Units of voucher_id went back on sale (a rebuild): tell the voucher
      * caches. May be NULL. */
     void (*stock_changed)(void *ctx, struct store *st, int64_t voucher_id);

@@ -114,6 +114,12 @@ const char config_usage[] =
     "sell async on a Redis that may lose\n"
     "                                           "
     "acknowledged writes (0)\n"
+    "  --async-reconcile-ms N\n"
+    "                      SECKILL_ASYNC_RECONCILE_MS\n"
+    "                                           "
+    "compare async sales' Redis state with\n"
+    "                                           "
+    "MySQL every N ms (2000)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -158,6 +164,7 @@ enum setting_id {
     SET_PURCHASE_MODE,
     SET_ASYNC_BACKLOG,
     SET_ASYNC_ACCEPT_LOSS,
+    SET_ASYNC_RECONCILE,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -197,6 +204,8 @@ static const struct {
                            "100000"},
     [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
                                "0"},
+    [SET_ASYNC_RECONCILE] = {"async-reconcile-ms", "SECKILL_ASYNC_RECONCILE_MS",
+                             "2000"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -504,6 +513,13 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
                         env, v);
         h->async_backlog_max = (unsigned)n;
+        return 0;
+    case SET_ASYNC_RECONCILE:
+        if (parse_int(v, 100, 60000, &n))
+            return fail(err, errlen,
+                        "%s: must be 100..60000 milliseconds (got \"%s\")", env,
+                        v);
+        h->async_reconcile_ms = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:
