@@ -6,7 +6,8 @@
  * share one hash tag, so every script touches one Redis Cluster slot and
  * declares its keys in KEYS:
  *
- *   {v:ID}:info     hash: begin, end (epoch s), initial (stock)
+ *   {v:ID}:info     hash: begin, end (epoch s), initial (stock),
+ *                   written (orders settled as written to MySQL)
  *   {v:ID}:stock    units left
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
  *   {v:ID}:stream   orders sold and not yet in MySQL: o (order id),
@@ -20,13 +21,18 @@
  * appends the order to the stream, atomically. The purchase answers 202
  * "pending". Every instance runs a writer: a consumer of the stream's
  * group "writers" that writes batches of orders to MySQL (idempotently:
- * the order id is the primary key), acknowledges and deletes them, claims
- * orders a dead consumer left pending, and moves an order that can never
- * be written to the dead-letter stream. One instance at a time (through
- * the lock library) reconciles each sale: when Redis and MySQL disagree
- * (a Redis restarted from an older append-only file, a dead letter), it
- * freezes the sale, lets the writers drain the stream, and rebuilds the
- * Redis state from MySQL, so no unit is ever sold twice.
+ * the order id is the primary key; each row keeps its place in the
+ * stream), then settles them in one script (acknowledged, deleted, no
+ * longer pending, counted as written), claims orders a dead consumer left
+ * pending, and moves an order that can never be written to the
+ * dead-letter stream. One instance at a time (through the lock library)
+ * reconciles each sale, comparing Redis with MySQL's orders up to the
+ * place in the stream Redis had reached (async/compare.h): when they
+ * disagree (a Redis restarted from an older append-only file, a dead
+ * letter), it freezes the sale, lets the writers drain what is in
+ * flight, and rebuilds the Redis state from MySQL, so no unit is ever
+ * sold twice. The rebuild never holds the writer: each step that finds
+ * orders still in flight returns, and the writer's loop comes back.
  *
  * A 202 promises the order will be written: acknowledged writes must
  * survive a Redis crash (async_redis_durable()), or the operator accepts

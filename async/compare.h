@@ -31,8 +31,8 @@ struct async_mysql_side {
 
 /* How a sale disagrees, term by term (all 0 and false: it agrees). */
 struct async_disagreement {
-    bool missing; /* Redis has no state for the sale */
-    bool orphan;  /* see async_redis_side */
+    bool missing;        /* Redis has no state for the sale */
+    bool orphan;         /* see async_redis_side */
     long long initial;   /* Redis' initial stock minus MySQL's */
     long long units;     /* Redis: initial - stock - buyers */
     long long buyers;    /* Redis' buyers minus the orders that explain them */

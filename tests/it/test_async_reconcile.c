@@ -201,7 +201,8 @@ static void test_reconciled_crowd(void **state)
     for (size_t i = 0; i < CLIENTS; i++) {
         struct slot *s = &slots[i];
 
-        snprintf(url, sizeof(url), "http://127.0.0.1:%u/api/vouchers/%lld/"
+        snprintf(url, sizeof(url),
+                 "http://127.0.0.1:%u/api/vouchers/%lld/"
                  "seckill",
                  (unsigned)srv[i % LOADED].port, (long long)v);
         s->h = curl_easy_init();
@@ -244,8 +245,7 @@ static void test_reconciled_crowd(void **state)
             }
         }
         if (running)
-            assert_int_equal(CURLM_OK,
-                             curl_multi_poll(m, NULL, 0, 1000, NULL));
+            assert_int_equal(CURLM_OK, curl_multi_poll(m, NULL, 0, 1000, NULL));
     } while (inflight > 0);
     secs = (util_mono_ms() - t0) / 1000;
     print_message("%lld s: %zu 202s (%lld/s), %zu busy, %zu other\n",
@@ -259,8 +259,8 @@ static void test_reconciled_crowd(void **state)
     free(slots);
     assert_drained(v, STOCK);
     for (int i = 0; i < INSTANCES; i++) {
-        frozen += log_count(srv[i].log_path, "async sale frozen for a rebuild",
-                            v);
+        frozen +=
+            log_count(srv[i].log_path, "async sale frozen for a rebuild", v);
         disagreed +=
             log_count(srv[i].log_path, "async sale disagrees with mysql", v);
         rebuilt +=

@@ -184,7 +184,8 @@ static void test_stream_pos(void **state)
                 ((uint64_t)1700000000000ULL << 20 | 5));
     assert_true(async_stream_pos("1-0") < async_stream_pos("1-1"));
     assert_true(async_stream_pos("1-1048575") < async_stream_pos("2-0"));
-    assert_true(async_stream_pos("1-99999999") == async_stream_pos("1-1048575"));
+    assert_true(async_stream_pos("1-99999999") ==
+                async_stream_pos("1-1048575"));
     assert_true(async_stream_pos("0-0") == 0);
     assert_true(async_stream_pos("") == 0);
     assert_true(async_stream_pos("12") == 0);
