@@ -782,7 +782,8 @@ static struct redis_script snapshot_script = REDIS_SCRIPT(
  * in the group, none waiting for delivery) removes what the stream still
  * holds (acknowledged: written or dead-lettered) and queues again the
  * orders that only have a pending record left (their settling was cut
- * short: the writers find them written, or write them). {state,
+ * short: the writers find them written, or write them; a record that
+ * does not start with "<user>:<t>" cannot be and is dropped). {state,
  * pending, undelivered, removed, queued again}: state 1 when nothing is
  * in flight any more, 0 to wait, -1 when the freeze is not this
  * rebuilder's.
@@ -812,7 +813,7 @@ static struct redis_script drain_script = REDIS_SCRIPT(
     "  if n <= tonumber(ARGV[3]) then kv = redis.call('hgetall', KEYS[2]) "
     "  else kv = redis.call('hrandfield', KEYS[2], ARGV[3], 'WITHVALUES') end "
     "  for i = 1, #kv, 2 do "
-    "    local u, t = string.match(kv[i + 1], '^(%d+):(%d+)$') "
+    "    local u, t = string.match(kv[i + 1], '^(%d+):(%d+)') "
     "    if u then "
     "      redis.call('xadd', KEYS[1], '*', 'o', kv[i], 'u', u, 't', t) "
     "      queued = queued + 1 "
