@@ -367,8 +367,9 @@ struct async {
     size_t nhints;
     bool kicked; /* something was sold here since the writer last looked */
     struct lock *reconcile_lock;
-    int64_t lock_renewed_ms; /* its lease was last renewed (monotonic) */
-    atomic_bool may_sell;    /* see async_may_sell() */
+    /* When its lease was last renewed (monotonic). */
+    int64_t lock_renewed_ms;
+    atomic_bool may_sell; /* see async_may_sell() */
     /* MySQL refused the last write: no write before retry_ms (monotonic),
      * backing off up to a second; logged once an outage. */
     int64_t retry_ms;
