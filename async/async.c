@@ -4,6 +4,7 @@
  * the reconciliation when it holds the reconciliation lock.
  */
 #include "async/async.h"
+#include "async/compare.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,14 +24,24 @@
 #define KEY_MAX 64
 #define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
 #define VOUCHERS_MAX 256
-/* How often the writer re-reads the async vouchers, claims what dead
- * consumers left, and (with the lock) reconciles. */
+/* How often the writer re-reads the async vouchers and claims what dead
+ * consumers left. */
 #define REFRESH_MS 2000
 #define CLAIM_EVERY_MS 1000
-#define RECONCILE_MS 2000
-/* The rebuild of one sale: how long its purchases are held at most. */
-#define FREEZE_MS 60000
-#define DRAIN_WAIT_MS 30000
+/* The reconciliation's lock lasts this long unless released. */
+#define RECONCILE_LEASE_MS 8000
+/* A sale frozen for a rebuild stays frozen this long unless its
+ * rebuilder renews the freeze (each step does), so that the freeze of a
+ * rebuilder that died lifts by itself. */
+#define FREEZE_MS 15000
+/* A rebuild waiting for orders in flight looks again this often, and
+ * says so in the log this often. */
+#define REBUILD_STEP_MS 100
+#define REBUILD_SAY_MS 5000
+/* The orders with only a pending record left that one step queues again. */
+#define REQUEUE_MAX 1000
+/* The same disagreement seen this many rounds in a row is repaired. */
+#define MISMATCH_ROUNDS 2
 /* An idle writer looks again this often; a sale on this instance wakes
  * it at once (async_voucher_hint()). */
 #define IDLE_SLEEP_MS 200
@@ -106,26 +117,6 @@ static struct redis_script return_script = REDIS_SCRIPT(
     "redis.call('hdel', KEYS[4], ARGV[2]) "
     "if redis.call('srem', KEYS[3], ARGV[2]) == 1 then "
     "redis.call('incr', KEYS[2]) end "
-    "return 1");
-
-/* KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
- * frozen, holders, rebuild-holders (its hash of their orders); ARGV
- * begin, end, initial, stock, users (how many are in rebuild), the
- * rebuilder's token. 1, or 0 (changed nothing) when the freeze is not
- * this rebuilder's any more or its set is gone. */
-static struct redis_script rebuild_script = REDIS_SCRIPT(
-    "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
-    "(redis.call('exists', KEYS[4]) == 0 or "
-    "redis.call('exists', KEYS[7]) == 0)) then "
-    "redis.call('del', KEYS[4], KEYS[7]) return 0 end "
-    "redis.call('del', KEYS[3], KEYS[6]) "
-    "if tonumber(ARGV[5]) > 0 then redis.call('rename', KEYS[4], KEYS[3]) "
-    "redis.call('rename', KEYS[7], KEYS[6]) "
-    "else redis.call('del', KEYS[4], KEYS[7]) end "
-    "redis.call('set', KEYS[2], ARGV[4]) "
-    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
-    "'initial', ARGV[3]) "
-    "redis.call('del', KEYS[5]) "
     "return 1");
 
 /* A reply of an integer, or -EIO (logged) for anything else. */
@@ -559,7 +550,11 @@ struct sale {
     unsigned backlog;  /* XLEN, at the last look */
     int64_t oldest_ms; /* Redis time of the oldest order waiting */
     int mismatch;      /* consecutive disagreements seen */
-    long long delta;   /* by how much */
+    /* The latest of them. */
+    struct async_disagreement last;
+    /* Frozen by this writer and being rebuilt (rebuild_step()). */
+    bool rebuilding;
+    int64_t rebuild_since_ms, rebuild_next_ms, rebuild_said_ms;
 };
 
 struct async {
@@ -577,6 +572,8 @@ struct async {
     size_t nhints;
     bool kicked; /* something was sold here since the writer last looked */
     struct lock *reconcile_lock;
+    /* When its lease was last renewed (monotonic). */
+    int64_t lock_renewed_ms;
     atomic_bool may_sell; /* see async_may_sell() */
     /* Online replicas the Redis primary reported at the last look. */
     atomic_uint replicas_seen;
@@ -642,78 +639,115 @@ static void entry_parse(const redisReply *r, struct entry *e)
         else if (strcmp(k->str, "t") == 0)
             e->o.accepted_ms = x, have |= 4;
     }
+    e->o.stream_pos = (int64_t)async_stream_pos(e->id);
     e->valid = have == 7;
 }
 
 /*
+ * KEYS stream, pending, dead, info; ARGV (entry id, record) pairs, the
+ * record "<order>" for an order written to MySQL, "<order>:<user>:<t>:<why>"
+ * for one that never can be. Settles each entry at once: the first to
+ * acknowledge it (a claimed order may be settled twice) drops its pending
+ * record, counts it in info's "written" or moves it to the dead letters;
+ * the entry leaves the stream either way. {written, the 1-based numbers
+ * of the pairs dead-lettered now...}.
+ */
+static struct redis_script settle_script = REDIS_SCRIPT(
+    "local out, written = {0}, 0 "
+    "for i = 1, #ARGV, 2 do "
+    "  local id, rec = ARGV[i], ARGV[i + 1] "
+    "  local o, u, t, why = string.match(rec, "
+    "'^([^:]*):([^:]*):([^:]*):(.*)$') "
+    "  if redis.call('xack', KEYS[1], 'writers', id) == 1 then "
+    "    if o then "
+    "      redis.call('xadd', KEYS[3], '*', 'o', o, 'u', u, 't', t, 'id', id, "
+    "                 'why', why) "
+    "      out[#out + 1] = (i + 1) / 2 "
+    "    else "
+    "      o = rec "
+    "      written = written + 1 "
+    "    end "
+    "    redis.call('hdel', KEYS[2], o) "
+    "  end "
+    "  redis.call('xdel', KEYS[1], id) "
+    "end "
+    "if written > 0 and redis.call('exists', KEYS[4]) == 1 then "
+    "  redis.call('hincrby', KEYS[4], 'written', written) "
+    "end "
+    "out[1] = written "
+    "return out");
+
+/*
  * After the write: acknowledge and delete every entry, drop the pending
- * records, and move the refused ones (and unreadable ones) to the dead
- * letters, in one pipelined round trip.
+ * records, count the written orders and move the refused ones (and
+ * unreadable ones) to the dead letters, in one script: an entry is never
+ * left acknowledged in the stream, nor its order counted twice, whatever
+ * the connection does.
  */
 static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
                    size_t n)
 {
-    char k_stream[KEY_MAX], k_pending[KEY_MAX], k_dead[KEY_MAX];
-    size_t sent = 0;
+    const char **argv = xcalloc(4 + 2 * n, sizeof(*argv));
+    char k[4][KEY_MAX], (*rec)[96] = xcalloc(n, sizeof(*rec));
+    size_t *at = xcalloc(n, sizeof(*at)), m = 0;
+    redisReply *r;
+    int err;
 
-    key(k_stream, voucher_id, "stream");
-    key(k_pending, voucher_id, "pending");
-    key(k_dead, voucher_id, "dead");
+    key(k[0], voucher_id, "stream");
+    key(k[1], voucher_id, "pending");
+    key(k[2], voucher_id, "dead");
+    key(k[3], voucher_id, "info");
+    for (int i = 0; i < 4; i++)
+        argv[i] = k[i];
     for (size_t i = 0; i < n; i++) {
-        char o[24], u[24], t[24], why[32];
-        bool dead = !e[i].valid || e[i].o.result;
-
-        if (dead) {
-            snprintf(o, sizeof(o), "%lld", (long long)e[i].o.order_id);
-            snprintf(u, sizeof(u), "%lld", (long long)e[i].o.user_id);
-            snprintf(t, sizeof(t), "%lld", (long long)e[i].o.accepted_ms);
-            snprintf(why, sizeof(why), "%s",
+        if (!e[i].id[0])
+            continue; /* not an entry: nothing to settle */
+        if (!e[i].valid || e[i].o.result)
+            snprintf(rec[i], sizeof(rec[i]), "%lld:%lld:%lld:%s",
+                     (long long)e[i].o.order_id, (long long)e[i].o.user_id,
+                     (long long)e[i].o.accepted_ms,
                      !e[i].valid                ? "unreadable"
                      : e[i].o.result == -EEXIST ? "refused by a unique key"
                                                 : "no stock in mysql");
-            redisAppendCommand(rc, "XADD %s * o %s u %s t %s id %s why %s",
-                               k_dead, o, u, t, e[i].id, why);
-            sent++;
+        else
+            snprintf(rec[i], sizeof(rec[i]), "%lld",
+                     (long long)e[i].o.order_id);
+        at[m] = i;
+        argv[4 + 2 * m] = e[i].id;
+        argv[5 + 2 * m] = rec[i];
+        m++;
+    }
+    if (m == 0)
+        goto out;
+    /* A broken connection leaves the entries pending: they are written
+     * again (idempotently) and settled later. */
+    r = redis_script_run(rc, &settle_script, 4, (int)(4 + 2 * m), argv, NULL,
+                         &err);
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        for (size_t j = 1; j < r->elements; j++) {
+            long long x = r->element[j]->integer - 1;
+            size_t i;
+
+            if (r->element[j]->type != REDIS_REPLY_INTEGER || x < 0 ||
+                (size_t)x >= m)
+                continue;
+            i = at[x];
             metrics_count(METRIC_ASYNC_DEAD, 1);
             log_error("async order can never be written, dead-lettered",
-                      "voucher=%lld order=%s user=%s why=\"%s\"",
-                      (long long)voucher_id, o, u, why);
+                      "voucher=%lld order=%lld user=%lld why=\"%s\"",
+                      (long long)voucher_id, (long long)e[i].o.order_id,
+                      (long long)e[i].o.user_id,
+                      strrchr(rec[i], ':') ? strrchr(rec[i], ':') + 1 : "");
         }
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+        log_warn("async settle refused by redis", "voucher=%lld err=\"%s\"",
+                 (long long)voucher_id, r->str);
     }
-    /* One command each for the whole batch: acknowledged, deleted, no
-     * longer pending (in that order: a crash in between leaves an order
-     * that is written and still pending, which is only read again). */
-    const char **v = xcalloc(n + 3, sizeof(*v));
-    char(*oid)[24] = xcalloc(n, sizeof(*oid));
-
-    v[0] = "XACK";
-    v[1] = k_stream;
-    v[2] = GROUP;
-    for (size_t i = 0; i < n; i++)
-        v[3 + i] = e[i].id;
-    redisAppendCommandArgv(rc, (int)(n + 3), v, NULL);
-    v[0] = "XDEL";
-    for (size_t i = 0; i < n; i++)
-        v[2 + i] = e[i].id;
-    redisAppendCommandArgv(rc, (int)(n + 2), v, NULL);
-    v[0] = "HDEL";
-    v[1] = k_pending;
-    for (size_t i = 0; i < n; i++) {
-        snprintf(oid[i], sizeof(oid[i]), "%lld", (long long)e[i].o.order_id);
-        v[2 + i] = oid[i];
-    }
-    redisAppendCommandArgv(rc, (int)(n + 2), v, NULL);
-    sent += 3;
-    free(oid);
-    free(v);
-    for (size_t i = 0; i < sent; i++) {
-        redisReply *r = NULL;
-
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            break; /* the connection broke: the entries stay pending and are
-                    * written again (idempotently) later */
-        freeReplyObject(r);
-    }
+    freeReplyObject(r);
+out:
+    free(at);
+    free(rec);
+    free(argv);
 }
 
 /* Write entries of a reply (an array of entries) for sale s. Returns how
@@ -890,71 +924,243 @@ static void backlog_look(redisContext *rc, struct sale *s)
 
 /* ---- the reconciliation ---- */
 
-/* Read a voucher's Redis numbers: initial (-1: no state), stock, buyers,
- * stream length, frozen. 0 or -errno. */
-static int redis_numbers(redisContext *rc, int64_t v, long long *initial,
-                         long long *stock, long long *buyers,
-                         long long *backlog)
+/*
+ * Helpers of the scripts below: id_le(a, b) orders two stream ids
+ * ("<ms>-<seq>"); group(k) is the fields of the group "writers" of stream
+ * k (nil: none); stream(k) those of XINFO STREAM k (nil: no stream).
+ */
+#define LUA_HELPERS                                                            \
+    "local function id_le(a, b) "                                              \
+    "  local am, as = string.match(a, '^(%d+)-(%d+)$') "                       \
+    "  local bm, bs = string.match(b, '^(%d+)-(%d+)$') "                       \
+    "  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), "            \
+    "    tonumber(bs) "                                                        \
+    "  return am < bm or (am == bm and as <= bs) "                             \
+    "end "                                                                     \
+    "local function fields(a) "                                                \
+    "  local f = {} "                                                          \
+    "  for i = 1, #a, 2 do f[a[i]] = a[i + 1] end "                            \
+    "  return f "                                                              \
+    "end "                                                                     \
+    "local function group(k) "                                                 \
+    "  local gs = redis.pcall('xinfo', 'groups', k) "                          \
+    "  if type(gs) ~= 'table' or gs.err then return nil end "                  \
+    "  for _, g in ipairs(gs) do "                                             \
+    "    local f = fields(g) "                                                 \
+    "    if f['name'] == 'writers' then return f end "                         \
+    "  end "                                                                   \
+    "  return nil "                                                            \
+    "end "                                                                     \
+    "local function stream(k) "                                                \
+    "  if redis.call('exists', k) == 0 then return nil end "                   \
+    "  return fields(redis.call('xinfo', 'stream', k)) "                       \
+    "end "
+
+/*
+ * KEYS info, stock, buyers, stream, pending, frozen. A sale's numbers at
+ * one moment: {initial (-1: no state), stock, buyers, unsettled (pending
+ * records), written, the stream's last id, the freeze's owner ("" when
+ * not frozen), 1 when the stream's oldest entry was acknowledged and left
+ * there}. An entry acknowledged and left behind is always the oldest
+ * sooner or later, as the entries around it are settled and deleted.
+ */
+static struct redis_script snapshot_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "local info = redis.call('hmget', KEYS[1], 'initial', 'written') "
+    "local last, orphan = '0-0', 0 "
+    "local s = stream(KEYS[4]) "
+    "if s then "
+    "  last = s['last-generated-id'] "
+    "  local first, g = s['first-entry'], group(KEYS[4]) "
+    "  if first and g and id_le(first[1], g['last-delivered-id']) and "
+    "     #redis.call('xpending', KEYS[4], 'writers', first[1], first[1], "
+    "                 1) == 0 then "
+    "    orphan = 1 "
+    "  end "
+    "end "
+    "return {tonumber(info[1]) or -1, "
+    "  tonumber(redis.call('get', KEYS[2])) or 0, "
+    "  redis.call('scard', KEYS[3]), redis.call('hlen', KEYS[5]), "
+    "  tonumber(info[2]) or 0, last, redis.call('get', KEYS[6]) or '', "
+    "  orphan}");
+
+/*
+ * KEYS stream, pending, frozen; ARGV the rebuilder's token, the freeze's
+ * lease (ms), the most orders to queue again. One step of a rebuild's
+ * wait: renews the freeze, and when no order is in flight (none pending
+ * in the group, none waiting for delivery) removes what the stream still
+ * holds (acknowledged: written or dead-lettered) and queues again the
+ * orders that only have a pending record left (their settling was cut
+ * short: the writers find them written, or write them; a record that
+ * does not start with "<user>:<t>" cannot be and is dropped). {state,
+ * pending, undelivered, removed, queued again}: state 1 when nothing is
+ * in flight any more, 0 to wait, -1 when the freeze is not this
+ * rebuilder's.
+ */
+static struct redis_script drain_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "if redis.call('get', KEYS[3]) ~= ARGV[1] then "
+    "  return {-1, 0, 0, 0, 0} "
+    "end "
+    "redis.call('pexpire', KEYS[3], ARGV[2]) "
+    "local g = group(KEYS[1]) "
+    "if not g then "
+    "  redis.call('xgroup', 'create', KEYS[1], 'writers', '0', 'MKSTREAM') "
+    "  g = group(KEYS[1]) "
+    "end "
+    "if g['pending'] > 0 then return {0, g['pending'], 0, 0, 0} end "
+    "local s = stream(KEYS[1]) "
+    "local newest = s['last-entry'] "
+    "if newest and not id_le(newest[1], g['last-delivered-id']) then "
+    "  return {0, 0, 1, 0, 0} "
+    "end "
+    "local removed = s['length'] "
+    "if removed > 0 then redis.call('xtrim', KEYS[1], 'MAXLEN', 0) end "
+    "local queued, n = 0, redis.call('hlen', KEYS[2]) "
+    "if n > 0 then "
+    "  local kv "
+    "  if n <= tonumber(ARGV[3]) then kv = redis.call('hgetall', KEYS[2]) "
+    "  else kv = redis.call('hrandfield', KEYS[2], ARGV[3], 'WITHVALUES') end "
+    "  for i = 1, #kv, 2 do "
+    "    local u, t = string.match(kv[i + 1], '^(%d+):(%d+)') "
+    "    if u then "
+    "      redis.call('xadd', KEYS[1], '*', 'o', kv[i], 'u', u, 't', t) "
+    "      queued = queued + 1 "
+    "    else "
+    "      redis.call('hdel', KEYS[2], kv[i]) "
+    "    end "
+    "  end "
+    "end "
+    "return {queued == 0 and 1 or 0, 0, 0, removed, queued}");
+
+/*
+ * KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
+ * frozen, stream, pending, holders, rebuild-holders (its hash of their
+ * orders); ARGV begin, end, initial, stock, users (how many are in
+ * rebuild), the rebuilder's token, written, the highest stream id among
+ * MySQL's orders. 1 when rebuilt; 0 (changed nothing) when the freeze is
+ * not this rebuilder's any more or its set is gone; -1 (changed nothing)
+ * when orders are in flight again.
+ */
+static struct redis_script rebuild_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
+    "    (redis.call('exists', KEYS[4]) == 0 or "
+    "     redis.call('exists', KEYS[9]) == 0)) then "
+    "  redis.call('del', KEYS[4], KEYS[9]) "
+    "  return 0 "
+    "end "
+    "local g = group(KEYS[6]) "
+    "if redis.call('hlen', KEYS[7]) > 0 or (g and g['pending'] > 0) then "
+    "  redis.call('del', KEYS[4], KEYS[9]) "
+    "  return -1 "
+    "end "
+    "redis.call('del', KEYS[3], KEYS[8]) "
+    "if tonumber(ARGV[5]) > 0 then "
+    "  redis.call('rename', KEYS[4], KEYS[3]) "
+    "  redis.call('rename', KEYS[9], KEYS[8]) "
+    "else redis.call('del', KEYS[4], KEYS[9]) end "
+    "redis.call('set', KEYS[2], ARGV[4]) "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
+    "  'initial', ARGV[3], 'written', ARGV[7]) "
+    "local s = stream(KEYS[6]) "
+    "if not s then "
+    "  redis.call('xgroup', 'create', KEYS[6], 'writers', '0', 'MKSTREAM') "
+    "  s = stream(KEYS[6]) "
+    "end "
+    "if not id_le(ARGV[8], s['last-generated-id']) then "
+    "  redis.call('xsetid', KEYS[6], ARGV[8]) "
+    "end "
+    "redis.call('del', KEYS[5]) "
+    "return 1");
+
+/* KEYS frozen; ARGV token, lease (ms): renew the freeze if it is ours. */
+static struct redis_script freeze_keep_script =
+    REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                 "return redis.call('pexpire', KEYS[1], ARGV[2]) end "
+                 "return 0");
+
+/*
+ * s's Redis numbers at one moment (snapshot_script): 0 with *out and
+ * frozen_by (the freeze's owner, "" when not frozen) set, or -errno.
+ */
+static int sale_snapshot(redisContext *rc, int64_t v,
+                         struct async_redis_side *out, char *frozen_by,
+                         size_t len)
 {
-    static const char *const what[4] = {"info", "stock", "buyers", "stream"};
-    char k[4][KEY_MAX];
-    redisReply *r[4] = {0};
+    static const char *const names[6] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "frozen"};
+    char k[6][KEY_MAX];
+    const char *argv[6];
+    redisReply *r;
     int err = 0;
 
-    for (int i = 0; i < 4; i++)
-        key(k[i], v, what[i]);
-    redisAppendCommand(rc, "HGET %s initial", k[0]);
-    redisAppendCommand(rc, "GET %s", k[1]);
-    redisAppendCommand(rc, "SCARD %s", k[2]);
-    redisAppendCommand(rc, "XLEN %s", k[3]);
-    for (int i = 0; i < 4; i++)
-        if (redisGetReply(rc, (void **)&r[i]) != REDIS_OK) {
-            err = redis_errno(rc);
-            break;
-        }
-    if (!err) {
-        *initial = r[0]->type == REDIS_REPLY_STRING ? atoll(r[0]->str) : -1;
-        *stock = r[1]->type == REDIS_REPLY_STRING ? atoll(r[1]->str) : 0;
-        *buyers = r[2]->type == REDIS_REPLY_INTEGER ? r[2]->integer : 0;
-        *backlog = r[3]->type == REDIS_REPLY_INTEGER ? r[3]->integer : 0;
+    for (int i = 0; i < 6; i++) {
+        key(k[i], v, names[i]);
+        argv[i] = k[i];
     }
-    for (int i = 0; i < 4; i++)
-        freeReplyObject(r[i]);
-    return err;
-}
-
-/* Pending entries of the group (handed out, not acknowledged). */
-static long long pending_count(redisContext *rc, int64_t v)
-{
-    char k[KEY_MAX];
-    long long n = -1;
-    redisReply *r;
-
-    key(k, v, "stream");
-    r = redisCommand(rc, "XPENDING %s " GROUP, k);
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        r->element[0]->type == REDIS_REPLY_INTEGER)
-        n = r->element[0]->integer;
-    else if (r && r->type == REDIS_REPLY_ERROR)
-        n = 0; /* no group: nothing handed out */
+    r = redis_script_run(rc, &snapshot_script, 6, 6, argv, NULL, &err);
+    if (!r)
+        return err ? err : -EIO;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+        r->element[5]->type != REDIS_REPLY_STRING ||
+        r->element[6]->type != REDIS_REPLY_STRING) {
+        log_warn("async sale snapshot failed", "voucher=%lld err=\"%s\"",
+                 (long long)v, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+        return -EIO;
+    }
+    out->initial = r->element[0]->integer;
+    out->stock = r->element[1]->integer;
+    out->buyers = r->element[2]->integer;
+    out->unsettled = r->element[3]->integer;
+    out->written = r->element[4]->integer;
+    out->last_pos = async_stream_pos(r->element[5]->str);
+    out->orphan = r->element[7]->integer == 1;
+    snprintf(frozen_by, len, "%s", r->element[6]->str);
     freeReplyObject(r);
-    return n;
+    return 0;
 }
 
 /*
- * Rebuild s's Redis state from MySQL: freeze its purchases, let every
- * writer drain the stream (this one helps), then, with nothing in
- * flight, set the buyers to MySQL's active users and the stock to the
- * initial stock minus them. Returns 0 when rebuilt.
+ * Keep the reconciliation's lock while a long round works: a second hold
+ * renews its lease (owner-checked), and dropping that hold keeps the
+ * first. False when it could not be renewed (lost, or the lock backend
+ * away): the round stops.
  */
-static int rebuild(struct async *a, struct store *st, redisContext *rc,
-                   struct sale *s)
+static bool reconcile_lock_keep(struct async *a)
 {
-    char k[7][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24];
-    const char *argv[13];
+    enum lock_status ls;
+    int64_t now = util_mono_ms();
+
+    if (!a->reconcile_lock || lock_holds(a->reconcile_lock) == 0 ||
+        now - a->lock_renewed_ms < RECONCILE_LEASE_MS / 3)
+        return true;
+    if (lock_acquire(a->reconcile_lock, 0, RECONCILE_LEASE_MS, &ls) != 0 ||
+        ls != LOCK_ACQUIRED) {
+        log_warn("async reconciliation stopped: its lock was not renewed",
+                 NULL);
+        return false;
+    }
+    lock_release(a->reconcile_lock, NULL);
+    a->lock_renewed_ms = now;
+    return true;
+}
+
+/*
+ * The end of s's rebuild, with nothing in flight: set the buyers to
+ * MySQL's active orders' users, the stock to the initial stock minus them,
+ * the written orders to MySQL's, and the stream's next position past
+ * every order MySQL has, and lift the freeze, in one script that checks
+ * the freeze is still this rebuilder's and nothing went in flight.
+ */
+static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
+                           struct sale *s)
+{
+    char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
+    char last[48], freeze_ms[16];
+    const char *argv[17];
     struct store_async_sale sale;
-    int64_t deadline = util_mono_ms() + DRAIN_WAIT_MS;
-    long long initial, stock, buyers, backlog = -1, pend = -1;
     redisReply *r;
     int err;
 
@@ -964,50 +1170,29 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
              (long long)s->voucher_id, a->consumer);
     key(k[4], s->voucher_id, "frozen");
-    key(k[5], s->voucher_id, "holders");
-    snprintf(k[6], sizeof(k[6]), "{v:%lld}:rebuild-holders:%s",
+    key(k[5], s->voucher_id, "stream");
+    key(k[6], s->voucher_id, "pending");
+    key(k[7], s->voucher_id, "holders");
+    snprintf(k[8], sizeof(k[8]), "{v:%lld}:rebuild-holders:%s",
              (long long)s->voucher_id, a->consumer);
-    /* One rebuilder per sale, even if two instances reconcile at once (a
-     * lock lease that ran out, instances on different lock backends):
-     * the freeze carries its owner, and only the owner's rebuild lands. */
-    r = redisCommand(rc, "SET %s %s PX %d NX", k[4], a->consumer, FREEZE_MS);
-    bool ours = r && r->type == REDIS_REPLY_STATUS;
-    freeReplyObject(r);
-    if (!ours) {
-        r = redisCommand(rc, "GET %s", k[4]);
-        ours = r && r->type == REDIS_REPLY_STRING &&
-               strcmp(r->str, a->consumer) == 0;
-        freeReplyObject(r);
-        if (!ours)
-            return -EBUSY; /* another rebuilds it */
-        freeReplyObject(redisCommand(rc, "PEXPIRE %s %d", k[4], FREEZE_MS));
-    }
-    log_warn("async sale frozen for a rebuild", "voucher=%lld",
-             (long long)s->voucher_id);
-    while (util_mono_ms() < deadline) {
-        pump(a, st, rc, s);
-        claim(a, st, rc, s);
-        if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers,
-                          &backlog) == 0 &&
-            backlog == 0 && (pend = pending_count(rc, s->voucher_id)) == 0)
-            break;
-        if (sleep_or_stop(a, 50))
-            return -ECANCELED;
-    }
-    if (backlog != 0 || pend != 0) {
-        log_warn("async rebuild waits: orders still in the stream",
-                 "voucher=%lld backlog=%lld pending=%lld",
-                 (long long)s->voucher_id, backlog, pend);
-        return -EAGAIN; /* stays frozen; tried again next round */
-    }
     err = store_async_sale_read(st, s->voucher_id, &sale);
+    if (err == -ENOENT) {
+        /* Not an async sale in MySQL (any more): nothing to rebuild from;
+         * the freeze lifts by itself. */
+        log_warn("async rebuild dropped: no async sale of that id in mysql",
+                 "voucher=%lld", (long long)s->voucher_id);
+        s->rebuilding = false;
+        return;
+    }
     if (err)
-        return err;
-    freeReplyObject(redisCommand(rc, "DEL %s %s", k[3], k[6]));
+        return; /* MySQL away: tried again at the next step */
+    snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
+    freeReplyObject(redisCommand(rc, "DEL %s %s", k[3], k[8]));
     for (size_t i = 0; i < sale.nusers; i += 500) {
         size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
         const char **v = xcalloc(2 * m + 2, sizeof(*v));
         char(*num)[24] = xcalloc(2 * m, sizeof(*num));
+        const char *keep[4] = {k[4], a->consumer, freeze_ms};
 
         v[0] = "SADD";
         v[1] = k[3];
@@ -1020,7 +1205,7 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
         freeReplyObject(r);
         /* Each buyer's order: a later return names it. */
         v[0] = "HSET";
-        v[1] = k[6];
+        v[1] = k[8];
         for (size_t j = 0; j < m; j++) {
             snprintf(num[m + j], sizeof(num[0]), "%lld",
                      (long long)sale.orders[i + j]);
@@ -1031,6 +1216,10 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
         freeReplyObject(r);
         free(num);
         free(v);
+        /* A large sale takes a while: the freeze and the lock are kept. */
+        freeReplyObject(
+            redis_script_run(rc, &freeze_keep_script, 1, 3, keep, NULL, &err));
+        reconcile_lock_keep(a);
     }
     snprintf(b, sizeof(b), "%lld", (long long)sale.begin_time);
     snprintf(e, sizeof(e), "%lld", (long long)sale.end_time);
@@ -1038,89 +1227,213 @@ static int rebuild(struct async *a, struct store *st, redisContext *rc,
     snprintf(sk, sizeof(sk), "%lld",
              (long long)(sale.initial_stock - (int64_t)sale.nusers));
     snprintf(nu, sizeof(nu), "%zu", sale.nusers);
-    for (int i = 0; i < 7; i++)
+    snprintf(wr, sizeof(wr), "%lld", (long long)sale.written);
+    snprintf(last, sizeof(last), "%llu-%llu",
+             (unsigned long long)sale.last_pos >> 20,
+             (unsigned long long)sale.last_pos & ((1u << 20) - 1));
+    for (int i = 0; i < 9; i++)
         argv[i] = k[i];
-    argv[7] = b;
-    argv[8] = e;
-    argv[9] = in;
-    argv[10] = sk;
-    argv[11] = nu;
-    argv[12] = a->consumer;
-    r = redis_script_run(rc, &rebuild_script, 7, 13, argv, NULL, &err);
-    bool landed = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    argv[9] = b;
+    argv[10] = e;
+    argv[11] = in;
+    argv[12] = sk;
+    argv[13] = nu;
+    argv[14] = a->consumer;
+    argv[15] = wr;
+    argv[16] = last;
+    r = redis_script_run(rc, &rebuild_script, 9, 17, argv, NULL, &err);
+    long long landed = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_warn("async rebuild refused by redis", "voucher=%lld err=\"%s\"",
+                 (long long)s->voucher_id, r->str);
     freeReplyObject(r);
     free(sale.users);
     free(sale.orders);
-    if (err)
-        return err;
-    if (!landed) {
+    if (landed == 0) {
         log_warn("async rebuild dropped: the freeze is not ours any more",
                  "voucher=%lld", (long long)s->voucher_id);
-        return -EAGAIN;
+        s->rebuilding = false;
+        return;
     }
+    if (landed != 1)
+        return; /* orders went in flight, or Redis failed: the next step */
+    s->rebuilding = false;
+    s->mismatch = 0;
     metrics_count(METRIC_ASYNC_REPAIRS, 1);
     log_warn("async sale rebuilt from mysql",
-             "voucher=%lld buyers=%zu "
-             "stock=%s",
-             (long long)s->voucher_id, sale.nusers, sk);
+             "voucher=%lld buyers=%zu stock=%s written=%s frozen_ms=%lld",
+             (long long)s->voucher_id, sale.nusers, sk, wr,
+             (long long)(util_mono_ms() - s->rebuild_since_ms));
     if (a->cfg.stock_changed)
         a->cfg.stock_changed(a->cfg.ctx, st, s->voucher_id);
-    return 0;
 }
 
 /*
- * Compare s's Redis state with MySQL: Redis' units taken are its buyers,
- * and they are MySQL's active orders plus the orders still in the stream.
- * Moments of disagreement are normal (an order being written, a unit
- * being returned); the same disagreement twice in a row, a missing state
- * or a frozen one left behind is not, and s is rebuilt.
+ * One step of s's rebuild (drain_script): while orders are in flight it
+ * only renews the freeze, and the writers' loop comes back later; with
+ * none, it finishes. Never waits.
+ */
+static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
+                         struct sale *s)
+{
+    char k[3][KEY_MAX], freeze_ms[16], most[16];
+    const char *argv[6] = {k[0], k[1], k[2], a->consumer, freeze_ms, most};
+    long long x[5] = {0};
+    int64_t now = util_mono_ms();
+    redisReply *r;
+    int err;
+
+    key(k[0], s->voucher_id, "stream");
+    key(k[1], s->voucher_id, "pending");
+    key(k[2], s->voucher_id, "frozen");
+    snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
+    snprintf(most, sizeof(most), "%d", REQUEUE_MAX);
+    r = redis_script_run(rc, &drain_script, 3, 6, argv, NULL, &err);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+            log_warn("async rebuild step refused by redis",
+                     "voucher=%lld err=\"%s\"", (long long)s->voucher_id,
+                     r->str);
+        freeReplyObject(r);
+        return;
+    }
+    for (int i = 0; i < 5; i++)
+        x[i] = r->element[i]->type == REDIS_REPLY_INTEGER
+                   ? r->element[i]->integer
+                   : 0;
+    freeReplyObject(r);
+    if (x[3] > 0)
+        log_warn("async rebuild removed acknowledged orders left in the "
+                 "stream",
+                 "voucher=%lld n=%lld", (long long)s->voucher_id, x[3]);
+    if (x[4] > 0)
+        log_warn("async rebuild queued again orders whose settling was cut "
+                 "short",
+                 "voucher=%lld n=%lld", (long long)s->voucher_id, x[4]);
+    if (x[0] < 0) {
+        log_warn("async rebuild dropped: the freeze is not ours any more",
+                 "voucher=%lld", (long long)s->voucher_id);
+        s->rebuilding = false;
+        return;
+    }
+    if (x[0] == 0) {
+        if (now - s->rebuild_said_ms >= REBUILD_SAY_MS) {
+            s->rebuild_said_ms = now;
+            log_warn("async rebuild waits: orders still in flight",
+                     "voucher=%lld pending=%lld undelivered=%lld "
+                     "queued_again=%lld frozen_ms=%lld",
+                     (long long)s->voucher_id, x[1], x[2], x[4],
+                     (long long)(now - s->rebuild_since_ms));
+        }
+        return;
+    }
+    rebuild_finish(a, st, rc, s);
+}
+
+/*
+ * Start rebuilding s's Redis state from MySQL: freeze its purchases (the
+ * freeze carries this writer's name: one rebuilder per sale, even if two
+ * instances reconcile at once, a lock lease that ran out, instances on
+ * different lock backends), then take the first step. The writers'
+ * loop takes the next ones (rebuilds_step()) until it is rebuilt.
+ */
+static void rebuild_start(struct async *a, struct store *st, redisContext *rc,
+                          struct sale *s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+
+    key(k, s->voucher_id, "frozen");
+    r = redisCommand(rc, "SET %s %s PX %d NX", k, a->consumer, FREEZE_MS);
+    bool ours = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (!ours) {
+        r = redisCommand(rc, "GET %s", k);
+        ours = r && r->type == REDIS_REPLY_STRING &&
+               strcmp(r->str, a->consumer) == 0;
+        freeReplyObject(r);
+        if (!ours)
+            return; /* another rebuilds it */
+    }
+    log_warn("async sale frozen for a rebuild", "voucher=%lld",
+             (long long)s->voucher_id);
+    s->rebuilding = true;
+    s->rebuild_since_ms = s->rebuild_said_ms = util_mono_ms();
+    s->rebuild_next_ms = s->rebuild_since_ms + REBUILD_STEP_MS;
+    rebuild_step(a, st, rc, s);
+}
+
+/* The next step of every rebuild this writer has going, on its loop. */
+static void rebuilds_step(struct async *a, struct store *st, redisContext *rc)
+{
+    int64_t now = util_mono_ms();
+
+    for (size_t i = 0; i < a->nsales; i++) {
+        struct sale *s = &a->sales[i];
+
+        if (!s->rebuilding || now < s->rebuild_next_ms)
+            continue;
+        s->rebuild_next_ms = now + REBUILD_STEP_MS;
+        rebuild_step(a, st, rc, s);
+    }
+}
+
+/*
+ * Compare s's Redis state with MySQL at one point of its stream: Redis'
+ * numbers in one script, then MySQL's orders up to the stream position
+ * Redis had reached (async/compare.h), so that batches the writers commit
+ * meanwhile, in any order, change nothing. Moments of disagreement are
+ * normal still (an order closed in MySQL whose unit is on its way back to
+ * Redis); the same disagreement twice in a row, a missing state or an
+ * acknowledged entry left in the stream is not, and s is rebuilt.
  */
 static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
                           struct sale *s)
 {
-    struct store_voucher_stats stats;
-    long long initial, stock, buyers, backlog, delta;
-    char k[KEY_MAX];
-    bool frozen = false;
-    redisReply *r;
+    struct async_redis_side rs;
+    struct async_mysql_side ms = {.initial = -1};
+    struct store_async_counts c;
+    struct async_disagreement d;
+    char frozen_by[64];
 
-    if (redis_numbers(rc, s->voucher_id, &initial, &stock, &buyers, &backlog) !=
-            0 ||
-        store_voucher_stats(st, s->voucher_id, &stats) != 0)
+    if (s->rebuilding)
+        return; /* rebuilds_step() takes it on */
+    if (sale_snapshot(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
         return;
-    key(k, s->voucher_id, "frozen");
-    r = redisCommand(rc, "EXISTS %s", k);
-    frozen = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-    freeReplyObject(r);
-    delta = initial < 0 ? 1
-                        : (initial - stock - buyers) * 1000000 +
-                              (buyers - stats.unpaid - stats.paid - backlog);
-    if (delta == 0 && !frozen) {
+    if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
+        s->mismatch = 0; /* another instance rebuilds it */
+        return;
+    }
+    if (rs.initial >= 0) {
+        if (store_async_counts_read(st, s->voucher_id, (int64_t)rs.last_pos,
+                                    &c))
+            return;
+        ms.initial = c.initial_stock;
+        ms.active = c.active;
+        ms.orders = c.orders;
+    }
+    if (async_sale_compare(&rs, &ms, &d) && !frozen_by[0]) {
         s->mismatch = 0;
         return;
     }
-    /* Orders handed to a writer and not acknowledged may be in MySQL and
-     * in the stream at once, for up to a claim period if that writer died
-     * between its COMMIT and its XACK: such a disagreement must outlast
-     * the claim before it counts. */
-    int need =
-        pending_count(rc, s->voucher_id) > 0
-            ? 2 + (int)((a->cfg.claim_ms + CLAIM_EVERY_MS) / RECONCILE_MS)
-            : 2;
-    if (initial >= 0 && !frozen && (s->mismatch == 0 || s->delta != delta)) {
+    if (!frozen_by[0] && !d.missing &&
+        (s->mismatch == 0 || !async_disagreement_same(&s->last, &d))) {
         s->mismatch = 1;
-        s->delta = delta;
+        s->last = d;
         return;
     }
-    if (initial >= 0 && !frozen && ++s->mismatch < need)
+    if (!frozen_by[0] && !d.missing && ++s->mismatch < MISMATCH_ROUNDS)
         return;
     log_warn("async sale disagrees with mysql",
-             "voucher=%lld initial=%lld stock=%lld buyers=%lld backlog=%lld "
-             "mysql_unpaid=%lld mysql_paid=%lld frozen=%d",
-             (long long)s->voucher_id, initial, stock, buyers, backlog,
-             (long long)stats.unpaid, (long long)stats.paid, frozen);
-    if (rebuild(a, st, rc, s) == 0)
-        s->mismatch = 0;
+             "voucher=%lld missing=%d orphan=%d initial=%lld units=%lld "
+             "buyers=%lld in_flight=%lld redis_initial=%lld stock=%lld "
+             "redis_buyers=%lld unsettled=%lld written=%lld "
+             "mysql_active=%lld mysql_orders=%lld frozen=%d",
+             (long long)s->voucher_id, d.missing, d.orphan, d.initial, d.units,
+             d.buyers, d.in_flight, rs.initial, rs.stock, rs.buyers,
+             rs.unsettled, rs.written, ms.active, ms.orders,
+             frozen_by[0] != '\0');
+    rebuild_start(a, st, rc, s);
 }
 
 static void reconcile(struct async *a, struct store *st, redisContext *rc)
@@ -1132,10 +1445,11 @@ static void reconcile(struct async *a, struct store *st, redisContext *rc)
     if (!a->reconcile_lock &&
         lock_new(a->cfg.locks, "seckill:async:reconcile", &a->reconcile_lock))
         return;
-    if (lock_acquire(a->reconcile_lock, 0, 4 * RECONCILE_MS, &ls) != 0 ||
+    if (lock_acquire(a->reconcile_lock, 0, RECONCILE_LEASE_MS, &ls) != 0 ||
         ls != LOCK_ACQUIRED)
         return;
-    for (size_t i = 0; i < a->nsales; i++)
+    a->lock_renewed_ms = util_mono_ms();
+    for (size_t i = 0; i < a->nsales && reconcile_lock_keep(a); i++)
         reconcile_one(a, st, rc, &a->sales[i]);
     lock_release(a->reconcile_lock, NULL);
 }
@@ -1335,12 +1649,13 @@ static void *writer_main(void *arg)
         }
         if (now >= next_reconcile) {
             reconcile(a, st, rc);
-            next_reconcile = now + RECONCILE_MS;
+            next_reconcile = now + a->cfg.reconcile_ms;
         }
         if (now >= a->next_returns_ms) {
             returns_sweep(a, st);
             a->next_returns_ms = now + RETURNS_EVERY_MS;
         }
+        rebuilds_step(a, st, rc);
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
     }
@@ -1361,6 +1676,8 @@ struct async *async_start(const struct async_config *cfg)
         a->cfg.batch = BATCH_MAX;
     if (a->cfg.claim_ms < 100)
         a->cfg.claim_ms = 100;
+    if (a->cfg.reconcile_ms == 0)
+        a->cfg.reconcile_ms = ASYNC_RECONCILE_MS;
     gethostname(host, sizeof(host) - 1);
     snprintf(a->consumer, sizeof(a->consumer), "%s-%ld", host, (long)getpid());
     pthread_mutex_init(&a->mu, NULL);

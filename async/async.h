@@ -6,7 +6,8 @@
  * share one hash tag, so every script touches one Redis Cluster slot and
  * declares its keys in KEYS:
  *
- *   {v:ID}:info     hash: begin, end (epoch s), initial (stock)
+ *   {v:ID}:info     hash: begin, end (epoch s), initial (stock),
+ *                   written (orders settled as written to MySQL)
  *   {v:ID}:stock    units left
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
  *   {v:ID}:holders  hash: user -> the order id of that active order
@@ -21,13 +22,18 @@
  * appends the order to the stream, atomically. The purchase answers 202
  * "pending". Every instance runs a writer: a consumer of the stream's
  * group "writers" that writes batches of orders to MySQL (idempotently:
- * the order id is the primary key), acknowledges and deletes them, claims
- * orders a dead consumer left pending, and moves an order that can never
- * be written to the dead-letter stream. One instance at a time (through
- * the lock library) reconciles each sale: when Redis and MySQL disagree
- * (a Redis restarted from an older append-only file, a dead letter), it
- * freezes the sale, lets the writers drain the stream, and rebuilds the
- * Redis state from MySQL, so no unit is ever sold twice.
+ * the order id is the primary key; each row keeps its place in the
+ * stream), then settles them in one script (acknowledged, deleted, no
+ * longer pending, counted as written), claims orders a dead consumer left
+ * pending, and moves an order that can never be written to the
+ * dead-letter stream. One instance at a time (through the lock library)
+ * reconciles each sale, comparing Redis with MySQL's orders up to the
+ * place in the stream Redis had reached (async/compare.h): when they
+ * disagree (a Redis restarted from an older append-only file, a dead
+ * letter), it freezes the sale, lets the writers drain what is in
+ * flight, and rebuilds the Redis state from MySQL, so no unit is ever
+ * sold twice. The rebuild never holds the writer: each step that finds
+ * orders still in flight returns, and the writer's loop comes back.
  *
  * A 202 promises the order will be written: acknowledged writes must
  * survive a Redis crash (async_redis_durable()), or the operator accepts
@@ -167,12 +173,17 @@ int async_redis_durable(redisContext *rc, char *why, size_t len);
 
 /* A consumer silent this long has its orders claimed by another. */
 #define ASYNC_CLAIM_MS 5000
+/* The reconciliation looks at every sale this often, by default. */
+#define ASYNC_RECONCILE_MS 2000
 
 struct async_config {
     const struct store_config *store; /* the writer's own store */
     struct lock_client *locks;        /* one reconciler at a time */
     unsigned batch;                   /* orders per MySQL transaction */
     unsigned claim_ms; /* a dead consumer's orders are claimed after */
+    /* How often a sale's Redis state is compared with MySQL (0: the
+     * default, ASYNC_RECONCILE_MS). */
+    unsigned reconcile_ms;
     /* Units of voucher_id went back on sale (a rebuild): tell the voucher
      * caches. May be NULL. */
     void (*stock_changed)(void *ctx, struct store *st, int64_t voucher_id);

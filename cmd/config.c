@@ -125,6 +125,12 @@ const char config_usage[] =
     "  --async-wait-ms N   SECKILL_ASYNC_WAIT_MS\n"
     "                                           "
     "how long they may take (200)\n"
+    "  --async-reconcile-ms N\n"
+    "                      SECKILL_ASYNC_RECONCILE_MS\n"
+    "                                           "
+    "compare async sales' Redis state with\n"
+    "                                           "
+    "MySQL every N ms (2000)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -171,6 +177,7 @@ enum setting_id {
     SET_ASYNC_ACCEPT_LOSS,
     SET_ASYNC_REPLICAS,
     SET_ASYNC_WAIT,
+    SET_ASYNC_RECONCILE,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -212,6 +219,8 @@ static const struct {
                                "0"},
     [SET_ASYNC_REPLICAS] = {"async-replicas", "SECKILL_ASYNC_REPLICAS", "auto"},
     [SET_ASYNC_WAIT] = {"async-wait-ms", "SECKILL_ASYNC_WAIT_MS", "200"},
+    [SET_ASYNC_RECONCILE] = {"async-reconcile-ms", "SECKILL_ASYNC_RECONCILE_MS",
+                             "2000"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -538,6 +547,13 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
                         env, v);
         h->async_backlog_max = (unsigned)n;
+        return 0;
+    case SET_ASYNC_RECONCILE:
+        if (parse_int(v, 100, 60000, &n))
+            return fail(err, errlen,
+                        "%s: must be 100..60000 milliseconds (got \"%s\")", env,
+                        v);
+        h->async_reconcile_ms = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:

@@ -52,6 +52,8 @@ struct handlers_config {
      * they may take. */
     int async_replicas;
     unsigned async_wait_ms;
+    /* How often async sales' Redis state is compared with MySQL. */
+    unsigned async_reconcile_ms;
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

@@ -84,6 +84,11 @@ CREATE TABLE IF NOT EXISTS voucher_orders (
     pay_time     DATETIME(3)     NULL,
     close_time   DATETIME(3)     NULL,
     txn_id       VARCHAR(64)     NULL, -- the payment provider's transaction
+    -- An async order's place in its sale's Redis Stream (the entry id as
+    -- ms << 20 | seq), written with the order: the reconciliation counts
+    -- the orders up to the place where it read Redis. NULL: a sync order,
+    -- or an async one from before.
+    stream_pos   BIGINT UNSIGNED NULL,
     -- The user while the order is active (unpaid or paid), else NULL: a
     -- unique key over it allows one active order per user and voucher and
     -- any number of closed ones.
@@ -97,7 +102,8 @@ CREATE TABLE IF NOT EXISTS voucher_orders (
     UNIQUE KEY uk_orders_active (active_user, voucher_id),
     UNIQUE KEY uk_orders_txn (txn_id),
     KEY idx_orders_user (user_id, id),
-    KEY idx_orders_voucher (voucher_id, status),
+    -- A sale's orders by status, and (covered) up to a stream position.
+    KEY idx_orders_voucher_pos (voucher_id, status, stream_pos),
     -- The expiry's scan: unpaid orders by deadline.
     KEY idx_orders_expiry (status, pay_deadline)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -19,7 +19,6 @@ ALTER TABLE voucher_orders
     ADD UNIQUE KEY IF NOT EXISTS uk_orders_active (active_user, voucher_id),
     ADD UNIQUE KEY IF NOT EXISTS uk_orders_txn (txn_id),
     ADD KEY IF NOT EXISTS idx_orders_expiry (status, pay_deadline),
-    ADD KEY IF NOT EXISTS idx_orders_voucher (voucher_id, status),
     DROP INDEX IF EXISTS uk_orders_user_voucher;
 
 -- The stock a voucher went on sale with, for the lifecycle's invariant
@@ -38,3 +37,14 @@ UPDATE seckill_vouchers s
 ALTER TABLE seckill_vouchers
     ADD COLUMN IF NOT EXISTS purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0
         AFTER initial_stock;
+
+-- An async order's place in its sale's Redis Stream, for the
+-- reconciliation (orders from before have none and count as earlier than
+-- any place). The sale's index covers it; it replaces the index of
+-- (voucher_id, status) that older schemas had.
+ALTER TABLE voucher_orders
+    ADD COLUMN IF NOT EXISTS stream_pos BIGINT UNSIGNED NULL AFTER txn_id;
+ALTER TABLE voucher_orders
+    ADD KEY IF NOT EXISTS idx_orders_voucher_pos
+        (voucher_id, status, stream_pos),
+    DROP INDEX IF EXISTS idx_orders_voucher;

@@ -10,7 +10,10 @@
  * by their number as the last statement. An order the unique key refuses
  * (its user has another active order) or that finds no stock left cannot
  * ever be written: the batch is retried without it, and the caller moves
- * it aside (a dead-letter stream).
+ * it aside (a dead-letter stream). Each row keeps its place in the
+ * sale's stream, so that the reconciliation can count MySQL's orders up
+ * to the place where it read Redis, whatever batches other writers
+ * commit meanwhile.
  */
 #include "store/internal.h"
 
@@ -114,14 +117,15 @@ static int insert_rows(struct store *st, struct write_args *a,
     int64_t pay_timeout_ms = store_pay_timeout_s(st) * 1000;
     MYSQL_STMT *s;
 
-    memset(p, 0, 4 * k * sizeof(p[0]));
+    memset(p, 0, 5 * k * sizeof(p[0]));
     for (size_t r = 0; r < k; r++) {
         time_from_epoch_ms(&deadline[r], in[r]->accepted_ms + pay_timeout_ms);
-        bind_i64(&p[4 * r], &in[r]->order_id);
-        bind_i64(&p[4 * r + 1], &in[r]->user_id);
-        bind_i64(&p[4 * r + 2], &a->voucher_id);
-        p[4 * r + 3].buffer_type = MYSQL_TYPE_DATETIME;
-        p[4 * r + 3].buffer = &deadline[r];
+        bind_i64(&p[5 * r], &in[r]->order_id);
+        bind_i64(&p[5 * r + 1], &in[r]->user_id);
+        bind_i64(&p[5 * r + 2], &a->voucher_id);
+        p[5 * r + 3].buffer_type = MYSQL_TYPE_DATETIME;
+        p[5 * r + 3].buffer = &deadline[r];
+        bind_i64(&p[5 * r + 4], &in[r]->stream_pos);
     }
     return store_stmt_exec(st, insert_stmt[lg], p, NULL, &s);
 }
@@ -289,12 +293,12 @@ static void user_listed(void *ctx, size_t i)
 static int sale_once(struct store *st, void *arg)
 {
     struct sale_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[4] = {0};
+    MYSQL_BIND p[1] = {0}, r[6] = {0};
     MYSQL_TIME b, e;
     size_t n;
     int err;
 
-    /* One snapshot: the row and the users agree. */
+    /* One snapshot: the row, the counts and the users agree. */
     err = store_query(st, "START TRANSACTION WITH CONSISTENT SNAPSHOT");
     if (err)
         return err;
@@ -303,6 +307,8 @@ static int sale_once(struct store *st, void *arg)
     bind_i64(&r[1], &a->out->stock);
     bind_time(&r[2], &b);
     bind_time(&r[3], &e);
+    bind_i64(&r[4], &a->out->written);
+    bind_i64(&r[5], &a->out->last_pos);
     err = store_stmt_rows(st, STMT_ASYNC_SALE, p, r, 1, NULL, NULL, &n);
     if (!err && n == 0)
         err = -ENOENT;
@@ -330,4 +336,34 @@ int store_async_sale_read(struct store *st, int64_t voucher_id,
 
     memset(out, 0, sizeof(*out));
     return store_retry(st, sale_once, &a);
+}
+
+struct counts_args {
+    int64_t id, pos_max;
+    struct store_async_counts *out;
+};
+
+static int counts_once(struct store *st, void *arg)
+{
+    struct counts_args *a = arg;
+    MYSQL_BIND p[2] = {0}, r[3] = {0};
+    size_t n;
+    int err;
+
+    bind_i64(&p[0], &a->pos_max);
+    bind_i64(&p[1], &a->id);
+    bind_i64(&r[0], &a->out->initial_stock);
+    bind_i64(&r[1], &a->out->active);
+    bind_i64(&r[2], &a->out->orders);
+    err = store_stmt_rows(st, STMT_ASYNC_COUNTS, p, r, 1, NULL, NULL, &n);
+    return err ? err : n ? 0 : -ENOENT;
+}
+
+int store_async_counts_read(struct store *st, int64_t voucher_id,
+                            int64_t pos_max, struct store_async_counts *out)
+{
+    struct counts_args a = {voucher_id, pos_max, out};
+
+    memset(out, 0, sizeof(*out));
+    return store_retry(st, counts_once, &a);
 }

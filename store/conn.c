@@ -67,8 +67,11 @@
     "INSERT INTO voucher_orders (id, user_id, voucher_id, status, "            \
     "pay_deadline) VALUES "
 /* The async writer's rows: the deadline is computed from when Redis
- * accepted the order. */
-#define AROWS_1 "(?, ?, ?, 1, ?)"
+ * accepted the order, and the row keeps its place in the sale's stream. */
+#define ASYNC_INSERT                                                           \
+    "INSERT INTO voucher_orders (id, user_id, voucher_id, status, "            \
+    "pay_deadline, stream_pos) VALUES "
+#define AROWS_1 "(?, ?, ?, 1, ?, ?)"
 #define AROWS_2 AROWS_1 ", " AROWS_1
 #define AROWS_3 AROWS_2 ", " AROWS_1
 #define AROWS_4 AROWS_2 ", " AROWS_2
@@ -207,20 +210,33 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_IDS_EXIST_16] = IDS_EXIST "(" LIST_16 ")",
     [STMT_IDS_EXIST_32] = IDS_EXIST "(" LIST_32 ")",
     [STMT_IDS_EXIST_64] = IDS_EXIST "(" LIST_64 ")",
-    [STMT_ASYNC_INSERT_1] = ORDERS_INSERT AROWS_1,
-    [STMT_ASYNC_INSERT_2] = ORDERS_INSERT AROWS_2,
-    [STMT_ASYNC_INSERT_4] = ORDERS_INSERT AROWS_4,
-    [STMT_ASYNC_INSERT_8] = ORDERS_INSERT AROWS_8,
-    [STMT_ASYNC_INSERT_16] = ORDERS_INSERT AROWS_16,
-    [STMT_ASYNC_INSERT_32] = ORDERS_INSERT AROWS_32,
-    [STMT_ASYNC_INSERT_64] = ORDERS_INSERT AROWS_64,
+    [STMT_ASYNC_INSERT_1] = ASYNC_INSERT AROWS_1,
+    [STMT_ASYNC_INSERT_2] = ASYNC_INSERT AROWS_2,
+    [STMT_ASYNC_INSERT_4] = ASYNC_INSERT AROWS_4,
+    [STMT_ASYNC_INSERT_8] = ASYNC_INSERT AROWS_8,
+    [STMT_ASYNC_INSERT_16] = ASYNC_INSERT AROWS_16,
+    [STMT_ASYNC_INSERT_32] = ASYNC_INSERT AROWS_32,
+    [STMT_ASYNC_INSERT_64] = ASYNC_INSERT AROWS_64,
     [STMT_ASYNC_VOUCHERS] =
         "SELECT voucher_id FROM seckill_vouchers WHERE purchase_mode = 1 "
         "AND end_time > NOW() - INTERVAL 1 HOUR ORDER BY voucher_id DESC "
         "LIMIT ?",
     [STMT_ASYNC_SALE] =
-        "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time "
-        "FROM seckill_vouchers WHERE voucher_id = ? AND purchase_mode = 1",
+        "SELECT COALESCE(s.initial_stock, s.stock), s.stock, s.begin_time, "
+        "s.end_time, (SELECT COUNT(*) FROM voucher_orders o WHERE "
+        "o.voucher_id = s.voucher_id), (SELECT COALESCE(MAX(o.stream_pos), 0) "
+        "FROM voucher_orders o WHERE o.voucher_id = s.voucher_id) "
+        "FROM seckill_vouchers s WHERE s.voucher_id = ? AND "
+        "s.purchase_mode = 1",
+    /* Orders from before stream positions were kept (NULL) count as
+     * earlier than any place in the stream. */
+    [STMT_ASYNC_COUNTS] =
+        "SELECT COALESCE(s.initial_stock, -1), "
+        "COALESCE(SUM(o.status IN (1, 2)), 0), COUNT(o.id) "
+        "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
+        "o.voucher_id = s.voucher_id AND (o.stream_pos IS NULL OR "
+        "o.stream_pos <= ?) WHERE s.voucher_id = ? "
+        "GROUP BY s.voucher_id, s.initial_stock",
     [STMT_ACTIVE_USERS] = "SELECT user_id, id FROM voucher_orders WHERE "
                           "voucher_id = ? AND status IN (1, 2)",
     [STMT_VOUCHER_STATS] =

@@ -400,6 +400,10 @@ struct store_async_order {
     int64_t user_id;
     int64_t accepted_ms; /* Redis' clock when it sold it: the pay deadline
                           * counts from there */
+    /* Its place in the sale's stream (the entry id as one number that
+     * orders like the ids, async/compare.h), kept on the order's row: the
+     * reconciliation counts MySQL's orders up to a place in the stream. */
+    int64_t stream_pos;
     /* Set by store_async_write(): 0 written (now or before); -EEXIST the
      * database refused it (the user has another active order, or its id
      * is another order's: it can never be written); -ERANGE no stock
@@ -410,7 +414,8 @@ struct store_async_order {
 /*
  * Write orders o[0..n) of voucher_id (at most 256) in one transaction:
  * those already in MySQL (a replay) are left as they are, the others are
- * inserted unpaid with their deadline, and the voucher's stock goes down
+ * inserted unpaid with their deadline and stream position, and the
+ * voucher's stock goes down
  * by how many were inserted (stock = stock - k WHERE stock >= k). An order
  * that can never be written gets its result; the rest are written still.
  * Returns 0 (see each result) or an error with nothing written (retry).
@@ -429,9 +434,12 @@ struct store_async_sale {
     int64_t *users;               /* with an active order; free(3) it */
     int64_t *orders;              /* users[i]'s active order; free(3) it */
     size_t nusers;
+    int64_t written;  /* its orders of any status */
+    int64_t last_pos; /* the highest stream position among them (0: none) */
 };
 
-/* Read voucher_id's sale (-ENOENT: not an async seckill voucher). */
+/* Read voucher_id's sale, all of it in one snapshot (-ENOENT: not an
+ * async seckill voucher). */
 int store_async_sale_read(struct store *st, int64_t voucher_id,
                           struct store_async_sale *out);
 
@@ -456,6 +464,21 @@ int store_unit_returns_list(struct store *st, unsigned min_age_ms,
 /* Redis has the units of orders ids[0..n): drop their records. 0 or
  * -errno. */
 int store_unit_returns_done(struct store *st, const int64_t *ids, size_t n);
+
+/* An async sale's orders up to a place in its stream. */
+struct store_async_counts {
+    int64_t initial_stock; /* -1: unknown (a voucher from before) */
+    int64_t active;        /* unpaid and paid */
+    int64_t orders;        /* of any status */
+};
+
+/*
+ * Count voucher_id's orders whose stream position is at most pos_max, and
+ * those written before positions were kept, in one statement (one
+ * snapshot). -ENOENT: no seckill voucher with this id.
+ */
+int store_async_counts_read(struct store *st, int64_t voucher_id,
+                            int64_t pos_max, struct store_async_counts *out);
 
 struct store_voucher_stats {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */
