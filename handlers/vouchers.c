@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 
 #define MONEY_MAX 100000000000LL /* a billion in cents */
@@ -127,6 +128,7 @@ unsigned vouchers_post(struct request *req)
          * reconciliation makes it from MySQL within seconds. */
         redisContext *rc = store_redis(req->st);
 
+        FAILPOINT("async_before_preheat");
         err = rc ? async_sale_preheat(rc, v->id, v->begin_time, v->end_time,
                                       v->stock)
                  : -ENOTCONN;

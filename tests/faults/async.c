@@ -518,3 +518,124 @@ void sc_async_pause_writer(struct run *r)
              log_lines(r, 0, "mysql connection lost\" op=commit"));
     run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
 }
+
+/* Creates the scenario's voucher through an instance, on its own thread
+ * (the request is held up by a failpoint). */
+struct creator {
+    struct it_server srv;
+    int64_t stock;
+    atomic_llong id; /* -1: not answered yet, refused or failed */
+};
+
+static void *creator_main(void *arg)
+{
+    struct creator *c = arg;
+
+    atomic_store(&c->id, voucher_create(&c->srv, c->stock, true));
+    return NULL;
+}
+
+/*
+ * Instance A commits a new async voucher to MySQL and is held up for 8 s
+ * before it puts the sale into Redis (the failpoint async_before_preheat).
+ * Meanwhile a reconciler finds the sale in MySQL without a state in Redis
+ * and builds it, and B sells it. Then A's late preheat comes: it must
+ * leave the live sale as it is (its buyers, its stock, the orders in its
+ * stream), not start it over, or units are sold twice and 202s lost.
+ */
+void sc_async_late_preheat(struct run *r)
+{
+    const char *a_env[] = {"SECKILL_THREADS=8",
+                           ASYNC_MODE,
+                           ACCEPT_LOSS,
+                           "SECKILL_LOCK_TTL_MS=2000",
+                           "SECKILL_FAILPOINTS=async_before_preheat=sleep:8000",
+                           NULL};
+    const char *b_env[] = {"SECKILL_THREADS=8",  ASYNC_MODE,
+                           ACCEPT_LOSS,          "SECKILL_LOCK_TTL_MS=2000",
+                           "SECKILL_FAILPOINTS", NULL};
+    struct load_cfg cfg = default_load();
+    struct creator c = {.stock = r->stock0, .id = -1};
+    int64_t before = -1, t0, built_ms = -1, v = -1;
+    long long sold_before;
+    pthread_t th;
+    MYSQL *my;
+    char needle[48];
+
+    r->async = true;
+    if (fleet_add(&r->fleet, "a", a_env, false) < 0 ||
+        fleet_add(&r->fleet, "b", b_env, true) < 0) {
+        setup_fail(r, "instances did not start");
+        fleet_stop(&r->fleet);
+        return;
+    }
+    my = fdb_connect(&r->db, 5);
+    if (!my || fdb_scalar(my, &before,
+                          "SELECT COALESCE(MAX(voucher_id), 0) FROM "
+                          "seckill_vouchers") != 0) {
+        setup_fail(r, "could not read the last voucher id");
+        if (my)
+            mysql_close(my);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    c.srv = fleet_get(&r->fleet, 0);
+    pthread_create(&th, NULL, creator_main, &c);
+    /* The voucher is in MySQL at once; A sleeps before the preheat. */
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 5000 &&
+           (fdb_scalar(my, &v,
+                       "SELECT COALESCE(MAX(voucher_id), -1) FROM "
+                       "seckill_vouchers WHERE voucher_id > %lld",
+                       (long long)before) != 0 ||
+            v < 0))
+        sleep_ms(20);
+    mysql_close(my);
+    if (v < 0) {
+        setup_fail(r, "the voucher did not appear in mysql");
+        pthread_join(th, NULL);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    r->voucher = v;
+    r->faults++;
+    say("voucher %lld in mysql; instance a holds its preheat for 8 s",
+        (long long)v);
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)v);
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 7000) {
+        if (predis_int(r->lock_redis_port, r->lock_redis_db,
+                       "EXISTS {v:%lld}:info", (long long)v) == 1) {
+            built_ms = util_mono_ms() - t0;
+            break;
+        }
+        sleep_ms(20);
+    }
+    if (built_ms < 0 || atomic_load(&c.id) >= 0) {
+        setup_fail(r, "no reconciler built the sale before the preheat");
+        pthread_join(th, NULL);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    say("a reconciler built the sale in redis %lld ms later (rebuilds "
+        "logged: %d); b sells it",
+        (long long)built_ms,
+        fleet_log_count(&r->fleet, "async sale rebuilt from mysql", needle));
+    cfg.voucher = v;
+    cfg.user_first = r->user_first;
+    sampler_start(&r->sampler, &r->db, v);
+    load_start(&r->load, &r->fleet, &cfg);
+    pthread_join(th, NULL);
+    sold_before = predis_int(r->lock_redis_port, r->lock_redis_db,
+                             "SCARD {v:%lld}:buyers", (long long)v);
+    if (atomic_load(&c.id) != v)
+        run_extra_fail(r, INV_ASYNC, "the creation answered %lld, not %lld",
+                       (long long)atomic_load(&c.id), (long long)v);
+    say("a's preheat done; the sale has %lld buyers in redis", sold_before);
+    run_note(r,
+             "the sale was built by a reconciler %lld ms after its creation "
+             "and sold by b; %lld buyers in redis after a's late preheat",
+             (long long)built_ms, sold_before);
+    fleet_set_load(&r->fleet, 0, true);
+    run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
+}

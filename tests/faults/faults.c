@@ -1106,6 +1106,7 @@ static const struct scenario scenarios[] = {
     {"async-redis-aof", sc_async_redis_aof},
     {"async-redis-older", sc_async_redis_older},
     {"async-pause-writer", sc_async_pause_writer},
+    {"async-late-preheat", sc_async_late_preheat},
 };
 
 #define NSCEN (sizeof(scenarios) / sizeof(scenarios[0]))
