@@ -114,6 +114,12 @@ const char config_usage[] =
     "sell async on a Redis that may lose\n"
     "                                           "
     "acknowledged writes (0)\n"
+    "  --async-lookback-s N\n"
+    "                      SECKILL_ASYNC_LOOKBACK_S\n"
+    "                                           "
+    "an async sale is reconciled with MySQL\n"
+    "                                           "
+    "until N s after its end (3600)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -158,6 +164,7 @@ enum setting_id {
     SET_PURCHASE_MODE,
     SET_ASYNC_BACKLOG,
     SET_ASYNC_ACCEPT_LOSS,
+    SET_ASYNC_LOOKBACK,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -197,6 +204,8 @@ static const struct {
                            "100000"},
     [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
                                "0"},
+    [SET_ASYNC_LOOKBACK] = {"async-lookback-s", "SECKILL_ASYNC_LOOKBACK_S",
+                            "3600"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -504,6 +513,13 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
                         env, v);
         h->async_backlog_max = (unsigned)n;
+        return 0;
+    case SET_ASYNC_LOOKBACK:
+        if (parse_int(v, 0, 31536000, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..31536000 seconds (got \"%s\")", env,
+                        v);
+        h->async_lookback_s = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:

@@ -47,6 +47,8 @@ struct handlers_config {
     enum purchase_mode purchase_mode;
     unsigned async_backlog_max; /* orders waiting for MySQL, per voucher */
     bool async_accept_loss;     /* sell async on a Redis that may lose them */
+    unsigned async_lookback_s;  /* sales looked after this long past their
+                                 * end (async_config.lookback_s) */
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

@@ -61,26 +61,23 @@ json_t *order_json(const struct store_order *o)
 /*
  * Whether order_id is an async sale's order on its way to MySQL: 0 with
  * *o filled (status unpaid, no times), -ENOENT, or -errno. Looked up after
- * MySQL said no: the writer drops the pending record only once the order
- * is committed, so "not pending" means "in MySQL now, or never sold".
+ * MySQL said no, in every sale with orders on their way (the index of
+ * sales with work): the writer drops the pending record only once the
+ * order is committed, so "not pending" means "in MySQL now, or never
+ * sold".
  */
 static int pending_find(struct request *req, struct store *st, int64_t order_id,
                         struct store_order *o)
 {
-    int64_t vouchers[256];
-    size_t n = async_vouchers(req->async, vouchers, 256);
-    redisContext *rc;
+    redisContext *rc = store_redis(st);
     int err;
 
-    if (n == 0)
-        return -ENOENT;
-    rc = store_redis(st);
     if (!rc)
         return -ENOTCONN;
     memset(o, 0, sizeof(*o));
     o->id = order_id;
-    err = async_pending_find(rc, vouchers, n, order_id, &o->voucher_id,
-                             &o->user_id, &o->pay_deadline_ms);
+    err = async_pending_find(rc, order_id, &o->voucher_id, &o->user_id,
+                             &o->pay_deadline_ms);
     /* What the writer will store: created at the sale, pay by then. */
     o->created = o->pay_deadline_ms / 1000;
     o->pay_deadline_ms += 1000 * (int64_t)(req->cfg->store.pay_timeout_s

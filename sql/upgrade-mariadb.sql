@@ -38,3 +38,8 @@ UPDATE seckill_vouchers s
 ALTER TABLE seckill_vouchers
     ADD COLUMN IF NOT EXISTS purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0
         AFTER initial_stock;
+
+-- An async sale's creation stamp (async sales from before have none).
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS sale_stamp BIGINT UNSIGNED NULL
+        AFTER purchase_mode;

@@ -91,7 +91,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
         "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
-        "begin_time, end_time, purchase_mode) VALUES (?, ?, ?, ?, ?, ?)",
+        "begin_time, end_time, purchase_mode, sale_stamp) VALUES (?, ?, ?, "
+        "?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
@@ -199,11 +200,11 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ASYNC_INSERT_64] = ORDERS_INSERT AROWS_64,
     [STMT_ASYNC_VOUCHERS] =
         "SELECT voucher_id FROM seckill_vouchers WHERE purchase_mode = 1 "
-        "AND end_time > NOW() - INTERVAL 1 HOUR ORDER BY voucher_id DESC "
-        "LIMIT ?",
+        "AND end_time > NOW() - INTERVAL ? SECOND ORDER BY voucher_id DESC",
     [STMT_ASYNC_SALE] =
-        "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time "
-        "FROM seckill_vouchers WHERE voucher_id = ? AND purchase_mode = 1",
+        "SELECT COALESCE(initial_stock, stock), stock, begin_time, end_time, "
+        "COALESCE(sale_stamp, 0) FROM seckill_vouchers WHERE voucher_id = ? "
+        "AND purchase_mode = 1",
     [STMT_ACTIVE_USERS] = "SELECT user_id FROM voucher_orders WHERE "
                           "voucher_id = ? AND status IN (1, 2)",
     [STMT_VOUCHER_STATS] =

@@ -43,6 +43,7 @@ static const char *const vars[] = {
     "SECKILL_STOCK_SEGMENTS",
     "SECKILL_SOLDOUT_TTL_MS",
     "SECKILL_CORS_ORIGINS",
+    "SECKILL_ASYNC_LOOKBACK_S",
 };
 
 static int reset_env(void **state)
@@ -97,6 +98,7 @@ static void test_defaults(void **state)
         assert_int_equal(c.http.engine_threads, 2 * cores);
         assert_int_equal(c.http.queue_max, 20000);
     }
+    assert_int_equal(c.http.async_lookback_s, 3600);
     assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
     assert_int_equal(c.http.store.mysql_port, 13306);
     assert_string_equal(c.http.store.mysql_user, "u");
@@ -147,6 +149,8 @@ static void test_bad_values(void **state)
         {"SECKILL_THREADS", "0", "SECKILL_THREADS"},
         {"SECKILL_LOCK_TTL_MS", "10", "SECKILL_LOCK_TTL_MS"},
         {"SECKILL_DEV", "yes", "SECKILL_DEV"},
+        {"SECKILL_ASYNC_LOOKBACK_S", "-1", "SECKILL_ASYNC_LOOKBACK_S"},
+        {"SECKILL_ASYNC_LOOKBACK_S", "1h", "SECKILL_ASYNC_LOOKBACK_S"},
         {"SECKILL_MYSQL_URL", "postgres://u:p@h/db", "SECKILL_MYSQL_URL"},
         {"SECKILL_MYSQL_URL", "mysql://u:p@h:1/", "SECKILL_MYSQL_URL"},
         {"SECKILL_MYSQL_URL", "mysql://h/db", "SECKILL_MYSQL_URL"},
