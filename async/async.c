@@ -1348,6 +1348,7 @@ static void sales_update(struct async *a, redisContext *rc)
             sale_init(&next[i], all[i]);
         if (have_index)
             next[i].indexed =
+                nidx &&
                 bsearch(&all[i], idx, nidx, sizeof(*idx), cmp_id) != NULL;
     }
     pthread_mutex_lock(&a->mu);
