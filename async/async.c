@@ -214,8 +214,9 @@ static int scan_ids(redisContext *rc, const char *set, const char *match,
         if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             r->element[0]->type != REDIS_REPLY_STRING ||
             r->element[1]->type != REDIS_REPLY_ARRAY) {
-            log_warn("async redis reply unexpected", "op=scan type=%d err=\"%s\"",
-                     r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+            log_warn("async redis reply unexpected",
+                     "op=scan type=%d err=\"%s\"", r->type,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "");
             freeReplyObject(r);
             err = -EIO;
             break;
@@ -327,7 +328,8 @@ static redisReply *purchase_run(redisContext *rc, int64_t voucher_id, int argc,
 
         redisAppendFormattedCommand(rc, cmd, (size_t)len);
         redisFreeCommand(cmd);
-        redisAppendCommand(rc, "SADD " INDEX_KEY " %lld", (long long)voucher_id);
+        redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+                           (long long)voucher_id);
         if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
             *err = redis_errno(rc);
             return NULL;
@@ -464,8 +466,7 @@ int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
                                     : NULL;
 
             if (ret == -ENOENT && colon &&
-                util_parse_id(r->str, (size_t)(colon - r->str), user_id) ==
-                    0) {
+                util_parse_id(r->str, (size_t)(colon - r->str), user_id) == 0) {
                 *voucher_id = ids[i + j];
                 *accepted_ms = strtoll(colon + 1, NULL, 10);
                 ret = 0;
@@ -1326,8 +1327,7 @@ static void sales_update(struct async *a, redisContext *rc)
         ids_push(&a->hinted, &a->nhinted, &a->hinted_cap, hints[i]);
     free(hints);
 
-    all = xcalloc(nidx + a->nlisted + a->nhinted + a->nsales + 1,
-                  sizeof(*all));
+    all = xcalloc(nidx + a->nlisted + a->nhinted + a->nsales + 1, sizeof(*all));
     for (size_t i = 0; i < nidx; i++)
         all[n++] = idx[i];
     for (size_t i = 0; i < a->nlisted; i++)
@@ -1347,9 +1347,8 @@ static void sales_update(struct async *a, redisContext *rc)
         else
             sale_init(&next[i], all[i]);
         if (have_index)
-            next[i].indexed =
-                nidx &&
-                bsearch(&all[i], idx, nidx, sizeof(*idx), cmp_id) != NULL;
+            next[i].indexed = nidx && bsearch(&all[i], idx, nidx, sizeof(*idx),
+                                              cmp_id) != NULL;
     }
     pthread_mutex_lock(&a->mu);
     old = a->sales;

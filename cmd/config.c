@@ -517,8 +517,7 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
     case SET_ASYNC_LOOKBACK:
         if (parse_int(v, 0, 31536000, &n))
             return fail(err, errlen,
-                        "%s: must be 0..31536000 seconds (got \"%s\")", env,
-                        v);
+                        "%s: must be 0..31536000 seconds (got \"%s\")", env, v);
         h->async_lookback_s = (unsigned)n;
         return 0;
     case SET_RATE_USER:

@@ -1,9 +1,9 @@
 /*
  * failpoint.h - named places in the purchase path (and around it) where
  * a test build can crash, stop or stall the process on purpose
- * (tests/faults). Compiled in
- * only with -DSECKILL_FAILPOINTS (`make FAILPOINTS=1`, into build/fp);
- * otherwise FAILPOINT() is an empty statement and costs nothing.
+ * (tests/faults). Compiled in only with -DSECKILL_FAILPOINTS (`make
+ * FAILPOINTS=1`, into build/fp); otherwise FAILPOINT() is an empty
+ * statement and costs nothing.
  *
  * A failpoint build reads SECKILL_FAILPOINTS on the first hit of any
  * point: a comma-separated list of name=action[@n], where action is

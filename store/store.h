@@ -431,10 +431,11 @@ int store_async_vouchers(struct store *st, unsigned lookback_s, int64_t **out,
 struct store_async_sale {
     int64_t initial_stock, stock;
     int64_t begin_time, end_time; /* epoch seconds */
-    int64_t stamp; /* its creation stamp (store_voucher.sale_stamp; 0:
-                    * a voucher from before stamps) */
     int64_t *users;               /* with an active order; free(3) it */
     size_t nusers;
+    /* Its creation stamp (store_voucher.sale_stamp; 0: a voucher from
+     * before stamps). */
+    int64_t stamp;
 };
 
 /* Read voucher_id's sale (-ENOENT: not an async seckill voucher). */

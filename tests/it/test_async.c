@@ -8,9 +8,11 @@
  * keeps writes with appendfsync everysec, so they accept that loss) for
  * the crowd over two processes; C (the same, with a backlog bound of 12).
  * All three reach MySQL through a proxy the test cuts, since every
- * instance's writer drains every sale: MySQL away while sales go on.
- * Start-up refusal runs the binary against a Redis without durable writes
- * and one with them.
+ * instance's writer drains every sale: MySQL away while sales go on. All
+ * three look after a sale from MySQL's list until LOOKBACK_S after its
+ * end; orders still waiting after that are found through the index of
+ * sales with work. Start-up refusal runs the binary against a Redis
+ * without durable writes and one with them.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -109,7 +111,8 @@ static int group_teardown(void **state)
 
 /* A seckill voucher in mode ("async", "sync", or NULL: the default). The
  * sales end within minutes: every instance on the test database keeps
- * watching an async sale until an hour after its end. */
+ * reconciling an async sale until its look-back after its end (an hour
+ * by default). */
 static int64_t sale_create(const struct it_server *s, int64_t stock,
                            int64_t begin_off_s, int64_t end_off_s,
                            const char *mode)
