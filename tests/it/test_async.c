@@ -701,7 +701,7 @@ static bool index_has(redisContext *rc, int64_t v)
 
 /*
  * Orders that cannot reach MySQL until well after their sale's end plus
- * the look-back are still written. Sale 0 ends 6 s after its creation;
+ * the look-back are still written. Sale 0 ends 8 s after its creation;
  * sale 1's end is moved two hours back in MySQL (as after an outage
  * longer than the default look-back of an hour). A trigger refuses both
  * sales' orders while they sell and until the look-back has passed: the
@@ -721,8 +721,8 @@ static void test_backlog_outlives_lookback(void **state)
     bool found = false;
 
     (void)state;
-    s[0] = sale_create(&srv[0], 5, -60, 6, "async");
-    end_ms = util_now_ms() + 6000;
+    s[0] = sale_create(&srv[0], 5, -60, 8, "async");
+    end_ms = util_now_ms() + 8000;
     s[1] = sale_create(&srv[0], 5, -60, 600, "async");
     /* The first order of each with MySQL there: the caches are warm. */
     for (int k = 0; k < 2; k++)
