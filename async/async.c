@@ -23,10 +23,18 @@
 #define GROUP "writers"
 #define KEY_MAX 64
 #define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
-#define VOUCHERS_MAX 256
-/* How often the writer re-reads the async vouchers and claims what dead
- * consumers left. */
+/* The index of sales with orders on their way (see async.h). */
+#define INDEX_KEY "seckill:async:work"
+/* Keys and members a SCAN or SSCAN asks for at once, and sales looked up
+ * in one pipelined round trip. */
+#define SCAN_COUNT "1000"
+#define LOOKUP_MAX 256
+/* How often the writer re-reads the async vouchers, claims what dead
+ * consumers left, and (with the lock) reconciles. */
 #define REFRESH_MS 2000
+/* How often it walks the keyspace for sales with orders on their way
+ * that the index lacks (and once when it starts). */
+#define SWEEP_MS 60000
 #define CLAIM_EVERY_MS 1000
 /* The reconciliation's lock lasts this long unless released. */
 #define RECONCILE_LEASE_MS 8000
@@ -45,7 +53,6 @@
 /* An idle writer looks again this often; a sale on this instance wakes
  * it at once (async_voucher_hint()). */
 #define IDLE_SLEEP_MS 200
-#define HINTS_MAX 16
 /* Units owed to Redis (async_units_return()): looked for this often, when
  * recorded at least this long ago, this many at a time. */
 #define RETURNS_EVERY_MS 500
@@ -59,14 +66,17 @@ static void key(char *buf, int64_t voucher_id, const char *what)
     snprintf(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
 }
 
-/* KEYS info, stock, buyers, stream, pending, dead, frozen; ARGV begin,
- * end, stock. A new voucher id can only meet a stale sale (from an
- * earlier database on the same Redis): it is replaced. */
+/* KEYS info, stock, buyers, stream, pending, dead, frozen, holders;
+ * ARGV begin, end, stock, stamp. 1 put in; 0 left alone: the sale is there with
+ * this stamp already (a reconciliation made it from MySQL first, and it may be
+ * selling). Any other sale of the id is a stale one (from an earlier database
+ * on the same Redis): it is replaced. */
 static struct redis_script preheat_script = REDIS_SCRIPT(
+    "if redis.call('hget', KEYS[1], 'stamp') == ARGV[4] then return 0 end "
     "redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], "
-    "KEYS[7]) "
+    "KEYS[7], KEYS[8]) "
     "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
-    "'initial', ARGV[3]) "
+    "'initial', ARGV[3], 'stamp', ARGV[4]) "
     "redis.call('set', KEYS[2], ARGV[3]) "
     "return 1");
 
@@ -138,29 +148,138 @@ static int reply_int(redisContext *rc, redisReply *r, int err, long long *v,
     return ret;
 }
 
-int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock)
+/* ---- the index of sales with work ---- */
+
+static int cmp_id(const void *a, const void *b)
 {
-    static const char *const names[7] = {"info",    "stock", "buyers", "stream",
-                                         "pending", "dead",  "frozen"};
-    char k[7][KEY_MAX], b[24], e[24], n[24];
-    const char *argv[10];
-    long long v;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Sort ids[0..n) and drop repeats; returns how many are left. */
+static size_t ids_unique(int64_t *ids, size_t n)
+{
+    size_t k = 0;
+
+    if (n == 0)
+        return 0;
+    qsort(ids, n, sizeof(*ids), cmp_id);
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] != ids[k])
+            ids[++k] = ids[i];
+    return k + 1;
+}
+
+static void ids_push(int64_t **ids, size_t *n, size_t *cap, int64_t id)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *ids = xrealloc(*ids, *cap * sizeof(**ids));
+    }
+    (*ids)[(*n)++] = id;
+}
+
+/*
+ * Walk a cursor to its end: SSCAN of the set called set, or (set NULL)
+ * SCAN of the keyspace for the keys that match. Each string of the
+ * replies goes through id_of (NULL: the string is an id); the ids go
+ * into *ids, a new array of *n, sorted, without repeats (free(3) it).
+ * 0, or -errno with *ids NULL.
+ */
+static int scan_ids(redisContext *rc, const char *set, const char *match,
+                    int (*id_of)(const char *s, size_t len, int64_t *id),
+                    int64_t **ids, size_t *n)
+{
+    char cursor[32] = "0";
+    size_t cap = 0;
+    int err = 0;
+
+    *ids = NULL;
+    *n = 0;
+    do {
+        const char *argv[8] = {set ? "SSCAN" : "SCAN"};
+        int argc = 1;
+
+        if (set)
+            argv[argc++] = set;
+        argv[argc++] = cursor;
+        if (match) {
+            argv[argc++] = "MATCH";
+            argv[argc++] = match;
+        }
+        argv[argc++] = "COUNT";
+        argv[argc++] = SCAN_COUNT;
+        redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+
+        if (!r) {
+            err = redis_errno(rc);
+            break;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            log_warn("async redis reply unexpected",
+                     "op=scan type=%d err=\"%s\"", r->type,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "");
+            freeReplyObject(r);
+            err = -EIO;
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *e = r->element[1]->element[i];
+            int64_t id;
+
+            if (e->type == REDIS_REPLY_STRING &&
+                (id_of ? id_of : util_parse_id)(e->str, e->len, &id) == 0)
+                ids_push(ids, n, &cap, id);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    if (err) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return err;
+    }
+    *n = ids_unique(*ids, *n);
+    return 0;
+}
+
+/* The sales in the index: see scan_ids(). */
+static int index_read(redisContext *rc, int64_t **ids, size_t *n)
+{
+    return scan_ids(rc, INDEX_KEY, NULL, NULL, ids, n);
+}
+
+int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
+                       int64_t end_s, int64_t stock, int64_t stamp)
+{
+    static const char *const names[8] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "dead",
+                                         "frozen", "holders"};
+    char k[8][KEY_MAX], b[24], e[24], n[24], st[24];
+    const char *argv[12];
+    long long v = 0;
     int err;
 
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         key(k[i], voucher_id, names[i]);
         argv[i] = k[i];
     }
     snprintf(b, sizeof(b), "%lld", (long long)begin_s);
     snprintf(e, sizeof(e), "%lld", (long long)end_s);
     snprintf(n, sizeof(n), "%lld", (long long)stock);
-    argv[7] = b;
-    argv[8] = e;
-    argv[9] = n;
+    snprintf(st, sizeof(st), "%lld", (long long)stamp);
+    argv[8] = b;
+    argv[9] = e;
+    argv[10] = n;
+    argv[11] = st;
     redisReply *r =
-        redis_script_run(rc, &preheat_script, 7, 10, argv, NULL, &err);
-    return reply_int(rc, r, err, &v, "preheat");
+        redis_script_run(rc, &preheat_script, 8, 12, argv, NULL, &err);
+    err = reply_int(rc, r, err, &v, "preheat");
+    return err ? err : v == 0 ? -EEXIST : 0;
 }
 
 int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
@@ -222,8 +341,10 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
     char keys[7][KEY_MAX], backlog[16], (*nums)[24];
     unsigned replicas = confirm ? confirm->replicas : 0;
     long long acked = 0;
+    char *then[2];
+    redisReply *r, *then_r[2];
+    size_t nthen;
     const char **argv;
-    redisReply *r;
     int err = 0;
 
     if (n == 0)
@@ -244,11 +365,38 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
         argv[8 + 2 * i] = nums[2 * i];
         argv[9 + 2 * i] = nums[2 * i + 1];
     }
-    /* The replicas' WAIT rides in the same round trip: when they are
-     * quick, confirming costs no extra wait. */
-    r = redis_script_run_wait(rc, &purchase_script, 7, (int)(8 + 2 * n), argv,
-                              NULL, replicas, confirm ? confirm->wait_ms : 0,
-                              &acked, &err);
+    /* Behind the script, in the same round trip: the sale joins the
+     * index of sales with work (see index_prune(): a writer that takes
+     * it out and then finds the stream empty cannot miss what the script
+     * added; if this command is lost with the connection, the writers'
+     * sweeps put the sale back), and the replicas' WAIT (when they are
+     * quick, confirming costs no extra wait). */
+    nthen = 0;
+    if (redisFormatCommand(&then[nthen++], "SADD " INDEX_KEY " %lld",
+                           (long long)voucher_id) < 0 ||
+        (replicas && redisFormatCommand(&then[nthen++], "WAIT %u %u", replicas,
+                                        confirm->wait_ms) < 0))
+        abort(); /* only out of memory */
+    r = redis_script_run_then(rc, &purchase_script, 7, (int)(8 + 2 * n), argv,
+                              NULL, (const char *const *)then, nthen, then_r,
+                              &err);
+    if (r && (!then_r[0] || then_r[0]->type == REDIS_REPLY_ERROR))
+        log_warn("async sale not added to the index of sales with work",
+                 "voucher=%lld err=\"%s\"", (long long)voucher_id,
+                 then_r[0] ? then_r[0]->str : rc->errstr);
+    if (replicas) {
+        const redisReply *w = then_r[1];
+
+        acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+        if (w && w->type != REDIS_REPLY_INTEGER)
+            log_warn("redis wait refused", "err=\"%s\"",
+                     w->type == REDIS_REPLY_ERROR ? w->str
+                                                  : "unexpected reply");
+    }
+    for (size_t i = 0; i < nthen; i++) {
+        freeReplyObject(then_r[i]);
+        redisFreeCommand(then[i]);
+    }
     free(argv);
     free(nums);
     if (!r)
@@ -424,19 +572,21 @@ static int pending_parse(const redisReply *r, int64_t *user_id,
     return 0;
 }
 
-int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
-                          int64_t user_id, struct async_pending *out,
-                          size_t max, size_t *found)
+/*
+ * The orders of user_id waiting in the streams of vouchers[0..n) (n at
+ * most LOOKUP_MAX), appended to out while *found < max: which order the
+ * user holds in each sale, then which of those still wait for MySQL. Two
+ * pipelined round trips at most. 0 or -errno.
+ */
+static int pending_of_user_in(redisContext *rc, const int64_t *vouchers,
+                              size_t n, int64_t user_id,
+                              struct async_pending *out, size_t max,
+                              size_t *found)
 {
     char k[KEY_MAX];
-    int64_t held[VOUCHERS_MAX] = {0};
+    int64_t held[LOOKUP_MAX] = {0};
     size_t asked = 0;
 
-    *found = 0;
-    if (n > VOUCHERS_MAX)
-        n = VOUCHERS_MAX;
-    /* Which order the user holds in each sale, then which of those still
-     * wait for MySQL. */
     for (size_t i = 0; i < n; i++) {
         key(k, vouchers[i], "holders");
         redisAppendCommand(rc, "HGET %s %lld", k, (long long)user_id);
@@ -446,7 +596,7 @@ int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
             return redis_errno(rc);
-        if (r->type == REDIS_REPLY_STRING &&
+        if (r->type != REDIS_REPLY_STRING ||
             util_parse_id(r->str, r->len, &held[i]) != 0)
             held[i] = 0;
         freeReplyObject(r);
@@ -475,32 +625,57 @@ int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
     return 0;
 }
 
-int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
-                       int64_t *accepted_ms)
+int async_pending_of_user(redisContext *rc, int64_t user_id,
+                          struct async_pending *out, size_t max, size_t *found)
+{
+    int64_t *ids;
+    size_t n;
+    int err = index_read(rc, &ids, &n);
+
+    *found = 0;
+    for (size_t i = 0; !err && i < n && *found < max; i += LOOKUP_MAX)
+        err = pending_of_user_in(rc, ids + i,
+                                 n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX,
+                                 user_id, out, max, found);
+    free(ids);
+    return err;
+}
+
+int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
+                       int64_t *user_id, int64_t *accepted_ms)
 {
     char k[KEY_MAX];
-    int ret = -ENOENT;
+    int64_t *ids;
+    size_t n;
+    int ret = index_read(rc, &ids, &n);
 
-    if (n > VOUCHERS_MAX)
-        n = VOUCHERS_MAX;
-    for (size_t i = 0; i < n; i++) {
-        key(k, vouchers[i], "pending");
-        redisAppendCommand(rc, "HGET %s %lld", k, (long long)order_id);
-    }
-    for (size_t i = 0; i < n; i++) {
-        redisReply *r = NULL;
+    if (ret)
+        return ret;
+    ret = -ENOENT;
+    for (size_t i = 0; i < n && ret == -ENOENT; i += LOOKUP_MAX) {
+        size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX;
 
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            return redis_errno(rc);
-        if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
-            *voucher_id = vouchers[i];
-            ret = 0;
-        } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
-            ret = -EIO;
+        for (size_t j = 0; j < m; j++) {
+            key(k, ids[i + j], "pending");
+            redisAppendCommand(rc, "HGET %s %lld", k, (long long)order_id);
         }
-        freeReplyObject(r);
+        for (size_t j = 0; j < m; j++) {
+            redisReply *r = NULL;
+
+            if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
+                free(ids);
+                return redis_errno(rc);
+            }
+            if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
+                *voucher_id = ids[i + j];
+                ret = 0;
+            } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
+                ret = -EIO;
+            }
+            freeReplyObject(r);
+        }
     }
+    free(ids);
     return ret;
 }
 
@@ -545,6 +720,7 @@ int async_redis_durable(redisContext *rc, char *why, size_t len)
 
 struct sale {
     int64_t voucher_id;
+    bool indexed; /* in the index of sales with work, at the last look */
     bool group_ready;
     bool own_pending;  /* re-read what this consumer holds first */
     unsigned backlog;  /* XLEN, at the last look */
@@ -561,15 +737,23 @@ struct async {
     struct async_config cfg;
     char consumer[64];
     pthread_t thread;
-    pthread_mutex_t mu; /* guards sales, nsales, stop */
+    pthread_mutex_t mu; /* guards sales, nsales, hints, nhints, stop */
     pthread_cond_t cond;
     bool stop;
-    struct sale sales[VOUCHERS_MAX];
+    /* The writer's working set, by voucher id: the sales in the index of
+     * sales with work, those MySQL lists (on sale, ahead, or ended within
+     * the look-back), and those hinted since MySQL was last read. Only
+     * the writer changes it (under mu: /metrics reads it). */
+    struct sale *sales;
     size_t nsales;
-    /* Vouchers this instance just created or sold, not yet in sales: the
-     * writer takes them in before its next round (guarded by mu). */
-    int64_t hints[HINTS_MAX];
-    size_t nhints;
+    /* MySQL's list at its last read, and the hints taken since (the
+     * writer's own). */
+    int64_t *listed, *hinted;
+    size_t nlisted, nhinted, hinted_cap;
+    /* Vouchers this instance just created or sold: the writer takes them
+     * in at its next round (guarded by mu). */
+    int64_t *hints;
+    size_t nhints, hints_cap;
     bool kicked; /* something was sold here since the writer last looked */
     struct lock *reconcile_lock;
     /* When its lease was last renewed (monotonic). */
@@ -875,51 +1059,203 @@ static void claim(struct async *a, struct store *st, redisContext *rc,
     freeReplyObject(r);
 }
 
-/* Every sale's backlog (XLEN), in one pipelined round trip: the writer
- * reads only the streams that hold something. */
-static void backlogs_look(struct async *a, redisContext *rc)
+/*
+ * The backlog (XLEN) of every sale in the index, in one pipelined round
+ * trip: the writer reads only the streams that hold something. With all
+ * (on a round that read MySQL) of every sale of the working set too, and
+ * the Redis time of each backlog's oldest order, for /metrics; a sale
+ * with orders waiting that is not in the index (orders written into its
+ * stream some other way, or whose purchase lost its index command) is
+ * put in.
+ */
+static void backlogs_look(struct async *a, redisContext *rc, bool all)
 {
     char k[KEY_MAX];
-    size_t sent = 0;
+    size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, added = 0;
 
-    for (size_t i = 0; i < a->nsales; i++, sent++) {
-        key(k, a->sales[i].voucher_id, "stream");
-        redisAppendCommand(rc, "XLEN %s", k);
-    }
-    for (size_t i = 0; i < sent; i++) {
+    for (size_t i = 0; i < a->nsales; i++)
+        if (all || a->sales[i].indexed) {
+            key(k, a->sales[i].voucher_id, "stream");
+            redisAppendCommand(rc, "XLEN %s", k);
+            at[m++] = i;
+        }
+    for (size_t j = 0; j < m; j++) {
         redisReply *r = NULL;
 
         if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            return;
+            goto out;
         /* Under mu: /metrics reads it (async_backlog_top). */
         pthread_mutex_lock(&a->mu);
         if (r->type == REDIS_REPLY_INTEGER)
-            a->sales[i].backlog = (unsigned)r->integer;
+            a->sales[at[j]].backlog = (unsigned)r->integer;
         pthread_mutex_unlock(&a->mu);
         freeReplyObject(r);
     }
+    if (!all)
+        goto out;
+    m = 0;
+    for (size_t i = 0; i < a->nsales; i++) {
+        struct sale *s = &a->sales[i];
+
+        if (!s->backlog)
+            continue;
+        key(k, s->voucher_id, "stream");
+        redisAppendCommand(rc, "XRANGE %s - + COUNT 1", k);
+        if (!s->indexed)
+            redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+                               (long long)s->voucher_id);
+        at[m++] = i;
+    }
+    for (size_t j = 0; j < m; j++) {
+        struct sale *s = &a->sales[at[j]];
+        redisReply *r = NULL;
+        int64_t oldest = 0;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            goto out;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+            r->element[0]->type == REDIS_REPLY_ARRAY &&
+            r->element[0]->elements >= 1 &&
+            r->element[0]->element[0]->type == REDIS_REPLY_STRING)
+            oldest = strtoll(r->element[0]->element[0]->str, NULL, 10);
+        freeReplyObject(r);
+        pthread_mutex_lock(&a->mu);
+        s->oldest_ms = oldest;
+        pthread_mutex_unlock(&a->mu);
+        if (s->indexed)
+            continue;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            goto out;
+        if (r->type == REDIS_REPLY_INTEGER) {
+            added += r->integer == 1;
+            s->indexed = true;
+        }
+        freeReplyObject(r);
+    }
+    if (added)
+        log_warn("async sales with orders waiting were not in the index of "
+                 "sales with work: added",
+                 "n=%zu", added);
+out:
+    free(at);
 }
 
-/* s's backlog and the Redis time of its oldest waiting order. */
-static void backlog_look(redisContext *rc, struct sale *s)
+/*
+ * Take the sales whose stream was empty at this round's look out of the
+ * index of sales with work: each is removed first, and then its stream
+ * is looked at again, and it goes back in if an order came in between. A
+ * purchase adds its sale to the index after its script: an order the
+ * second look misses came after it, and so did its SADD, after the
+ * removal. One pipelined round trip, and one more for those put back. A
+ * connection lost in between may leave a sale with work out of the
+ * index: the next read of MySQL (within the look-back) or sweep puts it
+ * back.
+ */
+static void index_prune(struct async *a, redisContext *rc)
 {
     char k[KEY_MAX];
-    redisReply *r;
+    size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, back = 0;
 
-    key(k, s->voucher_id, "stream");
-    r = redisCommand(rc, "XLEN %s", k);
-    if (r && r->type == REDIS_REPLY_INTEGER)
-        s->backlog = (unsigned)r->integer;
-    freeReplyObject(r);
-    s->oldest_ms = 0;
-    if (!s->backlog)
+    for (size_t i = 0; i < a->nsales; i++) {
+        const struct sale *s = &a->sales[i];
+
+        if (!s->indexed || s->backlog)
+            continue;
+        key(k, s->voucher_id, "stream");
+        redisAppendCommand(rc, "SREM " INDEX_KEY " %lld",
+                           (long long)s->voucher_id);
+        redisAppendCommand(rc, "XLEN %s", k);
+        at[m++] = i;
+    }
+    for (size_t j = 0; j < m; j++) {
+        struct sale *s = &a->sales[at[j]];
+        redisReply *r[2] = {NULL, NULL};
+
+        if (redisGetReply(rc, (void **)&r[0]) != REDIS_OK ||
+            redisGetReply(rc, (void **)&r[1]) != REDIS_OK) {
+            freeReplyObject(r[0]);
+            goto out;
+        }
+        if (r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer == 0) {
+            s->indexed = false;
+        } else {
+            redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+                               (long long)s->voucher_id);
+            back++;
+        }
+        freeReplyObject(r[0]);
+        freeReplyObject(r[1]);
+    }
+    for (size_t j = 0; j < back; j++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            break;
+        freeReplyObject(r);
+    }
+out:
+    free(at);
+}
+
+/* The voucher id of a key "{v:ID}:...". */
+static int sale_key_id(const char *s, size_t len, int64_t *id)
+{
+    const char *end = memchr(s, '}', len);
+
+    if (len < 4 || memcmp(s, "{v:", 3) != 0 || !end)
+        return -EINVAL;
+    return util_parse_id(s + 3, (size_t)(end - s - 3), id);
+}
+
+/*
+ * Put back into the index the sales with orders on their way that it
+ * lacks, wherever they are (a purchase whose index command was lost,
+ * long ago): their pending hashes exist exactly while orders wait. A
+ * walk of the whole keyspace, so it is rare: when the writer starts and
+ * every SWEEP_MS.
+ */
+static void sweep(redisContext *rc)
+{
+    char k[KEY_MAX];
+    int64_t *ids;
+    size_t n, added = 0;
+
+    if (scan_ids(rc, NULL, "{v:*}:pending", sale_key_id, &ids, &n) != 0)
         return;
-    r = redisCommand(rc, "XRANGE %s - + COUNT 1", k);
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-        r->element[0]->type == REDIS_REPLY_ARRAY &&
-        r->element[0]->element[0]->type == REDIS_REPLY_STRING)
-        s->oldest_ms = strtoll(r->element[0]->element[0]->str, NULL, 10);
-    freeReplyObject(r);
+    for (size_t i = 0; i < n; i += LOOKUP_MAX) {
+        size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX, back = 0;
+
+        for (size_t j = 0; j < m; j++) {
+            key(k, ids[i + j], "stream");
+            redisAppendCommand(rc, "XLEN %s", k);
+        }
+        for (size_t j = 0; j < m; j++) {
+            redisReply *r = NULL;
+
+            if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+                goto out;
+            if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+                redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+                                   (long long)ids[i + j]);
+                back++;
+            }
+            freeReplyObject(r);
+        }
+        for (size_t j = 0; j < back; j++) {
+            redisReply *r = NULL;
+
+            if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+                goto out;
+            added += r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+            freeReplyObject(r);
+        }
+    }
+out:
+    if (added)
+        log_warn("async sales with orders waiting were not in the index of "
+                 "sales with work: added",
+                 "n=%zu", added);
+    free(ids);
 }
 
 /* ---- the reconciliation ---- */
@@ -1038,9 +1374,9 @@ static struct redis_script drain_script = REDIS_SCRIPT(
  * frozen, stream, pending, holders, rebuild-holders (its hash of their
  * orders); ARGV begin, end, initial, stock, users (how many are in
  * rebuild), the rebuilder's token, written, the highest stream id among
- * MySQL's orders. 1 when rebuilt; 0 (changed nothing) when the freeze is
- * not this rebuilder's any more or its set is gone; -1 (changed nothing)
- * when orders are in flight again.
+ * MySQL's orders, the sale's creation stamp. 1 when rebuilt; 0 (changed
+ * nothing) when the freeze is not this rebuilder's any more or its set is gone;
+ * -1 (changed nothing) when orders are in flight again.
  */
 static struct redis_script rebuild_script = REDIS_SCRIPT(
     LUA_HELPERS
@@ -1062,7 +1398,7 @@ static struct redis_script rebuild_script = REDIS_SCRIPT(
     "else redis.call('del', KEYS[4], KEYS[9]) end "
     "redis.call('set', KEYS[2], ARGV[4]) "
     "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
-    "  'initial', ARGV[3], 'written', ARGV[7]) "
+    "  'initial', ARGV[3], 'written', ARGV[7], 'stamp', ARGV[9]) "
     "local s = stream(KEYS[6]) "
     "if not s then "
     "  redis.call('xgroup', 'create', KEYS[6], 'writers', '0', 'MKSTREAM') "
@@ -1158,8 +1494,8 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
                            struct sale *s)
 {
     char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
-    char last[48], freeze_ms[16];
-    const char *argv[17];
+    char last[48], freeze_ms[16], sp[24];
+    const char *argv[18];
     struct store_async_sale sale;
     redisReply *r;
     int err;
@@ -1241,7 +1577,9 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
     argv[14] = a->consumer;
     argv[15] = wr;
     argv[16] = last;
-    r = redis_script_run(rc, &rebuild_script, 9, 17, argv, NULL, &err);
+    snprintf(sp, sizeof(sp), "%lld", (long long)sale.stamp);
+    argv[17] = sp;
+    r = redis_script_run(rc, &rebuild_script, 9, 18, argv, NULL, &err);
     long long landed = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_warn("async rebuild refused by redis", "voucher=%lld err=\"%s\"",
@@ -1461,27 +1799,22 @@ static void sale_init(struct sale *s, int64_t voucher_id)
     s->own_pending = true; /* after a restart: ours first */
 }
 
-static bool sale_known(const struct async *a, int64_t voucher_id)
+static int cmp_sale(const void *key, const void *elem)
 {
-    for (size_t j = 0; j < a->nsales; j++)
-        if (a->sales[j].voucher_id == voucher_id)
-            return true;
-    return false;
+    int64_t x = *(const int64_t *)key;
+    int64_t y = ((const struct sale *)elem)->voucher_id;
+
+    return (x > y) - (x < y);
 }
 
-/* Take in the hints (on the writer thread). */
-static void hints_take(struct async *a)
+/* voucher_id's sale in the working set, or NULL (writer, or under mu). */
+static struct sale *sale_find(const struct async *a, int64_t voucher_id)
 {
-    pthread_mutex_lock(&a->mu);
-    for (size_t i = 0; i < a->nhints; i++)
-        if (!sale_known(a, a->hints[i]) && a->nsales < VOUCHERS_MAX)
-            sale_init(&a->sales[a->nsales++], a->hints[i]);
-    a->nhints = 0;
-    pthread_mutex_unlock(&a->mu);
+    return a->nsales ? bsearch(&voucher_id, a->sales, a->nsales,
+                               sizeof(*a->sales), cmp_sale)
+                     : NULL;
 }
 
-/* The async vouchers from MySQL: new ones join (with a state made from
- * MySQL if Redis has none), ended ones stay until they drop off. */
 /* How many replicas the Redis of rc has online (INFO replication: the
  * slaveN lines with state=online), 0 when it cannot say. */
 static unsigned replicas_online(redisContext *rc)
@@ -1515,30 +1848,78 @@ static void durability_look(struct async *a, redisContext *rc)
                  "redis=\"%s\"", ok ? "durable" : why);
 }
 
-static void refresh(struct async *a, struct store *st, redisContext *rc)
+/* The async vouchers MySQL lists (on sale, ahead, or ended within the
+ * look-back); kept as they were when MySQL cannot say. */
+static void listed_refresh(struct async *a, struct store *st)
 {
-    int64_t ids[VOUCHERS_MAX];
-    size_t n = 0;
-    struct sale next[VOUCHERS_MAX];
+    int64_t *ids;
+    size_t n;
 
-    if (store_async_vouchers(st, ids, VOUCHERS_MAX, &n) != 0)
+    if (store_async_vouchers(st, a->cfg.lookback_s, &ids, &n) != 0)
         return;
-    for (size_t i = 0; i < n; i++) {
-        struct sale *old = NULL;
+    free(a->listed);
+    a->listed = ids;
+    a->nlisted = ids_unique(ids, n);
+    /* Hinted sales are in MySQL (committed before the hint): listed now
+     * if they are still to be looked after. */
+    a->nhinted = 0;
+}
 
-        for (size_t j = 0; j < a->nsales; j++)
-            if (a->sales[j].voucher_id == ids[i])
-                old = &a->sales[j];
-        if (old)
-            next[i] = *old;
+/*
+ * Make the working set anew: the sales in the index (read now; as they
+ * were when Redis cannot say), those MySQL listed, and those hinted.
+ * Sales that stay keep their state; new ones join with a fresh one.
+ */
+static void sales_update(struct async *a, redisContext *rc)
+{
+    int64_t *idx, *hints, *all;
+    size_t nidx, nhints, n = 0;
+    bool have_index = index_read(rc, &idx, &nidx) == 0;
+    struct sale *next, *old;
+
+    pthread_mutex_lock(&a->mu);
+    hints = a->hints;
+    nhints = a->nhints;
+    a->hints = NULL;
+    a->nhints = a->hints_cap = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (size_t i = 0; i < nhints; i++)
+        ids_push(&a->hinted, &a->nhinted, &a->hinted_cap, hints[i]);
+    free(hints);
+
+    all = xcalloc(nidx + a->nlisted + a->nhinted + a->nsales + 1, sizeof(*all));
+    for (size_t i = 0; i < nidx; i++)
+        all[n++] = idx[i];
+    for (size_t i = 0; i < a->nlisted; i++)
+        all[n++] = a->listed[i];
+    for (size_t i = 0; i < a->nhinted; i++)
+        all[n++] = a->hinted[i];
+    /* Kept: those indexed at the last look when the index cannot be read
+     * now, and those this writer is rebuilding (their freeze is its). */
+    for (size_t i = 0; i < a->nsales; i++)
+        if ((!have_index && a->sales[i].indexed) || a->sales[i].rebuilding)
+            all[n++] = a->sales[i].voucher_id;
+    n = ids_unique(all, n);
+    next = xcalloc(n + 1, sizeof(*next));
+    for (size_t i = 0; i < n; i++) {
+        const struct sale *s = sale_find(a, all[i]);
+
+        if (s)
+            next[i] = *s;
         else
-            sale_init(&next[i], ids[i]);
-        backlog_look(rc, &next[i]);
+            sale_init(&next[i], all[i]);
+        if (have_index)
+            next[i].indexed = nidx && bsearch(&all[i], idx, nidx, sizeof(*idx),
+                                              cmp_id) != NULL;
     }
     pthread_mutex_lock(&a->mu);
-    memcpy(a->sales, next, n * sizeof(next[0]));
+    old = a->sales;
+    a->sales = next;
     a->nsales = n;
     pthread_mutex_unlock(&a->mu);
+    free(old);
+    free(all);
+    free(idx);
 }
 
 /*
@@ -1615,10 +1996,12 @@ static void *writer_main(void *arg)
     struct async *a = arg;
     struct store *st = store_new(a->cfg.store);
     int64_t next_refresh = 0, next_claim = 0, next_reconcile = 0;
+    int64_t next_sweep = 0;
 
     for (;;) {
         redisContext *rc = store_redis(st);
         int64_t now = util_mono_ms();
+        bool look_all = false;
         size_t did = 0;
 
         pthread_mutex_lock(&a->mu);
@@ -1633,11 +2016,16 @@ static void *writer_main(void *arg)
         }
         if (now >= next_refresh) {
             durability_look(a, rc);
-            refresh(a, st, rc);
+            listed_refresh(a, st);
             next_refresh = now + REFRESH_MS;
+            look_all = true;
         }
-        hints_take(a);
-        backlogs_look(a, rc);
+        if (now >= next_sweep) {
+            sweep(rc);
+            next_sweep = now + SWEEP_MS;
+        }
+        sales_update(a, rc);
+        backlogs_look(a, rc, look_all);
         for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
             if (a->sales[i].backlog || a->sales[i].own_pending)
                 did += pump(a, st, rc, &a->sales[i]);
@@ -1647,6 +2035,7 @@ static void *writer_main(void *arg)
                     claim(a, st, rc, &a->sales[i]);
             next_claim = now + CLAIM_EVERY_MS;
         }
+        index_prune(a, rc);
         if (now >= next_reconcile) {
             reconcile(a, st, rc);
             next_reconcile = now + a->cfg.reconcile_ms;
@@ -1725,6 +2114,10 @@ void async_stop(struct async *a)
     pthread_join(a->thread, NULL);
     pthread_cond_destroy(&a->cond);
     pthread_mutex_destroy(&a->mu);
+    free(a->sales);
+    free(a->listed);
+    free(a->hinted);
+    free(a->hints);
     free(a);
 }
 
@@ -1755,31 +2148,16 @@ void async_voucher_hint(struct async *a, int64_t voucher_id)
     if (!a)
         return;
     pthread_mutex_lock(&a->mu);
-    bool known = sale_known(a, voucher_id);
+    bool known = sale_find(a, voucher_id) != NULL;
     for (size_t i = 0; !known && i < a->nhints; i++)
         known = a->hints[i] == voucher_id;
-    if (!known && a->nhints < HINTS_MAX)
-        a->hints[a->nhints++] = voucher_id;
+    if (!known)
+        ids_push(&a->hints, &a->nhints, &a->hints_cap, voucher_id);
     if (!a->kicked) {
         a->kicked = true;
         pthread_cond_signal(&a->cond);
     }
     pthread_mutex_unlock(&a->mu);
-}
-
-size_t async_vouchers(struct async *a, int64_t *out, size_t max)
-{
-    size_t n = 0;
-
-    if (!a)
-        return 0;
-    pthread_mutex_lock(&a->mu);
-    for (size_t i = 0; i < a->nsales && n < max; i++)
-        out[n++] = a->sales[i].voucher_id;
-    for (size_t i = 0; i < a->nhints && n < max; i++)
-        out[n++] = a->hints[i];
-    pthread_mutex_unlock(&a->mu);
-    return n;
 }
 
 size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,

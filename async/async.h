@@ -7,15 +7,34 @@
  * declares its keys in KEYS:
  *
  *   {v:ID}:info     hash: begin, end (epoch s), initial (stock),
- *                   written (orders settled as written to MySQL)
+ *                   written (orders settled as written to MySQL),
+ *                   stamp (the sale's creation stamp, from MySQL)
  *   {v:ID}:stock    units left
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
  *   {v:ID}:holders  hash: user -> the order id of that active order
  *   {v:ID}:stream   orders sold and not yet in MySQL: o (order id),
  *                   u (user), t (Redis time of the sale, ms)
- *   {v:ID}:pending  hash: order id -> "user:t", until it is in MySQL
+ *   {v:ID}:pending  hash: order id -> "user:t", until it is in MySQL (so
+ *                   it exists exactly while the sale has orders on their
+ *                   way)
  *   {v:ID}:dead     orders that could never be written (dead letters)
  *   {v:ID}:frozen   set while the sale's state is being rebuilt
+ *
+ * and one key outside them, the index of sales with work:
+ *
+ *   seckill:async:work  set: the ids of sales whose stream may hold
+ *                       orders
+ *
+ * which the writers read to find every sale with orders to write,
+ * whatever its age and however many there are. It is written by its own
+ * commands, never inside a script (a script touches one sale's slot): a
+ * purchase sends SADD after its script, in the same round trip; a writer
+ * takes a sale out with SREM and then looks at its stream (XLEN) and puts
+ * it back if an order came in between. A purchase whose SADD was lost
+ * (the connection broke after the script) is found again by the writers:
+ * within the look-back from MySQL's list of sales, and at any age by a
+ * sweep of the keyspace for pending hashes (when a writer starts, and
+ * every minute).
  *
  * A batch of purchases is one script: it checks the window, each buyer
  * and the stock, and for each sale takes a unit, adds the buyer and
@@ -34,6 +53,11 @@
  * flight, and rebuilds the Redis state from MySQL, so no unit is ever
  * sold twice. The rebuild never holds the writer: each step that finds
  * orders still in flight returns, and the writer's loop comes back.
+ *
+ * A sale's state is made once, when its voucher is created (the preheat),
+ * or from MySQL by a reconciliation that finds it missing. Both write
+ * the sale's creation stamp, so a preheat that comes late, after a
+ * reconciliation made the sale and it started selling, leaves it alone.
  *
  * A 202 promises the order will be written: acknowledged writes must
  * survive a Redis crash (async_redis_durable()), or the operator accepts
@@ -84,13 +108,16 @@ struct async_confirm {
 };
 
 /*
- * Put a new sale into Redis: its window, initial stock and stock, no
- * buyers, no orders (whatever a stale sale of the same id left, from an
- * earlier database on the same Redis, is replaced). For a voucher just
- * created. 0 or -errno.
+ * Put a new sale into Redis: its window, initial stock and stock, its
+ * creation stamp (store_voucher.sale_stamp), no buyers, no orders. For a
+ * voucher just created. If the sale is there with this stamp already (a
+ * reconciliation made it from MySQL first, and it may be selling), it is
+ * left as it is: -EEXIST. Whatever a stale sale of the same id left (from
+ * an earlier database on the same Redis: another stamp, or none) is
+ * replaced. 0, -EEXIST, or -errno.
  */
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock);
+                       int64_t end_s, int64_t stock, int64_t stamp);
 
 /*
  * An async sale's window from its Redis state (for a purchase when MySQL
@@ -105,7 +132,8 @@ int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
 
 /*
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
- * in one script, in that order. out[i] is each one's outcome (all
+ * in one script, in that order, and add the sale to the index of sales
+ * with work in the same round trip. out[i] is each one's outcome (all
  * the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the stream holds
  * backlog_max orders or more). With confirm (may be NULL) asking for
  * replicas, a WAIT follows the script in the same round trip, and the
@@ -144,23 +172,22 @@ struct async_pending {
 };
 
 /*
- * The orders of user_id that wait in the streams of vouchers[0..n) (at
- * most 256): up to max into out, *found of them. One or two pipelined
- * round trips. 0 or -errno.
+ * The orders of user_id that wait for MySQL, looked for in every sale of
+ * the index of sales with work (a round trip for the index, and two for
+ * each 256 sales in it): up to max into out, *found of them. 0 or -errno.
  */
-int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
-                          int64_t user_id, struct async_pending *out,
-                          size_t max, size_t *found);
+int async_pending_of_user(redisContext *rc, int64_t user_id,
+                          struct async_pending *out, size_t max, size_t *found);
 
 /*
- * Whether order_id waits in the stream of one of vouchers[0..n) (at most
- * 256: one pipelined round trip): 0 with *voucher_id, *user_id and
+ * Whether order_id waits in the stream of a sale, looked for in every
+ * sale of the index of sales with work (a round trip for the index, and
+ * one for each 256 sales in it): 0 with *voucher_id, *user_id and
  * *accepted_ms (Redis' time of the sale) set, -ENOENT (not waiting:
  * written already, or never sold), or -errno.
  */
-int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
-                       int64_t *accepted_ms);
+int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
+                       int64_t *user_id, int64_t *accepted_ms);
 
 /*
  * Whether the Redis of rc keeps every acknowledged write across a crash:
@@ -184,6 +211,10 @@ struct async_config {
     /* How often a sale's Redis state is compared with MySQL (0: the
      * default, ASYNC_RECONCILE_MS). */
     unsigned reconcile_ms;
+    /* A sale is looked after (reconciled) from MySQL's list until this
+     * long after its end; its orders still to be written after that are
+     * found through the index of sales with work. */
+    unsigned lookback_s;
     /* Units of voucher_id went back on sale (a rebuild): tell the voucher
      * caches. May be NULL. */
     void (*stock_changed)(void *ctx, struct store *st, int64_t voucher_id);
@@ -223,12 +254,9 @@ void async_confirm_get(const struct async *a, struct async_confirm *out);
 void async_stop(struct async *a);
 
 /* Voucher voucher_id is async and on sale (this instance created it or
- * sold some): the writer takes it in now rather than at its next look at
- * MySQL. Thread-safe, cheap when it is known. */
+ * sold some): the writer wakes and takes it in now rather than at its
+ * next look at MySQL or the index. Thread-safe, cheap when it is known. */
 void async_voucher_hint(struct async *a, int64_t voucher_id);
-
-/* The async vouchers the writer knows: up to max ids. Thread-safe. */
-size_t async_vouchers(struct async *a, int64_t *out, size_t max);
 
 /* The deepest backlogs (orders waiting for MySQL) and the oldest wait:
  * for /metrics. Thread-safe. */

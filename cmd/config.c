@@ -131,6 +131,12 @@ const char config_usage[] =
     "compare async sales' Redis state with\n"
     "                                           "
     "MySQL every N ms (2000)\n"
+    "  --async-lookback-s N\n"
+    "                      SECKILL_ASYNC_LOOKBACK_S\n"
+    "                                           "
+    "an async sale is reconciled with MySQL\n"
+    "                                           "
+    "until N s after its end (3600)\n"
     "  --drain-s N         SECKILL_DRAIN_S      "
     "after SIGTERM, /readyz answers 503 and\n"
     "                                           "
@@ -178,6 +184,7 @@ enum setting_id {
     SET_ASYNC_REPLICAS,
     SET_ASYNC_WAIT,
     SET_ASYNC_RECONCILE,
+    SET_ASYNC_LOOKBACK,
     SET_DRAIN,
     SET_MYSQL_REPLICA_URL,
     SET_REPLICA_MAX_LAG,
@@ -221,6 +228,8 @@ static const struct {
     [SET_ASYNC_WAIT] = {"async-wait-ms", "SECKILL_ASYNC_WAIT_MS", "200"},
     [SET_ASYNC_RECONCILE] = {"async-reconcile-ms", "SECKILL_ASYNC_RECONCILE_MS",
                              "2000"},
+    [SET_ASYNC_LOOKBACK] = {"async-lookback-s", "SECKILL_ASYNC_LOOKBACK_S",
+                            "3600"},
     [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
     [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
                                ""},
@@ -554,6 +563,12 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
                         "%s: must be 100..60000 milliseconds (got \"%s\")", env,
                         v);
         h->async_reconcile_ms = (unsigned)n;
+        return 0;
+    case SET_ASYNC_LOOKBACK:
+        if (parse_int(v, 0, 31536000, &n))
+            return fail(err, errlen,
+                        "%s: must be 0..31536000 seconds (got \"%s\")", env, v);
+        h->async_lookback_s = (unsigned)n;
         return 0;
     case SET_RATE_USER:
     case SET_RATE_IP:

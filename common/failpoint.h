@@ -1,8 +1,9 @@
 /*
- * failpoint.h - named places in the purchase path where a test build can
- * crash, stop or stall the process on purpose (tests/faults). Compiled in
- * only with -DSECKILL_FAILPOINTS (`make FAILPOINTS=1`, into build/fp);
- * otherwise FAILPOINT() is an empty statement and costs nothing.
+ * failpoint.h - named places in the purchase path (and around it) where
+ * a test build can crash, stop or stall the process on purpose
+ * (tests/faults). Compiled in only with -DSECKILL_FAILPOINTS (`make
+ * FAILPOINTS=1`, into build/fp); otherwise FAILPOINT() is an empty
+ * statement and costs nothing.
  *
  * A failpoint build reads SECKILL_FAILPOINTS on the first hit of any
  * point: a comma-separated list of name=action[@n], where action is
@@ -26,9 +27,11 @@
  * orders and has not committed), expire_after_commit, and those of the
  * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
  * batch, no reply yet), async_write_before_commit (store/async.c, a
- * writer's batch is inserted and the stock row updated, no COMMIT yet)
- * and async_write_after_commit (async/async.c, the batch is committed,
- * not yet acknowledged in the stream).
+ * writer's batch is inserted and the stock row updated, no COMMIT yet),
+ * async_write_after_commit (async/async.c, the batch is committed,
+ * not yet acknowledged in the stream) and async_before_preheat
+ * (handlers/vouchers.c, a new async voucher is committed in MySQL and
+ * its sale not yet put into Redis).
  * Points that can fail: cancel_commit_unanswered and
  * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
  * an expiry batch, succeeded and its answer is taken as lost,

@@ -699,21 +699,20 @@ redisReply *redis_script_run(redisContext *rc, struct redis_script *s,
     return r;
 }
 
-redisReply *redis_script_run_wait(redisContext *rc, struct redis_script *s,
+redisReply *redis_script_run_then(redisContext *rc, struct redis_script *s,
                                   int nkeys, int argc, const char **argv,
-                                  const size_t *lens, unsigned replicas,
-                                  unsigned wait_ms, long long *acked, int *err)
+                                  const size_t *lens, const char *const *then,
+                                  size_t nthen, redisReply **then_replies,
+                                  int *err)
 {
     const char *v[SCRIPT_ARGS_MAX];
     size_t l[SCRIPT_ARGS_MAX];
     char nk[12];
-    redisReply *r = NULL, *w = NULL;
+    redisReply *r = NULL;
 
-    *acked = 0;
-    if (replicas == 0)
-        return redis_script_run(rc, s, nkeys, argc, argv, lens, err);
-    *acked = -1;
     *err = 0;
+    for (size_t i = 0; i < nthen; i++)
+        then_replies[i] = NULL;
     if (!atomic_load_explicit(&s->ready, memory_order_acquire) &&
         redis_script_load(rc, s) && rc->err) {
         *err = redis_errno(rc);
@@ -723,25 +722,22 @@ redisReply *redis_script_run_wait(redisContext *rc, struct redis_script *s,
         int n = script_argv(s, eval, nkeys, argc, argv, lens, v, l, nk);
 
         redisAppendCommandArgv(rc, n, v, l);
-        redisAppendCommand(rc, "WAIT %u %u", replicas, wait_ms);
+        for (size_t i = 0; i < nthen; i++)
+            redisAppendFormattedCommand(rc, then[i], strlen(then[i]));
         if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
             *err = redis_errno(rc);
             return NULL;
         }
-        if (redisGetReply(rc, (void **)&w) != REDIS_OK)
-            return r; /* the script's answer stands; the WAIT's is lost */
-        if (!eval && redis_reply_is_noscript(r)) {
-            freeReplyObject(r);
-            freeReplyObject(w);
-            continue; /* EVAL, and WAIT again */
+        for (size_t i = 0; i < nthen; i++)
+            if (redisGetReply(rc, (void **)&then_replies[i]) != REDIS_OK)
+                return r; /* the script's answer stands; the rest are lost */
+        if (eval || !redis_reply_is_noscript(r))
+            break;
+        freeReplyObject(r);
+        for (size_t i = 0; i < nthen; i++) {
+            freeReplyObject(then_replies[i]);
+            then_replies[i] = NULL;
         }
-        break;
     }
-    if (w->type == REDIS_REPLY_INTEGER)
-        *acked = w->integer;
-    else
-        log_warn("redis wait refused", "err=\"%s\"",
-                 w->type == REDIS_REPLY_ERROR ? w->str : "unexpected reply");
-    freeReplyObject(w);
     return r;
 }

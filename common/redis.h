@@ -158,16 +158,19 @@ redisReply *redis_script_run(redisContext *rc, struct redis_script *s,
                              const size_t *lens, int *err);
 
 /*
- * redis_script_run(), followed in the same round trip by WAIT replicas
- * wait_ms: *acked is how many replicas had the script's writes when
- * WAIT answered (-1: WAIT refused, or its answer lost with the
- * connection; the script's reply is returned still). replicas 0: no
- * WAIT, *acked 0. wait_ms must stay below rc's I/O timeout.
+ * redis_script_run(), followed in the same round trip by the commands
+ * then[0..nthen), each a whole command as redisFormatCommand() makes it
+ * (with no NUL byte in it), such as a WAIT for replicas: then_replies[i]
+ * is each one's reply, the caller's to free, or NULL when it was lost
+ * with the connection (the script's reply is returned still). When Redis
+ * has forgotten the script it is sent again as EVAL, and the commands
+ * after it again too.
  */
-redisReply *redis_script_run_wait(redisContext *rc, struct redis_script *s,
+redisReply *redis_script_run_then(redisContext *rc, struct redis_script *s,
                                   int nkeys, int argc, const char **argv,
-                                  const size_t *lens, unsigned replicas,
-                                  unsigned wait_ms, long long *acked, int *err);
+                                  const size_t *lens, const char *const *then,
+                                  size_t nthen, redisReply **then_replies,
+                                  int *err);
 
 /*
  * Format the EVALSHA of s (or EVAL, when eval is true or the SHA is not

@@ -645,22 +645,11 @@ void async_voucher_hint(struct async *a, int64_t voucher_id)
     check_id("voucher id", voucher_id);
 }
 
-size_t async_vouchers(struct async *a, int64_t *out, size_t max)
-{
-    (void)a;
-    (void)out;
-    (void)max;
-    return 0;
-}
-
-int async_pending_find(redisContext *rc, const int64_t *vouchers, size_t n,
-                       int64_t order_id, int64_t *voucher_id, int64_t *user_id,
-                       int64_t *accepted_ms)
+int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
+                       int64_t *user_id, int64_t *accepted_ms)
 {
     (void)accepted_ms;
     (void)rc;
-    (void)vouchers;
-    (void)n;
     (void)voucher_id;
     (void)user_id;
     check_id("order id", order_id);
@@ -682,13 +671,10 @@ int async_units_return(struct store *st, int64_t voucher_id,
     return 0;
 }
 
-int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
-                          int64_t user_id, struct async_pending *out,
-                          size_t max, size_t *found)
+int async_pending_of_user(redisContext *rc, int64_t user_id,
+                          struct async_pending *out, size_t max, size_t *found)
 {
     (void)rc;
-    (void)vouchers;
-    (void)n;
     (void)out;
     (void)max;
     check_id("user id", user_id);
@@ -697,9 +683,10 @@ int async_pending_of_user(redisContext *rc, const int64_t *vouchers, size_t n,
 }
 
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock)
+                       int64_t end_s, int64_t stock, int64_t stamp)
 {
     (void)rc;
+    (void)stamp;
     (void)begin_s;
     (void)end_s;
     (void)stock;

@@ -54,6 +54,8 @@ struct handlers_config {
     unsigned async_wait_ms;
     /* How often async sales' Redis state is compared with MySQL. */
     unsigned async_reconcile_ms;
+    unsigned async_lookback_s; /* sales looked after this long past their
+                                * end (async_config.lookback_s) */
     unsigned char secret[TOKEN_KEY_LEN];
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

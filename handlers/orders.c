@@ -66,27 +66,24 @@ static void pending_times(struct request *req, int64_t accepted_ms,
 /*
  * Whether order_id is an async sale's order on its way to MySQL: 0 with
  * *o filled (status unpaid, no times), -ENOENT, or -errno. Looked up after
- * MySQL said no: the writer drops the pending record only once the order
- * is committed, so "not pending" means "in MySQL now, or never sold".
+ * MySQL said no, in every sale with orders on their way (the index of
+ * sales with work): the writer drops the pending record only once the
+ * order is committed, so "not pending" means "in MySQL now, or never
+ * sold".
  */
 static int pending_find(struct request *req, struct store *st, int64_t order_id,
                         struct store_order *o)
 {
-    int64_t vouchers[256];
-    size_t n = async_vouchers(req->async, vouchers, 256);
+    redisContext *rc = store_redis(st);
     int64_t accepted_ms = 0;
-    redisContext *rc;
     int err;
 
-    if (n == 0)
-        return -ENOENT;
-    rc = store_redis(st);
     if (!rc)
         return -ENOTCONN;
     memset(o, 0, sizeof(*o));
     o->id = order_id;
-    err = async_pending_find(rc, vouchers, n, order_id, &o->voucher_id,
-                             &o->user_id, &accepted_ms);
+    err = async_pending_find(rc, order_id, &o->voucher_id, &o->user_id,
+                             &accepted_ms);
     pending_times(req, accepted_ms, o);
     return err;
 }
@@ -122,12 +119,11 @@ static size_t pending_list(struct request *req, struct store *st,
                            const struct store_order *mysql, size_t n,
                            size_t max, json_t *arr)
 {
-    int64_t vouchers[256];
     struct async_pending p[16];
-    size_t nv = async_vouchers(req->async, vouchers, 256), found = 0, shown = 0;
-    redisContext *rc = nv ? store_redis(st) : NULL;
+    size_t found = 0, shown = 0;
+    redisContext *rc = store_redis(st);
 
-    if (!rc || async_pending_of_user(rc, vouchers, nv, req->auth.user_id, p,
+    if (!rc || async_pending_of_user(rc, req->auth.user_id, p,
                                      sizeof(p) / sizeof(p[0]), &found) != 0)
         return 0;
     for (size_t i = 0; i < found && shown < max; i++) {

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 
 #define MONEY_MAX 100000000000LL /* a billion in cents */
@@ -127,11 +128,16 @@ unsigned vouchers_post(struct request *req)
          * reconciliation makes it from MySQL within seconds. */
         redisContext *rc = store_redis(req->st);
 
+        FAILPOINT("async_before_preheat");
         err = rc ? async_sale_preheat(rc, v->id, v->begin_time, v->end_time,
-                                      v->stock)
+                                      v->stock, v->sale_stamp)
                  : -ENOTCONN;
         async_voucher_hint(req->async, v->id);
-        if (err)
+        if (err == -EEXIST)
+            log_info("async sale made by a reconciliation first: the "
+                     "preheat left it as it is",
+                     "voucher=%lld", (long long)v->id);
+        else if (err)
             log_warn("async sale not preheated", "voucher=%lld err=%d",
                      (long long)v->id, err);
     }

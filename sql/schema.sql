@@ -41,6 +41,11 @@ CREATE TABLE IF NOT EXISTS seckill_vouchers (
     -- 0: sync (MySQL decides each sale), 1: async (Redis decides and a
     -- stream carries the orders to MySQL); fixed when it goes on sale.
     purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    -- An async sale's creation stamp, a random number drawn when it is
+    -- created: its state in Redis carries it, so that a late first
+    -- preheat leaves a sale a reconciliation already made from this row
+    -- (and replaces a stale one of an earlier database). NULL: sync.
+    sale_stamp    BIGINT UNSIGNED NULL,
     begin_time    DATETIME        NOT NULL,
     end_time      DATETIME        NOT NULL,
     created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,

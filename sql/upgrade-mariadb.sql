@@ -48,3 +48,8 @@ ALTER TABLE voucher_orders
     ADD KEY IF NOT EXISTS idx_orders_voucher_pos
         (voucher_id, status, stream_pos),
     DROP INDEX IF EXISTS idx_orders_voucher;
+
+-- An async sale's creation stamp (async sales from before have none).
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS sale_stamp BIGINT UNSIGNED NULL
+        AFTER purchase_mode;

@@ -238,15 +238,20 @@ int store_async_write(struct store *st, int64_t voucher_id,
 /* ---- reading the sale ---- */
 
 struct vouchers_args {
+    int64_t lookback_s;
     int64_t *out;
-    size_t max;
-    size_t *n;
+    size_t cap, n;
     int64_t one;
 };
 
 static void voucher_listed(void *ctx, size_t i)
 {
     struct vouchers_args *a = ctx;
+
+    if (i >= a->cap) {
+        a->cap = a->cap ? a->cap * 2 : 256;
+        a->out = xrealloc(a->out, a->cap * sizeof(*a->out));
+    }
     a->out[i] = a->one;
 }
 
@@ -254,20 +259,27 @@ static int vouchers_once(struct store *st, void *arg)
 {
     struct vouchers_args *a = arg;
     MYSQL_BIND p[1] = {0}, r[1] = {0};
-    int64_t limit = (int64_t)a->max;
 
-    bind_i64(&p[0], &limit);
+    bind_i64(&p[0], &a->lookback_s);
     bind_i64(&r[0], &a->one);
-    return store_stmt_rows(st, STMT_ASYNC_VOUCHERS, p, r, a->max,
-                           voucher_listed, a, a->n);
+    return store_stmt_rows(st, STMT_ASYNC_VOUCHERS, p, r, SIZE_MAX,
+                           voucher_listed, a, &a->n);
 }
 
-int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n)
+int store_async_vouchers(struct store *st, unsigned lookback_s, int64_t **out,
+                         size_t *n)
 {
-    struct vouchers_args a = {out, max, n, 0};
+    struct vouchers_args a = {.lookback_s = lookback_s};
+    int err = store_retry(st, vouchers_once, &a);
 
-    *n = 0;
-    return store_retry(st, vouchers_once, &a);
+    if (err) {
+        free(a.out);
+        a.out = NULL;
+        a.n = 0;
+    }
+    *out = a.out;
+    *n = a.n;
+    return err;
 }
 
 struct sale_args {
@@ -293,7 +305,7 @@ static void user_listed(void *ctx, size_t i)
 static int sale_once(struct store *st, void *arg)
 {
     struct sale_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    MYSQL_BIND p[1] = {0}, r[7] = {0};
     MYSQL_TIME b, e;
     size_t n;
     int err;
@@ -309,6 +321,7 @@ static int sale_once(struct store *st, void *arg)
     bind_time(&r[3], &e);
     bind_i64(&r[4], &a->out->written);
     bind_i64(&r[5], &a->out->last_pos);
+    bind_i64(&r[6], &a->out->stamp);
     err = store_stmt_rows(st, STMT_ASYNC_SALE, p, r, 1, NULL, NULL, &n);
     if (!err && n == 0)
         err = -ENOENT;

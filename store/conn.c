@@ -95,7 +95,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
         "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
-        "begin_time, end_time, purchase_mode) VALUES (?, ?, ?, ?, ?, ?)",
+        "begin_time, end_time, purchase_mode, sale_stamp) VALUES (?, ?, ?, "
+        "?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
@@ -219,14 +220,14 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ASYNC_INSERT_64] = ASYNC_INSERT AROWS_64,
     [STMT_ASYNC_VOUCHERS] =
         "SELECT voucher_id FROM seckill_vouchers WHERE purchase_mode = 1 "
-        "AND end_time > NOW() - INTERVAL 1 HOUR ORDER BY voucher_id DESC "
-        "LIMIT ?",
+        "AND end_time > NOW() - INTERVAL ? SECOND ORDER BY voucher_id DESC",
     [STMT_ASYNC_SALE] =
         "SELECT COALESCE(s.initial_stock, s.stock), s.stock, s.begin_time, "
         "s.end_time, (SELECT COUNT(*) FROM voucher_orders o WHERE "
         "o.voucher_id = s.voucher_id), (SELECT COALESCE(MAX(o.stream_pos), 0) "
-        "FROM voucher_orders o WHERE o.voucher_id = s.voucher_id) "
-        "FROM seckill_vouchers s WHERE s.voucher_id = ? AND "
+        "FROM voucher_orders o WHERE o.voucher_id = s.voucher_id), "
+        "COALESCE(s.sale_stamp, 0) FROM seckill_vouchers s WHERE s.voucher_id "
+        "= ? AND "
         "s.purchase_mode = 1",
     /* Orders from before stream positions were kept (NULL) count as
      * earlier than any place in the stream. */

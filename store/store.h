@@ -176,6 +176,10 @@ struct store_voucher {
     int64_t begin_time; /* epoch seconds */
     int64_t end_time;   /* epoch seconds, exclusive */
     enum purchase_mode mode;
+    /* An async sale's creation stamp: a random number (> 0) that
+     * store_voucher_insert() draws and stores with it, and that its state
+     * in Redis carries (async/async.h); 0 for any other voucher. */
+    int64_t sale_stamp;
     int64_t created;
     int64_t updated;
 };
@@ -423,9 +427,11 @@ struct store_async_order {
 int store_async_write(struct store *st, int64_t voucher_id,
                       struct store_async_order *o, size_t n);
 
-/* The async vouchers still on sale or ahead (ended less than an hour
- * ago): up to max ids into out, newest first. */
-int store_async_vouchers(struct store *st, int64_t *out, size_t max, size_t *n);
+/* The async vouchers on sale, ahead, or ended less than lookback_s
+ * seconds ago, however many, newest first: *out is a new array of *n ids
+ * (free(3) it; NULL when there is none). 0 or -errno. */
+int store_async_vouchers(struct store *st, unsigned lookback_s, int64_t **out,
+                         size_t *n);
 
 /* What the Redis side of an async sale is rebuilt from. */
 struct store_async_sale {
@@ -436,6 +442,9 @@ struct store_async_sale {
     size_t nusers;
     int64_t written;  /* its orders of any status */
     int64_t last_pos; /* the highest stream position among them (0: none) */
+    /* Its creation stamp (store_voucher.sale_stamp; 0: a voucher from
+     * before stamps). */
+    int64_t stamp;
 };
 
 /* Read voucher_id's sale, all of it in one snapshot (-ENOENT: not an

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "common/util.h"
 
 /* Result buffers for one row of the voucher SELECTs. */
@@ -82,7 +84,7 @@ static int voucher_insert_once(struct store *st, void *arg)
     v->id = (int64_t)mysql_stmt_insert_id(s);
 
     if (v->type == VOUCHER_SECKILL) {
-        MYSQL_BIND q[6] = {0};
+        MYSQL_BIND q[7] = {0};
         int64_t mode = v->mode;
         MYSQL_TIME b, e;
         /* An async sale's stock is one counter in Redis and one row. */
@@ -93,12 +95,24 @@ static int voucher_insert_once(struct store *st, void *arg)
 
         time_from_epoch(&b, v->begin_time);
         time_from_epoch(&e, v->end_time);
+        v->sale_stamp = 0;
+        if (v->mode == PURCHASE_ASYNC)
+            while (v->sale_stamp <= 0) {
+                uint64_t x;
+
+                randombytes_buf(&x, sizeof(x));
+                v->sale_stamp = (int64_t)(x >> 1);
+            }
         bind_i64(&q[0], &v->id);
         bind_i64(&q[1], &row_stock);
         bind_i64(&q[2], &v->stock);
         bind_time(&q[3], &b);
         bind_time(&q[4], &e);
         bind_i64(&q[5], &mode);
+        if (v->sale_stamp)
+            bind_i64(&q[6], &v->sale_stamp);
+        else
+            q[6].buffer_type = MYSQL_TYPE_NULL;
         err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
         if (err)
             goto rollback;

@@ -8,9 +8,11 @@
  * keeps writes with appendfsync everysec, so they accept that loss) for
  * the crowd over two processes; C (the same, with a backlog bound of 12).
  * All three reach MySQL through a proxy the test cuts, since every
- * instance's writer drains every sale: MySQL away while sales go on.
- * Start-up refusal runs the binary against a Redis without durable writes
- * and one with them.
+ * instance's writer drains every sale: MySQL away while sales go on. All
+ * three look after a sale from MySQL's list until LOOKBACK_S after its
+ * end; orders still waiting after that are found through the index of
+ * sales with work. Start-up refusal runs the binary against a Redis
+ * without durable writes and one with them.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -49,22 +51,33 @@ static struct it_proxy mysql_proxy;
 static char mysql_set[1024];
 static int64_t next_user;
 
+/* The writers look after a sale until 2 s after its end (in MySQL); what
+ * is still to be written after that they find through the index of sales
+ * with work. */
+#define LOOKBACK_S 2
+static const char *env_ab[] = {"SECKILL_PURCHASE_MODE=async",
+                               "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                               "SECKILL_PAY_TIMEOUT_S=3",
+                               "SECKILL_DEV=1",
+                               "SECKILL_RATE_USER=0",
+                               "SECKILL_ASYNC_LOOKBACK_S=2",
+                               mysql_set,
+                               NULL};
+
+/* A trigger that refuses some sales' orders in MySQL (their writes fail
+ * and are retried, while everything else, reads included, works). */
+#define HOLD_TRIGGER "test_async_hold"
+
 static int group_setup(void **state)
 {
     const struct store_config *sc;
     char *url;
-    const char *env_ab[] = {"SECKILL_PURCHASE_MODE=async",
-                            "SECKILL_ASYNC_ACCEPT_LOSS=1",
-                            "SECKILL_PAY_TIMEOUT_S=3",
-                            "SECKILL_DEV=1",
-                            "SECKILL_RATE_USER=0",
-                            mysql_set,
-                            NULL};
     const char *env_c[] = {"SECKILL_PURCHASE_MODE=async",
                            "SECKILL_ASYNC_ACCEPT_LOSS=1",
                            "SECKILL_ASYNC_BACKLOG_MAX=12",
                            "SECKILL_RATE_USER=0",
                            "SECKILL_DEV=1",
+                           "SECKILL_ASYNC_LOOKBACK_S=2",
                            mysql_set,
                            NULL};
 
@@ -90,6 +103,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
+    it_sql_exec("DROP TRIGGER IF EXISTS " HOLD_TRIGGER);
     it_proxy_ctl(&mysql_proxy, "heal");
     int rc = it_group_teardown(srv, 3);
     it_proxy_stop(&mysql_proxy);
@@ -100,7 +114,8 @@ static int group_teardown(void **state)
 
 /* A seckill voucher in mode ("async", "sync", or NULL: the default). The
  * sales end within minutes: every instance on the test database keeps
- * watching an async sale until an hour after its end. */
+ * reconciling an async sale until its look-back after its end (an hour
+ * by default). */
 static int64_t sale_create(const struct it_server *s, int64_t stock,
                            int64_t begin_off_s, int64_t end_off_s,
                            const char *mode)
@@ -731,6 +746,216 @@ static void test_rebuild_acked_entry(void **state)
     redisFree(rc);
 }
 
+/* ---- many sales, and sales past their look-back ---- */
+
+#define MANY_SALES 300
+#define MANY_EACH 3
+
+/*
+ * More async sales with orders on their way at once than a fixed list of
+ * sales would hold: 300 sales, three buyers each, all in one crowd over
+ * A and B. Every 202 reads back from C (which sold none of them) as
+ * pending or written, and becomes its order in MySQL.
+ */
+static void test_many_sales(void **state)
+{
+    enum { N = MANY_SALES * MANY_EACH };
+    struct it_req *reqs = xcalloc(N, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(N, sizeof(*resps));
+    const struct it_server **to = xcalloc(N, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(N, sizeof(*tokens));
+    char(*paths)[96] = xcalloc(N, sizeof(*paths));
+    int64_t *v = xcalloc(MANY_SALES, sizeof(*v));
+    int64_t *orders = xcalloc(N, sizeof(*orders)), base = next_user;
+    int64_t until, written = 0;
+    size_t unread = 0;
+
+    (void)state;
+    next_user += N;
+    for (size_t i = 0; i < MANY_SALES; i++)
+        v[i] = sale_create(&srv[i % 2], MANY_EACH, -60, 600, "async");
+    /* Created ahead of the crowd: the writers have looked at MySQL since. */
+    sleep(3);
+    for (size_t j = 0; j < N; j++) {
+        it_token(base + (int64_t)j, TOKEN_ROLE_USER, 3600, tokens[j]);
+        snprintf(paths[j], sizeof(paths[j]), "/api/vouchers/%lld/seckill",
+                 (long long)v[j / MANY_EACH]);
+        reqs[j] = (struct it_req){
+            .method = "POST", .path = paths[j], .token = tokens[j]};
+        to[j] = &srv[j % 2];
+    }
+    it_http_run_all(reqs, to, resps, N);
+    for (size_t j = 0; j < N; j++) {
+        /* A full engine queue may say BUSY: the buyer tries again. */
+        for (int k = 0; resps[j].status == 429 && k < 20; k++) {
+            it_resp_free(&resps[j]);
+            usleep(100 * 1000);
+            it_http_do(to[j], &reqs[j], &resps[j]);
+        }
+        if (resps[j].status != 202)
+            print_error("purchase %zu of sale %lld: %ld %s\n", j,
+                        (long long)v[j / MANY_EACH], resps[j].status,
+                        resps[j].body ? resps[j].body : "");
+        it_assert_status(&resps[j], 202);
+        orders[j] = it_json_id(resps[j].json, "orderId");
+        it_resp_free(&resps[j]);
+    }
+
+    /* Readable at once from an instance that sold none of them. */
+    for (size_t j = 0; j < N; j++) {
+        snprintf(paths[j], sizeof(paths[j]), "/api/orders/%lld",
+                 (long long)orders[j]);
+        reqs[j] = (struct it_req){
+            .method = "GET", .path = paths[j], .token = tokens[j]};
+        to[j] = &srv[2];
+    }
+    it_http_run_all(reqs, to, resps, N);
+    for (size_t j = 0; j < N; j++) {
+        if (resps[j].status != 200) {
+            if (unread++ < 5)
+                print_error("order %lld of sale %lld reads %ld %s\n",
+                            (long long)orders[j], (long long)v[j / MANY_EACH],
+                            resps[j].status,
+                            resps[j].body ? resps[j].body : "");
+        }
+        it_resp_free(&resps[j]);
+    }
+
+    /* Written, every one. */
+    until = util_mono_ms() + 4 * DRAIN_MS;
+    do {
+        written = it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE "
+                                "voucher_id BETWEEN %lld AND %lld",
+                                (long long)v[0], (long long)v[MANY_SALES - 1]);
+        if (written == N)
+            break;
+        usleep(200 * 1000);
+    } while (util_mono_ms() < until);
+    print_message("%d orders of %d sales: %zu did not read back, %lld "
+                  "written\n",
+                  N, MANY_SALES, unread, (long long)written);
+    assert_int_equal(0, unread);
+    assert_int_equal(N, written);
+    for (size_t i = 0; i < MANY_SALES; i++)
+        assert_drained(v[i], MANY_EACH);
+    for (size_t j = 0; j < N; j++)
+        assert_int_equal(base + (int64_t)j,
+                         it_sql_scalar("SELECT COALESCE(MAX(user_id), -1) "
+                                       "FROM voucher_orders WHERE id = %lld",
+                                       (long long)orders[j]));
+    free(orders);
+    free(v);
+    free(paths);
+    free(tokens);
+    free(to);
+    free(resps);
+    free(reqs);
+}
+
+static bool index_has(redisContext *rc, int64_t v)
+{
+    return redis_int(rc, "SISMEMBER seckill:async:work %lld", v) == 1;
+}
+
+#define HELD 4
+
+/*
+ * Orders that cannot reach MySQL until well after their sale's end plus
+ * the look-back are still written. Sale 0 ends 8 s after its creation;
+ * sale 1's end is moved two hours back in MySQL (as after an outage
+ * longer than the default look-back of an hour). A trigger refuses both
+ * sales' orders while they sell and until the look-back has passed: the
+ * writers no longer list them from MySQL, yet the pending orders read
+ * back, and a writer that starts finds sale 1 again after it was dropped
+ * from the index of sales with work (as a connection lost between the
+ * purchase and its index command would leave it). Then the trigger goes,
+ * and every order is written.
+ */
+static void test_backlog_outlives_lookback(void **state)
+{
+    int64_t s[2], users[2][HELD], orders[2][HELD], end_ms, until;
+    redisContext *rc = it_redis_connect();
+    struct it_server d;
+    struct it_resp resp;
+    size_t unread = 0;
+    bool found = false;
+
+    (void)state;
+    s[0] = sale_create(&srv[0], 5, -60, 8, "async");
+    end_ms = util_now_ms() + 8000;
+    s[1] = sale_create(&srv[0], 5, -60, 600, "async");
+    /* The first order of each with MySQL there: the caches are warm. */
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(
+            1, order_written(orders[k][0] = buy(&srv[k], s[k],
+                                                users[k][0] = next_user++)));
+    assert_int_equal(0, it_sql_exec("CREATE OR REPLACE TRIGGER " HOLD_TRIGGER
+                                    " BEFORE INSERT ON voucher_orders FOR "
+                                    "EACH ROW IF NEW.voucher_id IN (%lld, "
+                                    "%lld) THEN SIGNAL SQLSTATE '45000' SET "
+                                    "MESSAGE_TEXT = 'held back by the test'; "
+                                    "END IF",
+                                    (long long)s[0], (long long)s[1]));
+    for (int k = 0; k < 2; k++)
+        for (int i = 1; i < HELD; i++)
+            orders[k][i] = buy(&srv[i % 2], s[k], users[k][i] = next_user++);
+    assert_true(util_now_ms() < end_ms);
+    assert_int_equal(0, it_sql_exec("UPDATE seckill_vouchers SET end_time = "
+                                    "NOW() - INTERVAL 2 HOUR WHERE "
+                                    "voucher_id = %lld",
+                                    (long long)s[1]));
+    /* Past the end and the look-back, and a look at MySQL after that. */
+    until = end_ms + (LOOKBACK_S + 4) * 1000;
+    while (util_now_ms() < until)
+        usleep(100 * 1000);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(1, it_sql_order_count(s[k]));
+        assert_true(redis_int(rc, "XLEN {v:%lld}:stream", s[k]) > 0);
+    }
+
+    /* Pending, and readable as such from C, which sold none of them. */
+    for (int k = 0; k < 2; k++)
+        for (int i = 1; i < HELD; i++) {
+            const char *status;
+
+            order_read(&srv[2], orders[k][i], users[k][i], &resp);
+            status =
+                resp.status == 200 ? it_json_str(resp.json, "status") : NULL;
+            if (!status || strcmp(status, "pending") != 0) {
+                unread++;
+                print_error("sale %d's order %lld reads %ld %s\n", k,
+                            (long long)orders[k][i], resp.status,
+                            resp.body ? resp.body : "");
+            }
+            it_resp_free(&resp);
+        }
+
+    /* Dropped from the index: a writer that starts sweeps it back in. */
+    freeReplyObject(
+        redisCommand(rc, "SREM seckill:async:work %lld", (long long)s[1]));
+    assert_int_equal(0, it_server_start(&d, "async-d", env_ab));
+    until = util_mono_ms() + DRAIN_MS;
+    while (!(found = index_has(rc, s[1])) && util_mono_ms() < until)
+        usleep(100 * 1000);
+    assert_int_equal(0, it_server_stop(&d));
+    if (!found)
+        print_error("sale %lld was not found again by a starting writer\n",
+                    (long long)s[1]);
+
+    assert_int_equal(0, it_sql_exec("DROP TRIGGER " HOLD_TRIGGER));
+    for (int k = 0; k < 2; k++) {
+        assert_drained(s[k], 5);
+        /* Written; unpaid, or expired already (their deadline counts
+         * from the sale). */
+        for (int i = 0; i < HELD; i++)
+            assert_true(order_status(orders[k][i]) != 0);
+        assert_int_equal(HELD, it_sql_order_count(s[k]));
+    }
+    assert_int_equal(0, unread);
+    assert_true(found);
+    redisFree(rc);
+}
+
 /* ---- start-up ---- */
 
 static void test_startup_refusal(void **state)
@@ -804,6 +1029,8 @@ int main(void)
         cmocka_unit_test(test_rebuild),
         cmocka_unit_test(test_dead_letter),
         cmocka_unit_test(test_rebuild_acked_entry),
+        cmocka_unit_test(test_many_sales),
+        cmocka_unit_test(test_backlog_outlives_lookback),
         cmocka_unit_test(test_startup_refusal),
     };
     /* SECKILL_IT_FILTER=test_x runs the tests whose names match. */

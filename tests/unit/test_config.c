@@ -45,6 +45,7 @@ static const char *const vars[] = {
     "SECKILL_CORS_ORIGINS",
     "SECKILL_ASYNC_REPLICAS",
     "SECKILL_ASYNC_WAIT_MS",
+    "SECKILL_ASYNC_LOOKBACK_S",
 };
 
 static int reset_env(void **state)
@@ -99,6 +100,7 @@ static void test_defaults(void **state)
         assert_int_equal(c.http.engine_threads, 2 * cores);
         assert_int_equal(c.http.queue_max, 20000);
     }
+    assert_int_equal(c.http.async_lookback_s, 3600);
     assert_string_equal(c.http.store.mysql_host, "127.0.0.1");
     assert_int_equal(c.http.store.mysql_port, 13306);
     assert_string_equal(c.http.store.mysql_user, "u");
@@ -149,6 +151,8 @@ static void test_bad_values(void **state)
         {"SECKILL_THREADS", "0", "SECKILL_THREADS"},
         {"SECKILL_LOCK_TTL_MS", "10", "SECKILL_LOCK_TTL_MS"},
         {"SECKILL_DEV", "yes", "SECKILL_DEV"},
+        {"SECKILL_ASYNC_LOOKBACK_S", "-1", "SECKILL_ASYNC_LOOKBACK_S"},
+        {"SECKILL_ASYNC_LOOKBACK_S", "1h", "SECKILL_ASYNC_LOOKBACK_S"},
         {"SECKILL_MYSQL_URL", "postgres://u:p@h/db", "SECKILL_MYSQL_URL"},
         {"SECKILL_MYSQL_URL", "mysql://u:p@h:1/", "SECKILL_MYSQL_URL"},
         {"SECKILL_MYSQL_URL", "mysql://h/db", "SECKILL_MYSQL_URL"},
