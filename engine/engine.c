@@ -51,6 +51,7 @@ struct engine {
     struct vqueue *ready_head, *ready_tail;
     struct engine_task *tasks_head, *tasks_tail;
     bool stopping;
+    bool stopped; /* engine_stop() is done */
     pthread_t *threads;
     unsigned nthreads;
     /* the expiry thread */
@@ -598,8 +599,9 @@ struct engine *engine_start(const struct engine_config *cfg)
 void engine_stop(struct engine *e)
 {
     struct engine_purchase *left = NULL, **tail = &left;
+    struct engine_task *tasks;
 
-    if (!e)
+    if (!e || e->stopped)
         return;
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
@@ -610,28 +612,28 @@ void engine_stop(struct engine *e)
         pthread_join(e->threads[i], NULL);
     if (e->expiry_started)
         pthread_join(e->expiry, NULL);
-    /* Tasks nobody ran: refused. */
-    while (e->tasks_head) {
-        struct engine_task *t = e->tasks_head;
 
-        e->tasks_head = t->next;
-        t->err = -ESHUTDOWN;
-        t->done(t);
-    }
-
-    /* No worker left: whatever still waits is answered here. */
+    /* No worker left: whatever still waits is answered here. Nothing new
+     * is queued any more (stopping), so the lists are ours. */
+    pthread_mutex_lock(&e->mu);
+    tasks = e->tasks_head;
+    e->tasks_head = e->tasks_tail = NULL;
     for (size_t h = 0; h < QUEUE_BUCKETS; h++) {
-        struct vqueue *q = e->buckets[h];
-
-        while (q) {
-            struct vqueue *next = q->hnext;
-
+        for (struct vqueue *q = e->buckets[h]; q; q = q->hnext) {
             *tail = q->head;
             while (*tail)
                 tail = &(*tail)->next;
-            free(q);
-            q = next;
+            q->head = q->tail = NULL;
+            q->queued = 0;
         }
+    }
+    pthread_mutex_unlock(&e->mu);
+    while (tasks) {
+        struct engine_task *t = tasks;
+
+        tasks = t->next;
+        t->err = -ESHUTDOWN;
+        t->done(t);
     }
     while (left) {
         struct engine_purchase *p = left;
@@ -640,6 +642,24 @@ void engine_stop(struct engine *e)
         p->outcome = ENGINE_ERROR;
         p->err = -ESHUTDOWN;
         p->done(p);
+    }
+    e->stopped = true;
+}
+
+void engine_free(struct engine *e)
+{
+    if (!e)
+        return;
+    engine_stop(e);
+    for (size_t h = 0; h < QUEUE_BUCKETS; h++) {
+        struct vqueue *q = e->buckets[h];
+
+        while (q) {
+            struct vqueue *next = q->hnext;
+
+            free(q);
+            q = next;
+        }
     }
     pthread_cond_destroy(&e->expiry_cond);
     pthread_cond_destroy(&e->cond);

@@ -156,9 +156,17 @@ int engine_run(struct engine *e, struct engine_task *t);
  * Stop: refuse new purchases and tasks, let the batches and tasks that run
  * finish (answered as usual), answer every purchase and task still queued
  * with -ESHUTDOWN, stop the expiry and join the threads. Every done() has
- * returned when this returns. Accepts NULL.
+ * returned when this returns. e stays valid: engine_submit() and
+ * engine_run() go on answering -ESHUTDOWN until engine_free(). Idempotent;
+ * accepts NULL.
  */
 void engine_stop(struct engine *e);
+
+/*
+ * Stop (engine_stop()) if not stopped yet, and free e. Only once no other
+ * thread may call into e any more. Accepts NULL.
+ */
+void engine_free(struct engine *e);
 
 /*
  * The vouchers with the most purchases waiting: up to max of them, deepest

@@ -74,7 +74,7 @@ struct client {
     char in[8192];
     size_t in_len;
     unsigned sent, answered;
-    bool closing; /* the last answer said "Connection: close" */
+    bool closing;                 /* the last answer said "Connection: close" */
     int64_t created[CREATED_MAX]; /* order ids of its 201s */
     size_t ncreated;
 };
@@ -256,9 +256,8 @@ static bool log_has_report(const char *path)
 
 static void test_sigterm_keepalive_crowd(void **state)
 {
-    static const char *const env[] = {"SECKILL_RATE_USER=0",
-                                      "SECKILL_RATE_IP=0", "SECKILL_DRAIN_S=0",
-                                      NULL};
+    static const char *const env[] = {
+        "SECKILL_RATE_USER=0", "SECKILL_RATE_IP=0", "SECKILL_DRAIN_S=0", NULL};
     static struct client cs[CLIENTS];
     struct tally t = {0};
     size_t created = 0, open;
@@ -313,10 +312,10 @@ static void test_sigterm_keepalive_crowd(void **state)
     missing = 0;
     for (size_t i = 0; i < CLIENTS; i++)
         for (size_t k = 0; k < cs[i].ncreated; k++)
-            missing += it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
-                                     "WHERE id = %lld AND voucher_id = %lld",
-                                     (long long)cs[i].created[k],
-                                     (long long)v) != 1;
+            missing +=
+                it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
+                              "WHERE id = %lld AND voucher_id = %lld",
+                              (long long)cs[i].created[k], (long long)v) != 1;
     assert_int_equal(0, missing);
     orders = it_sql_order_count(v);
     assert_int_equal(orders, STOCK - it_sql_stock(v));
