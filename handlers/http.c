@@ -605,6 +605,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         .units_returned_ctx = srv,
         .expiry = true,
         .async_backlog_max = cfg->async_backlog_max,
+        .idle_free_ms = cfg->idle_free_s * 1000u,
     };
     srv->async_cfg = (struct async_config){
         .store = &cfg->store,
