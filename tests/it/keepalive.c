@@ -130,6 +130,20 @@ static void conn_read(struct it_ka *k, size_t i)
     c->in_len = 0;
 }
 
+/* Send what is left of connection i's request, as far as the socket
+ * takes it now. */
+static void conn_send(struct it_ka *k, size_t i)
+{
+    struct conn *c = &k->c[i];
+    ssize_t w =
+        send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+
+    if (w > 0)
+        c->out_off += (size_t)w;
+    else if (w < 0 && errno != EAGAIN && errno != EINTR)
+        conn_close(k, i);
+}
+
 size_t it_ka_step(struct it_ka *k, int timeout_ms)
 {
     size_t open = 0;
@@ -143,6 +157,9 @@ size_t it_ka_step(struct it_ka *k, int timeout_ms)
             c->out_off = 0;
             c->in_len = 0;
             c->in_flight = c->out_len > 0;
+            /* Usually all of it fits in the socket at once. */
+            if (c->in_flight)
+                conn_send(k, i);
         }
         k->p[i].fd = c->fd;
         k->p[i].events = c->out_off < c->out_len ? POLLOUT : POLLIN;
@@ -158,17 +175,10 @@ size_t it_ka_step(struct it_ka *k, int timeout_ms)
 
         if (c->fd < 0 || !k->p[i].revents)
             continue;
-        if (c->out_off < c->out_len) {
-            ssize_t w = send(c->fd, c->out + c->out_off,
-                             c->out_len - c->out_off, MSG_NOSIGNAL);
-
-            if (w > 0)
-                c->out_off += (size_t)w;
-            else if (w < 0 && errno != EAGAIN && errno != EINTR)
-                conn_close(k, i);
-            continue;
-        }
-        conn_read(k, i);
+        if (c->out_off < c->out_len)
+            conn_send(k, i);
+        else
+            conn_read(k, i);
     }
     open = 0;
     for (size_t i = 0; i < k->n; i++)
