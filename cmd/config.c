@@ -44,6 +44,10 @@ const char config_usage[] =
     "purchases waiting per voucher; more get\n"
     "                                           "
     "429 BUSY at once (20000)\n"
+    "  --idle-free-s N     SECKILL_IDLE_FREE_S  "
+    "free a voucher's queue and state after\n"
+    "                                           "
+    "N s unused, 1..86400 (60)\n"
     "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
     "per-user purchase lock lease (10000)\n"
     "  --lock-url URL      SECKILL_LOCK_URL     "
@@ -163,6 +167,7 @@ enum setting_id {
     SET_THREADS,
     SET_ENGINE_THREADS,
     SET_QUEUE_MAX,
+    SET_IDLE_FREE,
     SET_LOCK_TTL,
     SET_LOCK_URL,
     SET_DEV,
@@ -204,6 +209,7 @@ static const struct {
     [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
     [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
     [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "20000"},
+    [SET_IDLE_FREE] = {"idle-free-s", "SECKILL_IDLE_FREE_S", "60"},
     [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
     [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
     [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
@@ -506,6 +512,12 @@ static int apply(struct config *cfg, enum setting_id id, const char *v,
             return fail(err, errlen, "%s: must be 1..1000000 (got \"%s\")", env,
                         v);
         h->queue_max = (unsigned)n;
+        return 0;
+    case SET_IDLE_FREE:
+        if (parse_int(v, 1, 86400, &n))
+            return fail(err, errlen,
+                        "%s: must be 1..86400 seconds (got \"%s\")", env, v);
+        h->idle_free_s = (unsigned)n;
         return 0;
     case SET_LOCK_TTL:
         if (parse_int(v, 100, 3600000, &n))

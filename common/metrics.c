@@ -540,6 +540,16 @@ static void render_queues(struct out *o, const struct metrics_extra *extra)
     for (size_t i = 0; extra && i < extra->queues; i++)
         out_printf(o, "seckill_purchase_queue_depth{voucher=\"%lld\"} %u\n",
                    (long long)extra->queue_ids[i], extra->queue_depths[i]);
+    out_meta(o, "purchase_queues", "gauge",
+             "Per-voucher purchase queues in memory; one unused for "
+             "SECKILL_IDLE_FREE_S is freed.");
+    out_printf(o, "seckill_purchase_queues %zu\n",
+               extra ? extra->queues_kept : 0);
+    out_meta(o, "voucher_states", "gauge",
+             "Vouchers whose stock state (segments) is in memory; one unused "
+             "for SECKILL_IDLE_FREE_S is freed.");
+    out_printf(o, "seckill_voucher_states %zu\n",
+               extra ? extra->voucher_states : 0);
 }
 
 static void render_async(struct out *o, const struct metrics_extra *extra)

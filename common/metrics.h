@@ -104,6 +104,10 @@ struct metrics_extra {
     const int64_t *queue_ids;
     const unsigned *queue_depths;
     size_t queues;
+    /* Per-voucher state in memory (seckill_purchase_queues and
+     * seckill_voucher_states): the engine's queues, the store's states. */
+    size_t queues_kept;
+    size_t voucher_states;
     /* The async sales with the most orders waiting for MySQL
      * (seckill_async_backlog by voucher), and the age of the oldest such
      * order (seckill_async_writer_lag_seconds; 0: none waits): */

@@ -39,6 +39,12 @@
  * passed, in batches (store_orders_expire), on every instance at once
  * without double work, and reports each voucher that got units back.
  *
+ * Memory: a voucher's queue exists while the voucher sells; once it has
+ * been empty (no purchase waiting, no batch) for idle_free_ms it is freed,
+ * and so is the store's state of every voucher unused as long
+ * (store_voucher_states_free_idle()); a purchase that comes later makes
+ * them again. An idle worker looks for such queues about once a second.
+ *
  * Thread-safe: engine_submit() and engine_run() from any thread, done()
  * from an engine thread.
  */
@@ -78,6 +84,10 @@ struct engine_config {
      * (async_may_sell(); NULL: never). */
     unsigned async_backlog_max;
     struct async *async;
+    /* Free a voucher's queue, and the store's per-voucher state, once
+     * unused this long (and give the freed memory back to the system);
+     * 0: keep them until engine_free(). */
+    unsigned idle_free_ms;
 };
 
 /* How often the expiry looks for unpaid orders past their deadline. */
@@ -160,15 +170,34 @@ int engine_run(struct engine *e, struct engine_task *t);
  * Stop: refuse new purchases and tasks, let the batches and tasks that run
  * finish (answered as usual), answer every purchase and task still queued
  * with -ESHUTDOWN, stop the expiry and join the threads. Every done() has
- * returned when this returns. Accepts NULL.
+ * returned when this returns. e stays valid: engine_submit() and
+ * engine_run() go on answering -ESHUTDOWN until engine_free(). Idempotent;
+ * accepts NULL.
  */
 void engine_stop(struct engine *e);
 
 /*
+ * Stop (engine_stop()) if not stopped yet, and free e. Only once no other
+ * thread may call into e any more. Accepts NULL.
+ */
+void engine_free(struct engine *e);
+
+/* The queues whose depth engine_queue_top() knows. */
+#define ENGINE_TOP_SLOTS 16
+
+/*
  * The vouchers with the most purchases waiting: up to max of them, deepest
- * first, into ids[] and depths[]. Returns how many. For /metrics.
+ * first, into ids[] and depths[]. Returns how many. For /metrics: it takes
+ * no lock the purchases take. The engine keeps the depth of the
+ * ENGINE_TOP_SLOTS deepest queues it has seen; a queue takes the place of
+ * the shallowest of them when a purchase makes it deeper, so while more
+ * than that many queues have purchases waiting, one that has only shrunk
+ * since may be missing. Thread-safe; e may be NULL.
  */
 size_t engine_queue_top(struct engine *e, int64_t *ids, unsigned *depths,
                         size_t max);
+
+/* How many per-voucher queues e keeps now. Thread-safe; e may be NULL. */
+size_t engine_queue_count(struct engine *e);
 
 #endif

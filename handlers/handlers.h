@@ -23,6 +23,7 @@ struct handlers_config {
     unsigned threads;        /* HTTP threads, >= 1 */
     unsigned engine_threads; /* purchase engine threads, >= 1 */
     unsigned queue_max;      /* purchases waiting per voucher */
+    unsigned idle_free_s;    /* per-voucher state unused this long is freed */
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
     bool dev;             /* echo login codes in responses */
@@ -90,8 +91,12 @@ uint16_t handlers_server_port(const struct handlers_server *srv);
 void handlers_server_drain(struct handlers_server *srv);
 
 /*
- * Stop accepting, finish the requests in flight, join the threads (which
- * close their connections) and free srv. Accepts NULL.
+ * Stop: close the listener; make the engines refuse new work (503, nothing
+ * written), finish the batches that run and answer every parked request;
+ * stop the daemon (its threads close their connections) and only then
+ * free what requests use, so that a request still arriving on an open
+ * keep-alive connection meanwhile is answered, never served from freed
+ * memory. Frees srv. Accepts NULL.
  */
 void handlers_server_stop(struct handlers_server *srv);
 

@@ -545,6 +545,14 @@ static int async_durability_check(const struct handlers_config *cfg)
     return 0; /* durable, or unknown now: the writer looks again */
 }
 
+/*
+ * The assembly, each part before what uses it: the lock client, the
+ * voucher cache, the replica monitor, the async writer, the purchase
+ * engine (which calls the writer), the I/O pool (which hands work to the
+ * engine), the request deadlines, and last the daemon, since requests
+ * reach everything above as soon as it listens. handlers_server_stop()
+ * takes it apart in the opposite order.
+ */
 int handlers_server_start(const struct handlers_config *cfg,
                           struct handlers_server **out)
 {
@@ -598,6 +606,7 @@ int handlers_server_start(const struct handlers_config *cfg,
         .units_returned_ctx = srv,
         .expiry = true,
         .async_backlog_max = cfg->async_backlog_max,
+        .idle_free_ms = cfg->idle_free_s * 1000u,
     };
     srv->async_cfg = (struct async_config){
         .store = &cfg->store,
@@ -644,8 +653,8 @@ int handlers_server_start(const struct handlers_config *cfg,
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",
                   cfg->bind, cfg->port, strerror(-err));
         deadlines_stop(srv->deadlines);
-        engine_stop(srv->io);
-        engine_stop(srv->engine);
+        engine_free(srv->io);
+        engine_free(srv->engine);
         async_stop(srv->async);
         store_replica_monitor_stop(srv->replica);
         vcache_free(srv->vcache);
@@ -671,35 +680,50 @@ void handlers_server_drain(struct handlers_server *srv)
         log_info("draining", "readyz=503 port=%u", srv->port);
 }
 
+/*
+ * The stop, in the order that keeps every request's memory alive for as
+ * long as a request can reach it: refuse new work, resume every parked
+ * request, stop the daemon, then free what the requests used.
+ */
 void handlers_server_stop(struct handlers_server *srv)
 {
+    MHD_socket lfd;
+
     if (!srv)
         return;
-    /* Stop accepting first. Then the engine finishes the batches that run
-     * and answers what still waits (503, nothing written), which resumes
-     * every parked request; give their replies a moment to go out before
-     * the workers finish and exit (their thread-exit destructor closes
-     * each thread's connections). */
-    MHD_socket lfd = MHD_quiesce_daemon(srv->daemon);
-
-    /* Ours to close (libmicrohttpd leaves it open): new connections are
-     * refused at once, which a load balancer retries elsewhere, rather
-     * than left in the backlog until the stop resets them. */
+    /* 1. No new connections: the listener is ours to close (libmicrohttpd
+     * leaves it open), so that new clients are refused at once, which a
+     * load balancer retries elsewhere, rather than left in the backlog
+     * until the stop resets them. The connections already open are still
+     * served until step 3; from now on every reply closes its connection,
+     * as while draining. */
+    lfd = MHD_quiesce_daemon(srv->daemon);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
-    /* The pool first: a request it runs may still hand a purchase or a
-     * task to the engine. */
+    atomic_store(&srv->draining, true);
+    /* 2. The engines refuse new work (503 at once, nothing written), let
+     * the batches and tasks that run finish, and answer what still waits
+     * (503, nothing written): every parked request is resumed with its
+     * reply. The pool first: a request it runs may still hand a purchase
+     * or a task to the engine. Both stay allocated until step 4, since
+     * a request that arrives meanwhile still calls them. */
     engine_stop(srv->io);
     engine_stop(srv->engine);
+    /* 3. Give those replies a moment to go out, then stop the daemon: it
+     * closes every connection and joins its threads (whose thread-exit
+     * destructor closes each thread's store). Nothing is suspended any
+     * more: a request parks now only for as long as its own callback. */
     for (int i = 0; i < 300 && atomic_load(&srv->parked) > 0; i++) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(srv->daemon);
-    /* After the daemon: every connection has been removed by now. */
+    /* 4. No request runs any more: free what they used. The writer after
+     * the engine: nothing sells any more; what it holds is claimed by
+     * another instance, or by this one after a restart. */
     deadlines_stop(srv->deadlines);
-    /* After the engine: nothing sells any more; what the writer holds is
-     * claimed by another instance, or by this one after a restart. */
+    engine_free(srv->io);
+    engine_free(srv->engine);
     async_stop(srv->async);
     store_replica_monitor_stop(srv->replica);
     vcache_free(srv->vcache);

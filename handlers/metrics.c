@@ -32,6 +32,8 @@ unsigned metrics_get(struct request *req)
         engine_queue_top(req->engine, queue_ids, queue_depths, QUEUES_SHOWN);
     extra.queue_ids = queue_ids;
     extra.queue_depths = queue_depths;
+    extra.queues_kept = engine_queue_count(req->engine);
+    extra.voucher_states = store_voucher_states_count();
     int64_t backlog_ids[QUEUES_SHOWN], oldest_ms;
     unsigned backlog_depths[QUEUES_SHOWN];
     extra.backlogs = async_backlog_top(req->async, backlog_ids, backlog_depths,

@@ -24,8 +24,12 @@
  * unit back), so a retry may sell more than the last read said; a bound on
  * the rounds stops the loop from spinning however the stock moves.
  *
- * Also the per-voucher state the store keeps for the process's lifetime:
+ * Also the per-voucher state the store keeps while a voucher is in use:
  * the segments of a segmented voucher, and which were seen empty lately.
+ * Each user holds a reference from store_voucher_state_get() to
+ * store_voucher_state_put(); a state nobody holds that has not been used
+ * for a while is freed by store_voucher_states_free_idle(), and made
+ * again (its segments read again) on its next use.
  */
 #include "store/internal.h"
 
@@ -42,7 +46,11 @@
 
 struct voucher_state {
     int64_t voucher_id;
-    struct voucher_state *next;  /* hash chain; fixed once published */
+    /* Under states_mu: */
+    struct voucher_state *next; /* hash chain */
+    unsigned refs;              /* holders between get and put */
+    int64_t used_ms;            /* monotonic: the last put */
+    /* Atomics: the holders read and write them at the same time. */
     atomic_uint segments;        /* 0: not read yet */
     atomic_uint_fast64_t empty;  /* bit j: segment j seen at 0 */
     atomic_llong empty_since_ms; /* when the first of those was seen */
@@ -52,39 +60,76 @@ struct voucher_state {
 /* A member of a batch: the caller's item. */
 #define member store_purchase_item
 
-/* The states: a hash of chains, read without a lock (a state is
- * published whole at the head of its chain and never removed). */
+/* The states: a hash of chains under one mutex, held for a lookup (once
+ * per batch, expiry or cancel: not per request) or a free. */
 #define STATE_BUCKETS 1024
-static _Atomic(struct voucher_state *) states[STATE_BUCKETS];
+static struct voucher_state *states[STATE_BUCKETS];
+static size_t states_kept;
 static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static struct voucher_state *state_find(struct voucher_state *s, int64_t id)
-{
-    for (; s; s = s->next)
-        if (s->voucher_id == id)
-            return s;
-    return NULL;
-}
 
 struct voucher_state *store_voucher_state_get(int64_t voucher_id)
 {
     size_t h = (size_t)((uint64_t)voucher_id * 0x9e3779b97f4a7c15ULL >> 54);
-    struct voucher_state *s, *head;
+    struct voucher_state *s;
 
-    head = atomic_load_explicit(&states[h], memory_order_acquire);
-    if ((s = state_find(head, voucher_id)))
-        return s;
     pthread_mutex_lock(&states_mu);
-    head = atomic_load_explicit(&states[h], memory_order_relaxed);
-    s = state_find(head, voucher_id);
+    for (s = states[h]; s && s->voucher_id != voucher_id; s = s->next)
+        ;
     if (!s) {
         s = xcalloc(1, sizeof(*s));
         s->voucher_id = voucher_id;
-        s->next = head;
-        atomic_store_explicit(&states[h], s, memory_order_release);
+        s->next = states[h];
+        states[h] = s;
+        states_kept++;
     }
+    s->refs++;
     pthread_mutex_unlock(&states_mu);
     return s;
+}
+
+void store_voucher_state_put(struct voucher_state *vs)
+{
+    if (!vs)
+        return;
+    pthread_mutex_lock(&states_mu);
+    vs->refs--;
+    vs->used_ms = util_mono_ms();
+    pthread_mutex_unlock(&states_mu);
+}
+
+size_t store_voucher_states_free_idle(int64_t idle_ms)
+{
+    int64_t now = util_mono_ms();
+    size_t freed = 0;
+
+    for (size_t h = 0; h < STATE_BUCKETS; h++) {
+        /* One chain per hold of the mutex: a batch never waits long. */
+        pthread_mutex_lock(&states_mu);
+        for (struct voucher_state **pp = &states[h]; *pp;) {
+            struct voucher_state *s = *pp;
+
+            if (s->refs || now - s->used_ms < idle_ms) {
+                pp = &s->next;
+                continue;
+            }
+            *pp = s->next;
+            free(s);
+            states_kept--;
+            freed++;
+        }
+        pthread_mutex_unlock(&states_mu);
+    }
+    return freed;
+}
+
+size_t store_voucher_states_count(void)
+{
+    size_t n;
+
+    pthread_mutex_lock(&states_mu);
+    n = states_kept;
+    pthread_mutex_unlock(&states_mu);
+    return n;
 }
 
 struct segments_args {

@@ -192,12 +192,16 @@ bool store_attempt_fits(int64_t deadline_ms);
 /*
  * What this process knows about one voucher's stock (batch.c): its number
  * of stock segments and which of them were seen empty. Created on first
- * use, kept until exit.
+ * use, freed once unused for a while (store_voucher_states_free_idle()).
  */
 struct voucher_state;
 
-/* The state of voucher_id. Never NULL. Thread-safe. */
+/* The state of voucher_id, with a reference the caller gives back with
+ * store_voucher_state_put() (the state stays while it is held). Never
+ * NULL. Thread-safe. */
 struct voucher_state *store_voucher_state_get(int64_t voucher_id);
+/* Give back the reference of store_voucher_state_get(). NULL ok. */
+void store_voucher_state_put(struct voucher_state *vs);
 
 /*
  * The voucher's number of stock segments (1: not segmented), read from

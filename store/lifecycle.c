@@ -84,16 +84,20 @@ static int units_return(struct store *st, int64_t voucher_id, int64_t user_id,
     int err = store_voucher_segments_read(st, vs, &segments);
 
     if (err)
-        return err;
+        goto out;
     bind_i64(&p[0], &k);
     bind_i64(&p[1], &voucher_id);
-    if (segments <= 1)
-        return store_stmt_exec(st, STMT_STOCK_RETURN, p, NULL, &s);
+    if (segments <= 1) {
+        err = store_stmt_exec(st, STMT_STOCK_RETURN, p, NULL, &s);
+        goto out;
+    }
     seg = user_id % segments;
     bind_i64(&p[2], &seg);
     err = store_stmt_exec(st, STMT_SEGMENT_RETURN, p, NULL, &s);
     if (!err)
         store_segment_mark_stocked(vs, (unsigned)seg);
+out:
+    store_voucher_state_put(vs);
     return err;
 }
 
@@ -337,6 +341,7 @@ static int expire_once(struct store *st, void *arg)
         if (!err)
             rows[i].segment =
                 segments > 1 ? (unsigned)(rows[i].user_id % segments) : 0;
+        store_voucher_state_put(vs);
     }
     if (err)
         return store_tx_rollback(st, err);

@@ -201,7 +201,7 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
     if (err) {
         for (size_t i = 0; i < n; i++)
             items[i]->err = err;
-        return;
+        goto out;
     }
     if (batch_max == 0)
         batch_max = STORE_BATCH_DEFAULT;
@@ -216,6 +216,8 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
     for (size_t i = 0; i < n; i++)
         if (!items[i]->err)
             metrics_count(counter[items[i]->outcome], 1);
+out:
+    store_voucher_state_put(vs);
 }
 
 /* Result buffers for one row of the order SELECTs (ORDER_COLUMNS). */

@@ -292,6 +292,18 @@ struct store_purchase_item {
 void store_purchase_batch(struct store *st, int64_t voucher_id,
                           struct store_purchase_item **items, size_t n);
 
+/*
+ * The process keeps a little state per voucher that purchases, cancels and
+ * expiries use (how its stock is segmented, which segments were seen
+ * empty). Free the state of every voucher that nothing has used for
+ * idle_ms; a later use reads it again. Returns how many were freed.
+ * Thread-safe; holds its lock for one short hash chain at a time.
+ */
+size_t store_voucher_states_free_idle(int64_t idle_ms);
+
+/* How many vouchers' state the process keeps now. Thread-safe. */
+size_t store_voucher_states_count(void);
+
 /* An order's status: unpaid -> paid, cancelled or expired (final). */
 enum order_status {
     ORDER_UNPAID = 1,

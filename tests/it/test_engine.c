@@ -11,6 +11,7 @@
  *   - the queue bound: a crowd larger than SECKILL_QUEUE_MAX gets 429
  *     BUSY with Retry-After at once for the excess, nothing written for
  *     them, and the rest buy;
+ *   - /metrics shows the depth of a voucher's queue;
  *   - cheap requests keep being answered while a crowd waits.
  *
  * Purchases are kept parked by holding the voucher's stock row locked
@@ -302,12 +303,68 @@ static void test_queue_bound(void **state)
     assert_int_equal(0, it_server_stop(&inst));
 }
 
+/*
+ * /metrics shows a queue's depth, read without the engine's lock: one
+ * purchase's batch waits for the held row, then seven more purchases of
+ * the voucher wait behind it, and seckill_purchase_queue_depth says 7.
+ * Once the row is free all eight buy.
+ */
+static void test_queue_depth_metric(void **state)
+{
+    enum { N = 8 };
+    static const char *const env[] = {"SECKILL_RATE_USER=0", NULL};
+    int64_t v = it_seckill_create(&srv, 1, 100, -60, 3600);
+    int64_t first = next_user, deadline;
+    struct it_server inst;
+    long status[N];
+    char labels[64];
+    double depth = -1;
+    int fds[2][2];
+    pid_t child[2];
+
+    (void)state;
+    next_user += N;
+    snprintf(labels, sizeof(labels), "voucher=\"%lld\"", (long long)v);
+    assert_int_equal(0, it_server_start(&inst, "engine-depth", env));
+    row_hold(v);
+    assert_int_equal(0, pipe(fds[0]));
+    assert_int_equal(0, pipe(fds[1]));
+    child[0] = crowd_in_child(&inst, v, first, 1, fds[0][1]);
+    /* Its batch waits for the row lock. */
+    deadline = util_mono_ms() + 5000;
+    while (it_sql_scalar("SELECT COUNT(*) FROM "
+                         "information_schema.INNODB_LOCK_WAITS") < 1 &&
+           util_mono_ms() < deadline)
+        usleep(50 * 1000);
+    child[1] = crowd_in_child(&inst, v, first + 1, N - 1, fds[1][1]);
+    deadline = util_mono_ms() + 5000;
+    while ((depth = metric(&inst, "seckill_purchase_queue_depth", labels)) !=
+               N - 1 &&
+           util_mono_ms() < deadline)
+        usleep(50 * 1000);
+    row_release();
+    crowd_collect(child[0], fds[0][0], status, 1);
+    crowd_collect(child[1], fds[1][0], status + 1, N - 1);
+    for (int i = 0; i < 2; i++) {
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    print_message("      queue depth shown: %.0f\n", depth);
+    assert_true(depth == N - 1);
+    assert_int_equal(N, count(status, N, 201));
+    assert_int_equal(N, it_sql_order_count(v));
+    /* The queue is empty now: no series for it. */
+    assert_true(metric(&inst, "seckill_purchase_queue_depth", labels) == -1);
+    assert_int_equal(0, it_server_stop(&inst));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_hangs_up),
         cmocka_unit_test(test_sigterm_with_parked_purchases),
         cmocka_unit_test(test_queue_bound),
+        cmocka_unit_test(test_queue_depth_metric),
     };
     return it_exit_status(cmocka_run_group_tests_name(
         "engine", tests, group_setup, group_teardown));

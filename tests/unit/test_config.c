@@ -30,6 +30,7 @@ static const char *const vars[] = {
     "SECKILL_THREADS",
     "SECKILL_ENGINE_THREADS",
     "SECKILL_QUEUE_MAX",
+    "SECKILL_IDLE_FREE_S",
     "SECKILL_LOCK_TTL_MS",
     "SECKILL_LOCK_URL",
     "SECKILL_DEV",
@@ -434,6 +435,16 @@ static void test_purchase_values(void **state)
     assert_int_equal(parse(&c, err, 2, "--engine-threads=7"), 0);
     assert_int_equal(c.http.engine_threads, 7);
     assert_int_equal(c.http.queue_max, 5);
+    /* Per-voucher state is freed after a minute unused by default. */
+    assert_int_equal(c.http.idle_free_s, 60);
+    config_free(&c);
+
+    setenv("SECKILL_IDLE_FREE_S", "86400", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.idle_free_s, 86400);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "--idle-free-s=1"), 0);
+    assert_int_equal(c.http.idle_free_s, 1);
     config_free(&c);
 }
 
@@ -457,6 +468,9 @@ static void test_purchase_bad_values(void **state)
         {"SECKILL_QUEUE_MAX", "0"},
         {"SECKILL_QUEUE_MAX", "1000001"},
         {"SECKILL_QUEUE_MAX", "many"},
+        {"SECKILL_IDLE_FREE_S", "0"},
+        {"SECKILL_IDLE_FREE_S", "86401"},
+        {"SECKILL_IDLE_FREE_S", "1m"},
     };
     struct config c;
     char err[256];
