@@ -6,7 +6,8 @@
  * under load: a writer killed in the middle of a batch, MySQL down for
  * 20 s while Redis sells, Redis restarted from its append-only file (and
  * from an older copy of it), a writer paused past the claim timeout, the
- * return of cancelled and expired orders' units to Redis interrupted.
+ * return of cancelled and expired orders' units to Redis interrupted, a
+ * creation's preheat that comes after a reconciliation made the sale.
  * After each, once the writers have drained the stream (run_finish()),
  * every 202 must be an order of its user in MySQL, nothing oversold, no
  * user twice, and Redis' stock and buyers equal MySQL's (invariant 7).
@@ -573,31 +574,6 @@ static bool order_has_status(struct run *r, int64_t order, int status,
  * again at once.
  */
 void sc_async_unit_returns(struct run *r)
-    /* Creates the scenario's voucher through an instance, on its own thread
-     * (the request is held up by a failpoint). */
-    struct creator {
-    struct it_server srv;
-    int64_t stock;
-    atomic_llong id; /* -1: not answered yet, refused or failed */
-};
-
-static void *creator_main(void *arg)
-{
-    struct creator *c = arg;
-
-    atomic_store(&c->id, voucher_create(&c->srv, c->stock, true));
-    return NULL;
-}
-
-/*
- * Instance A commits a new async voucher to MySQL and is held up for 8 s
- * before it puts the sale into Redis (the failpoint async_before_preheat).
- * Meanwhile a reconciler finds the sale in MySQL without a state in Redis
- * and builds it, and B sells it. Then A's late preheat comes: it must
- * leave the live sale as it is (its buyers, its stock, the orders in its
- * stream), not start it over, or units are sold twice and 202s lost.
- */
-void sc_async_late_preheat(struct run *r)
 {
     const char *a_env[] = {"SECKILL_THREADS=8",
                            ASYNC_MODE,
@@ -629,195 +605,231 @@ void sc_async_late_preheat(struct run *r)
     cfg.threads = 2;
     cfg.think_ms = 300;
     if (fleet_add(&r->fleet, "a", a_env, true) < 0 ||
-                           "SECKILL_LOCK_TTL_MS=2000",
-                           "SECKILL_FAILPOINTS=async_before_preheat=sleep:8000",
-                           NULL
-};
-const char *b_env[] = {"SECKILL_THREADS=8",  ASYNC_MODE,
-                       ACCEPT_LOSS,          "SECKILL_LOCK_TTL_MS=2000",
-                       "SECKILL_FAILPOINTS", NULL};
-struct load_cfg cfg = default_load();
-struct creator c = {.stock = r->stock0, .id = -1};
-int64_t before = -1, t0, built_ms = -1, v = -1;
-long long sold_before;
-pthread_t th;
-MYSQL *my;
-char needle[48];
-
-r->async = true;
-if (fleet_add(&r->fleet, "a", a_env, false) < 0 ||
-    fleet_add(&r->fleet, "b", b_env, true) < 0) {
-    setup_fail(r, "instances did not start");
-    fleet_stop(&r->fleet);
-    return;
-}
-if (run_start(r, cfg))
-    return run_abort(r);
-a = fleet_get(&r->fleet, 0);
-/* Three buyers of our own on A, their orders in MySQL. */
-for (int i = 0; i < 3; i++) {
-    purchase_once(&a, 0, r->voucher, user + i, 10, &buys[i]);
-    load_record(&r->load, &buys[i]);
-    if (buys[i].status != 202 ||
-        !order_has_status(r, buys[i].order_id, 1, 5000)) {
-        setup_fail(r, "buyer %d got %ld, or its order was not written", i,
-                   buys[i].status);
-        return run_abort(r);
+        fleet_add(&r->fleet, "b", b_env, true) < 0) {
+        setup_fail(r, "instances did not start");
+        fleet_stop(&r->fleet);
+        return;
     }
-}
-/* A cancel whose COMMIT answer is lost, then the same cancel again;
- * a plain cancel, and that one again. */
-st[0] = cancel_order(&a, buys[0].order_id, user, &unknown);
-r->faults++;
-st[1] = cancel_order(&a, buys[0].order_id, user, &unknown);
-st[2] = cancel_order(&a, buys[1].order_id, user + 1, &unknown);
-st[3] = cancel_order(&a, buys[1].order_id, user + 1, &unknown);
-say("cancels: lost COMMIT answer %ld, retried %ld; plain %ld, again %ld", st[0],
-    st[1], st[2], st[3]);
-if (st[0] != 503 || st[1] != 200 || st[2] != 200 || st[3] != 200)
-    run_extra_fail(r, INV_ASYNC,
-                   "cancels answered %ld, %ld, %ld, %ld; want 503 (the "
-                   "COMMIT answer lost), then 200",
-                   st[0], st[1], st[2], st[3]);
-/* Both cancels are done: their buyers may buy again (not recorded:
- * the load's check counts one sale per user). */
-for (int i = 0; i < 2; i++) {
-    struct attempt again;
-
-    purchase_once(&a, 0, r->voucher, user + i, 10, &again);
-    if (again.status != 202)
+    if (run_start(r, cfg))
+        return run_abort(r);
+    a = fleet_get(&r->fleet, 0);
+    /* Three buyers of our own on A, their orders in MySQL. */
+    for (int i = 0; i < 3; i++) {
+        purchase_once(&a, 0, r->voucher, user + i, 10, &buys[i]);
+        load_record(&r->load, &buys[i]);
+        if (buys[i].status != 202 ||
+            !order_has_status(r, buys[i].order_id, 1, 5000)) {
+            setup_fail(r, "buyer %d got %ld, or its order was not written", i,
+                       buys[i].status);
+            return run_abort(r);
+        }
+    }
+    /* A cancel whose COMMIT answer is lost, then the same cancel again;
+     * a plain cancel, and that one again. */
+    st[0] = cancel_order(&a, buys[0].order_id, user, &unknown);
+    r->faults++;
+    st[1] = cancel_order(&a, buys[0].order_id, user, &unknown);
+    st[2] = cancel_order(&a, buys[1].order_id, user + 1, &unknown);
+    st[3] = cancel_order(&a, buys[1].order_id, user + 1, &unknown);
+    say("cancels: lost COMMIT answer %ld, retried %ld; plain %ld, again %ld",
+        st[0], st[1], st[2], st[3]);
+    if (st[0] != 503 || st[1] != 200 || st[2] != 200 || st[3] != 200)
         run_extra_fail(r, INV_ASYNC,
-                       "buyer %d, whose order was cancelled, buying "
-                       "again got %ld %s (Redis kept the buyer)",
-                       i, again.status, again.code);
-}
-/* The load's orders expire after 4 s: A's first expiry batch and B's
- * third lose their COMMIT answer, B's second return fails. */
-sleep_ms(9000);
-r->faults +=
-    fleet_log_count(&r->fleet, "failpoint fired",
-                    "name=expire_commit_unanswered") +
-    fleet_log_count(&r->fleet, "failpoint fired", "name=unit_return_fails");
-if (fleet_log_count(&r->fleet, "failpoint fired",
-                    "name=expire_commit_unanswered") < 1 ||
-    fleet_log_count(&r->fleet, "failpoint fired", "name=unit_return_fails") < 1)
-    setup_fail(r, "the expiry's and the return's failpoints did not "
-                  "fire");
-/* Back to the default pay timeout for the rest of the sale. */
-for (int i = 0; i < r->fleet.n && !r->setup_failed; i++) {
-    struct it_server s = fleet_get(&r->fleet, i);
+                       "cancels answered %ld, %ld, %ld, %ld; want 503 (the "
+                       "COMMIT answer lost), then 200",
+                       st[0], st[1], st[2], st[3]);
+    /* Both cancels are done: their buyers may buy again (not recorded:
+     * the load's check counts one sale per user). */
+    for (int i = 0; i < 2; i++) {
+        struct attempt again;
 
-    kill(s.pid, SIGTERM);
-    if (!fleet_wait_dead(&r->fleet, i, 15000) ||
-        fleet_restart(&r->fleet, i, after) != 0)
-        setup_fail(r, "instance %d did not restart", i);
-}
-if (r->setup_failed)
-    return run_abort(r);
-sleep_ms(5000); /* the last 4 s deadlines pass */
-run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
-/* Rebuilds for a disagreement: not those of a sale whose state was
- * not in Redis yet when the reconciliation first met it (the
- * voucher's creation racing its preheat). */
-snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
-snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
-         (long long)r->voucher);
-rebuilt =
-    fleet_log_count(&r->fleet, "async sale disagrees with mysql", needle) -
-    fleet_log_count(&r->fleet, "async sale disagrees with mysql", missing);
-/* Nothing is still owed: every return reached Redis. */
-MYSQL *my = fdb_connect(&r->db, 5);
-int64_t owed = -1;
+        purchase_once(&a, 0, r->voucher, user + i, 10, &again);
+        if (again.status != 202)
+            run_extra_fail(r, INV_ASYNC,
+                           "buyer %d, whose order was cancelled, buying "
+                           "again got %ld %s (Redis kept the buyer)",
+                           i, again.status, again.code);
+    }
+    /* The load's orders expire after 4 s: A's first expiry batch and B's
+     * third lose their COMMIT answer, B's second return fails. */
+    sleep_ms(9000);
+    r->faults +=
+        fleet_log_count(&r->fleet, "failpoint fired",
+                        "name=expire_commit_unanswered") +
+        fleet_log_count(&r->fleet, "failpoint fired", "name=unit_return_fails");
+    if (fleet_log_count(&r->fleet, "failpoint fired",
+                        "name=expire_commit_unanswered") < 1 ||
+        fleet_log_count(&r->fleet, "failpoint fired",
+                        "name=unit_return_fails") < 1)
+        setup_fail(r, "the expiry's and the return's failpoints did not "
+                      "fire");
+    /* Back to the default pay timeout for the rest of the sale. */
+    for (int i = 0; i < r->fleet.n && !r->setup_failed; i++) {
+        struct it_server s = fleet_get(&r->fleet, i);
 
-if (my)
-    fdb_scalar(my, &owed,
-               "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
-               "= %lld",
-               (long long)r->voucher);
-if (my)
-    mysql_close(my);
-/* Checked after the invariants: folded into 7 here. */
-if ((rebuilt || owed != 0) && r->ok[INV_ASYNC]) {
-    r->ok[INV_ASYNC] = false;
-    snprintf(r->why[INV_ASYNC], sizeof(r->why[INV_ASYNC]),
-             "the sale disagreed with MySQL %d time(s) (a unit given "
-             "back in MySQL did not come back in Redis), %lld return(s) "
-             "still owed",
-             rebuilt, (long long)owed);
-}
-run_note(r,
-         "%d disagreement(s) with MySQL; %d sweep(s) gave Redis units "
-         "late",
-         rebuilt,
-         fleet_log_count(&r->fleet, "async units returned to redis late",
-                         needle));
-my = fdb_connect(&r->db, 5);
-if (!my || fdb_scalar(my, &before,
-                      "SELECT COALESCE(MAX(voucher_id), 0) FROM "
-                      "seckill_vouchers") != 0) {
-    setup_fail(r, "could not read the last voucher id");
+        kill(s.pid, SIGTERM);
+        if (!fleet_wait_dead(&r->fleet, i, 15000) ||
+            fleet_restart(&r->fleet, i, after) != 0)
+            setup_fail(r, "instance %d did not restart", i);
+    }
+    if (r->setup_failed)
+        return run_abort(r);
+    sleep_ms(5000); /* the last 4 s deadlines pass */
+    run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
+    /* Rebuilds for a disagreement: not those of a sale whose state was
+     * not in Redis yet when the reconciliation first met it (the
+     * voucher's creation racing its preheat). */
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
+    snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
+             (long long)r->voucher);
+    rebuilt =
+        fleet_log_count(&r->fleet, "async sale disagrees with mysql", needle) -
+        fleet_log_count(&r->fleet, "async sale disagrees with mysql", missing);
+    /* Nothing is still owed: every return reached Redis. */
+    MYSQL *my = fdb_connect(&r->db, 5);
+    int64_t owed = -1;
+
+    if (my)
+        fdb_scalar(my, &owed,
+                   "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
+                   "= %lld",
+                   (long long)r->voucher);
     if (my)
         mysql_close(my);
-    fleet_stop(&r->fleet);
-    return;
-}
-c.srv = fleet_get(&r->fleet, 0);
-pthread_create(&th, NULL, creator_main, &c);
-/* The voucher is in MySQL at once; A sleeps before the preheat. */
-t0 = util_mono_ms();
-while (util_mono_ms() - t0 < 5000 &&
-       (fdb_scalar(my, &v,
-                   "SELECT COALESCE(MAX(voucher_id), -1) FROM "
-                   "seckill_vouchers WHERE voucher_id > %lld",
-                   (long long)before) != 0 ||
-        v < 0))
-    sleep_ms(20);
-mysql_close(my);
-if (v < 0) {
-    setup_fail(r, "the voucher did not appear in mysql");
-    pthread_join(th, NULL);
-    fleet_stop(&r->fleet);
-    return;
-}
-r->voucher = v;
-r->faults++;
-say("voucher %lld in mysql; instance a holds its preheat for 8 s",
-    (long long)v);
-snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)v);
-t0 = util_mono_ms();
-while (util_mono_ms() - t0 < 7000) {
-    if (predis_int(r->lock_redis_port, r->lock_redis_db, "EXISTS {v:%lld}:info",
-                   (long long)v) == 1) {
-        built_ms = util_mono_ms() - t0;
-        break;
+    /* Checked after the invariants: folded into 7 here. */
+    if ((rebuilt || owed != 0) && r->ok[INV_ASYNC]) {
+        r->ok[INV_ASYNC] = false;
+        snprintf(r->why[INV_ASYNC], sizeof(r->why[INV_ASYNC]),
+                 "the sale disagreed with MySQL %d time(s) (a unit given "
+                 "back in MySQL did not come back in Redis), %lld return(s) "
+                 "still owed",
+                 rebuilt, (long long)owed);
     }
-    sleep_ms(20);
+    run_note(r,
+             "%d disagreement(s) with MySQL; %d sweep(s) gave Redis units "
+             "late",
+             rebuilt,
+             fleet_log_count(&r->fleet, "async units returned to redis late",
+                             needle));
 }
-if (built_ms < 0 || atomic_load(&c.id) >= 0) {
-    setup_fail(r, "no reconciler built the sale before the preheat");
+
+/* Creates the scenario's voucher through an instance, on its own thread
+ * (the request is held up by a failpoint). */
+struct creator {
+    struct it_server srv;
+    int64_t stock;
+    atomic_llong id; /* -1: not answered yet, refused or failed */
+};
+
+static void *creator_main(void *arg)
+{
+    struct creator *c = arg;
+
+    atomic_store(&c->id, voucher_create(&c->srv, c->stock, true));
+    return NULL;
+}
+
+/*
+ * Instance A commits a new async voucher to MySQL and is held up for 8 s
+ * before it puts the sale into Redis (the failpoint async_before_preheat).
+ * Meanwhile a reconciler finds the sale in MySQL without a state in Redis
+ * and builds it, and B sells it. Then A's late preheat comes: it must
+ * leave the live sale as it is (its buyers, its stock, the orders in its
+ * stream), not start it over, or units are sold twice and 202s lost.
+ */
+void sc_async_late_preheat(struct run *r)
+{
+    const char *a_env[] = {"SECKILL_THREADS=8",
+                           ASYNC_MODE,
+                           ACCEPT_LOSS,
+                           "SECKILL_LOCK_TTL_MS=2000",
+                           "SECKILL_FAILPOINTS=async_before_preheat=sleep:8000",
+                           NULL};
+    const char *b_env[] = {"SECKILL_THREADS=8",  ASYNC_MODE,
+                           ACCEPT_LOSS,          "SECKILL_LOCK_TTL_MS=2000",
+                           "SECKILL_FAILPOINTS", NULL};
+    struct load_cfg cfg = default_load();
+    struct creator c = {.stock = r->stock0, .id = -1};
+    int64_t before = -1, t0, built_ms = -1, v = -1;
+    long long sold_before;
+    pthread_t th;
+    MYSQL *my;
+    char needle[48];
+
+    r->async = true;
+    if (fleet_add(&r->fleet, "a", a_env, false) < 0 ||
+        fleet_add(&r->fleet, "b", b_env, true) < 0) {
+        setup_fail(r, "instances did not start");
+        fleet_stop(&r->fleet);
+        return;
+    }
+    my = fdb_connect(&r->db, 5);
+    if (!my || fdb_scalar(my, &before,
+                          "SELECT COALESCE(MAX(voucher_id), 0) FROM "
+                          "seckill_vouchers") != 0) {
+        setup_fail(r, "could not read the last voucher id");
+        if (my)
+            mysql_close(my);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    c.srv = fleet_get(&r->fleet, 0);
+    pthread_create(&th, NULL, creator_main, &c);
+    /* The voucher is in MySQL at once; A sleeps before the preheat. */
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 5000 &&
+           (fdb_scalar(my, &v,
+                       "SELECT COALESCE(MAX(voucher_id), -1) FROM "
+                       "seckill_vouchers WHERE voucher_id > %lld",
+                       (long long)before) != 0 ||
+            v < 0))
+        sleep_ms(20);
+    mysql_close(my);
+    if (v < 0) {
+        setup_fail(r, "the voucher did not appear in mysql");
+        pthread_join(th, NULL);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    r->voucher = v;
+    r->faults++;
+    say("voucher %lld in mysql; instance a holds its preheat for 8 s",
+        (long long)v);
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)v);
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 7000) {
+        if (predis_int(r->lock_redis_port, r->lock_redis_db,
+                       "EXISTS {v:%lld}:info", (long long)v) == 1) {
+            built_ms = util_mono_ms() - t0;
+            break;
+        }
+        sleep_ms(20);
+    }
+    if (built_ms < 0 || atomic_load(&c.id) >= 0) {
+        setup_fail(r, "no reconciler built the sale before the preheat");
+        pthread_join(th, NULL);
+        fleet_stop(&r->fleet);
+        return;
+    }
+    say("a reconciler built the sale in redis %lld ms later (rebuilds "
+        "logged: %d); b sells it",
+        (long long)built_ms,
+        fleet_log_count(&r->fleet, "async sale rebuilt from mysql", needle));
+    cfg.voucher = v;
+    cfg.user_first = r->user_first;
+    sampler_start(&r->sampler, &r->db, v);
+    load_start(&r->load, &r->fleet, &cfg);
     pthread_join(th, NULL);
-    fleet_stop(&r->fleet);
-    return;
-}
-say("a reconciler built the sale in redis %lld ms later (rebuilds "
-    "logged: %d); b sells it",
-    (long long)built_ms,
-    fleet_log_count(&r->fleet, "async sale rebuilt from mysql", needle));
-cfg.voucher = v;
-cfg.user_first = r->user_first;
-sampler_start(&r->sampler, &r->db, v);
-load_start(&r->load, &r->fleet, &cfg);
-pthread_join(th, NULL);
-sold_before = predis_int(r->lock_redis_port, r->lock_redis_db,
-                         "SCARD {v:%lld}:buyers", (long long)v);
-if (atomic_load(&c.id) != v)
-    run_extra_fail(r, INV_ASYNC, "the creation answered %lld, not %lld",
-                   (long long)atomic_load(&c.id), (long long)v);
-say("a's preheat done; the sale has %lld buyers in redis", sold_before);
-run_note(r,
-         "the sale was built by a reconciler %lld ms after its creation "
-         "and sold by b; %lld buyers in redis after a's late preheat",
-         (long long)built_ms, sold_before);
-fleet_set_load(&r->fleet, 0, true);
-run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
+    sold_before = predis_int(r->lock_redis_port, r->lock_redis_db,
+                             "SCARD {v:%lld}:buyers", (long long)v);
+    if (atomic_load(&c.id) != v)
+        run_extra_fail(r, INV_ASYNC, "the creation answered %lld, not %lld",
+                       (long long)atomic_load(&c.id), (long long)v);
+    say("a's preheat done; the sale has %lld buyers in redis", sold_before);
+    run_note(r,
+             "the sale was built by a reconciler %lld ms after its creation "
+             "and sold by b; %lld buyers in redis after a's late preheat",
+             (long long)built_ms, sold_before);
+    fleet_set_load(&r->fleet, 0, true);
+    run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
 }
