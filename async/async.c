@@ -58,6 +58,8 @@
 #define RETURNS_EVERY_MS 500
 #define RETURNS_AGE_MS 500
 #define RETURNS_SWEEP_MAX 256
+/* A sale of another database is looked at again this often. */
+#define OWNER_RECHECK_MS 10000
 
 /* ---- keys and scripts ---- */
 
@@ -721,6 +723,11 @@ int async_redis_durable(redisContext *rc, char *why, size_t len)
 struct sale {
     int64_t voucher_id;
     bool indexed; /* in the index of sales with work, at the last look */
+    /* 1: a sale of this service's database; -1: of another one that
+     * shares this Redis database (its orders are not ours to write), as
+     * seen at owner_ms; 0: not known yet (sale_ours()). */
+    int owner;
+    int64_t owner_ms;
     bool group_ready;
     bool own_pending;  /* re-read what this consumer holds first */
     unsigned backlog;  /* XLEN, at the last look */
@@ -980,6 +987,49 @@ static size_t write_entries(struct async *a, struct store *st, redisContext *rc,
     settle(rc, s->voucher_id, e, n);
     free(e);
     return n;
+}
+
+/*
+ * Whether s is a sale of this service's MySQL database: its voucher is an
+ * async voucher there, and the creation stamp in Redis, when the sale's
+ * state has one, is that voucher's. The index of sales with work is per
+ * Redis database, and another deployment that shares it (a second
+ * database, a test run beside another) must not have its orders written,
+ * dead-lettered or its sale rebuilt here. Asked of MySQL once per sale
+ * of ours; again while MySQL cannot say, and every OWNER_RECHECK_MS for
+ * another's (a stale sale of an earlier database is replaced by the
+ * voucher's own preheat, and is ours from then on).
+ */
+static bool sale_ours(struct store *st, redisContext *rc, struct sale *s)
+{
+    char k[KEY_MAX];
+    int64_t mine, theirs = 0, now = util_mono_ms();
+    redisReply *r;
+    int err;
+
+    if (s->owner > 0 || (s->owner < 0 && now - s->owner_ms < OWNER_RECHECK_MS))
+        return s->owner > 0;
+    err = store_async_stamp_read(st, s->voucher_id, &mine);
+    if (err && err != -ENOENT)
+        return false; /* MySQL away: asked again next time */
+    key(k, s->voucher_id, "info");
+    r = err ? NULL : redisCommand(rc, "HGET %s stamp", k);
+    if (!err && !r)
+        return false; /* Redis away: asked again next time */
+    if (r && r->type == REDIS_REPLY_STRING)
+        util_parse_id(r->str, r->len, &theirs);
+    freeReplyObject(r);
+    bool ours = !err && (theirs == 0 || theirs == mine);
+
+    if (!ours && s->owner == 0)
+        log_warn("async sale of another database left alone: its orders "
+                 "are not written here",
+                 "voucher=%lld why=\"%s\"", (long long)s->voucher_id,
+                 err ? "no async voucher of this id in mysql"
+                     : "another creation stamp");
+    s->owner = ours ? 1 : -1;
+    s->owner_ms = now;
+    return s->owner > 0;
 }
 
 /* Make the consumer group of s's stream (from its start). */
@@ -1736,6 +1786,8 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
 
     if (s->rebuilding)
         return; /* rebuilds_step() takes it on */
+    if (!sale_ours(st, rc, s))
+        return;
     if (sale_snapshot(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
         return;
     if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
@@ -2027,11 +2079,12 @@ static void *writer_main(void *arg)
         sales_update(a, rc);
         backlogs_look(a, rc, look_all);
         for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
-            if (a->sales[i].backlog || a->sales[i].own_pending)
+            if ((a->sales[i].backlog || a->sales[i].own_pending) &&
+                sale_ours(st, rc, &a->sales[i]))
                 did += pump(a, st, rc, &a->sales[i]);
         if (now >= next_claim && now >= a->retry_ms) {
             for (size_t i = 0; i < a->nsales; i++)
-                if (a->sales[i].backlog)
+                if (a->sales[i].backlog && sale_ours(st, rc, &a->sales[i]))
                     claim(a, st, rc, &a->sales[i]);
             next_claim = now + CLAIM_EVERY_MS;
         }

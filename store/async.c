@@ -380,3 +380,28 @@ int store_async_counts_read(struct store *st, int64_t voucher_id,
     memset(out, 0, sizeof(*out));
     return store_retry(st, counts_once, &a);
 }
+
+struct stamp_args {
+    int64_t id, *stamp;
+};
+
+static int stamp_once(struct store *st, void *arg)
+{
+    struct stamp_args *a = arg;
+    MYSQL_BIND p[1] = {0}, r[1] = {0};
+    size_t n;
+    int err;
+
+    bind_i64(&p[0], &a->id);
+    bind_i64(&r[0], a->stamp);
+    err = store_stmt_rows(st, STMT_ASYNC_STAMP, p, r, 1, NULL, NULL, &n);
+    return err ? err : n ? 0 : -ENOENT;
+}
+
+int store_async_stamp_read(struct store *st, int64_t voucher_id, int64_t *stamp)
+{
+    struct stamp_args a = {voucher_id, stamp};
+
+    *stamp = 0;
+    return store_retry(st, stamp_once, &a);
+}

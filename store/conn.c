@@ -238,6 +238,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "o.voucher_id = s.voucher_id AND (o.stream_pos IS NULL OR "
         "o.stream_pos <= ?) WHERE s.voucher_id = ? "
         "GROUP BY s.voucher_id, s.initial_stock",
+    [STMT_ASYNC_STAMP] = "SELECT COALESCE(sale_stamp, 0) FROM seckill_vouchers "
+                         "WHERE voucher_id = ? AND purchase_mode = 1",
     [STMT_ACTIVE_USERS] = "SELECT user_id, id FROM voucher_orders WHERE "
                           "voucher_id = ? AND status IN (1, 2)",
     [STMT_VOUCHER_STATS] =

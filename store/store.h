@@ -501,6 +501,11 @@ struct store_async_counts {
 int store_async_counts_read(struct store *st, int64_t voucher_id,
                             int64_t pos_max, struct store_async_counts *out);
 
+/* The creation stamp of async voucher voucher_id (0: one from before
+ * stamps). 0, -ENOENT (no async voucher of that id), or -errno. */
+int store_async_stamp_read(struct store *st, int64_t voucher_id,
+                           int64_t *stamp);
+
 struct store_voucher_stats {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */
     int64_t stock;

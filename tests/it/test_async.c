@@ -645,6 +645,61 @@ static void test_dead_letter(void **state)
 }
 
 /*
+ * Another deployment's sale on the same Redis database (a second MySQL
+ * database, or a test run beside this one): its voucher is not in this
+ * MySQL, yet it is in the index of sales with work. The writers here
+ * leave it alone: its orders stay in its stream, not written here and not
+ * dead-lettered, so that its own writers can still write them.
+ */
+static void test_other_database(void **state)
+{
+    int64_t v = it_sql_scalar("SELECT COALESCE(MAX(voucher_id), 0) FROM "
+                              "seckill_vouchers") +
+                1000000;
+    redisContext *rc = it_redis_connect();
+    int64_t now = util_now_ms();
+
+    (void)state;
+    freeReplyObject(redisCommand(rc,
+                                 "HSET {v:%lld}:info begin %lld end %lld "
+                                 "initial 10 stamp 4242",
+                                 (long long)v, (long long)(now / 1000 - 60),
+                                 (long long)(now / 1000 + 600)));
+    freeReplyObject(redisCommand(rc, "SET {v:%lld}:stock 7", (long long)v));
+    for (int i = 0; i < 3; i++) {
+        long long o = 9000000000000LL + i, u = next_user++;
+
+        freeReplyObject(
+            redisCommand(rc, "SADD {v:%lld}:buyers %lld", (long long)v, u));
+        freeReplyObject(redisCommand(rc,
+                                     "XADD {v:%lld}:stream * o %lld u %lld "
+                                     "t %lld",
+                                     (long long)v, o, u, (long long)now));
+        freeReplyObject(redisCommand(rc, "HSET {v:%lld}:pending %lld %lld:%lld",
+                                     (long long)v, o, u, (long long)now));
+    }
+    freeReplyObject(
+        redisCommand(rc, "SADD seckill:async:work %lld", (long long)v));
+    /* Several rounds of every writer, and a reconciliation or two. */
+    sleep(5);
+    assert_int_equal(3, redis_int(rc, "XLEN {v:%lld}:stream", v));
+    assert_int_equal(3, redis_int(rc, "HLEN {v:%lld}:pending", v));
+    assert_int_equal(0, redis_int(rc, "XLEN {v:%lld}:dead", v));
+    assert_int_equal(0, redis_int(rc, "EXISTS {v:%lld}:frozen", v));
+    assert_int_equal(7, redis_int(rc, "GET {v:%lld}:stock", v));
+    assert_int_equal(0, it_sql_order_count(v));
+    freeReplyObject(redisCommand(rc,
+                                 "DEL {v:%lld}:info {v:%lld}:stock "
+                                 "{v:%lld}:buyers {v:%lld}:stream "
+                                 "{v:%lld}:pending",
+                                 (long long)v, (long long)v, (long long)v,
+                                 (long long)v, (long long)v));
+    freeReplyObject(
+        redisCommand(rc, "SREM seckill:async:work %lld", (long long)v));
+    redisFree(rc);
+}
+
+/*
  * A sale whose stream holds an order acknowledged and never deleted (a
  * writer whose connection broke between the two) and whose Redis forgot
  * a buyer (and put the unit back on sale): the reconciliation rebuilds
@@ -1028,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_pending_listed),
         cmocka_unit_test(test_rebuild),
         cmocka_unit_test(test_dead_letter),
+        cmocka_unit_test(test_other_database),
         cmocka_unit_test(test_rebuild_acked_entry),
         cmocka_unit_test(test_many_sales),
         cmocka_unit_test(test_backlog_outlives_lookback),
