@@ -10,11 +10,16 @@
  *   kill       SIGKILL the process (a crash: no cleanup, no reply)
  *   stop       SIGSTOP the process, all threads, until a SIGCONT
  *   sleep:MS   block the calling thread for MS milliseconds
+ *   skip       a FAILPOINT_SKIP() point reports true: its caller leaves
+ *              out the step the point guards (a bug planted on purpose,
+ *              for a checker that must notice it)
  *
  * and @n makes it fire on the n-th time that point is reached (default
- * the first), once. Example:
+ * the first), once; %n instead makes it fire on every n-th time (the
+ * n-th, the 2n-th, ...). Example:
  *
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
+ *   SECKILL_FAILPOINTS="async_sale_drop=skip%1000,unit_return_skip=skip@2"
  *
  * The points: after_lock (engine/engine.c, a batch's locks are held),
  * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
@@ -25,22 +30,32 @@
  * batch, no reply yet), async_write_before_commit (store/async.c, a
  * writer's batch is inserted and the stock row updated, no COMMIT yet)
  * and async_write_after_commit (async/async.c, the batch is committed,
- * not yet acknowledged in the stream).
+ * not yet acknowledged in the stream). Two points can skip a step (make
+ * soak SOAK_CANARY=1 plants them): async_sale_drop (engine/engine.c: a
+ * purchase of an async sale is answered 202 without going to the sale's
+ * script, so its order never reaches the stream) and unit_return_skip
+ * (handlers/orders.c: a cancelled or expired order's unit is not given
+ * back to the sale's Redis state).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */
 #ifndef SECKILL_FAILPOINT_H
 #define SECKILL_FAILPOINT_H
 
+#include <stdbool.h>
+
 #ifdef SECKILL_FAILPOINTS
 /*
- * Count a hit of the point called name and run its action if this is the
- * hit it was armed for. Thread-safe.
+ * Count a hit of the point called name and run its action if this is a
+ * hit it was armed for. True when that action is skip. Thread-safe.
  */
-void failpoint_hit(const char *name);
-#define FAILPOINT(name) failpoint_hit(name)
+bool failpoint_hit(const char *name);
+#define FAILPOINT(name) ((void)failpoint_hit(name))
+/* The same, true when the action that ran is skip. */
+#define FAILPOINT_SKIP(name) failpoint_hit(name)
 #else
 #define FAILPOINT(name) ((void)0)
+#define FAILPOINT_SKIP(name) false
 #endif
 
 #endif
