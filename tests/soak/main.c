@@ -220,6 +220,7 @@ int main(void)
     log_watch_stop();
     rc = checker_run();
     world_stop();
+    nemesis_exit();
     mysql_library_end();
     return rc;
 }

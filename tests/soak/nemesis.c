@@ -55,17 +55,20 @@ struct active {
 };
 
 static struct {
-    pthread_mutex_t mu; /* f, n */
+    pthread_mutex_t mu; /* f, n, and the roll's request and exit */
+    pthread_cond_t cond;
     struct fault *f;
     size_t n, cap;
     pthread_t th, roll_th;
-    bool roll_started;
+    /* The roll's thread takes one request at a time. */
+    bool roll_req, exit, healed;
+    size_t roll_idx;
     atomic_int roll_running;
     atomic_int stop;
     struct active act[ACTIVE_MAX];
     int nact;
     struct rng r;
-} nem = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} nem = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static size_t fault_add(enum fault_kind kind, int inst, const char *what)
 {
@@ -144,10 +147,9 @@ static void crashes_look(void)
     }
 }
 
-static void *roll_run(void *arg)
+/* One rolling restart. */
+static void roll(size_t idx)
 {
-    size_t idx = (size_t)(uintptr_t)arg;
-
     for (int i = 0; i < SOAK_INSTANCES && !atomic_load(&nem.stop); i++) {
         int64_t deadline;
         char st[32] = "";
@@ -169,6 +171,30 @@ static void *roll_run(void *arg)
     }
     fault_healed(idx);
     atomic_store(&nem.roll_running, 0);
+}
+
+/*
+ * The processes a thread starts die with it (the harness's children
+ * have PR_SET_PDEATHSIG), so the threads that start instances and
+ * backends live until nemesis_exit(): this one runs the rolls.
+ */
+static void *roll_run(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&nem.mu);
+    for (;;) {
+        while (!nem.roll_req && !nem.exit)
+            pthread_cond_wait(&nem.cond, &nem.mu);
+        if (nem.exit)
+            break;
+        size_t idx = nem.roll_idx;
+
+        nem.roll_req = false;
+        pthread_mutex_unlock(&nem.mu);
+        roll(idx);
+        pthread_mutex_lock(&nem.mu);
+    }
+    pthread_mutex_unlock(&nem.mu);
     return NULL;
 }
 
@@ -280,12 +306,11 @@ static void inject(enum fault_kind kind, struct active *a)
         a->idx = fault_add(kind, -1, "every instance SIGTERMed and started "
                                      "again, one after another");
         atomic_store(&nem.roll_running, 1);
-        if (nem.roll_started)
-            pthread_join(nem.roll_th, NULL);
-        nem.roll_started = true;
-        if (pthread_create(&nem.roll_th, NULL, roll_run,
-                           (void *)(uintptr_t)a->idx) != 0)
-            abort();
+        pthread_mutex_lock(&nem.mu);
+        nem.roll_idx = a->idx;
+        nem.roll_req = true;
+        pthread_cond_broadcast(&nem.cond);
+        pthread_mutex_unlock(&nem.mu);
         a->heal_at = -1; /* the roll heals itself */
         return;
     case F_REDIS_KILL:
@@ -482,21 +507,42 @@ static void *nemesis_run(void *arg)
         heal(&nem.act[0]);
         act_remove(0);
     }
-    if (nem.roll_started)
-        pthread_join(nem.roll_th, NULL);
+    while (atomic_load(&nem.roll_running))
+        sleep_ms(100);
     crashes_look();
+    /* Healed: stay until the end, for what this thread started. */
+    pthread_mutex_lock(&nem.mu);
+    nem.healed = true;
+    pthread_cond_broadcast(&nem.cond);
+    while (!nem.exit)
+        pthread_cond_wait(&nem.cond, &nem.mu);
+    pthread_mutex_unlock(&nem.mu);
     return NULL;
 }
 
 void nemesis_start(void)
 {
     rng_seed(&nem.r, soak_cfg.seed, 7);
-    if (pthread_create(&nem.th, NULL, nemesis_run, NULL) != 0)
+    if (pthread_create(&nem.th, NULL, nemesis_run, NULL) != 0 ||
+        pthread_create(&nem.roll_th, NULL, roll_run, NULL) != 0)
         abort();
 }
 
 void nemesis_stop(void)
 {
     atomic_store(&nem.stop, 1);
+    pthread_mutex_lock(&nem.mu);
+    while (!nem.healed)
+        pthread_cond_wait(&nem.cond, &nem.mu);
+    pthread_mutex_unlock(&nem.mu);
+}
+
+void nemesis_exit(void)
+{
+    pthread_mutex_lock(&nem.mu);
+    nem.exit = true;
+    pthread_cond_broadcast(&nem.cond);
+    pthread_mutex_unlock(&nem.mu);
     pthread_join(nem.th, NULL);
+    pthread_join(nem.roll_th, NULL);
 }

@@ -231,9 +231,12 @@ struct fault {
     char what[96];    /* e.g. "instance 2's link to redis: 300 ms" */
 };
 
-/* Draw faults until nemesis_stop(); then heal every one. */
+/* Draw faults until nemesis_stop(), which heals every one. The
+ * processes the nemesis restarted live until nemesis_exit(), after
+ * world_stop(). */
 void nemesis_start(void);
 void nemesis_stop(void);
+void nemesis_exit(void);
 /* Every fault injected (valid after nemesis_stop()). */
 const struct fault *faults_all(size_t *n);
 
