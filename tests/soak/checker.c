@@ -39,7 +39,7 @@
 #define VIOLATIONS_SHOWN 3
 #define WINDOW_BEFORE_MS 15000
 #define WINDOW_AFTER_MS 5000
-#define WINDOW_LINES 40
+#define WINDOW_LINES 16
 /* A sale rebuilt this long after a Redis failover is the failover's. */
 #define REPAIR_AFTER_FAILOVER_MS 30000
 
@@ -734,51 +734,52 @@ static void print_requests(const struct hist *h, size_t nh)
     free(o);
 }
 
-static bool hist_in_window(const struct hist *h, const struct violation *v)
+/* Whether h belongs in v's window: the same order, or the same user (and
+ * voucher); for a sale's violation, what changed its units (not the
+ * purchases that simply bought, nor reads). */
+static bool hist_about(const struct hist *h, const struct violation *v)
 {
-    bool about = (v->order && h->order == v->order) ||
-                 (v->user && h->user == v->user &&
-                  (!v->voucher || h->voucher == v->voucher)) ||
-                 (!v->user && v->voucher && h->voucher == v->voucher &&
-                  h->op != OP_READ);
-
-    return about && h->done_ms >= v->at_ms - WINDOW_BEFORE_MS &&
-           h->sent_ms <= v->at_ms + WINDOW_AFTER_MS;
+    if (v->order && h->order == v->order)
+        return true;
+    if (v->user)
+        return h->user == v->user && (!v->voucher || h->voucher == v->voucher);
+    return v->voucher && h->voucher == v->voucher && h->op != OP_READ &&
+           !(h->op == OP_BUY && (h->status == 201 || h->status == 202));
 }
 
 static void print_window(const struct violation *v, const struct hist *h,
                          size_t nh, const struct fault *f, size_t nf,
                          const struct logline *l, size_t nl)
 {
-    int lines = 0;
+    int64_t from = v->at_ms - WINDOW_BEFORE_MS, to = v->at_ms + WINDOW_AFTER_MS;
+    size_t *idx = xcalloc(nh + 1, sizeof(*idx)), n = 0;
 
-    printf("    history %.1f..%.1f s:\n", (v->at_ms - WINDOW_BEFORE_MS) / 1e3,
-           (v->at_ms + WINDOW_AFTER_MS) / 1e3);
+    printf("    window %.1f..%.1f s:\n", from / 1e3, to / 1e3);
     for (size_t i = 0; i < nf; i++)
-        if (f[i].start_ms <= v->at_ms + WINDOW_AFTER_MS &&
-            (!f[i].heal_ms || f[i].heal_ms >= v->at_ms - WINDOW_BEFORE_MS))
+        if (f[i].start_ms <= to && (!f[i].heal_ms || f[i].heal_ms >= from))
             printf("      fault %7.1f..%-7.1f %s: %s\n", f[i].start_ms / 1e3,
                    f[i].heal_ms / 1e3, fault_names[f[i].kind], f[i].what);
-    for (size_t i = 0; i < nh && lines < WINDOW_LINES; i++)
-        if (hist_in_window(&h[i], v)) {
-            printf("      %7.1f..%-7.1f %-6s user %lld voucher %lld order "
-                   "%lld%s%s -> %ld %s %.60s\n",
-                   h[i].sent_ms / 1e3, h[i].done_ms / 1e3, op_names[h[i].op],
-                   (long long)h[i].user, (long long)h[i].voucher,
-                   (long long)h[i].order, h[i].txn[0] ? " txn " : "",
-                   h[i].txn, h[i].status, h[i].code, h[i].body);
-            lines++;
-        }
-    for (size_t i = 0; i < nl && lines < WINDOW_LINES; i++)
-        if (l[i].at_ms >= v->at_ms - WINDOW_BEFORE_MS &&
-            l[i].at_ms <= v->at_ms + WINDOW_AFTER_MS &&
+    for (size_t i = 0; i < nl; i++)
+        if (l[i].at_ms >= from && l[i].at_ms <= to &&
             ((v->voucher && l[i].voucher == v->voucher) ||
              (v->order && l[i].order == v->order) ||
-             l[i].kind == LOGEV_FAILPOINT)) {
-            printf("      log %7.1f instance %d: %.200s\n", l[i].at_ms / 1e3,
-                   l[i].inst + 1, l[i].text);
-            lines++;
-        }
+             l[i].kind == LOGEV_FAILPOINT))
+            printf("      log   %7.1f instance %d: %.220s\n",
+                   l[i].at_ms / 1e3, l[i].inst + 1, l[i].text);
+    /* The requests closest to the event. */
+    for (size_t i = 0; i < nh; i++)
+        if (hist_about(&h[i], v) && h[i].done_ms >= from && h[i].sent_ms <= to)
+            idx[n++] = i;
+    for (size_t k = n > WINDOW_LINES ? n - WINDOW_LINES : 0; k < n; k++) {
+        const struct hist *x = &h[idx[k]];
+
+        printf("      %7.1f..%-7.1f %-6s user %lld voucher %lld order %lld%s%s "
+               "-> %ld %s %.60s\n",
+               x->sent_ms / 1e3, x->done_ms / 1e3, op_names[x->op],
+               (long long)x->user, (long long)x->voucher, (long long)x->order,
+               x->txn[0] ? " txn " : "", x->txn, x->status, x->code, x->body);
+    }
+    free(idx);
 }
 
 static int cmp_violation(const void *a, const void *b)

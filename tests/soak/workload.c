@@ -31,7 +31,7 @@
 #define ORDERS_KEPT 8
 #define SALES_MAX 2048
 #define SALES_OPEN 3
-#define CROWD_THREADS 2
+#define CROWD_THREADS 4
 #define THREADS_MAX 32
 
 const char *const op_names[OP_COUNT] = {
@@ -599,7 +599,7 @@ static void *crowd_run(void *arg)
         it_token(uid, TOKEN_ROLE_USER, 86400, tok);
         buy(&none, tok, uid, voucher, &r, 3);
         pthread_mutex_destroy(&none.mu);
-        sleep_ms(40);
+        sleep_ms(10);
     }
     return NULL;
 }
