@@ -792,6 +792,28 @@ static int cmp_violation(const void *a, const void *b)
     return (x->at_ms > y->at_ms) - (x->at_ms < y->at_ms);
 }
 
+/* Every request of the history, one line each, into the log folder: for
+ * a look at what the window left out. */
+static void history_write(const struct hist *h, size_t nh)
+{
+    char path[IT_PATH_MAX + 32];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/soak-history.txt", it_log_dir());
+    f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "# sent_s done_s op user voucher order txn status code body\n");
+    for (size_t i = 0; i < nh; i++)
+        fprintf(f, "%.3f %.3f %s %lld %lld %lld %s %ld %s %s\n",
+                h[i].sent_ms / 1e3, h[i].done_ms / 1e3, op_names[h[i].op],
+                (long long)h[i].user, (long long)h[i].voucher,
+                (long long)h[i].order, h[i].txn[0] ? h[i].txn : "-",
+                h[i].status, h[i].code[0] ? h[i].code : "-", h[i].body);
+    fclose(f);
+    printf("the history: %s\n", path);
+}
+
 int checker_run(void)
 {
     size_t nh, nf, nl, no = 0, nv = 0;
@@ -827,6 +849,7 @@ int checker_run(void)
     for (size_t i = 0; i < nh; i++)
         sold202 += h[i].op == OP_BUY && h[i].status == 202;
 
+    history_write(h, nh);
     print_faults(f, nf);
     print_requests(h, nh);
     printf("\n%zu vouchers (%zu orders in MySQL); stock sampled %ld times; "

@@ -31,7 +31,8 @@
 #define ORDERS_KEPT 8
 #define SALES_MAX 2048
 #define SALES_OPEN 3
-#define CROWD_THREADS 4
+#define CROWD_THREADS 2
+#define CROWD_WAVE 8
 #define THREADS_MAX 32
 
 const char *const op_names[OP_COUNT] = {
@@ -258,31 +259,32 @@ static void buy(struct user *u, const char *token, int64_t uid, int64_t voucher,
     }
 }
 
-/* The same purchase twice at once (a double click, a retry that races
- * its first attempt). */
-static void buy_twice(struct user *u, const char *token, int64_t uid,
-                      int64_t voucher)
+/* Purchases of voucher by users uids[i] (tokens[i]), i < n, all at once;
+ * their orders go to u's list. */
+static void buy_many(struct user *u, char (*tokens)[256], const int64_t *uids,
+                     int n, int64_t voucher)
 {
     char path[64];
-    struct it_req req = {.method = "POST",
-                         .path = path,
-                         .token = token,
-                         .timeout_s = SOAK_CLIENT_TIMEOUT_S};
-    struct it_resp resp[2];
-    struct hist h[2];
+    struct it_req req[CROWD_WAVE];
+    struct it_resp resp[CROWD_WAVE];
+    struct hist h[CROWD_WAVE];
     CURLM *m = curl_multi_init();
     CURLMsg *msg;
     int running = 0, left;
 
     snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill",
              (long long)voucher);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
+        req[i] = (struct it_req){.method = "POST",
+                                 .path = path,
+                                 .token = tokens[i],
+                                 .timeout_s = SOAK_CLIENT_TIMEOUT_S};
         memset(&h[i], 0, sizeof(h[i]));
         h[i].op = OP_BUY;
-        h[i].user = uid;
+        h[i].user = uids[i];
         h[i].voucher = voucher;
         h[i].sent_ms = soak_ms();
-        curl_multi_add_handle(m, it_http_prepare(&world.lb, &req, &resp[i]));
+        curl_multi_add_handle(m, it_http_prepare(&world.lb, &req[i], &resp[i]));
     }
     do {
         curl_multi_perform(m, &running);
@@ -297,11 +299,24 @@ static void buy_twice(struct user *u, const char *token, int64_t uid,
         it_http_complete(msg->easy_handle, msg->data.result, rp);
     }
     curl_multi_cleanup(m);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < n; i++) {
         hist_answer(&h[i], &resp[i]);
         buy_answered(u, &h[i], &resp[i]);
         it_resp_free(&resp[i]);
     }
+}
+
+/* The same purchase twice at once (a double click, a retry that races
+ * its first attempt). */
+static void buy_twice(struct user *u, const char *token, int64_t uid,
+                      int64_t voucher)
+{
+    char tokens[2][256];
+    int64_t uids[2] = {uid, uid};
+
+    snprintf(tokens[0], sizeof(tokens[0]), "%s", token);
+    snprintf(tokens[1], sizeof(tokens[1]), "%s", token);
+    buy_many(u, tokens, uids, 2, voucher);
 }
 
 /* The order's status in a 200 of cancel or pay ("" otherwise). */
@@ -586,20 +601,26 @@ static void *crowd_run(void *arg)
         sleep_ms(200);
     }
     while (!atomic_load(&wl.stop)) {
-        /* Mostly new buyers, some who bought already (a duplicate). */
-        int64_t n = atomic_load(&wl.crowd_next);
-        int64_t uid = CROWD_BASE + (rng_chance(&r, 15) && n > 0
-                                        ? rng_range(&r, 0, n - 1)
-                                        : atomic_fetch_add(&wl.crowd_next, 1));
-        char tok[TOKEN_STR_LEN];
+        char tokens[CROWD_WAVE][256];
+        int64_t uids[CROWD_WAVE];
         struct user none;
 
+        /* Mostly new buyers, some who bought already (a duplicate). */
+        for (int i = 0; i < CROWD_WAVE; i++) {
+            int64_t n = atomic_load(&wl.crowd_next);
+            char tok[TOKEN_STR_LEN];
+
+            uids[i] = CROWD_BASE + (rng_chance(&r, 15) && n > 0
+                                        ? rng_range(&r, 0, n - 1)
+                                        : atomic_fetch_add(&wl.crowd_next, 1));
+            it_token(uids[i], TOKEN_ROLE_USER, 86400, tok);
+            snprintf(tokens[i], sizeof(tokens[i]), "%s", tok);
+        }
         memset(&none, 0, sizeof(none));
         pthread_mutex_init(&none.mu, NULL);
-        it_token(uid, TOKEN_ROLE_USER, 86400, tok);
-        buy(&none, tok, uid, voucher, &r, 3);
+        buy_many(&none, tokens, uids, CROWD_WAVE, voucher);
         pthread_mutex_destroy(&none.mu);
-        sleep_ms(10);
+        sleep_ms(20);
     }
     return NULL;
 }
