@@ -156,8 +156,8 @@ static void balance_check(const struct vrow *v, size_t n, const char *when)
     for (size_t i = 0; i < n; i++) {
         if (v[i].initial < 0)
             continue;
-        if (v[i].stock < 0 || v[i].stock + v[i].unpaid + v[i].paid !=
-                                  v[i].initial)
+        if (v[i].stock < 0 ||
+            v[i].stock + v[i].unpaid + v[i].paid != v[i].initial)
             violate("stock-unbalanced", 0, v[i].id, 0, soak_ms(),
                     "%s: voucher %lld has stock %lld + unpaid %lld + paid "
                     "%lld != initial %lld",
@@ -316,16 +316,15 @@ static void check_answers(struct hist *h, size_t nh)
                     h[i].sent_ms,
                     "%s by user %lld sent at %.1f s got no answer within "
                     "%d s",
-                    op_names[h[i].op], (long long)h[i].user,
-                    h[i].sent_ms / 1e3, SOAK_CLIENT_TIMEOUT_S);
+                    op_names[h[i].op], (long long)h[i].user, h[i].sent_ms / 1e3,
+                    SOAK_CLIENT_TIMEOUT_S);
         else if (h[i].done_ms - h[i].sent_ms > SOAK_ANSWER_MS)
             violate("slow-answer", h[i].user, h[i].voucher, h[i].order,
                     h[i].sent_ms,
                     "%s by user %lld sent at %.1f s answered %ld after "
                     "%lld ms",
-                    op_names[h[i].op], (long long)h[i].user,
-                    h[i].sent_ms / 1e3, h[i].status,
-                    (long long)(h[i].done_ms - h[i].sent_ms));
+                    op_names[h[i].op], (long long)h[i].user, h[i].sent_ms / 1e3,
+                    h[i].status, (long long)(h[i].done_ms - h[i].sent_ms));
         if (sold(&h[i]) && h[i].order > 0)
             ids[ns++] = h[i].order;
     }
@@ -500,8 +499,8 @@ static void check_lifecycle(struct hist *h, size_t nh, struct orow *by_id,
                     o ? o->status : -1, o ? o->txn : "");
         if (h[i].status == 200 && h[i].op == OP_CANCEL &&
             strcmp(h[i].ostatus, "cancelled") == 0 && (!o || o->status != 4))
-            violate("cancel-200-not-kept", h[i].user, h[i].voucher,
-                    h[i].order, h[i].done_ms,
+            violate("cancel-200-not-kept", h[i].user, h[i].voucher, h[i].order,
+                    h[i].done_ms,
                     "cancel of order %lld answered 200 cancelled at %.1f s; "
                     "MySQL has status %d",
                     (long long)h[i].order, h[i].done_ms / 1e3,
@@ -563,8 +562,8 @@ static void check_end_state(const struct vrow *v, size_t nv, struct orow *o,
             return;
         }
         async_state_read(port, 0, v[i].id, &st);
-        frozen = predis_int(port, 0, "EXISTS {v:%lld}:frozen",
-                            (long long)v[i].id);
+        frozen =
+            predis_int(port, 0, "EXISTS {v:%lld}:frozen", (long long)v[i].id);
         if (frozen != 0)
             violate("sale-frozen", 0, v[i].id, 0, soak_ms(),
                     "async sale %lld is still frozen at the end",
@@ -577,8 +576,8 @@ static void check_end_state(const struct vrow *v, size_t nv, struct orow *o,
                     st.pending_group);
         if (st.dead != 0)
             violate("dead-letters", 0, v[i].id, 0, soak_ms(),
-                    "async sale %lld has %lld dead letters",
-                    (long long)v[i].id, st.dead);
+                    "async sale %lld has %lld dead letters", (long long)v[i].id,
+                    st.dead);
         if (st.stock != v[i].stock)
             violate("redis-differs", 0, v[i].id, 0, soak_ms(),
                     "async sale %lld: Redis stock %lld, MySQL stock %lld",
@@ -632,8 +631,7 @@ static bool failover_near(const struct fault *f, size_t nf, int64_t at_ms)
 {
     for (size_t i = 0; i < nf; i++)
         if (f[i].kind == F_REDIS_KILL && f[i].start_ms <= at_ms &&
-            (!f[i].heal_ms ||
-             at_ms <= f[i].heal_ms + REPAIR_AFTER_FAILOVER_MS))
+            (!f[i].heal_ms || at_ms <= f[i].heal_ms + REPAIR_AFTER_FAILOVER_MS))
             return true;
     return false;
 }
@@ -657,8 +655,8 @@ static void check_logs(const struct logline *l, size_t nl,
                         l[i].inst + 1);
             break;
         case LOGEV_ID_REUSED:
-            violate("id-reused", 0, 0, 0, l[i].at_ms,
-                    "instance %d: %s", l[i].inst + 1, l[i].text);
+            violate("id-reused", 0, 0, 0, l[i].at_ms, "instance %d: %s",
+                    l[i].inst + 1, l[i].text);
             break;
         case LOGEV_SANITIZER:
             violate("sanitizer", 0, 0, 0, l[i].at_ms, "instance %d: %s",
@@ -682,8 +680,7 @@ static void print_faults(const struct fault *f, size_t nf)
         for (size_t i = 0; i < nf; i++)
             if (f[i].kind == (enum fault_kind)k) {
                 count++;
-                ms += (f[i].heal_ms ? f[i].heal_ms : soak_ms()) -
-                      f[i].start_ms;
+                ms += (f[i].heal_ms ? f[i].heal_ms : soak_ms()) - f[i].start_ms;
             }
         printf("  %-22s %6d %9.1f\n", fault_names[k], count, ms / 1e3);
     }
@@ -764,8 +761,8 @@ static void print_window(const struct violation *v, const struct hist *h,
             ((v->voucher && l[i].voucher == v->voucher) ||
              (v->order && l[i].order == v->order) ||
              l[i].kind == LOGEV_FAILPOINT))
-            printf("      log   %7.1f instance %d: %.220s\n",
-                   l[i].at_ms / 1e3, l[i].inst + 1, l[i].text);
+            printf("      log   %7.1f instance %d: %.220s\n", l[i].at_ms / 1e3,
+                   l[i].inst + 1, l[i].text);
     /* The requests closest to the event. */
     for (size_t i = 0; i < nh; i++)
         if (hist_about(&h[i], v) && h[i].done_ms >= from && h[i].sent_ms <= to)

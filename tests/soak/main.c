@@ -104,8 +104,9 @@ static void settle(void)
 
     while ((m = redis_master_now()) < 0 || !redis_replica_synced(m)) {
         if (util_mono_ms() > deadline) {
-            soak_problem("not-settled", "Redis has no master with a synced "
-                                        "replica %d s after healing",
+            soak_problem("not-settled",
+                         "Redis has no master with a synced "
+                         "replica %d s after healing",
                          SETTLE_BACKENDS_MS / 1000);
             break;
         }
@@ -189,9 +190,8 @@ int main(void)
     soak_t0_ms = util_now_ms();
     printf("soak: seed=%llu minutes=%g canary=%d buyers=%d (replay: "
            "SOAK_SEED=%llu)\n",
-           (unsigned long long)soak_cfg.seed, soak_cfg.minutes,
-           soak_cfg.canary, soak_cfg.buyers,
-           (unsigned long long)soak_cfg.seed);
+           (unsigned long long)soak_cfg.seed, soak_cfg.minutes, soak_cfg.canary,
+           soak_cfg.buyers, (unsigned long long)soak_cfg.seed);
     fflush(stdout);
     if (world_start() != 0) {
         fprintf(stderr, "soak: set-up failed; logs in %s\n", it_log_dir());

@@ -38,9 +38,9 @@ const char *const fault_names[F_KIND_COUNT] = {
 
 /* How often each kind is drawn, out of their sum. */
 static const int weight[F_KIND_COUNT] = {
-    [F_KILL] = 10,     [F_STOP] = 10,      [F_ROLL] = 4,
+    [F_KILL] = 10,      [F_STOP] = 10,      [F_ROLL] = 4,
     [F_REDIS_KILL] = 8, [F_MYSQL_KILL] = 7, [F_MYSQL_LAG] = 6,
-    [F_REDIS_LAG] = 7, [F_LATENCY] = 10,   [F_LOSS] = 8,
+    [F_REDIS_LAG] = 7,  [F_LATENCY] = 10,   [F_LOSS] = 8,
     [F_PARTITION] = 10, [F_CLOCK] = 8,
 };
 
@@ -303,8 +303,9 @@ static void inject(enum fault_kind kind, struct active *a)
                  a->inst + 1, (long long)dur);
         break;
     case F_ROLL:
-        a->idx = fault_add(kind, -1, "every instance SIGTERMed and started "
-                                     "again, one after another");
+        a->idx = fault_add(kind, -1,
+                           "every instance SIGTERMed and started "
+                           "again, one after another");
         atomic_store(&nem.roll_running, 1);
         pthread_mutex_lock(&nem.mu);
         nem.roll_idx = a->idx;
@@ -316,8 +317,10 @@ static void inject(enum fault_kind kind, struct active *a)
     case F_REDIS_KILL:
         predis_kill(&world.redis[a->redis]);
         dur = rng_range(&nem.r, 4000, 15000);
-        snprintf(what, sizeof(what), "redis %c (the master) SIGKILLed for "
-                 "%lld ms", 'a' + a->redis, (long long)dur);
+        snprintf(what, sizeof(what),
+                 "redis %c (the master) SIGKILLed for "
+                 "%lld ms",
+                 'a' + a->redis, (long long)dur);
         break;
     case F_MYSQL_KILL:
         pmaria_kill(&world.db);
@@ -328,8 +331,10 @@ static void inject(enum fault_kind kind, struct active *a)
     case F_MYSQL_LAG:
         if (pmaria_sql(&world.replica, "STOP SLAVE SQL_THREAD"))
             say("could not stop the replica's SQL thread");
-        snprintf(what, sizeof(what), "the mariadb replica applies nothing "
-                 "for %lld ms", (long long)dur);
+        snprintf(what, sizeof(what),
+                 "the mariadb replica applies nothing "
+                 "for %lld ms",
+                 (long long)dur);
         break;
     case F_REDIS_LAG:
         a->px[a->npx++] = &world.px_repl[a->redis];
@@ -340,8 +345,10 @@ static void inject(enum fault_kind kind, struct active *a)
                      (long long)rng_range(&nem.r, 200, 2000));
         }
         proxies_ctl(a, cmd);
-        snprintf(what, sizeof(what), "replication from redis %c: %s for "
-                 "%lld ms", 'a' + a->redis, cmd, (long long)dur);
+        snprintf(what, sizeof(what),
+                 "replication from redis %c: %s for "
+                 "%lld ms",
+                 'a' + a->redis, cmd, (long long)dur);
         break;
     case F_LATENCY:
     case F_LOSS:
@@ -371,9 +378,10 @@ static void inject(enum fault_kind kind, struct active *a)
             proxies_ctl(a, "refuse");
             proxies_ctl(a, "cut");
         }
-        snprintf(what, sizeof(what), "instance %d's link to %s: %s for "
-                 "%lld ms", a->inst + 1, mysql ? "mariadb" : "redis", cmd,
-                 (long long)dur);
+        snprintf(what, sizeof(what),
+                 "instance %d's link to %s: %s for "
+                 "%lld ms",
+                 a->inst + 1, mysql ? "mariadb" : "redis", cmd, (long long)dur);
         break;
     }
     case F_CLOCK: {

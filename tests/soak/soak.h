@@ -178,9 +178,9 @@ struct hist {
     char code[24]; /* error code, "" */
     int64_t user, voucher, order;
     char txn[24];
-    bool ambiguous;  /* 503 "the outcome is unknown" */
+    bool ambiguous;   /* 503 "the outcome is unknown" */
     char ostatus[12]; /* the order's status in a 200 of cancel or pay */
-    char body[120];  /* the start of the answer */
+    char body[120];   /* the start of the answer */
 };
 
 /* Record one request (thread-safe). */
@@ -207,17 +207,17 @@ size_t hist_count(void);
 /* ---- the nemesis (nemesis.c) ---- */
 
 enum fault_kind {
-    F_KILL,          /* SIGKILL an instance, restart it later */
-    F_STOP,          /* SIGSTOP an instance, SIGCONT later */
-    F_ROLL,          /* rolling restart: SIGTERM, drain, start, one by one */
-    F_REDIS_KILL,    /* SIGKILL the Redis master: Sentinel fails over */
-    F_MYSQL_KILL,    /* SIGKILL MariaDB, restart it (crash recovery) */
-    F_MYSQL_LAG,     /* the MariaDB read replica stops applying */
-    F_REDIS_LAG,     /* replication into the Redis replica stalls */
-    F_LATENCY,       /* an instance's link to MySQL or Redis is slow */
-    F_LOSS,          /* ... loses packets (retransmission delays) */
-    F_PARTITION,     /* ... is cut off (stalled, new connections too) */
-    F_CLOCK,         /* an instance's clock steps */
+    F_KILL,       /* SIGKILL an instance, restart it later */
+    F_STOP,       /* SIGSTOP an instance, SIGCONT later */
+    F_ROLL,       /* rolling restart: SIGTERM, drain, start, one by one */
+    F_REDIS_KILL, /* SIGKILL the Redis master: Sentinel fails over */
+    F_MYSQL_KILL, /* SIGKILL MariaDB, restart it (crash recovery) */
+    F_MYSQL_LAG,  /* the MariaDB read replica stops applying */
+    F_REDIS_LAG,  /* replication into the Redis replica stalls */
+    F_LATENCY,    /* an instance's link to MySQL or Redis is slow */
+    F_LOSS,       /* ... loses packets (retransmission delays) */
+    F_PARTITION,  /* ... is cut off (stalled, new connections too) */
+    F_CLOCK,      /* an instance's clock steps */
     F_KIND_COUNT
 };
 

@@ -36,8 +36,8 @@
 #define THREADS_MAX 32
 
 const char *const op_names[OP_COUNT] = {
-    [OP_BUY] = "buy",     [OP_PAY] = "pay",     [OP_CANCEL] = "cancel",
-    [OP_READ] = "read",   [OP_LOGIN] = "login", [OP_SALE] = "sale",
+    [OP_BUY] = "buy",   [OP_PAY] = "pay",     [OP_CANCEL] = "cancel",
+    [OP_READ] = "read", [OP_LOGIN] = "login", [OP_SALE] = "sale",
 };
 
 /* ---- the history ---- */
@@ -184,9 +184,9 @@ static void hist_answer(struct hist *h, const struct it_resp *resp)
     h->done_ms = soak_ms();
     h->status = resp->status;
     snprintf(h->code, sizeof(h->code), "%s",
-             code                                            ? code
+             code                                                 ? code
              : !resp->json && resp->status && resp->status != 204 ? "-"
-                                                                 : "");
+                                                                  : "");
     h->ambiguous = resp->status == 503 && msg && strstr(msg, "unknown");
     snprintf(h->body, sizeof(h->body), "%s", resp->body ? resp->body : "");
     for (char *p = h->body; *p; p++)
@@ -322,8 +322,8 @@ static void buy_twice(struct user *u, const char *token, int64_t uid,
 /* The order's status in a 200 of cancel or pay ("" otherwise). */
 static void answer_status(struct hist *h, const struct it_resp *resp)
 {
-    const char *s = resp->status == 200 ? it_json_str(resp->json, "status")
-                                        : NULL;
+    const char *s =
+        resp->status == 200 ? it_json_str(resp->json, "status") : NULL;
 
     snprintf(h->ostatus, sizeof(h->ostatus), "%s", s ? s : "");
 }
@@ -344,8 +344,7 @@ static void pay(struct user *u, const struct uorder *o, struct rng *r)
              "{\"orderId\":\"%lld\",\"amount\":%d,\"txnId\":\"%s\"}",
              (long long)o->order, SOAK_PAY_VALUE, txn);
     sodium_hex2bin(key, sizeof(key), world.pay_secret, 64, NULL, NULL, NULL);
-    crypto_auth_hmacsha256(mac, (const unsigned char *)body, strlen(body),
-                           key);
+    crypto_auth_hmacsha256(mac, (const unsigned char *)body, strlen(body), key);
     sodium_bin2hex(sig, sizeof(sig), mac, sizeof(mac));
     snprintf(header, sizeof(header), "X-Signature: %s", sig);
     user_set_txn(u, o->order, txn);
@@ -561,8 +560,8 @@ static void *manager_run(void *arg)
     (void)arg;
     rng_seed(&r, soak_cfg.seed, 1);
     if (soak_cfg.canary)
-        sale_create(true, 1000000, -2,
-                    (int64_t)(soak_cfg.minutes * 60) + 600, true);
+        sale_create(true, 1000000, -2, (int64_t)(soak_cfg.minutes * 60) + 600,
+                    true);
     while (!atomic_load(&wl.stop)) {
         int64_t now = soak_ms();
         int coming = 0;

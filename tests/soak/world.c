@@ -33,7 +33,8 @@
 
 struct world world;
 
-static void say_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say_fail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 
 static void say_fail(const char *fmt, ...)
 {
@@ -157,10 +158,9 @@ static int redis_start_all(void)
         world.sentinel_port[i] = it_free_port();
         snprintf(world.sentinel_log[i], IT_PATH_MAX, "%s/soak-sentinel-%u.log",
                  it_log_dir(), (unsigned)world.sentinel_port[i]);
-        world.sentinel[i] =
-            it_sentinel_start(world.sentinel_port[i], MASTER_NAME,
-                              world.redis[0].port, SENTINEL_DOWN_MS,
-                              world.sentinel_log[i]);
+        world.sentinel[i] = it_sentinel_start(
+            world.sentinel_port[i], MASTER_NAME, world.redis[0].port,
+            SENTINEL_DOWN_MS, world.sentinel_log[i]);
         if (world.sentinel[i] < 0)
             return -1;
     }
@@ -579,8 +579,8 @@ static void line_take(int inst, const char *line)
         l->order = field_num(line, " order=");
         t = strstr(line, " txn=\"");
         if (t)
-            snprintf(l->txn, sizeof(l->txn), "%.*s",
-                     (int)strcspn(t + 6, "\""), t + 6);
+            snprintf(l->txn, sizeof(l->txn), "%.*s", (int)strcspn(t + 6, "\""),
+                     t + 6);
         snprintf(l->text, sizeof(l->text), "%s", line);
         return;
     }
@@ -603,9 +603,9 @@ static void watch_once(void)
                 watch.files[i].offset += (long)len;
                 if (buf[len - 1] != '\n') {
                     /* The rest of the line comes later. */
-                    snprintf(p + strlen(p), sizeof(watch.files[i].partial) -
-                                                strlen(p),
-                             "%s", buf);
+                    snprintf(p + strlen(p),
+                             sizeof(watch.files[i].partial) - strlen(p), "%s",
+                             buf);
                     continue;
                 }
                 buf[len - 1] = '\0';

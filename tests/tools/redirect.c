@@ -36,9 +36,8 @@ static void map_read(void)
 {
     const char *p = getenv("SECKILL_REDIRECT");
 
-    real_connect =
-        (int (*)(int, __CONST_SOCKADDR_ARG, socklen_t))dlsym(RTLD_NEXT,
-                                                              "connect");
+    real_connect = (int (*)(int, __CONST_SOCKADDR_ARG, socklen_t))dlsym(
+        RTLD_NEXT, "connect");
     while (p && *p && npairs < PAIRS_MAX) {
         char *end;
         unsigned long from = strtoul(p, &end, 10), to;
