@@ -227,10 +227,12 @@ static bool pick_target(enum fault_kind kind, struct active *a)
             (kind == F_REDIS_KILL || kind == F_MYSQL_KILL ||
              kind == F_MYSQL_LAG || kind == F_REDIS_LAG))
             return false; /* one of each backend fault at a time */
-    if (atomic_load(&nem.roll_running))
-        return kind != F_ROLL && kind != F_KILL && kind != F_STOP &&
-               kind != F_CLOCK && kind != F_LATENCY && kind != F_LOSS &&
-               kind != F_PARTITION;
+    /* A roll has every instance in turn: no other fault of one now. */
+    if (atomic_load(&nem.roll_running) &&
+        (kind == F_ROLL || kind == F_KILL || kind == F_STOP ||
+         kind == F_CLOCK || kind == F_LATENCY || kind == F_LOSS ||
+         kind == F_PARTITION))
+        return false;
     for (int i = 0; i < SOAK_INSTANCES; i++) {
         bool busy = inst_busy(i);
 
