@@ -136,6 +136,7 @@ enum logev {
     LOGEV_FAILPOINT, /* failpoint fired */
     LOGEV_ID_REUSED, /* order id already used */
     LOGEV_DEAD,      /* async order can never be written */
+    LOGEV_NO_RETURN, /* async unit not returned to redis */
     LOGEV_SANITIZER, /* AddressSanitizer or UndefinedBehaviorSanitizer */
     LOGEV_COUNT
 };

@@ -534,6 +534,7 @@ static const struct {
     {LOGEV_FAILPOINT, "msg=\"failpoint fired\""},
     {LOGEV_ID_REUSED, "order id already used"},
     {LOGEV_DEAD, "async order can never be written"},
+    {LOGEV_NO_RETURN, "msg=\"async unit not returned to redis\""},
     {LOGEV_SANITIZER, "Sanitizer"},
 };
 
