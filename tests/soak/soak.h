@@ -146,6 +146,7 @@ struct logline {
     int inst;
     enum logev kind;
     int64_t voucher, order;
+    int64_t initial; /* a disagreement's initial stock: -1, no sale */
     char txn[40];
     char text[240];
 };

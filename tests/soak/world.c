@@ -578,6 +578,7 @@ static void line_take(int inst, const char *line)
         l->kind = patterns[k].kind;
         l->voucher = field_num(line, " voucher=");
         l->order = field_num(line, " order=");
+        l->initial = field_num(line, " initial=");
         t = strstr(line, " txn=\"");
         if (t)
             snprintf(l->txn, sizeof(l->txn), "%.*s", (int)strcspn(t + 6, "\""),
