@@ -42,6 +42,9 @@
 #define WINDOW_LINES 16
 /* A sale rebuilt this long after a Redis failover is the failover's. */
 #define REPAIR_AFTER_FAILOVER_MS 30000
+/* A sale found missing this soon after its creation was answered may
+ * simply not have been preheated yet. */
+#define PREHEAT_RACE_MS 10000
 
 struct violation {
     char kind[32];
@@ -667,7 +670,10 @@ static bool failover_near(const struct fault *f, size_t nf, int64_t at_ms)
 /* Whether the rebuild l[r] built a sale that was missing from Redis
  * (its instance's last disagreement about it says so) after a creation
  * that may have missed its preheat (no 201 named it, or a fault was on
- * while it was created): the reconciliation's job. */
+ * while it was created) or not run it yet (another instance's
+ * reconciliation can see the committed voucher first): the
+ * reconciliation's job. What a late preheat then breaks shows in the
+ * other checks. */
 static bool preheat_missed(const struct logline *l, size_t r,
                            const struct hist *h, size_t nh,
                            const struct fault *f, size_t nf)
@@ -682,7 +688,8 @@ static bool preheat_missed(const struct logline *l, size_t r,
         return false;
     for (size_t i = 0; i < nh; i++)
         if (h[i].op == OP_SALE && h[i].voucher == l[r].voucher)
-            return return_delayed(f, nf, h[i].sent_ms, h[i].done_ms);
+            return l[r].at_ms <= h[i].done_ms + PREHEAT_RACE_MS ||
+                   return_delayed(f, nf, h[i].sent_ms, h[i].done_ms);
     return true;
 }
 
