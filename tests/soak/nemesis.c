@@ -119,29 +119,35 @@ static bool inst_busy(int i)
     return false;
 }
 
-/* An instance that died while nobody was killing it: a crash. */
+/* An instance that died while nobody was killing it: a crash, reported
+ * and started again; and one down that no fault holds down (its start
+ * failed): started again, every few seconds. */
 static void crashes_look(void)
 {
+    static int64_t retry_at[SOAK_INSTANCES];
+
     for (int i = 0; i < SOAK_INSTANCES; i++) {
         struct instance *in = &world.inst[i];
-        pid_t pid;
+        pid_t pid, died;
         int status;
 
         if (atomic_load(&nem.roll_running))
             return; /* the roll waits for its own */
         pthread_mutex_lock(&world.mu);
-        pid = in->srv.pid;
+        pid = died = in->srv.pid;
         if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid)
-            in->srv.pid = 0;
+            in->srv.pid = pid = 0;
         else
-            pid = 0;
+            died = 0;
         pthread_mutex_unlock(&world.mu);
-        if (pid) {
+        if (died)
             soak_problem("instance-crashed",
                          "instance %d (pid %d) died by itself (status 0x%x) "
                          "at %.1f s; log %s",
-                         i + 1, (int)pid, (unsigned)status, soak_ms() / 1e3,
+                         i + 1, (int)died, (unsigned)status, soak_ms() / 1e3,
                          in->srv.log_path);
+        if (pid == 0 && !inst_busy(i) && soak_ms() >= retry_at[i]) {
+            retry_at[i] = soak_ms() + 3000;
             instance_start(i);
         }
     }
