@@ -246,10 +246,11 @@ soak-build: $(BUILD)/seckilld $(BUILD)/tests/soak $(BUILD)/tools/tcpproxy \
 
 # SOAK_MINUTES (10) of faults and load, then the checks; SOAK_SEED replays
 # a run's choices; SOAK_CANARY=1 plants two failpoints the checker must
-# report (the run then fails). Needs the failpoint build.
+# report (the run then fails). Needs the failpoint build;
+# SANITIZE=address,undefined runs the instances under the sanitizers.
 soak: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 soak-build
-	@tests/soak/run.sh build/fp
+	@tests/soak/run.sh build/fp$(if $(SANITIZE),/san)
 
 # ---- a cluster on loopback: N instances behind haproxy ----
 

@@ -3,7 +3,9 @@
 # BUILD_DIR (build/fp): sources .run/env.test, points the driver at
 # BUILD_DIR's seckilld, tcpproxy and libredirect.so, and keeps every
 # process's log in BUILD_DIR/soak-logs/. SOAK_SEED, SOAK_MINUTES,
-# SOAK_CANARY and SOAK_BUYERS pass through (tests/soak/main.c).
+# SOAK_CANARY and SOAK_BUYERS pass through (tests/soak/main.c). A
+# sanitizer build (build/fp/san: make soak SANITIZE=address,undefined)
+# runs its instances under AddressSanitizer with leak reports at exit.
 #
 #   tests/soak/run.sh BUILD_DIR
 #   tests/soak/run.sh --canary-check BUILD_DIR
@@ -40,6 +42,13 @@ export SECKILL_BIN=$BUILD/seckilld
 export SECKILL_TCPPROXY=$BUILD/tools/tcpproxy
 export SECKILL_REDIRECT_LIB=$BUILD/tools/libredirect.so
 export SECKILL_IT_LOGDIR=$BUILD/soak-logs
+if [[ $(basename "$BUILD") == san ]]; then
+    # The driver keeps its history to the end; the instances report leaks
+    # and run with libfaketime and the redirect preloaded before ASan.
+    export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+    export SOAK_ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:verify_asan_link_order=0
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
 rm -rf "$SECKILL_IT_LOGDIR"
 mkdir -p "$SECKILL_IT_LOGDIR"
 cd "$ROOT" || exit 2
