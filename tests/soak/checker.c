@@ -718,8 +718,8 @@ static void check_logs(const struct logline *l, size_t nl,
                     l[i].inst + 1, l[i].text);
             break;
         case LOGEV_SANITIZER:
-            violate("sanitizer", 0, 0, 0, l[i].at_ms, "instance %d: %s",
-                    l[i].inst + 1, l[i].text);
+            violate("sanitizer", 0, 0, 0, l[i].at_ms, "instance %d: %s (%s)",
+                    l[i].inst + 1, l[i].text, l[i].file);
             break;
         default:
             break;

@@ -144,6 +144,7 @@ enum logev {
 struct logline {
     int64_t at_ms; /* soak_ms() when the watcher read it (within 0.5 s) */
     int inst;
+    const char *file; /* the log it is in (the watcher's) */
     enum logev kind;
     int64_t voucher, order;
     int64_t initial; /* a disagreement's initial stock: -1, no sale */

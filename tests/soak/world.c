@@ -564,7 +564,7 @@ static int64_t field_num(const char *line, const char *key)
     return p ? strtoll(p + strlen(key), NULL, 10) : 0;
 }
 
-static void line_take(int inst, const char *line)
+static void line_take(int inst, const char *file, const char *line)
 {
     for (size_t k = 0; k < sizeof(patterns) / sizeof(patterns[0]); k++) {
         struct logline *l;
@@ -580,6 +580,7 @@ static void line_take(int inst, const char *line)
         memset(l, 0, sizeof(*l));
         l->at_ms = soak_ms();
         l->inst = inst;
+        l->file = file;
         l->kind = patterns[k].kind;
         l->voucher = field_num(line, " voucher=");
         l->order = field_num(line, " order=");
@@ -621,9 +622,9 @@ static void watch_once(void)
 
                     snprintf(whole, sizeof(whole), "%s%s", p, buf);
                     p[0] = '\0';
-                    line_take(watch.files[i].inst, whole);
+                    line_take(watch.files[i].inst, watch.files[i].path, whole);
                 } else {
-                    line_take(watch.files[i].inst, buf);
+                    line_take(watch.files[i].inst, watch.files[i].path, buf);
                 }
             }
         fclose(f);
