@@ -9,6 +9,9 @@
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
+#   make soak      the nemesis: a randomized, history-checked run of three
+#                  instances behind haproxy (tests/soak; SOAK_MINUTES,
+#                  SOAK_SEED, SOAK_CANARY=1; not in make test)
 #   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
 #                  make cluster-roll restarts them in turn, make cluster-stop
@@ -89,7 +92,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
-        format-check clean
+        format-check clean soak soak-build
 
 all: build
 
@@ -207,13 +210,47 @@ $(BUILD)/tools/tcpproxy: $(BUILD)/obj/tests/tools/tcpproxy.o
 	@echo "  LD  $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
 
-faults: $(BUILD)/seckilld $(BUILD)/tests/faults $(BUILD)/tools/tcpproxy
+faults: $(BUILD)/seckilld $(BUILD)/tests/faults $(BUILD)/tools/tcpproxy \
+        soak-build
 
 # Crashes, pauses, restarts and broken networks under load; prints a table
-# and fails on any broken invariant (docs/reliability.md).
+# and fails on any broken invariant (docs/reliability.md). Then a short
+# canary soak: the checker must catch the failpoints planted in it.
 test-faults: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 faults
 	@tests/faults/run.sh build/fp
+	@tests/soak/run.sh --canary-check build/fp
+
+# ---- the nemesis: its own target, not part of make test ----
+
+# The soak's driver links the fault suite's backends, fleet and checks.
+SOAK_SRC := $(wildcard tests/soak/*.c)
+SOAK_OBJ := $(SOAK_SRC:%.c=$(BUILD)/obj/%.o) \
+            $(addprefix $(BUILD)/obj/tests/faults/,backends.o load.o check.o)
+
+$(BUILD)/tests/soak: $(SOAK_OBJ) $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+# Preloaded into the soak's instances and Redis servers: their connections
+# to a Redis server go to a proxy of their own (no sanitizers in it).
+$(BUILD)/tools/libredirect.so: tests/tools/redirect.c
+	@mkdir -p $(@D)
+	@echo "  CC  $@"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -fPIC -shared -o $@ $< \
+	    -ldl -lpthread
+
+soak-build: $(BUILD)/seckilld $(BUILD)/tests/soak $(BUILD)/tools/tcpproxy \
+            $(BUILD)/tools/libredirect.so
+
+# SOAK_MINUTES (10) of faults and load, then the checks; SOAK_SEED replays
+# a run's choices; SOAK_CANARY=1 plants two failpoints the checker must
+# report (the run then fails). Needs the failpoint build;
+# SANITIZE=address,undefined runs the instances under the sanitizers.
+soak: services
+	@$(MAKE) --no-print-directory FAILPOINTS=1 soak-build
+	@tests/soak/run.sh build/fp$(if $(SANITIZE),/san)
 
 # ---- a cluster on loopback: N instances behind haproxy ----
 

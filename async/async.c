@@ -478,6 +478,10 @@ static int returns_run(redisContext *rc, int64_t voucher_id,
         res[i] = -2;
         if (FAILPOINT_FAILS("unit_return_fails"))
             continue;
+        if (FAILPOINT_FAILS("unit_return_skip")) {
+            res[i] = 2; /* a planted bug: taken as back, and never is */
+            continue;
+        }
         snprintf(o, sizeof(o), "%lld", (long long)orders[i]);
         snprintf(u, sizeof(u), "%lld", (long long)users[i]);
         len =

@@ -26,6 +26,7 @@ struct failpoint {
     enum fp_action action;
     long sleep_ms;
     long fire_at; /* the hit that fires, from 1 */
+    long every;   /* > 0: every every-th hit fires instead */
     atomic_long hits;
 };
 
@@ -39,10 +40,10 @@ static void die_bad(const char *spec)
     abort();
 }
 
-/* One name=action[@n] entry of length len. */
+/* One name=action[@n|%n] entry of length len. */
 static void parse_one(const char *spec, const char *s, size_t len)
 {
-    char buf[128], *eq, *at, *end;
+    char buf[128], *eq, *at, *pct, *end;
     struct failpoint *fp;
 
     if (len == 0)
@@ -63,6 +64,13 @@ static void parse_one(const char *spec, const char *s, size_t len)
         *at = '\0';
         fp->fire_at = strtol(at + 1, &end, 10);
         if (*end || fp->fire_at < 1)
+            die_bad(spec);
+    }
+    pct = strchr(eq + 1, '%');
+    if (pct) {
+        *pct = '\0';
+        fp->every = strtol(pct + 1, &end, 10);
+        if (*end || fp->every < 1 || at)
             die_bad(spec);
     }
     if (strcmp(eq + 1, "kill") == 0) {
@@ -106,11 +114,14 @@ bool failpoint_hit(const char *name)
     pthread_once(&parse_once, parse_env);
     for (int i = 0; i < npoints; i++) {
         struct failpoint *fp = &points[i];
+        long hit;
 
-        if (strcmp(fp->name, name) != 0 ||
-            atomic_fetch_add(&fp->hits, 1) + 1 != fp->fire_at)
+        if (strcmp(fp->name, name) != 0)
             continue;
-        log_warn("failpoint fired", "name=%s hit=%ld", name, fp->fire_at);
+        hit = atomic_fetch_add(&fp->hits, 1) + 1;
+        if (fp->every ? hit % fp->every != 0 : hit != fp->fire_at)
+            continue;
+        log_warn("failpoint fired", "name=%s hit=%ld", name, hit);
         switch (fp->action) {
         case FP_KILL:
             raise(SIGKILL);

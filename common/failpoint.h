@@ -11,14 +11,16 @@
  *   kill       SIGKILL the process (a crash: no cleanup, no reply)
  *   stop       SIGSTOP the process, all threads, until a SIGCONT
  *   sleep:MS   block the calling thread for MS milliseconds
- *   fail       make the step at that point fail as its comment says
- *              (only points written FAILPOINT_FAILS(); elsewhere it does
- *              nothing)
+ *   fail       make the step at that point fail, or leave it out, as the
+ *              point's comment says (only points written
+ *              FAILPOINT_FAILS(); elsewhere it does nothing)
  *
  * and @n makes it fire on the n-th time that point is reached (default
- * the first), once. Example:
+ * the first), once; %n instead makes it fire on every n-th time (the
+ * n-th, the 2n-th, ...). Example:
  *
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
+ *   SECKILL_FAILPOINTS="async_sale_drop=fail%1000,unit_return_skip=fail@2"
  *
  * The points: after_lock (engine/engine.c, a batch's locks are held),
  * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
@@ -37,7 +39,13 @@
  * an expiry batch, succeeded and its answer is taken as lost,
  * -EINPROGRESS), and unit_return_fails (async/async.c: one order's
  * return of its unit to an async sale in Redis fails as if Redis had
- * refused it).
+ * refused it). Two more plant bugs on purpose, for a checker that must
+ * notice them (make soak SOAK_CANARY=1): async_sale_drop
+ * (engine/engine.c: a purchase of an async sale is answered 202 without
+ * going to the sale's script, so its order never reaches the stream)
+ * and unit_return_skip (async/async.c: one order's unit is taken as
+ * given back to the sale's Redis state, and no longer owed, without
+ * being given back).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */

@@ -104,9 +104,8 @@ static void reap_kill(pid_t *pid)
 
 int predis_start(struct predis *r)
 {
-    const char *aof[] = {
-        "--appendonly", "yes", "--appendfsync", "always", "--dir",
-        r->dir,         NULL};
+    const char *args[12] = {0};
+    int n = 0;
 
     if (!r->port) {
         r->port = it_free_port();
@@ -118,7 +117,18 @@ int predis_start(struct predis *r)
         fprintf(stderr, "faults: mkdir %s: %s\n", r->dir, strerror(errno));
         return -1;
     }
-    r->pid = it_redis_start_with(r->port, r->log, NULL, r->dir[0] ? aof : NULL);
+    if (r->dir[0]) {
+        const char *aof[] = {"--appendonly", "yes",   "--appendfsync",
+                             "always",       "--dir", r->dir};
+
+        memcpy(args, aof, sizeof(aof));
+        n = 6;
+    }
+    if (r->replicaof[0]) {
+        args[n++] = "--replicaof";
+        args[n++] = r->replicaof;
+    }
+    r->pid = it_redis_start_env(r->port, r->log, NULL, n ? args : NULL, r->env);
     return r->pid > 0 ? 0 : -1;
 }
 
@@ -277,8 +287,9 @@ int pmaria_start(struct pmaria *m)
 {
     const char *bin = it_which("mariadbd");
     char datadir[IT_PATH_MAX + 16], sock[IT_PATH_MAX + 16],
-        pidf[IT_PATH_MAX + 16], port[32];
-    char *argv[20];
+        pidf[IT_PATH_MAX + 16], port[32], sid[32], binlog[IT_PATH_MAX + 16],
+        relay[IT_PATH_MAX + 16];
+    char *argv[24];
     int a = 0;
 
     if (!bin) {
@@ -303,6 +314,17 @@ int pmaria_start(struct pmaria *m)
     argv[a++] = "--collation-server=utf8mb4_bin";
     argv[a++] = "--innodb-buffer-pool-size=64M";
     argv[a++] = "--max-connections=500";
+    if (m->server_id) {
+        snprintf(sid, sizeof(sid), "--server-id=%u", m->server_id);
+        snprintf(binlog, sizeof(binlog), "--log-bin=%s/binlog", m->dir);
+        snprintf(relay, sizeof(relay), "--relay-log=%s/relay", m->dir);
+        argv[a++] = sid;
+        argv[a++] = binlog;
+        argv[a++] = relay;
+        argv[a++] = "--binlog-format=ROW";
+    }
+    if (m->replica)
+        argv[a++] = "--read-only";
     argv[a] = NULL;
     m->pid = it_spawn(argv, NULL, m->log);
     if (m->pid < 0)
@@ -326,46 +348,26 @@ int pmaria_start(struct pmaria *m)
 
 static int pmaria_provision(struct pmaria *m)
 {
-    MYSQL *my = pmaria_admin(m);
     FILE *f = fopen("sql/schema.sql", "r");
-    char *schema = NULL, *sql;
+    char *schema = NULL;
     size_t len = 0;
     int rc = -1;
 
-    if (!my || !f)
-        goto out;
-    if (getdelim(&schema, &len, '\0', f) < 0)
-        goto out;
-    sql = xasprintf(
-        "CREATE DATABASE seckill_fault CHARACTER SET utf8mb4 "
-        "COLLATE utf8mb4_bin;"
-        "CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill';"
-        "GRANT ALL PRIVILEGES ON seckill_fault.* TO 'seckill'@'127.0.0.1';"
-        "USE seckill_fault;%s",
-        schema);
-    rc = mysql_query(my, sql) ? -1 : 0;
-    /* Drain every statement's result; an error stops the chain. */
-    while (rc == 0) {
-        MYSQL_RES *res = mysql_store_result(my);
-        int next;
-
-        mysql_free_result(res);
-        next = mysql_next_result(my);
-        if (next > 0)
-            rc = -1;
-        if (next != 0)
-            break;
-    }
+    if (f && getdelim(&schema, &len, '\0', f) >= 0)
+        rc = pmaria_sql(
+            m,
+            "CREATE DATABASE seckill_fault CHARACTER SET utf8mb4 "
+            "COLLATE utf8mb4_bin;"
+            "CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill';"
+            "GRANT ALL PRIVILEGES ON seckill_fault.* TO "
+            "'seckill'@'127.0.0.1';"
+            "USE seckill_fault;%s",
+            schema);
     if (rc)
-        fprintf(stderr, "faults: provisioning the private MariaDB: %s\n",
-                mysql_error(my));
-    free(sql);
-out:
+        fprintf(stderr, "faults: provisioning the private MariaDB failed\n");
     free(schema);
     if (f)
         fclose(f);
-    if (my)
-        mysql_close(my);
     return rc;
 }
 
@@ -377,7 +379,12 @@ int pmaria_create(struct pmaria *m)
     char *argv[10], *out = NULL;
     int a = 0, status;
 
+    unsigned server_id = m->server_id;
+    bool replica = m->replica;
+
     memset(m, 0, sizeof(*m));
+    m->server_id = server_id;
+    m->replica = replica;
     if (!bin || !mkdtemp(tmpl)) {
         fprintf(stderr, "faults: mariadb-install-db or a temp dir missing\n");
         return -1;
@@ -406,9 +413,40 @@ int pmaria_create(struct pmaria *m)
         fprintf(stderr, "faults: mariadb-install-db failed (%d)\n", status);
         return -1;
     }
-    if (pmaria_start(m) != 0 || pmaria_provision(m) != 0)
+    if (pmaria_start(m) != 0 || (!m->replica && pmaria_provision(m) != 0))
         return -1;
     return 0;
+}
+
+int pmaria_sql(struct pmaria *m, const char *fmt, ...)
+{
+    MYSQL *my = pmaria_admin(m);
+    va_list ap;
+    char *sql;
+    int rc;
+
+    if (!my)
+        return -1;
+    va_start(ap, fmt);
+    sql = vformat(fmt, ap);
+    va_end(ap);
+    rc = mysql_query(my, sql) ? -1 : 0;
+    while (rc == 0) {
+        MYSQL_RES *res = mysql_store_result(my);
+        int next;
+
+        mysql_free_result(res);
+        next = mysql_next_result(my);
+        if (next > 0)
+            rc = -1;
+        if (next != 0)
+            break;
+    }
+    if (rc)
+        fprintf(stderr, "faults: %.200s: %s\n", sql, mysql_error(my));
+    free(sql);
+    mysql_close(my);
+    return rc;
 }
 
 void pmaria_kill(struct pmaria *m)

@@ -71,6 +71,11 @@ struct predis {
      * in this directory, fsynced before each reply (appendfsync always),
      * and load it at each start. Empty: no persistence. */
     char dir[IT_PATH_MAX];
+    /* Set before a start: replicate "127.0.0.1 PORT" (empty: a master),
+     * and environment overrides as it_env_build() takes them (NULL:
+     * none), such as an LD_PRELOAD. */
+    char replicaof[32];
+    const char *const *env;
 };
 
 /* Start it (on a new port the first time, the same port after). 0 or -1. */
@@ -101,11 +106,21 @@ struct pmaria {
     char log[IT_PATH_MAX];
     uint16_t port;
     pid_t pid;
+    /* Set before pmaria_create() (0 and false otherwise): a server id
+     * above 0 keeps a binary log (row format) and a relay log, for
+     * replication; a replica is read-only and gets no database of its
+     * own (it receives the primary's). */
+    unsigned server_id;
+    bool replica;
 };
 
-/* mariadb-install-db, start, then database seckill_fault with the schema
- * and user seckill/seckill. 0 or -1. */
+/* mariadb-install-db, start, then (unless a replica) database
+ * seckill_fault with the schema and user seckill/seckill. 0 or -1. */
 int pmaria_create(struct pmaria *m);
+/* Run statements (several, separated by ';') as root over m's socket.
+ * 0, or -1 with MariaDB's message on stderr. */
+int pmaria_sql(struct pmaria *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Start the server on its port (after a kill: crash recovery). 0 or -1. */
 int pmaria_start(struct pmaria *m);
 /* SIGKILL mariadbd and reap it. */

@@ -441,8 +441,7 @@ void it_raw_assert_error(const struct it_raw_resp *resp, long status,
 
 /* ---- seckilld ---- */
 
-/* The current environment with overrides applied; free with free_env. */
-static char **it_env_build(const char *const *overrides)
+char **it_env_build(const char *const *overrides)
 {
     size_t n = 0, m = 0, i, j, k = 0;
     char **env;
@@ -474,7 +473,7 @@ static char **it_env_build(const char *const *overrides)
     return env;
 }
 
-static void it_env_free(char **env)
+void it_env_free(char **env)
 {
     size_t i;
 
@@ -1599,9 +1598,15 @@ pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass)
 pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
                           const char *const *extra)
 {
+    return it_redis_start_env(port, log_path, pass, extra, NULL);
+}
+
+pid_t it_redis_start_env(uint16_t port, const char *log_path, const char *pass,
+                         const char *const *extra, const char *const *overrides)
+{
     const char *bin = it_which("redis-server");
     char port_arg[16];
-    char *argv[48];
+    char *argv[48], **env;
     int n = 0;
     pid_t pid;
 
@@ -1624,7 +1629,10 @@ pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
     for (int i = 0; extra && extra[i] && n < 46; i++)
         argv[n++] = (char *)extra[i];
     argv[n] = NULL;
-    pid = it_spawn(argv, NULL, log_path);
+    env = overrides ? it_env_build(overrides) : NULL;
+    pid = it_spawn(argv, env, log_path);
+    if (env)
+        it_env_free(env);
     if (pid < 0)
         return -1;
     return redis_await(pid, port, pass, log_path);
@@ -1689,4 +1697,36 @@ static pid_t redis_await(pid_t pid, uint16_t port, const char *pass,
     fprintf(stderr, "harness: redis-server on port %u did not start; log: %s\n",
             (unsigned)port, log_path);
     return -1;
+}
+
+void it_lb_status(const struct it_server *stats, const char *backend, int n,
+                  char *out, size_t cap, long *retries, long *redispatches)
+{
+    struct it_req req = {.method = "GET", .path = "/;csv", .timeout_s = 5};
+    struct it_resp resp;
+    char prefix[96];
+    const char *line;
+
+    out[0] = '\0';
+    snprintf(prefix, sizeof(prefix), "%s,app%d,", backend, n);
+    it_http_do(stats, &req, &resp);
+    line = resp.body ? strstr(resp.body, prefix) : NULL;
+    if (line) {
+        /* Fields: ..., 16 wretr, 17 wredis, 18 status. */
+        const char *f = line;
+        for (int i = 1; i < 18 && f; i++) {
+            if (i == 16 && retries)
+                *retries = strtol(f, NULL, 10);
+            if (i == 17 && redispatches)
+                *redispatches = strtol(f, NULL, 10);
+            f = strchr(f, ',');
+            if (f)
+                f++;
+        }
+        if (f) {
+            size_t len = strcspn(f, ",\n");
+            snprintf(out, cap, "%.*s", (int)len, f);
+        }
+    }
+    it_resp_free(&resp);
 }

@@ -74,6 +74,14 @@ int it_wait_exit(pid_t pid, int timeout_ms, int *status);
  */
 int it_run_capture(char *const argv[], char **out);
 
+/*
+ * The current environment with overrides applied (see it_server_start():
+ * "NAME=value" sets, "NAME" unsets), for it_spawn(). Release it with
+ * it_env_free().
+ */
+char **it_env_build(const char *const *overrides);
+void it_env_free(char **env);
+
 /* The absolute path of prog in $PATH, else in /usr/sbin (a static
  * buffer), or NULL. */
 const char *it_which(const char *prog);
@@ -92,6 +100,12 @@ pid_t it_redis_start(uint16_t port, const char *log_path, const char *pass);
  */
 pid_t it_redis_start_with(uint16_t port, const char *log_path, const char *pass,
                           const char *const *extra);
+
+/* it_redis_start_with() in the current environment with overrides (as
+ * it_env_build() takes them; NULL: none), e.g. an LD_PRELOAD. */
+pid_t it_redis_start_env(uint16_t port, const char *log_path, const char *pass,
+                         const char *const *extra,
+                         const char *const *overrides);
 
 /*
  * Start redis-server in sentinel mode on 127.0.0.1:port, monitoring the
@@ -442,6 +456,14 @@ int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target);
 int it_proxy_ctl(const struct it_proxy *p, const char *cmd);
 /* Kill it (accepts a stopped one). */
 void it_proxy_stop(struct it_proxy *p);
+
+/*
+ * What haproxy's stats page (srv: its address) says of server appN of
+ * backend: its status ("UP", "DOWN", "MAINT", ...) into out, "" when the
+ * page did not say; its retries and redispatches (either may be NULL).
+ */
+void it_lb_status(const struct it_server *stats, const char *backend, int n,
+                  char *out, size_t cap, long *retries, long *redispatches);
 
 /*
  * KILL CONNECTION every MySQL session that process pid has open to

@@ -49,37 +49,11 @@ static char haproxy_log[IT_PATH_MAX];
 
 static const char *const app_env[] = {DRAIN, "SECKILL_RATE_USER=0", NULL};
 
-/* The status haproxy reports for server appN ("UP", "DOWN", ...), into
- * out; "" when the stats page did not say. */
+/* The status haproxy reports for server appN ("UP", "DOWN", ...). */
 static void server_status(int n, char *out, size_t cap, long *retries,
                           long *redispatches)
 {
-    struct it_resp resp;
-    char prefix[32];
-    const char *line;
-
-    out[0] = '\0';
-    snprintf(prefix, sizeof(prefix), "seckilld,app%d,", n);
-    it_http(&stats, "GET", "/;csv", NULL, NULL, &resp);
-    line = resp.body ? strstr(resp.body, prefix) : NULL;
-    if (line) {
-        /* Fields: ..., 16 wretr, 17 wredis, 18 status. */
-        const char *f = line;
-        for (int i = 1; i < 18 && f; i++) {
-            if (i == 16 && retries)
-                *retries = strtol(f, NULL, 10);
-            if (i == 17 && redispatches)
-                *redispatches = strtol(f, NULL, 10);
-            f = strchr(f, ',');
-            if (f)
-                f++;
-        }
-        if (f) {
-            size_t len = strcspn(f, ",\n");
-            snprintf(out, cap, "%.*s", (int)len, f);
-        }
-    }
-    it_resp_free(&resp);
+    it_lb_status(&stats, "seckilld", n, out, cap, retries, redispatches);
 }
 
 /* Wait until haproxy reports appN UP. */

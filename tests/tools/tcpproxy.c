@@ -12,6 +12,10 @@
  *
  *   latency MS   hold every chunk MS milliseconds before forwarding it
  *                (each direction: a round trip gets 2 * MS)
+ *   loss PCT     lose PCT percent (0..90) of the chunks, as TCP would
+ *                see lost packets: a lost chunk arrives after a
+ *                retransmission timeout (200 ms, doubling while it is
+ *                lost again), never out of order and never missing
  *   stall        stop forwarding, like a partition: nothing is read or
  *                written, also not a FIN, and new connections are
  *                accepted and stalled too
@@ -23,7 +27,7 @@
  *   cut          reset (RST) every open connection, both sides
  *   refuse       reset new connections as soon as they are accepted
  *   accept       take new connections again
- *   heal         latency 0, resume, accept, unmute
+ *   heal         latency 0, loss 0, resume, accept, unmute
  *   stats        "ok open=N accepted=N refused=N cut=N bytes=N"
  *
  * e.g. `exec 3<>/dev/tcp/127.0.0.1/$CTL; echo stall >&3; head -1 <&3`.
@@ -37,6 +41,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +55,8 @@
 #define CHUNK 16384
 /* How often a blocked pump looks at the proxy's state. */
 #define TICK_MS 20
+/* Linux's least retransmission timeout: what one lost segment costs. */
+#define RTO_MS 200
 
 struct conn {
     int cfd, sfd; /* client side, server side */
@@ -64,6 +71,7 @@ struct pump {
 };
 
 static atomic_int latency_ms;
+static atomic_int loss_pct;
 static atomic_int stalled;
 static atomic_int muted;
 static atomic_int refusing;
@@ -174,6 +182,7 @@ static void *pump_run(void *arg)
     struct pump *p = arg;
     struct conn *c = p->c;
     char *buf = malloc(CHUNK);
+    unsigned seed = (unsigned)(uintptr_t)p ^ (unsigned)time(NULL);
 
     while (buf && wait_unstalled(c)) {
         struct pollfd pfd = {.fd = p->from, .events = POLLIN};
@@ -196,8 +205,13 @@ static void *pump_run(void *arg)
             conn_kill(c);
             break;
         }
-        for (int waited = 0, lat = atomic_load(&latency_ms);
-             waited < lat && !atomic_load(&c->dead); waited += TICK_MS)
+        int lat = atomic_load(&latency_ms);
+
+        for (int rto = RTO_MS, pct = atomic_load(&loss_pct);
+             pct > 0 && (int)(rand_r(&seed) % 100) < pct; rto *= 2)
+            lat += rto;
+        for (int waited = 0; waited < lat && !atomic_load(&c->dead);
+             waited += TICK_MS)
             sleep_ms(lat - waited < TICK_MS ? lat - waited : TICK_MS);
         /* Muted: the answer is read off the server's socket and lost. */
         if (p->from == c->sfd && atomic_load(&muted))
@@ -320,6 +334,16 @@ static void control_command(char *line, char *out, size_t len)
         }
         atomic_store(&latency_ms, (int)ms);
         snprintf(out, len, "ok latency %ld\n", ms);
+    } else if (strcmp(line, "loss") == 0 && arg) {
+        char *end;
+        long pct = strtol(arg, &end, 10);
+
+        if (*end || pct < 0 || pct > 90) {
+            snprintf(out, len, "err loss wants 0..90 percent\n");
+            return;
+        }
+        atomic_store(&loss_pct, (int)pct);
+        snprintf(out, len, "ok loss %ld\n", pct);
     } else if (strcmp(line, "stall") == 0) {
         atomic_store(&stalled, 1);
         snprintf(out, len, "ok stalled\n");
@@ -342,6 +366,7 @@ static void control_command(char *line, char *out, size_t len)
         snprintf(out, len, "ok accepting\n");
     } else if (strcmp(line, "heal") == 0) {
         atomic_store(&latency_ms, 0);
+        atomic_store(&loss_pct, 0);
         atomic_store(&stalled, 0);
         atomic_store(&refusing, 0);
         atomic_store(&muted, 0);

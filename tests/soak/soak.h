@@ -1,0 +1,260 @@
+/*
+ * soak.h - what the files of make soak share: a randomized run in the
+ * spirit of Jepsen's nemesis. Three seckilld instances behind haproxy,
+ * their backends (a MariaDB primary and read replica, two Redis servers
+ * watched by three sentinels, a proxy per instance and backend) and a
+ * mixed workload of sales, purchases, payments, cancels and logins; a
+ * nemesis that breaks something every few seconds and heals it again; a
+ * history of every request; and at the end a checker that holds the
+ * history against MySQL, Redis and the instances' logs
+ * (docs/reliability.md, "The nemesis").
+ *
+ * world.c     the processes: backends, proxies, instances, haproxy, and a
+ *             watcher that stamps the instances' log lines with the time
+ * workload.c  the sales, the buyers, the history
+ * nemesis.c   the faults: drawn, injected, healed
+ * checker.c   the invariants, the tables, the windows of history
+ * main.c      settings (SOAK_SEED, SOAK_MINUTES, SOAK_CANARY), main()
+ *
+ * Every random choice comes from the seed (one generator per thread,
+ * seeded from it), so a seed replays the same decisions; the timing of
+ * the machine still differs from run to run. Threads: the buyers, the
+ * sales manager, the nemesis, the log watcher and the stock sampler run
+ * beside main(); what they share is behind the mutexes named below.
+ */
+#ifndef SECKILL_SOAK_H
+#define SECKILL_SOAK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tests/faults/faults.h"
+
+#define SOAK_INSTANCES 3
+/* The client gives up on a request after this; the checker wants every
+ * answer within SOAK_ANSWER_MS (haproxy's server timeout is 15 s). */
+#define SOAK_CLIENT_TIMEOUT_S 25
+#define SOAK_ANSWER_MS 16000
+#define SOAK_PAY_TIMEOUT_S 20
+#define SOAK_PAY_VALUE 100
+
+/* ---- settings (main.c) ---- */
+
+struct soak_cfg {
+    uint64_t seed;
+    double minutes;
+    /* Plant the failpoints the checker must catch: every instance drops
+     * one async purchase in 1,000 before the sale's script (answered 202,
+     * never sold) and instance 1 skips its second unit return. */
+    bool canary;
+    int buyers; /* client threads */
+};
+
+extern struct soak_cfg soak_cfg;
+
+/* A generator of the seed's sequence (splitmix64), one per thread. */
+struct rng {
+    uint64_t s;
+};
+
+void rng_seed(struct rng *r, uint64_t seed, uint64_t stream);
+uint64_t rng_next(struct rng *r);
+/* Uniform in [lo, hi]. */
+int64_t rng_range(struct rng *r, int64_t lo, int64_t hi);
+/* True with probability pct/100. */
+bool rng_chance(struct rng *r, int pct);
+
+/* Milliseconds since the run started (the driver's real clock). */
+int64_t soak_ms(void);
+extern int64_t soak_t0_ms; /* util_now_ms() at the start */
+
+/* ---- the world (world.c) ---- */
+
+struct instance {
+    struct it_server srv; /* pid 0 while down */
+    uint16_t port;        /* fixed: haproxy expects it there */
+    int starts;
+    bool stopped; /* SIGSTOP */
+    /* Its own links: MySQL primary, MySQL replica, each Redis server. */
+    struct it_proxy px_mysql, px_replica, px_redis[2];
+    char clock_file[IT_PATH_MAX]; /* libfaketime's offset, "+0" */
+    char env[16][2 * IT_PATH_MAX + 64];
+};
+
+struct world {
+    pthread_mutex_t mu; /* instances' pids, redis roles */
+    struct pmaria db, replica;
+    struct predis redis[2];
+    struct it_proxy px_repl[2]; /* replication into redis[i] comes here */
+    int master;                 /* which redis the sentinels named last */
+    pid_t sentinel[3];
+    uint16_t sentinel_port[3];
+    char sentinel_log[3][IT_PATH_MAX];
+    struct instance inst[SOAK_INSTANCES];
+    pid_t haproxy;
+    struct it_server lb, stats; /* haproxy's front and stats page */
+    char haproxy_log[IT_PATH_MAX];
+    struct db_target target;
+    char redirect_lib[IT_PATH_MAX];
+    char faketime_lib[IT_PATH_MAX];
+    char pay_secret[65];
+};
+
+extern struct world world;
+
+/* Start everything; 0 or -1 (said why). */
+int world_start(void);
+/* SIGTERM every instance (one that does not exit cleanly is reported to
+ * the checker). */
+void instances_stop(void);
+/* Stop haproxy, the proxies and the backends. */
+void world_stop(void);
+/* (Re)start instance i on its port with its environment. 0 or -1. */
+int instance_start(int i);
+/* SIGTERM instance i and wait for it; its exit status in *status. 0, or
+ * -1 when it did not exit within the drain and a bit. */
+int instance_term(int i, int *status);
+/* haproxy's status of instance i ("UP", "DOWN", ...) into out. */
+void lb_status(int i, char *out, size_t cap);
+/* Which redis server the sentinels name as master now (0 or 1), -1 when
+ * they cannot say. */
+int redis_master_now(void);
+/* True when the replica redis[1 - m] is connected and in sync with m. */
+bool redis_replica_synced(int m);
+/* A copy of instance i's server (port, pid). */
+struct it_server instance_get(int i);
+
+/* ---- the log watcher (world.c) ---- */
+
+enum logev {
+    LOGEV_REBUILT,   /* async sale rebuilt from mysql */
+    LOGEV_DISAGREE,  /* async sale disagrees with mysql */
+    LOGEV_REFUND,    /* payment refused, refund it */
+    LOGEV_REFUND2,   /* second payment of a paid order, refund it */
+    LOGEV_FAILPOINT, /* failpoint fired */
+    LOGEV_ID_REUSED, /* order id already used */
+    LOGEV_DEAD,      /* async order can never be written */
+    LOGEV_NO_RETURN, /* async units not returned to redis yet (owed) */
+    LOGEV_SANITIZER, /* AddressSanitizer or UndefinedBehaviorSanitizer */
+    LOGEV_COUNT
+};
+
+struct logline {
+    int64_t at_ms; /* soak_ms() when the watcher read it (within 0.5 s) */
+    int inst;
+    const char *file; /* the log it is in (the watcher's) */
+    enum logev kind;
+    int64_t voucher, order;
+    bool missing; /* a disagreement: Redis had no state for the sale */
+    char txn[40];
+    char text[240];
+};
+
+/* Start the watcher; log_watch_stop() reads what is left and stops. */
+void log_watch_start(void);
+void log_watch_stop(void);
+/* Every instance log started so far is watched: world.c adds each. */
+void log_watch_add(int inst, const char *path);
+/* The lines seen (owned by the watcher; valid after log_watch_stop()). */
+const struct logline *log_lines_all(size_t *n);
+
+/* ---- the history (workload.c) ---- */
+
+enum op {
+    OP_BUY,
+    OP_PAY,
+    OP_CANCEL,
+    OP_READ,
+    OP_LOGIN,
+    OP_SALE, /* an admin creates a voucher */
+    OP_COUNT
+};
+
+extern const char *const op_names[OP_COUNT];
+
+struct hist {
+    int64_t sent_ms, done_ms; /* soak_ms() */
+    enum op op;
+    long status;   /* 0: no answer */
+    char code[24]; /* error code, "" */
+    int64_t user, voucher, order;
+    char txn[24];
+    bool ambiguous;   /* 503 "the outcome is unknown" */
+    char ostatus[12]; /* the order's status in a 200 of cancel or pay */
+    char body[120];   /* the start of the answer */
+};
+
+/* Record one request (thread-safe). */
+void hist_add(const struct hist *h);
+/* Everything recorded (valid once the workload stopped). */
+struct hist *hist_all(size_t *n);
+
+/* A sale the workload made. */
+struct sale {
+    int64_t id;
+    bool async;
+    int64_t stock;
+    int64_t begin_ms, end_ms; /* soak_ms() */
+    int64_t created_ms;
+    bool crowd; /* the canary's big sale */
+};
+
+void workload_start(void);
+/* Stop the clients (each finishes its request) and join them. */
+void workload_stop(void);
+/* Requests sent so far. */
+size_t hist_count(void);
+
+/* ---- the nemesis (nemesis.c) ---- */
+
+enum fault_kind {
+    F_KILL,       /* SIGKILL an instance, restart it later */
+    F_STOP,       /* SIGSTOP an instance, SIGCONT later */
+    F_ROLL,       /* rolling restart: SIGTERM, drain, start, one by one */
+    F_REDIS_KILL, /* SIGKILL the Redis master: Sentinel fails over */
+    F_MYSQL_KILL, /* SIGKILL MariaDB, restart it (crash recovery) */
+    F_MYSQL_LAG,  /* the MariaDB read replica stops applying */
+    F_REDIS_LAG,  /* replication into the Redis replica stalls */
+    F_LATENCY,    /* an instance's link to MySQL or Redis is slow */
+    F_LOSS,       /* ... loses packets (retransmission delays) */
+    F_PARTITION,  /* ... is cut off (stalled, new connections too) */
+    F_CLOCK,      /* an instance's clock steps */
+    F_KIND_COUNT
+};
+
+extern const char *const fault_names[F_KIND_COUNT];
+
+struct fault {
+    enum fault_kind kind;
+    int inst;         /* the instance, or -1 */
+    int64_t start_ms; /* soak_ms() */
+    int64_t heal_ms;  /* when it was healed, 0 while active */
+    char what[96];    /* e.g. "instance 2's link to redis: 300 ms" */
+};
+
+/* Draw faults until nemesis_stop(), which heals every one. The
+ * processes the nemesis restarted live until nemesis_exit(), after
+ * world_stop(). */
+void nemesis_start(void);
+void nemesis_stop(void);
+void nemesis_exit(void);
+/* Every fault injected (valid after nemesis_stop()). */
+const struct fault *faults_all(size_t *n);
+
+/* ---- the checker (checker.c) ---- */
+
+/* Check the history against MySQL, Redis and the logs (with the
+ * instances stopped and the backends up), print the tables and the
+ * verdict. 0 when every invariant held, else 1. */
+int checker_run(void);
+/* The stock sampler: every voucher's stock, every second, never < 0. */
+void sampler_run_start(void);
+void sampler_run_stop(void);
+/* A problem seen while running (an instance that died by itself, one
+ * that did not come back): reported with the violations. */
+void soak_problem(const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif
