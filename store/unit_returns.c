@@ -16,10 +16,11 @@ int store_unit_return_owe(struct store *st, int64_t order_id,
 {
     MYSQL_BIND p[3] = {0};
     MYSQL_STMT *s;
+    struct voucher_state *vs = store_voucher_state_get(voucher_id);
     bool async = false;
-    int err = store_voucher_async_read(st, store_voucher_state_get(voucher_id),
-                                       &async);
+    int err = store_voucher_async_read(st, vs, &async);
 
+    store_voucher_state_put(vs);
     if (err || !async)
         return err;
     bind_i64(&p[0], &order_id);
@@ -105,7 +106,13 @@ static int done_once(struct store *st, void *arg)
                 ids[j] = ids[k - 1];
             bind_i64(&p[j], &ids[j]);
         }
-        err = store_stmt_exec(st, done_stmt[lg], p, NULL, &s);
+        /* Read committed: no gap locks. An id some other instance
+         * deleted already would otherwise lock the gap it leaves, and a
+         * closing transaction's INSERT of a new owed unit there would
+         * deadlock with it. */
+        err = store_query(st, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+        if (!err)
+            err = store_stmt_exec(st, done_stmt[lg], p, NULL, &s);
         if (err)
             return err;
     }
