@@ -567,13 +567,13 @@ async_instance() { # NAME PORT: an async-mode instance on the durable Redis
 PURCHASE_SCRIPT=$(printf '%b' "$(c_string "$ROOT/async/async.c" 'static struct redis_script purchase_script')")
 [[ -n $PURCHASE_SCRIPT ]] || die "async/async.c's purchase script was not recognised"
 rk=()
-for k in info stock buyers stream pending frozen; do rk+=("{v:bench-raw}:$k"); done
+for k in info stock buyers stream pending frozen holders; do rk+=("{v:bench-raw}:$k"); done
 arcli DEL "${rk[@]}" >/dev/null
 arcli HSET "${rk[0]}" begin 0 end 99999999999 initial 1000000000 >/dev/null
 arcli SET "${rk[1]}" 1000000000 >/dev/null
 sha=$(arcli SCRIPT LOAD "$PURCHASE_SCRIPT")
 AR_RAW=$(redis-benchmark -h 127.0.0.1 -p "$AR_PORT" -c 256 -n "$((RAWS * 25000))" \
-    -r 1000000000 -q --csv EVALSHA "$sha" 6 "${rk[@]}" 1000000000 \
+    -r 1000000000 -q --csv EVALSHA "$sha" 7 "${rk[@]}" 1000000000 \
     __rand_int__ __rand_int__ 2>"$RAW/redis-async-script.err" | tail -1 | cut -d, -f2 | tr -d '"')
 [[ $AR_RAW =~ ^[0-9.]+$ ]] || { cat "$RAW/redis-async-script.err" >&2; die "redis-benchmark of the purchase script failed"; }
 AR_RAW=${AR_RAW%.*}
@@ -588,7 +588,7 @@ DRAIN_V=$(VOUCHER_PORT=$ASYNC_PORT_E new_voucher "$DRAIN_ORDERS" async)
 kill -TERM "$PID_E"
 for _ in $(seq 50); do kill -0 "$PID_E" 2>/dev/null || break; sleep 0.1; done
 dk=()
-for k in info stock buyers stream pending frozen; do dk+=("{v:$DRAIN_V}:$k"); done
+for k in info stock buyers stream pending frozen holders; do dk+=("{v:$DRAIN_V}:$k"); done
 # Order ids below 2^53 (exact in awk's doubles), far below the ID
 # worker's (about 6.6e17 now, growing with the clock), and users of their
 # own: the script in batches of 200, as redis-cli --pipe sends.
@@ -599,8 +599,8 @@ awk -v n="$DRAIN_ORDERS" -v sha="$sha" -v keys="${dk[*]}" -v base=80000000000000
         split(keys, k, " ")
         for (i = 0; i < n; i += 200) {
             m = (n - i < 200) ? n - i : 200
-            printf "*%d\r\n%s%s%s", 10 + 2 * m, bulk("EVALSHA"), bulk(sha), bulk("6")
-            for (j = 1; j <= 6; j++) printf "%s", bulk(k[j])
+            printf "*%d\r\n%s%s%s", 11 + 2 * m, bulk("EVALSHA"), bulk(sha), bulk("7")
+            for (j = 1; j <= 7; j++) printf "%s", bulk(k[j])
             printf "%s", bulk("1000000000")
             for (j = 0; j < m; j++)
                 printf "%s%s", bulk(sprintf("%.0f", base + run + i + j)), bulk(user + i + j)
