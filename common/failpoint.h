@@ -28,7 +28,7 @@
  * expire_before_commit (store/lifecycle.c, an expiry batch closed its
  * orders and has not committed), expire_after_commit, and those of the
  * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
- * batch, no reply yet), async_write_before_commit (store/async.c, a
+ * batch, no reply yet), async_write_before_commit (store/async_orders.c, a
  * writer's batch is inserted and the stock row updated, no COMMIT yet),
  * async_write_after_commit (async/async.c, the batch is committed,
  * not yet acknowledged in the stream) and async_before_preheat

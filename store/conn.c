@@ -203,7 +203,7 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_UNIT_RETURNS_DONE_16] = RETURNS_DONE "(" LIST_16 ")",
     [STMT_UNIT_RETURNS_DONE_32] = RETURNS_DONE "(" LIST_32 ")",
     [STMT_UNIT_RETURNS_DONE_64] = RETURNS_DONE "(" LIST_64 ")",
-    /* The asynchronous mode (async.c). */
+    /* The asynchronous mode (async_orders.c). */
     [STMT_IDS_EXIST_1] = IDS_EXIST "(" LIST_1 ")",
     [STMT_IDS_EXIST_2] = IDS_EXIST "(" LIST_2 ")",
     [STMT_IDS_EXIST_4] = IDS_EXIST "(" LIST_4 ")",

@@ -408,7 +408,7 @@ struct store_expired {
 int store_orders_expire(struct store *st, unsigned max,
                         struct store_expired *out);
 
-/* ---- the asynchronous mode (async.c): the stream's orders to MySQL ---- */
+/* ---- the asynchronous mode (async_orders.c): the orders to MySQL ---- */
 
 /* One order a Redis Stream carried. */
 struct store_async_order {

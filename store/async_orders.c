@@ -1,5 +1,5 @@
 /*
- * async.c - the MySQL side of the asynchronous purchase mode: writing the
+ * async_orders.c - the MySQL side of the asynchronous purchase mode: writing the
  * orders a Redis Stream carried, idempotently, and reading what the Redis
  * side of a sale is rebuilt from (see store.h).
  *

@@ -1,5 +1,5 @@
 /*
- * redis.c - connecting to Redis and running Lua scripts (see redis.h).
+ * redis_conn.c - connecting to Redis and running Lua scripts (see redis.h).
  */
 #include "common/redis.h"
 
