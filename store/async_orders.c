@@ -1,7 +1,7 @@
 /*
- * async_orders.c - the MySQL side of the asynchronous purchase mode: writing the
- * orders a Redis Stream carried, idempotently, and reading what the Redis
- * side of a sale is rebuilt from (see store.h).
+ * async_orders.c - the MySQL side of the asynchronous purchase mode:
+ * writing the orders a Redis Stream carried, idempotently, and reading
+ * what the Redis side of a sale is rebuilt from (see store.h).
  *
  * A batch of the stream's orders is written in one transaction: the ids
  * already in MySQL are looked up first (a replay after a crash between

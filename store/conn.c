@@ -457,6 +457,13 @@ int store_query(struct store *st, const char *sql)
     return 0;
 }
 
+int store_tx_rollback(struct store *st, int err)
+{
+    if (st->my && mysql_rollback(st->my))
+        store_mysql_error(st, NULL, "rollback");
+    return err;
+}
+
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
 {
     /* Only here, between operations: inside a transaction a silent

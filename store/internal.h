@@ -25,7 +25,7 @@ enum stmt_id {
     STMT_STOCK_DECR,
     STMT_ORDER_GET,
     STMT_ORDER_LIST,
-    /* merged purchases (batch.c): */
+    /* merged purchases (purchase.c): */
     STMT_STOCK_GET,
     STMT_STOCK_TAKE,
     STMT_ORDERS_EXIST_1, /* ..._64: user_id IN a list of 2^i */
@@ -154,6 +154,9 @@ int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
 /* Run a fixed statement such as "START TRANSACTION" or "ROLLBACK". */
 int store_query(struct store *st, const char *sql);
 
+/* Roll back the open transaction, if any; returns err unchanged. */
+int store_tx_rollback(struct store *st, int err);
+
 /*
  * Run fn(st, arg) as one operation: first drop the MySQL connection if the
  * server closed it while idle; then, if fn failed with -ENOTCONN on a
@@ -178,22 +181,16 @@ struct store *store_reader(struct store *st);
  */
 void store_reader_done(struct store *st, struct store *reader, int err);
 
-/* ---- the purchase (orders.c, batch.c) ---- */
-
-/* Deadlocks and lock wait timeouts are retried this many times in all. */
+/* Deadlocks and lock wait timeouts are retried this many times in all
+ * (the purchases, the lifecycle, the async writes). */
 #define PURCHASE_ATTEMPTS 3
 
-/*
- * Whether a purchase due by deadline_ms (monotonic) may start another
- * transaction attempt: one that waits for a row lock takes up to
- * SQL_LOCK_WAIT_S, which must fit in what is left of its budget.
- */
-bool store_attempt_fits(int64_t deadline_ms);
+/* ---- per-voucher state (voucher_state.c) ---- */
 
 /*
- * What this process knows about one voucher's stock (batch.c): its number
- * of stock segments and which of them were seen empty. Created on first
- * use, freed once unused for a while (store_voucher_states_free_idle()).
+ * What this process knows about one voucher's stock: its number of stock
+ * segments and which of them were seen empty. Created on first use, freed
+ * once unused for a while (store_voucher_states_free_idle()).
  */
 struct voucher_state;
 
@@ -226,15 +223,6 @@ int store_voucher_async_read(struct store *st, struct voucher_state *vs,
                              bool *async);
 
 /*
- * Inside the transaction that closes order_id of user_id (cancelled or
- * expired, its unit back in MySQL): if voucher_id sells in async mode,
- * record that its Redis sale is owed the unit (unit_returns.c). 0 or as
- * store_mysql_error().
- */
-int store_unit_return_owe(struct store *st, int64_t order_id,
-                          int64_t voucher_id, int64_t user_id);
-
-/*
  * Segment seg was seen at 0: skip it for a second (a returned unit makes
  * it sell again; this process clears the mark when it returns one, other
  * processes' marks run out).
@@ -243,26 +231,16 @@ bool store_segment_is_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
 
-/*
- * One purchase in its own transaction (orders.c): the naive CAS on the
- * stock row, or on a segment when segments > 1. Retries deadlocks and a
- * broken connection. Returns 0 with *outcome, or an error of
- * store_purchase_batch().
- */
-int store_purchase_single(struct store *st, struct voucher_state *vs,
-                          unsigned segments, int64_t order_id, int64_t user_id,
-                          int64_t voucher_id, int64_t deadline_ms,
-                          enum store_purchase *outcome);
+/* ---- units owed to async sales (unit_returns.c) ---- */
 
 /*
- * The merged transaction over m[0..n) (batch.c): every member settled, as
- * store_purchase_batch() says.
+ * Inside the transaction that closes order_id of user_id (cancelled or
+ * expired, its unit back in MySQL): if voucher_id sells in async mode,
+ * record that its Redis sale is owed the unit. 0 or as
+ * store_mysql_error().
  */
-void store_batch_run(struct store *st, struct voucher_state *vs,
-                     struct store_purchase_item **m, size_t n);
-
-/* Roll back the open transaction, if any; returns err unchanged. */
-int store_tx_rollback(struct store *st, int err);
+int store_unit_return_owe(struct store *st, int64_t order_id,
+                          int64_t voucher_id, int64_t user_id);
 
 /* MYSQL_BIND fillers; the bind must be zeroed first. */
 void bind_i64(MYSQL_BIND *b, int64_t *v);

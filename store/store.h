@@ -267,7 +267,7 @@ struct store_purchase_item {
  *     segment is 0 (segments seen empty are remembered per process);
  *   - cfg->batch_max 1: one transaction per purchase, CAS stock = stock - 1
  *     WHERE stock > 0 (the naive design, kept as the baseline);
- *   - else merged (batch.c): one transaction for all of them: one
+ *   - else merged: one transaction for all of them: one
  *     multi-row INSERT, one CAS stock = stock - k WHERE stock >= k,
  *     COMMIT. If the INSERT hits the unique key, the users' existing
  *     orders are looked up (DUPLICATE) and the rest retried; if the CAS

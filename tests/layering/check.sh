@@ -63,6 +63,7 @@ fi
 for o in "${objs[@]}"; do
     rel=${o#"$BUILD"/obj/}
     rel=${rel%.o}
+    [[ -f $rel.c ]] || continue # left over from a file since removed
     n=$(node_of "$rel.c")
     nm --defined-only "$o" |
         awk -v n="$n" -v f="$rel" '$2 ~ /^[A-Z]$/ { print "D", n, $3, f }'

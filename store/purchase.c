@@ -1,5 +1,10 @@
 /*
- * batch.c - merged purchases: the purchases of one voucher that arrived
+ * purchase.c - the purchase transactions (see store_purchase_batch() in
+ * store.h): one purchase in its own transaction (the naive CAS on the
+ * stock row, or on a stock segment), and the merged transaction of a
+ * batch, and the choice between them.
+ *
+ * The merged transaction: the purchases of one voucher that arrived
  * together (the purchase engine hands them over as one batch) run as one
  * transaction on this thread's connection:
  *
@@ -23,232 +28,189 @@
  * 0). Stock can grow meanwhile (a cancelled or expired order gives its
  * unit back), so a retry may sell more than the last read said; a bound on
  * the rounds stops the loop from spinning however the stock moves.
- *
- * Also the per-voucher state the store keeps while a voucher is in use:
- * the segments of a segmented voucher, and which were seen empty lately.
- * Each user holds a reference from store_voucher_state_get() to
- * store_voucher_state_put(); a state nobody holds that has not been used
- * for a while is freed by store_voucher_states_free_idle(), and made
- * again (its segments read again) on its next use.
  */
 #include "store/internal.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <semaphore.h>
-#include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/failpoint.h"
 #include "common/metrics.h"
+#include "common/sqlflavour.h"
 #include "common/util.h"
-
-struct voucher_state {
+struct purchase_args {
+    int64_t order_id;
+    int64_t user_id;
     int64_t voucher_id;
-    /* Under states_mu: */
-    struct voucher_state *next; /* hash chain */
-    unsigned refs;              /* holders between get and put */
-    int64_t used_ms;            /* monotonic: the last put */
-    /* Atomics: the holders read and write them at the same time. */
-    atomic_uint segments;        /* 0: not read yet */
-    atomic_uint_fast64_t empty;  /* bit j: segment j seen at 0 */
-    atomic_llong empty_since_ms; /* when the first of those was seen */
-    atomic_uint mode;            /* 0: not read yet, else purchase_mode + 1 */
+    struct voucher_state *vs;
+    unsigned segments; /* > 1: CAS a segment, not the stock row */
+    enum store_purchase *outcome;
 };
+
+/*
+ * The CAS of a segmented voucher: take 1 from segment user_id % N, else
+ * from the next ones in turn, skipping those seen empty before. A failed
+ * UPDATE saw the segment's committed 0 (it waits for a holder of the row
+ * lock), so the segment stays empty. Sets *taken.
+ */
+static int segment_take(struct store *st, struct purchase_args *a, bool *taken)
+{
+    unsigned n = a->segments, first = (unsigned)(a->user_id % n);
+    MYSQL_BIND p[2];
+    MYSQL_STMT *s;
+    int64_t seg;
+    int err;
+
+    *taken = false;
+    for (unsigned k = 0; k < n; k++) {
+        unsigned j = (first + k) % n;
+
+        if (store_segment_is_empty(a->vs, j))
+            continue;
+        memset(p, 0, sizeof(p));
+        seg = j;
+        bind_i64(&p[0], &a->voucher_id);
+        bind_i64(&p[1], &seg);
+        err = store_stmt_exec(st, STMT_SEGMENT_DECR, p, NULL, &s);
+        if (err)
+            return err;
+        if (mysql_stmt_affected_rows(s) == 1) {
+            *taken = true;
+            return 0;
+        }
+        store_segment_mark_empty(a->vs, j);
+    }
+    return 0;
+}
+
+static int purchase_once(struct store *st, void *arg)
+{
+    struct purchase_args *a = arg;
+    MYSQL_BIND p[3] = {0}, r[1] = {0};
+    int64_t one = 0;
+    MYSQL_STMT *s;
+    bool taken;
+    size_t n;
+    int err;
+
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+
+    /* 1. one order per user: the Redis lock serialises this user, the
+     *    unique key catches anyone who got past an expired lock. */
+    bind_i64(&p[0], &a->user_id);
+    bind_i64(&p[1], &a->voucher_id);
+    bind_i64(&r[0], &one);
+    err = store_stmt_rows(st, STMT_ORDER_EXISTS, p, r, 1, NULL, NULL, &n);
+    if (err)
+        return store_tx_rollback(st, err);
+    if (n) {
+        *a->outcome = STORE_PURCHASE_DUPLICATE;
+        return store_tx_rollback(st, 0);
+    }
+
+    /* 2. the order row. */
+    MYSQL_BIND q[4] = {0};
+    int64_t pay_timeout_s = store_pay_timeout_s(st);
+
+    bind_i64(&q[0], &a->order_id);
+    bind_i64(&q[1], &a->user_id);
+    bind_i64(&q[2], &a->voucher_id);
+    bind_i64(&q[3], &pay_timeout_s);
+    err = store_stmt_exec(st, STMT_ORDER_INSERT, q, NULL, &s);
+    if (err == -EEXIST) {
+        /* Which key? The unique (user, voucher) key is the business
+         * outcome; the primary key means the ID worker handed out an id
+         * twice (its Redis counter was lost): the caller retries. */
+        const char *m = mysql_stmt_error(st->stmts[STMT_ORDER_INSERT]);
+        if (strstr(m, "uk_orders_active")) {
+            *a->outcome = STORE_PURCHASE_DUPLICATE;
+            return store_tx_rollback(st, 0);
+        }
+        log_error("order id already used", "id=%lld", (long long)a->order_id);
+        return store_tx_rollback(st, -EEXIST);
+    }
+    if (err)
+        return store_tx_rollback(st, err);
+
+    /* 3. the CAS on the hot row (or a segment), last, so its row lock is
+     *    held only for this statement and the COMMIT. */
+    if (a->segments > 1) {
+        err = segment_take(st, a, &taken);
+    } else {
+        memset(p, 0, sizeof(p));
+        bind_i64(&p[0], &a->voucher_id);
+        err = store_stmt_exec(st, STMT_STOCK_DECR, p, NULL, &s);
+        taken = !err && mysql_stmt_affected_rows(s) == 1;
+    }
+    if (err)
+        return store_tx_rollback(st, err);
+    if (!taken) {
+        *a->outcome = STORE_PURCHASE_SOLD_OUT;
+        return store_tx_rollback(st, 0);
+    }
+    FAILPOINT("after_update");
+
+    if (mysql_commit(st->my)) {
+        err = store_mysql_error(st, NULL, "commit");
+        /* The COMMIT may or may not have happened: never report either. */
+        return err == -ENOTCONN ? -EINPROGRESS : store_tx_rollback(st, err);
+    }
+    FAILPOINT("after_commit");
+    metrics_observe_batch(1);
+    *a->outcome = STORE_PURCHASE_OK;
+    return 0;
+}
+
+/* Every segment of a segmented voucher seen empty lately: sold out. */
+static bool segments_all_empty(struct voucher_state *vs, unsigned n)
+{
+    for (unsigned j = 0; j < n; j++)
+        if (!store_segment_is_empty(vs, j))
+            return false;
+    return true;
+}
+
+/* Whether a purchase due by deadline_ms (monotonic) may start another
+ * transaction attempt: one that waits for a row lock takes up to
+ * SQL_LOCK_WAIT_S, which must fit in what is left of its budget. */
+static bool attempt_fits(int64_t deadline_ms)
+{
+    return util_mono_ms() + SQL_LOCK_WAIT_S * 1000 <= deadline_ms;
+}
+
+/*
+ * One purchase in its own transaction: the naive CAS on the stock row, or
+ * on a segment when segments > 1. Retries deadlocks and a broken
+ * connection. Returns 0 with *outcome, or an error of
+ * store_purchase_batch().
+ */
+static int purchase_single(struct store *st, struct voucher_state *vs,
+                           unsigned segments, int64_t order_id, int64_t user_id,
+                           int64_t voucher_id, int64_t deadline_ms,
+                           enum store_purchase *outcome)
+{
+    struct purchase_args a = {order_id, user_id,  voucher_id,
+                              vs,       segments, outcome};
+    int err = -EDEADLK;
+
+    if (segments > 1 && segments_all_empty(vs, segments)) {
+        *outcome = STORE_PURCHASE_SOLD_OUT;
+        return 0;
+    }
+    for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++) {
+        if (!attempt_fits(deadline_ms))
+            return -ETIME; /* every attempt so far rolled back */
+        err = store_retry(st, purchase_once, &a);
+    }
+    return err;
+}
+
+/* ---- the merged transaction ---- */
 
 /* A member of a batch: the caller's item. */
 #define member store_purchase_item
-
-/* The states: a hash of chains under one mutex, held for a lookup (once
- * per batch, expiry or cancel: not per request) or a free. */
-#define STATE_BUCKETS 1024
-static struct voucher_state *states[STATE_BUCKETS];
-static size_t states_kept;
-static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
-
-struct voucher_state *store_voucher_state_get(int64_t voucher_id)
-{
-    size_t h = (size_t)((uint64_t)voucher_id * 0x9e3779b97f4a7c15ULL >> 54);
-    struct voucher_state *s;
-
-    pthread_mutex_lock(&states_mu);
-    for (s = states[h]; s && s->voucher_id != voucher_id; s = s->next)
-        ;
-    if (!s) {
-        s = xcalloc(1, sizeof(*s));
-        s->voucher_id = voucher_id;
-        s->next = states[h];
-        states[h] = s;
-        states_kept++;
-    }
-    s->refs++;
-    pthread_mutex_unlock(&states_mu);
-    return s;
-}
-
-void store_voucher_state_put(struct voucher_state *vs)
-{
-    if (!vs)
-        return;
-    pthread_mutex_lock(&states_mu);
-    vs->refs--;
-    vs->used_ms = util_mono_ms();
-    pthread_mutex_unlock(&states_mu);
-}
-
-size_t store_voucher_states_free_idle(int64_t idle_ms)
-{
-    int64_t now = util_mono_ms();
-    size_t freed = 0;
-
-    for (size_t h = 0; h < STATE_BUCKETS; h++) {
-        /* One chain per hold of the mutex: a batch never waits long. */
-        pthread_mutex_lock(&states_mu);
-        for (struct voucher_state **pp = &states[h]; *pp;) {
-            struct voucher_state *s = *pp;
-
-            if (s->refs || now - s->used_ms < idle_ms) {
-                pp = &s->next;
-                continue;
-            }
-            *pp = s->next;
-            free(s);
-            states_kept--;
-            freed++;
-        }
-        pthread_mutex_unlock(&states_mu);
-    }
-    return freed;
-}
-
-size_t store_voucher_states_count(void)
-{
-    size_t n;
-
-    pthread_mutex_lock(&states_mu);
-    n = states_kept;
-    pthread_mutex_unlock(&states_mu);
-    return n;
-}
-
-struct segments_args {
-    int64_t voucher_id;
-    int64_t count;
-};
-
-static int segments_count_once(struct store *st, void *arg)
-{
-    struct segments_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[1] = {0};
-    size_t n;
-
-    bind_i64(&p[0], &a->voucher_id);
-    bind_i64(&r[0], &a->count);
-    return store_stmt_rows(st, STMT_SEGMENT_COUNT, p, r, 1, NULL, NULL, &n);
-}
-
-/* As store_voucher_segments_get(), the read done by fn (which may be
- * wrapped in store_retry() or not). */
-static int segments_get(struct store *st, struct voucher_state *vs, unsigned *n,
-                        bool retry)
-{
-    struct segments_args a = {vs->voucher_id, 0};
-    unsigned known = atomic_load_explicit(&vs->segments, memory_order_relaxed);
-    int err;
-
-    if (known) {
-        *n = known;
-        return 0;
-    }
-    err = retry ? store_retry(st, segments_count_once, &a)
-                : segments_count_once(st, &a);
-    if (err)
-        return err;
-    if (a.count > STORE_SEGMENTS_MAX) {
-        /* Not made by this service: the rows past the bitmap's reach
-         * would never sell. */
-        log_error("voucher has too many stock segments", "voucher=%lld n=%lld",
-                  (long long)vs->voucher_id, (long long)a.count);
-        return -EIO;
-    }
-    known = a.count > 1 ? (unsigned)a.count : 1;
-    atomic_store_explicit(&vs->segments, known, memory_order_relaxed);
-    *n = known;
-    return 0;
-}
-
-int store_voucher_async_read(struct store *st, struct voucher_state *vs,
-                             bool *async)
-{
-    unsigned known = atomic_load_explicit(&vs->mode, memory_order_relaxed);
-    MYSQL_BIND p[1] = {0}, r[1] = {0};
-    int64_t id = vs->voucher_id, mode = 0;
-    size_t n = 0;
-    int err;
-
-    if (!known) {
-        bind_i64(&p[0], &id);
-        bind_i64(&r[0], &mode);
-        err = store_stmt_rows(st, STMT_VOUCHER_MODE, p, r, 1, NULL, NULL, &n);
-        if (err)
-            return err;
-        known = (unsigned)mode + 1; /* no row: not a seckill voucher */
-        atomic_store_explicit(&vs->mode, known, memory_order_relaxed);
-    }
-    *async = known == PURCHASE_ASYNC + 1;
-    return 0;
-}
-
-int store_voucher_segments_get(struct store *st, struct voucher_state *vs,
-                               unsigned *n)
-{
-    return segments_get(st, vs, n, true);
-}
-
-int store_voucher_segments_read(struct store *st, struct voucher_state *vs,
-                                unsigned *n)
-{
-    return segments_get(st, vs, n, false);
-}
-
-/* A segment seen empty is skipped for this long: a cancelled or expired
- * order may have given it a unit back meanwhile (on another instance). */
-#define SEGMENT_EMPTY_TTL_MS 1000
-
-bool store_segment_is_empty(struct voucher_state *vs, unsigned seg)
-{
-    uint_fast64_t bits = atomic_load_explicit(&vs->empty, memory_order_relaxed);
-
-    if (!bits)
-        return false;
-    if (util_mono_ms() -
-            atomic_load_explicit(&vs->empty_since_ms, memory_order_relaxed) >=
-        SEGMENT_EMPTY_TTL_MS) {
-        atomic_store_explicit(&vs->empty, 0, memory_order_relaxed);
-        return false;
-    }
-    return seg < 64 && (bits >> seg & 1);
-}
-
-void store_segment_mark_empty(struct voucher_state *vs, unsigned seg)
-{
-    if (seg >= 64)
-        return;
-    if (!atomic_fetch_or_explicit(&vs->empty, (uint_fast64_t)1 << seg,
-                                  memory_order_relaxed))
-        atomic_store_explicit(&vs->empty_since_ms, util_mono_ms(),
-                              memory_order_relaxed);
-}
-
-void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg)
-{
-    if (seg < 64)
-        atomic_fetch_and_explicit(&vs->empty, ~((uint_fast64_t)1 << seg),
-                                  memory_order_relaxed);
-}
-
-/* ---- one batch's transaction ---- */
 
 /* The existing-orders SELECT for lists of 2^i users, i = 0..6. */
 static const enum stmt_id exist_stmt[] = {
@@ -528,7 +490,7 @@ static int batch_attempt(struct store *st, void *arg)
 static void expire(struct batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
-        if (!b->m[i]->settled && !store_attempt_fits(b->m[i]->deadline_ms))
+        if (!b->m[i]->settled && !attempt_fits(b->m[i]->deadline_ms))
             settle(b->m[i], STORE_PURCHASE_SOLD_OUT, -ETIME);
 }
 
@@ -540,10 +502,10 @@ static void expire(struct batch *b)
  * exactly as if it had been alone (DUPLICATE, or -EEXIST for a taken
  * order id: that caller retries with a fresh one).
  */
-void store_batch_run(struct store *st, struct voucher_state *vs,
-                     struct member **m, size_t n)
+static void batch_run(struct store *st, struct voucher_state *vs,
+                      int64_t voucher_id, struct member **m, size_t n)
 {
-    struct batch b = {.voucher_id = vs->voucher_id, .m = m, .n = n, .cap = -1};
+    struct batch b = {.voucher_id = voucher_id, .m = m, .n = n, .cap = -1};
     /* Each round settles someone or sees the stock shrink; this bound
      * only stops a bug from spinning. */
     int rounds = 0, rounds_max = 4 * (int)n + 64, deadlocks = 0, err = 0;
@@ -568,9 +530,8 @@ void store_batch_run(struct store *st, struct voucher_state *vs,
 
                 if (m[i]->settled)
                     continue;
-                e = store_purchase_single(st, vs, 1, m[i]->order_id,
-                                          m[i]->user_id, vs->voucher_id,
-                                          m[i]->deadline_ms, &o);
+                e = purchase_single(st, vs, 1, m[i]->order_id, m[i]->user_id,
+                                    voucher_id, m[i]->deadline_ms, &o);
                 settle(m[i], o, e);
             }
         }
@@ -579,4 +540,44 @@ void store_batch_run(struct store *st, struct voucher_state *vs,
     for (size_t i = 0; i < n; i++)
         if (!m[i]->settled)
             settle(m[i], STORE_PURCHASE_SOLD_OUT, err);
+}
+
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n)
+{
+    static const enum metric_counter counter[] = {
+        [STORE_PURCHASE_OK] = METRIC_PURCHASE_OK,
+        [STORE_PURCHASE_SOLD_OUT] = METRIC_PURCHASE_SOLD_OUT,
+        [STORE_PURCHASE_DUPLICATE] = METRIC_PURCHASE_DUPLICATE,
+    };
+    struct voucher_state *vs = store_voucher_state_get(voucher_id);
+    unsigned segments, batch_max = st->cfg->batch_max;
+    int err;
+
+    for (size_t i = 0; i < n; i++) {
+        items[i]->settled = false;
+        items[i]->err = 0;
+        items[i]->outcome = STORE_PURCHASE_SOLD_OUT;
+    }
+    err = store_voucher_segments_get(st, vs, &segments);
+    if (err) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = err;
+        goto out;
+    }
+    if (batch_max == 0)
+        batch_max = STORE_BATCH_DEFAULT;
+    if (segments > 1 || batch_max == 1) {
+        for (size_t i = 0; i < n; i++)
+            items[i]->err = purchase_single(
+                st, vs, segments, items[i]->order_id, items[i]->user_id,
+                voucher_id, items[i]->deadline_ms, &items[i]->outcome);
+    } else {
+        batch_run(st, vs, voucher_id, items, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!items[i]->err)
+            metrics_count(counter[items[i]->outcome], 1);
+out:
+    store_voucher_state_put(vs);
 }
