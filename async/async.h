@@ -75,6 +75,12 @@
  * owed in MySQL; the record goes once Redis has the unit, and until then
  * the writer tries again (a COMMIT whose answer was lost, Redis down, a
  * crash in between): Redis and MySQL agree again without a rebuild.
+ *
+ * One file per job: scripts.c is the Redis side of a sale (the scripts a
+ * purchase, a preheat and a return run, the lookups of orders on their
+ * way); writer.c the writer thread; reconcile.c the reconciliation and
+ * rebuilds it runs; compare.c the comparison they decide on. The MySQL
+ * side is store/async_orders.c.
  */
 #ifndef SECKILL_ASYNC_H
 #define SECKILL_ASYNC_H

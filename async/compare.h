@@ -2,7 +2,7 @@
  * compare.h - the reconciliation's judgement of one async sale: whether
  * its Redis state agrees with MySQL, from numbers read on each side. Pure
  * functions, no I/O, so that the judgement can be tested without servers
- * (async.c reads the numbers and acts on the answer).
+ * (reconcile.c reads the numbers and acts on the answer).
  */
 #ifndef SECKILL_ASYNC_COMPARE_H
 #define SECKILL_ASYNC_COMPARE_H

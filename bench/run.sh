@@ -52,7 +52,7 @@
 #   6. async: the instances above stop; a private Redis with appendonly
 #      yes and appendfsync always (port +6: what async mode requires) and
 #      two async instances on it (ports +4, +5, without accepting loss).
-#      Raw limit: redis-benchmark running async/async.c's purchase script
+#      Raw limit: redis-benchmark running async/scripts.c's purchase script
 #      (one purchase per call) at 256 clients on that Redis. Drain: a
 #      voucher's stream is filled with BENCH_ASYNC_DRAIN (100000) orders
 #      by the same script while no writer runs, then both instances start
@@ -564,8 +564,8 @@ async_instance() { # NAME PORT: an async-mode instance on the durable Redis
 
 # The raw limit: the purchase script, one purchase per call, on a sale of
 # a billion units (never sold out), at 256 clients.
-PURCHASE_SCRIPT=$(printf '%b' "$(c_string "$ROOT/async/async.c" 'static struct redis_script purchase_script')")
-[[ -n $PURCHASE_SCRIPT ]] || die "async/async.c's purchase script was not recognised"
+PURCHASE_SCRIPT=$(printf '%b' "$(c_string "$ROOT/async/scripts.c" 'static struct redis_script purchase_script')")
+[[ -n $PURCHASE_SCRIPT ]] || die "async/scripts.c's purchase script was not recognised"
 rk=()
 for k in info stock buyers stream pending frozen holders; do rk+=("{v:bench-raw}:$k"); done
 arcli DEL "${rk[@]}" >/dev/null

@@ -30,20 +30,20 @@
  * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
  * batch, no reply yet), async_write_before_commit (store/async_orders.c, a
  * writer's batch is inserted and the stock row updated, no COMMIT yet),
- * async_write_after_commit (async/async.c, the batch is committed,
+ * async_write_after_commit (async/writer.c, the batch is committed,
  * not yet acknowledged in the stream) and async_before_preheat
  * (handlers/vouchers.c, a new async voucher is committed in MySQL and
  * its sale not yet put into Redis).
  * Points that can fail: cancel_commit_unanswered and
  * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
  * an expiry batch, succeeded and its answer is taken as lost,
- * -EINPROGRESS), and unit_return_fails (async/async.c: one order's
+ * -EINPROGRESS), and unit_return_fails (async/scripts.c: one order's
  * return of its unit to an async sale in Redis fails as if Redis had
  * refused it). Two more plant bugs on purpose, for a checker that must
  * notice them (make soak SOAK_CANARY=1): async_sale_drop
  * (engine/engine.c: a purchase of an async sale is answered 202 without
  * going to the sale's script, so its order never reaches the stream)
- * and unit_return_skip (async/async.c: one order's unit is taken as
+ * and unit_return_skip (async/scripts.c: one order's unit is taken as
  * given back to the sale's Redis state, and no longer owed, without
  * being given back).
  * A malformed list aborts the process: a test must not run with a

@@ -1,0 +1,617 @@
+/*
+ * reconcile.c - the reconciliation of async sales (see async.h): one
+ * instance at a time, holding the reconciliation's lock, compares each
+ * sale's Redis state with MySQL's orders up to the place in the stream
+ * Redis had reached (async/compare.h); a sale that disagrees twice in a
+ * row is frozen and rebuilt from MySQL, step by step on the writer's loop,
+ * without ever holding it. Also whose sale a sale is (async__sale_ours()).
+ */
+#include "async/internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/failpoint.h"
+#include "common/metrics.h"
+#include "common/redis.h"
+#include "common/util.h"
+
+/* The reconciliation's lock lasts this long unless released. */
+#define RECONCILE_LEASE_MS 8000
+/* A sale frozen for a rebuild stays frozen this long unless its
+ * rebuilder renews the freeze (each step does), so that the freeze of a
+ * rebuilder that died lifts by itself. */
+#define FREEZE_MS 15000
+/* A rebuild waiting for orders in flight looks again this often, and
+ * says so in the log this often. */
+#define REBUILD_STEP_MS 100
+#define REBUILD_SAY_MS 5000
+/* The orders with only a pending record left that one step queues again. */
+#define REQUEUE_MAX 1000
+/* The same disagreement seen this many rounds in a row is repaired. */
+#define MISMATCH_ROUNDS 2
+/* A sale of another database is looked at again this often. */
+#define OWNER_RECHECK_MS 10000
+
+/*
+ * Whether s is a sale of this service's MySQL database: its voucher is an
+ * async voucher there, and the creation stamp in Redis, when the sale's
+ * state has one, is that voucher's. The index of sales with work is per
+ * Redis database, and another deployment that shares it (a second
+ * database, a test run beside another) must not have its orders written,
+ * dead-lettered or its sale rebuilt here. Asked of MySQL once per sale
+ * of ours; again while MySQL cannot say, and every OWNER_RECHECK_MS for
+ * another's (a stale sale of an earlier database is replaced by the
+ * voucher's own preheat, and is ours from then on).
+ */
+bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s)
+{
+    char k[KEY_MAX];
+    int64_t mine, theirs = 0, now = util_mono_ms();
+    redisReply *r;
+    int err;
+
+    if (s->owner > 0 || (s->owner < 0 && now - s->owner_ms < OWNER_RECHECK_MS))
+        return s->owner > 0;
+    err = store_async_stamp_read(st, s->voucher_id, &mine);
+    if (err && err != -ENOENT)
+        return false; /* MySQL away: asked again next time */
+    async__key(k, s->voucher_id, "info");
+    r = err ? NULL : redisCommand(rc, "HGET %s stamp", k);
+    if (!err && !r)
+        return false; /* Redis away: asked again next time */
+    if (r && r->type == REDIS_REPLY_STRING)
+        util_parse_id(r->str, r->len, &theirs);
+    freeReplyObject(r);
+    bool ours = !err && (theirs == 0 || theirs == mine);
+
+    if (!ours && s->owner == 0)
+        log_warn("async sale of another database left alone: its orders "
+                 "are not written here",
+                 "voucher=%lld why=\"%s\"", (long long)s->voucher_id,
+                 err ? "no async voucher of this id in mysql"
+                     : "another creation stamp");
+    s->owner = ours ? 1 : -1;
+    s->owner_ms = now;
+    return s->owner > 0;
+}
+
+/*
+ * Helpers of the scripts below: id_le(a, b) orders two stream ids
+ * ("<ms>-<seq>"); group(k) is the fields of the group "writers" of stream
+ * k (nil: none); stream(k) those of XINFO STREAM k (nil: no stream).
+ */
+#define LUA_HELPERS                                                            \
+    "local function id_le(a, b) "                                              \
+    "  local am, as = string.match(a, '^(%d+)-(%d+)$') "                       \
+    "  local bm, bs = string.match(b, '^(%d+)-(%d+)$') "                       \
+    "  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), "            \
+    "    tonumber(bs) "                                                        \
+    "  return am < bm or (am == bm and as <= bs) "                             \
+    "end "                                                                     \
+    "local function fields(a) "                                                \
+    "  local f = {} "                                                          \
+    "  for i = 1, #a, 2 do f[a[i]] = a[i + 1] end "                            \
+    "  return f "                                                              \
+    "end "                                                                     \
+    "local function group(k) "                                                 \
+    "  local gs = redis.pcall('xinfo', 'groups', k) "                          \
+    "  if type(gs) ~= 'table' or gs.err then return nil end "                  \
+    "  for _, g in ipairs(gs) do "                                             \
+    "    local f = fields(g) "                                                 \
+    "    if f['name'] == 'writers' then return f end "                         \
+    "  end "                                                                   \
+    "  return nil "                                                            \
+    "end "                                                                     \
+    "local function stream(k) "                                                \
+    "  if redis.call('exists', k) == 0 then return nil end "                   \
+    "  return fields(redis.call('xinfo', 'stream', k)) "                       \
+    "end "
+
+/*
+ * KEYS info, stock, buyers, stream, pending, frozen. A sale's numbers at
+ * one moment: {initial (-1: no state), stock, buyers, unsettled (pending
+ * records), written, the stream's last id, the freeze's owner ("" when
+ * not frozen), 1 when the stream's oldest entry was acknowledged and left
+ * there}. An entry acknowledged and left behind is always the oldest
+ * sooner or later, as the entries around it are settled and deleted.
+ */
+static struct redis_script snapshot_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "local info = redis.call('hmget', KEYS[1], 'initial', 'written') "
+    "local last, orphan = '0-0', 0 "
+    "local s = stream(KEYS[4]) "
+    "if s then "
+    "  last = s['last-generated-id'] "
+    "  local first, g = s['first-entry'], group(KEYS[4]) "
+    "  if first and g and id_le(first[1], g['last-delivered-id']) and "
+    "     #redis.call('xpending', KEYS[4], 'writers', first[1], first[1], "
+    "                 1) == 0 then "
+    "    orphan = 1 "
+    "  end "
+    "end "
+    "return {tonumber(info[1]) or -1, "
+    "  tonumber(redis.call('get', KEYS[2])) or 0, "
+    "  redis.call('scard', KEYS[3]), redis.call('hlen', KEYS[5]), "
+    "  tonumber(info[2]) or 0, last, redis.call('get', KEYS[6]) or '', "
+    "  orphan}");
+
+/*
+ * KEYS stream, pending, frozen; ARGV the rebuilder's token, the freeze's
+ * lease (ms), the most orders to queue again. One step of a rebuild's
+ * wait: renews the freeze, and when no order is in flight (none pending
+ * in the group, none waiting for delivery) removes what the stream still
+ * holds (acknowledged: written or dead-lettered) and queues again the
+ * orders that only have a pending record left (their settling was cut
+ * short: the writers find them written, or write them; a record that
+ * does not start with "<user>:<t>" cannot be and is dropped). {state,
+ * pending, undelivered, removed, queued again}: state 1 when nothing is
+ * in flight any more, 0 to wait, -1 when the freeze is not this
+ * rebuilder's.
+ */
+static struct redis_script drain_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "if redis.call('get', KEYS[3]) ~= ARGV[1] then "
+    "  return {-1, 0, 0, 0, 0} "
+    "end "
+    "redis.call('pexpire', KEYS[3], ARGV[2]) "
+    "local g = group(KEYS[1]) "
+    "if not g then "
+    "  redis.call('xgroup', 'create', KEYS[1], 'writers', '0', 'MKSTREAM') "
+    "  g = group(KEYS[1]) "
+    "end "
+    "if g['pending'] > 0 then return {0, g['pending'], 0, 0, 0} end "
+    "local s = stream(KEYS[1]) "
+    "local newest = s['last-entry'] "
+    "if newest and not id_le(newest[1], g['last-delivered-id']) then "
+    "  return {0, 0, 1, 0, 0} "
+    "end "
+    "local removed = s['length'] "
+    "if removed > 0 then redis.call('xtrim', KEYS[1], 'MAXLEN', 0) end "
+    "local queued, n = 0, redis.call('hlen', KEYS[2]) "
+    "if n > 0 then "
+    "  local kv "
+    "  if n <= tonumber(ARGV[3]) then kv = redis.call('hgetall', KEYS[2]) "
+    "  else kv = redis.call('hrandfield', KEYS[2], ARGV[3], 'WITHVALUES') end "
+    "  for i = 1, #kv, 2 do "
+    "    local u, t = string.match(kv[i + 1], '^(%d+):(%d+)') "
+    "    if u then "
+    "      redis.call('xadd', KEYS[1], '*', 'o', kv[i], 'u', u, 't', t) "
+    "      queued = queued + 1 "
+    "    else "
+    "      redis.call('hdel', KEYS[2], kv[i]) "
+    "    end "
+    "  end "
+    "end "
+    "return {queued == 0 and 1 or 0, 0, 0, removed, queued}");
+
+/*
+ * KEYS info, stock, buyers, rebuild (this rebuilder's set of buyers),
+ * frozen, stream, pending, holders, rebuild-holders (its hash of their
+ * orders); ARGV begin, end, initial, stock, users (how many are in
+ * rebuild), the rebuilder's token, written, the highest stream id among
+ * MySQL's orders, the sale's creation stamp. 1 when rebuilt; 0 (changed
+ * nothing) when the freeze is not this rebuilder's any more or its set is gone;
+ * -1 (changed nothing) when orders are in flight again.
+ */
+static struct redis_script rebuild_script = REDIS_SCRIPT(
+    LUA_HELPERS
+    "if redis.call('get', KEYS[5]) ~= ARGV[6] or (tonumber(ARGV[5]) > 0 and "
+    "    (redis.call('exists', KEYS[4]) == 0 or "
+    "     redis.call('exists', KEYS[9]) == 0)) then "
+    "  redis.call('del', KEYS[4], KEYS[9]) "
+    "  return 0 "
+    "end "
+    "local g = group(KEYS[6]) "
+    "if redis.call('hlen', KEYS[7]) > 0 or (g and g['pending'] > 0) then "
+    "  redis.call('del', KEYS[4], KEYS[9]) "
+    "  return -1 "
+    "end "
+    "redis.call('del', KEYS[3], KEYS[8]) "
+    "if tonumber(ARGV[5]) > 0 then "
+    "  redis.call('rename', KEYS[4], KEYS[3]) "
+    "  redis.call('rename', KEYS[9], KEYS[8]) "
+    "else redis.call('del', KEYS[4], KEYS[9]) end "
+    "redis.call('set', KEYS[2], ARGV[4]) "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
+    "  'initial', ARGV[3], 'written', ARGV[7], 'stamp', ARGV[9]) "
+    "local s = stream(KEYS[6]) "
+    "if not s then "
+    "  redis.call('xgroup', 'create', KEYS[6], 'writers', '0', 'MKSTREAM') "
+    "  s = stream(KEYS[6]) "
+    "end "
+    "if not id_le(ARGV[8], s['last-generated-id']) then "
+    "  redis.call('xsetid', KEYS[6], ARGV[8]) "
+    "end "
+    "redis.call('del', KEYS[5]) "
+    "return 1");
+
+/* KEYS frozen; ARGV token, lease (ms): renew the freeze if it is ours. */
+static struct redis_script freeze_keep_script =
+    REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                 "return redis.call('pexpire', KEYS[1], ARGV[2]) end "
+                 "return 0");
+
+/*
+ * s's Redis numbers at one moment (snapshot_script): 0 with *out and
+ * frozen_by (the freeze's owner, "" when not frozen) set, or -errno.
+ */
+static int sale_snapshot(redisContext *rc, int64_t v,
+                         struct async_redis_side *out, char *frozen_by,
+                         size_t len)
+{
+    static const char *const names[6] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "frozen"};
+    char k[6][KEY_MAX];
+    const char *argv[6];
+    redisReply *r;
+    int err = 0;
+
+    for (int i = 0; i < 6; i++) {
+        async__key(k[i], v, names[i]);
+        argv[i] = k[i];
+    }
+    r = redis_script_run(rc, &snapshot_script, 6, 6, argv, NULL, &err);
+    if (!r)
+        return err ? err : -EIO;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+        r->element[5]->type != REDIS_REPLY_STRING ||
+        r->element[6]->type != REDIS_REPLY_STRING) {
+        log_warn("async sale snapshot failed", "voucher=%lld err=\"%s\"",
+                 (long long)v, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+        return -EIO;
+    }
+    out->initial = r->element[0]->integer;
+    out->stock = r->element[1]->integer;
+    out->buyers = r->element[2]->integer;
+    out->unsettled = r->element[3]->integer;
+    out->written = r->element[4]->integer;
+    out->last_pos = async_stream_pos(r->element[5]->str);
+    out->orphan = r->element[7]->integer == 1;
+    snprintf(frozen_by, len, "%s", r->element[6]->str);
+    freeReplyObject(r);
+    return 0;
+}
+
+/*
+ * Keep the reconciliation's lock while a long round works: a second hold
+ * renews its lease (owner-checked), and dropping that hold keeps the
+ * first. False when it could not be renewed (lost, or the lock backend
+ * away): the round stops.
+ */
+static bool reconcile_lock_keep(struct async *a)
+{
+    enum lock_status ls;
+    int64_t now = util_mono_ms();
+
+    if (!a->reconcile_lock || lock_holds(a->reconcile_lock) == 0 ||
+        now - a->lock_renewed_ms < RECONCILE_LEASE_MS / 3)
+        return true;
+    if (lock_acquire(a->reconcile_lock, 0, RECONCILE_LEASE_MS, &ls) != 0 ||
+        ls != LOCK_ACQUIRED) {
+        log_warn("async reconciliation stopped: its lock was not renewed",
+                 NULL);
+        return false;
+    }
+    lock_release(a->reconcile_lock, NULL);
+    a->lock_renewed_ms = now;
+    return true;
+}
+
+/*
+ * The end of s's rebuild, with nothing in flight: set the buyers to
+ * MySQL's active orders' users, the stock to the initial stock minus them,
+ * the written orders to MySQL's, and the stream's next position past
+ * every order MySQL has, and lift the freeze, in one script that checks
+ * the freeze is still this rebuilder's and nothing went in flight.
+ */
+static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
+                           struct sale *s)
+{
+    char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
+    char last[48], freeze_ms[16], sp[24];
+    const char *argv[18];
+    struct store_async_sale sale;
+    redisReply *r;
+    int err;
+
+    async__key(k[0], s->voucher_id, "info");
+    async__key(k[1], s->voucher_id, "stock");
+    async__key(k[2], s->voucher_id, "buyers");
+    snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
+             (long long)s->voucher_id, a->consumer);
+    async__key(k[4], s->voucher_id, "frozen");
+    async__key(k[5], s->voucher_id, "stream");
+    async__key(k[6], s->voucher_id, "pending");
+    async__key(k[7], s->voucher_id, "holders");
+    snprintf(k[8], sizeof(k[8]), "{v:%lld}:rebuild-holders:%s",
+             (long long)s->voucher_id, a->consumer);
+    err = store_async_sale_read(st, s->voucher_id, &sale);
+    if (err == -ENOENT) {
+        /* Not an async sale in MySQL (any more): nothing to rebuild from;
+         * the freeze lifts by itself. */
+        log_warn("async rebuild dropped: no async sale of that id in mysql",
+                 "voucher=%lld", (long long)s->voucher_id);
+        s->rebuilding = false;
+        return;
+    }
+    if (err)
+        return; /* MySQL away: tried again at the next step */
+    snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
+    freeReplyObject(redisCommand(rc, "DEL %s %s", k[3], k[8]));
+    for (size_t i = 0; i < sale.nusers; i += 500) {
+        size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
+        const char **v = xcalloc(2 * m + 2, sizeof(*v));
+        char(*num)[24] = xcalloc(2 * m, sizeof(*num));
+        const char *keep[4] = {k[4], a->consumer, freeze_ms};
+
+        v[0] = "SADD";
+        v[1] = k[3];
+        for (size_t j = 0; j < m; j++) {
+            snprintf(num[j], sizeof(num[j]), "%lld",
+                     (long long)sale.users[i + j]);
+            v[2 + j] = num[j];
+        }
+        r = redisCommandArgv(rc, (int)(m + 2), v, NULL);
+        freeReplyObject(r);
+        /* Each buyer's order: a later return names it. */
+        v[0] = "HSET";
+        v[1] = k[8];
+        for (size_t j = 0; j < m; j++) {
+            snprintf(num[m + j], sizeof(num[0]), "%lld",
+                     (long long)sale.orders[i + j]);
+            v[2 + 2 * j] = num[j];
+            v[3 + 2 * j] = num[m + j];
+        }
+        r = redisCommandArgv(rc, (int)(2 * m + 2), v, NULL);
+        freeReplyObject(r);
+        free(num);
+        free(v);
+        /* A large sale takes a while: the freeze and the lock are kept. */
+        freeReplyObject(
+            redis_script_run(rc, &freeze_keep_script, 1, 3, keep, NULL, &err));
+        reconcile_lock_keep(a);
+    }
+    snprintf(b, sizeof(b), "%lld", (long long)sale.begin_time);
+    snprintf(e, sizeof(e), "%lld", (long long)sale.end_time);
+    snprintf(in, sizeof(in), "%lld", (long long)sale.initial_stock);
+    snprintf(sk, sizeof(sk), "%lld",
+             (long long)(sale.initial_stock - (int64_t)sale.nusers));
+    snprintf(nu, sizeof(nu), "%zu", sale.nusers);
+    snprintf(wr, sizeof(wr), "%lld", (long long)sale.written);
+    snprintf(last, sizeof(last), "%llu-%llu",
+             (unsigned long long)sale.last_pos >> 20,
+             (unsigned long long)sale.last_pos & ((1u << 20) - 1));
+    for (int i = 0; i < 9; i++)
+        argv[i] = k[i];
+    argv[9] = b;
+    argv[10] = e;
+    argv[11] = in;
+    argv[12] = sk;
+    argv[13] = nu;
+    argv[14] = a->consumer;
+    argv[15] = wr;
+    argv[16] = last;
+    snprintf(sp, sizeof(sp), "%lld", (long long)sale.stamp);
+    argv[17] = sp;
+    r = redis_script_run(rc, &rebuild_script, 9, 18, argv, NULL, &err);
+    long long landed = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_warn("async rebuild refused by redis", "voucher=%lld err=\"%s\"",
+                 (long long)s->voucher_id, r->str);
+    freeReplyObject(r);
+    free(sale.users);
+    free(sale.orders);
+    if (landed == 0) {
+        log_warn("async rebuild dropped: the freeze is not ours any more",
+                 "voucher=%lld", (long long)s->voucher_id);
+        s->rebuilding = false;
+        return;
+    }
+    if (landed != 1)
+        return; /* orders went in flight, or Redis failed: the next step */
+    s->rebuilding = false;
+    s->mismatch = 0;
+    metrics_count(METRIC_ASYNC_REPAIRS, 1);
+    log_warn("async sale rebuilt from mysql",
+             "voucher=%lld buyers=%zu stock=%s written=%s frozen_ms=%lld",
+             (long long)s->voucher_id, sale.nusers, sk, wr,
+             (long long)(util_mono_ms() - s->rebuild_since_ms));
+    if (a->cfg.stock_changed)
+        a->cfg.stock_changed(a->cfg.ctx, st, s->voucher_id);
+}
+
+/*
+ * One step of s's rebuild (drain_script): while orders are in flight it
+ * only renews the freeze, and the writers' loop comes back later; with
+ * none, it finishes. Never waits.
+ */
+static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
+                         struct sale *s)
+{
+    char k[3][KEY_MAX], freeze_ms[16], most[16];
+    const char *argv[6] = {k[0], k[1], k[2], a->consumer, freeze_ms, most};
+    long long x[5] = {0};
+    int64_t now = util_mono_ms();
+    redisReply *r;
+    int err;
+
+    async__key(k[0], s->voucher_id, "stream");
+    async__key(k[1], s->voucher_id, "pending");
+    async__key(k[2], s->voucher_id, "frozen");
+    snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
+    snprintf(most, sizeof(most), "%d", REQUEUE_MAX);
+    r = redis_script_run(rc, &drain_script, 3, 6, argv, NULL, &err);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
+        if (r && r->type == REDIS_REPLY_ERROR)
+            log_warn("async rebuild step refused by redis",
+                     "voucher=%lld err=\"%s\"", (long long)s->voucher_id,
+                     r->str);
+        freeReplyObject(r);
+        return;
+    }
+    for (int i = 0; i < 5; i++)
+        x[i] = r->element[i]->type == REDIS_REPLY_INTEGER
+                   ? r->element[i]->integer
+                   : 0;
+    freeReplyObject(r);
+    if (x[3] > 0)
+        log_warn("async rebuild removed acknowledged orders left in the "
+                 "stream",
+                 "voucher=%lld n=%lld", (long long)s->voucher_id, x[3]);
+    if (x[4] > 0)
+        log_warn("async rebuild queued again orders whose settling was cut "
+                 "short",
+                 "voucher=%lld n=%lld", (long long)s->voucher_id, x[4]);
+    if (x[0] < 0) {
+        log_warn("async rebuild dropped: the freeze is not ours any more",
+                 "voucher=%lld", (long long)s->voucher_id);
+        s->rebuilding = false;
+        return;
+    }
+    if (x[0] == 0) {
+        if (now - s->rebuild_said_ms >= REBUILD_SAY_MS) {
+            s->rebuild_said_ms = now;
+            log_warn("async rebuild waits: orders still in flight",
+                     "voucher=%lld pending=%lld undelivered=%lld "
+                     "queued_again=%lld frozen_ms=%lld",
+                     (long long)s->voucher_id, x[1], x[2], x[4],
+                     (long long)(now - s->rebuild_since_ms));
+        }
+        return;
+    }
+    rebuild_finish(a, st, rc, s);
+}
+
+/*
+ * Start rebuilding s's Redis state from MySQL: freeze its purchases (the
+ * freeze carries this writer's name: one rebuilder per sale, even if two
+ * instances reconcile at once, a lock lease that ran out, instances on
+ * different lock backends), then take the first step. The writers'
+ * loop takes the next ones (async__rebuilds_step()) until it is rebuilt.
+ */
+static void rebuild_start(struct async *a, struct store *st, redisContext *rc,
+                          struct sale *s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+
+    async__key(k, s->voucher_id, "frozen");
+    r = redisCommand(rc, "SET %s %s PX %d NX", k, a->consumer, FREEZE_MS);
+    bool ours = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (!ours) {
+        r = redisCommand(rc, "GET %s", k);
+        ours = r && r->type == REDIS_REPLY_STRING &&
+               strcmp(r->str, a->consumer) == 0;
+        freeReplyObject(r);
+        if (!ours)
+            return; /* another rebuilds it */
+    }
+    log_warn("async sale frozen for a rebuild", "voucher=%lld",
+             (long long)s->voucher_id);
+    s->rebuilding = true;
+    s->rebuild_since_ms = s->rebuild_said_ms = util_mono_ms();
+    s->rebuild_next_ms = s->rebuild_since_ms + REBUILD_STEP_MS;
+    rebuild_step(a, st, rc, s);
+}
+
+/* The next step of every rebuild this writer has going, on its loop. */
+void async__rebuilds_step(struct async *a, struct store *st, redisContext *rc)
+{
+    int64_t now = util_mono_ms();
+
+    for (size_t i = 0; i < a->nsales; i++) {
+        struct sale *s = &a->sales[i];
+
+        if (!s->rebuilding || now < s->rebuild_next_ms)
+            continue;
+        s->rebuild_next_ms = now + REBUILD_STEP_MS;
+        rebuild_step(a, st, rc, s);
+    }
+}
+
+/*
+ * Compare s's Redis state with MySQL at one point of its stream: Redis'
+ * numbers in one script, then MySQL's orders up to the stream position
+ * Redis had reached (async/compare.h), so that batches the writers commit
+ * meanwhile, in any order, change nothing. Moments of disagreement are
+ * normal still (an order closed in MySQL whose unit is on its way back to
+ * Redis); the same disagreement twice in a row, a missing state or an
+ * acknowledged entry left in the stream is not, and s is rebuilt.
+ */
+static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
+                          struct sale *s)
+{
+    struct async_redis_side rs;
+    struct async_mysql_side ms = {.initial = -1};
+    struct store_async_counts c;
+    struct async_disagreement d;
+    char frozen_by[64];
+
+    if (s->rebuilding)
+        return; /* async__rebuilds_step() takes it on */
+    if (!async__sale_ours(st, rc, s))
+        return;
+    if (sale_snapshot(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
+        return;
+    if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
+        s->mismatch = 0; /* another instance rebuilds it */
+        return;
+    }
+    if (rs.initial >= 0) {
+        if (store_async_counts_read(st, s->voucher_id, (int64_t)rs.last_pos,
+                                    &c))
+            return;
+        ms.initial = c.initial_stock;
+        ms.active = c.active;
+        ms.orders = c.orders;
+    }
+    if (async_sale_compare(&rs, &ms, &d) && !frozen_by[0]) {
+        s->mismatch = 0;
+        return;
+    }
+    if (!frozen_by[0] && !d.missing &&
+        (s->mismatch == 0 || !async_disagreement_same(&s->last, &d))) {
+        s->mismatch = 1;
+        s->last = d;
+        return;
+    }
+    if (!frozen_by[0] && !d.missing && ++s->mismatch < MISMATCH_ROUNDS)
+        return;
+    log_warn("async sale disagrees with mysql",
+             "voucher=%lld missing=%d orphan=%d initial=%lld units=%lld "
+             "buyers=%lld in_flight=%lld redis_initial=%lld stock=%lld "
+             "redis_buyers=%lld unsettled=%lld written=%lld "
+             "mysql_active=%lld mysql_orders=%lld frozen=%d",
+             (long long)s->voucher_id, d.missing, d.orphan, d.initial, d.units,
+             d.buyers, d.in_flight, rs.initial, rs.stock, rs.buyers,
+             rs.unsettled, rs.written, ms.active, ms.orders,
+             frozen_by[0] != '\0');
+    rebuild_start(a, st, rc, s);
+}
+
+void async__reconcile(struct async *a, struct store *st, redisContext *rc)
+{
+    enum lock_status ls;
+
+    if (a->nsales == 0)
+        return;
+    if (!a->reconcile_lock &&
+        lock_new(a->cfg.locks, "seckill:async:reconcile", &a->reconcile_lock))
+        return;
+    if (lock_acquire(a->reconcile_lock, 0, RECONCILE_LEASE_MS, &ls) != 0 ||
+        ls != LOCK_ACQUIRED)
+        return;
+    a->lock_renewed_ms = util_mono_ms();
+    for (size_t i = 0; i < a->nsales && reconcile_lock_keep(a); i++)
+        reconcile_one(a, st, rc, &a->sales[i]);
+    lock_release(a->reconcile_lock, NULL);
+}

@@ -1,0 +1,684 @@
+/*
+ * scripts.c - the Redis side of an async sale (see async.h): its scripts
+ * (the preheat, the purchase, the return of a unit), the lookups of
+ * orders on their way to MySQL, the durability check, and the helpers
+ * the writer shares (keys, the index of sales with work).
+ */
+#include "async/internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/failpoint.h"
+#include "common/metrics.h"
+#include "common/redis.h"
+#include "common/util.h"
+
+/* Keys and members a SCAN or SSCAN asks for at once. */
+#define SCAN_COUNT "1000"
+
+/* ---- keys and scripts ---- */
+
+void async__key(char *buf, int64_t voucher_id, const char *what)
+{
+    snprintf(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
+}
+
+/* KEYS info, stock, buyers, stream, pending, dead, frozen, holders;
+ * ARGV begin, end, stock, stamp. 1 put in; 0 left alone: the sale is there with
+ * this stamp already (a reconciliation made it from MySQL first, and it may be
+ * selling). Any other sale of the id is a stale one (from an earlier database
+ * on the same Redis): it is replaced. */
+static struct redis_script preheat_script = REDIS_SCRIPT(
+    "if redis.call('hget', KEYS[1], 'stamp') == ARGV[4] then return 0 end "
+    "redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], "
+    "KEYS[7], KEYS[8]) "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
+    "'initial', ARGV[3], 'stamp', ARGV[4]) "
+    "redis.call('set', KEYS[2], ARGV[3]) "
+    "return 1");
+
+/* KEYS info, stock, buyers, stream, pending, frozen, holders; ARGV
+ * backlog_max, then (order, user) pairs. {ms, code...}: a code per pair
+ * (1 sold, 2 sold out, 3 duplicate), or {-n} for the whole batch. */
+static struct redis_script purchase_script = REDIS_SCRIPT(
+    "if redis.call('exists', KEYS[6]) == 1 then return {-1} end "
+    "local info = redis.call('hmget', KEYS[1], 'begin', 'end') "
+    "if not info[1] then return {-1} end "
+    "local t = redis.call('time') "
+    "local now = tonumber(t[1]) "
+    "if now < tonumber(info[1]) then return {-3} end "
+    "if now >= tonumber(info[2]) then return {-4} end "
+    "if redis.call('xlen', KEYS[4]) >= tonumber(ARGV[1]) then "
+    "return {-5} end "
+    "local ms = now * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local out = {ms} "
+    "local stock = tonumber(redis.call('get', KEYS[2]) or '0') "
+    "local sold = 0 "
+    "for i = 2, #ARGV, 2 do "
+    "  local o, u = ARGV[i], ARGV[i + 1] "
+    "  if redis.call('sismember', KEYS[3], u) == 1 then "
+    "    out[#out + 1] = 3 "
+    "  elseif stock <= 0 then "
+    "    out[#out + 1] = 2 "
+    "  else "
+    "    stock = stock - 1 "
+    "    sold = sold + 1 "
+    "    redis.call('sadd', KEYS[3], u) "
+    "    redis.call('xadd', KEYS[4], '*', 'o', o, 'u', u, 't', ms) "
+    "    redis.call('hset', KEYS[5], o, u .. ':' .. ms) "
+    "    redis.call('hset', KEYS[7], u, o) "
+    "    out[#out + 1] = 1 "
+    "  end "
+    "end "
+    "if sold > 0 then redis.call('decrby', KEYS[2], sold) end "
+    "return out");
+
+/* KEYS info, stock, buyers, holders, frozen; ARGV order, user. 1: the
+ * unit is back; 2: it was already (the user holds no order, or another
+ * one); 0: no async sale in Redis; -1: frozen for a rebuild, try later
+ * (the rebuild's snapshot of MySQL may predate the return). */
+static struct redis_script return_script = REDIS_SCRIPT(
+    "if redis.call('exists', KEYS[1]) == 0 then return 0 end "
+    "if redis.call('exists', KEYS[5]) == 1 then return -1 end "
+    "if redis.call('hget', KEYS[4], ARGV[2]) ~= ARGV[1] then return 2 end "
+    "redis.call('hdel', KEYS[4], ARGV[2]) "
+    "if redis.call('srem', KEYS[3], ARGV[2]) == 1 then "
+    "redis.call('incr', KEYS[2]) end "
+    "return 1");
+
+/* A reply of an integer, or -EIO (logged) for anything else. */
+int async__reply_int(redisContext *rc, redisReply *r, int err, long long *v,
+                     const char *what)
+{
+    int ret = 0;
+
+    if (!r)
+        return err ? err : redis_errno(rc);
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *v = r->integer;
+    } else {
+        log_warn("async redis reply unexpected", "op=%s type=%d err=\"%s\"",
+                 what, r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        ret = -EIO;
+    }
+    freeReplyObject(r);
+    return ret;
+}
+
+/* ---- the index of sales with work ---- */
+
+int async__cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+size_t async__ids_unique(int64_t *ids, size_t n)
+{
+    size_t k = 0;
+
+    if (n == 0)
+        return 0;
+    qsort(ids, n, sizeof(*ids), async__cmp_id);
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] != ids[k])
+            ids[++k] = ids[i];
+    return k + 1;
+}
+
+void async__ids_push(int64_t **ids, size_t *n, size_t *cap, int64_t id)
+{
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *ids = xrealloc(*ids, *cap * sizeof(**ids));
+    }
+    (*ids)[(*n)++] = id;
+}
+
+/*
+ * Walk a cursor to its end: SSCAN of the set called set, or (set NULL)
+ * SCAN of the keyspace for the keys that match. Each string of the
+ * replies goes through id_of (NULL: the string is an id); the ids go
+ * into *ids, a new array of *n, sorted, without repeats (free(3) it).
+ * 0, or -errno with *ids NULL.
+ */
+int async__scan_ids(redisContext *rc, const char *set, const char *match,
+                    int (*id_of)(const char *s, size_t len, int64_t *id),
+                    int64_t **ids, size_t *n)
+{
+    char cursor[32] = "0";
+    size_t cap = 0;
+    int err = 0;
+
+    *ids = NULL;
+    *n = 0;
+    do {
+        const char *argv[8] = {set ? "SSCAN" : "SCAN"};
+        int argc = 1;
+
+        if (set)
+            argv[argc++] = set;
+        argv[argc++] = cursor;
+        if (match) {
+            argv[argc++] = "MATCH";
+            argv[argc++] = match;
+        }
+        argv[argc++] = "COUNT";
+        argv[argc++] = SCAN_COUNT;
+        redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+
+        if (!r) {
+            err = redis_errno(rc);
+            break;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            log_warn("async redis reply unexpected",
+                     "op=scan type=%d err=\"%s\"", r->type,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "");
+            freeReplyObject(r);
+            err = -EIO;
+            break;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const redisReply *e = r->element[1]->element[i];
+            int64_t id;
+
+            if (e->type == REDIS_REPLY_STRING &&
+                (id_of ? id_of : util_parse_id)(e->str, e->len, &id) == 0)
+                async__ids_push(ids, n, &cap, id);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    if (err) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+        return err;
+    }
+    *n = async__ids_unique(*ids, *n);
+    return 0;
+}
+
+int async__index_read(redisContext *rc, int64_t **ids, size_t *n)
+{
+    return async__scan_ids(rc, INDEX_KEY, NULL, NULL, ids, n);
+}
+
+int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
+                       int64_t end_s, int64_t stock, int64_t stamp)
+{
+    static const char *const names[8] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "dead",
+                                         "frozen", "holders"};
+    char k[8][KEY_MAX], b[24], e[24], n[24], st[24];
+    const char *argv[12];
+    long long v = 0;
+    int err;
+
+    for (int i = 0; i < 8; i++) {
+        async__key(k[i], voucher_id, names[i]);
+        argv[i] = k[i];
+    }
+    snprintf(b, sizeof(b), "%lld", (long long)begin_s);
+    snprintf(e, sizeof(e), "%lld", (long long)end_s);
+    snprintf(n, sizeof(n), "%lld", (long long)stock);
+    snprintf(st, sizeof(st), "%lld", (long long)stamp);
+    argv[8] = b;
+    argv[9] = e;
+    argv[10] = n;
+    argv[11] = st;
+    redisReply *r =
+        redis_script_run(rc, &preheat_script, 8, 12, argv, NULL, &err);
+    err = async__reply_int(rc, r, err, &v, "preheat");
+    return err ? err : v == 0 ? -EEXIST : 0;
+}
+
+int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
+                      int64_t *end_s)
+{
+    char k[KEY_MAX];
+    redisReply *r;
+    int ret = -ENOENT;
+
+    async__key(k, voucher_id, "info");
+    r = redisCommand(rc, "HMGET %s begin end", k);
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        *begin_s = strtoll(r->element[0]->str, NULL, 10);
+        *end_s = strtoll(r->element[1]->str, NULL, 10);
+        ret = 0;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        ret = -EIO;
+    }
+    freeReplyObject(r);
+    return ret;
+}
+
+/* The replicas confirmed acked of the replicas wanted (-1: WAIT failed):
+ * when short, the batch's sales are unconfirmed. Logged once a second. */
+static void unconfirmed_mark(int64_t voucher_id, unsigned replicas,
+                             long long acked, enum async_outcome *out, size_t n)
+{
+    static _Atomic int64_t logged_ms;
+    size_t sold = 0;
+    int64_t now;
+
+    if (acked >= (long long)replicas)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (out[i] == ASYNC_OK) {
+            out[i] = ASYNC_UNCONFIRMED;
+            sold++;
+        }
+    now = util_mono_ms();
+    if (sold && now - atomic_load(&logged_ms) >= 1000) {
+        atomic_store(&logged_ms, now);
+        log_warn("async batch not confirmed by redis replicas: outcome "
+                 "unknown",
+                 "voucher=%lld sold=%zu replicas=%u acked=%lld",
+                 (long long)voucher_id, sold, replicas, acked);
+    }
+}
+
+int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
+                   const int64_t *order_ids, const int64_t *users, size_t n,
+                   const struct async_confirm *confirm, enum async_outcome *out)
+{
+    static const char *const names[7] = {
+        "info", "stock", "buyers", "stream", "pending", "frozen", "holders"};
+    char keys[7][KEY_MAX], backlog[16], (*nums)[24];
+    unsigned replicas = confirm ? confirm->replicas : 0;
+    long long acked = 0;
+    char *then[2];
+    redisReply *r, *then_r[2];
+    size_t nthen;
+    const char **argv;
+    int err = 0;
+
+    if (n == 0)
+        return 0;
+    if (n > BATCH_MAX)
+        return -EINVAL;
+    nums = xcalloc(2 * n, sizeof(*nums));
+    argv = xcalloc(8 + 2 * n, sizeof(*argv));
+    for (int i = 0; i < 7; i++) {
+        async__key(keys[i], voucher_id, names[i]);
+        argv[i] = keys[i];
+    }
+    snprintf(backlog, sizeof(backlog), "%u", backlog_max);
+    argv[7] = backlog;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(nums[2 * i], sizeof(nums[0]), "%lld", (long long)order_ids[i]);
+        snprintf(nums[2 * i + 1], sizeof(nums[0]), "%lld", (long long)users[i]);
+        argv[8 + 2 * i] = nums[2 * i];
+        argv[9 + 2 * i] = nums[2 * i + 1];
+    }
+    /* Behind the script, in the same round trip: the sale joins the
+     * index of sales with work (see index_prune(): a writer that takes
+     * it out and then finds the stream empty cannot miss what the script
+     * added; if this command is lost with the connection, the writers'
+     * sweeps put the sale back), and the replicas' WAIT (when they are
+     * quick, confirming costs no extra wait). */
+    nthen = 0;
+    if (redisFormatCommand(&then[nthen++], "SADD " INDEX_KEY " %lld",
+                           (long long)voucher_id) < 0 ||
+        (replicas && redisFormatCommand(&then[nthen++], "WAIT %u %u", replicas,
+                                        confirm->wait_ms) < 0))
+        abort(); /* only out of memory */
+    r = redis_script_run_then(rc, &purchase_script, 7, (int)(8 + 2 * n), argv,
+                              NULL, (const char *const *)then, nthen, then_r,
+                              &err);
+    if (r && (!then_r[0] || then_r[0]->type == REDIS_REPLY_ERROR))
+        log_warn("async sale not added to the index of sales with work",
+                 "voucher=%lld err=\"%s\"", (long long)voucher_id,
+                 then_r[0] ? then_r[0]->str : rc->errstr);
+    if (replicas) {
+        const redisReply *w = then_r[1];
+
+        acked = w && w->type == REDIS_REPLY_INTEGER ? w->integer : -1;
+        if (w && w->type != REDIS_REPLY_INTEGER)
+            log_warn("redis wait refused", "err=\"%s\"",
+                     w->type == REDIS_REPLY_ERROR ? w->str
+                                                  : "unexpected reply");
+    }
+    for (size_t i = 0; i < nthen; i++) {
+        freeReplyObject(then_r[i]);
+        redisFreeCommand(then[i]);
+    }
+    free(argv);
+    free(nums);
+    if (!r)
+        return err ? err : -EIO;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* Refused before it ran (out of memory, a read-only replica after
+         * a failover, another script busy): nothing was sold. */
+        log_warn("async purchase refused by redis", "voucher=%lld err=\"%s\"",
+                 (long long)voucher_id, r->str);
+        freeReplyObject(r);
+        return -EAGAIN;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        (r->element[0]->integer > 0 && r->elements != n + 1)) {
+        log_warn("async purchase reply unexpected", "voucher=%lld type=%d",
+                 (long long)voucher_id, r->type);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    if (r->element[0]->integer < 0) {
+        enum async_outcome all =
+            r->element[0]->integer == -3   ? ASYNC_NOT_STARTED
+            : r->element[0]->integer == -4 ? ASYNC_ENDED
+            : r->element[0]->integer == -5 ? ASYNC_BACKLOG
+                                           : ASYNC_NOT_READY;
+        for (size_t i = 0; i < n; i++)
+            out[i] = all;
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            long long c = r->element[i + 1]->type == REDIS_REPLY_INTEGER
+                              ? r->element[i + 1]->integer
+                              : 0;
+            out[i] = c == 1   ? ASYNC_OK
+                     : c == 2 ? ASYNC_SOLD_OUT
+                     : c == 3 ? ASYNC_DUPLICATE
+                              : ASYNC_NOT_READY;
+        }
+        unconfirmed_mark(voucher_id, replicas, acked, out, n);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* How many returns one pipelined round trip carries. */
+#define RETURNS_MAX 64
+
+/*
+ * Run the return script for orders[0..n) (n <= RETURNS_MAX) of voucher_id
+ * in one pipelined round trip; res[i] its answer (-2 when it failed).
+ * 0 or -errno when the connection failed (the rest unknown: -2).
+ */
+static int returns_run(redisContext *rc, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       long long *res)
+{
+    static const char *const names[5] = {"info", "stock", "buyers", "holders",
+                                         "frozen"};
+    char k[5][KEY_MAX], o[24], u[24];
+    const char *argv[7];
+    bool noscript = false;
+    int err = 0;
+
+    for (int i = 0; i < 5; i++) {
+        async__key(k[i], voucher_id, names[i]);
+        argv[i] = k[i];
+    }
+    argv[5] = o;
+    argv[6] = u;
+    if (!atomic_load_explicit(&return_script.ready, memory_order_acquire) &&
+        (err = redis_script_load(rc, &return_script)) && rc->err)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        char *cmd;
+        int len;
+
+        res[i] = -2;
+        if (FAILPOINT_FAILS("unit_return_fails"))
+            continue;
+        if (FAILPOINT_FAILS("unit_return_skip")) {
+            res[i] = 2; /* a planted bug: taken as back, and never is */
+            continue;
+        }
+        snprintf(o, sizeof(o), "%lld", (long long)orders[i]);
+        snprintf(u, sizeof(u), "%lld", (long long)users[i]);
+        len =
+            redis_script_format(&return_script, false, 5, 7, argv, NULL, &cmd);
+        redisAppendFormattedCommand(rc, cmd, (size_t)len);
+        redisFreeCommand(cmd);
+        res[i] = -3; /* sent: its answer comes in order */
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (res[i] != -3)
+            continue;
+        res[i] = -2;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (r->type == REDIS_REPLY_INTEGER)
+            res[i] = r->integer;
+        else if (redis_reply_is_noscript(r))
+            noscript = true;
+        else
+            log_warn("async unit return refused by redis",
+                     "voucher=%lld order=%lld err=\"%s\"",
+                     (long long)voucher_id, (long long)orders[i],
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected");
+        freeReplyObject(r);
+    }
+    /* A restarted server forgot the script: load it for the next try. */
+    if (noscript)
+        freeReplyObject(redisCommand(rc, "SCRIPT LOAD %s", return_script.src));
+    return 0;
+}
+
+/* async_units_return(); sweeping: a record of a sale that has no state
+ * in Redis is dropped too (its state, when rebuilt, is read from MySQL,
+ * which has the unit back; a sale retired long ago has none). */
+int async__units_return(struct store *st, int64_t voucher_id,
+                        const int64_t *orders, const int64_t *users, size_t n,
+                        bool sweeping, size_t *returned)
+{
+    redisContext *rc = store_redis(st);
+    long long res[RETURNS_MAX];
+    int64_t done[RETURNS_MAX];
+    size_t back = 0;
+    int err = 0;
+
+    if (returned)
+        *returned = 0;
+    if (!rc)
+        return -ENOTCONN;
+    for (size_t i = 0; i < n && !err; i += RETURNS_MAX) {
+        size_t m = n - i < RETURNS_MAX ? n - i : RETURNS_MAX, k = 0;
+
+        err = returns_run(rc, voucher_id, orders + i, users + i, m, res);
+        for (size_t j = 0; j < m; j++) {
+            /* Back now, or before: no longer owed. A voucher without a
+             * sale in Redis is left to the sweep (a sync voucher owes
+             * nothing: no statement for it here). */
+            if (res[j] == 1 || res[j] == 2 || (sweeping && res[j] == 0))
+                done[k++] = orders[i + j];
+            back += res[j] == 1;
+            if (res[j] == -1 || res[j] == -2)
+                log_info("async unit return deferred",
+                         "voucher=%lld order=%lld why=%s",
+                         (long long)voucher_id, (long long)orders[i + j],
+                         res[j] == -1 ? "frozen" : "redis failed");
+        }
+        if (k && store_unit_returns_done(st, done, k) != 0)
+            log_warn("async unit returns not dropped: mysql failed",
+                     "voucher=%lld n=%zu", (long long)voucher_id, k);
+    }
+    if (returned)
+        *returned = back;
+    return err;
+}
+
+int async_units_return(struct store *st, int64_t voucher_id,
+                       const int64_t *orders, const int64_t *users, size_t n,
+                       size_t *returned)
+{
+    return async__units_return(st, voucher_id, orders, users, n, false,
+                               returned);
+}
+
+/* The pending record "user:t" of an order, parsed: 0, or -ENOENT. */
+static int pending_parse(const redisReply *r, int64_t *user_id,
+                         int64_t *accepted_ms)
+{
+    const char *colon =
+        r->type == REDIS_REPLY_STRING ? memchr(r->str, ':', r->len) : NULL;
+
+    if (!colon || util_parse_id(r->str, (size_t)(colon - r->str), user_id))
+        return -ENOENT;
+    *accepted_ms = strtoll(colon + 1, NULL, 10);
+    return 0;
+}
+
+/*
+ * The orders of user_id waiting in the streams of vouchers[0..n) (n at
+ * most LOOKUP_MAX), appended to out while *found < max: which order the
+ * user holds in each sale, then which of those still wait for MySQL. Two
+ * pipelined round trips at most. 0 or -errno.
+ */
+static int pending_of_user_in(redisContext *rc, const int64_t *vouchers,
+                              size_t n, int64_t user_id,
+                              struct async_pending *out, size_t max,
+                              size_t *found)
+{
+    char k[KEY_MAX];
+    int64_t held[LOOKUP_MAX] = {0};
+    size_t asked = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        async__key(k, vouchers[i], "holders");
+        redisAppendCommand(rc, "HGET %s %lld", k, (long long)user_id);
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (r->type != REDIS_REPLY_STRING ||
+            util_parse_id(r->str, r->len, &held[i]) != 0)
+            held[i] = 0;
+        freeReplyObject(r);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (held[i]) {
+            async__key(k, vouchers[i], "pending");
+            redisAppendCommand(rc, "HGET %s %lld", k, (long long)held[i]);
+            asked++;
+        }
+    for (size_t i = 0; i < n && asked; i++) {
+        redisReply *r = NULL;
+        int64_t u, t;
+
+        if (!held[i])
+            continue;
+        asked--;
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return redis_errno(rc);
+        if (pending_parse(r, &u, &t) == 0 && u == user_id && *found < max)
+            out[(*found)++] = (struct async_pending){.order_id = held[i],
+                                                     .voucher_id = vouchers[i],
+                                                     .accepted_ms = t};
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int async_pending_of_user(redisContext *rc, int64_t user_id,
+                          struct async_pending *out, size_t max, size_t *found)
+{
+    int64_t *ids;
+    size_t n;
+    int err = async__index_read(rc, &ids, &n);
+
+    *found = 0;
+    for (size_t i = 0; !err && i < n && *found < max; i += LOOKUP_MAX)
+        err = pending_of_user_in(rc, ids + i,
+                                 n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX,
+                                 user_id, out, max, found);
+    free(ids);
+    return err;
+}
+
+int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
+                       int64_t *user_id, int64_t *accepted_ms)
+{
+    char k[KEY_MAX];
+    int64_t *ids;
+    size_t n;
+    int ret = async__index_read(rc, &ids, &n);
+
+    if (ret)
+        return ret;
+    ret = -ENOENT;
+    for (size_t i = 0; i < n && ret == -ENOENT; i += LOOKUP_MAX) {
+        size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX;
+
+        for (size_t j = 0; j < m; j++) {
+            async__key(k, ids[i + j], "pending");
+            redisAppendCommand(rc, "HGET %s %lld", k, (long long)order_id);
+        }
+        for (size_t j = 0; j < m; j++) {
+            redisReply *r = NULL;
+
+            if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
+                free(ids);
+                return redis_errno(rc);
+            }
+            if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
+                *voucher_id = ids[i + j];
+                ret = 0;
+            } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
+                ret = -EIO;
+            }
+            freeReplyObject(r);
+        }
+    }
+    free(ids);
+    return ret;
+}
+
+/* One value of CONFIG GET name, or "" (a buffer of len). */
+static int config_get(redisContext *rc, const char *name, char *out, size_t len)
+{
+    redisReply *r = redisCommand(rc, "CONFIG GET %s", name);
+    int err = 0;
+
+    out[0] = '\0';
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(out, len, "%s", r->element[1]->str);
+    else
+        err = -ENOTSUP; /* CONFIG renamed or refused */
+    freeReplyObject(r);
+    return err;
+}
+
+int async_redis_durable(redisContext *rc, char *why, size_t len)
+{
+    char aof[16], fsync[16];
+    int err = config_get(rc, "appendonly", aof, sizeof(aof));
+
+    if (!err)
+        err = config_get(rc, "appendfsync", fsync, sizeof(fsync));
+    if (err) {
+        snprintf(why, len, "CONFIG GET is not allowed: cannot tell");
+        return err;
+    }
+    if (strcmp(aof, "yes") == 0 && strcmp(fsync, "always") == 0) {
+        snprintf(why, len, "appendonly yes, appendfsync always");
+        return 0;
+    }
+    snprintf(why, len, "appendonly %s, appendfsync %s", aof, fsync);
+    return -EPERM;
+}
