@@ -76,8 +76,8 @@ WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
-                     handlers/*.c) \
-           cmd/config.c $(WEB_GEN)
+                     sale/*.c handlers/*.c) \
+           cmd/config.c cmd/server.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -335,7 +335,7 @@ bench-jmeter: services
 	@$(MAKE) --no-print-directory build
 	@bench/jmeter/run.sh $(BUILD)
 
-# ---- fuzzing (fuzz/: libFuzzer harnesses, clang) ----
+# ---- fuzzing (tests/fuzz/: libFuzzer harnesses, clang) ----
 
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
@@ -345,11 +345,14 @@ FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined \
             -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) -g -O1 $(FUZZ_SAN) \
               $(PKG_CFLAGS) -MMD -MP
-# The service's request code without http.c (fuzz/driver.c includes it)
-# and without store/, lock/ and idgen/ (fuzz/fake_backend.c stands in).
+# The service's request code and its sale layer, without the daemon
+# (handlers/http.c: tests/fuzz/driver.c calls handlers/dispatch.c over a
+# fake connection) and the expiry thread, and without what lies below the
+# sale layer (tests/fuzz/fake_backend.c stands in).
 FUZZ_LIB_SRC = $(wildcard common/*.c) \
                $(filter-out handlers/http.c,$(wildcard handlers/*.c)) \
-               $(WEB_GEN) fuzz/driver.c fuzz/fake_backend.c
+               $(filter-out sale/expiry.c,$(wildcard sale/*.c)) \
+               $(WEB_GEN) tests/fuzz/driver.c tests/fuzz/fake_backend.c
 FUZZ_LIB_OBJ = $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o)
 
 .PHONY: fuzz fuzz-build fuzz-smoke
@@ -359,20 +362,22 @@ $(FUZZ_DIR)/obj/%.o: %.c
 	@echo "  CC  $< (fuzz)"
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
 
-$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ \
 	    $(shell pkg-config --libs jansson libsodium hiredis) -lpthread
 
 # Kept between runs, though only pattern rules name them.
-.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/fuzz/fuzz_%.o)
+.SECONDARY: $(FUZZ_LIB_OBJ) \
+            $(FUZZ_TARGETS:%=$(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o)
 
 -include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
 
 fuzz-build: deps
 	@$(MAKE) -s --no-print-directory $(FUZZ_TARGETS:%=$(FUZZ_DIR)/fuzz_%)
 
-# Each harness on a scratch copy of fuzz/corpus/<target>; fails on a crash.
+# Each harness on a scratch copy of tests/fuzz/corpus/<target>; fails on a
+# crash.
 fuzz: fuzz-build
 	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "common/url.h"
-#include "handlers/handlers.h"
+#include "cmd/server.h"
 
 enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_HELP };
 

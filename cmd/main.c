@@ -13,9 +13,9 @@
 #include <sodium.h>
 
 #include "cmd/config.h"
+#include "cmd/server.h"
 #include "common/token.h"
 #include "common/util.h"
-#include "handlers/handlers.h"
 
 static int print_tokens(const struct config *cfg)
 {
@@ -57,14 +57,14 @@ static void raise_fd_limit(void)
  * before the listener closes. SIGINT (Ctrl-C at a terminal) and a second
  * signal during the drain stop at once.
  */
-static void drain(struct handlers_server *srv, unsigned drain_s,
-                  const sigset_t *set, int sig)
+static void drain(struct server *srv, unsigned drain_s, const sigset_t *set,
+                  int sig)
 {
     int64_t until;
 
     if (sig != SIGTERM || drain_s == 0)
         return;
-    handlers_server_drain(srv);
+    server_drain(srv);
     log_info("draining before the stop", "signal=%d drain_s=%u", sig, drain_s);
     until = util_mono_ms() + (int64_t)drain_s * 1000;
     for (;;) {
@@ -83,7 +83,7 @@ static void drain(struct handlers_server *srv, unsigned drain_s,
 
 static int serve(const struct config *cfg)
 {
-    struct handlers_server *srv;
+    struct server *srv;
     sigset_t set;
     int sig = 0, err;
 
@@ -100,7 +100,7 @@ static int serve(const struct config *cfg)
         return 1;
     }
 
-    err = handlers_server_start(&cfg->http, &srv);
+    err = server_start(&cfg->http, &srv);
     if (err == -EPERM) {
         fprintf(stderr,
                 "seckilld: SECKILL_PURCHASE_MODE=async needs a Redis that "
@@ -118,7 +118,7 @@ static int serve(const struct config *cfg)
     log_info("listening",
              "bind=%s port=%u threads=%u mysql=%s:%u/%s "
              "redis=%s%s:%u/%u dev=%d drain_s=%u",
-             cfg->http.bind, handlers_server_port(srv), cfg->http.threads,
+             cfg->http.bind, server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,
              cfg->http.store.mysql_db,
              cfg->http.store.redis_sentinel ? "sentinel:" : "",
@@ -134,7 +134,7 @@ static int serve(const struct config *cfg)
     sigwait(&set, &sig);
     drain(srv, cfg->http.drain_s, &set, sig);
     log_info("stopping", "signal=%d", sig);
-    handlers_server_stop(srv);
+    server_stop(srv);
     mysql_library_end();
     log_info("stopped", NULL);
     return 0;

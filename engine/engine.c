@@ -1,7 +1,7 @@
 /*
  * engine.c - the purchase engine (see engine.h): per-voucher queues, a
- * list of vouchers ready for a batch, a queue of tasks, worker threads
- * that each run one batch or task at a time, and the expiry thread.
+ * list of vouchers ready for a batch, a queue of tasks, and worker threads
+ * that each run one batch or task at a time.
  *
  * One mutex guards the queues and the ready list; it is held only to
  * append, to take a batch and to put a voucher back on the list, never
@@ -36,15 +36,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "async/async.h"
-#include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/util.h"
-#include "idgen/idgen.h"
-
-/* An order id already taken (the ID worker's counter was lost) is retried
- * with a fresh one this many times. */
-#define ID_ATTEMPTS 3
 
 /* The sweep of idle queues runs about this often (more often when
  * idle_free_ms is shorter), and frees at most SWEEP_CHUNK queues per hold
@@ -107,18 +100,6 @@ struct engine {
     bool stopped; /* engine_stop() is done */
     pthread_t *threads;
     unsigned nthreads;
-    /* the expiry thread */
-    pthread_t expiry;
-    bool expiry_started;
-    pthread_cond_t expiry_cond; /* CLOCK_MONOTONIC; signalled to stop */
-};
-
-/* One member of a batch, on its worker's stack. */
-struct member {
-    struct engine_purchase *p;
-    struct lock *lock; /* the user's purchase lock, while held */
-    struct store_purchase_item item;
-    bool settled; /* p's outcome is decided */
 };
 
 static struct vqueue *queue_get(struct engine *e, int64_t voucher_id)
@@ -317,9 +298,7 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     struct vqueue *q;
 
     p->next = NULL;
-    p->outcome = ENGINE_ERROR;
     p->err = 0;
-    p->order_id = 0;
     p->queued_ms = util_mono_ms();
     pthread_mutex_lock(&e->mu);
     if (e->stopping) {
@@ -367,274 +346,30 @@ int engine_run(struct engine *e, struct engine_task *t)
 
 /* ---- one batch ---- */
 
-static void settle(struct member *m, enum engine_outcome o, int err)
-{
-    m->p->outcome = o;
-    m->p->err = err;
-    m->settled = true;
-}
-
-/* Members whose time is up before anything was done for them. */
-static void expire(struct member *m, size_t n)
-{
-    int64_t now = util_mono_ms();
-
-    for (size_t i = 0; i < n; i++)
-        if (!m[i].settled && now >= m[i].p->deadline_ms) {
-            metrics_count(METRIC_PURCHASE_EXPIRED, 1);
-            settle(&m[i], ENGINE_ERROR, -ETIME);
-        }
-}
-
-/* Take the locks of the members still open, in one round trip. */
-static void locks_take(struct engine *e, struct member *m, size_t n)
-{
-    struct lock **ls = xcalloc(n, sizeof(*ls));
-    struct member **who = xcalloc(n, sizeof(*who));
-    enum lock_status *st = xcalloc(n, sizeof(*st));
-    int *err = xcalloc(n, sizeof(*err));
-    size_t k = 0;
-    char name[64];
-
-    for (size_t i = 0; i < n; i++) {
-        if (m[i].settled)
-            continue;
-        snprintf(name, sizeof(name), "lock:order:%lld",
-                 (long long)m[i].p->user_id);
-        int rc = lock_new(e->cfg.locks, name, &m[i].lock);
-        if (rc) {
-            settle(&m[i], ENGINE_ERROR, rc);
-            continue;
-        }
-        ls[k] = m[i].lock;
-        who[k++] = &m[i];
-    }
-    if (lock_acquire_many(ls, k, e->cfg.lock_ttl_ms, st, err))
-        for (size_t j = 0; j < k; j++)
-            err[j] = -EINVAL;
-    for (size_t j = 0; j < k; j++) {
-        struct member *w = who[j];
-
-        if (err[j]) {
-            metrics_count(METRIC_LOCK_ERROR, 1);
-            settle(w, ENGINE_ERROR, err[j]);
-        } else if (st[j] == LOCK_BUSY) {
-            metrics_count(METRIC_LOCK_BUSY, 1);
-            settle(w, ENGINE_BUSY, 0);
-        } else {
-            metrics_count(METRIC_LOCK_ACQUIRED, 1);
-        }
-        if (err[j] || st[j] != LOCK_ACQUIRED) {
-            lock_free(w->lock);
-            w->lock = NULL;
-        }
-    }
-    free(err);
-    free(st);
-    free(who);
-    free(ls);
-}
-
-/* Release the locks taken, in one round trip. The outcomes stand: if the
- * lock backend is gone, each lock ends with its lease. */
-static void locks_release(struct member *m, size_t n)
-{
-    struct lock **ls = xcalloc(n, sizeof(*ls));
-    int *held = xcalloc(n, sizeof(*held));
-    int *err = xcalloc(n, sizeof(*err));
-    size_t k = 0;
-
-    for (size_t i = 0; i < n; i++)
-        if (m[i].lock)
-            ls[k++] = m[i].lock;
-    if (k && lock_release_many(ls, k, held, err) == 0) {
-        for (size_t j = 0; j < k; j++) {
-            if (err[j])
-                log_warn("lock release failed", "name=%s err=%d",
-                         lock_name(ls[j]), err[j]);
-            else if (!held[j])
-                log_warn("lock expired before release", "name=%s",
-                         lock_name(ls[j]));
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        /* Never still held here; lock_free() would release it alone. */
-        lock_free(m[i].lock);
-        m[i].lock = NULL;
-    }
-    free(err);
-    free(held);
-    free(ls);
-}
-
-/* An order id for every member with a lock and no id yet. */
-static void ids_take(struct store *st, struct member *m, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        redisContext *rc;
-        int err;
-
-        if (m[i].settled || m[i].item.order_id)
-            continue;
-        rc = store_redis(st);
-        err = rc ? idgen_next(rc, "order", &m[i].item.order_id) : -ENOTCONN;
-        if (err)
-            settle(&m[i], ENGINE_ERROR, err);
-    }
-}
-
-/* The store's answer for every member that reached the transaction; a
- * member whose order id was taken already retries with a fresh one. */
-static void transact(struct store *st, int64_t voucher_id, struct member *m,
-                     size_t n)
-{
-    struct store_purchase_item **items = xcalloc(n, sizeof(*items));
-
-    for (int attempt = 0; attempt < ID_ATTEMPTS; attempt++) {
-        size_t k = 0, clashes = 0;
-
-        ids_take(st, m, n);
-        for (size_t i = 0; i < n; i++) {
-            if (m[i].settled)
-                continue;
-            m[i].item.user_id = m[i].p->user_id;
-            m[i].item.deadline_ms = m[i].p->deadline_ms;
-            items[k++] = &m[i].item;
-        }
-        if (k == 0)
-            break;
-        store_purchase_batch(st, voucher_id, items, k);
-        for (size_t i = 0; i < n; i++) {
-            struct member *w = &m[i];
-            static const enum engine_outcome map[] = {
-                [STORE_PURCHASE_OK] = ENGINE_OK,
-                [STORE_PURCHASE_SOLD_OUT] = ENGINE_SOLD_OUT,
-                [STORE_PURCHASE_DUPLICATE] = ENGINE_DUPLICATE,
-            };
-
-            if (w->settled)
-                continue;
-            if (w->item.err == -EEXIST && attempt + 1 < ID_ATTEMPTS) {
-                w->item.order_id = 0; /* nothing written: a fresh id */
-                clashes++;
-                continue;
-            }
-            if (w->item.err == -ETIME)
-                metrics_count(METRIC_PURCHASE_EXPIRED, 1);
-            if (w->item.err)
-                settle(w, ENGINE_ERROR, w->item.err);
-            else
-                settle(w, map[w->item.outcome], 0);
-            if (!w->p->err && w->p->outcome == ENGINE_OK)
-                w->p->order_id = w->item.order_id;
-        }
-        if (!clashes)
-            break;
-        /* The rest of that block of ids is suspect too. */
-        idgen_discard("order");
-    }
-    free(items);
-}
-
 /*
- * An async voucher's members: one Redis script sells to all of them (the
- * window, the buyer set and the stock, in Redis), and queues each order on
- * the voucher's stream for the writer (async/async.h).
+ * Hand the purchases ps[0..n) whose deadline has not passed to their
+ * batch function, then answer every one of them.
  */
-static void sell_async(struct engine *e, struct store *st, int64_t voucher_id,
-                       struct member *m, size_t n)
+static void batch_run(struct store *st, int64_t voucher_id,
+                      struct engine_purchase **ps, size_t n)
 {
-    static const enum engine_outcome map[] = {
-        [ASYNC_OK] = ENGINE_PENDING,
-        [ASYNC_SOLD_OUT] = ENGINE_SOLD_OUT,
-        [ASYNC_DUPLICATE] = ENGINE_DUPLICATE,
-        [ASYNC_NOT_STARTED] = ENGINE_NOT_STARTED,
-        [ASYNC_ENDED] = ENGINE_ENDED,
-        [ASYNC_BACKLOG] = ENGINE_BACKLOG,
-        [ASYNC_UNCONFIRMED] = ENGINE_UNCONFIRMED,
-    };
-    struct async_confirm confirm;
-    int64_t *ids = xcalloc(n, sizeof(*ids)), *users = xcalloc(n, sizeof(*ids));
-    enum async_outcome *out = xcalloc(n, sizeof(*out));
-    struct member **who = xcalloc(n, sizeof(*who));
-    redisContext *rc;
+    struct engine_purchase *live[ENGINE_BATCH_MAX];
+    int64_t now = util_mono_ms();
     size_t k = 0;
-    int err;
 
-    ids_take(st, m, n);
     for (size_t i = 0; i < n; i++) {
-        if (m[i].settled)
-            continue;
-        if (FAILPOINT_FAILS("async_sale_drop")) { /* a test build's 202 lost */
-            settle(&m[i], ENGINE_PENDING, 0);
-            m[i].p->order_id = m[i].item.order_id;
-            continue;
-        }
-        ids[k] = m[i].item.order_id;
-        users[k] = m[i].p->user_id;
-        who[k++] = &m[i];
-    }
-    rc = k ? store_redis(st) : NULL;
-    /* A 202 only once the primary's replicas have the batch too. */
-    async_confirm_get(e->cfg.async, &confirm);
-    err = !k   ? 0
-          : rc ? async_purchase(rc, voucher_id, e->cfg.async_backlog_max, ids,
-                                users, k, &confirm, out)
-               : -ENOTCONN;
-    FAILPOINT("async_after_script");
-    if (!err)
-        async_voucher_hint(e->cfg.async, voucher_id);
-    for (size_t j = 0; j < k; j++) {
-        struct member *w = who[j];
-
-        if (err) {
-            /* No connection: nothing sent. Refused: nothing sold. A
-             * connection that failed under the script: unknown. */
-            settle(w, ENGINE_ERROR,
-                   err == -ENOTCONN || err == -EAGAIN ? err : -EINPROGRESS);
-        } else if (out[j] == ASYNC_NOT_READY) {
-            settle(w, ENGINE_ERROR, -EAGAIN);
+        if (now >= ps[i]->deadline_ms) {
+            /* Its time is up before anything was done for it. */
+            metrics_count(METRIC_PURCHASE_EXPIRED, 1);
+            ps[i]->err = -ETIME;
         } else {
-            settle(w, map[out[j]], 0);
-            if (out[j] == ASYNC_OK || out[j] == ASYNC_UNCONFIRMED)
-                w->p->order_id = ids[j];
-            if (out[j] == ASYNC_OK)
-                metrics_count(METRIC_ASYNC_ACCEPTED, 1);
-            else if (out[j] == ASYNC_UNCONFIRMED)
-                metrics_count(METRIC_ASYNC_UNCONFIRMED, 1);
+            live[k++] = ps[i];
         }
     }
-    free(who);
-    free(out);
-    free(users);
-    free(ids);
-}
-
-static void batch_run(struct engine *e, struct store *st, int64_t voucher_id,
-                      struct member *m, size_t n)
-{
-    expire(m, n);
-    if (n && m[0].p->async && !async_may_sell(e->cfg.async))
-        for (size_t i = 0; i < n; i++)
-            if (!m[i].settled)
-                settle(&m[i], ENGINE_ERROR, -EPERM);
-    if (n && m[0].p->async) {
-        /* No per-user lock: the script is the guard. It runs atomically in
-         * Redis and checks the buyer set itself, so one user's concurrent
-         * purchases cannot race; a lock would add two round trips (and
-         * halve the rate, measured) and decide nothing. */
-        sell_async(e, st, voucher_id, m, n);
-    } else {
-        locks_take(e, m, n);
-        FAILPOINT("after_lock");
-        transact(st, voucher_id, m, n);
-        locks_release(m, n);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!m[i].settled)
-            settle(&m[i], ENGINE_ERROR, -EIO); /* cannot happen */
-        m[i].p->done(m[i].p);
-    }
+    if (k)
+        live[0]->batch(st, voucher_id, live, k);
+    for (size_t i = 0; i < n; i++)
+        ps[i]->done(ps[i]);
 }
 
 /* ---- the workers ---- */
@@ -645,19 +380,26 @@ static void sleep_us(unsigned us)
     nanosleep(&ts, NULL);
 }
 
+/* How many purchases a batch that starts with p takes. */
+static size_t batch_take(const struct engine *e,
+                         const struct engine_purchase *p)
+{
+    unsigned max = p->batch_max ? p->batch_max : e->cfg.batch_max;
+
+    return max > ENGINE_BATCH_MAX ? ENGINE_BATCH_MAX : max;
+}
+
 static void *worker_main(void *arg)
 {
     struct engine *e = arg;
     struct store *st = store_new(e->cfg.store);
-    size_t cap = e->cfg.batch_max > ASYNC_PURCHASE_BATCH_MAX
-                     ? e->cfg.batch_max
-                     : ASYNC_PURCHASE_BATCH_MAX;
-    struct member *m = xcalloc(cap, sizeof(*m));
+    struct engine_purchase **ps = xcalloc(ENGINE_BATCH_MAX, sizeof(*ps));
 
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        const struct engine_purchase *first;
         struct vqueue *q;
-        size_t n = 0;
+        size_t n = 0, take;
         int64_t now;
 
         idle_sweep(e);
@@ -695,17 +437,16 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&e->mu);
         }
         now = util_mono_ms();
-        /* An async voucher's batch is one script whatever its size, and
-         * Redis fsyncs once per batch: take more. */
-        size_t take = q->head && q->head->async ? ASYNC_PURCHASE_BATCH_MAX
-                                                : e->cfg.batch_max;
-        while (q->head && n < take) {
+        /* An async sale's batch is one script whatever its size, and Redis
+         * fsyncs once per batch: its purchases ask for larger ones. */
+        first = q->head;
+        take = batch_take(e, first);
+        while (q->head && n < take && q->head->batch == first->batch) {
             struct engine_purchase *p = q->head;
 
             q->head = p->next;
             q->queued--;
-            memset(&m[n], 0, sizeof(m[n]));
-            m[n++].p = p;
+            ps[n++] = p;
             metrics_observe_wait(METRIC_WAIT_QUEUE,
                                  (uint64_t)(now - p->queued_ms) * 1000000u);
         }
@@ -714,7 +455,7 @@ static void *worker_main(void *arg)
         top_note(e, q);
         pthread_mutex_unlock(&e->mu);
 
-        batch_run(e, st, q->voucher_id, m, n);
+        batch_run(st, q->voucher_id, ps, n);
 
         pthread_mutex_lock(&e->mu);
         q->running = false;
@@ -724,62 +465,7 @@ static void *worker_main(void *arg)
             idle_push(e, q, util_mono_ms());
     }
     pthread_mutex_unlock(&e->mu);
-    free(m);
-    store_free(st);
-    return NULL;
-}
-
-/* ---- the expiry of unpaid orders ---- */
-
-static void *expiry_main(void *arg)
-{
-    struct engine *e = arg;
-    struct store *st = store_new(e->cfg.store);
-    int64_t failing_since = 0;
-
-    pthread_mutex_lock(&e->mu);
-    while (!e->stopping) {
-        struct store_expired out;
-        int err;
-
-        pthread_mutex_unlock(&e->mu);
-        err = store_orders_expire(st, STORE_EXPIRE_BATCH_MAX, &out);
-        if (err) {
-            /* MySQL down: the deadlines wait in MySQL; log once a run. */
-            if (!failing_since)
-                log_warn("order expiry failed", "err=%d", err);
-            failing_since = util_mono_ms();
-        } else {
-            if (failing_since)
-                log_info("order expiry running again", NULL);
-            failing_since = 0;
-            metrics_count(METRIC_ORDER_EXPIRED, out.orders);
-            for (size_t i = 0; i < out.orders; i++)
-                metrics_observe_wait(
-                    METRIC_WAIT_EXPIRY_LAG,
-                    (uint64_t)(out.lag_us[i] > 0 ? out.lag_us[i] : 0) * 1000u);
-            for (size_t i = 0, j; e->cfg.units_returned && i < out.orders;
-                 i = j) {
-                for (j = i + 1; j < out.orders &&
-                                out.order_voucher[j] == out.order_voucher[i];
-                     j++)
-                    ;
-                e->cfg.units_returned(e->cfg.units_returned_ctx, st,
-                                      out.order_voucher[i], &out.order_id[i],
-                                      &out.order_user[i], j - i);
-            }
-        }
-        pthread_mutex_lock(&e->mu);
-        /* A full batch: there may be more right away. */
-        if (!err && out.orders == STORE_EXPIRE_BATCH_MAX)
-            continue;
-        int64_t wake = util_mono_ms() + ENGINE_EXPIRY_POLL_MS;
-        struct timespec ts = {(time_t)(wake / 1000),
-                              (long)(wake % 1000) * 1000000L};
-        while (!e->stopping && util_mono_ms() < wake)
-            pthread_cond_timedwait(&e->expiry_cond, &e->mu, &ts);
-    }
-    pthread_mutex_unlock(&e->mu);
+    free(ps);
     store_free(st);
     return NULL;
 }
@@ -793,8 +479,8 @@ struct engine *engine_start(const struct engine_config *cfg)
         e->cfg.workers = 1;
     if (e->cfg.batch_max < 1)
         e->cfg.batch_max = 1;
-    if (e->cfg.batch_max > STORE_BATCH_MAX)
-        e->cfg.batch_max = STORE_BATCH_MAX;
+    if (e->cfg.batch_max > ENGINE_BATCH_MAX)
+        e->cfg.batch_max = ENGINE_BATCH_MAX;
     if (e->cfg.queue_max < 1)
         e->cfg.queue_max = 1;
     pthread_mutex_init(&e->mu, NULL);
@@ -804,17 +490,9 @@ struct engine *engine_start(const struct engine_config *cfg)
         pthread_condattr_init(&attr);
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
         pthread_cond_init(&e->cond, &attr);
-        pthread_cond_init(&e->expiry_cond, &attr);
         pthread_condattr_destroy(&attr);
     }
     e->sweep_due_ms = util_mono_ms() + sweep_period_ms(e);
-    if (e->cfg.expiry) {
-        if (pthread_create(&e->expiry, NULL, expiry_main, e) != 0) {
-            log_error("order expiry start failed", NULL);
-            abort();
-        }
-        e->expiry_started = true;
-    }
     e->threads = xcalloc(e->cfg.workers, sizeof(*e->threads));
     for (unsigned i = 0; i < e->cfg.workers; i++) {
         if (pthread_create(&e->threads[i], NULL, worker_main, e) != 0) {
@@ -836,12 +514,9 @@ void engine_stop(struct engine *e)
     pthread_mutex_lock(&e->mu);
     e->stopping = true;
     pthread_cond_broadcast(&e->cond);
-    pthread_cond_broadcast(&e->expiry_cond);
     pthread_mutex_unlock(&e->mu);
     for (unsigned i = 0; i < e->nthreads; i++)
         pthread_join(e->threads[i], NULL);
-    if (e->expiry_started)
-        pthread_join(e->expiry, NULL);
 
     /* No worker left: whatever still waits is answered here. Nothing new
      * is queued any more (stopping), so the lists are ours. */
@@ -870,7 +545,6 @@ void engine_stop(struct engine *e)
         struct engine_purchase *p = left;
 
         left = p->next;
-        p->outcome = ENGINE_ERROR;
         p->err = -ESHUTDOWN;
         p->done(p);
     }
@@ -892,7 +566,6 @@ void engine_free(struct engine *e)
             q = next;
         }
     }
-    pthread_cond_destroy(&e->expiry_cond);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->mu);
     free(e->threads);

@@ -1,43 +1,29 @@
 /*
  * engine.h - the purchase engine: where purchases run, off the HTTP
- * threads.
+ * threads, in batches per voucher.
  *
- * The HTTP thread that receives a purchase checks what it can from memory
- * (the token, the voucher cache), submits the purchase here and parks its
- * connection; it never waits for anything shared. The engine queues the
- * purchase on its voucher's queue and one of its worker threads runs it in
- * a batch with the others that are waiting:
+ * The sale layer (sale/sale.h) submits each purchase here, with the
+ * function that runs a batch of its kind; the engine queues it on its
+ * voucher's queue, and one of its worker threads hands it to that
+ * function together with the others that are waiting: a sync sale's
+ * batch takes the buyers' locks and runs one MySQL transaction, an async
+ * sale's runs one Redis script (sale/batch.c). The engine only schedules:
  *
- *   1. the per-user locks of every member, in one pipelined round trip
- *      (lock_acquire_many: a member whose user holds the lock already,
- *      say with a second tab, is BUSY);
- *   2. an order id for each (idgen: usually from the reserved block);
- *   3. one MySQL transaction for the batch (store_purchase_batch: the
- *      multi-row INSERT and the stock CAS, or one per purchase);
- *   4. the locks released, in one round trip;
- *   5. each member's done() callback with its own outcome.
- *
- * An async voucher's batch (async/async.h) is steps 2 and then one Redis
- * script that decides for every member at once; it takes no per-user
- * lock, since the script checks the buyer set atomically.
- *
- * One batch per voucher at a time (the hot row admits one transaction at a
- * time anyway); batches of different vouchers run in parallel on the
- * workers. A batch takes at most batch_max purchases, in arrival order.
- *
- * Bounds: a voucher's queue holds at most queue_max purchases; beyond that
- * engine_submit() refuses at once (the caller answers 429 BUSY). A
- * purchase whose deadline passes while it waits is answered -ETIME without
- * anything written. So a purchase is answered within its deadline plus at
- * most one statement in flight (common/sqlflavour.h bounds those).
- *
- * Besides purchases the engine runs two more kinds of work off the HTTP
- * threads: tasks (a cancel, a payment: one short transaction each, which
- * may wait for a row another transaction holds), first come first served
- * on the same workers; and the expiry of unpaid orders, on a thread of its
- * own that closes, every EXPIRY_POLL_MS, the orders whose pay deadline has
- * passed, in batches (store_orders_expire), on every instance at once
- * without double work, and reports each voucher that got units back.
+ *   - one batch per voucher at a time (the hot row admits one
+ *     transaction at a time anyway); batches of different vouchers run in
+ *     parallel on the workers. A batch takes at most batch_max purchases
+ *     (the purchase's own bound, else the engine's), in arrival order,
+ *     all of one batch function;
+ *   - bounds: a voucher's queue holds at most queue_max purchases; beyond
+ *     that engine_submit() refuses at once (the caller answers 429 BUSY).
+ *     A purchase whose deadline passes while it waits is answered -ETIME
+ *     without being handed to a batch. So a purchase is answered within
+ *     its deadline plus at most one statement in flight (common/
+ *     sqlflavour.h bounds those);
+ *   - tasks: a cancel, a payment (one short transaction each, which may
+ *     wait for a row another transaction holds), first come first served
+ *     on the same workers. Everything else that must not run on an HTTP
+ *     thread goes to the task pool (pool.h).
  *
  * Memory: a voucher's queue exists while the voucher sells; once it has
  * been empty (no purchase waiting, no batch) for idle_free_ms it is freed,
@@ -45,8 +31,8 @@
  * (store_voucher_states_free_idle()); a purchase that comes later makes
  * them again. An idle worker looks for such queues about once a second.
  *
- * Thread-safe: engine_submit() and engine_run() from any thread, done()
- * from an engine thread.
+ * Thread-safe: engine_submit() and engine_run() from any thread; batch()
+ * and done() run on an engine thread.
  */
 #ifndef SECKILL_ENGINE_H
 #define SECKILL_ENGINE_H
@@ -55,80 +41,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "async/async.h"
-#include "lock/lock.h"
 #include "store/store.h"
 
 struct store;
 
 struct engine_config {
     const struct store_config *store; /* every worker's own store */
-    struct lock_client *locks;        /* the per-user purchase lock */
     unsigned workers;                 /* threads, >= 1 */
-    unsigned batch_max;               /* 1..STORE_BATCH_MAX */
-    unsigned batch_linger_us;         /* a batch waits this long for more */
-    unsigned queue_max;               /* purchases waiting per voucher */
-    uint32_t lock_ttl_ms;             /* lease of the per-user lock */
-    /* The expiry closed orders[0..n) of users[0..n) for voucher_id: their
-     * units went back on sale in MySQL. Called on the expiry thread with
-     * its store, to return the units to an async sale and to tell whoever
-     * caches "sold out". May be NULL. */
-    void (*units_returned)(void *ctx, struct store *st, int64_t voucher_id,
-                           const int64_t *orders, const int64_t *users,
-                           size_t n);
-    void *units_returned_ctx;
-    bool expiry; /* run the expiry thread (false in unit tests) */
-    /* Async vouchers (async/async.h): a voucher's backlog of orders not yet
-     * in MySQL beyond which purchases are refused (ENGINE_BACKLOG), and
-     * the writer that says whether this instance may sell them at all
-     * (async_may_sell(); NULL: never). */
-    unsigned async_backlog_max;
-    struct async *async;
+    unsigned batch_max;       /* 1..ENGINE_BATCH_MAX, unless a purchase says */
+    unsigned batch_linger_us; /* a batch waits this long for more */
+    unsigned queue_max;       /* purchases waiting per voucher */
     /* Free a voucher's queue, and the store's per-voucher state, once
      * unused this long (and give the freed memory back to the system);
      * 0: keep them until engine_free(). */
     unsigned idle_free_ms;
 };
 
-/* How often the expiry looks for unpaid orders past their deadline. */
-#define ENGINE_EXPIRY_POLL_MS 250
-
-enum engine_outcome {
-    ENGINE_OK,        /* order order_id is committed */
-    ENGINE_SOLD_OUT,  /* no stock left (nothing written) */
-    ENGINE_DUPLICATE, /* the user has an order for it (nothing written) */
-    ENGINE_BUSY,      /* the user's other purchase holds the lock */
-    ENGINE_ERROR,     /* err says what: nothing written unless it says */
-    /* Async vouchers only: */
-    ENGINE_PENDING,     /* sold in Redis: order order_id is on its way to
-                         * MySQL (the writer will write it) */
-    ENGINE_NOT_STARTED, /* before the sale's begin, by Redis' clock */
-    ENGINE_ENDED,       /* after its end, by Redis' clock */
-    ENGINE_BACKLOG,     /* too many orders wait for MySQL: retry later */
-    ENGINE_UNCONFIRMED, /* sold in Redis, but its replicas did not confirm
-                         * it in time: order order_id may be written, or
-                         * lost by a failover (the outcome is unknown) */
-};
+/* The most purchases one batch takes. */
+#define ENGINE_BATCH_MAX 256
 
 /*
- * One purchase, owned by the caller until done() has been called. err with
- * ENGINE_ERROR: -ENOTCONN, -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET, -EACCES
- * (a backend is unreachable or refused us: nothing written), -ETIME (the
- * deadline passed first: nothing written), -ESHUTDOWN (the engine stopped
- * first: nothing written), -EINPROGRESS (its COMMIT went unanswered: the
- * outcome is unknown), -EIO (an unexpected answer, logged).
+ * One purchase, owned by the caller (usually embedded in its own state)
+ * until done() has been called.
  */
 struct engine_purchase {
     /* Set by the caller: */
     int64_t voucher_id;
-    int64_t user_id;
     int64_t deadline_ms; /* monotonic (util_mono_ms) */
-    bool async;          /* the voucher sells in async mode */
+    /*
+     * Run a batch: ps[0..n) (n >= 1) of voucher_id, in arrival order, all
+     * submitted with this function, on an engine thread with its store.
+     * It does the work and keeps each purchase's outcome in the caller's
+     * state around it; done() follows for each.
+     */
+    void (*batch)(struct store *st, int64_t voucher_id,
+                  struct engine_purchase **ps, size_t n);
+    /* The most purchases a batch of this kind takes (0: the engine's
+     * batch_max); at most ENGINE_BATCH_MAX. */
+    unsigned batch_max;
     void (*done)(struct engine_purchase *p);
-    /* Set before done() is called: */
-    enum engine_outcome outcome;
+    /* Set before done() is called: 0 when batch() ran for it; -ETIME, its
+     * deadline passed while it waited (nothing done); -ESHUTDOWN, the
+     * engine stopped first (nothing done). */
     int err;
-    int64_t order_id; /* ENGINE_OK, ENGINE_PENDING, ENGINE_UNCONFIRMED */
     /* Private to the engine: */
     struct engine_purchase *next;
     int64_t queued_ms;
@@ -169,7 +124,7 @@ int engine_run(struct engine *e, struct engine_task *t);
 /*
  * Stop: refuse new purchases and tasks, let the batches and tasks that run
  * finish (answered as usual), answer every purchase and task still queued
- * with -ESHUTDOWN, stop the expiry and join the threads. Every done() has
+ * with -ESHUTDOWN and join the threads. Every done() has
  * returned when this returns. e stays valid: engine_submit() and
  * engine_run() go on answering -ESHUTDOWN until engine_free(). Idempotent;
  * accepts NULL.

@@ -2,16 +2,11 @@
  * auth.c - POST /api/auth/code and POST /api/auth/login: phone login with
  * a six-digit code kept in Redis, answered with a signed bearer token.
  */
-#include "handlers/internal.h"
-
-#include <stdio.h>
 #include <string.h>
-#include <sodium.h>
 
 #include "common/util.h"
+#include "handlers/endpoints.h"
 
-#define CODE_TTL_S 300
-#define CODE_MAX_TRIES 5
 #define LOGIN_TOKEN_TTL_S (24 * 3600)
 
 /* "+" optional, then 6 to 15 digits (E.164 allows 15). */
@@ -48,13 +43,12 @@ unsigned auth_code_post(struct request *req)
 
     if (!body_object_or_reply(req) || !phone_or_reply(req, &phone))
         return req->status;
-    snprintf(code, sizeof(code), "%06u", randombytes_uniform(1000000));
-    err = store_code_put(req->st, phone, code, CODE_TTL_S);
+    err = sale_login_code_issue(req->sale, phone, code);
     if (err)
         return req_backend_error(req, err, "code_put");
     /* Sending the SMS is out of scope: dev mode shows the code instead. */
     log_info("login code issued", "dev=%d", req->cfg->dev);
-    body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", CODE_TTL_S);
+    body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", SALE_CODE_TTL_S);
     if (req->cfg->dev)
         json_object_set_new(body, "code", json_string(code));
     return req_reply(req, 200, body);
@@ -63,10 +57,10 @@ unsigned auth_code_post(struct request *req)
 unsigned auth_login_post(struct request *req)
 {
     const char *phone, *code;
-    enum store_code outcome;
     struct token_claims claims;
     char token[TOKEN_STR_LEN];
     int64_t user_id;
+    bool ok;
     int err;
 
     if (!body_object_or_reply(req) || !phone_or_reply(req, &phone) ||
@@ -74,15 +68,12 @@ unsigned auth_login_post(struct request *req)
         return req->status;
     if (strlen(code) != 6 || strspn(code, "0123456789") != 6)
         return req_error(req, ERR_BAD_REQUEST, "code: must be 6 digits");
-    err = store_code_check(req->st, phone, code, CODE_MAX_TRIES, &outcome);
+    err = sale_login(req->sale, phone, code, &ok, &user_id);
     if (err)
-        return req_backend_error(req, err, "code_check");
-    if (outcome != STORE_CODE_OK)
+        return req_backend_error(req, err, "login");
+    if (!ok)
         return req_error(req, ERR_UNAUTHORIZED,
                          "the login code is wrong or expired");
-    err = store_user_login(req->st, phone, &user_id);
-    if (err)
-        return req_backend_error(req, err, "user_login");
 
     claims.user_id = user_id;
     claims.role = TOKEN_ROLE_USER;

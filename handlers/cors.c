@@ -14,7 +14,7 @@
  * The pages the service serves itself (/, /admin) are on its own origin
  * and need none of this.
  */
-#include "handlers/internal.h"
+#include "handlers/cors.h"
 
 #include <string.h>
 #include <microhttpd.h>

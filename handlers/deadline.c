@@ -1,6 +1,6 @@
 /*
  * deadline.c - request deadlines against slow clients (slowloris); see
- * internal.h. Connections are kept in one list under a mutex (added and
+ * deadline.h. Connections are kept in one list under a mutex (added and
  * removed once per connection); a reaper thread walks it a few times per
  * timeout and shuts down the sockets whose request is overdue.
  *
@@ -9,10 +9,11 @@
  * mutex, before it closes the socket: a socket in the list is never one
  * that was closed and whose descriptor was reused.
  */
-#include "handlers/internal.h"
+#include "handlers/deadline.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>

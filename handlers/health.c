@@ -1,12 +1,12 @@
 /*
  * health.c - GET /healthz (the process answers) and GET /readyz (every
- * backend a purchase needs answers: MySQL and Redis from this worker
+ * backend a purchase needs answers: MySQL and Redis from this pool
  * thread's connections, and the purchase lock's backend).
  */
-#include "handlers/internal.h"
-
 #include <errno.h>
 #include <stdio.h>
+
+#include "handlers/endpoints.h"
 
 unsigned health_get(struct request *req)
 {
@@ -30,46 +30,40 @@ static const char *lock_state(int err)
 
 unsigned ready_get(struct request *req)
 {
-    bool mysql_ok, redis_ok;
-    int lock_err = 0;
+    struct sale_health h;
     const char *lock_ok;
     char msg[160];
     json_t *checks;
 
     /* Shutting down: out of rotation, whatever the backends say. */
-    if (server_draining(req->srv)) {
+    if (req_draining(req)) {
         req_error(req, ERR_UNAVAILABLE,
                   "not ready: this instance is shutting down");
         json_object_set_new(json_object_get(req->reply, "error"), "details",
                             json_pack("{s:s}", "instance", "draining"));
         return req->status;
     }
-    store_ping(req->st, &mysql_ok, &redis_ok);
-    if (req->locks)
-        lock_err = lock_client_ping(req->locks);
-    lock_ok = lock_state(lock_err);
-    checks = json_pack("{s:s,s:s,s:s,s:s}", "mysql", mysql_ok ? "ok" : "down",
-                       "redis", redis_ok ? "ok" : "down", "lock", lock_ok,
-                       "lockBackend",
-                       req->locks ? lock_client_backend(req->locks) : "none");
-    /* The read replica is optional: without it reads go to the primary,
-     * so it is reported but never makes the instance unready. */
-    struct store_replica_state rs;
-    store_replica_state_get(&rs);
-    if (rs.configured)
-        json_object_set_new(checks, "mysqlReplica", json_string(rs.why));
-    if (mysql_ok && redis_ok && !lock_err) {
+    sale_health_check(req->sale, &h);
+    lock_ok = lock_state(h.lock_err);
+    checks = json_pack("{s:s,s:s,s:s,s:s}", "mysql", h.mysql_ok ? "ok" : "down",
+                       "redis", h.redis_ok ? "ok" : "down", "lock", lock_ok,
+                       "lockBackend", h.lock_backend);
+    /* The read replica is optional: reported, never a reason to be
+     * unready. */
+    if (h.replica)
+        json_object_set_new(checks, "mysqlReplica", json_string(h.replica_why));
+    if (h.mysql_ok && h.redis_ok && !h.lock_err) {
         json_t *body =
             json_pack("{s:s,s:s,s:s,s:s,s:o}", "status", "ok", "mysql", "ok",
                       "redis", "ok", "lock", "ok", "checks", checks);
         return req_reply(req, 200, body);
     }
     snprintf(msg, sizeof(msg), "not ready:%s%s%s%s%s%s",
-             mysql_ok ? "" : " mysql is down;",
-             redis_ok ? "" : " redis is down;",
-             lock_err ? " the purchase lock backend (" : "",
-             lock_err ? lock_client_backend(req->locks) : "",
-             lock_err ? ") is " : "", lock_err ? lock_ok : "");
+             h.mysql_ok ? "" : " mysql is down;",
+             h.redis_ok ? "" : " redis is down;",
+             h.lock_err ? " the purchase lock backend (" : "",
+             h.lock_err ? h.lock_backend : "", h.lock_err ? ") is " : "",
+             h.lock_err ? lock_ok : "");
     req_error(req, ERR_UNAVAILABLE, msg);
     json_object_set_new(json_object_get(req->reply, "error"), "details",
                         checks);

@@ -11,16 +11,15 @@
  * with 409 ORDER_CLOSED and logged as one to refund. Without
  * SECKILL_PAY_SECRET the route does not exist (404).
  */
-#include "handlers/internal.h"
-
 #include <string.h>
 #include <microhttpd.h>
 #include <sodium.h>
 
 #include "common/util.h"
+#include "handlers/endpoints.h"
 
 #define MONEY_MAX 100000000000LL /* a billion in cents */
-#define TXN_MAX 64
+#define TXN_MAX SALE_TXN_MAX
 
 /* A provider's transaction id: 1..64 printable ASCII characters. */
 static bool txn_ok(const char *s)
@@ -77,5 +76,5 @@ unsigned payment_notify_post(struct request *req)
     if (!txn_ok(txn))
         return req_error(req, ERR_BAD_REQUEST,
                          "txnId: 1 to 64 printable ASCII characters");
-    return order_pay_park(req, order_id, 0, amount, txn);
+    return order_pay_start(req, order_id, 0, amount, txn);
 }

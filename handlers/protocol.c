@@ -23,7 +23,7 @@
  * internal.h for the list). README ("Malformed requests") says the same
  * and tests/it/test_web.c checks both lists on the wire.
  */
-#include "handlers/internal.h"
+#include "handlers/protocol.h"
 
 #include <stdio.h>
 #include <string.h>

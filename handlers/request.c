@@ -1,17 +1,20 @@
 /*
- * request.c - the error table, replies, authentication and the input
- * helpers that either parse a value or queue the 400 reply.
+ * request.c - one request (see request.h): parking and resuming it, the
+ * error table, replies, authentication and the input helpers that either
+ * parse a value or set the 400 reply.
  */
-#include "handlers/internal.h"
+#include "handlers/request.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <microhttpd.h>
 
 #include "common/util.h"
+#include "handlers/deadline.h"
 
 const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_BAD_REQUEST] = {400, "BAD_REQUEST", "the request is malformed"},
@@ -45,6 +48,38 @@ const struct api_error_info api_errors[ERR_COUNT] = {
                              "the request uses a feature this server does "
                              "not implement"},
 };
+
+uint64_t req_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void req_park(struct request *req)
+{
+    if (req->parked)
+        return;
+    /* The request has fully arrived: no deadline while it waits. */
+    deadline_conn_busy(req->deadline);
+    atomic_fetch_add(&req->srv->parked, 1);
+    req->parked = true;
+    MHD_suspend_connection(req->conn);
+}
+
+void req_resume(struct request *req)
+{
+    /* libmicrohttpd calls the access handler again, on the connection's
+     * own thread, which sends the reply set here. */
+    MHD_resume_connection(req->conn);
+}
+
+bool req_draining(const struct request *req)
+{
+    return req->srv &&
+           atomic_load_explicit(&req->srv->draining, memory_order_relaxed);
+}
 
 void request_clear(struct request *req)
 {
@@ -106,6 +141,12 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
         return req_error(req, ERR_UNAVAILABLE,
                          "the purchase took too long and nothing was "
                          "bought; try again");
+    case -ECANCELED:
+        /* It waited out its budget behind requests that wait for a
+         * stalled backend: the client has been patient enough. */
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the service could not get to this request in time; "
+                         "nothing was done, retry");
     case -ESHUTDOWN:
         return req_error(req, ERR_UNAVAILABLE,
                          "the service is stopping; nothing was bought, retry");

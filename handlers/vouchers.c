@@ -3,13 +3,11 @@
  * GET /api/vouchers/{id} and GET /api/vouchers/{id}/stats (admin: initial
  * stock, stock now, orders by status). The purchase is in seckill.c.
  */
-#include "handlers/internal.h"
-
 #include <errno.h>
 #include <string.h>
 
-#include "common/failpoint.h"
 #include "common/util.h"
+#include "handlers/endpoints.h"
 
 #define MONEY_MAX 100000000000LL /* a billion in cents */
 #define STOCK_MAX 1000000000LL
@@ -49,6 +47,7 @@ unsigned vouchers_post(struct request *req)
     struct store_voucher *v;
     const char *title = NULL, *sub_title = "", *rules = "", *type = "normal";
     const char *mode = NULL;
+    bool mode_given = false;
     unsigned status;
     int err;
 
@@ -80,7 +79,7 @@ unsigned vouchers_post(struct request *req)
         }
         if (!body_str_or_reply(req, "purchaseMode", false, 8, &mode))
             goto out;
-        v->mode = req->cfg->purchase_mode;
+        mode_given = mode != NULL;
         if (mode && strcmp(mode, "async") == 0)
             v->mode = PURCHASE_ASYNC;
         else if (mode && strcmp(mode, "sync") == 0)
@@ -88,13 +87,6 @@ unsigned vouchers_post(struct request *req)
         else if (mode) {
             req_error(req, ERR_BAD_REQUEST,
                       "purchaseMode: must be \"sync\" or \"async\"");
-            goto out;
-        }
-        if (v->mode == PURCHASE_ASYNC && !async_may_sell(req->async)) {
-            req_error(req, ERR_BAD_REQUEST,
-                      "purchaseMode: async needs a Redis that keeps "
-                      "acknowledged writes (appendonly yes, appendfsync "
-                      "always) or SECKILL_ASYNC_ACCEPT_LOSS=1");
             goto out;
         }
     } else if (strcmp(type, "normal") == 0) {
@@ -115,35 +107,18 @@ unsigned vouchers_post(struct request *req)
     copy_str(v->sub_title, sizeof(v->sub_title), sub_title);
     copy_str(v->rules, sizeof(v->rules), rules);
 
-    err = store_voucher_insert(req->st, v);
+    err = sale_voucher_create(req->sale, v, mode_given);
+    if (err == -EPERM) {
+        req_error(req, ERR_BAD_REQUEST,
+                  "purchaseMode: async needs a Redis that keeps "
+                  "acknowledged writes (appendonly yes, appendfsync "
+                  "always) or SECKILL_ASYNC_ACCEPT_LOSS=1");
+        goto out;
+    }
     if (err) {
         req_backend_error(req, err, "voucher_insert");
         goto out;
     }
-    log_info("voucher created", "id=%lld type=%d stock=%lld mode=%s",
-             (long long)v->id, v->type, (long long)v->stock,
-             v->mode == PURCHASE_ASYNC ? "async" : "sync");
-    if (v->mode == PURCHASE_ASYNC) {
-        /* The sale's state in Redis. If Redis is away now, the writer's
-         * reconciliation makes it from MySQL within seconds. */
-        redisContext *rc = store_redis(req->st);
-
-        FAILPOINT("async_before_preheat");
-        err = rc ? async_sale_preheat(rc, v->id, v->begin_time, v->end_time,
-                                      v->stock, v->sale_stamp)
-                 : -ENOTCONN;
-        async_voucher_hint(req->async, v->id);
-        if (err == -EEXIST)
-            log_info("async sale made by a reconciliation first: the "
-                     "preheat left it as it is",
-                     "voucher=%lld", (long long)v->id);
-        else if (err)
-            log_warn("async sale not preheated", "voucher=%lld err=%d",
-                     (long long)v->id, err);
-    }
-    /* Instances that answered 404 for this id from their cache (someone
-     * tried it early) drop that answer now instead of after the TTL. */
-    vcache_voucher_changed(req->vcache, req->st, v->id);
     req_reply(req, 201, json_pack("{s:o}", "id", json_id(v->id)));
 out:
     free(v);
@@ -153,7 +128,7 @@ out:
 unsigned voucher_get(struct request *req)
 {
     struct store_voucher *v = xmalloc(sizeof(*v));
-    int err = store_voucher_get(req->st, req->id, v);
+    int err = sale_voucher_get(req->sale, req->id, v);
 
     if (err == -ENOENT)
         req_error(req, ERR_NOT_FOUND, "no voucher with this id");
@@ -175,7 +150,7 @@ unsigned vouchers_get(struct request *req)
     if (!query_int_or_reply(req, "shopId", 0, 1, INT64_MAX, &shop_id) ||
         !query_int_or_reply(req, "limit", 20, 1, 100, &limit))
         return req->status;
-    err = store_voucher_list(req->st, shop_id, (unsigned)limit, &items, &n);
+    err = sale_vouchers_list(req->sale, shop_id, (unsigned)limit, &items, &n);
     if (err)
         return req_backend_error(req, err, "voucher_list");
     json_t *arr = json_array();
@@ -193,7 +168,7 @@ unsigned voucher_stats_get(struct request *req)
 
     if ((status = req_admin_or_reply(req)))
         return status;
-    err = store_voucher_stats(req->st, req->id, &s);
+    err = sale_voucher_stats(req->sale, req->id, &s);
     if (err == -ENOENT)
         return req_error(req, ERR_NOT_FOUND, "no seckill voucher with this id");
     if (err)

@@ -12,10 +12,11 @@
  * their own scripts and styles (Content-Security-Policy: no inline code,
  * nothing from another origin, no framing).
  */
-#include "handlers/internal.h"
-
 #include <string.h>
 #include <microhttpd.h>
+
+#include "handlers/endpoints.h"
+#include "handlers/web.h"
 
 #define CSP                                                                    \
     "default-src 'self'; object-src 'none'; base-uri 'none'; "                 \

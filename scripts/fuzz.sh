@@ -4,10 +4,10 @@
 #
 #   scripts/fuzz.sh SECONDS TARGET...
 #
-# For each target (route, json, token): copy the seeds fuzz/corpus/<target>/
+# For each target (route, json, token): copy the seeds tests/fuzz/corpus/<target>/
 # into a fresh scratch corpus build/fuzz/run/<target>/corpus (so the
 # repository's corpus never grows), run build/fuzz/fuzz_<target> on it for
-# SECONDS with the target's -max_len and dictionary (fuzz/<target>.dict),
+# SECONDS with the target's -max_len and dictionary (tests/fuzz/<target>.dict),
 # keep its output in build/fuzz/run/<target>/log, and print one line:
 #
 #   fuzz route: ok, 412345 runs, 13745 execs/s, cov 1234, ft 5678, corpus 210
@@ -48,7 +48,7 @@ total_runs=0
 for target in "$@"; do
     bin="$BIN_DIR/fuzz_$target"
     dir="$RUN_DIR/$target"
-    seeds="$ROOT/fuzz/corpus/$target"
+    seeds="$ROOT/tests/fuzz/corpus/$target"
     [[ -x $bin ]] || {
         echo "fuzz $target: FAILED, $bin not built (make fuzz-build)"
         failed=$((failed + 1))
@@ -60,7 +60,7 @@ for target in "$@"; do
     args=(-max_total_time="$seconds" -max_len="$(max_len "$target")"
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$dir/")
-    [[ -f $ROOT/fuzz/$target.dict ]] && args+=(-dict="$ROOT/fuzz/$target.dict")
+    [[ -f $ROOT/tests/fuzz/$target.dict ]] && args+=(-dict="$ROOT/tests/fuzz/$target.dict")
 
     # Leaks fail the run; UBSan stops at the first report (the harnesses
     # are also built with -fno-sanitize-recover=undefined).

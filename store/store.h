@@ -119,6 +119,30 @@ struct store_replica_state {
 /* The monitor's last finding. Lock-free; no I/O. */
 void store_replica_state_get(struct store_replica_state *out);
 
+/* ---- rate limits (ratelimit.c) ---- */
+
+/* A token bucket to charge: per_s (> 0) tokens a second, at most burst
+ * (>= 1) saved up, kept in Redis under key. */
+struct store_rate_bucket {
+    const char *key;
+    double per_s;
+    uint32_t burst;
+};
+
+#define STORE_RATE_BUCKETS_MAX 2
+
+/*
+ * Take one token from each bucket of b[0..n) (n <= STORE_RATE_BUCKETS_MAX)
+ * or from none, in one script on Redis' clock (instances with skewed
+ * clocks share one view of each bucket). *retry_ms is 0 when they were
+ * taken, else the milliseconds until a token is due in every bucket
+ * (nothing was taken). Returns 0, or -errno when Redis failed or answered
+ * an error, with why (why_len bytes) saying what failed: the caller
+ * decides whether to go on without a limit.
+ */
+int store_rate_take(struct store *st, const struct store_rate_bucket *b,
+                    size_t n, int64_t *retry_ms, char *why, size_t why_len);
+
 /* ---- users ---- */
 
 /*

@@ -13,7 +13,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "handlers/internal.h"
+#include "handlers/errors.h"
+#include "handlers/request.h"
+#include "handlers/route.h"
 
 static void test_routes(void **state)
 {
@@ -168,7 +170,7 @@ static void test_error_table_in_readme(void **state)
         }
 }
 
-static struct handlers_config cfg;
+static struct http_config cfg;
 
 static void req_init(struct request *req, const char *body)
 {

@@ -25,10 +25,10 @@
  * reference on every path segment.
  *
  *     make fuzz                       # all harnesses, FUZZ_SECONDS each
- *     build/fuzz/fuzz_route -max_len=70000 -dict=fuzz/route.dict \
+ *     build/fuzz/fuzz_route -max_len=70000 -dict=tests/fuzz/route.dict \
  *         build/fuzz/run/route/corpus   # by hand
  *
- * Seeds: fuzz/corpus/route/, one request per file.
+ * Seeds: tests/fuzz/corpus/route/, one request per file.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -38,7 +38,7 @@
 #include <strings.h>
 
 #include "common/util.h"
-#include "fuzz/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

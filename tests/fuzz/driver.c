@@ -2,12 +2,15 @@
  * driver.c - run one request through seckilld's own request code and
  * check the reply.
  *
- * handlers/http.c is included rather than linked, so that its static
- * access handler (on_request: the 64 KiB cap, body accumulation, routing,
- * the 405/404/400 answers, the dispatch to the endpoint handlers) and its
- * completion callback run here exactly as in the service. The few
- * libmicrohttpd functions they call are faked below over a struct
- * fuzz_request; the backends are the fakes of fake_backend.c.
+ * The request goes through handlers/dispatch.c, the unit the daemon's
+ * callbacks call (the 64 KiB cap, body accumulation, routing, the
+ * 405/404/400 answers, the endpoint handlers, the reply), and on through
+ * the real sale layer (sale/), exactly as in the service; only the
+ * libmicrohttpd daemon (handlers/http.c) is left out. The few
+ * libmicrohttpd functions the request code calls are faked below over a
+ * struct fuzz_request; what lies below the sale layer (the stores, the
+ * engine and the task pool, the async mode, the locks, the ids) is faked
+ * by fake_backend.c.
  *
  * Every reply must keep these invariants (fuzz_http_run aborts if not):
  * the body is one JSON object and a newline, or a page's file exactly as
@@ -23,13 +26,21 @@
  * routes answer 401/403 without touching a backend unless a token signed
  * with the service key was sent, and a user sees only their own order.
  */
-#include "handlers/http.c"
-
 #include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
+#include <microhttpd.h>
 #include <sodium.h>
 
-#include "fuzz/fuzz.h"
+#include "common/util.h"
+#include "handlers/dispatch.h"
+#include "handlers/errors.h"
+#include "handlers/route.h"
+#include "handlers/web.h"
+#include "sale/sale.h"
+#include "tests/fuzz/fuzz.h"
 
 const unsigned char fuzz_key[TOKEN_KEY_LEN] = {
     0x5e, 0xc4, 0x11, 0x1d, 0x0f, 0x02, 0x7a, 0x9b, 0x33, 0xe8, 0x41,
@@ -38,11 +49,12 @@ const unsigned char fuzz_key[TOKEN_KEY_LEN] = {
 
 static const unsigned char other_key[TOKEN_KEY_LEN] = {1};
 
-static struct handlers_config cfg;
-static struct handlers_server srv;
+static struct http_config cfg;
+static struct store_config store_cfg; /* the fakes ignore it */
+static struct req_server srv;
 static bool verbose; /* FUZZ_VERBOSE=1: print each reply to stderr */
 
-/* ---- a fake libmicrohttpd, just what http.c and request.c call ---- */
+/* ---- a fake libmicrohttpd, just what the request code calls ---- */
 
 #define RESP_HEADERS_MAX 16
 
@@ -191,41 +203,6 @@ MHD_get_connection_info(struct MHD_Connection *connection,
     return NULL;
 }
 
-/* The daemon itself never runs in the fuzz builds. */
-struct MHD_Daemon *MHD_start_daemon(unsigned int flags, uint16_t port,
-                                    MHD_AcceptPolicyCallback apc, void *apc_cls,
-                                    MHD_AccessHandlerCallback dh, void *dh_cls,
-                                    ...)
-{
-    (void)flags;
-    (void)port;
-    (void)apc;
-    (void)apc_cls;
-    (void)dh;
-    (void)dh_cls;
-    return NULL;
-}
-
-const union MHD_DaemonInfo *
-MHD_get_daemon_info(struct MHD_Daemon *daemon,
-                    enum MHD_DaemonInfoType info_type, ...)
-{
-    (void)daemon;
-    (void)info_type;
-    return NULL;
-}
-
-MHD_socket MHD_quiesce_daemon(struct MHD_Daemon *daemon)
-{
-    (void)daemon;
-    return MHD_INVALID_SOCKET;
-}
-
-void MHD_stop_daemon(struct MHD_Daemon *daemon)
-{
-    (void)daemon;
-}
-
 /* ---- the driver ---- */
 
 enum mark { MARK_NONE = -1, MARK_ADMIN, MARK_USER, MARK_EXPIRED, MARK_OTHER };
@@ -271,16 +248,21 @@ void fuzz_driver_init(void)
     memcpy(cfg.secret, fuzz_key, sizeof(cfg.secret));
     cfg.bind = "127.0.0.1";
     cfg.threads = 1;
-    cfg.lock_ttl_ms = 10000;
-    cfg.lock_url = "redis://127.0.0.1:1";
     cfg.dev = true;
     cfg.cors_origins = FUZZ_CORS_ORIGINS;
     /* The notify route exists; its signature cannot be forged. */
     cfg.has_pay_secret = true;
     memset(cfg.pay_secret, 0x5a, sizeof(cfg.pay_secret));
+    /* The sale layer as the service makes it, on the fake backend: no
+     * voucher cache, no async writer. */
+    struct sale_config sc = {
+        .store = &store_cfg,
+        .mode = PURCHASE_SYNC,
+        .lock_ttl_ms = 10000,
+        .locks = fuzz_backend_lock_client(),
+    };
     srv.cfg = &cfg;
-    srv.locks = fuzz_backend_lock_client();
-    pthread_once(&store_key_once, store_key_create);
+    srv.sale = sale_new(&sc);
     verbose = getenv("FUZZ_VERBOSE") && *getenv("FUZZ_VERBOSE") == '1';
 }
 
@@ -666,8 +648,8 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
         (cl && strtoull(cl, NULL, 10) > BODY_MAX) || rq->body_len > BODY_MAX;
 
     const char *version = rq->version ? rq->version : "HTTP/1.1";
-    r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
-                   &req_cls);
+    r = dispatch_access(&srv, &conn, rq->path, rq->method, version, NULL, &n,
+                        &req_cls);
     while (r == MHD_YES && !conn.queued && off < rq->body_len) {
         size_t piece = rq->body_len - off;
         if (rq->chunk && piece > rq->chunk)
@@ -676,20 +658,21 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
         char *buf = xmalloc(piece);
         memcpy(buf, rq->body + off, piece);
         n = piece;
-        r = on_request(&srv, &conn, rq->path, rq->method, version, buf, &n,
-                       &req_cls);
+        r = dispatch_access(&srv, &conn, rq->path, rq->method, version, buf, &n,
+                            &req_cls);
         free(buf);
         FUZZ_CHECK(n == 0, "the handler left %zu upload bytes", n);
         off += piece;
     }
     if (r == MHD_YES && !conn.queued) {
         n = 0;
-        r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
-                       &req_cls);
+        r = dispatch_access(&srv, &conn, rq->path, rq->method, version, NULL,
+                            &n, &req_cls);
     }
-    /* Parked for the I/O pool or the purchase engine (a handler on the
-     * pool may hand the request on once more): they answer, libmicrohttpd
-     * calls the handler again once the connection is resumed. */
+    /* Parked for the task pool or the purchase engine (a handler on the
+     * pool may hand the request on once more): they answer, and
+     * libmicrohttpd calls the access handler again once the connection
+     * is resumed. */
     if (r == MHD_YES && !conn.queued && conn.suspended) {
         for (int hops = 0; !conn.resumed; hops++) {
             FUZZ_CHECK(hops < 2, "parked more than twice");
@@ -697,11 +680,11 @@ void fuzz_http_run(const struct fuzz_request *rq, struct fuzz_reply *out)
                        "parked with nothing to resume it");
         }
         n = 0;
-        r = on_request(&srv, &conn, rq->path, rq->method, version, NULL, &n,
-                       &req_cls);
+        r = dispatch_access(&srv, &conn, rq->path, rq->method, version, NULL,
+                            &n, &req_cls);
     }
     FUZZ_CHECK(r == MHD_YES && conn.queued == 1, "no reply queued");
-    on_completed(&srv, &conn, &req_cls, MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    dispatch_completed(&srv, &req_cls);
     FUZZ_CHECK(!req_cls, "the request state outlived the request");
 
     unsigned calls = fuzz_backend_calls();

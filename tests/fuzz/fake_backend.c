@@ -1,11 +1,13 @@
 /*
- * fake_backend.c - store/, the lock client and the purchase engine for the
- * fuzz builds: no MySQL, Redis or lock server, just answers chosen by a
- * per-request script (see fuzz_backend_script in fuzz.h), so that the
- * handlers' every branch can be reached from fuzz input.
+ * fake_backend.c - what lies below the sale layer, for the fuzz builds:
+ * store/, the purchase engine and the task pool, the async mode's calls,
+ * the lock client and the ids. No MySQL, Redis or lock server, just
+ * answers chosen by a per-request script (see fuzz_backend_script in
+ * fuzz.h), so that every branch of the handlers and of the sale layer can
+ * be reached from fuzz input.
  *
- * Each fake also checks what the handlers hand it: that is the point where
- * input validation must already have happened. A phone that is not 6 to 15
+ * Each fake also checks what it is handed: that is the point where input
+ * validation must already have happened. A phone that is not 6 to 15
  * digits, a voucher title longer than the schema allows, a purchase of an
  * invalid voucher or user, or a parked purchase never answered abort the
  * run.
@@ -20,10 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async/async.h"
 #include "common/util.h"
 #include "engine/engine.h"
-#include "fuzz/fuzz.h"
+#include "engine/pool.h"
+#include "idgen/idgen.h"
 #include "lock/lock.h"
+#include "tests/fuzz/fuzz.h"
 
 /* The API's limits (README "API"), restated here on purpose: a change in
  * the handlers that lets more through must trip these checks. */
@@ -40,6 +45,10 @@ struct lock_client {
     int unused;
 };
 
+struct lock {
+    int unused;
+};
+
 static struct store fake_store;
 static struct lock_client fake_locks;
 static redisContext fake_redis;
@@ -47,10 +56,11 @@ static redisContext fake_redis;
 static char script[256];
 static size_t script_len, script_pos;
 static unsigned calls;
-/* The purchase or task the engine holds: answered by
- * fuzz_backend_engine_run(). */
+/* The purchase or task the engine holds, or the task the pool holds:
+ * run by fuzz_backend_engine_run(). */
 static struct engine_purchase *pending;
 static struct engine_task *pending_task;
+static struct pool_task *pending_pool;
 static struct store_voucher last_voucher;
 static bool have_last_voucher;
 
@@ -164,6 +174,7 @@ void fuzz_backend_finish(void)
 {
     FUZZ_CHECK(!pending, "a purchase was submitted and never answered");
     FUZZ_CHECK(!pending_task, "a task was queued and never run");
+    FUZZ_CHECK(!pending_pool, "a pool task was queued and never run");
     script_len = script_pos = 0;
     calls = 0;
 }
@@ -380,6 +391,7 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
     s->stock = variant == 4 ? 0 : 10;
     s->begin_time = variant == 2 ? now + 60 : now - 60;
     s->end_time = variant == 3 ? now : now + 3600;
+    s->mode = PURCHASE_SYNC; /* no async sales here (async_may_sell()) */
     if (s->type == VOUCHER_NORMAL)
         s->stock = s->begin_time = s->end_time = 0;
     return 0;
@@ -394,44 +406,21 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     int err;
 
     (void)e;
-    check_id("user id", p->user_id);
     check_id("voucher id", p->voucher_id);
-    FUZZ_CHECK(p->done, "a purchase without a callback");
+    FUZZ_CHECK(p->done && p->batch, "a purchase without its functions");
     FUZZ_CHECK(p->deadline_ms > util_mono_ms(), "a purchase already late");
-    FUZZ_CHECK(!pending, "a second purchase in one request");
+    FUZZ_CHECK(!pending && !pending_task, "a second purchase in one request");
     err = step(&variant);
-    /* 5: its queue is full; 6: stopping. Else queued, answered later. */
+    /* 5: its queue is full; 6: stopping. Else queued: a failed step is
+     * answered with its error without a batch, as a purchase the engine
+     * gave up on. */
     if (!err && variant == 5)
         return -EAGAIN;
     if (!err && variant == 6)
         return -ESHUTDOWN;
     p->err = err;
-    p->outcome = err            ? ENGINE_ERROR
-                 : variant == 1 ? ENGINE_SOLD_OUT
-                 : variant == 2 ? ENGINE_DUPLICATE
-                 : variant == 3 ? ENGINE_BUSY
-                                : ENGINE_OK;
-    p->order_id = p->outcome == ENGINE_OK ? 1000 + (int64_t)variant : 0;
     pending = p;
     return 0;
-}
-
-/* The server is never started in the fuzz builds. */
-struct engine *engine_start(const struct engine_config *cfg)
-{
-    (void)cfg;
-    FUZZ_CHECK(0, "engine_start in a fuzz build");
-    return NULL;
-}
-
-void engine_stop(struct engine *e)
-{
-    (void)e;
-}
-
-void engine_free(struct engine *e)
-{
-    (void)e;
 }
 
 void store_redis_server(const struct store_config *cfg,
@@ -440,19 +429,6 @@ void store_redis_server(const struct store_config *cfg,
     (void)cfg;
     (void)out;
     FUZZ_CHECK(0, "a Redis connection of its own in a fuzz build");
-}
-
-struct store_replica_monitor *
-store_replica_monitor_start(const struct store_config *cfg)
-{
-    (void)cfg;
-    FUZZ_CHECK(0, "a replica monitor in a fuzz build");
-    return NULL;
-}
-
-void store_replica_monitor_stop(struct store_replica_monitor *m)
-{
-    (void)m;
 }
 
 /* No read replica in a fuzz build. */
@@ -495,11 +471,26 @@ int engine_run(struct engine *e, struct engine_task *t)
     return 0;
 }
 
+int pool_run(struct pool *p, struct pool_task *t)
+{
+    (void)p;
+    FUZZ_CHECK(t->run, "a pool task without its function");
+    FUZZ_CHECK(!pending_pool, "a second pool task in one request");
+    pending_pool = t;
+    return 0;
+}
+
 bool fuzz_backend_engine_run(void)
 {
     struct engine_purchase *p = pending;
     struct engine_task *t = pending_task;
+    struct pool_task *pt = pending_pool;
 
+    if (pt) {
+        pending_pool = NULL;
+        pt->run(pt, 0);
+        return true;
+    }
     if (t) {
         pending_task = NULL;
         t->run(t, &fake_store);
@@ -509,8 +500,112 @@ bool fuzz_backend_engine_run(void)
     if (!p)
         return false;
     pending = NULL;
+    /* A batch of one, as an engine thread runs it. */
+    if (!p->err)
+        p->batch(&fake_store, p->voucher_id, &p, 1);
     p->done(p);
     return true;
+}
+
+/* ---- what a sync sale's batch calls ---- */
+
+int lock_new(struct lock_client *c, const char *name, struct lock **out)
+{
+    FUZZ_CHECK(c == &fake_locks, "an unknown lock client");
+    FUZZ_CHECK(strncmp(name, "lock:order:", 11) == 0, "lock %s", name);
+    *out = xcalloc(1, sizeof(**out));
+    return 0;
+}
+
+void lock_free(struct lock *l)
+{
+    free(l);
+}
+
+const char *lock_name(const struct lock *l)
+{
+    (void)l;
+    return "lock:order:fuzz";
+}
+
+/* One step for the batch: an error for every lock, or 3: all busy. */
+int lock_acquire_many(struct lock **ls, size_t n, uint32_t ttl_ms,
+                      enum lock_status *st, int *err)
+{
+    unsigned variant;
+    int e;
+
+    (void)ls;
+    FUZZ_CHECK(ttl_ms > 0, "a lock without a lease");
+    e = step(&variant);
+    for (size_t i = 0; i < n; i++) {
+        err[i] = e;
+        st[i] = variant == 3 ? LOCK_BUSY : LOCK_ACQUIRED;
+    }
+    return 0;
+}
+
+int lock_release_many(struct lock **ls, size_t n, int *held, int *err)
+{
+    (void)ls;
+    for (size_t i = 0; i < n; i++) {
+        held[i] = 1;
+        err[i] = 0;
+    }
+    return 0;
+}
+
+int idgen_next(redisContext *rc, const char *name, int64_t *id)
+{
+    unsigned variant;
+    int err;
+
+    FUZZ_CHECK(rc == &fake_redis, "an id from another connection");
+    FUZZ_CHECK(strcmp(name, "order") == 0, "an id of %s", name);
+    if ((err = step(&variant)))
+        return err;
+    *id = 1000 + (int64_t)variant;
+    return 0;
+}
+
+void idgen_discard(const char *name)
+{
+    (void)name;
+}
+
+/* 1: sold out, 2: the buyer has one, x: its id was taken (-EEXIST), any
+ * other error for every purchase of the batch. */
+void store_purchase_batch(struct store *st, int64_t voucher_id,
+                          struct store_purchase_item **items, size_t n)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    err = step(&variant);
+    for (size_t i = 0; i < n; i++) {
+        check_id("user id", items[i]->user_id);
+        check_id("order id", items[i]->order_id);
+        items[i]->err = err;
+        items[i]->outcome = variant == 1   ? STORE_PURCHASE_SOLD_OUT
+                            : variant == 2 ? STORE_PURCHASE_DUPLICATE
+                                           : STORE_PURCHASE_OK;
+    }
+}
+
+/* No rate limits in the fuzz builds' configuration. */
+int store_rate_take(struct store *st, const struct store_rate_bucket *b,
+                    size_t n, int64_t *retry_ms, char *why, size_t why_len)
+{
+    (void)st;
+    (void)b;
+    (void)n;
+    (void)why;
+    (void)why_len;
+    *retry_ms = 0;
+    FUZZ_CHECK(0, "a rate limit in a fuzz build");
+    return 0;
 }
 
 int store_order_cancel(struct store *st, int64_t order_id,
@@ -722,25 +817,28 @@ size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
     return 0;
 }
 
-/* The server is never started in the fuzz builds. */
-struct async *async_start(const struct async_config *cfg)
-{
-    (void)cfg;
-    FUZZ_CHECK(0, "async_start in a fuzz build");
-    return NULL;
-}
-
-void async_stop(struct async *a)
-{
-    (void)a;
-}
-
-int async_redis_durable(redisContext *rc, char *why, size_t len)
+/* No async sale ever sells here (async_may_sell() is false). */
+int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
+                   const int64_t *order_ids, const int64_t *users, size_t n,
+                   const struct async_confirm *confirm, enum async_outcome *out)
 {
     (void)rc;
-    snprintf(why, len, "fuzz");
-    FUZZ_CHECK(0, "a durability check in a fuzz build");
-    return -EPERM;
+    (void)voucher_id;
+    (void)backlog_max;
+    (void)order_ids;
+    (void)users;
+    (void)n;
+    (void)confirm;
+    (void)out;
+    FUZZ_CHECK(0, "an async purchase in a fuzz build");
+    return -EIO;
+}
+
+void async_confirm_get(const struct async *a, struct async_confirm *out)
+{
+    (void)a;
+    out->replicas = 0;
+    out->wait_ms = 0;
 }
 
 int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,

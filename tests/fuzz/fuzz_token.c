@@ -18,7 +18,7 @@
  *     make fuzz
  *     build/fuzz/fuzz_token -max_len=256 DIR
  *
- * Seeds: fuzz/corpus/token/ ('0' + tokens signed under fuzz_key that
+ * Seeds: tests/fuzz/corpus/token/ ('0' + tokens signed under fuzz_key that
  * expire in 2100, one expired, some broken; '1' + round-trip inputs).
  */
 #include <errno.h>
@@ -28,7 +28,7 @@
 #include <sodium.h>
 
 #include "common/util.h"
-#include "fuzz/fuzz.h"
+#include "tests/fuzz/fuzz.h"
 
 #define FUZZ_TOKEN_NOW 1800000000LL
 #define TOKEN_CHARS 67

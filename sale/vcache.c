@@ -1,7 +1,8 @@
 /*
- * vcache.c - the per-instance voucher cache of the purchase: what step 1
- * of a purchase needs to know about a voucher (does it exist, its type,
- * its sale window) and whether it is sold out, so that the crowd that
+ * vcache.c - the per-instance voucher cache of the purchase (see
+ * vcache.h): what step 1 of a purchase needs to know about a voucher
+ * (does it exist, its type, its sale window) and whether it is sold out,
+ * so that the crowd that
  * keeps buying after a sale has sold out (or before it starts, after it
  * ends, or for an id that does not exist) is answered from memory,
  * without a MySQL or Redis round trip.
@@ -62,7 +63,7 @@
  * clear), and the eviction hand passes over referenced entries once, so
  * the hot voucher stays.
  */
-#include "handlers/internal.h"
+#include "sale/vcache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -683,17 +684,17 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
     v->sold_out = s->type == VOUCHER_SECKILL && s->stock <= 0;
 }
 
-struct vcache *vcache_new(const struct handlers_config *cfg)
+struct vcache *vcache_new(const struct vcache_config *cfg)
 {
     struct vcache *vc = xcalloc(1, sizeof(*vc));
     int err;
 
-    vc->ttl_ms = cfg->soldout_ttl_ms;
+    vc->ttl_ms = cfg->ttl_ms;
     vc->retry_ms = vc->ttl_ms < RETRY_MAX_MS ? vc->ttl_ms : RETRY_MAX_MS;
-    vc->sc = &cfg->store;
+    vc->sc = cfg->store;
     vc->stop_pipe[0] = vc->stop_pipe[1] = -1;
     snprintf(vc->channel, sizeof(vc->channel), "seckill:voucher-changed:%u",
-             cfg->store.redis_db);
+             cfg->store->redis_db);
     if (!vc->ttl_ms)
         return vc; /* publishes only */
 

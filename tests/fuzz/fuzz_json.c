@@ -21,9 +21,9 @@
  * limit (2048) and the service's 64 KiB cap bound the work per input.
  *
  *     make fuzz
- *     build/fuzz/fuzz_json -max_len=70000 -dict=fuzz/json.dict DIR
+ *     build/fuzz/fuzz_json -max_len=70000 -dict=tests/fuzz/json.dict DIR
  *
- * Seeds: fuzz/corpus/json/, selector byte '0'..'3' then the body.
+ * Seeds: tests/fuzz/corpus/json/, selector byte '0'..'3' then the body.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -31,8 +31,8 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "fuzz/fuzz.h"
-#include "handlers/internal.h"
+#include "tests/fuzz/fuzz.h"
+#include "handlers/request.h"
 
 /* util_time_parse's range: 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z. */
 #define TIME_MAX 253402300799LL

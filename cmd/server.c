@@ -1,0 +1,232 @@
+/*
+ * server.c - the service assembled (see server.h): each part started
+ * before what uses it, and taken apart in the one order that keeps a
+ * request's memory alive for as long as a request can reach it.
+ */
+#include "cmd/server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "async/async.h"
+#include "common/util.h"
+#include "engine/engine.h"
+#include "engine/pool.h"
+#include "lock/lock.h"
+#include "sale/expiry.h"
+#include "sale/sale.h"
+#include "sale/vcache.h"
+
+struct server {
+    const struct handlers_config *cfg;
+    struct lock_client *locks;
+    struct vcache_config vcache_cfg;
+    struct vcache *vcache;
+    struct store_replica_monitor *replica; /* NULL: no read replica */
+    struct async_config async_cfg;
+    struct async *async; /* the writer of async sales' orders */
+    struct engine_config engine_cfg;
+    struct engine *engine;
+    struct pool *pool;
+    struct sale_config sale_cfg;
+    struct sale *sale;
+    struct expiry *expiry;
+    struct http_config http_cfg;
+    struct handlers_server *http;
+};
+
+/* An async sale was rebuilt, or got units back late (on the writer's
+ * thread, with its store): every instance's voucher cache hears of it. */
+static void async_stock_changed(void *ctx, struct store *st, int64_t voucher_id)
+{
+    struct server *srv = ctx;
+
+    vcache_voucher_changed(srv->vcache, st, voucher_id);
+}
+
+/* Async mode promises that a 202 is written: on a Redis that may lose an
+ * acknowledged write, refuse to start unless the operator accepts it. */
+static int async_durability_check(const struct handlers_config *cfg)
+{
+    struct store *st;
+    redisContext *rc;
+    char why[96];
+    int err;
+
+    if (cfg->purchase_mode != PURCHASE_ASYNC || cfg->async_accept_loss)
+        return 0;
+    st = store_new(&cfg->store);
+    rc = store_redis(st);
+    err = rc ? async_redis_durable(rc, why, sizeof(why)) : 0;
+    store_free(st);
+    if (err == -EPERM) {
+        log_error("async purchase mode refused: redis may lose acknowledged "
+                  "writes; set appendonly yes and appendfsync always, or "
+                  "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                  "redis=\"%s\"", why);
+        return -EPERM;
+    }
+    return 0; /* durable, or unknown now: the writer looks again */
+}
+
+/* The HTTP service's part of the settings. */
+static void http_config_of(const struct handlers_config *cfg,
+                           struct http_config *h)
+{
+    *h = (struct http_config){
+        .bind = cfg->bind,
+        .port = cfg->port,
+        .threads = cfg->threads,
+        .conn_timeout_s = cfg->conn_timeout_s,
+        .max_conn = cfg->max_conn,
+        .max_conn_per_ip = cfg->max_conn_per_ip,
+        .dev = cfg->dev,
+        .rate_user = cfg->rate_user,
+        .rate_ip = cfg->rate_ip,
+        .cors_origins = cfg->cors_origins,
+        .has_pay_secret = cfg->has_pay_secret,
+    };
+    memcpy(h->secret, cfg->secret, sizeof(h->secret));
+    memcpy(h->pay_secret, cfg->pay_secret, sizeof(h->pay_secret));
+}
+
+/* Free what server_start() made, in the reverse order (NULLs skipped). */
+static void parts_free(struct server *srv)
+{
+    expiry_stop(srv->expiry);
+    pool_free(srv->pool);
+    engine_free(srv->engine);
+    /* The writer after the engine: nothing sells any more; what it holds
+     * is claimed by another instance, or by this one after a restart. */
+    async_stop(srv->async);
+    sale_free(srv->sale);
+    store_replica_monitor_stop(srv->replica);
+    vcache_free(srv->vcache);
+    lock_client_close(srv->locks);
+    free(srv);
+}
+
+/*
+ * The assembly, each part before what uses it: the lock client, the
+ * voucher cache, the replica monitor, the async writer, the purchase
+ * engine and the task pool, the sale layer (which calls them all), the
+ * expiry (which calls the sale layer), and last the HTTP service, since
+ * requests reach everything above as soon as it listens.
+ */
+int server_start(const struct handlers_config *cfg, struct server **out)
+{
+    struct server *srv = xcalloc(1, sizeof(*srv));
+    int err;
+
+    srv->cfg = cfg;
+    err = lock_client_open(cfg->lock_url, NULL, &srv->locks);
+    if (err) {
+        log_error("lock backend refused", "err=%d", err);
+        goto fail;
+    }
+    err = async_durability_check(cfg);
+    if (err)
+        goto fail;
+    srv->vcache_cfg = (struct vcache_config){
+        .ttl_ms = cfg->soldout_ttl_ms,
+        .store = &cfg->store,
+    };
+    srv->vcache = vcache_new(&srv->vcache_cfg);
+    srv->replica = store_replica_monitor_start(&cfg->store);
+    srv->async_cfg = (struct async_config){
+        .store = &cfg->store,
+        .locks = srv->locks,
+        .batch = 256,
+        .claim_ms = ASYNC_CLAIM_MS,
+        .reconcile_ms = cfg->async_reconcile_ms,
+        .lookback_s = cfg->async_lookback_s,
+        .stock_changed = async_stock_changed,
+        .ctx = srv,
+        .accept_loss = cfg->async_accept_loss,
+        .replicas = cfg->async_replicas,
+        .wait_ms = cfg->async_wait_ms,
+    };
+    srv->async = async_start(&srv->async_cfg);
+    srv->engine_cfg = (struct engine_config){
+        .store = &cfg->store,
+        .workers = cfg->engine_threads,
+        .batch_max =
+            cfg->store.batch_max ? cfg->store.batch_max : STORE_BATCH_DEFAULT,
+        .batch_linger_us = cfg->store.batch_linger_us,
+        .queue_max = cfg->queue_max,
+        .idle_free_ms = cfg->idle_free_s * 1000u,
+    };
+    srv->engine = engine_start(&srv->engine_cfg);
+    /* As many threads as the engine's: whatever waits for a stalled
+     * backend holds them, never an HTTP thread, never a purchase batch. */
+    srv->pool = pool_start(cfg->engine_threads);
+    srv->sale_cfg = (struct sale_config){
+        .store = &cfg->store,
+        .mode = cfg->purchase_mode,
+        .lock_ttl_ms = cfg->lock_ttl_ms,
+        .async_backlog_max = cfg->async_backlog_max,
+        .engine = srv->engine,
+        .pool = srv->pool,
+        .async = srv->async,
+        .locks = srv->locks,
+        .vcache = srv->vcache,
+    };
+    srv->sale = sale_new(&srv->sale_cfg);
+    srv->expiry = expiry_start(srv->sale, &cfg->store);
+    http_config_of(cfg, &srv->http_cfg);
+    err = handlers_server_start(&srv->http_cfg, srv->sale, &srv->http);
+    if (err)
+        goto fail;
+    *out = srv;
+    return 0;
+
+fail:
+    parts_free(srv);
+    return err;
+}
+
+uint16_t server_port(const struct server *srv)
+{
+    return handlers_server_port(srv->http);
+}
+
+void server_drain(struct server *srv)
+{
+    if (srv)
+        handlers_server_drain(srv->http);
+}
+
+void server_stop(struct server *srv)
+{
+    if (!srv)
+        return;
+    /* 1. No new connections: new clients are refused at once, which a
+     * load balancer retries elsewhere, rather than left in the backlog
+     * until the stop resets them. The connections already open are still
+     * served until step 3; from now on every reply closes its
+     * connection. */
+    handlers_server_quiesce(srv->http);
+    /* 2. Refuse new work (503 at once, nothing written), let what runs
+     * finish, and answer what still waits (503, nothing written): every
+     * parked request is resumed with its reply. The pool first: a request
+     * it runs may still hand a purchase or a task to the engine. Both stay
+     * allocated until step 4, since a request that arrives meanwhile
+     * still calls them. The expiry too: it is work of its own. */
+    pool_stop(srv->pool);
+    engine_stop(srv->engine);
+    expiry_stop(srv->expiry);
+    srv->expiry = NULL;
+    /* 3. Give those replies a moment to go out, then stop the daemon: it
+     * closes every connection and joins its threads. Nothing is suspended
+     * any more: a request parks now only for as long as its own
+     * callback. */
+    for (int i = 0; i < 300 && handlers_server_parked(srv->http) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    handlers_server_stop(srv->http);
+    /* 4. No request runs any more: free what they used. */
+    parts_free(srv);
+}

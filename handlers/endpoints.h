@@ -1,0 +1,55 @@
+/*
+ * endpoints.h - the endpoint handlers, one file per group of endpoints.
+ * A handler parses and authorizes its request, calls one function of the
+ * sale layer (sale/sale.h) and sets the reply; it runs once per request,
+ * where the route table says (route.h). A handler that hands its request
+ * on parks it and returns 0: the callback of the sale call it made sets
+ * the reply and resumes it.
+ */
+#ifndef SECKILL_HANDLERS_ENDPOINTS_H
+#define SECKILL_HANDLERS_ENDPOINTS_H
+
+#include <jansson.h>
+
+#include "handlers/request.h"
+
+/* An endpoint's handler: sets req's reply and returns its status (0 when
+ * the request was parked: the reply comes later). */
+typedef unsigned (*handler_fn)(struct request *req);
+
+unsigned health_get(struct request *req);           /* health.c */
+unsigned ready_get(struct request *req);            /* health.c */
+unsigned metrics_get(struct request *req);          /* metrics.c */
+unsigned auth_code_post(struct request *req);       /* auth.c */
+unsigned auth_login_post(struct request *req);      /* auth.c */
+unsigned vouchers_post(struct request *req);        /* vouchers.c */
+unsigned vouchers_get(struct request *req);         /* vouchers.c */
+unsigned voucher_get(struct request *req);          /* vouchers.c */
+unsigned voucher_stats_get(struct request *req);    /* vouchers.c */
+unsigned voucher_seckill_post(struct request *req); /* seckill.c */
+unsigned orders_get(struct request *req);           /* orders.c */
+unsigned order_get(struct request *req);            /* orders.c */
+unsigned order_cancel_post(struct request *req);    /* orders.c */
+unsigned order_pay_post(struct request *req);       /* orders.c */
+unsigned payment_notify_post(struct request *req);  /* payments.c */
+/* The pages, their files and /openapi.json, embedded at build time. */
+unsigned web_get(struct request *req); /* web.c */
+
+/*
+ * An order as the API shows it: id, userId, voucherId, status ("unpaid",
+ * "paid", "cancelled", "expired"; "pending" when pending), createTime,
+ * payDeadline, payTime and closeTime (null until set). A new object.
+ */
+json_t *order_json(const struct store_order *o, bool pending);
+
+/*
+ * Record a payment for an order (sale_pay()) and reply with the outcome
+ * when it is done (orders.c): for POST /api/payments/notify and the
+ * dev-mode POST /api/orders/{id}/pay. user_id > 0: only that user's order
+ * (else 404); amount < 0: the voucher's price (the simulated provider).
+ * Parks req; returns 0, or the status of a reply set at once.
+ */
+unsigned order_pay_start(struct request *req, int64_t order_id, int64_t user_id,
+                         int64_t amount, const char *txn_id);
+
+#endif

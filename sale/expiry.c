@@ -1,0 +1,115 @@
+/*
+ * expiry.c - the expiry of unpaid orders (see expiry.h).
+ */
+#include "sale/expiry.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/metrics.h"
+#include "common/util.h"
+
+struct expiry {
+    struct sale *sale;
+    const struct store_config *sc;
+    pthread_t thread;
+    pthread_mutex_t mu;  /* guards stop */
+    pthread_cond_t cond; /* CLOCK_MONOTONIC; signalled to stop */
+    bool stop;
+};
+
+/* One batch; returns how many orders it closed, or -errno. */
+static int expire_batch(struct expiry *x, struct store *st,
+                        int64_t *failing_since)
+{
+    struct store_expired out;
+    int err = store_orders_expire(st, STORE_EXPIRE_BATCH_MAX, &out);
+
+    if (err) {
+        /* MySQL down: the deadlines wait in MySQL; log once a run. */
+        if (!*failing_since)
+            log_warn("order expiry failed", "err=%d", err);
+        *failing_since = util_mono_ms();
+        return err;
+    }
+    if (*failing_since)
+        log_info("order expiry running again", NULL);
+    *failing_since = 0;
+    metrics_count(METRIC_ORDER_EXPIRED, out.orders);
+    for (size_t i = 0; i < out.orders; i++)
+        metrics_observe_wait(METRIC_WAIT_EXPIRY_LAG,
+                             (uint64_t)(out.lag_us[i] > 0 ? out.lag_us[i] : 0) *
+                                 1000u);
+    /* The closed orders come grouped by voucher. */
+    for (size_t i = 0, j; i < out.orders; i = j) {
+        for (j = i + 1;
+             j < out.orders && out.order_voucher[j] == out.order_voucher[i];
+             j++)
+            ;
+        sale_units_returned(x->sale, st, out.order_voucher[i], &out.order_id[i],
+                            &out.order_user[i], j - i);
+    }
+    return (int)out.orders;
+}
+
+static void *expiry_main(void *arg)
+{
+    struct expiry *x = arg;
+    struct store *st = store_new(x->sc);
+    int64_t failing_since = 0;
+
+    pthread_mutex_lock(&x->mu);
+    while (!x->stop) {
+        int n;
+
+        pthread_mutex_unlock(&x->mu);
+        n = expire_batch(x, st, &failing_since);
+        pthread_mutex_lock(&x->mu);
+        /* A full batch: there may be more right away. */
+        if (n == STORE_EXPIRE_BATCH_MAX)
+            continue;
+        int64_t wake = util_mono_ms() + EXPIRY_POLL_MS;
+        struct timespec ts = {(time_t)(wake / 1000),
+                              (long)(wake % 1000) * 1000000L};
+        while (!x->stop && util_mono_ms() < wake)
+            pthread_cond_timedwait(&x->cond, &x->mu, &ts);
+    }
+    pthread_mutex_unlock(&x->mu);
+    store_free(st);
+    return NULL;
+}
+
+struct expiry *expiry_start(struct sale *s, const struct store_config *sc)
+{
+    struct expiry *x = xcalloc(1, sizeof(*x));
+    pthread_condattr_t attr;
+
+    x->sale = s;
+    x->sc = sc;
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&x->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&x->thread, NULL, expiry_main, x) != 0) {
+        log_error("order expiry start failed", NULL);
+        abort();
+    }
+    return x;
+}
+
+void expiry_stop(struct expiry *x)
+{
+    if (!x)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->stop = true;
+    pthread_cond_broadcast(&x->cond);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->thread, NULL);
+    pthread_cond_destroy(&x->cond);
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+}

@@ -1,0 +1,59 @@
+/*
+ * internal.h - what the files of the sale layer share (see sale.h for the
+ * layer itself): the sale object, each pool thread's store, a purchase's
+ * state while it is handed on, and the batch functions the engine runs.
+ * Not part of the layer's API.
+ */
+#ifndef SECKILL_SALE_INTERNAL_H
+#define SECKILL_SALE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/pool.h"
+#include "lock/lock.h"
+#include "sale/sale.h"
+#include "sale/vcache.h"
+#include "store/store.h"
+
+struct sale {
+    struct sale_config cfg;
+};
+
+/*
+ * The calling thread's store (made on its first use, freed when the
+ * thread exits): for the calls that wait, on the task pool's threads.
+ */
+struct store *sale__store(struct sale *s);
+
+/* A purchase while it is handed on (sale_buy() to its answer). */
+struct sale_purchase {
+    struct sale *sale;
+    struct sale_buy *buy;
+    struct pool_task task;    /* the round trips before the engine */
+    struct engine_purchase p; /* in the engine */
+    bool cached;              /* the voucher cache knew the voucher */
+    bool async;               /* the voucher sells in async mode */
+    uint64_t vcache_gen;      /* of the cache entry read (vcache.h) */
+    /* In a batch (batch.c): */
+    struct lock *lock; /* the buyer's purchase lock, while held */
+    struct store_purchase_item item;
+    bool settled; /* its outcome is decided */
+    enum sale_outcome outcome;
+    int err;
+};
+
+/*
+ * The engine's batch functions (engine_purchase.batch) of the two modes:
+ * a sync sale's takes the buyers' locks, order ids, and runs one MySQL
+ * transaction; an async sale's takes order ids and runs one Redis script.
+ * Each settles every purchase it gets (outcome, err, item.order_id).
+ */
+void sale__batch_sync(struct store *st, int64_t voucher_id,
+                      struct engine_purchase **ps, size_t n);
+void sale__batch_async(struct store *st, int64_t voucher_id,
+                       struct engine_purchase **ps, size_t n);
+
+#endif

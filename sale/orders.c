@@ -1,0 +1,322 @@
+/*
+ * orders.c - an order after its purchase (see sale.h): reading it and a
+ * buyer's list, cancelling it, paying it, and giving a closed order's
+ * unit back to its sale.
+ *
+ * A cancel or a payment is one short transaction, but it may wait for the
+ * order's or the voucher's row while another transaction holds it, so it
+ * runs as a task of the purchase engine (engine/engine.h). A cancel gives
+ * the unit back to the stock; every instance's voucher cache then hears
+ * that the voucher may sell again.
+ *
+ * An async sale's order (async/async.h) is pending between its sale and
+ * the moment the writer puts it into MySQL: read, alone or in the buyer's
+ * list, it shows as it will be written; it cannot be cancelled or paid
+ * until then (a second later it is an ordinary unpaid order).
+ */
+#include "sale/internal.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async/async.h"
+#include "common/metrics.h"
+#include "common/util.h"
+
+/* What the writer will store for an order sold at accepted_ms: created
+ * then, to be paid within the pay timeout. */
+static void pending_times(const struct sale *s, int64_t accepted_ms,
+                          struct store_order *o)
+{
+    unsigned pay_s = s->cfg.store->pay_timeout_s;
+
+    o->status = ORDER_UNPAID;
+    o->created = accepted_ms / 1000;
+    o->pay_deadline_ms =
+        accepted_ms +
+        1000 * (int64_t)(pay_s ? pay_s : STORE_PAY_TIMEOUT_DEFAULT_S);
+}
+
+/*
+ * Whether order_id is an async sale's order on its way to MySQL: 0 with
+ * *o filled, -ENOENT, or -errno. Looked up after MySQL said no, in every
+ * sale with orders on their way (the index of sales with work): the
+ * writer drops the pending record only once the order is committed, so
+ * "not pending" means "in MySQL now, or never sold".
+ */
+static int pending_find(const struct sale *s, struct store *st,
+                        int64_t order_id, struct store_order *o)
+{
+    redisContext *rc = store_redis(st);
+    int64_t accepted_ms = 0;
+    int err;
+
+    if (!rc)
+        return -ENOTCONN;
+    memset(o, 0, sizeof(*o));
+    o->id = order_id;
+    err = async_pending_find(rc, order_id, &o->voucher_id, &o->user_id,
+                             &accepted_ms);
+    pending_times(s, accepted_ms, o);
+    return err;
+}
+
+/* Read order_id: from MySQL, or pending on its way there (*pending); a
+ * pending order reads even while MySQL is away. */
+static int order_read(const struct sale *s, struct store *st, int64_t order_id,
+                      struct store_order *o, bool *pending)
+{
+    int err = store_order_get(st, order_id, o), perr;
+
+    *pending = false;
+    if (err == 0)
+        return 0;
+    perr = pending_find(s, st, order_id, o);
+    if (perr == 0) {
+        *pending = true;
+        return 0;
+    }
+    if (err != -ENOENT)
+        return err; /* MySQL's error, not "absent" */
+    if (perr != -ENOENT)
+        return perr;
+    /* Written between the two looks. */
+    return store_order_get(st, order_id, o);
+}
+
+/* order_read() for user_id only (0: anyone's): -ENOENT for another's. */
+static int order_find(const struct sale *s, struct store *st, int64_t order_id,
+                      int64_t user_id, struct store_order *o, bool *pending)
+{
+    int err = order_read(s, st, order_id, o, pending);
+
+    if (!err && user_id > 0 && o->user_id != user_id)
+        return -ENOENT;
+    return err;
+}
+
+int sale_order_get(struct sale *s, int64_t order_id, int64_t user_id,
+                   struct store_order *o, bool *pending)
+{
+    return order_find(s, sale__store(s), order_id, user_id, o, pending);
+}
+
+/*
+ * Append to rows (*n of them) the buyer's async orders that wait for
+ * MySQL and are not among mysql[0..m) (written between the two looks), at
+ * most max in all. Redis unreachable: none (MySQL's list still answers).
+ */
+static void pending_list(const struct sale *s, struct store *st,
+                         int64_t user_id, const struct store_order *mysql,
+                         size_t m, size_t max, struct sale_order_row *rows,
+                         size_t *n)
+{
+    struct async_pending p[16];
+    size_t found = 0;
+    redisContext *rc = store_redis(st);
+
+    if (!rc || async_pending_of_user(rc, user_id, p, sizeof(p) / sizeof(p[0]),
+                                     &found) != 0)
+        return;
+    for (size_t i = 0; i < found && *n < max; i++) {
+        struct sale_order_row *r = &rows[*n];
+        bool written = false;
+
+        for (size_t j = 0; j < m && !written; j++)
+            written = mysql[j].id == p[i].order_id;
+        if (written)
+            continue;
+        memset(r, 0, sizeof(*r));
+        r->order.id = p[i].order_id;
+        r->order.user_id = user_id;
+        r->order.voucher_id = p[i].voucher_id;
+        pending_times(s, p[i].accepted_ms, &r->order);
+        r->pending = true;
+        (*n)++;
+    }
+}
+
+int sale_orders_list(struct sale *s, int64_t user_id, unsigned limit,
+                     struct sale_order_row **rows, size_t *n)
+{
+    struct store *st = sale__store(s);
+    struct store_order *items;
+    size_t m;
+    int err;
+
+    *rows = NULL;
+    *n = 0;
+    err = store_order_list(st, user_id, limit, &items, &m);
+    if (err)
+        return err;
+    *rows = xcalloc(limit ? limit : 1, sizeof(**rows));
+    /* The newest first: those still on their way to MySQL, then MySQL's. */
+    pending_list(s, st, user_id, items, m, limit, *rows, n);
+    for (size_t i = 0; i < m && *n < limit; i++) {
+        (*rows)[*n].order = items[i];
+        (*rows)[(*n)++].pending = false;
+    }
+    free(items);
+    if (*n == 0) {
+        free(*rows);
+        *rows = NULL;
+    }
+    return 0;
+}
+
+void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
+                         const int64_t *orders, const int64_t *users, size_t n)
+{
+    /* Does nothing for a sync voucher. A return that fails here stays
+     * owed in MySQL, and the async writer gives it to Redis later. */
+    int err = async_units_return(st, voucher_id, orders, users, n, NULL);
+
+    if (err)
+        log_warn("async units not returned to redis yet: retried later",
+                 "voucher=%lld n=%zu err=%d", (long long)voucher_id, n, err);
+    /* The unit is back on sale: drop "sold out" on every instance. */
+    vcache_voucher_changed(s->cfg.vcache, st, voucher_id);
+}
+
+/* ---- cancel and pay, as engine tasks ---- */
+
+/* A cancel or a payment while the engine has it. */
+struct sale_order_task {
+    struct engine_task task; /* first: task_of()'s cast */
+    struct sale *sale;
+    struct sale_order_op *op;
+};
+
+static struct sale_order_task *task_of(struct engine_task *t)
+{
+    return (struct sale_order_task *)t;
+}
+
+/* Read the order and check it is the caller's (an admin's: any). */
+static int op_find(const struct sale *s, struct store *st,
+                   struct sale_order_op *op)
+{
+    int err =
+        order_find(s, st, op->order_id, op->user_id, &op->order, &op->pending);
+
+    op->found = !err;
+    return err == -ENOENT ? 0 : err;
+}
+
+/* After run(): forget the task, answer. */
+static void op_done(struct engine_task *t)
+{
+    struct sale_order_task *ot = task_of(t);
+    struct sale_order_op *op = ot->op;
+
+    if (t->err) /* the engine stopped before it ran: nothing was done */
+        op->err = t->err;
+    op->priv = NULL;
+    free(ot);
+    op->done(op);
+}
+
+static int op_start(struct sale *s, struct sale_order_op *op,
+                    void (*run)(struct engine_task *, struct store *))
+{
+    struct sale_order_task *ot = xcalloc(1, sizeof(*ot));
+    int err;
+
+    op->err = 0;
+    op->found = false;
+    op->pending = false;
+    ot->task = (struct engine_task){.run = run, .done = op_done};
+    ot->sale = s;
+    ot->op = op;
+    op->priv = ot;
+    err = engine_run(s->cfg.engine, &ot->task);
+    if (err) {
+        op->priv = NULL;
+        free(ot);
+    }
+    return err;
+}
+
+static void cancel_run(struct engine_task *t, struct store *st)
+{
+    struct sale *s = task_of(t)->sale;
+    struct sale_order_op *op = task_of(t)->op;
+
+    op->err = op_find(s, st, op);
+    if (op->err || !op->found || op->pending)
+        return;
+    op->err =
+        store_order_cancel(st, op->order_id, &op->outcome.close, &op->order);
+    if (op->err || (op->outcome.close != STORE_CLOSE_DONE &&
+                    op->outcome.close != STORE_CLOSE_ALREADY))
+        return;
+    if (op->outcome.close == STORE_CLOSE_DONE)
+        metrics_count(METRIC_ORDER_CANCELLED, 1);
+    /* Cancelled before too: a cancel whose answer was lost is retried,
+     * and its unit may not be back in Redis yet (a second return of the
+     * same order changes nothing). */
+    sale_units_returned(s, st, op->order.voucher_id, &op->order.id,
+                        &op->order.user_id, 1);
+}
+
+int sale_cancel(struct sale *s, struct sale_order_op *op)
+{
+    return op_start(s, op, cancel_run);
+}
+
+static void pay_run(struct engine_task *t, struct store *st)
+{
+    struct sale *s = task_of(t)->sale;
+    struct sale_order_op *op = task_of(t)->op;
+    int64_t amount = op->amount;
+
+    op->err = op_find(s, st, op);
+    if (op->err || !op->found || op->pending)
+        return;
+    if (amount < 0) {
+        /* The simulated provider charges the voucher's price. */
+        struct store_voucher *v = xcalloc(1, sizeof(*v));
+
+        op->err = store_voucher_get(st, op->order.voucher_id, v);
+        amount = v->pay_value;
+        free(v);
+        if (op->err)
+            return;
+    }
+    op->err = store_order_pay(st, op->order_id, amount, op->txn,
+                              &op->outcome.pay, &op->order, &op->pay_value);
+    if (op->err)
+        return;
+    switch (op->outcome.pay) {
+    case STORE_PAY_DONE:
+        metrics_count(METRIC_ORDER_PAID, 1);
+        break;
+    case STORE_PAY_LATE:
+        /* Expired by the payment itself: the unit is back on sale. */
+        metrics_count(METRIC_ORDER_EXPIRED, 1);
+        sale_units_returned(s, st, op->order.voucher_id, &op->order.id,
+                            &op->order.user_id, 1);
+        /* fall through */
+    case STORE_PAY_CLOSED:
+        metrics_count(METRIC_PAYMENT_LATE, 1);
+        log_warn("payment refused, refund it",
+                 "order=%lld txn=\"%s\" amount=%lld why=%s",
+                 (long long)op->order_id, op->txn, (long long)amount,
+                 op->outcome.pay == STORE_PAY_LATE ? "late" : "closed");
+        break;
+    case STORE_PAY_OTHER:
+        log_warn("second payment of a paid order, refund it",
+                 "order=%lld txn=\"%s\" amount=%lld", (long long)op->order_id,
+                 op->txn, (long long)amount);
+        break;
+    default:
+        break;
+    }
+}
+
+int sale_pay(struct sale *s, struct sale_order_op *op)
+{
+    return op_start(s, op, pay_run);
+}

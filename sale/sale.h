@@ -1,0 +1,320 @@
+/*
+ * sale.h - the sale: every way a flash sale changes, in one place, between
+ * the HTTP handlers above and the engine, the async mode and the stores
+ * below.
+ *
+ * A voucher is created (sale_voucher_create()), sync or async: a sync
+ * sale is decided by a MySQL transaction per batch of purchases, an async
+ * one by a Redis script, its orders carried to MySQL by a writer
+ * (async/async.h); the mode is fixed at creation. A buyer logs in with a
+ * code (sale_login_code_issue(), sale_login()) and buys
+ * (sale_buy()): what can be refused from memory (the voucher cache,
+ * sale/vcache.h) is refused at once; the rest goes through the task pool
+ * when it needs a round trip (the rate limit, the voucher's row) and to
+ * the purchase engine (engine/engine.h), whose batch functions are here
+ * (sale/batch.c). An order then ends one way: paid (sale_pay()),
+ * cancelled (sale_cancel()) or expired (sale/expiry.h); a cancelled or
+ * expired order's unit goes back on sale (sale_units_returned()). The
+ * reads (sale_order_get(), sale_orders_list(), the vouchers') show an
+ * async sale's order as pending until the writer has it in MySQL.
+ *
+ * Threads. Nothing here runs on an HTTP thread except what says it never
+ * waits: sale_buy(), sale_cancel(), sale_pay(), sale_gauges_read() and
+ * sale_job_run(). The others wait for MySQL or Redis: call them only from
+ * a job (sale_job_run()), on a thread of the task pool, where each thread
+ * has its own store. Every function is thread-safe.
+ *
+ * Errors are 0 or -errno as in store/store.h (-ENOTCONN, -EINPROGRESS, ...);
+ * business outcomes are the enums below and the store's (enum store_close,
+ * enum store_pay), never errno.
+ */
+#ifndef SECKILL_SALE_H
+#define SECKILL_SALE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/metrics.h"
+#include "store/store.h"
+
+struct engine;
+struct pool;
+struct async;
+struct lock_client;
+struct vcache;
+
+/* The most time one purchase may take from its arrival to its answer. */
+#define SALE_BUDGET_MS STORE_PURCHASE_BUDGET_MS
+
+struct sale_config {
+    const struct store_config *store;
+    /* How new seckill vouchers sell unless their creator says. */
+    enum purchase_mode mode;
+    uint32_t lock_ttl_ms;       /* lease of a buyer's purchase lock */
+    unsigned async_backlog_max; /* orders waiting for MySQL, per voucher */
+    /* What the sale works with; all must outlive it. */
+    struct engine *engine;     /* the purchase engine */
+    struct pool *pool;         /* the task pool */
+    struct async *async;       /* the writer of async sales, or NULL */
+    struct lock_client *locks; /* the buyers' purchase locks */
+    struct vcache *vcache;     /* the voucher cache, or NULL */
+};
+
+struct sale;
+
+/* The sale of cfg (copied; what it points to must outlive it). No I/O,
+ * no threads of its own. Never returns NULL. */
+struct sale *sale_new(const struct sale_config *cfg);
+/* Free s (not what its config points to). Accepts NULL. */
+void sale_free(struct sale *s);
+
+/* ---- work that waits, off the HTTP threads ---- */
+
+/*
+ * Run fn(arg, 0) on a thread of the task pool, where the calls below that
+ * wait for MySQL or Redis may be made. Returns 0, and fn runs exactly
+ * once, never inside this call (with err -ESHUTDOWN, on the stopping
+ * thread, if the pool stops before its turn: it must then only answer);
+ * or -ESHUTDOWN, and fn is not called.
+ */
+int sale_job_run(struct sale *s, void (*fn)(void *arg, int err), void *arg);
+
+/* ---- rate limits ---- */
+
+#define SALE_LIMIT_KEY_LEN 80
+
+/* The token buckets a request counts against (its client's address, its
+ * user), as the handlers choose them. */
+struct sale_limit {
+    unsigned n; /* 0..2 */
+    struct {
+        char key[SALE_LIMIT_KEY_LEN];
+        double per_s;   /* > 0 */
+        uint32_t burst; /* >= 1 */
+    } bucket[2];
+};
+
+/*
+ * Take one token from each bucket of l, or from none. True when refused:
+ * *retry_s is when to come back (>= 1). Fails open: when Redis is
+ * unreachable or answers an error, the request goes on (false), with a
+ * log line at most once a second per thread. Waits for Redis.
+ */
+bool sale_limit_take(struct sale *s, const struct sale_limit *l,
+                     unsigned *retry_s);
+
+/* ---- buyers ---- */
+
+/* A login code lives this long, and takes this many wrong tries. */
+#define SALE_CODE_TTL_S 300
+#define SALE_CODE_TRIES 5
+
+/*
+ * Issue a new six-digit login code for phone (validated by the caller)
+ * into code: it replaces the phone's earlier one. Sending it is out of
+ * scope (the handlers show it in dev mode). 0 or -errno. Waits for Redis.
+ */
+int sale_login_code_issue(struct sale *s, const char *phone, char code[7]);
+
+/*
+ * Check code against phone's, once (a match uses it up, a wrong code uses
+ * a try). 0 with *ok: true and *user_id, the phone's user (made on its
+ * first login); false, the code is wrong or expired. Or -errno. Waits for
+ * Redis and MySQL.
+ */
+int sale_login(struct sale *s, const char *phone, const char *code, bool *ok,
+               int64_t *user_id);
+
+/* ---- vouchers ---- */
+
+/*
+ * Create voucher v (validated by the caller; v->mode is used when
+ * mode_given, else the configured one) and put an async sale's state into
+ * Redis; every instance's cache hears of the new id. Sets v->id. 0;
+ * -EPERM, an async sale this instance may not sell (its Redis may lose
+ * acknowledged writes), nothing written; or -errno. Waits.
+ */
+int sale_voucher_create(struct sale *s, struct store_voucher *v,
+                        bool mode_given);
+
+/* store_voucher_get(), store_voucher_list(), store_voucher_stats(), on
+ * this thread's store. Wait. */
+int sale_voucher_get(struct sale *s, int64_t id, struct store_voucher *v);
+int sale_vouchers_list(struct sale *s, int64_t shop_id, unsigned limit,
+                       struct store_voucher **items, size_t *n);
+int sale_voucher_stats(struct sale *s, int64_t id,
+                       struct store_voucher_stats *out);
+
+/* ---- the purchase ---- */
+
+enum sale_outcome {
+    SALE_ORDERED,      /* order order_id is committed in MySQL */
+    SALE_PENDING,      /* an async sale sold it: order order_id is on its
+                        * way to MySQL (the writer will write it) */
+    SALE_NOT_FOUND,    /* no voucher with this id */
+    SALE_NOT_SECKILL,  /* not sold in a flash sale */
+    SALE_NOT_STARTED,  /* before the sale's begin */
+    SALE_ENDED,        /* at or after its end */
+    SALE_SOLD_OUT,     /* no unit left (nothing written) */
+    SALE_DUPLICATE,    /* the buyer has an order for it (nothing written) */
+    SALE_BUSY,         /* the buyer's other purchase holds the lock */
+    SALE_QUEUE_FULL,   /* too many purchases of the voucher wait: retry */
+    SALE_BACKLOG,      /* too many of an async sale's orders wait for
+                        * MySQL: retry */
+    SALE_UNCONFIRMED,  /* sold in Redis, but its replicas did not confirm
+                        * it in time: order order_id may be written, or
+                        * lost with a failover (the outcome is unknown) */
+    SALE_RATE_LIMITED, /* a bucket of the request's limit is empty */
+    SALE_FAILED,       /* err says what (nothing written unless it says):
+                        * -EAGAIN the async sale is being repaired; -EPERM
+                        * this instance may not sell async sales; -ETIME
+                        * the budget ran out; -ECANCELED it waited out its
+                        * budget before it could start; -ESHUTDOWN the
+                        * service is stopping; -EINPROGRESS the outcome is
+                        * unknown; a backend's -errno */
+};
+
+/* One purchase, owned by the caller until it is decided. */
+struct sale_buy {
+    /* Set by the caller: */
+    int64_t voucher_id;
+    int64_t user_id;
+    int64_t arrived_ms;      /* monotonic: the budget counts from here */
+    struct sale_limit limit; /* charged before any round trip */
+    /* Called once, on the calling thread inside sale_buy(), right before
+     * the purchase goes to another thread: the caller parks its request
+     * there, and the answer comes through done(). */
+    void (*park)(struct sale_buy *b);
+    /* The purchase is decided: from another thread, or from inside
+     * sale_buy() after park() when the pool or the engine refused it. */
+    void (*done)(struct sale_buy *b);
+    /* Set when it is decided: */
+    enum sale_outcome outcome;
+    int err;          /* SALE_FAILED */
+    int64_t order_id; /* SALE_ORDERED, SALE_PENDING, SALE_UNCONFIRMED */
+    unsigned retry_s; /* SALE_RATE_LIMITED */
+    /* Private to the sale layer: */
+    struct sale_purchase *priv;
+};
+
+/*
+ * Buy one unit of b->voucher_id for b->user_id. Never waits. True: decided
+ * now, from memory (b->outcome; park() and done() are not called). False:
+ * handed on: park() was called, and done() will be called exactly once.
+ */
+bool sale_buy(struct sale *s, struct sale_buy *b);
+
+/* ---- orders ---- */
+
+/*
+ * Read order order_id, from MySQL or (*pending) as an async sale's order
+ * on its way there (status unpaid, its times as they will be written); a
+ * pending order reads even while MySQL is away. user_id > 0: only that
+ * user's order (someone else's reads as absent, -ENOENT, so that ids
+ * cannot be probed); 0: any. 0, -ENOENT or -errno. Waits.
+ */
+int sale_order_get(struct sale *s, int64_t order_id, int64_t user_id,
+                   struct store_order *o, bool *pending);
+
+/* One order of a list: as sale_order_get() reads it. */
+struct sale_order_row {
+    struct store_order order;
+    bool pending;
+};
+
+/*
+ * User user_id's orders, newest first, at most limit (1..100): those on
+ * their way to MySQL first (a 202, or a purchase whose outcome was
+ * unknown: the buyer sees what became of it), then MySQL's. *rows is a
+ * new array of *n (free(3) it; NULL when empty). Redis unreachable: MySQL's
+ * alone. 0 or -errno. Waits.
+ */
+int sale_orders_list(struct sale *s, int64_t user_id, unsigned limit,
+                     struct sale_order_row **rows, size_t *n);
+
+#define SALE_TXN_MAX 64
+
+/* A cancel or a payment, owned by the caller until done() is called. */
+struct sale_order_op {
+    /* Set by the caller: */
+    int64_t order_id;
+    int64_t user_id; /* > 0: only this user's order; 0: any (an admin) */
+    /* A payment's: */
+    int64_t amount;             /* cents; < 0: the voucher's price (a simulated
+                                 * provider) */
+    char txn[SALE_TXN_MAX + 1]; /* the provider's transaction id */
+    void (*done)(struct sale_order_op *op);
+    /* Set before done() is called: */
+    int err;      /* -errno of the backends; the rest then unset */
+    bool found;   /* false: no such order (or someone else's) */
+    bool pending; /* an async sale's order not in MySQL yet: it cannot be
+                   * cancelled or paid for a moment */
+    union {
+        enum store_close close; /* a cancel's */
+        enum store_pay pay;     /* a payment's */
+    } outcome;
+    struct store_order order; /* as it is now */
+    int64_t pay_value;        /* a payment's: the voucher's price */
+    /* Private to the sale layer: */
+    struct sale_order_task *priv;
+};
+
+/*
+ * Cancel op->order_id: unpaid, it is cancelled and its unit goes back on
+ * sale (STORE_CLOSE_DONE; a second cancel answers STORE_CLOSE_ALREADY).
+ * Or record the payment op->txn of op->amount for it (enum store_pay: a
+ * late or second payment is refused and logged as one to refund). Never
+ * waits: the work runs on the purchase engine (it may wait for a row
+ * another transaction holds). 0: done() will be called exactly once, from
+ * an engine thread; or -ESHUTDOWN, refused at once (done() is not called).
+ */
+int sale_cancel(struct sale *s, struct sale_order_op *op);
+int sale_pay(struct sale *s, struct sale_order_op *op);
+
+/*
+ * Orders orders[0..n) of users[0..n) of voucher_id were closed (cancelled,
+ * expired) and their units are back in MySQL's stock: give them back to
+ * an async sale's Redis state too (the buyer may buy again; once per
+ * order, however often this is called), and tell every instance's voucher
+ * cache that the voucher sells again. With st, the calling thread's store
+ * (an engine thread's, the expiry's). Waits.
+ */
+void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
+                         const int64_t *orders, const int64_t *users, size_t n);
+
+/* ---- how the instance is doing ---- */
+
+/* The backends a sale needs, as /readyz reports them. */
+struct sale_health {
+    bool mysql_ok, redis_ok;
+    int lock_err;             /* 0, or the lock backend's ping error */
+    const char *lock_backend; /* "redis", "zookeeper", ... ("none") */
+    bool replica;             /* a read replica is configured */
+    const char *replica_why;  /* its state: "ok", "lagging", "down", ... */
+};
+
+/* Ping MySQL and Redis on this thread's store and the lock backend. Waits. */
+void sale_health_check(struct sale *s, struct sale_health *h);
+
+/* The deepest queues and backlogs shown by sale_gauges_read(). */
+#define SALE_GAUGES_TOP 5
+
+/* What /metrics shows of the sale's machinery. */
+struct sale_gauges {
+    int64_t queue_ids[SALE_GAUGES_TOP];
+    unsigned queue_depths[SALE_GAUGES_TOP];
+    int64_t backlog_ids[SALE_GAUGES_TOP];
+    unsigned backlog_depths[SALE_GAUGES_TOP];
+};
+
+/*
+ * Fill x's gauges (everything but the routes): the deepest purchase
+ * queues, the queues and per-voucher states kept, the async backlogs and
+ * the writer's lag, the read replica; g holds the arrays x points to.
+ * Never waits (no I/O).
+ */
+void sale_gauges_read(struct sale *s, struct sale_gauges *g,
+                      struct metrics_extra *x);
+
+#endif
