@@ -2,7 +2,8 @@
 #
 #   make run       install deps, start private MariaDB + Redis, build, serve :8080
 #   make test      the same set-up on a test database, then every test, plain
-#                  and under SANITIZE=address,undefined
+#                  and under SANITIZE=address,undefined, and the layering
+#                  test (make layering)
 #   make services  only start MariaDB + Redis and write .run/env
 #   make stop      stop them
 #   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
@@ -92,7 +93,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
-        format-check clean soak soak-build
+        format-check clean soak soak-build layering
 
 all: build
 
@@ -149,6 +150,7 @@ run: services
 test: services
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
+	@tests/layering/check.sh build
 	@$(MAKE) --no-print-directory check-dockerfile
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
@@ -167,6 +169,11 @@ check-dockerfile: build
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)
+
+# The folders call down, never back up (tests/layering/check.sh): from the
+# include graph and nm on the objects of $(BUILD).
+layering: build
+	@tests/layering/check.sh $(BUILD)
 
 test-it: services tests
 	@scripts/services.sh reset-test

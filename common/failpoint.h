@@ -22,17 +22,17 @@
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
  *   SECKILL_FAILPOINTS="async_sale_drop=fail%1000,unit_return_skip=fail@2"
  *
- * The points: after_lock (engine/engine.c, a batch's locks are held),
- * after_update (store/batch.c and orders.c, the stock UPDATE ran, no
+ * The points: after_lock (sale/batch.c, a batch's locks are held),
+ * after_update (store/purchase.c, the stock UPDATE ran, no
  * COMMIT yet), after_commit (COMMIT succeeded, no reply yet),
  * expire_before_commit (store/lifecycle.c, an expiry batch closed its
  * orders and has not committed), expire_after_commit, and those of the
- * asynchronous mode: async_after_script (engine/engine.c, Redis sold a
+ * asynchronous mode: async_after_script (sale/batch.c, Redis sold a
  * batch, no reply yet), async_write_before_commit (store/async_orders.c, a
  * writer's batch is inserted and the stock row updated, no COMMIT yet),
  * async_write_after_commit (async/writer.c, the batch is committed,
  * not yet acknowledged in the stream) and async_before_preheat
- * (handlers/vouchers.c, a new async voucher is committed in MySQL and
+ * (sale/vouchers.c, a new async voucher is committed in MySQL and
  * its sale not yet put into Redis).
  * Points that can fail: cancel_commit_unanswered and
  * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
@@ -41,7 +41,7 @@
  * return of its unit to an async sale in Redis fails as if Redis had
  * refused it). Two more plant bugs on purpose, for a checker that must
  * notice them (make soak SOAK_CANARY=1): async_sale_drop
- * (engine/engine.c: a purchase of an async sale is answered 202 without
+ * (sale/batch.c: a purchase of an async sale is answered 202 without
  * going to the sale's script, so its order never reaches the stream)
  * and unit_return_skip (async/scripts.c: one order's unit is taken as
  * given back to the sale's Redis state, and no longer owed, without

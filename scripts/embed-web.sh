@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # embed-web.sh - compile the pages into C: write the web_files[] table of
-# handlers/internal.h, one entry per file, sorted by URL path.
+# handlers/web.h, one entry per file, sorted by URL path.
 #
 #   scripts/embed-web.sh OUT.c
 #

@@ -1,9 +1,10 @@
 /*
  * fuzz.h - what the libFuzzer harnesses share: a driver that runs one HTTP
- * request through the service's own request code (handlers/http.c's
- * on_request, with a fake libmicrohttpd connection), a fake backend in
- * place of store/, lock/ and idgen/ whose outcomes a script chooses, and
- * the checks every reply must pass.
+ * request through the service's own request code (handlers/dispatch.c's
+ * access handler, with a fake libmicrohttpd connection) and the real
+ * sale layer, a fake backend in place of what lies below it (store/, the
+ * engine and the task pool, async/, lock/, idgen/) whose outcomes a
+ * script chooses, and the checks every reply must pass.
  *
  * Only for the fuzz builds (make fuzz): nothing here is linked into
  * seckilld or the tests.

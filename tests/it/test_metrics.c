@@ -291,7 +291,7 @@ static void test_purchases(void **state)
                 3);
     assert_true(lock_outcome(&b, "busy") == lock_outcome(&a, "busy"));
     assert_true(lock_outcome(&b, "error") == lock_outcome(&a, "error"));
-    /* Purchase outcomes (counted in handlers/seckill.c and store/). */
+    /* Purchase outcomes (counted in sale/ and store/). */
     assert_true(purchases(&b, "ok") - purchases(&a, "ok") == 2);
     assert_true(purchases(&b, "duplicate") - purchases(&a, "duplicate") == 1);
     assert_true(purchases(&b, "sold_out") + purchases(&b, "sold_out_cached") -

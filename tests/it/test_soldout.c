@@ -1,5 +1,5 @@
 /*
- * test_soldout.c - the voucher cache of the purchase (handlers/vcache.c):
+ * test_soldout.c - the voucher cache of the purchase (sale/vcache.c):
  * once a voucher is sold out (or not started, ended, not a seckill
  * voucher, or does not exist), purchases are refused from memory without
  * MySQL or Redis, and not charged to the rate limiter; when stock comes

@@ -23,7 +23,10 @@
 #      or its object references a symbol named store_*, async_* or
 #      engine_*: the handlers speak HTTP and reach everything below
 #      through the sale layer (sale/sale.h). The server's assembly is in
-#      cmd/server.c, outside handlers/, so nothing here is exempt.
+#      cmd/server.c, outside handlers/, so nothing here is exempt;
+#   5. the folders' arrows differ from the table of docs/architecture.md
+#      ("| from | to |": every arrow between folders but those to
+#      common/), so that the document keeps matching the code.
 #
 # lock/ is a library of its own (docs/locks.md): its files are one node of
 # the call graph here (LIBRARIES below), so that its internal arrows, which
@@ -192,6 +195,30 @@ awk '$1 == "U" && $2 ~ /^handlers\// && $3 ~ /^(store|async|engine)_/ {
 if [[ -s $work/c4 ]]; then
     fail=1
     cat "$work/c4"
+fi
+
+# 5. the arrows docs/architecture.md draws
+doc=docs/architecture.md
+awk '/^\| from \| to \|/ { t = 1; next } t && !/^\|/ { exit }
+     t && /^\|[^-]/ {
+         split($0, col, "|")
+         nf = split(col[2], f, "`"); nt = split(col[3], g, "`")
+         for (i = 2; i <= nf; i += 2)
+             for (j = 2; j <= nt; j += 2) {
+                 a = f[i]; b = g[j]; sub("/$", "", a); sub("/$", "", b)
+                 if (b != "common") print a, b
+             }
+     }' "$doc" | sort -u > "$work/doc_arrows"
+awk '$1 != $2 && $2 != "common"' "$work/folders" | sort -u > "$work/code_arrows"
+if [[ ! -s $work/doc_arrows ]]; then
+    fail=1
+    echo "layering: $doc has no table of arrows (| from | to |)"
+elif ! cmp -s "$work/doc_arrows" "$work/code_arrows"; then
+    fail=1
+    comm -13 "$work/doc_arrows" "$work/code_arrows" |
+        sed "s|^|layering: an arrow of the code that $doc lacks: |"
+    comm -23 "$work/doc_arrows" "$work/code_arrows" |
+        sed "s|^|layering: an arrow of $doc that the code lacks: |"
 fi
 
 if ((fail)); then
