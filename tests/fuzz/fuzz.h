@@ -32,7 +32,7 @@
 void fuzz_fail(const char *file, int line, const char *cond, const char *fmt,
                ...) __attribute__((noreturn, format(printf, 4, 5)));
 
-/* The key the driver's handlers_config holds, and the "now" of tokens. */
+/* The key the driver's http_config holds, and the "now" of tokens. */
 extern const unsigned char fuzz_key[TOKEN_KEY_LEN];
 
 /* The origins the driver's configuration lets call the API (CORS). */

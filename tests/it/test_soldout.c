@@ -7,7 +7,7 @@
  * and within the TTL when the message is lost or the subscriber was away.
  *
  * The same stall shows that requests that do need MySQL or Redis wait on
- * the I/O pool, never on A's (single) HTTP thread: probes and refusals
+ * the task pool, never on A's (single) HTTP thread: probes and refusals
  * from memory go on meanwhile, and the waiting requests end in 503.
  *
  * Three instances: A reaches MySQL and Redis only through two TCP proxies
@@ -346,7 +346,7 @@ static void test_refused_without_backends(void **state)
 }
 
 /* How many requests that need MySQL or Redis wait at once: more than
- * the I/O pool has threads (two per core), so some wait for a thread. */
+ * the task pool has threads (two per core), so some wait for a thread. */
 #define STALLED 16
 /* Each is answered within the request budget (10 s; after it, 503 at
  * once when a pool thread gets to it) plus what one request started just
@@ -405,7 +405,7 @@ static void stalled_requests(int64_t v)
 /*
  * With A's MySQL and Redis stalled, STALLED requests that need them (a
  * voucher, the orders, an order, a login code, the voucher list) wait on
- * the I/O pool; meanwhile A's only HTTP thread answers probes and
+ * the task pool; meanwhile A's only HTTP thread answers probes and
  * refusals from memory at once. Those requests end in 503: when the
  * backends' I/O timeout passes, or at once when a pool thread gets to
  * one after its budget.
