@@ -762,8 +762,8 @@ const struct config_setting config_settings[] = {
      .scope = CONFIG_FOR_SERVE,
      .parse = set_pay_secret,
      FIELD(http.pay_secret),
-     .help = "64 hex characters, the payment provider's notify key; none: no "
-             "notify route",
+     .help = "the payment provider's key, 64 hex characters; without it, "
+             "no notify route",
      .doc = "64 hex characters: the payment provider's key for `POST "
             "/api/payments/notify`; without it that route does not exist"},
     {.flag = "purchase-mode",
@@ -969,7 +969,7 @@ const struct config_setting config_settings[] = {
      .min = 1,
      .max = INT64_MAX / 2,
      FIELD(tokens_first),
-     .help = "the first user"},
+     .help = "the first user id"},
     {.flag = "count",
      .arg = "M",
      .def = NULL,

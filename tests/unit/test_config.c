@@ -24,39 +24,12 @@
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
-static const char *const vars[] = {
-    "SECKILL_PORT",
-    "SECKILL_BIND",
-    "SECKILL_MYSQL_URL",
-    "SECKILL_REDIS_URL",
-    "SECKILL_SECRET",
-    "SECKILL_THREADS",
-    "SECKILL_ENGINE_THREADS",
-    "SECKILL_QUEUE_MAX",
-    "SECKILL_IDLE_FREE_S",
-    "SECKILL_LOCK_TTL_MS",
-    "SECKILL_LOCK_URL",
-    "SECKILL_DEV",
-    "SECKILL_RATE_USER",
-    "SECKILL_RATE_IP",
-    "SECKILL_CONN_TIMEOUT_S",
-    "SECKILL_MAX_CONN",
-    "SECKILL_MAX_CONN_PER_IP",
-    "SECKILL_BATCH_MAX",
-    "SECKILL_BATCH_LINGER_US",
-    "SECKILL_STOCK_SEGMENTS",
-    "SECKILL_SOLDOUT_TTL_MS",
-    "SECKILL_CORS_ORIGINS",
-    "SECKILL_ASYNC_REPLICAS",
-    "SECKILL_ASYNC_WAIT_MS",
-    "SECKILL_ASYNC_LOOKBACK_S",
-};
-
 static int reset_env(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        unsetenv(vars[i]);
+    for (size_t i = 0; i < config_settings_count; i++)
+        if (config_settings[i].env)
+            unsetenv(config_settings[i].env);
     setenv("SECKILL_MYSQL_URL", "mysql://u:p@127.0.0.1:13306/db", 1);
     setenv("SECKILL_REDIS_URL", "redis://127.0.0.1:16379/1", 1);
     setenv("SECKILL_SECRET", SECRET, 1);
