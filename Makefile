@@ -139,9 +139,8 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
-LD ?= ld
 OBJCOPY ?= objcopy
-LOCK_VERSION := 1.0.0
+LOCK_VERSION ?= 1.0.0
 # What the archive needs besides itself: seckill-lock.pc's Requires and
 # Libs (it has no shared library, so they are not .private), and the
 # example's link line here.
