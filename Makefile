@@ -23,6 +23,13 @@
 #                  live traffic (part of make test; tests/web/run.sh)
 #   make openapi   write docs/openapi.json (served at /openapi.json) from
 #                  docs/openapi.yaml
+#   make config-docs write the README's configuration table and the man page
+#                  docs/seckilld.8 from the settings table of cmd/config.c
+#   make lock-lib  the lock library: libseckill-lock.a and its example
+#                  (docs/locks.md); make install puts the archive, its
+#                  header and seckill-lock.pc under DESTDIR/PREFIX
+#                  (/usr/local); make test-lock-lib builds the example from
+#                  such an installation and runs it (part of make test)
 #
 # Variables: SANITIZE=address,undefined builds into build/san with sanitizers;
 # WERROR=0 turns warnings back into warnings; V=1 shows compiler commands.
@@ -78,7 +85,7 @@ WEB_GEN := build/gen/web_files.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
-           cmd/config.c cmd/server.c $(WEB_GEN)
+           cmd/config.c cmd/config_doc.c cmd/server.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -93,9 +100,9 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
-        format-check clean soak soak-build layering
+        format-check clean soak soak-build layering config-docs
 
-all: build
+all: build lock-lib
 
 build: $(BUILD)/seckilld
 
@@ -129,6 +136,82 @@ $(BUILD)/tests/it_%: $(BUILD)/obj/tests/it/%.o $(IT_HELPER_OBJ) $(LIB_OBJ)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
+# ---- the lock library: lock/ for programs other than seckilld ----
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+OBJCOPY ?= objcopy
+LOCK_VERSION ?= 1.0.0
+# What the archive needs besides itself: seckill-lock.pc's Requires and
+# Libs (it has no shared library, so they are not .private), and the
+# example's link line here.
+LOCK_REQUIRES := hiredis libmariadb libsodium
+LOCK_LIBS := -lzookeeper_mt -lpthread
+
+# lock/ and the helpers of common/ it calls (URL parser, Redis connect and
+# scripts, MariaDB/MySQL flavours, allocation and logging), linked into one
+# object whose only global symbols are lock.h's functions (lock_*; the
+# internal lock__* and the helpers become local), so that a program with a
+# log_write or url_parse of its own links. seckilld links the same objects
+# directly, sharing the helpers with the rest of the service.
+LOCK_LIB_SRC := $(wildcard lock/*.c) common/redis_conn.c common/sqlflavour.c \
+                common/url.c common/util.c
+LOCK_LIB_OBJ := $(LOCK_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LOCK_LIB := $(BUILD)/lib/libseckill-lock.a
+LOCK_EXAMPLE := $(BUILD)/lock/examples/lock_example
+
+.PHONY: lock-lib install test-lock-lib
+
+lock-lib: $(LOCK_LIB) $(LOCK_EXAMPLE)
+
+$(LOCK_LIB): $(LOCK_LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  AR  $@"
+	$(Q)mkdir -p $(BUILD)/obj/lock-lib
+	$(Q)$(LD) -r -o $(BUILD)/obj/lock-lib/all.o $^
+	$(Q)$(OBJCOPY) --wildcard --keep-global-symbol='lock_[!_]*' \
+	    $(BUILD)/obj/lock-lib/all.o $(BUILD)/obj/lock-lib/seckill-lock.o
+	$(Q)rm -f $@ && $(AR) rcs $@ $(BUILD)/obj/lock-lib/seckill-lock.o
+
+# The example includes <seckill/lock.h>, as from an installation.
+$(BUILD)/include/seckill/lock.h: lock/lock.h
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+
+# With the example's own flags, not the service's: what its users will have.
+$(LOCK_EXAMPLE): lock/examples/lock_example.c $(BUILD)/include/seckill/lock.h \
+                 $(LOCK_LIB)
+	@mkdir -p $(@D)
+	@echo "  CC  $@"
+	$(Q)$(CC) -std=c11 $(WARN) $(SANFLAGS) $(CFLAGS) -I$(BUILD)/include \
+	    -o $@ $< $(LOCK_LIB) $(shell pkg-config --libs $(LOCK_REQUIRES)) \
+	    $(LOCK_LIBS)
+
+# The archive, lock.h as <seckill/lock.h> and seckill-lock.pc, under
+# DESTDIR (for packaging) and PREFIX (or LIBDIR, INCLUDEDIR, PKGCONFIGDIR).
+install: $(LOCK_LIB)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/seckill \
+	    $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 $(LOCK_LIB) $(DESTDIR)$(LIBDIR)/libseckill-lock.a
+	install -m 644 lock/lock.h $(DESTDIR)$(INCLUDEDIR)/seckill/lock.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(LOCK_VERSION)|g' \
+	    -e 's|@REQUIRES@|$(LOCK_REQUIRES)|g' -e 's|@LIBS@|$(LOCK_LIBS)|g' \
+	    lock/seckill-lock.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/seckill-lock.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/seckill-lock.pc
+
+# The example built from a scratch installation with pkg-config's flags
+# only, then run against the private servers (tests/lock-lib/run.sh),
+# plain and under the sanitizers.
+test-lock-lib: services
+	@$(MAKE) --no-print-directory lock-lib
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined lock-lib
+	@tests/lock-lib/run.sh build
+	@tests/lock-lib/run.sh build/san
+
 # ---- the private servers ----
 
 deps:
@@ -154,6 +237,7 @@ test: services
 	@$(MAKE) --no-print-directory check-dockerfile
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
+	@$(MAKE) --no-print-directory test-lock-lib
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
 
@@ -390,6 +474,13 @@ fuzz: fuzz-build
 
 fuzz-smoke:
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=5
+
+# ---- the settings' documents ----
+
+# The README's configuration table and docs/seckilld.8, written from the
+# settings table of cmd/config.c (test_config fails while they differ).
+config-docs: build
+	@scripts/config-docs.sh $(BUILD)/seckilld
 
 # ---- style ----
 

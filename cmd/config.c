@@ -1,10 +1,14 @@
 /*
  * config.c - settings from SECKILL_* variables and --flags, validated up
- * front so that a bad setting is one clear line at start-up.
+ * front so that a bad setting is one clear line at start-up. Every setting
+ * is one row of config_settings[] below: its names, default, parser and
+ * range, and the texts that config_doc.c writes into --help, the README and
+ * the man page.
  */
 #include "cmd/config.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -13,235 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmd/config_table.h"
 #include "common/redis.h"
 #include "common/url.h"
 #include "common/util.h"
-
-const char config_usage[] =
-    "usage: seckilld [serve] [options]\n"
-    "       seckilld token --user ID [--admin] [--ttl SECONDS]\n"
-    "       seckilld tokens --first N --count M [--ttl SECONDS]\n"
-    "\n"
-    "Every option is also an environment variable; the flag wins.\n"
-    "  --port N            SECKILL_PORT         listen port (8080)\n"
-    "  --bind ADDR         SECKILL_BIND         listen address (127.0.0.1)\n"
-    "  --mysql-url URL     SECKILL_MYSQL_URL    "
-    "mysql://user:pass@host:port/db (required)\n"
-    "  --redis-url URL     SECKILL_REDIS_URL    "
-    "redis://[:pass@]host:port/db or\n"
-    "                                           "
-    "redis-sentinel://h1:p1,h2:p2/master/db\n"
-    "                                           "
-    "(required)\n"
-    "  --secret HEX        SECKILL_SECRET       "
-    "64 hex chars, the token signing key (required)\n"
-    "  --threads N         SECKILL_THREADS      "
-    "HTTP threads (one per core, at least 2)\n"
-    "  --engine-threads N  SECKILL_ENGINE_THREADS\n"
-    "                                           "
-    "purchase engine threads (2 per core)\n"
-    "  --queue-max N       SECKILL_QUEUE_MAX    "
-    "purchases waiting per voucher; more get\n"
-    "                                           "
-    "429 BUSY at once (20000)\n"
-    "  --idle-free-s N     SECKILL_IDLE_FREE_S  "
-    "free a voucher's queue and state after\n"
-    "                                           "
-    "N s unused, 1..86400 (60)\n"
-    "  --lock-ttl-ms N     SECKILL_LOCK_TTL_MS  "
-    "per-user purchase lock lease (10000)\n"
-    "  --lock-url URL      SECKILL_LOCK_URL     "
-    "lock backend: redis://, redis-sentinel://,\n"
-    "                                           "
-    "redlock://, mysql://, zookeeper:// (the\n"
-    "                                           "
-    "Redis URL)\n"
-    "  --dev[=0|1]         SECKILL_DEV          "
-    "1: echo login codes in responses (0)\n"
-    "  --rate-user R,B     SECKILL_RATE_USER    "
-    "per-user token bucket: R a second,\n"
-    "                                           "
-    "burst B; 0 off (20,40)\n"
-    "  --rate-ip R,B       SECKILL_RATE_IP      "
-    "the same per client address (0)\n"
-    "  --conn-timeout-s N  SECKILL_CONN_TIMEOUT_S\n"
-    "                                           "
-    "idle timeout, request deadline (30)\n"
-    "  --max-conn N        SECKILL_MAX_CONN     "
-    "open connections in all (60000)\n"
-    "  --max-conn-per-ip N SECKILL_MAX_CONN_PER_IP\n"
-    "                                           "
-    "per client address; 0 off (0)\n"
-    "  --soldout-ttl-ms N  SECKILL_SOLDOUT_TTL_MS\n"
-    "                                           "
-    "trust a cached sold-out flag this long;\n"
-    "                                           "
-    "0: no voucher cache (1000)\n"
-    "  --batch-max N       SECKILL_BATCH_MAX    "
-    "purchases of a voucher merged into one\n"
-    "                                           "
-    "transaction, 1..256; 1 off (64)\n"
-    "  --batch-linger-us N SECKILL_BATCH_LINGER_US\n"
-    "                                           "
-    "a batch waits this long for more (0)\n"
-    "  --stock-segments N  SECKILL_STOCK_SEGMENTS\n"
-    "                                           "
-    "new vouchers' stock in N rows, 1..64 (1)\n"
-    "  --cors-origins LIST SECKILL_CORS_ORIGINS\n"
-    "                                           "
-    "web pages on these origins may call the\n"
-    "                                           "
-    "API: https://a.example,http://b:3000;\n"
-    "                                           "
-    "empty: off ()\n"
-    "  --pay-timeout-s N   SECKILL_PAY_TIMEOUT_S\n"
-    "                                           "
-    "an unpaid order expires after N s (900)\n"
-    "  --pay-secret HEX    SECKILL_PAY_SECRET   "
-    "64 hex chars, the payment provider's\n"
-    "                                           "
-    "notify key; none: no notify route\n"
-    "  --purchase-mode M   SECKILL_PURCHASE_MODE\n"
-    "                                           "
-    "sync or async: how new flash sales sell\n"
-    "                                           "
-    "unless created with purchaseMode (sync)\n"
-    "  --async-backlog-max N\n"
-    "                      SECKILL_ASYNC_BACKLOG_MAX\n"
-    "                                           "
-    "an async sale's orders waiting for MySQL\n"
-    "                                           "
-    "beyond which purchases get 429 (100000)\n"
-    "  --async-accept-loss 0|1\n"
-    "                      SECKILL_ASYNC_ACCEPT_LOSS\n"
-    "                                           "
-    "sell async on a Redis that may lose\n"
-    "                                           "
-    "acknowledged writes (0)\n"
-    "  --async-replicas N|auto\n"
-    "                      SECKILL_ASYNC_REPLICAS\n"
-    "                                           "
-    "Redis replicas that must have an async\n"
-    "                                           "
-    "batch before its 202s; 0: none (auto:\n"
-    "                                           "
-    "those the primary has, at most 1)\n"
-    "  --async-wait-ms N   SECKILL_ASYNC_WAIT_MS\n"
-    "                                           "
-    "how long they may take (200)\n"
-    "  --async-reconcile-ms N\n"
-    "                      SECKILL_ASYNC_RECONCILE_MS\n"
-    "                                           "
-    "compare async sales' Redis state with\n"
-    "                                           "
-    "MySQL every N ms (2000)\n"
-    "  --async-lookback-s N\n"
-    "                      SECKILL_ASYNC_LOOKBACK_S\n"
-    "                                           "
-    "an async sale is reconciled with MySQL\n"
-    "                                           "
-    "until N s after its end (3600)\n"
-    "  --drain-s N         SECKILL_DRAIN_S      "
-    "after SIGTERM, /readyz answers 503 and\n"
-    "                                           "
-    "serving goes on N s before the stop (5)\n"
-    "  --mysql-replica-url URL\n"
-    "                      SECKILL_MYSQL_REPLICA_URL\n"
-    "                                           "
-    "a read replica for voucher reads (none)\n"
-    "  --mysql-replica-max-lag-s N\n"
-    "                      SECKILL_MYSQL_REPLICA_MAX_LAG_S\n"
-    "                                           "
-    "skip the replica when further behind (5)\n"
-    "  --help                                   this text\n"
-    "\n"
-    "token prints one bearer token; tokens prints CSV user_id,token for\n"
-    "load tests (ttl defaults to 86400 s). Both need only the secret.\n";
-
-enum setting_id {
-    SET_PORT,
-    SET_BIND,
-    SET_MYSQL_URL,
-    SET_REDIS_URL,
-    SET_SECRET,
-    SET_THREADS,
-    SET_ENGINE_THREADS,
-    SET_QUEUE_MAX,
-    SET_IDLE_FREE,
-    SET_LOCK_TTL,
-    SET_LOCK_URL,
-    SET_DEV,
-    SET_RATE_USER,
-    SET_RATE_IP,
-    SET_CONN_TIMEOUT,
-    SET_MAX_CONN,
-    SET_MAX_CONN_PER_IP,
-    SET_SOLDOUT_TTL,
-    SET_BATCH_MAX,
-    SET_BATCH_LINGER,
-    SET_STOCK_SEGMENTS,
-    SET_CORS_ORIGINS,
-    SET_PAY_TIMEOUT,
-    SET_PAY_SECRET,
-    SET_PURCHASE_MODE,
-    SET_ASYNC_BACKLOG,
-    SET_ASYNC_ACCEPT_LOSS,
-    SET_ASYNC_REPLICAS,
-    SET_ASYNC_WAIT,
-    SET_ASYNC_RECONCILE,
-    SET_ASYNC_LOOKBACK,
-    SET_DRAIN,
-    SET_MYSQL_REPLICA_URL,
-    SET_REPLICA_MAX_LAG,
-    SET_COUNT
-};
-
-static const struct {
-    const char *flag;
-    const char *env;
-    const char *def; /* NULL: required for serving */
-} settings[SET_COUNT] = {
-    [SET_PORT] = {"port", "SECKILL_PORT", "8080"},
-    [SET_BIND] = {"bind", "SECKILL_BIND", "127.0.0.1"},
-    [SET_MYSQL_URL] = {"mysql-url", "SECKILL_MYSQL_URL", NULL},
-    [SET_REDIS_URL] = {"redis-url", "SECKILL_REDIS_URL", NULL},
-    [SET_SECRET] = {"secret", "SECKILL_SECRET", NULL},
-    [SET_THREADS] = {"threads", "SECKILL_THREADS", ""},
-    [SET_ENGINE_THREADS] = {"engine-threads", "SECKILL_ENGINE_THREADS", ""},
-    [SET_QUEUE_MAX] = {"queue-max", "SECKILL_QUEUE_MAX", "20000"},
-    [SET_IDLE_FREE] = {"idle-free-s", "SECKILL_IDLE_FREE_S", "60"},
-    [SET_LOCK_TTL] = {"lock-ttl-ms", "SECKILL_LOCK_TTL_MS", "10000"},
-    [SET_LOCK_URL] = {"lock-url", "SECKILL_LOCK_URL", ""},
-    [SET_DEV] = {"dev", "SECKILL_DEV", "0"},
-    [SET_RATE_USER] = {"rate-user", "SECKILL_RATE_USER", "20,40"},
-    [SET_RATE_IP] = {"rate-ip", "SECKILL_RATE_IP", "0"},
-    [SET_CONN_TIMEOUT] = {"conn-timeout-s", "SECKILL_CONN_TIMEOUT_S", "30"},
-    [SET_MAX_CONN] = {"max-conn", "SECKILL_MAX_CONN", "60000"},
-    [SET_MAX_CONN_PER_IP] = {"max-conn-per-ip", "SECKILL_MAX_CONN_PER_IP", "0"},
-    [SET_SOLDOUT_TTL] = {"soldout-ttl-ms", "SECKILL_SOLDOUT_TTL_MS", "1000"},
-    [SET_BATCH_MAX] = {"batch-max", "SECKILL_BATCH_MAX", "64"},
-    [SET_BATCH_LINGER] = {"batch-linger-us", "SECKILL_BATCH_LINGER_US", "0"},
-    [SET_STOCK_SEGMENTS] = {"stock-segments", "SECKILL_STOCK_SEGMENTS", "1"},
-    [SET_CORS_ORIGINS] = {"cors-origins", "SECKILL_CORS_ORIGINS", ""},
-    [SET_PAY_TIMEOUT] = {"pay-timeout-s", "SECKILL_PAY_TIMEOUT_S", "900"},
-    [SET_PAY_SECRET] = {"pay-secret", "SECKILL_PAY_SECRET", ""},
-    [SET_PURCHASE_MODE] = {"purchase-mode", "SECKILL_PURCHASE_MODE", "sync"},
-    [SET_ASYNC_BACKLOG] = {"async-backlog-max", "SECKILL_ASYNC_BACKLOG_MAX",
-                           "100000"},
-    [SET_ASYNC_ACCEPT_LOSS] = {"async-accept-loss", "SECKILL_ASYNC_ACCEPT_LOSS",
-                               "0"},
-    [SET_ASYNC_REPLICAS] = {"async-replicas", "SECKILL_ASYNC_REPLICAS", "auto"},
-    [SET_ASYNC_WAIT] = {"async-wait-ms", "SECKILL_ASYNC_WAIT_MS", "200"},
-    [SET_ASYNC_RECONCILE] = {"async-reconcile-ms", "SECKILL_ASYNC_RECONCILE_MS",
-                             "2000"},
-    [SET_ASYNC_LOOKBACK] = {"async-lookback-s", "SECKILL_ASYNC_LOOKBACK_S",
-                            "3600"},
-    [SET_DRAIN] = {"drain-s", "SECKILL_DRAIN_S", "5"},
-    [SET_MYSQL_REPLICA_URL] = {"mysql-replica-url", "SECKILL_MYSQL_REPLICA_URL",
-                               ""},
-    [SET_REPLICA_MAX_LAG] = {"mysql-replica-max-lag-s",
-                             "SECKILL_MYSQL_REPLICA_MAX_LAG_S", "5"},
-};
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -253,19 +32,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -EINVAL;
-}
-
-/* A 0/1 setting ("true"/"false" too; empty: 0). */
-static int parse_flag(const char *v, const char *env, bool *out, char *err,
-                      size_t errlen)
-{
-    if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
-        *out = true;
-    else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
-        *out = false;
-    else
-        return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", env, v);
-    return 0;
 }
 
 void config_free(struct config *cfg)
@@ -287,6 +53,206 @@ static int parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
     if (errno || end == s || *end || v < min || v > max)
         return -EINVAL;
     *out = v;
+    return 0;
+}
+
+/* Where setting s's value goes in cfg. */
+static void *setting_at(struct config *cfg, const struct config_setting *s)
+{
+    return (char *)cfg + s->off;
+}
+
+/* Store v into s's field, a bool or an integer of 2, 4 or 8 bytes (the
+ * parser has checked that v fits). */
+static void setting_store(struct config *cfg, const struct config_setting *s,
+                          int64_t v)
+{
+    void *p = setting_at(cfg, s);
+
+    switch (s->size) {
+    case sizeof(bool):
+        *(bool *)p = v != 0;
+        break;
+    case sizeof(uint16_t):
+        *(uint16_t *)p = (uint16_t)v;
+        break;
+    case sizeof(uint32_t):
+        *(uint32_t *)p = (uint32_t)v;
+        break;
+    case sizeof(int64_t):
+        *(int64_t *)p = v;
+        break;
+    default:
+        assert(!"a number setting's field is 1, 2, 4 or 8 bytes");
+    }
+}
+
+/* s's range in words, for a message: "1..86400 seconds". */
+static void range_words(const struct config_setting *s, char *buf, size_t n)
+{
+    if (s->max >= INT64_MAX / 2)
+        snprintf(buf, n, "%s",
+                 s->min == 1 ? "a positive integer" : "a whole number");
+    else
+        snprintf(buf, n, "%lld..%lld%s%s", (long long)s->min, (long long)s->max,
+                 s->unit ? " " : "", s->unit ? s->unit : "");
+}
+
+/* A whole number in s's range. */
+static int set_int(struct config *cfg, const struct config_setting *s,
+                   const char *name, const char *v, char *err, size_t errlen)
+{
+    char range[64];
+    int64_t n;
+
+    if (parse_int(v, s->min, s->max, &n)) {
+        range_words(s, range, sizeof(range));
+        return fail(err, errlen, "%s: must be %s (got \"%s\")", name, range, v);
+    }
+    setting_store(cfg, s, n);
+    return 0;
+}
+
+/* A 0/1 setting ("true"/"false" too; empty: 0). */
+static int set_bool(struct config *cfg, const struct config_setting *s,
+                    const char *name, const char *v, char *err, size_t errlen)
+{
+    if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+        setting_store(cfg, s, 1);
+    else if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 || !v[0])
+        setting_store(cfg, s, 0);
+    else
+        return fail(err, errlen, "%s: must be 0 or 1 (got \"%s\")", name, v);
+    return 0;
+}
+
+/* Text kept as given (it points into the environment, argv or the table);
+ * empty: NULL. */
+static int set_text(struct config *cfg, const struct config_setting *s,
+                    const char *name, const char *v, char *err, size_t errlen)
+{
+    (void)name;
+    (void)err;
+    (void)errlen;
+    assert(s->size == sizeof(const char *));
+    *(const char **)setting_at(cfg, s) = v[0] ? v : NULL;
+    return 0;
+}
+
+static long cores_online(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return cores < 1 ? 1 : cores;
+}
+
+/* HTTP threads only parse, route and reply (purchases wait in the engine,
+ * not on them): by default one per core, two at least so that one
+ * request's own short round trip never stalls all the others. */
+static int set_http_threads(struct config *cfg, const struct config_setting *s,
+                            const char *name, const char *v, char *err,
+                            size_t errlen)
+{
+    long cores = cores_online();
+
+    if (!v[0]) {
+        setting_store(cfg, s, cores < 2 ? 2 : cores);
+        return 0;
+    }
+    return set_int(cfg, s, name, v, err, errlen);
+}
+
+/* Engine threads each run one batch of one voucher at a time: by default
+ * two per core. */
+static int set_engine_threads(struct config *cfg,
+                              const struct config_setting *s, const char *name,
+                              const char *v, char *err, size_t errlen)
+{
+    if (!v[0]) {
+        setting_store(cfg, s, 2 * cores_online());
+        return 0;
+    }
+    return set_int(cfg, s, name, v, err, errlen);
+}
+
+/* Connections are split between the HTTP threads, so at least one each:
+ * the table puts the threads first. */
+static int set_max_conn(struct config *cfg, const struct config_setting *s,
+                        const char *name, const char *v, char *err,
+                        size_t errlen)
+{
+    int64_t n;
+
+    if (parse_int(v, s->min, s->max, &n) || n < cfg->http.threads)
+        return fail(err, errlen,
+                    "%s: must be %u..%lld, at least one per thread "
+                    "(got \"%s\")",
+                    name, cfg->http.threads, (long long)s->max, v);
+    setting_store(cfg, s, n);
+    return 0;
+}
+
+static int set_bind(struct config *cfg, const struct config_setting *s,
+                    const char *name, const char *v, char *err, size_t errlen)
+{
+    unsigned char buf[16];
+
+    if (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1)
+        return fail(err, errlen,
+                    "%s: must be an IPv4 or IPv6 address (got \"%s\")", name,
+                    v);
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
+/* 64 hex characters, into the 32-byte key at s's field. */
+static int set_key(struct config *cfg, const struct config_setting *s,
+                   const char *name, const char *v, char *err, size_t errlen)
+{
+    if (util_hex_decode(v, setting_at(cfg, s), s->size))
+        return fail(err, errlen, "%s: must be %zu hex characters", name,
+                    2 * s->size);
+    return 0;
+}
+
+/* The payment provider's key is optional: empty, no notify route. */
+static int set_pay_secret(struct config *cfg, const struct config_setting *s,
+                          const char *name, const char *v, char *err,
+                          size_t errlen)
+{
+    cfg->http.has_pay_secret = v[0] != '\0';
+    return v[0] ? set_key(cfg, s, name, v, err, errlen) : 0;
+}
+
+static int set_purchase_mode(struct config *cfg, const struct config_setting *s,
+                             const char *name, const char *v, char *err,
+                             size_t errlen)
+{
+    (void)s;
+    if (strcmp(v, "sync") == 0)
+        cfg->http.purchase_mode = PURCHASE_SYNC;
+    else if (strcmp(v, "async") == 0)
+        cfg->http.purchase_mode = PURCHASE_ASYNC;
+    else
+        return fail(err, errlen, "%s: must be sync or async (got \"%s\")", name,
+                    v);
+    return 0;
+}
+
+/* "auto" (-1: as many as the primary has, at most 1) or a count. */
+static int set_async_replicas(struct config *cfg,
+                              const struct config_setting *s, const char *name,
+                              const char *v, char *err, size_t errlen)
+{
+    int64_t n;
+
+    if (strcmp(v, "auto") == 0) {
+        setting_store(cfg, s, -1);
+        return 0;
+    }
+    if (parse_int(v, s->min, s->max, &n))
+        return fail(err, errlen, "%s: must be auto or %lld..%lld (got \"%s\")",
+                    name, (long long)s->min, (long long)s->max, v);
+    setting_store(cfg, s, n);
     return 0;
 }
 
@@ -316,23 +282,69 @@ static int parse_rate(const char *s, struct handlers_rate *r)
     return 0;
 }
 
-/* A mysql:// URL of setting env, parsed into u, into sc's mysql_*. */
-static int mysql_url(const char *env, struct url *u, const char *url,
+static int set_rate(struct config *cfg, const struct config_setting *s,
+                    const char *name, const char *v, char *err, size_t errlen)
+{
+    assert(s->size == sizeof(struct handlers_rate));
+    if (parse_rate(v, setting_at(cfg, s)))
+        return fail(err, errlen,
+                    "%s: must be 0 (off) or RATE,BURST such as 20,40 "
+                    "(got \"%s\")",
+                    name, v);
+    return 0;
+}
+
+/* A mysql:// URL of setting name, parsed into u, into sc's mysql_*. */
+static int mysql_url(const char *name, struct url *u, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
     char why[160];
 
     if (url_parse(url, u, why, sizeof(why)))
-        return fail(err, errlen, "%s: %s", env, why);
+        return fail(err, errlen, "%s: %s", name, why);
     if (strcmp(u->scheme, "mysql") != 0 || u->nhosts != 1 || !u->user[0] ||
         !u->path[0] || strchr(u->path, '/') || u->nquery)
         return fail(err, errlen, "%s: expected mysql://user:pass@host:port/db",
-                    env);
+                    name);
     sc->mysql_host = u->hosts[0].host;
     sc->mysql_port = u->hosts[0].port ? u->hosts[0].port : 3306;
     sc->mysql_user = u->user;
     sc->mysql_pass = u->pass;
     sc->mysql_db = u->path;
+    return 0;
+}
+
+/* A redis:// or redis-sentinel:// URL of setting name, parsed into cfg's
+ * redis_url, into sc's redis_*. */
+static int redis_url(const char *name, struct config *cfg, const char *url,
+                     struct store_config *sc, char *err, size_t errlen)
+{
+    struct url *u = &cfg->redis_url;
+    struct redis_server rs;
+    char why[160];
+
+    if (url_parse(url, u, why, sizeof(why)))
+        return fail(err, errlen, "%s: %s", name, why);
+    if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
+        if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
+            return fail(err, errlen,
+                        "%s: expected "
+                        "redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../"
+                        "<master>[/db] with db 0..%d",
+                        name, REDIS_DB_MAX);
+    } else if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
+               redis_server_from_url(u, 0, &rs, why, sizeof(why))) {
+        return fail(err, errlen,
+                    "%s: expected "
+                    "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
+                    name, REDIS_DB_MAX);
+    }
+    sc->redis_host = rs.host;
+    sc->redis_port = rs.port;
+    sc->redis_user = rs.user;
+    sc->redis_pass = rs.pass;
+    sc->redis_db = rs.db;
+    sc->redis_sentinel = rs.sentinel;
     return 0;
 }
 
@@ -346,35 +358,37 @@ int config_mysql_url(struct config *cfg, const char *url,
 int config_redis_url(struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
-    struct url *u = &cfg->redis_url;
-    struct redis_server rs;
-    char why[160];
-
-    if (url_parse(url, u, why, sizeof(why)))
-        return fail(err, errlen, "SECKILL_REDIS_URL: %s", why);
-    if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
-        if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
-            return fail(err, errlen,
-                        "SECKILL_REDIS_URL: expected "
-                        "redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../"
-                        "<master>[/db] with db 0..%d",
-                        REDIS_DB_MAX);
-    } else if (strcmp(u->scheme, "redis") != 0 || u->nhosts != 1 || u->nquery ||
-               redis_server_from_url(u, 0, &rs, why, sizeof(why))) {
-        return fail(err, errlen,
-                    "SECKILL_REDIS_URL: expected "
-                    "redis://[[user]:pass@]host[:port][/db] with db 0..%d",
-                    REDIS_DB_MAX);
-    }
-    sc->redis_host = rs.host;
-    sc->redis_port = rs.port;
-    sc->redis_user = rs.user;
-    sc->redis_pass = rs.pass;
-    sc->redis_db = rs.db;
-    sc->redis_sentinel = rs.sentinel;
-    return 0;
+    return redis_url("SECKILL_REDIS_URL", cfg, url, sc, err, errlen);
 }
 
+static int set_mysql_url(struct config *cfg, const struct config_setting *s,
+                         const char *name, const char *v, char *err,
+                         size_t errlen)
+{
+    (void)s;
+    return mysql_url(name, &cfg->mysql_url, v, &cfg->http.store, err, errlen);
+}
+
+static int set_redis_url(struct config *cfg, const struct config_setting *s,
+                         const char *name, const char *v, char *err,
+                         size_t errlen)
+{
+    (void)s;
+    return redis_url(name, cfg, v, &cfg->http.store, err, errlen);
+}
+
+/* Optional; config_parse() gives the replica the primary's timeouts once
+ * every setting is in. */
+static int set_replica_url(struct config *cfg, const struct config_setting *s,
+                           const char *name, const char *v, char *err,
+                           size_t errlen)
+{
+    (void)s;
+    if (!v[0])
+        return 0;
+    return mysql_url(name, &cfg->mysql_replica_url, v, &cfg->replica_store, err,
+                     errlen);
+}
 /*
  * One origin as a browser writes it in its Origin header: scheme "http" or
  * "https", "://", a host in lower case (name, IPv4 or [IPv6]), and a port
@@ -454,249 +468,685 @@ static int parse_origins(const char *v, const char *env, char *err,
     }
 }
 
-static int apply(struct config *cfg, enum setting_id id, const char *v,
-                 char *err, size_t errlen)
+/* Empty or only spaces: CORS off. */
+static int set_origins(struct config *cfg, const struct config_setting *s,
+                       const char *name, const char *v, char *err,
+                       size_t errlen)
 {
-    struct handlers_config *h = &cfg->http;
-    const char *env = settings[id].env;
-    int64_t n;
-
-    switch (id) {
-    case SET_PORT:
-        if (parse_int(v, 0, 65535, &n))
-            return fail(err, errlen, "%s: must be a port 0..65535 (got \"%s\")",
-                        env, v);
-        h->port = (uint16_t)n;
-        return 0;
-    case SET_BIND: {
-        unsigned char buf[16];
-        if (inet_pton(AF_INET, v, buf) != 1 && inet_pton(AF_INET6, v, buf) != 1)
-            return fail(err, errlen,
-                        "%s: must be an IPv4 or IPv6 address (got \"%s\")", env,
-                        v);
-        h->bind = v;
-        return 0;
-    }
-    case SET_MYSQL_URL:
-        return config_mysql_url(cfg, v, &h->store, err, errlen);
-    case SET_REDIS_URL:
-        return config_redis_url(cfg, v, &h->store, err, errlen);
-    case SET_SECRET:
-        if (util_hex_decode(v, h->secret, TOKEN_KEY_LEN))
-            return fail(err, errlen, "%s: must be 64 hex characters", env);
-        return 0;
-    case SET_THREADS:
-    case SET_ENGINE_THREADS: {
-        unsigned *dst = id == SET_THREADS ? &h->threads : &h->engine_threads;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-
-        if (cores < 1)
-            cores = 1;
-        /* HTTP threads only parse, route and reply (purchases wait in the
-         * engine, not on them): one per core, two at least so that one
-         * request's own short round trip never stalls all the others.
-         * Engine threads each run one batch of one voucher at a time. */
-        if (!v[0]) {
-            *dst = (unsigned)(id == SET_THREADS ? (cores < 2 ? 2 : cores)
-                                                : 2 * cores);
-            return 0;
-        }
-        if (parse_int(v, 1, 1024, &n))
-            return fail(err, errlen, "%s: must be 1..1024 (got \"%s\")", env,
-                        v);
-        *dst = (unsigned)n;
-        return 0;
-    }
-    case SET_QUEUE_MAX:
-        if (parse_int(v, 1, 1000000, &n))
-            return fail(err, errlen, "%s: must be 1..1000000 (got \"%s\")", env,
-                        v);
-        h->queue_max = (unsigned)n;
-        return 0;
-    case SET_IDLE_FREE:
-        if (parse_int(v, 1, 86400, &n))
-            return fail(err, errlen,
-                        "%s: must be 1..86400 seconds (got \"%s\")", env, v);
-        h->idle_free_s = (unsigned)n;
-        return 0;
-    case SET_LOCK_TTL:
-        if (parse_int(v, 100, 3600000, &n))
-            return fail(err, errlen,
-                        "%s: must be 100..3600000 milliseconds (got \"%s\")",
-                        env, v);
-        h->lock_ttl_ms = (uint32_t)n;
-        return 0;
-    case SET_LOCK_URL:
-        /* Empty: the Redis URL, applied after every setting. The URL
-         * itself is checked when the lock client opens at start-up. */
-        h->lock_url = v[0] ? v : NULL;
-        return 0;
-    case SET_DEV:
-        return parse_flag(v, env, &h->dev, err, errlen);
-    case SET_ASYNC_ACCEPT_LOSS:
-        return parse_flag(v, env, &h->async_accept_loss, err, errlen);
-    case SET_PURCHASE_MODE:
-        if (strcmp(v, "sync") == 0)
-            h->purchase_mode = PURCHASE_SYNC;
-        else if (strcmp(v, "async") == 0)
-            h->purchase_mode = PURCHASE_ASYNC;
-        else
-            return fail(err, errlen, "%s: must be sync or async (got \"%s\")",
-                        env, v);
-        return 0;
-    case SET_ASYNC_REPLICAS:
-        if (strcmp(v, "auto") == 0) {
-            h->async_replicas = -1;
-            return 0;
-        }
-        if (parse_int(v, 0, 16, &n))
-            return fail(err, errlen, "%s: must be auto or 0..16 (got \"%s\")",
-                        env, v);
-        h->async_replicas = (int)n;
-        return 0;
-    case SET_ASYNC_WAIT:
-        /* Below the Redis I/O timeout (5 s): the WAIT's answer must
-         * come before the connection gives up on it. */
-        if (parse_int(v, 1, 4000, &n))
-            return fail(err, errlen,
-                        "%s: must be 1..4000 milliseconds (got \"%s\")", env,
-                        v);
-        h->async_wait_ms = (unsigned)n;
-        return 0;
-    case SET_ASYNC_BACKLOG:
-        if (parse_int(v, 1, 10000000, &n))
-            return fail(err, errlen, "%s: must be 1..10000000 (got \"%s\")",
-                        env, v);
-        h->async_backlog_max = (unsigned)n;
-        return 0;
-    case SET_ASYNC_RECONCILE:
-        if (parse_int(v, 100, 60000, &n))
-            return fail(err, errlen,
-                        "%s: must be 100..60000 milliseconds (got \"%s\")", env,
-                        v);
-        h->async_reconcile_ms = (unsigned)n;
-        return 0;
-    case SET_ASYNC_LOOKBACK:
-        if (parse_int(v, 0, 31536000, &n))
-            return fail(err, errlen,
-                        "%s: must be 0..31536000 seconds (got \"%s\")", env, v);
-        h->async_lookback_s = (unsigned)n;
-        return 0;
-    case SET_RATE_USER:
-    case SET_RATE_IP:
-        if (parse_rate(v, id == SET_RATE_USER ? &h->rate_user : &h->rate_ip))
-            return fail(err, errlen,
-                        "%s: must be 0 (off) or RATE,BURST such as 20,40 "
-                        "(got \"%s\")",
-                        env, v);
-        return 0;
-    case SET_CONN_TIMEOUT:
-        if (parse_int(v, 1, 3600, &n))
-            return fail(err, errlen, "%s: must be 1..3600 seconds (got \"%s\")",
-                        env, v);
-        h->conn_timeout_s = (unsigned)n;
-        return 0;
-    case SET_MAX_CONN:
-        /* Split between the threads, so at least one each. */
-        if (parse_int(v, 1, 1000000, &n) || n < h->threads)
-            return fail(err, errlen,
-                        "%s: must be %u..1000000, at least one per thread "
-                        "(got \"%s\")",
-                        env, h->threads, v);
-        h->max_conn = (unsigned)n;
-        return 0;
-    case SET_MAX_CONN_PER_IP:
-        if (parse_int(v, 0, 1000000, &n))
-            return fail(err, errlen, "%s: must be 0..1000000 (got \"%s\")", env,
-                        v);
-        h->max_conn_per_ip = (unsigned)n;
-        return 0;
-    case SET_SOLDOUT_TTL:
-        if (parse_int(v, 0, 60000, &n))
-            return fail(err, errlen,
-                        "%s: must be 0..60000 milliseconds (got \"%s\")", env,
-                        v);
-        h->soldout_ttl_ms = (unsigned)n;
-        return 0;
-    case SET_BATCH_MAX:
-        if (parse_int(v, 1, STORE_BATCH_MAX, &n))
-            return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
-                        STORE_BATCH_MAX, v);
-        h->store.batch_max = (unsigned)n;
-        return 0;
-    case SET_BATCH_LINGER:
-        if (parse_int(v, 0, STORE_BATCH_LINGER_MAX_US, &n))
-            return fail(err, errlen,
-                        "%s: must be 0..%d microseconds (got \"%s\")", env,
-                        STORE_BATCH_LINGER_MAX_US, v);
-        h->store.batch_linger_us = (unsigned)n;
-        return 0;
-    case SET_STOCK_SEGMENTS:
-        if (parse_int(v, 1, STORE_SEGMENTS_MAX, &n))
-            return fail(err, errlen, "%s: must be 1..%d (got \"%s\")", env,
-                        STORE_SEGMENTS_MAX, v);
-        h->store.stock_segments = (unsigned)n;
-        return 0;
-    case SET_CORS_ORIGINS:
-        if (parse_origins(v, env, err, errlen))
-            return -EINVAL;
-        h->cors_origins = v[strspn(v, " ")] ? v : NULL;
-        return 0;
-    case SET_PAY_TIMEOUT:
-        if (parse_int(v, 1, STORE_PAY_TIMEOUT_MAX_S, &n))
-            return fail(err, errlen, "%s: must be 1..%d seconds (got \"%s\")",
-                        env, STORE_PAY_TIMEOUT_MAX_S, v);
-        h->store.pay_timeout_s = (unsigned)n;
-        return 0;
-    case SET_PAY_SECRET:
-        h->has_pay_secret = v[0] != '\0';
-        if (h->has_pay_secret &&
-            util_hex_decode(v, h->pay_secret, sizeof(h->pay_secret)))
-            return fail(err, errlen, "%s: must be 64 hex characters", env);
-        return 0;
-    case SET_DRAIN:
-        if (parse_int(v, 0, 3600, &n))
-            return fail(err, errlen, "%s: must be 0..3600 seconds (got \"%s\")",
-                        env, v);
-        h->drain_s = (unsigned)n;
-        return 0;
-    case SET_MYSQL_REPLICA_URL:
-        /* Applied after every setting: the replica's config copies the
-         * primary's timeouts. */
-        if (v[0] && mysql_url(env, &cfg->mysql_replica_url, v,
-                              &cfg->replica_store, err, errlen))
-            return -EINVAL;
-        return 0;
-    case SET_REPLICA_MAX_LAG:
-        if (parse_int(v, 0, 86400, &n))
-            return fail(err, errlen,
-                        "%s: must be 0..86400 seconds (got \"%s\")", env, v);
-        h->store.replica_max_lag_s = (unsigned)n;
-        return 0;
-    case SET_COUNT:
-        break;
-    }
-    return -EINVAL;
+    if (parse_origins(v, name, err, errlen))
+        return -EINVAL;
+    return set_text(cfg, s, name, v[strspn(v, " ")] ? v : "", err, errlen);
 }
 
-/* Subcommand flags, with their values. */
-static int sub_flag(struct config *cfg, const char *name, const char *v,
-                    char *err, size_t errlen)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+/* Where a setting's value goes: .off and .size of a field of cfg. */
+#define FIELD(m)                                                               \
+    .off = offsetof(struct config, m), .size = sizeof(((struct config *)0)->m)
+
+/*
+ * Every setting, in the order of --help and the README. Values are parsed
+ * in this order too: the HTTP threads before the connection limit that
+ * must give each one at least one.
+ */
+const struct config_setting config_settings[] = {
+    {.flag = "port",
+     .env = "SECKILL_PORT",
+     .arg = "N",
+     .def = "8080",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 65535,
+     FIELD(http.port),
+     .help = "listen port",
+     .doc = "listen port ({range}; `0` picks a free one)"},
+    {.flag = "bind",
+     .env = "SECKILL_BIND",
+     .arg = "ADDR",
+     .def = "127.0.0.1",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_bind,
+     FIELD(http.bind),
+     .help = "listen address, an IPv4 or IPv6 literal",
+     .doc = "listen address (IPv4 or IPv6 literal)"},
+    {.flag = "mysql-url",
+     .env = "SECKILL_MYSQL_URL",
+     .arg = "URL",
+     .def = NULL,
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_mysql_url,
+     FIELD(http.store),
+     .help = "mysql://user:pass@host:port/db",
+     .doc = "`mysql://user:pass@host:port/db` (user and password may be "
+            "%-encoded)"},
+    {.flag = "redis-url",
+     .env = "SECKILL_REDIS_URL",
+     .arg = "URL",
+     .def = NULL,
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_redis_url,
+     FIELD(http.store),
+     .help = "redis://[:pass@]host[:port][/db] or "
+             "redis-sentinel://h1:p1,h2:p2/name/db",
+     .doc = "`redis://[[user]:pass@]host[:port][/db]`, or "
+            "`redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../<master>[/"
+            "db]` to find the master through Sentinel (sentinel port 26379 by "
+            "default; see [Redis Sentinel](#redis-sentinel))"},
+    {.flag = "secret",
+     .env = "SECKILL_SECRET",
+     .arg = "HEX",
+     .def = NULL,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_TOKEN | CONFIG_FOR_TOKENS,
+     .parse = set_key,
+     FIELD(http.secret),
+     .help = "64 hex characters, the token signing key",
+     .doc = "64 hex characters: the token signing key"},
+    {.flag = "threads",
+     .env = "SECKILL_THREADS",
+     .arg = "N",
+     .def = "",
+     .def_doc = "1 per core, at least 2",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_http_threads,
+     .min = 1,
+     .max = 1024,
+     FIELD(http.threads),
+     .help = "HTTP threads",
+     .doc = "HTTP threads ({range}): they parse, route and reply from memory, "
+            "and never wait for MySQL, Redis or a purchase"},
+    {.flag = "engine-threads",
+     .env = "SECKILL_ENGINE_THREADS",
+     .arg = "N",
+     .def = "",
+     .def_doc = "2 per core",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_engine_threads,
+     .min = 1,
+     .max = 1024,
+     FIELD(http.engine_threads),
+     .help = "purchase engine threads",
+     .doc = "purchase engine threads ({range}): each runs one batch of one "
+            "voucher at a time, with its own MySQL and Redis connection ([How "
+            "a purchase works](#how-a-purchase-works)); as many again form the "
+            "I/O pool, which runs every other request that reads or writes "
+            "MySQL or Redis (logins, vouchers, orders, the rate limiter), one "
+            "at a time each, with its own connections"},
+    {.flag = "queue-max",
+     .env = "SECKILL_QUEUE_MAX",
+     .arg = "N",
+     .def = "20000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 1000000,
+     FIELD(http.queue_max),
+     .help = "purchases waiting per voucher; more get 429 BUSY at once",
+     .doc = "purchases waiting per voucher in this instance ({range}); more "
+            "are answered 429 `BUSY` with `Retry-After: 1` at once (about a "
+            "second of selling: one instance sold 17–30k purchases/s on 2 "
+            "cores in `make bench`)"},
+    {.flag = "idle-free-s",
+     .env = "SECKILL_IDLE_FREE_S",
+     .arg = "N",
+     .def = "60",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 86400,
+     .unit = "seconds",
+     FIELD(http.idle_free_s),
+     .help = "free a voucher's queue and state after N s unused, {range}",
+     .doc = "a voucher's purchase queue and the little state kept about its "
+            "stock are freed once unused this long ({range}), and the memory "
+            "goes back to the system: a voucher bought later makes them again "
+            "(under 200 bytes a voucher; see `seckill_purchase_queues`)"},
+    {.flag = "lock-ttl-ms",
+     .env = "SECKILL_LOCK_TTL_MS",
+     .arg = "N",
+     .def = "10000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 100,
+     .max = 3600000,
+     .unit = "milliseconds",
+     FIELD(http.lock_ttl_ms),
+     .help = "per-user purchase lock lease",
+     .doc = "lease of the per-user purchase lock ({range} ms)"},
+    {.flag = "lock-url",
+     .env = "SECKILL_LOCK_URL",
+     .arg = "URL",
+     .def = "",
+     .def_doc = "the Redis URL",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_text,
+     FIELD(http.lock_url),
+     .help = "lock backend: redis://, redis-sentinel://, redlock://, mysql://, "
+             "zookeeper://",
+     .doc =
+         "backend of the purchase lock: `redis://…` or `redis-sentinel://…` "
+         "(add `?replicas=N` to wait for N replicas at each acquire), "
+         "`redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
+         "`zookeeper://host:port/path` (see [docs/locks.md](docs/locks.md))"},
+    {.flag = "dev",
+     .env = "SECKILL_DEV",
+     .arg = "0|1",
+     .def = "0",
+     .bare = "1",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_bool,
+     FIELD(http.dev),
+     .help = "1: echo login codes in responses",
+     .doc = "`1` returns login codes in responses (never in production)"},
+    {.flag = "rate-user",
+     .env = "SECKILL_RATE_USER",
+     .arg = "R,B",
+     .def = "20,40",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_rate,
+     FIELD(http.rate_user),
+     .help = "per-user token bucket: R a second, burst B; 0 off",
+     .doc =
+         "per-user token bucket `RATE,BURST`: RATE requests a second (decimals "
+         "allowed, e.g. `0.5`), up to BURST at once; `0` turns it off"},
+    {.flag = "rate-ip",
+     .env = "SECKILL_RATE_IP",
+     .arg = "R,B",
+     .def = "0",
+     .def_doc = "`0` (off)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_rate,
+     FIELD(http.rate_ip),
+     .help = "the same per client address",
+     .doc = "the same per client address (IPv6: per /64)"},
+    {.flag = "conn-timeout-s",
+     .env = "SECKILL_CONN_TIMEOUT_S",
+     .arg = "N",
+     .def = "30",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 3600,
+     .unit = "seconds",
+     FIELD(http.conn_timeout_s),
+     .help = "idle timeout, request deadline",
+     .doc = "a connection idle this long ({range} s) is closed, and so is one "
+            "whose request (headers and body) has not fully arrived this long "
+            "after it started waiting for it"},
+    {.flag = "max-conn",
+     .env = "SECKILL_MAX_CONN",
+     .arg = "N",
+     .def = "60000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_max_conn,
+     .min = 1,
+     .max = 1000000,
+     FIELD(http.max_conn),
+     .help = "open connections in all",
+     .doc = "open connections in all, {range} (split between the threads, so "
+            "at least one per thread); new ones wait in the listen backlog"},
+    {.flag = "max-conn-per-ip",
+     .env = "SECKILL_MAX_CONN_PER_IP",
+     .arg = "N",
+     .def = "0",
+     .def_doc = "`0` (off)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 1000000,
+     FIELD(http.max_conn_per_ip),
+     .help = "open connections per client address",
+     .doc = "open connections per client address ({range}); more are accepted "
+            "and closed at once"},
+    {.flag = "batch-max",
+     .env = "SECKILL_BATCH_MAX",
+     .arg = "N",
+     .def = STR(STORE_BATCH_DEFAULT),
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = STORE_BATCH_MAX,
+     FIELD(http.store.batch_max),
+     .help =
+         "purchases of a voucher merged into one transaction, {range}; 1 off",
+     .doc = "waiting purchases of one voucher run as one batch: one lock round "
+            "trip and one transaction ({range}); `1` turns merging off: one "
+            "purchase per batch and transaction ([How a purchase "
+            "works](#how-a-purchase-works))"},
+    {.flag = "batch-linger-us",
+     .env = "SECKILL_BATCH_LINGER_US",
+     .arg = "N",
+     .def = "0",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = STORE_BATCH_LINGER_MAX_US,
+     .unit = "microseconds",
+     FIELD(http.store.batch_linger_us),
+     .help = "a batch waits this long for more",
+     .doc = "a batch waits this many microseconds ({range}) for more purchases "
+            "before it starts"},
+    {.flag = "stock-segments",
+     .env = "SECKILL_STOCK_SEGMENTS",
+     .arg = "N",
+     .def = "1",
+     .def_doc = "`1` (off)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = STORE_SEGMENTS_MAX,
+     FIELD(http.store.stock_segments),
+     .help = "new vouchers' stock in N rows, {range}",
+     .doc = "vouchers created by this instance keep their stock in this many "
+            "rows ({range}), so purchases lock different rows; every instance "
+            "sells such a voucher the same way"},
+    {.flag = "pay-timeout-s",
+     .env = "SECKILL_PAY_TIMEOUT_S",
+     .arg = "N",
+     .def = "900",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = STORE_PAY_TIMEOUT_MAX_S,
+     .unit = "seconds",
+     FIELD(http.store.pay_timeout_s),
+     .help = "an unpaid order expires after N s",
+     .doc = "an order not paid this many seconds ({range}) after its purchase "
+            "expires and its unit goes back on sale ([Orders and "
+            "payment](#orders-and-payment))"},
+    {.flag = "pay-secret",
+     .env = "SECKILL_PAY_SECRET",
+     .arg = "HEX",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_pay_secret,
+     FIELD(http.pay_secret),
+     .help = "the payment provider's key, 64 hex characters; without it, "
+             "no notify route",
+     .doc = "64 hex characters: the payment provider's key for `POST "
+            "/api/payments/notify`; without it that route does not exist"},
+    {.flag = "purchase-mode",
+     .env = "SECKILL_PURCHASE_MODE",
+     .arg = "M",
+     .def = "sync",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_purchase_mode,
+     FIELD(http.purchase_mode),
+     .help = "sync or async: how new flash sales sell unless created with "
+             "purchaseMode",
+     .doc = "how seckill vouchers created without `purchaseMode` sell: `sync` "
+            "(a MySQL transaction decides, 201) or `async` (a Redis script "
+            "decides, 202; [Async "
+            "mode](#async-mode-redis-decides-a-stream-carries-the-orders)). "
+            "With `async` the service refuses to start, with one line and exit "
+            "status 2, unless its Redis has `appendonly yes` and `appendfsync "
+            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`"},
+    {.flag = "async-accept-loss",
+     .env = "SECKILL_ASYNC_ACCEPT_LOSS",
+     .arg = "0|1",
+     .def = "0",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_bool,
+     FIELD(http.async_accept_loss),
+     .help = "sell async on a Redis that may lose acknowledged writes",
+     .doc = "`1`: sell async vouchers even on a Redis that may lose "
+            "acknowledged writes (a Redis crash can then lose up to a second "
+            "of 202s: see below)"},
+    {.flag = "async-backlog-max",
+     .env = "SECKILL_ASYNC_BACKLOG_MAX",
+     .arg = "N",
+     .def = "100000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 10000000,
+     FIELD(http.async_backlog_max),
+     .help = "an async sale's orders waiting for MySQL beyond which purchases "
+             "get 429",
+     .doc =
+         "orders of one async voucher waiting for MySQL ({range}) beyond which "
+         "its purchases are answered 429 `BUSY` with `Retry-After: 1`"},
+    {.flag = "async-replicas",
+     .env = "SECKILL_ASYNC_REPLICAS",
+     .arg = "N|auto",
+     .def = "auto",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_async_replicas,
+     .min = 0,
+     .max = 16,
+     FIELD(http.async_replicas),
+     .help = "Redis replicas that must have an async batch before its 202s; 0: "
+             "none; auto: those the primary has, at most 1",
+     .doc = "Redis replicas that must have an async batch (`WAIT`) before its "
+            "purchases are answered 202 ({range}); `auto`: the primary's "
+            "online replicas at the last look (every 2 s), at most 1; `0`: "
+            "none, and a failover to a replica that had not received the last "
+            "batches loses their 202s (see [Async "
+            "mode](#async-mode-redis-decides-a-stream-carries-the-orders))"},
+    {.flag = "async-wait-ms",
+     .env = "SECKILL_ASYNC_WAIT_MS",
+     .arg = "N",
+     .def = "200",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 4000,
+     .unit = "milliseconds",
+     FIELD(http.async_wait_ms),
+     .help = "how long they may take",
+     .doc = "how long those replicas may take ({range}); a batch they do not "
+            "confirm in time is answered 503 `UNAVAILABLE`, outcome unknown"},
+    {.flag = "async-reconcile-ms",
+     .env = "SECKILL_ASYNC_RECONCILE_MS",
+     .arg = "N",
+     .def = "2000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 100,
+     .max = 60000,
+     .unit = "milliseconds",
+     FIELD(http.async_reconcile_ms),
+     .help = "compare async sales' Redis state with MySQL every N ms",
+     .doc = "how often ({range} ms) the instance holding the reconciliation "
+            "lock compares each async sale's Redis state with MySQL ([Async "
+            "mode](#async-mode-redis-decides-a-stream-carries-the-orders)); "
+            "the tests shorten it"},
+    {.flag = "async-lookback-s",
+     .env = "SECKILL_ASYNC_LOOKBACK_S",
+     .arg = "N",
+     .def = "3600",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 31536000,
+     .unit = "seconds",
+     FIELD(http.async_lookback_s),
+     .help = "an async sale is reconciled with MySQL until N s after its end",
+     .doc = "an async sale is reconciled with MySQL (and its Redis state made "
+            "again if it is missing) until this many seconds after its end, "
+            "{range}. Its orders are written whatever its age: the writers "
+            "find the sales with orders waiting through an index in Redis, not "
+            "through this look-back"},
+    {.flag = "soldout-ttl-ms",
+     .env = "SECKILL_SOLDOUT_TTL_MS",
+     .arg = "N",
+     .def = "1000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 60000,
+     .unit = "milliseconds",
+     FIELD(http.soldout_ttl_ms),
+     .help = "trust a cached sold-out flag this long; 0: no voucher cache",
+     .doc = "how long a cached sold-out flag or unknown voucher id is trusted "
+            "without an invalidation message ({range}; `0` turns the voucher "
+            "cache off) ([the sold-out cache](#the-sold-out-cache))"},
+    {.flag = "cors-origins",
+     .env = "SECKILL_CORS_ORIGINS",
+     .arg = "LIST",
+     .def = "",
+     .def_doc = "empty (off)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_origins,
+     FIELD(http.cors_origins),
+     .help = "web pages on these origins may call the API: "
+             "https://a.example,http://b:3000",
+     .doc = "web pages on these origins may call the API from a browser: exact "
+            "origins, comma-separated, such as "
+            "`https://shop.example.com,http://localhost:3000` ([CORS](#cors))"},
+    {.flag = "drain-s",
+     .env = "SECKILL_DRAIN_S",
+     .arg = "N",
+     .def = "5",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 3600,
+     .unit = "seconds",
+     FIELD(http.drain_s),
+     .help = "after SIGTERM, /readyz answers 503 and serving goes on N s "
+             "before the stop",
+     .doc =
+         "on `SIGTERM`, answer `/readyz` 503 and close each connection after "
+         "its reply, but keep serving this many seconds ({range}) before "
+         "stopping, so a load balancer checking `/readyz` moves away first "
+         "(the shipped haproxy config needs at most about 3 s); `SIGINT` and a "
+         "second signal stop at once ([graceful drain](#graceful-drain)). "
+         "`make services` writes `0` into `.run/env` for instances started by "
+         "hand, the tests and the benchmarks"},
+    {.flag = "mysql-replica-url",
+     .env = "SECKILL_MYSQL_REPLICA_URL",
+     .arg = "URL",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_replica_url,
+     FIELD(replica_store),
+     .help = "a read replica for voucher reads",
+     .doc =
+         "a MySQL/MariaDB read replica, `mysql://user:pass@host:port/db`, for "
+         "voucher reads and lists ([read replica](#mysql-read-replica)); its "
+         "user needs `SELECT` and `REPLICA MONITOR`"},
+    {.flag = "mysql-replica-max-lag-s",
+     .env = "SECKILL_MYSQL_REPLICA_MAX_LAG_S",
+     .arg = "N",
+     .def = "5",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 86400,
+     .unit = "seconds",
+     FIELD(http.store.replica_max_lag_s),
+     .help = "skip the replica when further behind",
+     .doc = "a replica further behind than this ({range} s of "
+            "`Seconds_Behind_Master`), or not replicating, or down, is "
+            "skipped: reads go to the primary"},
+    /* The token commands' options: flags only. */
+    {.flag = "user",
+     .arg = "ID",
+     .def = NULL,
+     .scope = CONFIG_FOR_TOKEN,
+     .parse = set_int,
+     .min = 1,
+     .max = INT64_MAX,
+     FIELD(token_user),
+     .help = "the user the token is for"},
+    {.flag = "admin",
+     .arg = "0|1",
+     .def = "0",
+     .def_doc = "a user's token",
+     .bare = "1",
+     .scope = CONFIG_FOR_TOKEN,
+     .parse = set_bool,
+     FIELD(token_admin),
+     .help = "an admin's token"},
+    {.flag = "first",
+     .arg = "N",
+     .def = NULL,
+     .scope = CONFIG_FOR_TOKENS,
+     .parse = set_int,
+     .min = 1,
+     .max = INT64_MAX / 2,
+     FIELD(tokens_first),
+     .help = "the first user id"},
+    {.flag = "count",
+     .arg = "M",
+     .def = NULL,
+     .scope = CONFIG_FOR_TOKENS,
+     .parse = set_int,
+     .min = 1,
+     .max = 10000000,
+     FIELD(tokens_count),
+     .help = "tokens for users N to N+M-1, {range}"},
+    {.flag = "ttl",
+     .arg = "SECONDS",
+     .def = "86400",
+     .scope = CONFIG_FOR_TOKEN | CONFIG_FOR_TOKENS,
+     .parse = set_int,
+     .min = 1,
+     .max = 10 * 365 * 86400LL,
+     .unit = "seconds",
+     FIELD(token_ttl_s),
+     .help = "how long the tokens are valid, {range} s"},
+};
+
+const size_t config_settings_count =
+    sizeof(config_settings) / sizeof(config_settings[0]);
+
+#define NSETTINGS (sizeof(config_settings) / sizeof(config_settings[0]))
+
+/* The values given so far, and whether each came from its flag. */
+struct values {
+    const char *v[NSETTINGS];
+    bool by_flag[NSETTINGS];
+};
+
+static const char *const command_names[] = {
+    [CMD_SERVE] = "serve",
+    [CMD_TOKEN] = "token",
+    [CMD_TOKENS] = "tokens",
+    [CMD_HELP] = "help",
+};
+
+/* The CONFIG_FOR_* bit of a command; help reads no setting. */
+static unsigned command_scope(enum config_cmd cmd)
 {
-    if (strcmp(name, "user") == 0 && cfg->cmd == CMD_TOKEN) {
-        if (!v || parse_int(v, 1, INT64_MAX, &cfg->token_user))
-            return fail(err, errlen, "--user: must be a positive integer");
-    } else if (strcmp(name, "ttl") == 0 && cfg->cmd != CMD_SERVE) {
-        if (!v || parse_int(v, 1, 10 * 365 * 86400LL, &cfg->token_ttl_s))
-            return fail(err, errlen, "--ttl: must be 1..315360000 seconds");
-    } else if (strcmp(name, "first") == 0 && cfg->cmd == CMD_TOKENS) {
-        if (!v || parse_int(v, 1, INT64_MAX / 2, &cfg->tokens_first))
-            return fail(err, errlen, "--first: must be a positive integer");
-    } else if (strcmp(name, "count") == 0 && cfg->cmd == CMD_TOKENS) {
-        if (!v || parse_int(v, 1, 10000000, &cfg->tokens_count))
-            return fail(err, errlen, "--count: must be 1..10000000");
-    } else {
-        return fail(err, errlen, "unknown option --%s (see --help)", name);
+    switch (cmd) {
+    case CMD_SERVE:
+        return CONFIG_FOR_SERVE;
+    case CMD_TOKEN:
+        return CONFIG_FOR_TOKEN;
+    case CMD_TOKENS:
+        return CONFIG_FOR_TOKENS;
+    case CMD_HELP:
+        break;
+    }
+    return 0;
+}
+
+/* The commands of a token command's option, in words. */
+static const char *scope_words(unsigned scope)
+{
+    if ((scope & CONFIG_FOR_TOKEN) && (scope & CONFIG_FOR_TOKENS))
+        return "token and tokens";
+    return scope & CONFIG_FOR_TOKEN ? "token" : "tokens";
+}
+
+/* The setting whose flag is exactly the n bytes at name, or NULL: no
+ * abbreviations, so that a flag added later never changes what an old
+ * command line means. */
+static const struct config_setting *setting_find(const char *name, size_t n)
+{
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const char *flag = config_settings[i].flag;
+
+        if (strlen(flag) == n && memcmp(flag, name, n) == 0)
+            return &config_settings[i];
+    }
+    return NULL;
+}
+
+/* The value of the setting with this flag. */
+static const char *value_of(const struct values *vals, const char *flag)
+{
+    const struct config_setting *s = setting_find(flag, strlen(flag));
+
+    assert(s);
+    return vals->v[s - config_settings];
+}
+
+/* The command word, if argv[1] is one. Returns the index of the first
+ * option, or -EINVAL. */
+static int parse_command(struct config *cfg, int argc, char **argv, char *err,
+                         size_t errlen)
+{
+    if (argc < 2 || argv[1][0] == '-')
+        return 1;
+    for (size_t c = 0; c < sizeof(command_names) / sizeof(command_names[0]);
+         c++) {
+        if (strcmp(argv[1], command_names[c]) == 0) {
+            cfg->cmd = (enum config_cmd)c;
+            return 2;
+        }
+    }
+    return fail(err, errlen, "unknown command \"%s\" (see --help)", argv[1]);
+}
+
+/* The options argv[i..argc-1] into vals; --help and its kin stop there. */
+static int parse_flags(struct config *cfg, int argc, char **argv, int i,
+                       struct values *vals, char *err, size_t errlen)
+{
+    static const struct {
+        const char *flag;
+        enum config_doc doc;
+    } helps[] = {{"--help", CONFIG_DOC_HELP},
+                 {"-h", CONFIG_DOC_HELP},
+                 {"--help-markdown", CONFIG_DOC_MARKDOWN},
+                 {"--help-man", CONFIG_DOC_MAN}};
+
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v;
+        const struct config_setting *s;
+        size_t n;
+
+        for (size_t h = 0; h < sizeof(helps) / sizeof(helps[0]); h++) {
+            if (strcmp(a, helps[h].flag) == 0) {
+                cfg->cmd = CMD_HELP;
+                cfg->doc = helps[h].doc;
+                return 0;
+            }
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return fail(err, errlen, "unexpected argument \"%s\"", a);
+        a += 2;
+        n = strcspn(a, "=");
+        if (!(s = setting_find(a, n)))
+            return fail(err, errlen, "unknown option --%.*s (see --help)",
+                        (int)n, a);
+        if (!s->env && !(s->scope & command_scope(cfg->cmd)))
+            return fail(err, errlen, "--%s: only with %s", s->flag,
+                        scope_words(s->scope));
+        if (a[n] == '=')
+            v = a + n + 1;
+        else if (s->bare)
+            v = s->bare;
+        else if (i + 1 < argc)
+            v = argv[++i];
+        else
+            return fail(err, errlen, "--%s: needs a value", s->flag);
+        vals->v[s - config_settings] = v;
+        vals->by_flag[s - config_settings] = true;
+    }
+    return 0;
+}
+
+/* Parse every setting of the command, in the table's order. */
+static int apply_all(struct config *cfg, const struct values *vals, char *err,
+                     size_t errlen)
+{
+    unsigned scope = command_scope(cfg->cmd);
+
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const struct config_setting *s = &config_settings[i];
+        const char *v = vals->v[i];
+        char name[48];
+        int ret;
+
+        if (!(s->scope & scope))
+            continue;
+        if (!v || (!v[0] && !s->def)) {
+            if (!s->env)
+                return fail(err, errlen, "%s: --%s %s is required",
+                            command_names[cfg->cmd], s->flag, s->arg);
+            return fail(err, errlen, "%s (--%s) is required", s->env, s->flag);
+        }
+        if (vals->by_flag[i] || !s->env)
+            snprintf(name, sizeof(name), "--%s", s->flag);
+        else
+            snprintf(name, sizeof(name), "%s", s->env);
+        if ((ret = s->parse(cfg, s, name, v, err, errlen)))
+            return ret;
     }
     return 0;
 }
@@ -704,106 +1154,35 @@ static int sub_flag(struct config *cfg, const char *name, const char *v,
 int config_parse(struct config *cfg, int argc, char **argv, char *err,
                  size_t errlen)
 {
-    const char *val[SET_COUNT];
-    int i = 1, ret;
+    struct values vals = {{NULL}, {false}};
+    int i, ret;
 
     memset(cfg, 0, sizeof(*cfg));
     cfg->cmd = CMD_SERVE;
-    cfg->token_ttl_s = 86400;
     cfg->http.store.connect_timeout_ms = 1000;
     cfg->http.store.io_timeout_ms = 5000;
-    for (int s = 0; s < SET_COUNT; s++) {
-        const char *e = getenv(settings[s].env);
-        val[s] = e ? e : settings[s].def;
+    for (size_t s = 0; s < NSETTINGS; s++) {
+        const char *env = config_settings[s].env;
+        const char *e = env ? getenv(env) : NULL;
+
+        vals.v[s] = e ? e : config_settings[s].def;
     }
 
-    if (argc > 1 && argv[1][0] != '-') {
-        if (strcmp(argv[1], "serve") == 0)
-            cfg->cmd = CMD_SERVE;
-        else if (strcmp(argv[1], "token") == 0)
-            cfg->cmd = CMD_TOKEN;
-        else if (strcmp(argv[1], "tokens") == 0)
-            cfg->cmd = CMD_TOKENS;
-        else if (strcmp(argv[1], "help") == 0)
-            cfg->cmd = CMD_HELP;
-        else
-            return fail(err, errlen, "unknown command \"%s\" (see --help)",
-                        argv[1]);
-        i = 2;
-    }
-
-    for (; i < argc; i++) {
-        const char *a = argv[i], *eq, *v = NULL;
-        char name[32];
-        int s;
-
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            cfg->cmd = CMD_HELP;
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0)
-            return fail(err, errlen, "unexpected argument \"%s\"", a);
-        a += 2;
-        eq = strchr(a, '=');
-        size_t n = eq ? (size_t)(eq - a) : strlen(a);
-        if (n >= sizeof(name))
-            return fail(err, errlen, "unknown option --%s", a);
-        memcpy(name, a, n);
-        name[n] = '\0';
-        if (eq)
-            v = eq + 1;
-
-        /* Boolean flags take no separate value. */
-        if (strcmp(name, "dev") == 0 || strcmp(name, "admin") == 0) {
-            if (strcmp(name, "admin") == 0) {
-                if (cfg->cmd != CMD_TOKEN)
-                    return fail(err, errlen, "--admin: only with token");
-                cfg->token_admin = 1;
-            } else {
-                val[SET_DEV] = v ? v : "1";
-            }
-            continue;
-        }
-        if (!v) {
-            if (i + 1 >= argc)
-                return fail(err, errlen, "--%s: needs a value", name);
-            v = argv[++i];
-        }
-        for (s = 0; s < SET_COUNT; s++)
-            if (strcmp(name, settings[s].flag) == 0)
-                break;
-        if (s < SET_COUNT) {
-            val[s] = v;
-            continue;
-        }
-        if ((ret = sub_flag(cfg, name, v, err, errlen)))
-            return ret;
-    }
+    if ((i = parse_command(cfg, argc, argv, err, errlen)) < 0)
+        return i;
+    if ((ret = parse_flags(cfg, argc, argv, i, &vals, err, errlen)))
+        return ret;
     if (cfg->cmd == CMD_HELP)
         return 0;
+    if ((ret = apply_all(cfg, &vals, err, errlen)))
+        return ret;
 
-    if (cfg->cmd == CMD_TOKEN && !cfg->token_user)
-        return fail(err, errlen, "token: --user ID is required");
-    if (cfg->cmd == CMD_TOKENS && (!cfg->tokens_first || !cfg->tokens_count))
-        return fail(err, errlen,
-                    "tokens: --first N and --count M are required");
-
-    for (int s = 0; s < SET_COUNT; s++) {
-        bool needed = cfg->cmd == CMD_SERVE || s == SET_SECRET;
-        if (!val[s] || (!val[s][0] && !settings[s].def)) {
-            if (!needed)
-                continue;
-            return fail(err, errlen, "%s (--%s) is required", settings[s].env,
-                        settings[s].flag);
-        }
-        if (!needed)
-            continue;
-        if ((ret = apply(cfg, (enum setting_id)s, val[s], err, errlen)))
-            return ret;
-    }
-    if (cfg->cmd == CMD_SERVE && !cfg->http.lock_url)
-        cfg->http.lock_url = val[SET_REDIS_URL];
-    if (cfg->cmd == CMD_SERVE && cfg->replica_store.mysql_host) {
+    if (cfg->cmd != CMD_SERVE)
+        return 0;
+    /* The lock is on the Redis URL unless it has its own. */
+    if (!cfg->http.lock_url)
+        cfg->http.lock_url = value_of(&vals, "redis-url");
+    if (cfg->replica_store.mysql_host) {
         struct store_config *r = &cfg->replica_store;
 
         r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;

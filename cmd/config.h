@@ -1,20 +1,27 @@
 /*
  * config.h - the command line and SECKILL_* environment of seckilld.
  * Every setting is an environment variable and a --flag (the flag wins).
+ * One table in config.c declares them all; config_doc_write() writes it
+ * out as --help, as the README's table and as the man page seckilld(8).
  */
 #ifndef SECKILL_CONFIG_H
 #define SECKILL_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/url.h"
 #include "cmd/server.h"
 
 enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_HELP };
 
+/* The documents of the settings: --help, --help-markdown, --help-man. */
+enum config_doc { CONFIG_DOC_HELP, CONFIG_DOC_MARKDOWN, CONFIG_DOC_MAN };
+
 struct config {
     enum config_cmd cmd;
+    enum config_doc doc;         /* what CMD_HELP prints */
     struct handlers_config http; /* store strings point into the URLs */
     /* token / tokens subcommands */
     int64_t token_user;
@@ -32,16 +39,23 @@ struct config {
 
 /*
  * Parse argv (argv[0] is the program) and the environment into cfg.
+ * Flags are matched whole: an unknown or abbreviated one is refused.
  * Returns 0, or -EINVAL with a one-line message in err (errlen bytes)
- * naming the setting and what is wrong with it. Release cfg with
- * config_free() either way.
+ * naming the setting (as given: variable or flag) and what is wrong with
+ * it. Release cfg with config_free() either way.
  */
 int config_parse(struct config *cfg, int argc, char **argv, char *err,
                  size_t errlen);
 void config_free(struct config *cfg);
 
-/* The --help text. */
-extern const char config_usage[];
+/*
+ * Write the settings' document doc to f: CONFIG_DOC_HELP the --help text;
+ * CONFIG_DOC_MARKDOWN the README's configuration table; CONFIG_DOC_MAN the
+ * man page seckilld(8) in troff (docs/seckilld.8). `make config-docs`
+ * writes the last two into the tree, and test_config checks they are in
+ * sync. Returns 0, or -EIO if f failed.
+ */
+int config_doc_write(FILE *f, enum config_doc doc);
 
 /*
  * Parse "mysql://user:pass@host:port/db" and "redis://[[user]:pass@]host

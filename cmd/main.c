@@ -157,8 +157,7 @@ int main(int argc, char **argv)
     }
     switch (cfg.cmd) {
     case CMD_HELP:
-        fputs(config_usage, stdout);
-        ret = 0;
+        ret = config_doc_write(stdout, cfg.doc) ? 1 : 0;
         break;
     case CMD_TOKEN:
     case CMD_TOKENS:

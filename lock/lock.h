@@ -1,7 +1,15 @@
 /*
- * lock.h - distributed locks with one API over four backends, chosen by URL:
+ * lock.h - distributed locks with one API over four backends, chosen by URL.
+ * The public header of the lock library: installed as <seckill/lock.h>
+ * with libseckill-lock.a (link with `pkg-config --libs seckill-lock`);
+ * its README is docs/locks.md in the seckill sources. Everything else in
+ * lock/ is internal.
  *
  *   redis://[[user]:pass@]host[:port][/db]     one Redis server
+ *   redis-sentinel://[[user]:pass@]s1[:p1],s2[:p2].../master[/db]
+ *                                              the same, its master found
+ *                                              through its sentinels (and
+ *                                              followed over a failover)
  *   redlock://[[user]:pass@]h1:p1,h2:p2,h3:p3[/db]
  *                                              RedLock over N independent
  *                                              Redis masters, 3 <= N <= 9
@@ -13,11 +21,11 @@
  *
  * Every URL takes optional query settings: ?timeout_ms=N (each network
  * operation, including connecting; default 1000) and, for ZooKeeper,
- * &session_ms=N (session timeout; default 10000). A redis:// URL (also
- * one through its sentinels, redis-sentinel://, see common/redis.h) takes
- * &replicas=N (0..64): every acquire (and watchdog renewal) then waits,
- * with WAIT, until N replicas have the lock, and fails with -EIO if they
- * do not within half of timeout_ms (the lock is released again first).
+ * &session_ms=N (session timeout; default 10000). A redis:// or
+ * redis-sentinel:// URL takes &replicas=N (0..64): every acquire (and
+ * watchdog renewal) then waits, with WAIT, until N replicas have the lock,
+ * and fails with -EIO if they do not within half of timeout_ms (the lock
+ * is released again first).
  *
  * Lock kinds (each a struct lock, with the same acquire/release calls):
  *
@@ -65,6 +73,14 @@
  *                  talks to a backend returns within a bounded time
  *                  (about timeout_ms per operation, plus the wait budget).
  * Business outcomes (busy) are enum lock_status, never errno.
+ *
+ * The library reports what goes wrong with a backend (a connection lost
+ * or restored, a lock found lost, an error reply) as one line per event
+ * on stderr: "ts=... level=... msg=\"...\" key=value...". Some of its
+ * Redis connections write through hiredis, which does not guard its
+ * writes against SIGPIPE: a program should ignore the signal
+ * (signal(SIGPIPE, SIG_IGN)), as seckilld does, or a write to a connection
+ * the server has closed ends the process.
  */
 #ifndef SECKILL_LOCK_H
 #define SECKILL_LOCK_H

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -1419,6 +1420,79 @@ static void test_cli_tokens(void **state)
     free(out);
 }
 
+/* Run the binary with args (split by the shell), its stderr into *out
+ * too. Returns the wait status. */
+static int run_cli_merged(const char *args, char **out)
+{
+    char *const argv[] = {
+        (char *)"/bin/sh", (char *)"-c", (char *)"exec \"$0\" $1 2>&1",
+        (char *)it_bin(),  (char *)args, NULL};
+
+    return it_run_capture(argv, out);
+}
+
+/*
+ * An unknown or abbreviated flag, a token command's option with the other
+ * command, or a bad value stops the binary with exit status 2 and one line
+ * naming it; --help and its kin exit 0.
+ */
+static void test_cli_refuses_bad_flags(void **state)
+{
+    static const struct {
+        const char *args, *expect;
+    } cases[] = {
+        {"--por 8080", "seckilld: unknown option --por (see --help)\n"},
+        {"--bind=127.0.0.1 --thread 3", "unknown option --thread "},
+        {"--threads=0", "seckilld: --threads: must be 1..1024"},
+        {"token --user 1 --count 2", "--count: only with tokens\n"},
+        {"serve --dev=yes", "--dev: must be 0 or 1"},
+    };
+    char *out;
+    int status;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        status = run_cli_merged(cases[i].args, &out);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 2 ||
+            !strstr(out, cases[i].expect) ||
+            strchr(out, '\n') != out + strlen(out) - 1) {
+            print_error("seckilld %s: wait status %d, output \"%s\"; want "
+                        "exit 2 and one line with \"%s\"\n",
+                        cases[i].args, status, out, cases[i].expect);
+            fail();
+        }
+        free(out);
+    }
+    status = run_cli_merged("--help", &out);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_non_null(strstr(out, "SECKILL_MYSQL_REPLICA_MAX_LAG_S"));
+    free(out);
+}
+
+/* The man page renders without a warning from groff. */
+static void test_cli_man_page(void **state)
+{
+    char *argv[] = {(char *)"/bin/sh", (char *)"-c",
+                    (char *)"page=$(\"$0\" --help-man) || exit 3; "
+                            "printf '%s\\n' \"$page\" | "
+                            "groff -man -Tutf8 -ww -z 2>&1",
+                    (char *)it_bin(), NULL};
+    char *out;
+    int status;
+
+    (void)state;
+    if (!it_which("groff")) {
+        print_message("groff not found: the man page is not rendered\n");
+        skip();
+    }
+    status = it_run_capture(argv, &out);
+    if (status != 0 || out[0]) {
+        print_error("groff: wait status %d, \"%s\"\n", status, out);
+        fail();
+    }
+    free(out);
+}
+
 /*
  * Last: SIGTERM makes the server finish and exit 0 within
  * IT_STOP_TIMEOUT_MS (under ASan, also without leaks).
@@ -1459,6 +1533,8 @@ int main(void)
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_cli_token),
         cmocka_unit_test(test_cli_tokens),
+        cmocka_unit_test(test_cli_refuses_bad_flags),
+        cmocka_unit_test(test_cli_man_page),
         cmocka_unit_test(test_clean_shutdown),
     };
     return it_exit_status(cmocka_run_group_tests_name(

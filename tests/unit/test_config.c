@@ -3,57 +3,33 @@
  * precedence, URL parsing and one-line errors for bad values; also the
  * abuse limits (rate limits, connection timeout and limits), the purchase
  * settings (batching, stock segments), the sold-out cache's TTL and the
- * CORS origins.
+ * CORS origins; and that the README's table of settings and the man page
+ * docs/seckilld.8 are what the settings table says.
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "cmd/config.h"
+#include "cmd/config_table.h"
 #include "common/url.h"
 
 #define SECRET                                                                 \
     "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
-static const char *const vars[] = {
-    "SECKILL_PORT",
-    "SECKILL_BIND",
-    "SECKILL_MYSQL_URL",
-    "SECKILL_REDIS_URL",
-    "SECKILL_SECRET",
-    "SECKILL_THREADS",
-    "SECKILL_ENGINE_THREADS",
-    "SECKILL_QUEUE_MAX",
-    "SECKILL_IDLE_FREE_S",
-    "SECKILL_LOCK_TTL_MS",
-    "SECKILL_LOCK_URL",
-    "SECKILL_DEV",
-    "SECKILL_RATE_USER",
-    "SECKILL_RATE_IP",
-    "SECKILL_CONN_TIMEOUT_S",
-    "SECKILL_MAX_CONN",
-    "SECKILL_MAX_CONN_PER_IP",
-    "SECKILL_BATCH_MAX",
-    "SECKILL_BATCH_LINGER_US",
-    "SECKILL_STOCK_SEGMENTS",
-    "SECKILL_SOLDOUT_TTL_MS",
-    "SECKILL_CORS_ORIGINS",
-    "SECKILL_ASYNC_REPLICAS",
-    "SECKILL_ASYNC_WAIT_MS",
-    "SECKILL_ASYNC_LOOKBACK_S",
-};
-
 static int reset_env(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        unsetenv(vars[i]);
+    for (size_t i = 0; i < config_settings_count; i++)
+        if (config_settings[i].env)
+            unsetenv(config_settings[i].env);
     setenv("SECKILL_MYSQL_URL", "mysql://u:p@127.0.0.1:13306/db", 1);
     setenv("SECKILL_REDIS_URL", "redis://127.0.0.1:16379/1", 1);
     setenv("SECKILL_SECRET", SECRET, 1);
@@ -297,6 +273,116 @@ static void test_commands(void **state)
     assert_int_not_equal(parse(&c, err, 2, "--port"), 0);
     config_free(&c);
     assert_int_not_equal(parse(&c, err, 3, "--admin", "x"), 0);
+    config_free(&c);
+}
+
+/*
+ * Flags are matched whole: an abbreviation or an unknown name is refused
+ * with one line naming it as given, and a token command's option with the
+ * wrong command names the command it belongs to.
+ */
+static void test_flags_whole(void **state)
+{
+    static const struct {
+        const char *args[3];
+        const char *expect;
+    } cases[] = {
+        {{"--po", "80"}, "--po"},
+        {{"--por=80"}, "--por"},
+        {{"--mysql", "mysql://u:p@h/db"}, "--mysql"},
+        {{"--threads3"}, "--threads3"},
+        {{"--help-mark"}, "--help-mark"},
+        {{"--h"}, "--h"},
+        {{"--nope"}, "--nope"},
+        {{"--PORT", "80"}, "--PORT"},
+        {{"--user", "5"}, "--user: only with token"},
+        {{"token", "--user=5", "--count=2"}, "--count: only with tokens"},
+        {{"token", "--us", "5"}, "--us"},
+        {{"tokens", "--first", "1"}, "--count M is required"},
+        {{"port", "80"}, "unknown command \"port\""},
+        {{"-p", "80"}, "unexpected argument \"-p\""},
+    };
+    struct config c;
+    char err[256];
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *argv[4];
+        int argc = 1;
+
+        for (int a = 0; a < 3 && cases[i].args[a]; a++)
+            argv[argc++ - 1] = (char *)cases[i].args[a];
+        err[0] = '\0';
+        if (parse_argv(&c, err, argc, argv) != -EINVAL ||
+            !strstr(err, cases[i].expect) || strchr(err, '\n')) {
+            print_error(
+                "%s %s: \"%s\", not a line with \"%s\"\n", cases[i].args[0],
+                cases[i].args[1] ? cases[i].args[1] : "", err, cases[i].expect);
+            fail();
+        }
+        config_free(&c);
+    }
+}
+
+/* A bad value names the setting the way it was given: its variable or its
+ * flag. */
+static void test_errors_name_the_source(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 3, "--port", "x"), -EINVAL);
+    assert_string_equal(err, "--port: must be 0..65535 (got \"x\")");
+    config_free(&c);
+    setenv("SECKILL_IDLE_FREE_S", "0", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_string_equal(err,
+                        "SECKILL_IDLE_FREE_S: must be 1..86400 seconds (got "
+                        "\"0\")");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "--idle-free-s=86401"), -EINVAL);
+    assert_non_null(strstr(err, "--idle-free-s: must be 1..86400 seconds"));
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "--redis-url=http://h"), -EINVAL);
+    assert_non_null(strstr(err, "--redis-url: expected redis://"));
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 4, "token", "--user", "0"), -EINVAL);
+    assert_string_equal(err, "--user: must be a positive integer (got \"0\")");
+    config_free(&c);
+    assert_int_equal(
+        parse(&c, err, 6, "tokens", "--first=1", "--count=1", "--ttl", "0"),
+        -EINVAL);
+    assert_non_null(strstr(err, "--ttl: must be 1..315360000 seconds"));
+    config_free(&c);
+}
+
+/* The token commands read only the secret: the service's settings may be
+ * unset or wrong, and their flags are taken and ignored. */
+static void test_token_reads_only_the_secret(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    unsetenv("SECKILL_MYSQL_URL");
+    setenv("SECKILL_PORT", "not a port", 1);
+    assert_int_equal(parse(&c, err, 8, "tokens", "--first=7", "--count", "2",
+                           "--threads", "x", "--ttl=5"),
+                     0);
+    assert_int_equal(c.cmd, CMD_TOKENS);
+    assert_int_equal(c.tokens_first, 7);
+    assert_int_equal(c.tokens_count, 2);
+    assert_int_equal(c.token_ttl_s, 5);
+    assert_false(c.token_admin);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 4, "token", "--user=3", "--admin=0"), 0);
+    assert_int_equal(c.token_user, 3);
+    assert_false(c.token_admin);
+    assert_int_equal(c.token_ttl_s, 86400);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "help"), 0);
+    assert_int_equal(c.cmd, CMD_HELP);
     config_free(&c);
 }
 
@@ -662,6 +748,150 @@ static void test_cors_bad_values(void **state)
     }
 }
 
+/* ---- the documents written from the settings table ---- */
+
+/* What config_doc_write() writes, NUL-terminated; free(3) it. */
+static char *doc_text(enum config_doc doc)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    assert_non_null(f);
+    assert_int_equal(config_doc_write(f, doc), 0);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+/* A file of the tree (the tests run from its root); free(3) it. */
+static char *file_text(const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *in = fopen(path, "r"), *out = open_memstream(&text, &len);
+    char buf[4096];
+    size_t n;
+
+    if (!in) {
+        print_error("%s: cannot open (run the tests from the tree's root)\n",
+                    path);
+        fail();
+    }
+    assert_non_null(out);
+    while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+        fwrite(buf, 1, n, out);
+    fclose(in);
+    fclose(out);
+    return text;
+}
+
+/* Fail, showing the first line where have (line first of path on)
+ * differs from want. */
+static void expect_same_text(const char *path, int first, const char *have,
+                             const char *want)
+{
+    const char *h = have, *w = want;
+    int line = first;
+
+    while (*h && *h == *w) {
+        if (*h == '\n')
+            line++;
+        h++, w++;
+    }
+    if (!*h && !*w)
+        return;
+    while (h > have && h[-1] != '\n')
+        h--;
+    while (w > want && w[-1] != '\n')
+        w--;
+    print_error("%s:%d differs from the settings table of cmd/config.c "
+                "(make config-docs writes it):\n"
+                "  has:       %.*s\n"
+                "  should be: %.*s\n",
+                path, line, (int)strcspn(h, "\n"), h, (int)strcspn(w, "\n"), w);
+    fail();
+}
+
+/* README.md's table between its markers is --help-markdown. */
+static void test_readme_table_in_sync(void **state)
+{
+    static const char begin[] = "\n<!-- settings:begin -->\n\n",
+                      end[] = "\n<!-- settings:end -->\n";
+    char *readme = file_text("README.md"),
+         *table = doc_text(CONFIG_DOC_MARKDOWN);
+    char *from, *to;
+    int line = 1;
+    (void)state;
+
+    from = strstr(readme, begin);
+    assert_non_null(from);
+    from += strlen(begin);
+    to = strstr(from, end);
+    assert_non_null(to);
+    to[0] = '\0'; /* the blank line's newline */
+    for (const char *p = readme; p < from; p++)
+        line += *p == '\n';
+    expect_same_text("README.md", line, from, table);
+    free(readme);
+    free(table);
+}
+
+/* docs/seckilld.8 is --help-man. */
+static void test_man_page_in_sync(void **state)
+{
+    char *page = file_text("docs/seckilld.8"), *want = doc_text(CONFIG_DOC_MAN);
+    (void)state;
+
+    expect_same_text("docs/seckilld.8", 1, page, want);
+    free(page);
+    free(want);
+}
+
+/*
+ * The table itself: every flag and variable once (the parser takes the
+ * first match), each with its texts, and --help within 80 columns naming
+ * every one of them.
+ */
+static void test_settings_table(void **state)
+{
+    char *help = doc_text(CONFIG_DOC_HELP), *line, *save = NULL;
+    (void)state;
+
+    for (size_t i = 0; i < config_settings_count; i++) {
+        const struct config_setting *s = &config_settings[i];
+        char flag[64];
+
+        assert_non_null(s->flag);
+        assert_non_null(s->arg);
+        assert_non_null(s->parse);
+        assert_non_null(s->help);
+        assert_true(s->min <= s->max);
+        assert_true(s->env ? s->doc != NULL : s->doc == NULL);
+        assert_true(s->env ? strncmp(s->env, "SECKILL_", 8) == 0 : 1);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(s->flag, config_settings[j].flag) == 0 ||
+                (s->env && config_settings[j].env &&
+                 strcmp(s->env, config_settings[j].env) == 0)) {
+                print_error("--%s is in the table twice\n", s->flag);
+                fail();
+            }
+        }
+        snprintf(flag, sizeof(flag), "  --%s%s", s->flag, s->bare ? "[" : " ");
+        if (!strstr(help, flag) || (s->env && !strstr(help, s->env))) {
+            print_error("--help lacks --%s\n", s->flag);
+            fail();
+        }
+    }
+    for (line = strtok_r(help, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (strlen(line) > 80) {
+            print_error("--help line over 80 columns: %s\n", line);
+            fail();
+        }
+    }
+    free(help);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -671,6 +901,9 @@ int main(void)
         cmocka_unit_test_setup(test_missing, reset_env),
         cmocka_unit_test_setup(test_urls, reset_env),
         cmocka_unit_test_setup(test_commands, reset_env),
+        cmocka_unit_test_setup(test_flags_whole, reset_env),
+        cmocka_unit_test_setup(test_errors_name_the_source, reset_env),
+        cmocka_unit_test_setup(test_token_reads_only_the_secret, reset_env),
         cmocka_unit_test_setup(test_limits_defaults, reset_env),
         cmocka_unit_test_setup(test_limits_values, reset_env),
         cmocka_unit_test_setup(test_limits_bad_values, reset_env),
@@ -682,6 +915,9 @@ int main(void)
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
         cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
         cmocka_unit_test_setup(test_cors_bad_values, reset_env),
+        cmocka_unit_test(test_readme_table_in_sync),
+        cmocka_unit_test(test_man_page_in_sync),
+        cmocka_unit_test(test_settings_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -293,6 +293,19 @@ async function errorWords() {
     });
     assertEqual(new Set(words).size, codes.length, "distinct words per code");
     assert(/Wait 7 s/.test(words[codes.indexOf("RATE_LIMITED")]), "rate limited says how long to wait");
+    // A load balancer's 502 or 504 (an instance that died mid-purchase,
+    // its body haproxy's HTML): the outcome is unknown, as with a 503 that
+    // says so.
+    const lb = await page.evaluate(async () => {
+        const { describeError } = await import("/static/api.js");
+        return [502, 504].map((status) =>
+            describeError({ status, error: { code: `HTTP_${status}`, message: "<html>" }, retryAfter: 0 }),
+        );
+    });
+    for (const d of lb) {
+        assert(/could not confirm the outcome/.test(d.text), `a load balancer's error: ${d.text}`);
+        assert(d.checkOrders === true, "a load balancer's error sends the buyer to My orders");
+    }
     assertNoProblems(page);
     await context.close();
 }

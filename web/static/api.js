@@ -218,6 +218,16 @@ export function describeError(res) {
                 text: "Network error: check your connection and retry.",
                 tone: "warn",
             };
+        case "HTTP_502":
+        case "HTTP_504":
+            // A load balancer's own answer: the instance behind it died or
+            // went silent in the middle of the request, which may have
+            // gone through (a purchase is never sent to a second one).
+            return {
+                text: "We could not confirm the outcome: look at My orders before you retry.",
+                tone: "warn",
+                checkOrders: true,
+            };
         default:
             return { text: `Error ${res.status}: ${e.message}`, tone: "bad" };
     }
