@@ -229,7 +229,8 @@ struct async_config {
      * (SECKILL_ASYNC_ACCEPT_LOSS=1). */
     bool accept_loss;
     /* Replicas that must confirm a batch (-1: as many as the primary
-     * has, at most 1; 0: none), within wait_ms (SECKILL_ASYNC_REPLICAS,
+     * has online or, through sentinels, as many as they know in any
+     * state, at most 1; 0: none), within wait_ms (SECKILL_ASYNC_REPLICAS,
      * SECKILL_ASYNC_WAIT_MS). */
     int replicas;
     unsigned wait_ms;

@@ -120,7 +120,8 @@ struct async {
     /* When its lease was last renewed (monotonic). */
     int64_t lock_renewed_ms;
     atomic_bool may_sell; /* see async_may_sell() */
-    /* Online replicas the Redis primary reported at the last look. */
+    /* The replicas a batch must reach, as of the last look: online ones,
+     * or all the sentinels know if more (replicas_to_reach()). */
     atomic_uint replicas_seen;
     int64_t next_returns_ms; /* the next look at the owed unit returns */
     /* MySQL refused the last write: no write before retry_ms (monotonic),

@@ -575,6 +575,25 @@ static unsigned replicas_online(redisContext *rc)
     return n;
 }
 
+/*
+ * The replicas a batch must reach before its 202s: those online, or, when
+ * Redis is found through sentinels, every replica they know if that is
+ * more. A replica that is down or still waiting for its first copy does
+ * not confirm anything, yet a failover may promote it: while it exists,
+ * a batch answers 503 (outcome unknown) rather than a 202 that only the
+ * primary holds.
+ */
+static unsigned replicas_to_reach(const struct async *a, redisContext *rc)
+{
+    struct redis_server rs;
+    unsigned n = rc ? replicas_online(rc) : 0;
+    int known;
+
+    store_redis_server(a->cfg.store, &rs);
+    known = redis_server_replicas(&rs);
+    return known > (int)n ? (unsigned)known : n;
+}
+
 /* Look at Redis' durability again: an operator may change it at run time. */
 static void durability_look(struct async *a, redisContext *rc)
 {
@@ -582,7 +601,7 @@ static void durability_look(struct async *a, redisContext *rc)
     bool ok =
         a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
 
-    atomic_store(&a->replicas_seen, replicas_online(rc));
+    atomic_store(&a->replicas_seen, replicas_to_reach(a, rc));
     if (atomic_exchange(&a->may_sell, ok) != ok)
         log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
                     : "async sales refused: redis may lose acknowledged writes",
@@ -836,7 +855,7 @@ struct async *async_start(const struct async_config *cfg)
         struct store *st = store_new(a->cfg.store);
         redisContext *rc = store_redis(st);
 
-        atomic_store(&a->replicas_seen, rc ? replicas_online(rc) : 0);
+        atomic_store(&a->replicas_seen, replicas_to_reach(a, rc));
         store_free(st);
     }
     if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {

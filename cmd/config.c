@@ -820,7 +820,10 @@ const struct config_setting config_settings[] = {
              "none; auto: those the primary has, at most 1",
      .doc = "Redis replicas that must have an async batch (`WAIT`) before its "
             "purchases are answered 202 ({range}); `auto`: the primary's "
-            "online replicas at the last look (every 2 s), at most 1; `0`: "
+            "online replicas at the last look (every 2 s) or, behind "
+            "Sentinel, every replica the sentinels know, down or still "
+            "copying too (a failover may promote one that never got the "
+            "batch), at most 1; `0`: "
             "none, and a failover to a replica that had not received the last "
             "batches loses their 202s (see [Async "
             "mode](#async-mode-redis-decides-a-stream-carries-the-orders))"},

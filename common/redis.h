@@ -86,6 +86,14 @@ void redis_server_release(struct redis_server *s);
 unsigned redis_server_epoch(const struct redis_server *s);
 
 /*
+ * How many replicas of s's master its sentinels know, in any state (down,
+ * syncing, online): every one a failover could promote. Asked with the
+ * master's address (at each connect and every few seconds by the
+ * watcher). -1 for a server without sentinels, or before they answered.
+ */
+int redis_server_replicas(const struct redis_server *s);
+
+/*
  * Remembers what the last connect of one connection user logged, so that
  * a server that stays down (or keeps refusing the password) is logged
  * once, not at every retry, and its recovery once. Zero-initialise.

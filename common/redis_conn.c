@@ -33,6 +33,7 @@ struct redis_sentinel {
     char addr[256];      /* the master as last seen; "" before */
     unsigned addr_port;  /* with addr */
     atomic_uint epoch;   /* changes of addr seen */
+    atomic_int replicas; /* the master's replicas they know; -1 before */
     unsigned connect_ms; /* the watcher's timeouts: its starter's */
     unsigned io_ms;
     bool watching; /* the watcher thread runs */
@@ -89,6 +90,7 @@ static struct redis_sentinel *sentinel_new(const struct url *u,
     sn->user = u->user[0] ? xstrdup(u->user) : NULL;
     sn->pass = u->has_pass ? xstrdup(u->pass) : NULL;
     sn->wake[0] = sn->wake[1] = -1;
+    atomic_init(&sn->replicas, -1);
     return sn;
 }
 
@@ -136,6 +138,11 @@ int redis_server_from_url(const struct url *u, int host,
 unsigned redis_server_epoch(const struct redis_server *s)
 {
     return s && s->sentinel ? atomic_load(&s->sentinel->epoch) : 0;
+}
+
+int redis_server_replicas(const struct redis_server *s)
+{
+    return s && s->sentinel ? atomic_load(&s->sentinel->replicas) : -1;
 }
 
 int redis_errno(const redisContext *rc)
@@ -301,6 +308,24 @@ static void sentinel_note(struct redis_sentinel *sn, int i, const char *host,
 }
 
 /*
+ * Ask sentinel rc how many replicas of the master it knows, whatever
+ * their state: one that is down or still loading its first copy may come
+ * back and be promoted (Sentinel promotes a replica that has not synced
+ * yet), so whoever wants a write to outlive a failover counts them all.
+ * Kept as it was when the sentinel cannot say.
+ */
+static void sentinel_count_replicas(struct redis_sentinel *sn,
+                                    redisContext *rc)
+{
+    redisReply *r = sentinel_command(sn, rc, "SENTINEL REPLICAS %s",
+                                     sn->master);
+
+    if (r && r->type == REDIS_REPLY_ARRAY)
+        atomic_store(&sn->replicas, (int)r->elements);
+    freeReplyObject(r);
+}
+
+/*
  * Ask the sentinels, the one that answered last first, for the master's
  * address. Returns 0 with host (cap bytes) and *port set, or the errno of
  * the last failure with why set: -ECONNREFUSED and the like when no
@@ -352,6 +377,8 @@ static int sentinel_resolve(struct redis_sentinel *sn, unsigned connect_ms,
                      sn->hosts[i].host, sn->hosts[i].port, sn->master);
         }
         freeReplyObject(r);
+        if (ok)
+            sentinel_count_replicas(sn, rc);
         redisFree(rc);
         if (ok) {
             sentinel_note(sn, i, host, *port);

@@ -13,7 +13,8 @@
  * sale on a second primary whose replica reaches it through a proxy:
  * replication held back, the primary killed, and every 202 must still be
  * an order in MySQL (purchases the replica did not confirm answer 503,
- * outcome unknown).
+ * outcome unknown); and the same when the old primary comes back and is
+ * promoted before it has copied anything.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -647,12 +648,136 @@ static void test_async_failover_keeps_202s(void **state)
     assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
 }
 
+/* Whether the Redis at port names a replica on port replica (any state). */
+static bool has_replica_on(uint16_t port, uint16_t replica)
+{
+    redisReply *r = command_at(port, "INFO replication");
+    char needle[32];
+    bool found;
+
+    snprintf(needle, sizeof(needle), "port=%u,", (unsigned)replica);
+    found = r && r->type == REDIS_REPLY_STRING && strstr(r->str, needle);
+    freeReplyObject(r);
+    return found;
+}
+
+/* Whether every sentinel sees the replica on port up (not s_down). */
+static bool sentinels_see_up(const char *name, uint16_t port)
+{
+    for (int i = 0; i < 3; i++) {
+        redisReply *r =
+            command_at(sentinel_ports[i], "SENTINEL REPLICAS %s", name);
+        bool up = false;
+        char p[16];
+
+        snprintf(p, sizeof(p), "%u", (unsigned)port);
+        for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements;
+             k++) {
+            const redisReply *e = r->element[k];
+            const char *eport = NULL, *flags = NULL;
+
+            for (size_t f = 0; e->type == REDIS_REPLY_ARRAY &&
+                               f + 1 < e->elements;
+                 f += 2) {
+                if (strcmp(e->element[f]->str, "port") == 0)
+                    eport = e->element[f + 1]->str;
+                else if (strcmp(e->element[f]->str, "flags") == 0)
+                    flags = e->element[f + 1]->str;
+            }
+            if (eport && flags && strcmp(eport, p) == 0 &&
+                !strstr(flags, "s_down") && !strstr(flags, "disconnected"))
+                up = true;
+        }
+        freeReplyObject(r);
+        if (!up)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * After the failover above, the old primary is down and the promoted one
+ * has no replica online. The old one comes back (from its own, older
+ * files), Sentinel makes it a replica, and it waits for its first copy
+ * (the primary delays it 30 s). Meanwhile async purchases: nothing
+ * online could confirm them, but the sentinels know a replica that a
+ * failover may promote. The primary is killed before the copy, Sentinel
+ * promotes the returned replica without it, and every 202 must still be
+ * an order in MySQL: with a replica known but not confirming, purchases
+ * answer 503 (outcome unknown), never 202.
+ */
+static void test_async_returning_replica_keeps_202s(void **state)
+{
+    static int64_t accepted[1024];
+    size_t n = 0, unknown = 0, missing = 0;
+    int64_t voucher, next_user = 60000000, deadline;
+    (void)state;
+
+    /* Left by the test above: the old replica is the primary. */
+    assert_int_equal(areplica_port, master_named(0, ASYNC_MASTER));
+    voucher = it_seckill_create(&asrv, 1, 1000, -5, 3600);
+    freeReplyObject(command_at(areplica_port,
+                               "CONFIG SET repl-diskless-sync-delay 30"));
+    /* The writer away from MySQL: orders wait in Redis only. */
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "cut"));
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "refuse"));
+
+    aprimary_pid = durable_redis_start(aprimary_port, "aprimary", NULL, NULL);
+    assert_true(aprimary_pid > 0);
+    deadline = util_mono_ms() + 30000;
+    while (!(has_replica_on(areplica_port, aprimary_port) &&
+             sentinels_see_up(ASYNC_MASTER, aprimary_port)) &&
+           util_mono_ms() < deadline)
+        usleep(100 * 1000);
+    assert_true(has_replica_on(areplica_port, aprimary_port));
+    assert_true(sentinels_see_up(ASYNC_MASTER, aprimary_port));
+    /* The instance's writer looks at the replicas every 2 s. */
+    usleep(2500 * 1000);
+
+    for (int k = 0; k < 3; k++)
+        async_wave(voucher, accepted, &n, &unknown, &next_user);
+    printf("returning replica: %zu 202s while it waited for its copy, %zu "
+           "answered 503 outcome unknown\n",
+           n, unknown);
+
+    /* The primary dies before the copy; the returned replica is promoted. */
+    stop_pid(&areplica_pid);
+    deadline = util_mono_ms() + PROMOTE_MAX_MS;
+    while (master_named(0, ASYNC_MASTER) != aprimary_port &&
+           util_mono_ms() < deadline)
+        usleep(100 * 1000);
+    assert_int_equal(aprimary_port, master_named(0, ASYNC_MASTER));
+    assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "heal"));
+
+    /* Whatever the new primary has is drained into MySQL. */
+    deadline = util_mono_ms() + ASYNC_DRAIN_MS;
+    while (util_mono_ms() < deadline &&
+           (int_at(aprimary_port, "XLEN {v:%lld}:stream", voucher) > 0 ||
+            int_at(aprimary_port, "HLEN {v:%lld}:pending", voucher) > 0))
+        usleep(100 * 1000);
+    for (size_t i = 0; i < n; i++)
+        if (it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE id = "
+                          "%lld AND voucher_id = %lld",
+                          (long long)accepted[i], (long long)voucher) != 1) {
+            if (!missing++)
+                print_error("202 order %lld is not in MySQL\n",
+                            (long long)accepted[i]);
+        }
+    if (missing)
+        print_error("%zu of %zu 202s are missing in MySQL after the "
+                    "failover to the returned replica\n",
+                    missing, n);
+    assert_int_equal(0, missing);
+    assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_mid_sale),
         cmocka_unit_test(test_replica_refused),
         cmocka_unit_test(test_async_failover_keeps_202s),
+        cmocka_unit_test(test_async_returning_replica_keeps_202s),
     };
     return it_exit_status(cmocka_run_group_tests_name(
         "sentinel", tests, group_setup, group_teardown));
