@@ -314,11 +314,10 @@ static void sentinel_note(struct redis_sentinel *sn, int i, const char *host,
  * yet), so whoever wants a write to outlive a failover counts them all.
  * Kept as it was when the sentinel cannot say.
  */
-static void sentinel_count_replicas(struct redis_sentinel *sn,
-                                    redisContext *rc)
+static void sentinel_count_replicas(struct redis_sentinel *sn, redisContext *rc)
 {
-    redisReply *r = sentinel_command(sn, rc, "SENTINEL REPLICAS %s",
-                                     sn->master);
+    redisReply *r =
+        sentinel_command(sn, rc, "SENTINEL REPLICAS %s", sn->master);
 
     if (r && r->type == REDIS_REPLY_ARRAY)
         atomic_store(&sn->replicas, (int)r->elements);

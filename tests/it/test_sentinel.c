@@ -676,9 +676,8 @@ static bool sentinels_see_up(const char *name, uint16_t port)
             const redisReply *e = r->element[k];
             const char *eport = NULL, *flags = NULL;
 
-            for (size_t f = 0; e->type == REDIS_REPLY_ARRAY &&
-                               f + 1 < e->elements;
-                 f += 2) {
+            for (size_t f = 0;
+                 e->type == REDIS_REPLY_ARRAY && f + 1 < e->elements; f += 2) {
                 if (strcmp(e->element[f]->str, "port") == 0)
                     eport = e->element[f + 1]->str;
                 else if (strcmp(e->element[f]->str, "flags") == 0)
@@ -716,8 +715,8 @@ static void test_async_returning_replica_keeps_202s(void **state)
     /* Left by the test above: the old replica is the primary. */
     assert_int_equal(areplica_port, master_named(0, ASYNC_MASTER));
     voucher = it_seckill_create(&asrv, 1, 1000, -5, 3600);
-    freeReplyObject(command_at(areplica_port,
-                               "CONFIG SET repl-diskless-sync-delay 30"));
+    freeReplyObject(
+        command_at(areplica_port, "CONFIG SET repl-diskless-sync-delay 30"));
     /* The writer away from MySQL: orders wait in Redis only. */
     assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "cut"));
     assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "refuse"));
