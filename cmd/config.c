@@ -569,7 +569,7 @@ const struct config_setting config_settings[] = {
      .doc = "purchase engine threads ({range}): each runs one batch of one "
             "voucher at a time, with its own MySQL and Redis connection ([How "
             "a purchase works](#how-a-purchase-works)); as many again form the "
-            "I/O pool, which runs every other request that reads or writes "
+            "task pool, which runs every other request that reads or writes "
             "MySQL or Redis (logins, vouchers, orders, the rate limiter), one "
             "at a time each, with its own connections"},
     {.flag = "queue-max",
