@@ -144,7 +144,7 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s);
  * reconciliation's lock (one instance at a time), and start rebuilding
  * those that disagree.
  */
-void async__reconcile(struct async *a, struct store *st, redisContext *rc);
+void async__reconcile(struct async *a, struct store *st);
 
 /* The next step of every rebuild this writer has going. */
 void async__rebuilds_step(struct async *a, struct store *st, redisContext *rc);

@@ -598,7 +598,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
     rebuild_start(a, st, rc, s);
 }
 
-void async__reconcile(struct async *a, struct store *st, redisContext *rc)
+void async__reconcile(struct async *a, struct store *st)
 {
     enum lock_status ls;
 
@@ -611,7 +611,14 @@ void async__reconcile(struct async *a, struct store *st, redisContext *rc)
         ls != LOCK_ACQUIRED)
         return;
     a->lock_renewed_ms = util_mono_ms();
-    for (size_t i = 0; i < a->nsales && reconcile_lock_keep(a); i++)
+    /* The connection afresh for each sale: a rebuild tells the voucher
+     * caches through the store, which may replace it after a failover. */
+    for (size_t i = 0; i < a->nsales && reconcile_lock_keep(a); i++) {
+        redisContext *rc = store_redis(st);
+
+        if (!rc)
+            break;
         reconcile_one(a, st, rc, &a->sales[i]);
+    }
     lock_release(a->reconcile_lock, NULL);
 }

@@ -774,39 +774,57 @@ static void *writer_main(void *arg)
                 break;
             continue;
         }
+        /*
+         * Every step below takes the connection afresh: a step that
+         * talks to Redis through the store (a unit return, a rebuild)
+         * may have replaced it, after a failover, and freed the one
+         * taken before.
+         */
+#define RC_AGAIN()                                                             \
+    if (!(rc = store_redis(st)))                                               \
+    goto idle
         if (now >= next_refresh) {
             durability_look(a, rc);
             listed_refresh(a, st);
             next_refresh = now + REFRESH_MS;
             look_all = true;
         }
+        RC_AGAIN();
         if (now >= next_sweep) {
             sweep(rc);
             next_sweep = now + SWEEP_MS;
         }
         sales_update(a, rc);
         backlogs_look(a, rc, look_all);
-        for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++)
+        for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++) {
+            RC_AGAIN();
             if ((a->sales[i].backlog || a->sales[i].own_pending) &&
                 async__sale_ours(st, rc, &a->sales[i]))
                 did += pump(a, st, rc, &a->sales[i]);
+        }
         if (now >= next_claim && now >= a->retry_ms) {
-            for (size_t i = 0; i < a->nsales; i++)
+            for (size_t i = 0; i < a->nsales; i++) {
+                RC_AGAIN();
                 if (a->sales[i].backlog &&
                     async__sale_ours(st, rc, &a->sales[i]))
                     claim(a, st, rc, &a->sales[i]);
+            }
             next_claim = now + CLAIM_EVERY_MS;
         }
+        RC_AGAIN();
         index_prune(a, rc);
         if (now >= next_reconcile) {
-            async__reconcile(a, st, rc);
+            async__reconcile(a, st);
             next_reconcile = now + a->cfg.reconcile_ms;
         }
         if (now >= a->next_returns_ms) {
             returns_sweep(a, st);
             a->next_returns_ms = now + RETURNS_EVERY_MS;
         }
+        RC_AGAIN();
         async__rebuilds_step(a, st, rc);
+#undef RC_AGAIN
+    idle:
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
     }
