@@ -503,6 +503,37 @@ static long long int_at(uint16_t port, const char *fmt, int64_t v)
 }
 
 /*
+ * Once the writer has drained the stream and pending orders of voucher on
+ * the Redis at primary (or ASYNC_DRAIN_MS passed), every one of the n
+ * 202s in accepted must be an order in MySQL, and MySQL's orders and
+ * stock must agree (nothing oversold).
+ */
+static void assert_202s_written(uint16_t primary, int64_t voucher,
+                                const int64_t *accepted, size_t n)
+{
+    int64_t deadline = util_mono_ms() + ASYNC_DRAIN_MS;
+    size_t missing = 0;
+
+    while (util_mono_ms() < deadline &&
+           (int_at(primary, "XLEN {v:%lld}:stream", voucher) > 0 ||
+            int_at(primary, "HLEN {v:%lld}:pending", voucher) > 0))
+        usleep(100 * 1000);
+    for (size_t i = 0; i < n; i++)
+        if (it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE id = "
+                          "%lld AND voucher_id = %lld",
+                          (long long)accepted[i], (long long)voucher) != 1 &&
+            !missing++)
+            print_error("202 order %lld is not in MySQL\n",
+                        (long long)accepted[i]);
+    if (missing)
+        print_error("%zu of %zu 202s are missing in MySQL after the "
+                    "failover\n",
+                    missing, n);
+    assert_int_equal(0, missing);
+    assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
+}
+
+/*
  * An async sale's 202 is a promise that the order will be in MySQL. Its
  * instance's writer cannot reach MySQL (a proxy refuses it), so the
  * orders wait in Redis' stream; replication to the replica is held back
@@ -515,7 +546,7 @@ static long long int_at(uint16_t port, const char *fmt, int64_t v)
 static void test_async_failover_keeps_202s(void **state)
 {
     static int64_t accepted[1024];
-    size_t n = 0, unknown = 0, before_stall, missing = 0;
+    size_t n = 0, unknown = 0, before_stall;
     int64_t voucher, next_user = 50000000, deadline;
     char replicaof[64], url[300], redis_url[340], mysql_url[1024];
     const struct store_config *sc = it_store_config();
@@ -625,27 +656,8 @@ static void test_async_failover_keeps_202s(void **state)
     assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "heal"));
 
     /* The writer drains the new primary's stream into MySQL. */
-    deadline = util_mono_ms() + ASYNC_DRAIN_MS;
-    while (util_mono_ms() < deadline &&
-           (int_at(areplica_port, "XLEN {v:%lld}:stream", voucher) != 0 ||
-            int_at(areplica_port, "HLEN {v:%lld}:pending", voucher) != 0))
-        usleep(100 * 1000);
+    assert_202s_written(areplica_port, voucher, accepted, n);
     assert_int_equal(0, int_at(areplica_port, "XLEN {v:%lld}:stream", voucher));
-    for (size_t i = 0; i < n; i++)
-        if (it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE id = "
-                          "%lld AND voucher_id = %lld",
-                          (long long)accepted[i], (long long)voucher) != 1) {
-            if (!missing++)
-                print_error("202 order %lld is not in MySQL\n",
-                            (long long)accepted[i]);
-        }
-    if (missing)
-        print_error("%zu of %zu 202s are missing in MySQL after the "
-                    "failover\n",
-                    missing, n);
-    assert_int_equal(0, missing);
-    /* Nothing oversold: MySQL's orders and stock agree. */
-    assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
 }
 
 /* Whether the Redis at port names a replica on port replica (any state). */
@@ -708,7 +720,7 @@ static bool sentinels_see_up(const char *name, uint16_t port)
 static void test_async_returning_replica_keeps_202s(void **state)
 {
     static int64_t accepted[1024];
-    size_t n = 0, unknown = 0, missing = 0;
+    size_t n = 0, unknown = 0;
     int64_t voucher, next_user = 60000000, deadline;
     (void)state;
 
@@ -748,26 +760,7 @@ static void test_async_returning_replica_keeps_202s(void **state)
     assert_int_equal(aprimary_port, master_named(0, ASYNC_MASTER));
     assert_int_equal(0, it_proxy_ctl(&amysql_proxy, "heal"));
 
-    /* Whatever the new primary has is drained into MySQL. */
-    deadline = util_mono_ms() + ASYNC_DRAIN_MS;
-    while (util_mono_ms() < deadline &&
-           (int_at(aprimary_port, "XLEN {v:%lld}:stream", voucher) > 0 ||
-            int_at(aprimary_port, "HLEN {v:%lld}:pending", voucher) > 0))
-        usleep(100 * 1000);
-    for (size_t i = 0; i < n; i++)
-        if (it_sql_scalar("SELECT COUNT(*) FROM voucher_orders WHERE id = "
-                          "%lld AND voucher_id = %lld",
-                          (long long)accepted[i], (long long)voucher) != 1) {
-            if (!missing++)
-                print_error("202 order %lld is not in MySQL\n",
-                            (long long)accepted[i]);
-        }
-    if (missing)
-        print_error("%zu of %zu 202s are missing in MySQL after the "
-                    "failover to the returned replica\n",
-                    missing, n);
-    assert_int_equal(0, missing);
-    assert_int_equal(1000 - it_sql_order_count(voucher), it_sql_stock(voucher));
+    assert_202s_written(aprimary_port, voucher, accepted, n);
 }
 
 int main(void)
