@@ -18,11 +18,14 @@
  *
  *   in flight = MySQL's orders - written,  0 <= in flight <= unsettled
  *
- * Redis' buyers are the written orders still active plus the unsettled
- * ones (plus the dead letters, which the rebuild clears):
+ * Redis' buyers are the written orders still active, the closed ones
+ * whose unit MySQL still owes back to Redis (the unit and the buyer come
+ * back together, in one script, a moment or a retry after the close),
+ * and the unsettled ones (plus the dead letters, which the rebuild
+ * clears):
  *
- *   buyers = written - closed + unsettled,  closed = MySQL's orders -
- *                                                    its active ones
+ *   buyers = written - closed + owed + unsettled,
+ *            closed = MySQL's orders - its active ones
  *
  * and Redis agrees with itself: initial = stock + buyers. Each term is
  * judged on its own: no sum of them can hide one behind another.
@@ -42,7 +45,8 @@ bool async_sale_compare(const struct async_redis_side *r,
     d->initial = m->initial >= 0 ? r->initial - m->initial : 0;
     d->units = r->initial - r->stock - r->buyers;
     d->buyers =
-        r->buyers - (r->written - (m->orders - m->active)) - r->unsettled;
+        r->buyers - (r->written - (m->orders - m->active) + m->owed) -
+        r->unsettled;
     d->in_flight = in_flight < 0              ? in_flight
                    : in_flight > r->unsettled ? in_flight - r->unsettled
                                               : 0;

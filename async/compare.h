@@ -27,6 +27,9 @@ struct async_mysql_side {
     long long initial; /* -1: unknown (a voucher from before) */
     long long active;  /* unpaid and paid orders */
     long long orders;  /* orders of any status */
+    long long owed;    /* closed orders whose unit is still owed back to
+                        * Redis (async_unit_returns): Redis keeps their
+                        * buyer until the unit comes back */
 };
 
 /* How a sale disagrees, term by term (all 0 and false: it agrees). */

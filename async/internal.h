@@ -147,6 +147,6 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s);
 void async__reconcile(struct async *a, struct store *st);
 
 /* The next step of every rebuild this writer has going. */
-void async__rebuilds_step(struct async *a, struct store *st, redisContext *rc);
+void async__rebuilds_step(struct async *a, struct store *st);
 
 #endif

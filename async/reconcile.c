@@ -524,15 +524,20 @@ static void rebuild_start(struct async *a, struct store *st, redisContext *rc,
 }
 
 /* The next step of every rebuild this writer has going, on its loop. */
-void async__rebuilds_step(struct async *a, struct store *st, redisContext *rc)
+void async__rebuilds_step(struct async *a, struct store *st)
 {
     int64_t now = util_mono_ms();
 
     for (size_t i = 0; i < a->nsales; i++) {
         struct sale *s = &a->sales[i];
+        redisContext *rc;
 
         if (!s->rebuilding || now < s->rebuild_next_ms)
             continue;
+        /* Afresh for each sale: a finished rebuild tells the voucher
+         * caches through the store, which may replace the connection. */
+        if (!(rc = store_redis(st)))
+            return;
         s->rebuild_next_ms = now + REBUILD_STEP_MS;
         rebuild_step(a, st, rc, s);
     }
@@ -573,6 +578,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         ms.initial = c.initial_stock;
         ms.active = c.active;
         ms.orders = c.orders;
+        ms.owed = c.owed;
     }
     if (async_sale_compare(&rs, &ms, &d) && !frozen_by[0]) {
         s->mismatch = 0;
@@ -590,10 +596,10 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
              "voucher=%lld missing=%d orphan=%d initial=%lld units=%lld "
              "buyers=%lld in_flight=%lld redis_initial=%lld stock=%lld "
              "redis_buyers=%lld unsettled=%lld written=%lld "
-             "mysql_active=%lld mysql_orders=%lld frozen=%d",
+             "mysql_active=%lld mysql_orders=%lld mysql_owed=%lld frozen=%d",
              (long long)s->voucher_id, d.missing, d.orphan, d.initial, d.units,
              d.buyers, d.in_flight, rs.initial, rs.stock, rs.buyers,
-             rs.unsettled, rs.written, ms.active, ms.orders,
+             rs.unsettled, rs.written, ms.active, ms.orders, ms.owed,
              frozen_by[0] != '\0');
     rebuild_start(a, st, rc, s);
 }

@@ -821,8 +821,7 @@ static void *writer_main(void *arg)
             returns_sweep(a, st);
             a->next_returns_ms = now + RETURNS_EVERY_MS;
         }
-        RC_AGAIN();
-        async__rebuilds_step(a, st, rc);
+        async__rebuilds_step(a, st);
 #undef RC_AGAIN
     idle:
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))

@@ -359,15 +359,17 @@ struct counts_args {
 static int counts_once(struct store *st, void *arg)
 {
     struct counts_args *a = arg;
-    MYSQL_BIND p[2] = {0}, r[3] = {0};
+    MYSQL_BIND p[3] = {0}, r[4] = {0};
     size_t n;
     int err;
 
     bind_i64(&p[0], &a->pos_max);
-    bind_i64(&p[1], &a->id);
+    bind_i64(&p[1], &a->pos_max);
+    bind_i64(&p[2], &a->id);
     bind_i64(&r[0], &a->out->initial_stock);
     bind_i64(&r[1], &a->out->active);
     bind_i64(&r[2], &a->out->orders);
+    bind_i64(&r[3], &a->out->owed);
     err = store_stmt_rows(st, STMT_ASYNC_COUNTS, p, r, 1, NULL, NULL, &n);
     return err ? err : n ? 0 : -ENOENT;
 }

@@ -233,7 +233,10 @@ static const char *const stmt_sql[STMT_COUNT] = {
      * earlier than any place in the stream. */
     [STMT_ASYNC_COUNTS] =
         "SELECT COALESCE(s.initial_stock, -1), "
-        "COALESCE(SUM(o.status IN (1, 2)), 0), COUNT(o.id) "
+        "COALESCE(SUM(o.status IN (1, 2)), 0), COUNT(o.id), "
+        "(SELECT COUNT(*) FROM async_unit_returns u JOIN voucher_orders r "
+        "ON r.id = u.order_id WHERE u.voucher_id = s.voucher_id AND "
+        "(r.stream_pos IS NULL OR r.stream_pos <= ?)) "
         "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
         "o.voucher_id = s.voucher_id AND (o.stream_pos IS NULL OR "
         "o.stream_pos <= ?) WHERE s.voucher_id = ? "

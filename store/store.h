@@ -515,12 +515,15 @@ struct store_async_counts {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */
     int64_t active;        /* unpaid and paid */
     int64_t orders;        /* of any status */
+    int64_t owed;          /* closed, their unit still owed back to Redis
+                            * (async_unit_returns) */
 };
 
 /*
  * Count voucher_id's orders whose stream position is at most pos_max, and
- * those written before positions were kept, in one statement (one
- * snapshot). -ENOENT: no seckill voucher with this id.
+ * those written before positions were kept, and among them the closed
+ * ones whose unit is owed, in one statement (one snapshot). -ENOENT: no
+ * seckill voucher with this id.
  */
 int store_async_counts_read(struct store *st, int64_t voucher_id,
                             int64_t pos_max, struct store_async_counts *out);

@@ -713,6 +713,126 @@ void sc_async_unit_returns(struct run *r)
                              needle));
 }
 
+/*
+ * A unit owed back for a long while: every return of a unit to Redis
+ * fails on A (the failpoint unit_return_fails on each order), so an order
+ * cancelled there stays closed in MySQL with its unit owed, and its buyer
+ * and unit still in Redis, for as long as the failure lasts. The
+ * reconciliation, comparing every 200 ms, must count that unit as owed,
+ * not as a disagreement: a rebuild would give the unit back a second way
+ * while the return is still due. Then A restarts without the failure: the
+ * sweep returns the unit once, the buyer may buy again, nothing stays
+ * owed, and the sale was never rebuilt.
+ */
+void sc_async_owed_unit(struct run *r)
+{
+    const char *a_env[] = {"SECKILL_THREADS=8",
+                           ASYNC_MODE,
+                           ACCEPT_LOSS,
+                           "SECKILL_ASYNC_RECONCILE_MS=200",
+                           "SECKILL_FAILPOINTS=unit_return_fails=fail%1",
+                           NULL};
+    const char *after[] = {"SECKILL_THREADS=8",
+                           ASYNC_MODE,
+                           ACCEPT_LOSS,
+                           "SECKILL_ASYNC_RECONCILE_MS=200",
+                           "SECKILL_FAILPOINTS",
+                           NULL};
+    struct load_cfg cfg = default_load();
+    int64_t user = r->user_first + 7000000, owed = -1, owed_after = -1;
+    struct attempt buys[2], again;
+    struct it_server a;
+    bool unknown = false;
+    long st;
+    char needle[48], missing[64];
+    int rebuilt;
+    MYSQL *my;
+
+    r->async = true;
+    cfg.threads = 2;
+    cfg.think_ms = 300;
+    if (fleet_add(&r->fleet, "a", a_env, true) < 0) {
+        setup_fail(r, "instance did not start");
+        fleet_stop(&r->fleet);
+        return;
+    }
+    if (run_start(r, cfg))
+        return run_abort(r);
+    a = fleet_get(&r->fleet, 0);
+    for (int i = 0; i < 2; i++) {
+        purchase_once(&a, 0, r->voucher, user + i, 10, &buys[i]);
+        load_record(&r->load, &buys[i]);
+        if (buys[i].status != 202 ||
+            !order_has_status(r, buys[i].order_id, 1, 5000)) {
+            setup_fail(r, "buyer %d got %ld, or its order was not written", i,
+                       buys[i].status);
+            return run_abort(r);
+        }
+    }
+    st = cancel_order(&a, buys[0].order_id, user, &unknown);
+    if (st != 200) {
+        setup_fail(r, "the cancel got %ld", st);
+        return run_abort(r);
+    }
+    /* Fifteen rounds of the reconciliation with the unit owed. */
+    sleep_ms(3000);
+    my = fdb_connect(&r->db, 5);
+    if (my)
+        fdb_scalar(my, &owed,
+                   "SELECT COUNT(*) FROM async_unit_returns WHERE order_id "
+                   "= %lld",
+                   (long long)buys[0].order_id);
+    r->faults += fleet_log_count(&r->fleet, "failpoint fired",
+                                 "name=unit_return_fails");
+    if (owed != 1)
+        setup_fail(r, "the cancelled order's unit is not owed (%lld rows)",
+                   (long long)owed);
+    /* A again, its returns working. */
+    kill(a.pid, SIGTERM);
+    if (!fleet_wait_dead(&r->fleet, 0, 15000) ||
+        fleet_restart(&r->fleet, 0, after) != 0)
+        setup_fail(r, "the instance did not restart");
+    if (r->setup_failed) {
+        if (my)
+            mysql_close(my);
+        return run_abort(r);
+    }
+    a = fleet_get(&r->fleet, 0);
+    sleep_ms(2000); /* the sweep's next round */
+    purchase_once(&a, 0, r->voucher, user, 10, &again);
+    if (again.status != 202)
+        run_extra_fail(r, INV_ASYNC,
+                       "the buyer whose cancelled unit was owed, buying "
+                       "again after the return, got %ld %s",
+                       again.status, again.code);
+    run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
+    if (my) {
+        fdb_scalar(my, &owed_after,
+                   "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
+                   "= %lld",
+                   (long long)r->voucher);
+        mysql_close(my);
+    }
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
+    snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
+             (long long)r->voucher);
+    rebuilt =
+        fleet_log_count(&r->fleet, "async sale disagrees with mysql", needle) -
+        fleet_log_count(&r->fleet, "async sale disagrees with mysql", missing);
+    if ((rebuilt || owed_after != 0) && r->ok[INV_ASYNC]) {
+        r->ok[INV_ASYNC] = false;
+        snprintf(r->why[INV_ASYNC], sizeof(r->why[INV_ASYNC]),
+                 "the sale disagreed with MySQL %d time(s) while a unit "
+                 "was owed back; %lld return(s) still owed",
+                 rebuilt, (long long)owed_after);
+    }
+    run_note(r, "unit owed for 3 s; %d disagreement(s) with MySQL; %d "
+                "sweep(s) gave Redis units late",
+             rebuilt,
+             fleet_log_count(&r->fleet, "async units returned to redis late",
+                             needle));
+}
+
 /* Creates the scenario's voucher through an instance, on its own thread
  * (the request is held up by a failpoint). */
 struct creator {

@@ -1107,6 +1107,7 @@ static const struct scenario scenarios[] = {
     {"async-redis-older", sc_async_redis_older},
     {"async-pause-writer", sc_async_pause_writer},
     {"async-unit-returns", sc_async_unit_returns},
+    {"async-owed-unit", sc_async_owed_unit},
     {"async-late-preheat", sc_async_late_preheat},
 };
 

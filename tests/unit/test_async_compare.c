@@ -35,7 +35,7 @@ static struct async_redis_side redis_side(long long initial, long long buyers,
 static struct async_mysql_side mysql_side(long long initial, long long active,
                                           long long orders)
 {
-    struct async_mysql_side m = {initial, active, orders};
+    struct async_mysql_side m = {initial, active, orders, 0};
     return m;
 }
 
@@ -105,10 +105,37 @@ static void test_closed_orders_agree(void **state)
 
     (void)state;
     assert_true(async_sale_compare(&r, &m, &d));
-    /* One closed in MySQL, its unit not back in Redis yet (a moment). */
+    /* One closed in MySQL, its unit not back in Redis yet, and no record
+     * that it is owed (the record went with the return, and the return
+     * has not landed: a moment). */
     m.active = 94;
     assert_false(async_sale_compare(&r, &m, &d));
     assert_int_equal(1, d.buyers);
+}
+
+/* Closed orders whose units MySQL still owes back to Redis (a return that
+ * failed, waiting for the retry): Redis keeps their buyers and units for
+ * as long as that takes, and agrees with MySQL all along. Once a unit is
+ * back, its buyer goes too and the sale still agrees. */
+static void test_owed_units_agree(void **state)
+{
+    struct async_redis_side r = redis_side(100, 95, 0, 100);
+    struct async_mysql_side m = mysql_side(100, 92, 100);
+    struct async_disagreement d;
+
+    (void)state;
+    m.owed = 3;
+    assert_true(async_sale_compare(&r, &m, &d));
+    /* One comes back: a buyer less in Redis, a record less in MySQL. */
+    r.buyers--;
+    r.stock++;
+    m.owed--;
+    assert_true(async_sale_compare(&r, &m, &d));
+    /* A record of a unit owed while Redis has no buyer for it: Redis lost
+     * the buyer (or the record outlived its return for a moment). */
+    m.owed++;
+    assert_false(async_sale_compare(&r, &m, &d));
+    assert_int_equal(-1, d.buyers);
 }
 
 /* A buyer Redis forgot, with its unit back on sale: Redis agrees with
@@ -202,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_same_is_term_by_term),
         cmocka_unit_test(test_committed_not_settled_agrees),
         cmocka_unit_test(test_closed_orders_agree),
+        cmocka_unit_test(test_owed_units_agree),
         cmocka_unit_test(test_lost_buyer),
         cmocka_unit_test(test_rewind),
         cmocka_unit_test(test_dead_letter),
