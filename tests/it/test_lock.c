@@ -16,8 +16,9 @@
  * with stopped servers, wake-up by release, a backend that is down, and the
  * input checks.
  *
- * Other processes hold locks through "agents": forked children with their
- * own client and one struct lock, driven over pipes (acquire, release, ...).
+ * Other processes hold locks through "agents": children (this program
+ * again, exec'd with --agent) with their own client and one struct lock,
+ * driven over pipes (acquire, release, ...).
  * Forked children never call cmocka (its asserts would longjmp into the
  * child's copy of the runner): they answer through pipes and exit statuses,
  * and an alarm bounds how long they live. Lock names start with
@@ -407,6 +408,50 @@ static int agent_main(const char *url, const struct lock_options *opt,
     return rc == 1 ? 0 : 14;
 }
 
+/*
+ * Become an agent in a fresh image of this program (the child of fork()
+ * execs it): a fork of the test process, which runs the clients' threads,
+ * may inherit a lock some thread held at that moment (the sanitizers'
+ * allocator has no fork handlers), and an agent that takes it hangs. The
+ * pipes' ends pass as their numbers, the rest as arguments.
+ */
+static void agent_exec(const char *url, const struct lock_options *opt,
+                       struct kind_spec ks, const char *name, int in, int out)
+{
+    char a[7][24];
+    char *argv[] = {"it_test_lock", "--agent", (char *)url,  (char *)name,
+                    a[0],           a[1],      a[2],         a[3],
+                    a[4],           a[5],      a[6],         NULL};
+
+    snprintf(a[0], sizeof(a[0]), "%d", (int)ks.kind);
+    snprintf(a[1], sizeof(a[1]), "%u", ks.permits);
+    snprintf(a[2], sizeof(a[2]), "%u", opt->timeout_ms);
+    snprintf(a[3], sizeof(a[3]), "%u", opt->session_ms);
+    snprintf(a[4], sizeof(a[4]), "%u", opt->watchdog_lease_ms);
+    snprintf(a[5], sizeof(a[5]), "%d", in);
+    snprintf(a[6], sizeof(a[6]), "%d", out);
+    execv("/proc/self/exe", argv);
+    _exit(15);
+}
+
+/* main() of an exec'd agent: argv as agent_exec() made it. */
+static int agent_exec_main(int argc, char **argv)
+{
+    struct lock_options opt = {0};
+    struct kind_spec ks;
+
+    if (argc != 11)
+        return 16;
+    ks.kind = (enum lock_kind)atoi(argv[4]);
+    ks.permits = (uint32_t)strtoul(argv[5], NULL, 10);
+    opt.timeout_ms = (uint32_t)strtoul(argv[6], NULL, 10);
+    opt.session_ms = (uint32_t)strtoul(argv[7], NULL, 10);
+    opt.watchdog_lease_ms = (uint32_t)strtoul(argv[8], NULL, 10);
+    agent_sc = it_store_config();
+    return agent_main(argv[2], &opt, ks, argv[3], atoi(argv[9]),
+                      atoi(argv[10]));
+}
+
 /* ---- the fixture ---- */
 
 #define FX_LOCKS_MAX 32
@@ -649,7 +694,7 @@ static struct agent *agent_start_kind(struct fx *f, const char *url,
             close(f->agents[i].to_fd);
             close(f->agents[i].from_fd);
         }
-        _exit(agent_main(url, &f->opt, ks, name, to[0], from[1]));
+        agent_exec(url, &f->opt, ks, name, to[0], from[1]);
     }
     close(to[0]);
     close(from[1]);
@@ -3229,7 +3274,7 @@ static const struct test_def test_defs[] = {
 };
 enum { NTESTS = sizeof(test_defs) / sizeof(test_defs[0]) };
 
-int main(void)
+int main(int argc, char **argv)
 {
     static char names[NTESTS][128];
     struct CMUnitTest tests[NTESTS];
@@ -3237,6 +3282,10 @@ int main(void)
     int failed = 0;
     size_t i, k, n;
 
+    if (argc > 1 && strcmp(argv[1], "--agent") == 0) {
+        alarm(CHILD_ALARM_S);
+        return agent_exec_main(argc, argv);
+    }
     it_init();
     /* SECKILL_IT_FILTER="redis: *" runs only the tests matching it. */
     filter = getenv("SECKILL_IT_FILTER");
