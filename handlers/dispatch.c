@@ -58,6 +58,14 @@ static void dispatch(struct request *req)
     const struct route *route;
     handler_fn fn = NULL;
 
+    /* The path is routed segment by segment as sent: a "/" encoded
+     * inside a segment (left encoded by the server's unescape) would
+     * make another path of it. */
+    if (strcasestr(req->path, "%2f")) {
+        req_error(req, ERR_BAD_REQUEST,
+                  "an encoded / (%2F) in the path: segments may not hold one");
+        return;
+    }
     switch (route_match(req->path, &route, &req->id)) {
     case ROUTE_NOT_FOUND:
         req_error(req, ERR_NOT_FOUND, "no such endpoint");

@@ -94,9 +94,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
 
 /*
  * Percent-decode the path and the query arguments in place, as
- * libmicrohttpd does, except "%00": a decoded NUL would cut the C string
- * short, so "/api/orders/1%00x" would read as order 1 and "limit=5%00x"
- * as 5. Left encoded, it makes such a value invalid. Returns the length.
+ * libmicrohttpd does, except "%00" and "%2F". A decoded NUL would cut the
+ * C string short, so "/api/orders/1%00x" would read as order 1 and
+ * "limit=5%00x" as 5; left encoded, it makes such a value invalid. A
+ * decoded "/" would join two segments of the path into one
+ * ("/api/vouchers/360%2Fstats" is one segment, not the stats route);
+ * left encoded, the dispatcher refuses it. Returns the length.
  */
 static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
 {
@@ -109,7 +112,7 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
         int hi = r[0] == '%' ? util_hex_digit(r[1]) : -1;
         int lo = hi >= 0 ? util_hex_digit(r[2]) : -1;
 
-        if (lo >= 0 && (hi | lo)) {
+        if (lo >= 0 && (hi | lo) && (hi << 4 | lo) != '/') {
             *w++ = (char)(hi << 4 | lo);
             r += 3;
         } else {

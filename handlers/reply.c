@@ -24,6 +24,9 @@ static enum MHD_Result queue_reply(struct MHD_Connection *conn,
                                 req->headers[i].value);
     if (req_draining(req))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* Every answer is of the type it says it is. */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_X_CONTENT_TYPE_OPTIONS,
+                            "nosniff");
     /* Counted now, not when the connection is done with it: a client
      * that has its answer and then scrapes /metrics finds it there. */
     metrics_request_observe(req->route_id, req->status,
@@ -60,6 +63,8 @@ enum MHD_Result reply_send(struct MHD_Connection *conn, struct request *req)
         req->text = NULL;
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                                 req->text_type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+                                "no-store");
         return queue_reply(conn, req, resp);
     }
     if (!req->reply)
@@ -79,6 +84,9 @@ enum MHD_Result reply_send(struct MHD_Connection *conn, struct request *req)
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "application/json");
+    /* API answers carry users' orders and tokens, and stock that changes
+     * by the second: no cache, shared or private, keeps them. */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (req->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, req->allow);
     if (req->retry_after) {

@@ -66,6 +66,13 @@ unsigned vouchers_post(struct request *req)
                            &v->actual_value) ||
         !body_str_or_reply(req, "type", false, 16, &type))
         goto out;
+    /* A price of 0 gives the voucher away, and one above its value sells
+     * it at a loss to the buyer: both are a typing mistake. */
+    if (v->pay_value == 0 || v->pay_value > v->actual_value) {
+        req_error(req, ERR_BAD_REQUEST,
+                  "payValue: must be at least 1 and at most actualValue");
+        goto out;
+    }
 
     if (strcmp(type, "seckill") == 0) {
         v->type = VOUCHER_SECKILL;

@@ -83,7 +83,6 @@ unsigned web_get(struct request *req)
     if (inm && etag_listed(inm, f->etag))
         return req_reply_raw(req, 304, NULL, NULL, 0);
     req_header_add(req, MHD_HTTP_HEADER_CONTENT_SECURITY_POLICY, CSP);
-    req_header_add(req, MHD_HTTP_HEADER_X_CONTENT_TYPE_OPTIONS, "nosniff");
     req_header_add(req, "Referrer-Policy", "no-referrer");
     return req_reply_raw(req, 200, f->type, f->data, f->len);
 }

@@ -213,8 +213,11 @@ static int pay_once(struct store *st, void *arg)
     }
     *a->pay_value = l.pay_value;
     if (l.status == ORDER_PAID) {
-        *a->outcome =
-            strcmp(l.txn, a->txn) == 0 ? STORE_PAY_SAME : STORE_PAY_OTHER;
+        /* The same notification again: the same transaction and the
+         * amount it paid (the pay value); another amount is not it. */
+        *a->outcome = strcmp(l.txn, a->txn) != 0   ? STORE_PAY_OTHER
+                      : a->amount != l.pay_value ? STORE_PAY_AMOUNT
+                                                 : STORE_PAY_SAME;
         return store_tx_rollback(st, 0);
     }
     if (l.status != ORDER_UNPAID) {

@@ -520,17 +520,11 @@ static void test_sql_injection_refused(void **state)
         expect_error("GET", path, NULL, NULL, 400, "BAD_REQUEST");
         snprintf(path, sizeof(path), "/api/orders?limit=%s", enc);
         expect_error("GET", path, NULL, tok, 400, "BAD_REQUEST");
-        /* In a path: a bad id, or with a '/' no route at all. */
+        /* In a path: a bad id, or (with an encoded '/') a bad path. */
         snprintf(path, sizeof(path), "/api/vouchers/1%s", enc);
-        if (strchr(injections[i], '/'))
-            expect_error("GET", path, NULL, NULL, 404, "NOT_FOUND");
-        else
-            expect_error("GET", path, NULL, NULL, 400, "BAD_REQUEST");
+        expect_error("GET", path, NULL, NULL, 400, "BAD_REQUEST");
         snprintf(path, sizeof(path), "/api/orders/1%s", enc);
-        if (strchr(injections[i], '/'))
-            expect_error("GET", path, NULL, tok, 404, "NOT_FOUND");
-        else
-            expect_error("GET", path, NULL, tok, 400, "BAD_REQUEST");
+        expect_error("GET", path, NULL, tok, 400, "BAD_REQUEST");
         curl_free(enc);
         free(login);
         free(body);
@@ -831,7 +825,7 @@ static void test_body_numbers(void **state)
     {
         int64_t id = it_voucher_create(
             &srv, "{\"shopId\":9223372036854775807,\"title\":\"max\","
-                  "\"payValue\":-0,\"actualValue\":100000000000}");
+                  "\"payValue\":1,\"actualValue\":100000000000}");
         char path[64];
         struct it_resp resp;
 
@@ -839,7 +833,7 @@ static void test_body_numbers(void **state)
         expect_ok("GET", path, NULL, NULL, 200, &resp);
         assert_true(strstr(resp.body, "9223372036854775807") != NULL);
         assert_int_equal(
-            0, json_integer_value(json_object_get(resp.json, "payValue")));
+            1, json_integer_value(json_object_get(resp.json, "payValue")));
         it_resp_free(&resp);
     }
 }

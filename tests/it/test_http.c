@@ -795,6 +795,10 @@ static void test_voucher_create_bad_request(void **state)
         {.actual_value = "-5"},
         {.pay_value = "\"1\""},
         {.pay_value = "1.5"},
+        /* The price: at least 1, at most the voucher's value. */
+        {.pay_value = "0", .actual_value = "0"},
+        {.pay_value = "0", .actual_value = "100"},
+        {.pay_value = "101", .actual_value = "100"},
         {.sub_title = "42"},
         {.sub_title = t256},
         {.rules = rules1025},
@@ -862,7 +866,7 @@ static void test_voucher_create_limits(void **state)
 
     (void)state;
     body = xasprintf("{\"shopId\":1,\"title\":\"%s\",\"subTitle\":\"%s\","
-                     "\"rules\":\"%s\",\"payValue\":0,\"actualValue\":0,"
+                     "\"rules\":\"%s\",\"payValue\":1,\"actualValue\":1,"
                      "\"somethingElse\":{\"ignored\":true}}",
                      t255, t255, r1024);
     id = it_voucher_create(&srv, body);
@@ -870,8 +874,8 @@ static void test_voucher_create_limits(void **state)
     assert_json_streq(resp.json, "title", t255);
     assert_json_streq(resp.json, "subTitle", t255);
     assert_json_streq(resp.json, "rules", r1024);
-    assert_json_int(resp.json, "payValue", 0);
-    assert_json_int(resp.json, "actualValue", 0);
+    assert_json_int(resp.json, "payValue", 1);
+    assert_json_int(resp.json, "actualValue", 1);
     assert_json_streq(resp.json, "type", "normal");
     assert_null(json_object_get(resp.json, "somethingElse"));
     it_resp_free(&resp);

@@ -362,6 +362,21 @@ static void test_notify(void **state)
     assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM voucher_orders "
                                       "WHERE txn_id = '%s'",
                                       txn));
+    /* The same transaction with another amount is not the same
+     * notification: refused like a wrong amount, the order left paid. */
+    {
+        struct notify m;
+
+        notify_make(&m, o, 1, txn);
+        notify_send(&srv[0], &m, &resp);
+        it_assert_error(&resp, 400, "BAD_REQUEST");
+        it_resp_free(&resp);
+        notify_make(&m, o, 4751, txn);
+        notify_send(&srv[1], &m, &resp);
+        it_assert_error(&resp, 400, "BAD_REQUEST");
+        it_resp_free(&resp);
+        assert_int_equal(2, status_of(o));
+    }
     /* Another transaction for the paid order: a second payment. */
     {
         struct notify m;

@@ -362,6 +362,8 @@ async function adminValidation(page, adminToken) {
         ["subTitle", { subTitle: "s".repeat(256) }, { subTitle: "s".repeat(256) }],
         ["rules", { rules: "r".repeat(1025) }, { rules: "r".repeat(1025) }],
         ["payValue", { payValue: "-1" }, { payValue: -1 }],
+        ["payValue", { payValue: "0" }, { payValue: 0 }],
+        ["payValue", { payValue: "5001" }, { payValue: 5001 }],
         ["actualValue", { actualValue: "100000000001" }, { actualValue: 100000000001 }],
         ["stock", { stock: "1.5" }, { stock: 1.5 }],
         ["stock", { stock: "" }, { stock: undefined }],

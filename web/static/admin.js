@@ -149,6 +149,8 @@ export function validate(v) {
     put("rules", checkStr("rules", v.rules, false, 1024));
     put("payValue", checkInt("payValue", v.payValue, true, 0n, MONEY_MAX));
     put("actualValue", checkInt("actualValue", v.actualValue, true, 0n, MONEY_MAX));
+    if (!errors.payValue && !errors.actualValue && (BigInt(v.payValue) === 0n || BigInt(v.payValue) > BigInt(v.actualValue)))
+        put("payValue", "payValue: must be at least 1 and at most actualValue");
     if (v.type !== "seckill" && v.type !== "normal") put("type", 'type: must be "normal" or "seckill"');
     if (v.type === "seckill") {
         put("stock", checkInt("stock", v.stock, true, 0n, STOCK_MAX));
