@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cmd/config_table.h"
+#include "common/cidr.h"
 #include "common/redis.h"
 #include "common/url.h"
 #include "common/util.h"
@@ -478,6 +479,19 @@ static int set_origins(struct config *cfg, const struct config_setting *s,
     return set_text(cfg, s, name, v[strspn(v, " ")] ? v : "", err, errlen);
 }
 
+static int set_cidrs(struct config *cfg, const struct config_setting *s,
+                     const char *name, const char *v, char *err, size_t errlen)
+{
+    struct cidr_list l;
+    char why[128];
+
+    if (cidr_list_parse(v, &l, why, sizeof(why))) {
+        snprintf(err, errlen, "%s: %s", name, why);
+        return -EINVAL;
+    }
+    return set_text(cfg, s, name, v[strspn(v, " ")] ? v : "", err, errlen);
+}
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 /* Where a setting's value goes: .off and .size of a field of cfg. */
@@ -898,6 +912,22 @@ const struct config_setting config_settings[] = {
      .doc = "web pages on these origins may call the API from a browser: exact "
             "origins, comma-separated, such as "
             "`https://shop.example.com,http://localhost:3000` ([CORS](#cors))"},
+    {.flag = "trusted-proxies",
+     .env = "SECKILL_TRUSTED_PROXIES",
+     .arg = "LIST",
+     .def = "",
+     .def_doc = "empty (none)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_cidrs,
+     FIELD(http.trusted_proxies),
+     .help = "take the client's address from X-Forwarded-For on connections "
+             "from these: 10.0.0.0/8,127.0.0.1",
+     .doc = "load balancers whose `X-Forwarded-For` names the client: "
+            "addresses or blocks, comma-separated, such as "
+            "`10.0.0.0/8,::1`. On a connection from one of them the client "
+            "is the address nearest the end of that header that is not one "
+            "of them; per-address limits count it. Empty: the connection's "
+            "peer is the client, and the header is ignored"},
     {.flag = "drain-s",
      .env = "SECKILL_DRAIN_S",
      .arg = "N",

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "async/async.h"
+#include "common/cidr.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -90,6 +91,13 @@ static void http_config_of(const struct handlers_config *cfg,
     };
     memcpy(h->secret, cfg->secret, sizeof(h->secret));
     memcpy(h->pay_secret, cfg->pay_secret, sizeof(h->pay_secret));
+    if (cfg->trusted_proxies) {
+        char why[96];
+
+        /* Checked when the setting was read: cannot fail here. */
+        cidr_list_parse(cfg->trusted_proxies, &h->trusted_proxies, why,
+                        sizeof(why));
+    }
 }
 
 /* Free what server_start() made, in the reverse order (NULLs skipped). */

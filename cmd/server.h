@@ -42,6 +42,10 @@ struct handlers_config {
      * origins such as "https://shop.example.com", comma-separated,
      * validated by the configuration; NULL: CORS off. */
     const char *cors_origins;
+    /* Proxies whose X-Forwarded-For names the client (common/cidr.h
+     * blocks, comma-separated, validated by the configuration); NULL or
+     * "": none, the peer is the client. */
+    const char *trusted_proxies;
     /* Seconds between SIGTERM and the stop, /readyz answering 503 (see
      * server_drain()); cmd/main.c waits them out. */
     unsigned drain_s;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/cidr.h"
 #include "common/token.h"
 
 struct sale;
@@ -37,6 +38,10 @@ struct http_config {
      * origins such as "https://shop.example.com", comma-separated; NULL:
      * CORS off. */
     const char *cors_origins;
+    /* Connections from these proxies name their client in
+     * X-Forwarded-For (handlers/request.h, req_client_addr()); empty: the
+     * peer is the client. */
+    struct cidr_list trusted_proxies;
     unsigned char secret[TOKEN_KEY_LEN]; /* signs and checks the tokens */
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

@@ -13,39 +13,24 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <microhttpd.h>
 
-/* The bucket key of the client's address: IPv4 per address, IPv6 per
- * /64 (one host usually holds a whole /64). False if unknown. */
+/* The bucket key of the client's address (req_client_addr()): IPv4 per
+ * address, IPv6 per /64 (one host usually holds a whole /64). False if
+ * unknown. */
 static bool ip_key(const struct request *req, char *out, size_t n)
 {
-    const union MHD_ConnectionInfo *ci;
-    struct sockaddr_storage ss;
+    struct cidr a;
     char text[INET6_ADDRSTRLEN];
 
-    if (!req->conn)
+    if (!req_client_addr(req, &a))
         return false;
-    ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (!ci || !ci->client_addr)
-        return false;
-    if (ci->client_addr->sa_family == AF_INET) {
-        struct sockaddr_in sin;
-        memcpy(&sin, ci->client_addr, sizeof(sin));
-        inet_ntop(AF_INET, &sin.sin_addr, text, sizeof(text));
+    if (!a.v6) {
+        inet_ntop(AF_INET, a.addr, text, sizeof(text));
         snprintf(out, n, "rate:ip:%s", text);
         return true;
     }
-    if (ci->client_addr->sa_family != AF_INET6)
-        return false;
-    memcpy(&ss, ci->client_addr, sizeof(struct sockaddr_in6));
-    struct in6_addr a = ((struct sockaddr_in6 *)&ss)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a)) {
-        inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof(text));
-        snprintf(out, n, "rate:ip:%s", text);
-        return true;
-    }
-    memset(&a.s6_addr[8], 0, 8);
-    inet_ntop(AF_INET6, &a, text, sizeof(text));
+    memset(&a.addr[8], 0, 8);
+    inet_ntop(AF_INET6, a.addr, text, sizeof(text));
     snprintf(out, n, "rate:ip:%s/64", text);
     return true;
 }

@@ -11,8 +11,12 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <microhttpd.h>
 
+#include "common/cidr.h"
 #include "common/util.h"
 #include "handlers/deadline.h"
 
@@ -186,6 +190,94 @@ const char *req_query(struct request *req, const char *name)
     if (!req->conn)
         return NULL;
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* The peer of req's connection. */
+static bool peer_addr(const struct request *req, struct cidr *out)
+{
+    const union MHD_ConnectionInfo *ci;
+    char text[INET6_ADDRSTRLEN];
+
+    if (!req->conn)
+        return false;
+    ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return false;
+    if (ci->client_addr->sa_family == AF_INET) {
+        struct sockaddr_in sin;
+
+        memcpy(&sin, ci->client_addr, sizeof(sin));
+        inet_ntop(AF_INET, &sin.sin_addr, text, sizeof(text));
+    } else if (ci->client_addr->sa_family == AF_INET6) {
+        struct sockaddr_in6 sin6;
+
+        memcpy(&sin6, ci->client_addr, sizeof(sin6));
+        inet_ntop(AF_INET6, &sin6.sin6_addr, text, sizeof(text));
+    } else {
+        return false;
+    }
+    return cidr_addr_parse(text, out) == 0;
+}
+
+/* Every X-Forwarded-For header's value, joined by commas in order. */
+struct xff {
+    char buf[2048];
+    size_t len;
+    bool cut; /* longer than buf: the walk stops at the cut */
+};
+
+static enum MHD_Result xff_add(void *cls, enum MHD_ValueKind kind,
+                               const char *key, const char *value)
+{
+    struct xff *x = cls;
+    size_t n;
+
+    (void)kind;
+    if (!value || strcasecmp(key, "X-Forwarded-For") != 0)
+        return MHD_YES;
+    n = strlen(value);
+    if (x->len + n + 2 > sizeof(x->buf)) {
+        x->cut = true;
+        return MHD_NO;
+    }
+    if (x->len)
+        x->buf[x->len++] = ',';
+    memcpy(x->buf + x->len, value, n);
+    x->len += n;
+    x->buf[x->len] = '\0';
+    return MHD_YES;
+}
+
+bool req_client_addr(const struct request *req, struct cidr *out)
+{
+    const struct cidr_list *trusted = &req->cfg->trusted_proxies;
+    struct xff x = {.len = 0};
+    struct cidr hop;
+
+    if (!peer_addr(req, out))
+        return false;
+    if (trusted->n == 0 || !cidr_list_has(trusted, out))
+        return true;
+    MHD_get_connection_values(req->conn, MHD_HEADER_KIND, xff_add, &x);
+    /* From the end: each hop a trusted proxy added names the one before
+     * it; the first that is not trusted is the client. */
+    while (x.len > 0) {
+        char *comma = memrchr(x.buf, ',', x.len), *e;
+        char *entry = comma ? comma + 1 : x.buf;
+
+        x.buf[x.len] = '\0';
+        entry += strspn(entry, " \t");
+        for (e = entry + strlen(entry); e > entry && (e[-1] == ' ' ||
+                                                      e[-1] == '\t');)
+            *--e = '\0';
+        if (cidr_addr_parse(entry, &hop) != 0)
+            return true; /* not an address: the last trusted hop */
+        *out = hop;
+        if (!cidr_list_has(trusted, &hop))
+            return true;
+        x.len = comma ? (size_t)(comma - x.buf) : 0;
+    }
+    return true;
 }
 
 int req_auth(struct request *req)

@@ -151,6 +151,15 @@ unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
 const char *req_query(struct request *req, const char *name);
 
 /*
+ * The client's address: the connection's peer, or, when the peer is one
+ * of cfg->trusted_proxies, the address nearest the end of X-Forwarded-For
+ * (every such header, in order) that is not one of them (all of them:
+ * the first). An entry that is not an address ends the walk: the last
+ * trusted hop is the client then. False when the peer is unknown.
+ */
+bool req_client_addr(const struct request *req, struct cidr *out);
+
+/*
  * Verify the bearer token into req->auth, once per request (later calls
  * return the first result). Returns 0, -ENOENT without an Authorization
  * header, -EPROTONOSUPPORT for a scheme other than Bearer, or the error

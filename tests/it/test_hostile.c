@@ -1402,6 +1402,89 @@ static void test_rate_limit_retry_after(void **state)
     assert_int_equal(0, it_server_stop(&s));
 }
 
+/* GET /api/vouchers with X-Forwarded-For headers xff (NULL-terminated);
+ * the status. */
+static long get_forwarded(const struct it_server *s, const char *const *xff)
+{
+    struct it_req req = {.method = "GET", .path = "/api/vouchers",
+                         .headers = xff};
+    struct it_resp resp;
+    long st = it_http_do(s, &req, &resp);
+
+    it_resp_free(&resp);
+    return st;
+}
+
+/*
+ * SECKILL_TRUSTED_PROXIES: a connection from a listed proxy counts against
+ * the address its X-Forwarded-For names (the last one that is not a
+ * listed proxy, across every such header); from anywhere else the header
+ * is ignored, so a client cannot pick its own bucket.
+ */
+static void test_rate_limit_behind_proxy(void **state)
+{
+    const char *trusted[] = {"SECKILL_RATE_IP=0.5,2",
+                             "SECKILL_TRUSTED_PROXIES=127.0.0.0/8, 10.9.0.0/16",
+                             NULL};
+    const char *untrusted[] = {"SECKILL_RATE_IP=0.5,2",
+                               "SECKILL_TRUSTED_PROXIES=10.9.0.0/16", NULL};
+    static const char *const keys[] = {
+        "rate:ip:127.0.0.1",  "rate:ip:198.51.100.7", "rate:ip:198.51.100.8",
+        "rate:ip:203.0.113.5", "rate:ip:192.0.2.1", "rate:ip:2001:db8:1:2::/64"};
+    const char *const a[] = {"X-Forwarded-For: 198.51.100.7", NULL};
+    const char *const b[] = {"X-Forwarded-For: 198.51.100.8", NULL};
+    /* A client's own header, then the proxies': the client is the last
+     * address no listed proxy has. */
+    const char *const spoof[] = {"X-Forwarded-For: 192.0.2.1, 203.0.113.5",
+                                 "X-Forwarded-For: 10.9.3.4", NULL};
+    const char *const v6[] = {"X-Forwarded-For: 2001:db8:1:2::5", NULL};
+    const char *const junk[] = {"X-Forwarded-For: 198.51.100.8, not-an-ip",
+                                NULL};
+    redisContext *rc = it_redis_connect();
+    struct it_server s;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        redis_del(rc, keys[i]);
+    assert_int_equal(0, it_server_start(&s, "hostile-proxy", trusted));
+    redis_del(rc, "rate:ip:127.0.0.1"); /* the start-up probes */
+    /* Two clients behind the proxy: a bucket each. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(200, get_forwarded(&s, a));
+        assert_int_equal(200, get_forwarded(&s, b));
+    }
+    assert_int_equal(429, get_forwarded(&s, a));
+    assert_int_equal(429, get_forwarded(&s, b));
+    assert_true(redis_pttl(rc, "rate:ip:198.51.100.7") > 0);
+    assert_true(redis_pttl(rc, "rate:ip:127.0.0.1") < 0);
+    /* The address the client wrote itself does not count. */
+    assert_int_equal(200, get_forwarded(&s, spoof));
+    assert_true(redis_pttl(rc, "rate:ip:203.0.113.5") > 0);
+    assert_true(redis_pttl(rc, "rate:ip:192.0.2.1") < 0);
+    /* IPv6: per /64. */
+    assert_int_equal(200, get_forwarded(&s, v6));
+    assert_true(redis_pttl(rc, "rate:ip:2001:db8:1:2::/64") > 0);
+    /* Not an address: the last trusted hop (here the connection's peer,
+     * as "not-an-ip" is the last entry). */
+    assert_int_equal(200, get_forwarded(&s, junk));
+    assert_true(redis_pttl(rc, "rate:ip:127.0.0.1") > 0);
+    assert_int_equal(0, it_server_stop(&s));
+
+    /* The peer is not a listed proxy: the header changes nothing. */
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        redis_del(rc, keys[i]);
+    assert_int_equal(0, it_server_start(&s, "hostile-noproxy", untrusted));
+    redis_del(rc, "rate:ip:127.0.0.1");
+    assert_int_equal(200, get_forwarded(&s, a));
+    assert_int_equal(200, get_forwarded(&s, b));
+    assert_int_equal(429, get_forwarded(&s, spoof));
+    assert_true(redis_pttl(rc, "rate:ip:198.51.100.7") < 0);
+    assert_int_equal(0, it_server_stop(&s));
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        redis_del(rc, keys[i]);
+    redisFree(rc);
+}
+
 /*
  * SECKILL_RATE_IP: anonymous requests of one address are limited on every
  * route but the probes; the script also runs after SCRIPT FLUSH (EVAL on
@@ -1520,6 +1603,7 @@ int main(void)
         cmocka_unit_test(test_rate_limit_user_bot),
         cmocka_unit_test(test_rate_limit_retry_after),
         cmocka_unit_test(test_rate_limit_ip),
+        cmocka_unit_test(test_rate_limit_behind_proxy),
         cmocka_unit_test(test_rate_limit_fails_open),
     };
 
