@@ -146,6 +146,20 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s);
  */
 void async__reconcile(struct async *a, struct store *st);
 
+/* Whether async_stop() asked the writer to stop: the loops over every
+ * sale look between two sales, so that a stop never waits for all of them
+ * (after a Redis that lost its state, every sale of the look-back is
+ * rebuilt). */
+static inline bool async__stopping(struct async *a)
+{
+    bool stop;
+
+    pthread_mutex_lock(&a->mu);
+    stop = a->stop;
+    pthread_mutex_unlock(&a->mu);
+    return stop;
+}
+
 /* The next step of every rebuild this writer has going. */
 void async__rebuilds_step(struct async *a, struct store *st);
 

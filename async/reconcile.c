@@ -528,7 +528,7 @@ void async__rebuilds_step(struct async *a, struct store *st)
 {
     int64_t now = util_mono_ms();
 
-    for (size_t i = 0; i < a->nsales; i++) {
+    for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
         struct sale *s = &a->sales[i];
         redisContext *rc;
 
@@ -619,7 +619,8 @@ void async__reconcile(struct async *a, struct store *st)
     a->lock_renewed_ms = util_mono_ms();
     /* The connection afresh for each sale: a rebuild tells the voucher
      * caches through the store, which may replace it after a failover. */
-    for (size_t i = 0; i < a->nsales && reconcile_lock_keep(a); i++) {
+    for (size_t i = 0;
+         i < a->nsales && !async__stopping(a) && reconcile_lock_keep(a); i++) {
         redisContext *rc = store_redis(st);
 
         if (!rc)

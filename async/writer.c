@@ -796,14 +796,15 @@ static void *writer_main(void *arg)
         }
         sales_update(a, rc);
         backlogs_look(a, rc, look_all);
-        for (size_t i = 0; i < a->nsales && now >= a->retry_ms; i++) {
+        for (size_t i = 0;
+             i < a->nsales && now >= a->retry_ms && !async__stopping(a); i++) {
             RC_AGAIN();
             if ((a->sales[i].backlog || a->sales[i].own_pending) &&
                 async__sale_ours(st, rc, &a->sales[i]))
                 did += pump(a, st, rc, &a->sales[i]);
         }
         if (now >= next_claim && now >= a->retry_ms) {
-            for (size_t i = 0; i < a->nsales; i++) {
+            for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
                 RC_AGAIN();
                 if (a->sales[i].backlog &&
                     async__sale_ours(st, rc, &a->sales[i]))

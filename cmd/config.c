@@ -928,6 +928,20 @@ const struct config_setting config_settings[] = {
             "is the address nearest the end of that header that is not one "
             "of them; per-address limits count it. Empty: the connection's "
             "peer is the client, and the header is ignored"},
+    {.flag = "metrics-allow",
+     .env = "SECKILL_METRICS_ALLOW",
+     .arg = "LIST",
+     .def = "127.0.0.0/8,::1",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_cidrs,
+     FIELD(http.metrics_allow),
+     .help = "GET /metrics answers connections from these only: "
+             "127.0.0.0/8,10.1.0.0/16",
+     .doc = "the connection peers `GET /metrics` answers (addresses or "
+            "blocks, comma-separated; the peer itself, never "
+            "`X-Forwarded-For`); others get 403 `FORBIDDEN`. Empty: "
+            "nobody. Admins read the same counters at "
+            "`GET /api/admin/metrics`"},
     {.flag = "drain-s",
      .env = "SECKILL_DRAIN_S",
      .arg = "N",

@@ -91,11 +91,17 @@ static void http_config_of(const struct handlers_config *cfg,
     };
     memcpy(h->secret, cfg->secret, sizeof(h->secret));
     memcpy(h->pay_secret, cfg->pay_secret, sizeof(h->pay_secret));
+    /* Both checked when the settings were read: cannot fail here. */
     if (cfg->trusted_proxies) {
         char why[96];
 
-        /* Checked when the setting was read: cannot fail here. */
         cidr_list_parse(cfg->trusted_proxies, &h->trusted_proxies, why,
+                        sizeof(why));
+    }
+    if (cfg->metrics_allow) {
+        char why[96];
+
+        cidr_list_parse(cfg->metrics_allow, &h->metrics_allow, why,
                         sizeof(why));
     }
 }

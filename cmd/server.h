@@ -46,6 +46,9 @@ struct handlers_config {
      * blocks, comma-separated, validated by the configuration); NULL or
      * "": none, the peer is the client. */
     const char *trusted_proxies;
+    /* Peers that may read GET /metrics (common/cidr.h blocks, validated by
+     * the configuration); "": nobody (admins read /api/admin/metrics). */
+    const char *metrics_allow;
     /* Seconds between SIGTERM and the stop, /readyz answering 503 (see
      * server_drain()); cmd/main.c waits them out. */
     unsigned drain_s;

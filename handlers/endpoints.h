@@ -20,6 +20,7 @@ typedef unsigned (*handler_fn)(struct request *req);
 unsigned health_get(struct request *req);           /* health.c */
 unsigned ready_get(struct request *req);            /* health.c */
 unsigned metrics_get(struct request *req);          /* metrics.c */
+unsigned admin_metrics_get(struct request *req);    /* metrics.c */
 unsigned auth_code_post(struct request *req);       /* auth.c */
 unsigned auth_login_post(struct request *req);      /* auth.c */
 unsigned vouchers_post(struct request *req);        /* vouchers.c */

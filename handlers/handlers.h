@@ -42,6 +42,8 @@ struct http_config {
      * X-Forwarded-For (handlers/request.h, req_client_addr()); empty: the
      * peer is the client. */
     struct cidr_list trusted_proxies;
+    /* The connection peers GET /metrics answers (handlers/metrics.c). */
+    struct cidr_list metrics_allow;
     unsigned char secret[TOKEN_KEY_LEN]; /* signs and checks the tokens */
     /* The payment provider's key for POST /api/payments/notify (HMAC-
      * SHA256 of the body); without it the route does not exist. */

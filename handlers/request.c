@@ -192,8 +192,7 @@ const char *req_query(struct request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
-/* The peer of req's connection. */
-static bool peer_addr(const struct request *req, struct cidr *out)
+bool req_peer_addr(const struct request *req, struct cidr *out)
 {
     const union MHD_ConnectionInfo *ci;
     char text[INET6_ADDRSTRLEN];
@@ -254,7 +253,7 @@ bool req_client_addr(const struct request *req, struct cidr *out)
     struct xff x = {.len = 0};
     struct cidr hop;
 
-    if (!peer_addr(req, out))
+    if (!req_peer_addr(req, out))
         return false;
     if (trusted->n == 0 || !cidr_list_has(trusted, out))
         return true;

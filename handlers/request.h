@@ -159,6 +159,10 @@ const char *req_query(struct request *req, const char *name);
  */
 bool req_client_addr(const struct request *req, struct cidr *out);
 
+/* The connection's peer (whatever X-Forwarded-For says). False when
+ * unknown. */
+bool req_peer_addr(const struct request *req, struct cidr *out);
+
 /*
  * Verify the bearer token into req->auth, once per request (later calls
  * return the first result). Returns 0, -ENOENT without an Authorization

@@ -16,7 +16,7 @@
 #define LIMITED ROUTE_RUN_POOL_LIMITED
 
 /* The last field: where the handler runs (route.h). From memory on the
- * HTTP thread: the probe, /metrics, the pages' files (a page load must
+ * HTTP thread: the probe, the counters, the pages' files (a page load must
  * not eat a client's API budget), and the purchase's first step (a
  * sold-out voucher must not cost a Redis round trip). */
 static const struct route routes[] = {
@@ -39,6 +39,8 @@ static const struct route routes[] = {
     {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS", LIMITED},
     {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS",
      LIMITED},
+    /* The counters for the admin page: a token check, from memory. */
+    {"/api/admin/metrics", admin_metrics_get, NULL, "GET, OPTIONS", HERE},
     /* The buyer's and the admin's pages (web/), their files and the API
      * description, served from the binary. */
     {"/", web_get, NULL, "GET, OPTIONS", HERE},

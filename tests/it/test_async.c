@@ -169,20 +169,25 @@ static int64_t active_orders(int64_t v)
 }
 
 /*
- * Wait until v's stream is empty and nothing is pending, then check the
- * invariants in MySQL and that Redis agrees: stock + active orders =
- * initial, stock >= 0, no user twice, Redis' stock and buyers = MySQL's.
+ * Wait until v's stream is empty, nothing is pending and no unit is owed
+ * back to Redis (a cancel or an expiry returns it just after its commit),
+ * then check the invariants in MySQL and that Redis agrees: stock +
+ * active orders = initial, stock >= 0, no user twice, Redis' stock and
+ * buyers = MySQL's.
  */
 static void assert_drained(int64_t v, int64_t initial)
 {
     redisContext *rc = it_redis_connect();
     int64_t until = util_mono_ms() + DRAIN_MS;
-    long long backlog, pending;
+    long long backlog, pending, owed = 0;
 
     do {
         backlog = redis_int(rc, "XLEN {v:%lld}:stream", v);
         pending = redis_int(rc, "HLEN {v:%lld}:pending", v);
-        if (backlog == 0 && pending == 0)
+        owed = it_sql_scalar("SELECT COUNT(*) FROM async_unit_returns "
+                             "WHERE voucher_id = %lld",
+                             (long long)v);
+        if (backlog == 0 && pending == 0 && owed == 0)
             break;
         usleep(50 * 1000);
     } while (util_mono_ms() < until);
@@ -192,6 +197,7 @@ static void assert_drained(int64_t v, int64_t initial)
                     (long long)v, backlog, pending, DRAIN_MS);
     assert_int_equal(0, backlog);
     assert_int_equal(0, pending);
+    assert_int_equal(0, owed);
 
     int64_t stock = it_sql_stock(v), active = active_orders(v);
     if (stock + active != initial)

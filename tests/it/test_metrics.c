@@ -445,6 +445,49 @@ static void test_not_rate_limited(void **state)
     assert_int_equal(last, 429);
 }
 
+/*
+ * GET /metrics answers only the peers of SECKILL_METRICS_ALLOW (default
+ * loopback: every other test here scrapes from 127.0.0.1); an admin token
+ * reads the same text at /api/admin/metrics from anywhere.
+ */
+static void test_metrics_allow(void **state)
+{
+    const char *env[] = {"SECKILL_METRICS_ALLOW=10.0.0.0/8, ::1", NULL};
+    char admin[TOKEN_STR_LEN], user[TOKEN_STR_LEN];
+    struct it_server s;
+    struct it_resp resp;
+    (void)state;
+
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    it_token(user_base + 77, TOKEN_ROLE_USER, 3600, user);
+    assert_int_equal(0, it_server_start(&s, "metrics-allow", env));
+    /* 127.0.0.1 is not listed; a forwarded address changes nothing. */
+    it_http(&s, "GET", "/metrics", NULL, NULL, &resp);
+    it_assert_error(&resp, 403, "FORBIDDEN");
+    it_resp_free(&resp);
+    {
+        const char *const xff[] = {"X-Forwarded-For: 10.1.2.3", NULL};
+        struct it_req req = {
+            .method = "GET", .path = "/metrics", .headers = xff};
+
+        it_http_do(&s, &req, &resp);
+        it_assert_error(&resp, 403, "FORBIDDEN");
+        it_resp_free(&resp);
+    }
+    it_http(&s, "GET", "/api/admin/metrics", NULL, admin, &resp);
+    it_assert_status(&resp, 200);
+    assert_non_null(strstr(resp.content_type, "text/plain"));
+    assert_non_null(strstr(resp.body, "seckill_http_requests_total"));
+    it_resp_free(&resp);
+    it_http(&s, "GET", "/api/admin/metrics", NULL, user, &resp);
+    it_assert_error(&resp, 403, "FORBIDDEN");
+    it_resp_free(&resp);
+    it_http(&s, "GET", "/api/admin/metrics", NULL, NULL, &resp);
+    it_assert_error(&resp, 401, "UNAUTHORIZED");
+    it_resp_free(&resp);
+    assert_int_equal(0, it_server_stop(&s));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -456,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_mysql_unreachable),
         cmocka_unit_test(test_open_connections),
         cmocka_unit_test(test_not_rate_limited),
+        cmocka_unit_test(test_metrics_allow),
     };
     return it_exit_status(cmocka_run_group_tests_name(
         "metrics", tests, group_setup, group_teardown));

@@ -463,6 +463,12 @@ async function runCases(proxies, redisCli, main) {
     await stats("stats of a normal voucher", S, normal, admin, 404, "NOT_FOUND");
     await stats("stats without a token", L, onSale, undefined, 401, "UNAUTHORIZED");
     await stats("stats, bad id", L, "x", admin, 400, "BAD_REQUEST");
+    // The counters, for the admin page.
+    const counters = (name, via, tok, status, codeWant) =>
+        check(proxies, { name, via, method: "GET", path: "/api/admin/metrics", op: "GET /api/admin/metrics", token: tok, status, code: codeWant });
+    await counters("admin metrics", S, admin, 200);
+    await counters("admin metrics as a user", S, me, 403, "FORBIDDEN");
+    await counters("admin metrics without a token", L, undefined, 401, "UNAUTHORIZED");
 
     // An order's life: pay (the simulated provider), cancel.
     const orderOp = (name, via, verb, id, tok, status, codeWant, extra = {}) =>

@@ -2,8 +2,8 @@
 // voucher (checked field by field with the API's own messages before it
 // is sent), the shop's vouchers with their numbers read once a second
 // (GET /api/vouchers/{id}/stats with the token, else the voucher's stock)
-// and a chart of the selected one's sales, and the purchase counters of
-// /metrics.
+// and a chart of the selected one's sales, and the purchase counters
+// (GET /api/admin/metrics with the token).
 
 import { call, clock, describeError, el, localTime, money, rfc3339, say } from "./api.js";
 import { drawChart, soldBetween } from "./chart.js";
@@ -491,9 +491,14 @@ const COUNTERS = [
 ];
 
 async function pollMetrics() {
-    const res = await call("GET", "/metrics");
+    const tok = adminToken();
+    if (!tok) {
+        say($("metrics-msg"), "The counters need an admin token.", "warn");
+        return;
+    }
+    const res = await call("GET", "/api/admin/metrics", { token: tok });
     if (!res.ok) {
-        say($("metrics-msg"), "Could not read /metrics: " + describeError(res).text, "warn");
+        say($("metrics-msg"), "Could not read the counters: " + describeError(res).text, "warn");
         return;
     }
     say($("metrics-msg"), "");
