@@ -19,6 +19,7 @@
 
 #include "cmd/config_table.h"
 #include "common/cidr.h"
+#include "common/phone.h"
 #include "common/redis.h"
 #include "common/url.h"
 #include "common/util.h"
@@ -492,6 +493,20 @@ static int set_cidrs(struct config *cfg, const struct config_setting *s,
     return set_text(cfg, s, name, v[strspn(v, " ")] ? v : "", err, errlen);
 }
 
+static int set_region(struct config *cfg, const struct config_setting *s,
+                      const char *name, const char *v, char *err,
+                      size_t errlen)
+{
+    if (!phone_region_known(v)) {
+        snprintf(err, errlen,
+                 "%s: \"%.8s\" is not a region this version knows (CN, HK, "
+                 "MO, TW, SG, JP, KR, IN, GB, DE, FR, US, CA, AU)",
+                 name, v);
+        return -EINVAL;
+    }
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 /* Where a setting's value goes: .off and .size of a field of cfg. */
@@ -912,6 +927,18 @@ const struct config_setting config_settings[] = {
      .doc = "web pages on these origins may call the API from a browser: exact "
             "origins, comma-separated, such as "
             "`https://shop.example.com,http://localhost:3000` ([CORS](#cors))"},
+    {.flag = "phone-region",
+     .env = "SECKILL_PHONE_REGION",
+     .arg = "CC",
+     .def = "CN",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_region,
+     FIELD(http.phone_region),
+     .help = "the country of phone numbers written without + or 00",
+     .doc = "the country (ISO 3166 code) of a phone number written without "
+            "`+` or `00`: its trunk prefix is dropped and its country code "
+            "put in front, so that every way of writing a number logs in "
+            "as one user ([API](#api))"},
     {.flag = "trusted-proxies",
      .env = "SECKILL_TRUSTED_PROXIES",
      .arg = "LIST",

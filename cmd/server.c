@@ -87,6 +87,7 @@ static void http_config_of(const struct handlers_config *cfg,
         .rate_user = cfg->rate_user,
         .rate_ip = cfg->rate_ip,
         .cors_origins = cfg->cors_origins,
+        .phone_region = cfg->phone_region ? cfg->phone_region : "CN",
         .has_pay_secret = cfg->has_pay_secret,
     };
     memcpy(h->secret, cfg->secret, sizeof(h->secret));

@@ -46,6 +46,9 @@ struct handlers_config {
      * blocks, comma-separated, validated by the configuration); NULL or
      * "": none, the peer is the client. */
     const char *trusted_proxies;
+    /* The region of phone numbers written without + or 00
+     * (common/phone.h; validated by the configuration). */
+    const char *phone_region;
     /* Peers that may read GET /metrics (common/cidr.h blocks, validated by
      * the configuration); "": nobody (admins read /api/admin/metrics). */
     const char *metrics_allow;

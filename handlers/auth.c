@@ -2,33 +2,27 @@
  * auth.c - POST /api/auth/code and POST /api/auth/login: phone login with
  * a six-digit code kept in Redis, answered with a signed bearer token.
  */
+#include <stdio.h>
 #include <string.h>
 
+#include "common/phone.h"
 #include "common/util.h"
 #include "handlers/endpoints.h"
 
 #define LOGIN_TOKEN_TTL_S (24 * 3600)
 
-/* "+" optional, then 6 to 15 digits (E.164 allows 15). */
-static bool phone_ok(const char *p)
+/* The body's phone in E.164 form (common/phone.h) into e164, so that
+ * every way of writing one number names one user and one code. */
+static bool phone_or_reply(struct request *req, char e164[PHONE_E164_MAX])
 {
-    size_t n;
+    const char *phone, *why;
+    char msg[160];
 
-    if (*p == '+')
-        p++;
-    n = strlen(p);
-    if (n < 6 || n > 15)
+    if (!body_str_or_reply(req, "phone", true, 20, &phone))
         return false;
-    return strspn(p, "0123456789") == n;
-}
-
-static bool phone_or_reply(struct request *req, const char **phone)
-{
-    if (!body_str_or_reply(req, "phone", true, 16, phone))
-        return false;
-    if (!phone_ok(*phone)) {
-        req_error(req, ERR_BAD_REQUEST,
-                  "phone: must be 6 to 15 digits with an optional +");
+    if (phone_normalize(phone, req->cfg->phone_region, e164, &why) != 0) {
+        snprintf(msg, sizeof(msg), "phone: %s", why);
+        req_error(req, ERR_BAD_REQUEST, msg);
         return false;
     }
     return true;
@@ -36,12 +30,12 @@ static bool phone_or_reply(struct request *req, const char **phone)
 
 unsigned auth_code_post(struct request *req)
 {
-    const char *phone;
+    char phone[PHONE_E164_MAX];
     char code[8];
     json_t *body;
     int err;
 
-    if (!body_object_or_reply(req) || !phone_or_reply(req, &phone))
+    if (!body_object_or_reply(req) || !phone_or_reply(req, phone))
         return req->status;
     err = sale_login_code_issue(req->sale, phone, code);
     if (err)
@@ -56,14 +50,15 @@ unsigned auth_code_post(struct request *req)
 
 unsigned auth_login_post(struct request *req)
 {
-    const char *phone, *code;
+    char phone[PHONE_E164_MAX];
+    const char *code;
     struct token_claims claims;
     char token[TOKEN_STR_LEN];
     int64_t user_id;
     bool ok;
     int err;
 
-    if (!body_object_or_reply(req) || !phone_or_reply(req, &phone) ||
+    if (!body_object_or_reply(req) || !phone_or_reply(req, phone) ||
         !body_str_or_reply(req, "code", true, 6, &code))
         return req->status;
     if (strlen(code) != 6 || strspn(code, "0123456789") != 6)

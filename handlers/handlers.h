@@ -38,6 +38,8 @@ struct http_config {
      * origins such as "https://shop.example.com", comma-separated; NULL:
      * CORS off. */
     const char *cors_origins;
+    /* The region of phone numbers written without + or 00 ("CN"). */
+    const char *phone_region;
     /* Connections from these proxies name their client in
      * X-Forwarded-For (handlers/request.h, req_client_addr()); empty: the
      * peer is the client. */

@@ -7,8 +7,8 @@
  * be reached from fuzz input.
  *
  * Each fake also checks what it is handed: that is the point where input
- * validation must already have happened. A phone that is not 6 to 15
- * digits, a voucher title longer than the schema allows, a purchase of an
+ * validation must already have happened. A phone not in E.164 form (+
+ * and 7 to 15 digits), a voucher title longer than the schema allows, a purchase of an
  * invalid voucher or user, or a parked purchase never answered abort the
  * run.
  * fuzz_fail() and fuzz_utf8_valid(), which every harness uses, live here
@@ -186,11 +186,13 @@ static void check_store(const struct store *st)
 
 static void check_phone(const char *phone)
 {
-    const char *p = phone + (phone[0] == '+');
+    const char *p = phone + 1;
     size_t n = strlen(p);
 
-    FUZZ_CHECK(n >= 6 && n <= 15 && strspn(p, "0123456789") == n,
-               "phone reached the store unvalidated: \"%.40s\"", phone);
+    FUZZ_CHECK(phone[0] == '+' && n >= 7 && n <= 15 && p[0] != '0' &&
+                   strspn(p, "0123456789") == n,
+               "phone reached the store not in E.164 form: \"%.40s\"",
+               phone);
 }
 
 static void check_code(const char *code)

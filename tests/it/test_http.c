@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "common/phone.h"
 #include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
@@ -253,7 +254,14 @@ static int64_t login_ok(const char *phone, const char *code,
     user = json_object_get(resp.json, "user");
     assert_true(json_is_object(user));
     id = it_json_id(user, "id");
-    assert_json_streq(user, "phone", phone);
+    {
+        /* Answers give the E.164 form (the default region is CN). */
+        char e164[PHONE_E164_MAX];
+        const char *why;
+
+        assert_int_equal(0, phone_normalize(phone, "CN", e164, &why));
+        assert_json_streq(user, "phone", e164);
+    }
     it_resp_free(&resp);
     free(body);
     return id;
@@ -388,17 +396,26 @@ static void test_method_not_allowed(void **state)
 
 static void test_auth_code(void **state)
 {
-    static const char *const good[] = {"13800138000", "+8613800138000",
-                                       "123456", "123456789012345", "+123456"};
+    /* As written, and in E.164 form (the default region is CN). */
+    static const char *const good[][2] = {
+        {"13800138000", "+8613800138000"},
+        {"+8613800138000", "+8613800138000"},
+        {"008613800138000", "+8613800138000"},
+        {"8613800138000", "+8613800138000"},
+        {"013800138000", "+8613800138000"},
+        {"+12025550143", "+12025550143"},
+        {"+447700900123", "+447700900123"},
+        {"+123456789012345", "+123456789012345"},
+    };
     struct it_resp resp;
     size_t i;
 
     (void)state;
     for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-        char *body = xasprintf("{\"phone\":\"%s\"}", good[i]);
+        char *body = xasprintf("{\"phone\":\"%s\"}", good[i][0]);
 
         expect_ok("POST", "/api/auth/code", body, NULL, 200, &resp);
-        assert_json_streq(resp.json, "phone", good[i]);
+        assert_json_streq(resp.json, "phone", good[i][1]);
         assert_json_int(resp.json, "expiresIn", 300);
         assert_true(it_is_digits(it_json_str(resp.json, "code")));
         assert_int_equal(6, strlen(it_json_str(resp.json, "code")));
@@ -411,6 +428,11 @@ static void test_auth_code_bad_request(void **state)
 {
     static const char *const bad[] = {
         "{\"phone\":\"12345\"}",
+        "{\"phone\":\"123456\"}",
+        "{\"phone\":\"+123456\"}",
+        "{\"phone\":\"23800138000\"}",
+        "{\"phone\":\"+8623800138000\"}",
+        "{\"phone\":\"+0123456789\"}",
         "{\"phone\":\"1234567890123456\"}",
         "{\"phone\":\"+\"}",
         "{\"phone\":\"\"}",
@@ -513,6 +535,38 @@ static void test_login_wrong_code(void **state)
     free(phone);
 }
 
+/*
+ * One number written six ways: the five forms of one Chinese mobile
+ * number log in as one user, with one code (asked in one form, used in
+ * another); with a "+" the leading 1 is a country code, another number.
+ */
+static void test_login_phone_forms(void **state)
+{
+    char *base = unique_phone();
+    char *forms[5] = {xstrdup(base), xasprintf("86%s", base),
+                      xasprintf("+86%s", base), xasprintf("0086%s", base),
+                      xasprintf("0%s", base)};
+    char *other = xasprintf("+%s", base), *code;
+    int64_t id;
+
+    (void)state;
+    id = login_new_code(forms[0], NULL);
+    for (size_t i = 1; i < 5; i++)
+        assert_int_equal(id, login_new_code(forms[i], NULL));
+    /* A code asked with one form is good with another. */
+    code = request_code(forms[3]);
+    assert_int_equal(id, login_ok(forms[4], code, NULL));
+    free(code);
+    assert_true(id != login_new_code(other, NULL));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM users WHERE "
+                                      "phone = '+86%s'",
+                                      base));
+    for (size_t i = 0; i < 5; i++)
+        free(forms[i]);
+    free(other);
+    free(base);
+}
+
 static void test_login_code_is_per_phone(void **state)
 {
     char *a = unique_phone(), *b = unique_phone();
@@ -547,7 +601,7 @@ static void test_login_code_expires(void **state)
     int64_t deadline;
 
     (void)state;
-    key = xasprintf("login:code:%s", phone);
+    key = xasprintf("login:code:+86%s", phone);
     r = redisCommand(rc, "TTL %s", key);
     assert_non_null(r);
     assert_int_equal(REDIS_REPLY_INTEGER, r->type);
@@ -1518,6 +1572,7 @@ int main(void)
         cmocka_unit_test(test_auth_code_bad_request),
         cmocka_unit_test(test_login),
         cmocka_unit_test(test_login_wrong_code),
+        cmocka_unit_test(test_login_phone_forms),
         cmocka_unit_test(test_login_code_is_per_phone),
         cmocka_unit_test(test_login_code_expires),
         cmocka_unit_test(test_login_without_code),

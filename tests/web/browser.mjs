@@ -123,7 +123,7 @@ async function logIn(page, phone) {
     assertEqual(await page.inputValue("#code"), code, "the code field");
     await page.click("#login-button");
     await waitFor(() => page.isVisible("#who"), "the logged-in header");
-    assertEqual(await page.textContent("#who-phone"), phone, "the phone shown");
+    assertEqual(await page.textContent("#who-phone"), "+86" + phone, "the phone shown (E.164)");
     assert(await page.isVisible("#orders"), "my orders are shown");
     assert(await page.isHidden("#login"), "the login form is hidden");
 }
