@@ -561,6 +561,66 @@ static bool order_has_status(struct run *r, int64_t order, int status,
     return got == status;
 }
 
+/* n buyers of our own (user, user + 1, ...) buy once on a, recorded in
+ * the load, their orders in MySQL. False (the setup failed) otherwise. */
+static bool own_buyers(struct run *r, const struct it_server *a, int64_t user,
+                       int n, struct attempt *buys)
+{
+    for (int i = 0; i < n; i++) {
+        purchase_once(a, 0, r->voucher, user + i, 10, &buys[i]);
+        load_record(&r->load, &buys[i]);
+        if (buys[i].status != 202 ||
+            !order_has_status(r, buys[i].order_id, 1, 5000)) {
+            setup_fail(r, "buyer %d got %ld, or its order was not written", i,
+                       buys[i].status);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The times the reconciliation found r's sale apart from MySQL, but for
+ * a sale whose state was not in Redis yet when it first met it (the
+ * voucher's creation racing its preheat). */
+static int disagreements(struct run *r)
+{
+    char needle[48], missing[64];
+
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
+    snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
+             (long long)r->voucher);
+    return fleet_log_count(&r->fleet, "async sale disagrees with mysql",
+                           needle) -
+           fleet_log_count(&r->fleet, "async sale disagrees with mysql",
+                           missing);
+}
+
+/* Returns of r's sale still owed to Redis (-1: MySQL unreachable). */
+static int64_t owed_returns(struct run *r)
+{
+    MYSQL *my = fdb_connect(&r->db, 5);
+    int64_t owed = -1;
+
+    if (my) {
+        fdb_scalar(my, &owed,
+                   "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
+                   "= %lld",
+                   (long long)r->voucher);
+        mysql_close(my);
+    }
+    return owed;
+}
+
+/* The sweeps that gave r's sale units late, as the instances logged. */
+static int late_returns(struct run *r)
+{
+    char needle[48];
+
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
+    return fleet_log_count(&r->fleet, "async units returned to redis late",
+                           needle);
+}
+
 /*
  * A unit that a cancel or an expiry gives back in MySQL must come back
  * in Redis too, once, even when that return is interrupted: a cancel
@@ -598,7 +658,6 @@ void sc_async_unit_returns(struct run *r)
     struct it_server a;
     bool unknown = false;
     long st[4];
-    char needle[48], missing[64];
     int rebuilt;
 
     r->async = true;
@@ -614,16 +673,8 @@ void sc_async_unit_returns(struct run *r)
         return run_abort(r);
     a = fleet_get(&r->fleet, 0);
     /* Three buyers of our own on A, their orders in MySQL. */
-    for (int i = 0; i < 3; i++) {
-        purchase_once(&a, 0, r->voucher, user + i, 10, &buys[i]);
-        load_record(&r->load, &buys[i]);
-        if (buys[i].status != 202 ||
-            !order_has_status(r, buys[i].order_id, 1, 5000)) {
-            setup_fail(r, "buyer %d got %ld, or its order was not written", i,
-                       buys[i].status);
-            return run_abort(r);
-        }
-    }
+    if (!own_buyers(r, &a, user, 3, buys))
+        return run_abort(r);
     /* A cancel whose COMMIT answer is lost, then the same cancel again;
      * a plain cancel, and that one again. */
     st[0] = cancel_order(&a, buys[0].order_id, user, &unknown);
@@ -676,26 +727,10 @@ void sc_async_unit_returns(struct run *r)
         return run_abort(r);
     sleep_ms(5000); /* the last 4 s deadlines pass */
     run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
-    /* Rebuilds for a disagreement: not those of a sale whose state was
-     * not in Redis yet when the reconciliation first met it (the
-     * voucher's creation racing its preheat). */
-    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
-    snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
-             (long long)r->voucher);
-    rebuilt =
-        fleet_log_count(&r->fleet, "async sale disagrees with mysql", needle) -
-        fleet_log_count(&r->fleet, "async sale disagrees with mysql", missing);
     /* Nothing is still owed: every return reached Redis. */
-    MYSQL *my = fdb_connect(&r->db, 5);
-    int64_t owed = -1;
+    rebuilt = disagreements(r);
+    int64_t owed = owed_returns(r);
 
-    if (my)
-        fdb_scalar(my, &owed,
-                   "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
-                   "= %lld",
-                   (long long)r->voucher);
-    if (my)
-        mysql_close(my);
     /* Checked after the invariants: folded into 7 here. */
     if ((rebuilt || owed != 0) && r->ok[INV_ASYNC]) {
         r->ok[INV_ASYNC] = false;
@@ -708,9 +743,7 @@ void sc_async_unit_returns(struct run *r)
     run_note(r,
              "%d disagreement(s) with MySQL; %d sweep(s) gave Redis units "
              "late",
-             rebuilt,
-             fleet_log_count(&r->fleet, "async units returned to redis late",
-                             needle));
+             rebuilt, late_returns(r));
 }
 
 /*
@@ -739,14 +772,12 @@ void sc_async_owed_unit(struct run *r)
                            "SECKILL_FAILPOINTS",
                            NULL};
     struct load_cfg cfg = default_load();
-    int64_t user = r->user_first + 7000000, owed = -1, owed_after = -1;
+    int64_t user = r->user_first + 7000000, owed;
     struct attempt buys[2], again;
     struct it_server a;
     bool unknown = false;
     long st;
-    char needle[48], missing[64];
     int rebuilt;
-    MYSQL *my;
 
     r->async = true;
     cfg.threads = 2;
@@ -759,16 +790,8 @@ void sc_async_owed_unit(struct run *r)
     if (run_start(r, cfg))
         return run_abort(r);
     a = fleet_get(&r->fleet, 0);
-    for (int i = 0; i < 2; i++) {
-        purchase_once(&a, 0, r->voucher, user + i, 10, &buys[i]);
-        load_record(&r->load, &buys[i]);
-        if (buys[i].status != 202 ||
-            !order_has_status(r, buys[i].order_id, 1, 5000)) {
-            setup_fail(r, "buyer %d got %ld, or its order was not written", i,
-                       buys[i].status);
-            return run_abort(r);
-        }
-    }
+    if (!own_buyers(r, &a, user, 2, buys))
+        return run_abort(r);
     st = cancel_order(&a, buys[0].order_id, user, &unknown);
     if (st != 200) {
         setup_fail(r, "the cancel got %ld", st);
@@ -776,12 +799,7 @@ void sc_async_owed_unit(struct run *r)
     }
     /* Fifteen rounds of the reconciliation with the unit owed. */
     sleep_ms(3000);
-    my = fdb_connect(&r->db, 5);
-    if (my)
-        fdb_scalar(my, &owed,
-                   "SELECT COUNT(*) FROM async_unit_returns WHERE order_id "
-                   "= %lld",
-                   (long long)buys[0].order_id);
+    owed = owed_returns(r);
     r->faults += fleet_log_count(&r->fleet, "failpoint fired",
                                  "name=unit_return_fails");
     if (owed != 1)
@@ -792,11 +810,8 @@ void sc_async_owed_unit(struct run *r)
     if (!fleet_wait_dead(&r->fleet, 0, 15000) ||
         fleet_restart(&r->fleet, 0, after) != 0)
         setup_fail(r, "the instance did not restart");
-    if (r->setup_failed) {
-        if (my)
-            mysql_close(my);
+    if (r->setup_failed)
         return run_abort(r);
-    }
     a = fleet_get(&r->fleet, 0);
     sleep_ms(2000); /* the sweep's next round */
     purchase_once(&a, 0, r->voucher, user, 10, &again);
@@ -806,31 +821,19 @@ void sc_async_owed_unit(struct run *r)
                        "again after the return, got %ld %s",
                        again.status, again.code);
     run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
-    if (my) {
-        fdb_scalar(my, &owed_after,
-                   "SELECT COUNT(*) FROM async_unit_returns WHERE voucher_id "
-                   "= %lld",
-                   (long long)r->voucher);
-        mysql_close(my);
-    }
-    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
-    snprintf(missing, sizeof(missing), "voucher=%lld initial=-1 ",
-             (long long)r->voucher);
-    rebuilt =
-        fleet_log_count(&r->fleet, "async sale disagrees with mysql", needle) -
-        fleet_log_count(&r->fleet, "async sale disagrees with mysql", missing);
-    if ((rebuilt || owed_after != 0) && r->ok[INV_ASYNC]) {
+    rebuilt = disagreements(r);
+    owed = owed_returns(r);
+    if ((rebuilt || owed != 0) && r->ok[INV_ASYNC]) {
         r->ok[INV_ASYNC] = false;
         snprintf(r->why[INV_ASYNC], sizeof(r->why[INV_ASYNC]),
                  "the sale disagreed with MySQL %d time(s) while a unit "
                  "was owed back; %lld return(s) still owed",
-                 rebuilt, (long long)owed_after);
+                 rebuilt, (long long)owed);
     }
-    run_note(r, "unit owed for 3 s; %d disagreement(s) with MySQL; %d "
-                "sweep(s) gave Redis units late",
-             rebuilt,
-             fleet_log_count(&r->fleet, "async units returned to redis late",
-                             needle));
+    run_note(r,
+             "unit owed for 3 s; %d disagreement(s) with MySQL; %d "
+             "sweep(s) gave Redis units late",
+             rebuilt, late_returns(r));
 }
 
 /* Creates the scenario's voucher through an instance, on its own thread
