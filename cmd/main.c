@@ -19,7 +19,7 @@
 
 static int print_tokens(const struct config *cfg)
 {
-    struct token_claims c;
+    struct token_claims c = {0};
     char tok[TOKEN_STR_LEN];
     int64_t now = util_now_ms() / 1000;
 
@@ -34,6 +34,7 @@ static int print_tokens(const struct config *cfg)
     printf("user_id,token\n");
     for (int64_t i = 0; i < cfg->tokens_count; i++) {
         c.user_id = cfg->tokens_first + i;
+        c.jti = 0; /* a new one each */
         token_sign(cfg->http.secret, &c, tok);
         printf("%lld,%s\n", (long long)c.user_id, tok);
     }

@@ -270,7 +270,7 @@ static char *substitute(const char *value, enum mark *which)
         if (!at)
             continue;
         struct token_claims c = {marks[i].user_id, marks[i].role,
-                                 util_now_ms() / 1000 + marks[i].ttl_s};
+                                 util_now_ms() / 1000 + marks[i].ttl_s, 0, 0};
         char tok[TOKEN_STR_LEN];
         FUZZ_CHECK(token_sign(marks[i].key, &c, tok) == 0, "token_sign");
         *which = (enum mark)i;

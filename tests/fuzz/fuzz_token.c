@@ -11,7 +11,7 @@
  * Selector odd: round trip. The rest gives a key (32 bytes), claims
  * (user id 8, role 1, expiry 8, big-endian), a time (8) and an edit (2:
  * position and byte), zero-filled when short. Signing refuses exactly the
- * invalid claims; a signed token is 67 base64url characters and verifies
+ * invalid claims; a signed token is 83 base64url characters and verifies
  * to the same claims before its expiry, -ETIMEDOUT from it on, -EPERM
  * under another key, and never after the edit changed a character.
  *
@@ -31,7 +31,7 @@
 #include "tests/fuzz/fuzz.h"
 
 #define FUZZ_TOKEN_NOW 1800000000LL
-#define TOKEN_CHARS 67
+#define TOKEN_CHARS 83
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -48,7 +48,7 @@ static bool claims_equal(const struct token_claims *a,
                          const struct token_claims *b)
 {
     return a->user_id == b->user_id && a->role == b->role &&
-           a->expires == b->expires;
+           a->expires == b->expires && a->gen == b->gen && a->jti == b->jti;
 }
 
 static void verify_string(const uint8_t *data, size_t size)
@@ -96,9 +96,9 @@ static bool base64url(const char *s)
 
 static void round_trip(const uint8_t *data, size_t size)
 {
-    uint8_t in[TOKEN_KEY_LEN + 8 + 1 + 8 + 8 + 2] = {0};
+    uint8_t in[TOKEN_KEY_LEN + 8 + 1 + 8 + 8 + 2 + 4 + 8] = {0};
     unsigned char key[TOKEN_KEY_LEN], other[TOKEN_KEY_LEN];
-    struct token_claims c, got;
+    struct token_claims c = {0}, got;
     char tok[TOKEN_STR_LEN];
     const uint8_t *p = in;
     int err;
@@ -115,6 +115,10 @@ static void round_trip(const uint8_t *data, size_t size)
     p += 8;
     size_t pos = p[0] % TOKEN_CHARS;
     char edit = (char)p[1];
+    p += 2;
+    c.gen = (uint32_t)(be64(p) >> 32);
+    p += 4;
+    c.jti = be64(p); /* 0: token_sign draws one */
 
     memset(tok, 0x7f, sizeof(tok));
     err = token_sign(key, &c, tok);
@@ -125,7 +129,7 @@ static void round_trip(const uint8_t *data, size_t size)
     }
     FUZZ_CHECK(err == 0, "token_sign refused good claims: %d", err);
     FUZZ_CHECK(strlen(tok) == TOKEN_CHARS && base64url(tok),
-               "a token that is not 67 base64url characters: %s", tok);
+               "a token that is not 83 base64url characters: %s", tok);
 
     memset(&got, 0, sizeof(got));
     err = token_verify(key, tok, TOKEN_CHARS, now, &got);

@@ -162,11 +162,14 @@ static int group_teardown(void **state)
 
 /* ---- tokens ---- */
 
-/* The raw bytes of a token: version, user id, role, expiry, MAC. */
-#define TOK_BYTES 50
+/* The raw bytes of a token: version, user id, role, expiry, generation,
+ * token id, MAC. */
+#define TOK_BYTES 62
 #define TOK_ROLE 9
 #define TOK_EXPIRES 10
-#define TOK_MAC 18
+#define TOK_GEN 18
+#define TOK_JTI 22
+#define TOK_MAC 30
 
 static void tok_decode(const char *tok, unsigned char raw[TOK_BYTES])
 {
@@ -211,10 +214,10 @@ static void test_token_forgeries(void **state)
     };
     char good[TOKEN_STR_LEN], admin_other[TOKEN_STR_LEN];
     unsigned char raw[TOK_BYTES], key[TOKEN_KEY_LEN];
-    char forged[12][TOKEN_STR_LEN];
+    char forged[16][TOKEN_STR_LEN];
     char *bad_auth[24];
     size_t nf = 0, nb = 0, i, j;
-    struct token_claims c;
+    struct token_claims c = {0};
     struct it_resp resp;
     int64_t order_id;
 
@@ -243,6 +246,14 @@ static void test_token_forgeries(void **state)
     tok_encode(raw, forged[nf++]);
     tok_decode(good, raw);
     raw[0] ^= 0x01;
+    tok_encode(raw, forged[nf++]);
+    /* An older token generation (past a logout of every session), another
+     * token's id (past a logout of this one). */
+    tok_decode(good, raw);
+    raw[TOK_GEN + 3] ^= 0x01;
+    tok_encode(raw, forged[nf++]);
+    tok_decode(good, raw);
+    raw[TOK_JTI + 7] ^= 0x01;
     tok_encode(raw, forged[nf++]);
     /* The MAC changed: its first byte, its last byte, all zero. */
     tok_decode(good, raw);

@@ -469,7 +469,7 @@ static void test_login(void **state)
     char *phone = unique_phone(), *phone2 = unique_phone();
     char *code = request_code(phone);
     char tok[TOKEN_STR_LEN];
-    struct token_claims c;
+    struct token_claims c = {0};
     struct it_resp resp;
     int64_t id;
 
@@ -678,7 +678,7 @@ static void test_token_rejected(void **state)
 {
     char good[TOKEN_STR_LEN], tok[TOKEN_STR_LEN];
     unsigned char other_key[TOKEN_KEY_LEN];
-    struct token_claims c;
+    struct token_claims c = {0};
     struct it_resp resp;
     char *hdr;
     size_t i;
@@ -1384,7 +1384,7 @@ static void test_cli_token(void **state)
 {
     char user_arg[32];
     char *argv[8], *out;
-    struct token_claims c;
+    struct token_claims c = {0};
     struct it_resp resp;
     int64_t v, o;
     char path[64];
@@ -1439,7 +1439,7 @@ static void test_cli_tokens(void **state)
 {
     char first_arg[32];
     char *argv[7], *out, *line, *save = NULL;
-    struct token_claims c;
+    struct token_claims c = {0};
     struct it_resp resp;
     int n = 0;
 

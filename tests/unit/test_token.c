@@ -27,7 +27,7 @@ static int setup(void **state)
 
 static void sign(int64_t uid, enum token_role role, int64_t exp, char *out)
 {
-    struct token_claims c = {uid, role, exp};
+    struct token_claims c = {uid, role, exp, 0, 0};
     assert_int_equal(token_sign(key, &c, out), 0);
 }
 
@@ -38,7 +38,7 @@ static void test_roundtrip(void **state)
     (void)state;
 
     sign(42, TOKEN_ROLE_USER, 2000, tok);
-    assert_int_equal(strlen(tok), 67);
+    assert_int_equal(strlen(tok), 83);
     assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &c), 0);
     assert_int_equal(c.user_id, 42);
     assert_int_equal(c.role, TOKEN_ROLE_USER);
@@ -113,11 +113,49 @@ static void test_role_escalation(void **state)
     assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &c), -EPERM);
 }
 
+/* The generation and the token id come back as signed; every token gets
+ * its own id; a version 1 token (before both existed) is refused even
+ * with a good MAC. */
+static void test_gen_and_jti(void **state)
+{
+    char tok[TOKEN_STR_LEN], tok2[TOKEN_STR_LEN];
+    struct token_claims c = {7, TOKEN_ROLE_USER, 2000, 41, 0}, got;
+    unsigned char raw[1 + 8 + 1 + 8 + 32];
+    (void)state;
+
+    assert_int_equal(token_sign(key, &c, tok), 0);
+    assert_true(c.jti != 0);
+    assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &got), 0);
+    assert_int_equal(got.gen, 41);
+    assert_true(got.jti == c.jti);
+    c.jti = 0;
+    assert_int_equal(token_sign(key, &c, tok2), 0);
+    assert_true(c.jti != got.jti);
+    assert_string_not_equal(tok, tok2);
+    c.jti = 0x0102030405060708ULL;
+    assert_int_equal(token_sign(key, &c, tok), 0);
+    assert_int_equal(token_verify(key, tok, strlen(tok), 1000, &got), 0);
+    assert_true(got.jti == 0x0102030405060708ULL);
+
+    /* The old layout: version 1, no generation or id, MAC over 18 bytes. */
+    memset(raw, 0, sizeof(raw));
+    raw[0] = 1;
+    raw[8] = 7;
+    raw[9] = TOKEN_ROLE_USER;
+    raw[16] = 0x07;
+    raw[17] = 0xd0;
+    crypto_auth(raw + 18, raw, 18, key);
+    sodium_bin2base64(tok, sizeof(tok), raw, sizeof(raw),
+                      sodium_base64_VARIANT_URLSAFE_NO_PADDING);
+    assert_int_equal(strlen(tok), 67);
+    assert_int_not_equal(token_verify(key, tok, strlen(tok), 1000, &got), 0);
+}
+
 static void test_malformed(void **state)
 {
     char tok[TOKEN_STR_LEN];
     struct token_claims c;
-    struct token_claims bad = {0, TOKEN_ROLE_USER, 1};
+    struct token_claims bad = {0, TOKEN_ROLE_USER, 1, 0, 0};
     (void)state;
 
     sign(1, TOKEN_ROLE_USER, 2000, tok);
@@ -137,6 +175,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_gen_and_jti),
         cmocka_unit_test(test_expired),
         cmocka_unit_test(test_other_key),
         cmocka_unit_test(test_tampered),

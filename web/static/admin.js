@@ -35,7 +35,7 @@ const state = {
 // can): base64url of version(1) | user id(8) | role(1) | expires(8) |
 // mac(32). null when it does not have that shape.
 export function decodeToken(tok) {
-    if (!/^[A-Za-z0-9_-]{67}$/.test(tok)) return null;
+    if (!/^[A-Za-z0-9_-]{83}$/.test(tok)) return null;
     const bin = atob(tok.replace(/-/g, "+").replace(/_/g, "/") + "=");
     const b = Uint8Array.from(bin, (c) => c.charCodeAt(0));
     const big = (from) => {
@@ -59,7 +59,7 @@ function showToken() {
     }
     const c = decodeToken(state.token);
     if (!c) {
-        say(msg, "This is not a seckilld token (67 characters of base64url).", "bad");
+        say(msg, "This is not a seckilld token (83 characters of base64url).", "bad");
     } else if (c.role !== "admin") {
         say(msg, `A ${c.role} token of user ${c.userId}: the API needs an admin token.`, "bad");
     } else if (c.expires <= clock.now()) {
