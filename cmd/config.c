@@ -914,6 +914,21 @@ const struct config_setting config_settings[] = {
      .doc = "how long a cached sold-out flag or unknown voucher id is trusted "
             "without an invalidation message ({range}; `0` turns the voucher "
             "cache off) ([the sold-out cache](#the-sold-out-cache))"},
+    {.flag = "auth-resync-s",
+     .env = "SECKILL_AUTH_RESYNC_S",
+     .arg = "N",
+     .def = "30",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 3600,
+     .unit = "seconds",
+     FIELD(http.auth_resync_s),
+     .help = "reload the logged-out tokens and bans at least every N s",
+     .doc = "each instance reloads the logged-out tokens, token generations "
+            "and bans from MySQL and Redis at least this often, {range}, "
+            "besides hearing each change at once over Redis pub/sub "
+            "([accounts and sessions](#accounts-and-sessions))"},
     {.flag = "cors-origins",
      .env = "SECKILL_CORS_ORIGINS",
      .arg = "LIST",

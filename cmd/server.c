@@ -18,6 +18,7 @@
 #include "lock/lock.h"
 #include "sale/expiry.h"
 #include "sale/sale.h"
+#include "sale/sessions.h"
 #include "sale/vcache.h"
 
 struct server {
@@ -25,6 +26,8 @@ struct server {
     struct lock_client *locks;
     struct vcache_config vcache_cfg;
     struct vcache *vcache;
+    struct sessions_config sessions_cfg;
+    struct sessions *sessions;
     struct store_replica_monitor *replica; /* NULL: no read replica */
     struct async_config async_cfg;
     struct async *async; /* the writer of async sales' orders */
@@ -118,6 +121,7 @@ static void parts_free(struct server *srv)
     async_stop(srv->async);
     sale_free(srv->sale);
     store_replica_monitor_stop(srv->replica);
+    sessions_free(srv->sessions);
     vcache_free(srv->vcache);
     lock_client_close(srv->locks);
     free(srv);
@@ -125,7 +129,7 @@ static void parts_free(struct server *srv)
 
 /*
  * The assembly, each part before what uses it: the lock client, the
- * voucher cache, the replica monitor, the async writer, the purchase
+ * voucher cache, the sessions' view, the replica monitor, the async writer, the purchase
  * engine and the task pool, the sale layer (which calls them all), the
  * expiry (which calls the sale layer), and last the HTTP service, since
  * requests reach everything above as soon as it listens.
@@ -149,6 +153,11 @@ int server_start(const struct handlers_config *cfg, struct server **out)
         .store = &cfg->store,
     };
     srv->vcache = vcache_new(&srv->vcache_cfg);
+    srv->sessions_cfg = (struct sessions_config){
+        .store = &cfg->store,
+        .resync_s = cfg->auth_resync_s,
+    };
+    srv->sessions = sessions_new(&srv->sessions_cfg);
     srv->replica = store_replica_monitor_start(&cfg->store);
     srv->async_cfg = (struct async_config){
         .store = &cfg->store,
@@ -187,6 +196,7 @@ int server_start(const struct handlers_config *cfg, struct server **out)
         .async = srv->async,
         .locks = srv->locks,
         .vcache = srv->vcache,
+        .sessions = srv->sessions,
     };
     srv->sale = sale_new(&srv->sale_cfg);
     srv->expiry = expiry_start(srv->sale, &cfg->store);

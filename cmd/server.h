@@ -67,6 +67,7 @@ struct handlers_config {
     unsigned async_wait_ms;
     /* How often async sales' Redis state is compared with MySQL. */
     unsigned async_reconcile_ms;
+    unsigned auth_resync_s;    /* the sessions' view is reloaded this often */
     unsigned async_lookback_s; /* sales looked after this long past their
                                 * end (async_config.lookback_s) */
     unsigned char secret[TOKEN_KEY_LEN];

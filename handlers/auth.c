@@ -1,6 +1,8 @@
 /*
  * auth.c - POST /api/auth/code and POST /api/auth/login: phone login with
- * a six-digit code kept in Redis, answered with a signed bearer token.
+ * a six-digit code kept in Redis, answered with a signed bearer token;
+ * POST /api/auth/logout: that token, or every token of its account, is
+ * refused from then on.
  */
 #include <stdio.h>
 #include <string.h>
@@ -52,10 +54,9 @@ unsigned auth_login_post(struct request *req)
 {
     char phone[PHONE_E164_MAX];
     const char *code;
-    struct token_claims claims;
+    struct token_claims claims = {0};
     char token[TOKEN_STR_LEN];
-    int64_t user_id;
-    bool ok;
+    struct sale_login in;
     int err;
 
     if (!body_object_or_reply(req) || !phone_or_reply(req, phone) ||
@@ -63,19 +64,51 @@ unsigned auth_login_post(struct request *req)
         return req->status;
     if (strlen(code) != 6 || strspn(code, "0123456789") != 6)
         return req_error(req, ERR_BAD_REQUEST, "code: must be 6 digits");
-    err = sale_login(req->sale, phone, code, &ok, &user_id);
+    err = sale_login(req->sale, phone, code, &in);
     if (err)
         return req_backend_error(req, err, "login");
-    if (!ok)
+    if (!in.ok)
         return req_error(req, ERR_UNAUTHORIZED,
                          "the login code is wrong or expired");
+    if (in.banned)
+        return req_error(req, ERR_FORBIDDEN, "this account is banned");
 
-    claims.user_id = user_id;
+    claims.user_id = in.user_id;
     claims.role = TOKEN_ROLE_USER;
     claims.expires = util_now_ms() / 1000 + LOGIN_TOKEN_TTL_S;
+    claims.gen = in.gen;
     token_sign(req->cfg->secret, &claims, token);
     return req_reply(req, 200,
                      json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token,
                                "expiresIn", LOGIN_TOKEN_TTL_S, "user", "id",
-                               json_id(user_id), "phone", phone));
+                               json_id(in.user_id), "phone", phone));
+}
+
+unsigned auth_logout_post(struct request *req)
+{
+    unsigned status;
+    bool all = false;
+    int err;
+
+    if ((status = req_user_or_reply(req)))
+        return status;
+    /* No body: this token. {"all": true}: every token of the account. */
+    if (req->body_len) {
+        json_t *v;
+
+        if (!body_object_or_reply(req))
+            return req->status;
+        v = json_object_get(req->json, "all");
+        if (json_object_size(req->json) != (v ? 1u : 0u) ||
+            (v && !json_is_boolean(v)))
+            return req_error(req, ERR_BAD_REQUEST,
+                             "the body may only be {\"all\": true|false}");
+        all = v && json_is_true(v);
+    }
+    err = sale_logout(req->sale, &req->auth, all);
+    if (err)
+        return req_backend_error(req, err, "logout");
+    log_info("logged out", "role=%d id=%lld all=%d", (int)req->auth.role,
+             (long long)req->auth.user_id, all);
+    return req_reply_raw(req, 204, NULL, NULL, 0);
 }

@@ -298,6 +298,18 @@ int req_auth(struct request *req)
         h++;
     req->auth_err = token_verify(req->cfg->secret, h, strlen(h),
                                  util_now_ms() / 1000, &req->auth);
+    if (req->auth_err == 0) {
+        switch (sale_session_check(req->sale, &req->auth)) {
+        case SALE_SESSION_REVOKED:
+            req->auth_err = -EKEYREVOKED;
+            break;
+        case SALE_SESSION_BANNED:
+            req->auth_err = -EACCES;
+            break;
+        case SALE_SESSION_OK:
+            break;
+        }
+    }
     return req->auth_err;
 }
 
@@ -313,6 +325,10 @@ unsigned req_user_or_reply(struct request *req)
                          "the Authorization scheme must be Bearer");
     if (err == -ETIMEDOUT)
         return req_error(req, ERR_UNAUTHORIZED, "the token has expired");
+    if (err == -EKEYREVOKED)
+        return req_error(req, ERR_UNAUTHORIZED, "the token was logged out");
+    if (err == -EACCES)
+        return req_error(req, ERR_FORBIDDEN, "this account is banned");
     if (err)
         return req_error(req, ERR_UNAUTHORIZED, "the token is not valid");
     return 0;

@@ -21,7 +21,7 @@
 /* Bodies above this are refused with 413 without reading them. */
 #define BODY_MAX (64 * 1024)
 
-enum http_method { HTTP_GET, HTTP_POST, HTTP_OPTIONS, HTTP_OTHER };
+enum http_method { HTTP_GET, HTTP_POST, HTTP_DELETE, HTTP_OPTIONS, HTTP_OTHER };
 
 /* Room for the extra headers of one reply (req_header_add). */
 #define REQ_HEADERS_MAX 10
@@ -166,14 +166,16 @@ bool req_peer_addr(const struct request *req, struct cidr *out);
 /*
  * Verify the bearer token into req->auth, once per request (later calls
  * return the first result). Returns 0, -ENOENT without an Authorization
- * header, -EPROTONOSUPPORT for a scheme other than Bearer, or the error
- * of token_verify(). Sets no reply.
+ * header, -EPROTONOSUPPORT for a scheme other than Bearer, the error of
+ * token_verify(), -EKEYREVOKED for a token logged out, or -EACCES for a
+ * banned buyer's (sale_session_check()). Sets no reply.
  */
 int req_auth(struct request *req);
 
 /*
  * Authenticate the bearer token into req->auth. Returns 0, or sets the
- * 401 reply and returns 401. The admin variant also sets 403 for users.
+ * 401 reply and returns 401 (403 for a banned buyer). The admin variant
+ * also sets 403 for users.
  */
 unsigned req_user_or_reply(struct request *req);
 unsigned req_admin_or_reply(struct request *req);

@@ -33,6 +33,7 @@ struct route {
     handler_fn post;
     const char *allow; /* the Allow header: "GET, POST, OPTIONS" */
     enum route_run run;
+    handler_fn del; /* DELETE */
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };

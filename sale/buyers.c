@@ -1,12 +1,19 @@
 /*
- * buyers.c - a buyer's login (see sale.h): a six-digit code kept in Redis
- * for the phone, checked once, and the phone's user, made on its first
- * login. The handlers turn the user into a signed token.
+ * buyers.c - a buyer's login and sessions (see sale.h): a six-digit code
+ * kept in Redis for the phone, checked once, and the phone's user, made
+ * on its first login (the handlers turn it into a signed token); logging
+ * out and bans, written to MySQL or Redis and then told to every
+ * instance's view (sale/sessions.h).
  */
 #include "sale/internal.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 #include <sodium.h>
+
+#include "common/token.h"
+#include "sale/sessions.h"
 
 int sale_login_code_issue(struct sale *s, const char *phone, char code[7])
 {
@@ -14,19 +21,79 @@ int sale_login_code_issue(struct sale *s, const char *phone, char code[7])
     return store_code_put(sale__store(s), phone, code, SALE_CODE_TTL_S);
 }
 
-int sale_login(struct sale *s, const char *phone, const char *code, bool *ok,
-               int64_t *user_id)
+int sale_login(struct sale *s, const char *phone, const char *code,
+               struct sale_login *out)
 {
     struct store *st = sale__store(s);
     enum store_code outcome;
     int err;
 
-    *ok = false;
+    memset(out, 0, sizeof(*out));
     err = store_code_check(st, phone, code, SALE_CODE_TRIES, &outcome);
     if (err || outcome != STORE_CODE_OK)
         return err;
-    err = store_user_login(st, phone, user_id);
+    err = store_user_login(st, phone, &out->user_id);
     if (!err)
-        *ok = true;
+        err = store_account_get(st, TOKEN_ROLE_USER, out->user_id, &out->gen,
+                                &out->banned);
+    out->ok = !err;
     return err;
+}
+
+enum sale_session sale_session_check(struct sale *s,
+                                     const struct token_claims *c)
+{
+    switch (sessions_check(s->cfg.sessions, c)) {
+    case SESSION_REVOKED:
+        return SALE_SESSION_REVOKED;
+    case SESSION_BANNED:
+        return SALE_SESSION_BANNED;
+    default:
+        return SALE_SESSION_OK;
+    }
+}
+
+/* Tell every instance (this one at once): msg is already true in MySQL
+ * or Redis. */
+static int tell(struct sale *s, struct store *st, const char *msg)
+{
+    sessions_apply(s->cfg.sessions, msg);
+    return store_publish(st, sessions_channel(s->cfg.sessions), msg);
+}
+
+int sale_logout(struct sale *s, const struct token_claims *c, bool all)
+{
+    struct store *st = sale__store(s);
+    char msg[80];
+    uint32_t gen;
+    int err;
+
+    if (!all) {
+        snprintf(msg, sizeof(msg), "d %016" PRIx64 " %lld", c->jti,
+                 (long long)c->expires);
+        err = store_token_deny(st, c->jti, c->expires,
+                               sessions_channel(s->cfg.sessions), msg);
+        if (!err)
+            sessions_apply(s->cfg.sessions, msg);
+        return err;
+    }
+    err = store_account_logout_all(st, c->role, c->user_id, &gen);
+    if (err)
+        return err;
+    snprintf(msg, sizeof(msg), "g %u %lld %u", (unsigned)c->role,
+             (long long)c->user_id, gen);
+    return tell(s, st, msg);
+}
+
+int sale_user_ban(struct sale *s, int64_t user_id, int64_t admin_id, bool on)
+{
+    struct store *st = sale__store(s);
+    char msg[48];
+    int err;
+
+    err = store_account_ban(st, user_id, admin_id, on);
+    if (err)
+        return err;
+    snprintf(msg, sizeof(msg), "b %lld %d", (long long)user_id, on ? 1 : 0);
+    return tell(s, st, msg);
 }

@@ -42,7 +42,9 @@ struct engine;
 struct pool;
 struct async;
 struct lock_client;
+struct sessions;
 struct vcache;
+struct token_claims;
 
 /* The most time one purchase may take from its arrival to its answer. */
 #define SALE_BUDGET_MS STORE_PURCHASE_BUDGET_MS
@@ -59,6 +61,7 @@ struct sale_config {
     struct async *async;       /* the writer of async sales, or NULL */
     struct lock_client *locks; /* the buyers' purchase locks */
     struct vcache *vcache;     /* the voucher cache, or NULL */
+    struct sessions *sessions; /* the refused tokens' view, or NULL */
 };
 
 struct sale;
@@ -117,14 +120,51 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
  */
 int sale_login_code_issue(struct sale *s, const char *phone, char code[7]);
 
+/* What a login found. */
+struct sale_login {
+    bool ok;         /* the code was right: the rest is set */
+    int64_t user_id; /* the phone's user (made on its first login) */
+    uint32_t gen;    /* its token generation, for its new token */
+    bool banned;     /* no token for it */
+};
+
 /*
  * Check code against phone's, once (a match uses it up, a wrong code uses
- * a try). 0 with *ok: true and *user_id, the phone's user (made on its
- * first login); false, the code is wrong or expired. Or -errno. Waits for
- * Redis and MySQL.
+ * a try) into *out. 0, or -errno. Waits for Redis and MySQL.
  */
-int sale_login(struct sale *s, const char *phone, const char *code, bool *ok,
-               int64_t *user_id);
+int sale_login(struct sale *s, const char *phone, const char *code,
+               struct sale_login *out);
+
+/* ---- sessions: logging out, bans ---- */
+
+enum sale_session {
+    SALE_SESSION_OK,
+    SALE_SESSION_REVOKED, /* the token was logged out */
+    SALE_SESSION_BANNED,  /* its buyer is banned */
+};
+
+/*
+ * What this instance knows of a verified token: from memory (see
+ * sale/sessions.h for how soon another instance's change arrives). Never
+ * waits.
+ */
+enum sale_session sale_session_check(struct sale *s,
+                                     const struct token_claims *c);
+
+/*
+ * Log out the token of c, or (all) every token of its account issued
+ * until now. Refused on every instance within a message's delay, on this
+ * one at once. 0 or -errno (then it may or may not have happened: a retry
+ * is harmless). Waits for MySQL and Redis.
+ */
+int sale_logout(struct sale *s, const struct token_claims *c, bool all);
+
+/*
+ * Ban (on) or unban buyer user_id, as admin admin_id: a banned buyer's
+ * requests are refused on every instance within a message's delay, and
+ * it cannot log in. Idempotent. 0 or -errno. Waits for MySQL and Redis.
+ */
+int sale_user_ban(struct sale *s, int64_t user_id, int64_t admin_id, bool on);
 
 /* ---- vouchers ---- */
 

@@ -81,6 +81,7 @@
 
 #include "common/redis.h"
 #include "common/util.h"
+#include "sale/subscriber.h"
 
 #define SET_BITS 8
 #define SETS (1u << SET_BITS)
@@ -91,14 +92,6 @@
 #define RETRY_MAX_MS 100
 /* Ids waiting for the refresher; when full, the next request asks again. */
 #define QUEUE_LEN 64
-/* Subscriber reconnects: from MIN doubling up to MAX. */
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 2000
-/* TCP keepalive of the subscriber's connection: a dead peer is noticed
- * after about IDLE + INTVL * CNT seconds (there is no other traffic). */
-#define KEEPALIVE_IDLE_S 5
-#define KEEPALIVE_INTVL_S 2
-#define KEEPALIVE_CNT 3
 
 /* Entry bits: kind, then the sold-out flag, the voucher type (one bit)
  * and its purchase mode. */
@@ -139,10 +132,7 @@ struct vcache {
     struct set *sets;
     const struct store_config *sc;
     char channel[48];
-    /* the subscriber thread */
-    int stop_pipe[2]; /* written once by vcache_free() */
-    pthread_t subscriber;
-    bool subscriber_started;
+    struct subscriber *subscriber; /* NULL: not started */
     /* the refresher thread and its queue, under queue_mu */
     pthread_mutex_t queue_mu;
     pthread_cond_t queue_cond;
@@ -469,155 +459,27 @@ void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id)
     freeReplyObject(r);
 }
 
-/* ---- the subscriber thread ---- */
+/* ---- what the subscriber hears ---- */
 
-/* Sleep ms, or less when vcache_free() asks to stop. True: stop. */
-static bool stop_or_sleep(struct vcache *vc, int ms)
+/* Whatever changed while it was not listening. */
+static void on_subscribed(void *ctx)
 {
-    struct pollfd p = {.fd = vc->stop_pipe[0], .events = POLLIN};
-    int n;
-
-    do
-        n = poll(&p, 1, ms);
-    while (n < 0 && errno == EINTR);
-    return n > 0;
+    flush(ctx);
 }
 
-static bool reply_ok(redisContext *rc, redisReply *r, const char *what)
+/* One message: an id drops its entry, "*" the whole cache. */
+static void on_message(void *ctx, const char *msg, size_t len)
 {
-    bool ok = r && r->type != REDIS_REPLY_ERROR;
-
-    if (!ok)
-        log_warn("voucher cache subscriber failed", "step=%s err=\"%s\"", what,
-                 r ? r->str : rc->errstr);
-    freeReplyObject(r);
-    return ok;
-}
-
-/* Connect (common/redis.h: one log line per streak of failures) and
- * SUBSCRIBE, with the store's timeouts. NULL: failed. */
-static redisContext *subscribe(struct vcache *vc, struct redis_connect_log *log)
-{
-    const struct store_config *c = vc->sc;
-    int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S,
-        cnt = KEEPALIVE_CNT, err;
-    struct redis_server rs;
-    redisContext *rc;
-    redisReply *r;
-
-    store_redis_server(c, &rs);
-    rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
-                       "voucher cache", log, &err);
-    if (!rc)
-        return NULL;
-    /* A subscriber only reads: notice a dead peer within a minute. */
-    setsockopt(rc->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-    setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-    setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    /* The reply is the subscription's confirmation: from here on no
-     * message is missed. */
-    r = redisCommand(rc, "SUBSCRIBE %s", vc->channel);
-    if (!reply_ok(rc, r, "subscribe")) {
-        redisFree(rc);
-        return NULL;
-    }
-    return rc;
-}
-
-/* One pub/sub message: an id drops its entry, "*" the whole cache. */
-static void on_message(struct vcache *vc, redisReply *r)
-{
+    struct vcache *vc = ctx;
     int64_t id;
 
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        strcmp(r->element[0]->str, "message") != 0 ||
-        r->element[2]->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(r->element[2]->str, "*") == 0)
+    if (strcmp(msg, "*") == 0)
         flush(vc);
-    else if (util_parse_id(r->element[2]->str, r->element[2]->len, &id) == 0)
+    else if (util_parse_id(msg, len, &id) == 0)
         invalidate(vc, id);
     else
         log_warn("voucher cache message ignored", "channel=%s len=%zu",
-                 vc->channel, r->element[2]->len);
-}
-
-/* How often a quiet subscriber checks whether the sentinels named a new
- * master (its own connection would still be to the old one). */
-#define EPOCH_CHECK_MS 1000
-
-/* Handle messages until the connection fails, the Redis master changes
- * (epoch: redis_server_epoch() at its connect) or vcache_free() stops
- * the thread. True: stop. */
-static bool listen_until_error(struct vcache *vc, redisContext *rc,
-                               unsigned epoch)
-{
-    struct pollfd p[2] = {{.fd = rc->fd, .events = POLLIN},
-                          {.fd = vc->stop_pipe[0], .events = POLLIN}};
-    struct redis_server rs;
-
-    store_redis_server(vc->sc, &rs);
-    for (;;) {
-        void *reply = NULL;
-
-        while (redisGetReplyFromReader(rc, &reply) == REDIS_OK && reply) {
-            on_message(vc, reply);
-            freeReplyObject(reply);
-            reply = NULL;
-        }
-        if (rc->err)
-            break;
-        if (redis_server_epoch(&rs) != epoch) {
-            log_info("voucher cache subscriber follows the new redis master",
-                     "channel=%s", vc->channel);
-            return false;
-        }
-        if (poll(p, 2, rs.sentinel ? EPOCH_CHECK_MS : -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (p[1].revents)
-            return true;
-        if (p[0].revents && redisBufferRead(rc) != REDIS_OK)
-            break;
-    }
-    log_warn("voucher cache subscriber lost", "err=\"%s\"",
-             rc->err ? rc->errstr : "poll failed");
-    return false;
-}
-
-static void *subscriber_main(void *arg)
-{
-    struct vcache *vc = arg;
-    struct redis_connect_log log = {0};
-    int backoff = BACKOFF_MIN_MS;
-
-    for (;;) {
-        struct redis_server rs;
-        unsigned epoch;
-        redisContext *rc;
-
-        store_redis_server(vc->sc, &rs);
-        epoch = redis_server_epoch(&rs);
-        rc = subscribe(vc, &log);
-        if (rc) {
-            /* Whatever changed while we were not listening. */
-            flush(vc);
-            log_info("voucher cache subscribed", "channel=%s", vc->channel);
-            backoff = BACKOFF_MIN_MS;
-            bool stop = listen_until_error(vc, rc, epoch);
-            redisFree(rc);
-            if (stop)
-                break;
-        }
-        if (stop_or_sleep(vc, backoff))
-            break;
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-    }
-    return NULL;
+                 vc->channel, len);
 }
 
 /* ---- the refresher thread ---- */
@@ -692,7 +554,6 @@ struct vcache *vcache_new(const struct vcache_config *cfg)
     vc->ttl_ms = cfg->ttl_ms;
     vc->retry_ms = vc->ttl_ms < RETRY_MAX_MS ? vc->ttl_ms : RETRY_MAX_MS;
     vc->sc = cfg->store;
-    vc->stop_pipe[0] = vc->stop_pipe[1] = -1;
     snprintf(vc->channel, sizeof(vc->channel), "seckill:voucher-changed:%u",
              cfg->store->redis_db);
     if (!vc->ttl_ms)
@@ -705,14 +566,14 @@ struct vcache *vcache_new(const struct vcache_config *cfg)
     pthread_cond_init(&vc->queue_cond, NULL);
     /* Without the subscriber, flags still end after their TTL; without
      * the refresher, requests re-read expired entries themselves. */
-    if (pipe2(vc->stop_pipe, O_CLOEXEC) != 0)
-        err = errno;
-    else
-        err = pthread_create(&vc->subscriber, NULL, subscriber_main, vc);
-    if (err)
-        log_error("voucher cache subscriber not started", "err=\"%s\"",
-                  strerror(err));
-    vc->subscriber_started = !err;
+    vc->subscriber = subscriber_start(&(struct subscriber_config){
+        .store = vc->sc,
+        .channel = vc->channel,
+        .what = "voucher cache",
+        .on_subscribed = on_subscribed,
+        .on_message = on_message,
+        .ctx = vc,
+    });
     err = pthread_create(&vc->refresher, NULL, refresher_main, vc);
     if (err)
         log_error("voucher cache refresher not started", "err=\"%s\"",
@@ -725,12 +586,7 @@ void vcache_free(struct vcache *vc)
 {
     if (!vc)
         return;
-    if (vc->subscriber_started) {
-        char c = 1;
-        while (write(vc->stop_pipe[1], &c, 1) < 0 && errno == EINTR)
-            ;
-        pthread_join(vc->subscriber, NULL);
-    }
+    subscriber_stop(vc->subscriber);
     if (vc->refresher_started) {
         pthread_mutex_lock(&vc->queue_mu);
         vc->stopping = true;
@@ -738,9 +594,6 @@ void vcache_free(struct vcache *vc)
         pthread_mutex_unlock(&vc->queue_mu);
         pthread_join(vc->refresher, NULL);
     }
-    for (int i = 0; i < 2; i++)
-        if (vc->stop_pipe[i] >= 0)
-            close(vc->stop_pipe[i]);
     if (vc->sets) {
         for (unsigned i = 0; i < SETS; i++)
             pthread_mutex_destroy(&vc->sets[i].mu);

@@ -53,3 +53,13 @@ ALTER TABLE voucher_orders
 ALTER TABLE seckill_vouchers
     ADD COLUMN IF NOT EXISTS sale_stamp BIGINT UNSIGNED NULL
         AFTER purchase_mode;
+
+-- Token generations and bans (schema.sql says what they are).
+CREATE TABLE IF NOT EXISTS account_state (
+    role        TINYINT UNSIGNED NOT NULL,
+    account_id  BIGINT UNSIGNED  NOT NULL,
+    token_gen   INT UNSIGNED     NOT NULL DEFAULT 0,
+    banned_at   DATETIME(3)      NULL,
+    banned_by   BIGINT UNSIGNED  NULL,
+    PRIMARY KEY (role, account_id)
+) ENGINE = InnoDB;

@@ -245,6 +245,21 @@ static const char *const stmt_sql[STMT_COUNT] = {
                          "WHERE voucher_id = ? AND purchase_mode = 1",
     [STMT_ACTIVE_USERS] = "SELECT user_id, id FROM voucher_orders WHERE "
                           "voucher_id = ? AND status IN (1, 2)",
+    [STMT_ACCOUNT_GET] = "SELECT token_gen, banned_at IS NOT NULL FROM "
+                         "account_state WHERE role = ? AND account_id = ?",
+    /* On a new row the insert id is 0: generation 1. */
+    [STMT_ACCOUNT_LOGOUT_ALL] =
+        "INSERT INTO account_state (role, account_id, token_gen) "
+        "VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE "
+        "token_gen = LAST_INSERT_ID(token_gen + 1)",
+    [STMT_ACCOUNT_BAN] =
+        "INSERT INTO account_state (role, account_id, banned_at, banned_by) "
+        "VALUES (1, ?, IF(? = 1, NOW(3), NULL), ?) ON DUPLICATE KEY UPDATE "
+        "banned_at = IF(? = 1, COALESCE(banned_at, NOW(3)), NULL), "
+        "banned_by = VALUES(banned_by)",
+    [STMT_ACCOUNTS_LOAD] =
+        "SELECT role, account_id, token_gen, banned_at IS NOT NULL FROM "
+        "account_state WHERE token_gen > 0 OR banned_at IS NOT NULL",
     [STMT_VOUCHER_STATS] =
         "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "
         "COALESCE(SUM(o.status = 1), 0), COALESCE(SUM(o.status = 2), 0), "

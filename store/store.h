@@ -171,6 +171,51 @@ enum store_code {
 int store_code_check(struct store *st, const char *phone, const char *code,
                      unsigned max_tries, enum store_code *outcome);
 
+/* ---- accounts: token generations and bans (accounts.c) ---- */
+
+/*
+ * An account is a role (1 a buyer, 2 an admin: the token's role) and an
+ * id. MySQL's account_state holds what outlives a token: the account's
+ * token generation (tokens issued before the last "log out everywhere"
+ * carry an older one) and, for buyers, a ban. No row: generation 0, not
+ * banned (load-test users minted by `seckilld tokens` have no users row
+ * either).
+ */
+int store_account_get(struct store *st, unsigned role, int64_t id,
+                      uint32_t *gen, bool *banned);
+
+/* Raise the account's token generation by one; *gen is the new one. */
+int store_account_logout_all(struct store *st, unsigned role, int64_t id,
+                             uint32_t *gen);
+
+/* Ban (on) or unban buyer user_id, by admin admin_id. Idempotent. */
+int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
+                      bool on);
+
+/* Every account with a generation above 0 or a ban, one call each. */
+int store_accounts_load(struct store *st,
+                        void (*row)(void *ctx, unsigned role, int64_t id,
+                                    uint32_t gen, bool banned),
+                        void *ctx);
+
+/*
+ * Tokens logged out one by one, in Redis until they expire: add token jti
+ * (expiring at exp_s, epoch seconds), drop the expired ones, and publish
+ * msg on channel, in one script (so the entry is there before any
+ * instance hears of it).
+ */
+int store_token_deny(struct store *st, uint64_t jti, int64_t exp_s,
+                     const char *channel, const char *msg);
+
+/* Every token on the denylist that expires after now_s. */
+int store_tokens_denied_load(struct store *st, int64_t now_s,
+                             void (*row)(void *ctx, uint64_t jti,
+                                         int64_t exp_s),
+                             void *ctx);
+
+/* PUBLISH msg on channel. */
+int store_publish(struct store *st, const char *channel, const char *msg);
+
 /* ---- vouchers ---- */
 
 enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };

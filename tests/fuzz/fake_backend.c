@@ -294,6 +294,89 @@ int store_code_check(struct store *st, const char *phone, const char *code,
     return 0;
 }
 
+int store_account_get(struct store *st, unsigned role, int64_t id,
+                      uint32_t *gen, bool *banned)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK((role == 1 || role == 2) && id > 0, "account %u:%lld", role,
+               (long long)id);
+    if ((err = step(&variant)))
+        return err;
+    *gen = variant;
+    *banned = variant == 1;
+    return 0;
+}
+
+int store_account_logout_all(struct store *st, unsigned role, int64_t id,
+                             uint32_t *gen)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK((role == 1 || role == 2) && id > 0, "account %u:%lld", role,
+               (long long)id);
+    if ((err = step(&variant)))
+        return err;
+    *gen = variant + 1;
+    return 0;
+}
+
+int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
+                      bool on)
+{
+    unsigned variant;
+
+    (void)on;
+    check_store(st);
+    FUZZ_CHECK(user_id > 0 && admin_id > 0, "a ban of %lld by %lld",
+               (long long)user_id, (long long)admin_id);
+    return step(&variant);
+}
+
+int store_accounts_load(struct store *st,
+                        void (*row)(void *ctx, unsigned role, int64_t id,
+                                    uint32_t gen, bool banned),
+                        void *ctx)
+{
+    (void)st;
+    (void)row;
+    (void)ctx;
+    return 0;
+}
+
+int store_token_deny(struct store *st, uint64_t jti, int64_t exp_s,
+                     const char *channel, const char *msg)
+{
+    unsigned variant;
+
+    check_store(st);
+    FUZZ_CHECK(jti != 0 && exp_s > 0 && channel && msg, "a bad token logout");
+    return step(&variant);
+}
+
+int store_tokens_denied_load(struct store *st, int64_t now_s,
+                             void (*row)(void *ctx, uint64_t jti,
+                                         int64_t exp_s),
+                             void *ctx)
+{
+    (void)st;
+    (void)now_s;
+    (void)row;
+    (void)ctx;
+    return 0;
+}
+
+int store_publish(struct store *st, const char *channel, const char *msg)
+{
+    check_store(st);
+    FUZZ_CHECK(channel && msg, "publish nothing");
+    return 0;
+}
+
 int store_voucher_insert(struct store *st, struct store_voucher *v)
 {
     unsigned variant;

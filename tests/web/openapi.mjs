@@ -169,7 +169,7 @@ function specOperations() {
     const doc = JSON.parse(readFileSync(path.join(ROOT, "docs/openapi.json"), "utf8"));
     const ops = [];
     for (const [p, item] of Object.entries(doc.paths))
-        for (const m of ["get", "post", "options"]) if (item[m]) ops.push(`${m.toUpperCase()} ${p}`);
+        for (const m of ["get", "post", "delete", "options"]) if (item[m]) ops.push(`${m.toUpperCase()} ${p}`);
     return { doc, ops, codes: doc.components.schemas.ErrorCode.enum };
 }
 
@@ -670,6 +670,91 @@ async function runCases(proxies, redisCli, main) {
         op: "GET /openapi.json",
         status: 200,
     });
+
+    // Logging out, and bans.
+    {
+        const out = user(90);
+        const banned = user(91);
+        await check(proxies, {
+            name: "logout, bad body",
+            via: L,
+            method: "POST",
+            path: "/api/auth/logout",
+            op: "POST /api/auth/logout",
+            token: out,
+            body: { all: "yes" },
+            status: 400,
+            code: "BAD_REQUEST",
+        });
+        await check(proxies, {
+            name: "logout",
+            via: S,
+            method: "POST",
+            path: "/api/auth/logout",
+            op: "POST /api/auth/logout",
+            token: out,
+            status: 204,
+        });
+        await check(proxies, {
+            name: "logout, logged out already",
+            via: S,
+            method: "POST",
+            path: "/api/auth/logout",
+            op: "POST /api/auth/logout",
+            token: out,
+            body: { all: true },
+            status: 401,
+            code: "UNAUTHORIZED",
+        });
+        const banPath = `/api/admin/users/${base + 91}/ban`;
+        await check(proxies, {
+            name: "ban, a user's token",
+            via: S,
+            method: "POST",
+            path: banPath,
+            op: "POST /api/admin/users/{id}/ban",
+            token: banned,
+            status: 403,
+            code: "FORBIDDEN",
+        });
+        await check(proxies, {
+            name: "ban",
+            via: S,
+            method: "POST",
+            path: banPath,
+            op: "POST /api/admin/users/{id}/ban",
+            token: admin,
+            status: 204,
+        });
+        await check(proxies, {
+            name: "orders of a banned buyer",
+            via: S,
+            method: "GET",
+            path: "/api/orders",
+            op: "GET /api/orders",
+            token: banned,
+            status: 403,
+            code: "FORBIDDEN",
+        });
+        await check(proxies, {
+            name: "unban, no token",
+            via: L,
+            method: "DELETE",
+            path: banPath,
+            op: "DELETE /api/admin/users/{id}/ban",
+            status: 401,
+            code: "UNAUTHORIZED",
+        });
+        await check(proxies, {
+            name: "unban",
+            via: S,
+            method: "DELETE",
+            path: banPath,
+            op: "DELETE /api/admin/users/{id}/ban",
+            token: admin,
+            status: 204,
+        });
+    }
 
     // OPTIONS on every path: a plain one, and CORS preflights.
     const { doc } = specOperations();
