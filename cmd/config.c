@@ -141,6 +141,22 @@ static int set_text(struct config *cfg, const struct config_setting *s,
     return 0;
 }
 
+/* An admin's name: 1 to 64 of letters, digits, '.', '_' and '-'. */
+static int set_username(struct config *cfg, const struct config_setting *s,
+                        const char *name, const char *v, char *err,
+                        size_t errlen)
+{
+    size_t n = strlen(v);
+
+    if (n < 1 || n > 64 ||
+        strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                  "0123456789._-") != n)
+        return fail(err, errlen,
+                    "%s: letters, digits, '.', '_' and '-', 1 to 64 of them",
+                    name);
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
 static long cores_online(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -543,7 +559,7 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
      .def = NULL,
-     .scope = CONFIG_FOR_SERVE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
@@ -914,6 +930,19 @@ const struct config_setting config_settings[] = {
      .doc = "how long a cached sold-out flag or unknown voucher id is trusted "
             "without an invalidation message ({range}; `0` turns the voucher "
             "cache off) ([the sold-out cache](#the-sold-out-cache))"},
+    {.flag = "admin-token-ttl-s",
+     .env = "SECKILL_ADMIN_TOKEN_TTL_S",
+     .arg = "N",
+     .def = "3600",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 60,
+     .max = 86400,
+     .unit = "seconds",
+     FIELD(http.admin_token_ttl_s),
+     .help = "an admin login's token is valid this long",
+     .doc = "how long the token of `POST /api/admin/login` is valid, {range} "
+            "([accounts and sessions](#accounts-and-sessions))"},
     {.flag = "auth-resync-s",
      .env = "SECKILL_AUTH_RESYNC_S",
      .arg = "N",
@@ -1068,6 +1097,14 @@ const struct config_setting config_settings[] = {
      .max = 10000000,
      FIELD(tokens_count),
      .help = "tokens for users N to N+M-1, {range}"},
+    {.flag = "username",
+     .arg = "NAME",
+     .def = NULL,
+     .scope = CONFIG_FOR_ADMIN_ADD,
+     .parse = set_username,
+     FIELD(admin_username),
+     .help = "the new admin's name: letters, digits, '.', '_', '-', at most "
+             "64"},
     {.flag = "ttl",
      .arg = "SECONDS",
      .def = "86400",
@@ -1095,6 +1132,7 @@ static const char *const command_names[] = {
     [CMD_SERVE] = "serve",
     [CMD_TOKEN] = "token",
     [CMD_TOKENS] = "tokens",
+    [CMD_ADMIN_ADD] = "admin add",
     [CMD_HELP] = "help",
 };
 
@@ -1108,15 +1146,19 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_TOKEN;
     case CMD_TOKENS:
         return CONFIG_FOR_TOKENS;
+    case CMD_ADMIN_ADD:
+        return CONFIG_FOR_ADMIN_ADD;
     case CMD_HELP:
         break;
     }
     return 0;
 }
 
-/* The commands of a token command's option, in words. */
+/* The commands of a command's option, in words. */
 static const char *scope_words(unsigned scope)
 {
+    if (scope & CONFIG_FOR_ADMIN_ADD)
+        return "admin add";
     if ((scope & CONFIG_FOR_TOKEN) && (scope & CONFIG_FOR_TOKENS))
         return "token and tokens";
     return scope & CONFIG_FOR_TOKEN ? "token" : "tokens";
@@ -1152,6 +1194,13 @@ static int parse_command(struct config *cfg, int argc, char **argv, char *err,
 {
     if (argc < 2 || argv[1][0] == '-')
         return 1;
+    /* The one command of two words. */
+    if (strcmp(argv[1], "admin") == 0) {
+        if (argc < 3 || strcmp(argv[2], "add") != 0)
+            return fail(err, errlen, "admin: the command is \"admin add\"");
+        cfg->cmd = CMD_ADMIN_ADD;
+        return 3;
+    }
     for (size_t c = 0; c < sizeof(command_names) / sizeof(command_names[0]);
          c++) {
         if (strcmp(argv[1], command_names[c]) == 0) {

@@ -14,7 +14,7 @@
 #include "common/url.h"
 #include "cmd/server.h"
 
-enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_HELP };
+enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_ADMIN_ADD, CMD_HELP };
 
 /* The documents of the settings: --help, --help-markdown, --help-man. */
 enum config_doc { CONFIG_DOC_HELP, CONFIG_DOC_MARKDOWN, CONFIG_DOC_MAN };
@@ -29,6 +29,8 @@ struct config {
     int64_t token_ttl_s;
     int64_t tokens_first;
     int64_t tokens_count;
+    /* admin add */
+    const char *admin_username;
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;

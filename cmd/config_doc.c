@@ -284,6 +284,8 @@ static void write_help(struct text *t)
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_TOKEN);
     text_puts(t, "\n       seckilld tokens");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_TOKENS);
+    text_puts(t, "\n       seckilld admin add");
+    synopsis(t, STYLE_PLAIN, CONFIG_FOR_ADMIN_ADD);
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -298,7 +300,11 @@ static void write_help(struct text *t)
                  "\n"
                  "token prints one bearer token; tokens prints CSV "
                  "user_id,token for load\n"
-                 "tests. Both read only the secret, and these options:\n");
+                 "tests; both read only the secret. admin add makes an admin "
+                 "account with the\n"
+                 "password read from standard input (12 to 1024 bytes, one "
+                 "line), in the MySQL\n"
+                 "of SECKILL_MYSQL_URL. Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
@@ -375,6 +381,8 @@ static void write_man(struct text *t)
     synopsis(t, STYLE_TROFF, CONFIG_FOR_TOKEN);
     text_puts(t, "\n\\fBseckilld tokens\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_TOKENS);
+    text_puts(t, "\n\\fBseckilld admin add\\fR");
+    synopsis(t, STYLE_TROFF, CONFIG_FOR_ADMIN_ADD);
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -421,9 +429,17 @@ static void write_man(struct text *t)
            "print a header line \\fBuser_id,token\\fR, then a line of CSV for "
            "each user,\n"
            "for load tests.\n"
+           ".TP\n"
+           ".B admin add\n"
+           "make an admin account, with the password read from standard input "
+           "(12 to 1024\n"
+           "bytes, one line), in the database of \\fBSECKILL_MYSQL_URL\\fR; "
+           "it logs in at\n"
+           "\\fBPOST /api/admin/login\\fR.\n"
            ".PP\n"
-           "Both read only \\fBSECKILL_SECRET\\fR of the settings above, and "
-           "take these options:\n");
+           "\\fBtoken\\fR and \\fBtokens\\fR read only "
+           "\\fBSECKILL_SECRET\\fR of the settings above. The\n"
+           "commands take these options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             man_option(t, &config_settings[i]);

@@ -12,6 +12,7 @@
 #include <mysql.h>
 #include <sodium.h>
 
+#include "cmd/admin.h"
 #include "cmd/config.h"
 #include "cmd/server.h"
 #include "common/token.h"
@@ -163,6 +164,9 @@ int main(int argc, char **argv)
     case CMD_TOKEN:
     case CMD_TOKENS:
         ret = print_tokens(&cfg);
+        break;
+    case CMD_ADMIN_ADD:
+        ret = admin_add(&cfg);
         break;
     default:
         ret = serve(&cfg);

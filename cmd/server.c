@@ -91,6 +91,7 @@ static void http_config_of(const struct handlers_config *cfg,
         .rate_ip = cfg->rate_ip,
         .cors_origins = cfg->cors_origins,
         .phone_region = cfg->phone_region ? cfg->phone_region : "CN",
+        .admin_token_ttl_s = cfg->admin_token_ttl_s,
         .has_pay_secret = cfg->has_pay_secret,
     };
     memcpy(h->secret, cfg->secret, sizeof(h->secret));

@@ -49,6 +49,7 @@ struct handlers_config {
     /* The region of phone numbers written without + or 00
      * (common/phone.h; validated by the configuration). */
     const char *phone_region;
+    unsigned admin_token_ttl_s; /* http_config.admin_token_ttl_s */
     /* Peers that may read GET /metrics (common/cidr.h blocks, validated by
      * the configuration); "": nobody (admins read /api/admin/metrics). */
     const char *metrics_allow;

@@ -1,11 +1,74 @@
 /*
- * admin.c - what an admin does to buyers' accounts: POST and DELETE
- * /api/admin/users/{id}/ban. A banned buyer's requests are answered 403
- * on every instance within about a second, and it cannot log in; its
- * orders stay as they are.
+ * admin.c - admins: POST /api/admin/login (a name and a password, for an
+ * admin token), and what an admin does to buyers' accounts: POST and
+ * DELETE /api/admin/users/{id}/ban. A banned buyer's requests are
+ * answered 403 on every instance within about a second, and it cannot
+ * log in; its orders stay as they are.
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "common/util.h"
 #include "handlers/endpoints.h"
+
+/* What `seckilld admin add` accepts as a name. */
+static bool username_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n >= 1 && n <= 64 &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                     "0123456789._-") == n;
+}
+
+unsigned admin_login_post(struct request *req)
+{
+    struct token_claims claims = {0};
+    char token[TOKEN_STR_LEN], addr[64];
+    struct sale_admin_login out;
+    const char *name, *password;
+    int err;
+
+    if (!body_object_or_reply(req) ||
+        !body_str_or_reply(req, "username", true, 64, &name) ||
+        !body_str_or_reply(req, "password", true, 1024, &password))
+        return req->status;
+    if (!username_ok(name))
+        return req_error(req, ERR_BAD_REQUEST,
+                         "username: letters, digits, '.', '_' and '-', at "
+                         "most 64");
+    if (!req_client_key(req, addr, sizeof(addr)))
+        snprintf(addr, sizeof(addr), "unknown");
+    err = sale_admin_login(req->sale, name, password, strlen(password), addr,
+                           &out);
+    if (err)
+        return req_backend_error(req, err, "admin_login");
+    switch (out.outcome) {
+    case SALE_ADMIN_OK:
+        break;
+    case SALE_ADMIN_WRONG:
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "the username or password is wrong");
+    case SALE_ADMIN_LOCKED:
+        req->retry_after = out.retry_s;
+        return req_error(req, ERR_RATE_LIMITED,
+                         "too many failed logins: try again later");
+    case SALE_ADMIN_BUSY:
+        req->retry_after = out.retry_s;
+        return req_error(req, ERR_BUSY,
+                         "another login is being checked: retry");
+    }
+    claims.user_id = out.admin_id;
+    claims.role = TOKEN_ROLE_ADMIN;
+    claims.expires = util_now_ms() / 1000 + req->cfg->admin_token_ttl_s;
+    claims.gen = out.gen;
+    token_sign(req->cfg->secret, &claims, token);
+    return req_reply(req, 200,
+                     json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token,
+                               "expiresIn", (json_int_t)req->cfg->admin_token_ttl_s,
+                               "admin", "id", json_id(out.admin_id), "username",
+                               name));
+}
 
 static unsigned ban(struct request *req, bool on)
 {

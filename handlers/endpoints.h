@@ -24,6 +24,7 @@ unsigned admin_metrics_get(struct request *req);    /* metrics.c */
 unsigned auth_code_post(struct request *req);       /* auth.c */
 unsigned auth_login_post(struct request *req);      /* auth.c */
 unsigned auth_logout_post(struct request *req);     /* auth.c */
+unsigned admin_login_post(struct request *req);     /* admin.c */
 unsigned admin_ban_post(struct request *req);       /* admin.c */
 unsigned admin_ban_delete(struct request *req);     /* admin.c */
 unsigned vouchers_post(struct request *req);        /* vouchers.c */

@@ -40,6 +40,7 @@ struct http_config {
     const char *cors_origins;
     /* The region of phone numbers written without + or 00 ("CN"). */
     const char *phone_region;
+    unsigned admin_token_ttl_s; /* an admin login's token lives this long */
     /* Connections from these proxies name their client in
      * X-Forwarded-For (handlers/request.h, req_client_addr()); empty: the
      * peer is the client. */

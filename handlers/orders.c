@@ -82,7 +82,7 @@ unsigned orders_get(struct request *req)
     size_t n;
     int err;
 
-    if ((status = req_user_or_reply(req)))
+    if ((status = req_buyer_or_reply(req)))
         return status;
     if (!query_int_or_reply(req, "limit", 20, 1, 100, &limit))
         return req->status;
@@ -231,7 +231,7 @@ unsigned order_pay_post(struct request *req)
      * it exists only in dev mode. */
     if (!req->cfg->dev)
         return req_error(req, ERR_NOT_FOUND, "no such endpoint");
-    if ((status = req_user_or_reply(req)))
+    if ((status = req_buyer_or_reply(req)))
         return status;
     /* One transaction per order: paying twice is the same notification
      * twice (200, nothing changed). */

@@ -8,30 +8,17 @@
  */
 #include "handlers/ratelimit.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 
-/* The bucket key of the client's address (req_client_addr()): IPv4 per
- * address, IPv6 per /64 (one host usually holds a whole /64). False if
- * unknown. */
+/* The bucket key of the client's address. False if unknown. */
 static bool ip_key(const struct request *req, char *out, size_t n)
 {
-    struct cidr a;
-    char text[INET6_ADDRSTRLEN];
+    char key[64];
 
-    if (!req_client_addr(req, &a))
+    if (!req_client_key(req, key, sizeof(key)))
         return false;
-    if (!a.v6) {
-        inet_ntop(AF_INET, a.addr, text, sizeof(text));
-        snprintf(out, n, "rate:ip:%s", text);
-        return true;
-    }
-    memset(&a.addr[8], 0, 8);
-    inet_ntop(AF_INET6, a.addr, text, sizeof(text));
-    snprintf(out, n, "rate:ip:%s/64", text);
+    snprintf(out, n, "rate:ip:%s", key);
     return true;
 }
 

@@ -192,6 +192,24 @@ const char *req_query(struct request *req, const char *name)
     return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+bool req_client_key(const struct request *req, char *out, size_t n)
+{
+    struct cidr a;
+    char text[INET6_ADDRSTRLEN];
+
+    if (!req_client_addr(req, &a))
+        return false;
+    if (!a.v6) {
+        inet_ntop(AF_INET, a.addr, text, sizeof(text));
+        snprintf(out, n, "%s", text);
+        return true;
+    }
+    memset(&a.addr[8], 0, 8);
+    inet_ntop(AF_INET6, a.addr, text, sizeof(text));
+    snprintf(out, n, "%s/64", text);
+    return true;
+}
+
 bool req_peer_addr(const struct request *req, struct cidr *out)
 {
     const union MHD_ConnectionInfo *ci;
@@ -331,6 +349,20 @@ unsigned req_user_or_reply(struct request *req)
         return req_error(req, ERR_FORBIDDEN, "this account is banned");
     if (err)
         return req_error(req, ERR_UNAUTHORIZED, "the token is not valid");
+    return 0;
+}
+
+unsigned req_buyer_or_reply(struct request *req)
+{
+    unsigned status = req_user_or_reply(req);
+
+    if (status)
+        return status;
+    /* An admin's id is not a buyer's: admins have an id space of their
+     * own. */
+    if (req->auth.role != TOKEN_ROLE_USER)
+        return req_error(req, ERR_FORBIDDEN,
+                         "this needs a buyer's token, not an admin's");
     return 0;
 }
 

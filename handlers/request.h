@@ -159,6 +159,13 @@ const char *req_query(struct request *req, const char *name);
  */
 bool req_client_addr(const struct request *req, struct cidr *out);
 
+/*
+ * The client (req_client_addr()) as a key for counting its requests:
+ * an IPv4 address, or an IPv6 address's /64 ("2001:db8:1:2::/64": one
+ * host usually holds a whole /64). False when unknown.
+ */
+bool req_client_key(const struct request *req, char *out, size_t n);
+
 /* The connection's peer (whatever X-Forwarded-For says). False when
  * unknown. */
 bool req_peer_addr(const struct request *req, struct cidr *out);
@@ -179,6 +186,9 @@ int req_auth(struct request *req);
  */
 unsigned req_user_or_reply(struct request *req);
 unsigned req_admin_or_reply(struct request *req);
+/* As req_user_or_reply(), and 403 for an admin's token: what only a
+ * buyer does (buy, list its orders, pay). */
+unsigned req_buyer_or_reply(struct request *req);
 
 /*
  * Body field helpers: each reads one field of req->json, checks its type

@@ -41,6 +41,8 @@ static const struct route routes[] = {
     {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS", LIMITED, NULL},
     {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS",
      LIMITED, NULL},
+    {"/api/admin/login", NULL, admin_login_post, "POST, OPTIONS", LIMITED,
+     NULL},
     {"/api/admin/users/{id}/ban", NULL, admin_ban_post,
      "POST, DELETE, OPTIONS", LIMITED, admin_ban_delete},
     /* The counters for the admin page: a token check, from memory. */

@@ -111,7 +111,7 @@ unsigned voucher_seckill_post(struct request *req)
     struct sale_buy *b = &req->call.buy;
     unsigned status;
 
-    if ((status = req_user_or_reply(req)))
+    if ((status = req_buyer_or_reply(req)))
         return status;
     *b = (struct sale_buy){
         .voucher_id = req->id,

@@ -166,6 +166,39 @@ int sale_logout(struct sale *s, const struct token_claims *c, bool all);
  */
 int sale_user_ban(struct sale *s, int64_t user_id, int64_t admin_id, bool on);
 
+/* ---- admins ---- */
+
+/* Failed logins allowed per admin name and per client address within
+ * the window; more are refused before any password is checked. */
+#define SALE_ADMIN_FAILS_NAME 5
+#define SALE_ADMIN_FAILS_ADDR 20
+#define SALE_ADMIN_FAILS_WINDOW_S 900
+
+enum sale_admin_outcome {
+    SALE_ADMIN_OK,     /* admin_id and gen are set */
+    SALE_ADMIN_WRONG,  /* no such admin, disabled, or a wrong password */
+    SALE_ADMIN_LOCKED, /* too many failures: retry_s */
+    SALE_ADMIN_BUSY,   /* this instance is checking another password */
+};
+
+struct sale_admin_login {
+    enum sale_admin_outcome outcome;
+    int64_t admin_id;
+    uint32_t gen;     /* its token generation, for its new token */
+    unsigned retry_s; /* SALE_ADMIN_LOCKED, SALE_ADMIN_BUSY */
+};
+
+/*
+ * Check admin username's password (len bytes) from the client at addr (a
+ * key: an address, an IPv6 /64). The failures are counted per name and
+ * per address (SALE_ADMIN_FAILS_*) and logged; one password is checked
+ * at a time per instance (Argon2id, 64 MiB). 0 with *out, or -errno.
+ * Waits for MySQL and Redis.
+ */
+int sale_admin_login(struct sale *s, const char *username, const char *password,
+                     size_t len, const char *addr,
+                     struct sale_admin_login *out);
+
 /* ---- vouchers ---- */
 
 /*

@@ -63,3 +63,14 @@ CREATE TABLE IF NOT EXISTS account_state (
     banned_by   BIGINT UNSIGNED  NULL,
     PRIMARY KEY (role, account_id)
 ) ENGINE = InnoDB;
+
+-- Admin accounts (schema.sql says what they are).
+CREATE TABLE IF NOT EXISTS admins (
+    id          BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
+    username    VARCHAR(64)      NOT NULL,
+    pw_hash     VARCHAR(128)     NOT NULL,
+    disabled    TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    created     DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (id),
+    UNIQUE KEY uk_admins_username (username)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

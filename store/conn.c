@@ -257,6 +257,10 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "VALUES (1, ?, IF(? = 1, NOW(3), NULL), ?) ON DUPLICATE KEY UPDATE "
         "banned_at = IF(? = 1, COALESCE(banned_at, NOW(3)), NULL), "
         "banned_by = VALUES(banned_by)",
+    [STMT_ADMIN_INSERT] = "INSERT INTO admins (username, pw_hash) "
+                          "VALUES (?, ?)",
+    [STMT_ADMIN_GET] = "SELECT id, pw_hash, disabled FROM admins "
+                       "WHERE username = ?",
     [STMT_ACCOUNTS_LOAD] =
         "SELECT role, account_id, token_gen, banned_at IS NOT NULL FROM "
         "account_state WHERE token_gen > 0 OR banned_at IS NOT NULL",

@@ -216,6 +216,37 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
 /* PUBLISH msg on channel. */
 int store_publish(struct store *st, const char *channel, const char *msg);
 
+/* ---- admins (admins.c) ---- */
+
+#define STORE_ADMIN_NAME_MAX 64
+#define STORE_ADMIN_HASH_MAX 128
+
+/* Add admin username with password hash pw_hash; *id its id. -EEXIST
+ * when the name is taken. */
+int store_admin_insert(struct store *st, const char *username,
+                       const char *pw_hash, int64_t *id);
+
+/* The admin called username: 0 with *id, its hash (STORE_ADMIN_HASH_MAX
+ * bytes) and *disabled; -ENOENT when there is none. */
+int store_admin_get(struct store *st, const char *username, int64_t *id,
+                    char *pw_hash, bool *disabled);
+
+/*
+ * Failed admin logins, counted in Redis over a sliding window of
+ * window_ms per name and per client address (two sorted sets of
+ * failure times). check: true and *retry_ms when the name has max_name
+ * or the address max_addr failures in the window (when the oldest of
+ * them leaves it). add: one more failure for both.
+ */
+int store_admin_fails_check(struct store *st, const char *name,
+                            const char *addr, unsigned max_name,
+                            unsigned max_addr, unsigned window_ms,
+                            bool *locked, int64_t *retry_ms);
+int store_admin_fails_add(struct store *st, const char *name, const char *addr,
+                          unsigned window_ms);
+/* A good login forgets its name's failures (not its address's). */
+int store_admin_fails_clear(struct store *st, const char *name);
+
 /* ---- vouchers ---- */
 
 enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };

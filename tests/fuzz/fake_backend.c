@@ -337,6 +337,73 @@ int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
     return step(&variant);
 }
 
+int store_admin_insert(struct store *st, const char *username,
+                       const char *pw_hash, int64_t *id)
+{
+    (void)st;
+    (void)username;
+    (void)pw_hash;
+    *id = 1;
+    return 0;
+}
+
+int store_admin_get(struct store *st, const char *username, int64_t *id,
+                    char *pw_hash, bool *disabled)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(strlen(username) >= 1 && strlen(username) <= 64,
+               "an admin name of %zu bytes", strlen(username));
+    if ((err = step(&variant)))
+        return err;
+    if (variant == 1)
+        return -ENOENT;
+    *id = 1;
+    /* A hash that verifies nothing, cheaply (no Argon2 run). */
+    snprintf(pw_hash, STORE_ADMIN_HASH_MAX, "not-a-hash");
+    *disabled = variant == 2;
+    return 0;
+}
+
+int store_admin_fails_check(struct store *st, const char *name,
+                            const char *addr, unsigned max_name,
+                            unsigned max_addr, unsigned window_ms,
+                            bool *locked, int64_t *retry_ms)
+{
+    unsigned variant;
+    int err;
+
+    (void)name;
+    (void)addr;
+    check_store(st);
+    FUZZ_CHECK(max_name > 0 && max_addr > 0 && window_ms > 0,
+               "admin login limits off");
+    if ((err = step(&variant)))
+        return err;
+    *locked = variant == 1;
+    *retry_ms = *locked ? 1500 : 0;
+    return 0;
+}
+
+int store_admin_fails_add(struct store *st, const char *name, const char *addr,
+                          unsigned window_ms)
+{
+    (void)name;
+    (void)addr;
+    (void)window_ms;
+    check_store(st);
+    return 0;
+}
+
+int store_admin_fails_clear(struct store *st, const char *name)
+{
+    (void)name;
+    check_store(st);
+    return 0;
+}
+
 int store_accounts_load(struct store *st,
                         void (*row)(void *ctx, unsigned role, int64_t id,
                                     uint32_t gen, bool banned),

@@ -1406,7 +1406,7 @@ static void test_rate_limit_retry_after(void **state)
     it_resp_free(&resp);
     /* Admins are not limited per user. */
     for (int i = 0; i < 5; i++) {
-        it_http(&s, "GET", "/api/orders", NULL, admin_tok, &resp);
+        it_http(&s, "GET", "/api/vouchers", NULL, admin_tok, &resp);
         it_assert_status(&resp, 200);
         it_resp_free(&resp);
     }

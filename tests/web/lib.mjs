@@ -123,6 +123,12 @@ export function token(userId, admin = false) {
     return execFileSync(BIN, args, { encoding: "utf8" }).trim();
 }
 
+// An admin account, by `seckilld admin add` (the password on its
+// standard input, in the database of SECKILL_MYSQL_URL).
+export function adminAdd(username, password) {
+    execFileSync(BIN, ["admin", "add", "--username", username], { input: password + "\n", encoding: "utf8" });
+}
+
 // count user tokens from first on, by `seckilld tokens`: [{userId, token}].
 export function tokens(first, count) {
     const csv = execFileSync(BIN, ["tokens", "--first", String(first), "--count", String(count)], {

@@ -36,6 +36,7 @@ import path from "node:path";
 import {
     LOG_DIR,
     ROOT,
+    adminAdd,
     RUN,
     assert,
     createVoucher,
@@ -670,6 +671,41 @@ async function runCases(proxies, redisCli, main) {
         op: "GET /openapi.json",
         status: 200,
     });
+
+    // An admin's login.
+    {
+        const username = `openapi-${RUN}`;
+        adminAdd(username, "a password of the test");
+        await check(proxies, {
+            name: "admin login",
+            via: S,
+            method: "POST",
+            path: "/api/admin/login",
+            op: "POST /api/admin/login",
+            body: { username, password: "a password of the test" },
+            status: 200,
+        });
+        await check(proxies, {
+            name: "admin login, wrong password",
+            via: S,
+            method: "POST",
+            path: "/api/admin/login",
+            op: "POST /api/admin/login",
+            body: { username, password: "not the password" },
+            status: 401,
+            code: "UNAUTHORIZED",
+        });
+        await check(proxies, {
+            name: "admin login, a name no admin can have",
+            via: L,
+            method: "POST",
+            path: "/api/admin/login",
+            op: "POST /api/admin/login",
+            body: { username: "no spaces allowed", password: "x" },
+            status: 400,
+            code: "BAD_REQUEST",
+        });
+    }
 
     // Logging out, and bans.
     {

@@ -1,0 +1,262 @@
+/*
+ * test_admin.c - admin accounts: `seckilld admin add` with the password
+ * on standard input, POST /api/admin/login, its failures counted per name
+ * and per client address (refused before any password is checked, and
+ * logged without the password), and an admin token that is never a
+ * buyer's. The instance trusts loopback as a proxy, so that
+ * X-Forwarded-For can stand for many client addresses.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "tests/it/harness.h"
+
+#define PASSWORD "correct horse battery staple"
+
+static struct it_server srv;
+static char name[40], name2[40];
+static int64_t admin_id;
+static unsigned next_addr;
+
+/* `seckilld admin add --username user` with password on its standard
+ * input: its exit status. */
+static int admin_add(const char *user, const char *password)
+{
+    char cmd[512];
+    int st;
+
+    snprintf(cmd, sizeof(cmd),
+             "printf '%%s\\n' '%s' | '%s' admin add --username '%s' "
+             ">/dev/null 2>&1",
+             password, it_bin(), user);
+    st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int group_setup(void **state)
+{
+    const char *env[] = {"SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                         "SECKILL_RATE_IP", "SECKILL_RATE_USER", NULL};
+    int64_t t = util_now_ms() % 1000000000;
+
+    (void)state;
+    it_init();
+    snprintf(name, sizeof(name), "ops-%lld", (long long)t);
+    snprintf(name2, sizeof(name2), "ops2-%lld", (long long)t);
+    if (admin_add(name, PASSWORD) != 0 || admin_add(name2, PASSWORD) != 0) {
+        fprintf(stderr, "admin: seckilld admin add failed\n");
+        return -1;
+    }
+    admin_id = it_sql_scalar("SELECT id FROM admins WHERE username = '%s'",
+                             name);
+    return it_server_start(&srv, "admin", env);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return it_group_teardown(&srv, 1);
+}
+
+/* POST /api/admin/login as user with password from the client address
+ * 10.20.x.y (a new one unless addr is given). */
+static long login(const char *user, const char *password, const char *addr,
+                  struct it_resp *resp)
+{
+    char body[256], xff[64], own[32];
+    struct it_req req = {.method = "POST", .path = "/api/admin/login"};
+
+    if (!addr) {
+        next_addr++;
+        snprintf(own, sizeof(own), "10.20.%u.%u", next_addr / 250,
+                 next_addr % 250 + 1);
+        addr = own;
+    }
+    snprintf(body, sizeof(body), "{\"username\":\"%s\",\"password\":\"%s\"}",
+             user, password);
+    snprintf(xff, sizeof(xff), "X-Forwarded-For: %s", addr);
+    req.body = body;
+    req.header = xff;
+    return it_http_do(&srv, &req, resp);
+}
+
+/* The right pair: a token of an hour for the admin's id, good for an
+ * admin's work. */
+static void test_login_right(void **state)
+{
+    struct it_resp resp;
+    char tok[TOKEN_STR_LEN], body[256];
+    const json_t *admin;
+
+    (void)state;
+    login(name, PASSWORD, NULL, &resp);
+    it_assert_status(&resp, 200);
+    snprintf(tok, sizeof(tok), "%s", it_json_str(resp.json, "token"));
+    assert_int_equal(83, strlen(tok));
+    assert_int_equal(3600, json_integer_value(
+                               json_object_get(resp.json, "expiresIn")));
+    admin = json_object_get(resp.json, "admin");
+    assert_int_equal(admin_id, it_json_id(admin, "id"));
+    assert_string_equal(name, it_json_str(admin, "username"));
+    it_resp_free(&resp);
+    snprintf(body, sizeof(body),
+             "{\"shopId\":%lld,\"title\":\"by a named admin\",\"payValue\":1,"
+             "\"actualValue\":2}",
+             (long long)it_unique());
+    it_http(&srv, "POST", "/api/vouchers", body, tok, &resp);
+    it_assert_status(&resp, 201);
+    it_resp_free(&resp);
+}
+
+/* A wrong password and an unknown name look the same; the log names the
+ * failure, never the password. */
+static void test_login_wrong(void **state)
+{
+    struct it_resp r1, r2;
+    const char *m1, *m2;
+    char *log = NULL;
+    FILE *f;
+    long n;
+
+    (void)state;
+    login(name2, "wrong password here", NULL, &r1);
+    it_assert_error(&r1, 401, "UNAUTHORIZED");
+    login("nobody-by-this-name", "wrong password here", NULL, &r2);
+    it_assert_error(&r2, 401, "UNAUTHORIZED");
+    m1 = it_json_str(json_object_get(r1.json, "error"), "message");
+    m2 = it_json_str(json_object_get(r2.json, "error"), "message");
+    assert_string_equal(m1, m2);
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    /* A name that no admin can have: 400. */
+    login("bad name", "whatever it is", NULL, &r1);
+    it_assert_error(&r1, 400, "BAD_REQUEST");
+    it_resp_free(&r1);
+
+    f = fopen(srv.log_path, "r");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    log = calloc(1, (size_t)n + 1);
+    assert_int_equal((size_t)n, fread(log, 1, (size_t)n, f));
+    fclose(f);
+    assert_non_null(strstr(log, "admin login failed"));
+    assert_non_null(strstr(log, "username=nobody-by-this-name"));
+    assert_null(strstr(log, "wrong password here"));
+    assert_null(strstr(log, PASSWORD));
+    free(log);
+}
+
+/* Five failures for a name lock it for every address, even against the
+ * right password, with a Retry-After of up to 15 minutes; twenty from one
+ * address lock that address for every name. */
+static void test_login_throttled(void **state)
+{
+    char user[40], other[40];
+    struct it_resp resp;
+    long ra;
+
+    (void)state;
+    snprintf(user, sizeof(user), "lock-%lld",
+             (long long)(util_now_ms() % 1000000000));
+    assert_int_equal(0, admin_add(user, PASSWORD));
+    for (int i = 0; i < 5; i++) {
+        login(user, "not the password", NULL, &resp);
+        it_assert_error(&resp, 401, "UNAUTHORIZED");
+        it_resp_free(&resp);
+    }
+    login(user, "not the password", NULL, &resp);
+    it_assert_error(&resp, 429, "RATE_LIMITED");
+    ra = strtol(resp.retry_after, NULL, 10);
+    assert_true(ra > 800 && ra <= 900);
+    it_resp_free(&resp);
+    login(user, PASSWORD, NULL, &resp);
+    it_assert_error(&resp, 429, "RATE_LIMITED");
+    it_resp_free(&resp);
+    /* The other admin is not locked. */
+    login(name, PASSWORD, NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+
+    /* One address, many names. */
+    for (int i = 0; i < 20; i++) {
+        snprintf(other, sizeof(other), "guess-%d", i);
+        login(other, "not the password", "10.99.0.1", &resp);
+        it_assert_error(&resp, 401, "UNAUTHORIZED");
+        it_resp_free(&resp);
+    }
+    login(name, PASSWORD, "10.99.0.1", &resp);
+    it_assert_error(&resp, 429, "RATE_LIMITED");
+    it_resp_free(&resp);
+    login(name, PASSWORD, "10.99.0.2", &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
+/* An admin's id is not a buyer's: its token cannot buy, list or pay as
+ * one; it logs out like any token. */
+static void test_admin_token(void **state)
+{
+    struct it_resp resp;
+    char tok[TOKEN_STR_LEN], path[80];
+    int64_t v;
+
+    (void)state;
+    login(name, PASSWORD, NULL, &resp);
+    it_assert_status(&resp, 200);
+    snprintf(tok, sizeof(tok), "%s", it_json_str(resp.json, "token"));
+    it_resp_free(&resp);
+    v = it_seckill_create(&srv, it_unique(), 5, -60, 3600);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill", (long long)v);
+    it_http(&srv, "POST", path, NULL, tok, &resp);
+    it_assert_error(&resp, 403, "FORBIDDEN");
+    it_resp_free(&resp);
+    it_http(&srv, "GET", "/api/orders", NULL, tok, &resp);
+    it_assert_error(&resp, 403, "FORBIDDEN");
+    it_resp_free(&resp);
+    assert_int_equal(0, it_sql_order_count(v));
+    it_http(&srv, "POST", "/api/auth/logout", NULL, tok, &resp);
+    it_assert_status(&resp, 204);
+    it_resp_free(&resp);
+    it_http(&srv, "GET", "/api/admin/metrics", NULL, tok, &resp);
+    it_assert_error(&resp, 401, "UNAUTHORIZED");
+    it_resp_free(&resp);
+}
+
+/* The command: a taken name exits 1, a short or missing password 2. */
+static void test_cli(void **state)
+{
+    (void)state;
+    assert_int_equal(1, admin_add(name, PASSWORD));
+    assert_int_equal(2, admin_add("short-pw", "eleven char"));
+    assert_int_equal(2, admin_add("empty-pw", ""));
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM admins WHERE "
+                                      "username IN ('short-pw', 'empty-pw')"));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM admins WHERE "
+                                      "username = '%s' AND pw_hash LIKE "
+                                      "'$argon2id$%%'",
+                                      name));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_login_right),
+        cmocka_unit_test(test_login_wrong),
+        cmocka_unit_test(test_login_throttled),
+        cmocka_unit_test(test_admin_token),
+        cmocka_unit_test(test_cli),
+    };
+    return it_exit_status(
+        cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
