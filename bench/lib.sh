@@ -141,7 +141,7 @@ new_voucher() {
     body+="\"actualValue\":200,\"type\":\"seckill\",\"stock\":$1,"
     body+="\"beginTime\":\"$begin\",\"endTime\":\"$end\"$mode}"
     id=$(curl -sf -X POST "http://127.0.0.1:${VOUCHER_PORT:-$PORT}/api/vouchers" \
-        -H "Authorization: Bearer $ADMIN" -d "$body" | jq -r .id) ||
+        -H "Authorization: Bearer $ADMIN" --json "$body" | jq -r .id) ||
         die "creating a voucher failed"
     [[ $id =~ ^[0-9]+$ ]] || die "creating a voucher answered '$id'"
     echo "$id" >>"$OUT/vouchers.txt" # new_voucher runs in $(...)

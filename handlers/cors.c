@@ -32,10 +32,9 @@ static const char *listed_origin(struct request *req)
     const char *list = req->cfg->cors_origins, *origin;
     size_t len;
 
-    if (!list || !*list || !req->conn)
+    if (!list || !*list)
         return NULL;
-    origin = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                         MHD_HTTP_HEADER_ORIGIN);
+    origin = req_header_value(req, MHD_HTTP_HEADER_ORIGIN);
     if (!origin || !*origin)
         return NULL;
     len = strlen(origin);
@@ -74,15 +73,10 @@ void cors_reply_headers(struct request *req)
 
 unsigned cors_options(struct request *req, const struct route *route)
 {
-    const char *origin = NULL, *method = NULL;
+    const char *origin = req_header_value(req, MHD_HTTP_HEADER_ORIGIN);
+    const char *method =
+        req_header_value(req, MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_METHOD);
 
-    if (req->conn) {
-        origin = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                             MHD_HTTP_HEADER_ORIGIN);
-        method = MHD_lookup_connection_value(
-            req->conn, MHD_HEADER_KIND,
-            MHD_HTTP_HEADER_ACCESS_CONTROL_REQUEST_METHOD);
-    }
     if (!origin || !method) {
         /* A plain OPTIONS asks what the resource supports. */
         req_header_add(req, MHD_HTTP_HEADER_ALLOW, route->allow);

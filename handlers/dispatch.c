@@ -1,12 +1,12 @@
 /*
  * dispatch.c - one request from its first callback to its completion (see
  * dispatch.h): the framing checks and the 64 KiB body cap, routing (404,
- * 400 for a bad id, 405, OPTIONS), and its handler, run where its route
- * says (route.h): on the HTTP thread when it answers from memory, else on
- * the task pool through the sale layer (sale_job_run()), after the rate
- * limit, with the request parked meanwhile. A handler runs once; one that
- * hands its request on to the sale layer returns 0, and the callback of
- * that call answers it.
+ * 400 for a bad id, 405, OPTIONS), the body's media type (415 unless
+ * JSON), and its handler, run where its route says (route.h): on the HTTP
+ * thread when it answers from memory, else on the task pool through the
+ * sale layer (sale_job_run()), after the rate limit, with the request
+ * parked meanwhile. A handler runs once; one that hands its request on to
+ * the sale layer returns 0, and the callback of that call answers it.
  */
 #include "handlers/dispatch.h"
 
@@ -53,6 +53,24 @@ static void offload(struct request *req, handler_fn fn, bool limited)
     }
 }
 
+/*
+ * A body is JSON and says so: anything else is refused before a handler
+ * or a backend sees it. Read as JSON whatever its label, a text/plain or
+ * form body (which a page on any site may send without a preflight)
+ * would act like the JSON request CORS keeps it from sending.
+ */
+static bool body_type_ok_or_reply(struct request *req)
+{
+    const char *type = req_header_value(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+
+    if (req_media_type_is_json(type))
+        return true;
+    req_error(req, ERR_UNSUPPORTED_MEDIA_TYPE,
+              type ? "the body must be application/json, in UTF-8"
+                   : "a request body needs Content-Type: application/json");
+    return false;
+}
+
 static void dispatch(struct request *req)
 {
     const struct route *route;
@@ -93,6 +111,8 @@ static void dispatch(struct request *req)
         req_error(req, ERR_METHOD_NOT_ALLOWED, NULL);
         return;
     }
+    if (req->body_len > 0 && !body_type_ok_or_reply(req))
+        return;
     switch (route->run) {
     case ROUTE_RUN_HERE_WITH_TOKEN:
         if (req_auth(req) == 0 || !ratelimit_applies(req))
@@ -127,10 +147,9 @@ static enum MHD_Result reply_now(struct MHD_Connection *conn,
 }
 
 /* Declared length above the cap: refuse before reading the body. */
-static bool declared_too_large(struct MHD_Connection *conn)
+static bool declared_too_large(const struct request *req)
 {
-    const char *cl = MHD_lookup_connection_value(
-        conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = req_header_value(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
     return cl && strtoull(cl, NULL, 10) > BODY_MAX;
 }
 
@@ -176,7 +195,7 @@ enum MHD_Result dispatch_access(struct req_server *srv,
         *req_cls = req;
         if (req_protocol_or_reply(req))
             return reply_now(conn, req);
-        if (declared_too_large(conn)) {
+        if (declared_too_large(req)) {
             req_error(req, ERR_PAYLOAD_TOO_LARGE, NULL);
             return reply_now(conn, req);
         }

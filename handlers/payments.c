@@ -37,8 +37,7 @@ static bool txn_ok(const char *s)
 /* The signature header checks against the raw body, in constant time. */
 static bool signature_ok(struct request *req)
 {
-    const char *hex =
-        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-Signature");
+    const char *hex = req_header_value(req, "X-Signature");
     unsigned char mac[crypto_auth_hmacsha256_BYTES];
     size_t n = 0;
 

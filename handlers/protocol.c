@@ -20,11 +20,16 @@
  *
  * At its default strictness it accepts more than a server should, and
  * hands those requests on; req_protocol_or_reply() refuses them here (see
- * internal.h for the list). README ("Malformed requests") says the same
+ * protocol.h for the list). README ("Malformed requests") says the same
  * and tests/it/test_web.c checks both lists on the wire.
+ *
+ * It also reads a Content-Type by the same grammar (RFC 9110 5.6 and
+ * 8.3.1), for the rule that a request body is JSON and says so
+ * (req_media_type_is_json(), used by dispatch.c).
  */
 #include "handlers/protocol.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -118,6 +123,99 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
         scan->encoding = value ? value : "";
     }
     return MHD_YES;
+}
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* RFC 9110 5.6.4: qdtext, what a quoted string holds unescaped. */
+static bool is_qdtext(unsigned char c)
+{
+    return c == '\t' || c == ' ' || c == 0x21 || (c >= 0x23 && c <= 0x5b) ||
+           (c >= 0x5d && c <= 0x7e) || c >= 0x80;
+}
+
+/*
+ * Read one parameter value at *p, a token or a quoted string, and leave
+ * *p after it. Whether it is "utf-8" (any case, escapes undone) goes to
+ * *utf8. False when it does not parse.
+ */
+static bool param_value(const char **p, bool *utf8)
+{
+    static const char want[] = "utf-8";
+    const char *s = *p;
+    size_t n = 0;
+    bool same = true;
+
+    if (*s != '"') {
+        for (; is_tchar((unsigned char)*s); s++, n++)
+            same = same && n < sizeof(want) - 1 &&
+                   tolower((unsigned char)*s) == want[n];
+        *utf8 = same && n == sizeof(want) - 1;
+        *p = s;
+        return n > 0;
+    }
+    for (s++;; s++, n++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '"')
+            break;
+        /* A quoted-pair: a backslash and one visible character (or a
+         * blank, or obs-text) that stands for itself. */
+        if (c == '\\') {
+            c = (unsigned char)*++s;
+            if (!is_qdtext(c) && c != '"' && c != '\\')
+                return false;
+        } else if (!is_qdtext(c)) {
+            return false; /* NUL: the string never closes */
+        }
+        same = same && n < sizeof(want) - 1 && tolower(c) == want[n];
+    }
+    *utf8 = same && n == sizeof(want) - 1;
+    *p = s + 1;
+    return true;
+}
+
+bool req_media_type_is_json(const char *value)
+{
+    static const char json[] = "application/json";
+    const char *p = value;
+
+    if (!p)
+        return false;
+    while (is_ows(*p))
+        p++;
+    if (strncasecmp(p, json, sizeof(json) - 1) != 0)
+        return false;
+    p += sizeof(json) - 1;
+    /* parameters = *( OWS ";" OWS [ parameter ] ): empty ones allowed. */
+    for (;;) {
+        const char *name;
+        size_t name_len;
+        bool utf8;
+
+        while (is_ows(*p))
+            p++;
+        if (!*p)
+            return true;
+        if (*p++ != ';')
+            return false; /* "application/jsonx", "application/json, x" */
+        while (is_ows(*p))
+            p++;
+        if (!*p || *p == ';')
+            continue;
+        for (name = p; is_tchar((unsigned char)*p); p++)
+            ;
+        name_len = (size_t)(p - name);
+        if (name_len == 0 || *p++ != '=' || !param_value(&p, &utf8))
+            return false;
+        /* Bodies are read as UTF-8: one in another charset would be
+         * misread, so it is refused instead. */
+        if (name_len == 7 && strncasecmp(name, "charset", 7) == 0 && !utf8)
+            return false;
+    }
 }
 
 /* Quote client text into a message: printable ASCII, at most 40 bytes. */

@@ -40,6 +40,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
                           "the order is closed (cancelled or expired)"},
     [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
                                "the request body is larger than 64 KiB"},
+    [ERR_UNSUPPORTED_MEDIA_TYPE] = {415, "UNSUPPORTED_MEDIA_TYPE",
+                                    "a request body must be sent as "
+                                    "Content-Type: application/json"},
     [ERR_BUSY] = {429, "BUSY",
                   "another purchase of yours is in progress; retry"},
     [ERR_RATE_LIMITED] = {429, "RATE_LIMITED",
@@ -185,6 +188,13 @@ unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
     return status;
 }
 
+const char *req_header_value(const struct request *req, const char *name)
+{
+    if (!req->conn)
+        return NULL;
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
 const char *req_query(struct request *req, const char *name)
 {
     if (!req->conn)
@@ -299,14 +309,12 @@ bool req_client_addr(const struct request *req, struct cidr *out)
 
 int req_auth(struct request *req)
 {
-    const char *h = NULL;
+    const char *h;
 
     if (req->auth_done)
         return req->auth_err;
     req->auth_done = true;
-    if (req->conn)
-        h = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                        MHD_HTTP_HEADER_AUTHORIZATION);
+    h = req_header_value(req, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h)
         return req->auth_err = -ENOENT;
     if (strncasecmp(h, "Bearer ", 7) != 0)

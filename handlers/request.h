@@ -147,6 +147,13 @@ void req_header_add(struct request *req, const char *name, const char *value);
 unsigned req_reply_raw(struct request *req, unsigned status, const char *type,
                        const void *data, size_t len);
 
+/*
+ * The value of request header name (compared without case; the first
+ * when it was sent more than once), or NULL when there is none or no
+ * connection. libmicrohttpd's string, valid for the request's life.
+ */
+const char *req_header_value(const struct request *req, const char *name);
+
 /* A query-string argument, or NULL. */
 const char *req_query(struct request *req, const char *name);
 

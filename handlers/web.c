@@ -71,15 +71,13 @@ static bool etag_listed(const char *value, const char *etag)
 unsigned web_get(struct request *req)
 {
     const struct web_file *f = file_find(req->path);
-    const char *inm = NULL;
+    const char *inm;
 
     if (!f)
         return req_error(req, ERR_NOT_FOUND, "no such file");
     req_header_add(req, MHD_HTTP_HEADER_ETAG, f->etag);
     req_header_add(req, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    if (req->conn)
-        inm = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                          MHD_HTTP_HEADER_IF_NONE_MATCH);
+    inm = req_header_value(req, MHD_HTTP_HEADER_IF_NONE_MATCH);
     if (inm && etag_listed(inm, f->etag))
         return req_reply_raw(req, 304, NULL, NULL, 0);
     req_header_add(req, MHD_HTTP_HEADER_CONTENT_SECURITY_POLICY, CSP);

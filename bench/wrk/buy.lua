@@ -129,7 +129,8 @@ request = function()
     local body = string.format(
       '{"orderId":"%s","amount":%s,"txnId":"bench-%s"}', id, pay_amount, id)
     return wrk.format("POST", "/api/payments/notify",
-      { ["X-Signature"] = sign(body) }, body)
+      { ["X-Signature"] = sign(body),
+        ["Content-Type"] = "application/json" }, body)
   end
   i = i + stride
   return wrk.format(method, path,

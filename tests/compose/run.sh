@@ -160,7 +160,7 @@ new_voucher() { # stock
     b=$(date -u -d '-1 min' +%Y-%m-%dT%H:%M:%SZ)
     e=$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)
     curl -s -X POST "$LB/api/vouchers" -H "Authorization: Bearer $ADMIN" \
-        -d "{\"shopId\":9,\"title\":\"compose\",\"payValue\":100,\"actualValue\":200,
+        --json "{\"shopId\":9,\"title\":\"compose\",\"payValue\":100,\"actualValue\":200,
              \"type\":\"seckill\",\"stock\":$1,\"beginTime\":\"$b\",\"endTime\":\"$e\"}" |
         jq -r .id
 }

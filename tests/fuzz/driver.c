@@ -21,10 +21,13 @@
  * against an independent reading of RFC 9110/9112) is 400 or 501 before
  * any backend call; an over-large body is 413 before any backend call;
  * unknown paths are 404, bad ids 400, wrong methods 405 with the route's
- * Allow; OPTIONS and the pages' files never touch a backend; CORS allows
- * only a listed origin, exactly, and never credentials; the authenticated
- * routes answer 401/403 without touching a backend unless a token signed
- * with the service key was sent, and a user sees only their own order.
+ * Allow; then a body whose Content-Type is not application/json (read
+ * here independently of handlers/protocol.c) is 415 with no backend call,
+ * and a 415 comes for nothing else; OPTIONS and the pages' files never
+ * touch a backend; CORS allows only a listed origin, exactly, and never
+ * credentials; the authenticated routes answer 401/403 without touching a
+ * backend unless a token signed with the service key was sent, and a user
+ * sees only their own order.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -426,6 +429,12 @@ static const char *request_header(const struct fuzz_request *rq,
     return NULL;
 }
 
+/* RFC 9110 5.6.2: a tchar, what tokens are made of. */
+static bool is_tchar(char c)
+{
+    return isalnum((unsigned char)c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
 /*
  * What a server must refuse of the request's framing, read from RFC 9110
  * and 9112 independently of handlers/protocol.c: 0 when nothing, else the
@@ -434,7 +443,6 @@ static const char *request_header(const struct fuzz_request *rq,
 static unsigned framing_verdict(const struct fuzz_request *rq,
                                 const char *const *values)
 {
-    static const char tchar[] = "!#$%&'*+-.^_`|~";
     unsigned hosts = 0, lengths = 0, codings = 0;
     const char *coding = "";
 
@@ -443,7 +451,7 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
         if (!*k)
             return 400;
         for (const char *c = k; *c; c++)
-            if (!isalnum((unsigned char)*c) && !strchr(tchar, *c))
+            if (!is_tchar(*c))
                 return 400;
         for (const unsigned char *c = (const unsigned char *)values[i]; *c; c++)
             if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
@@ -463,6 +471,66 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
     if (codings && strcasecmp(coding, "chunked") != 0)
         return 501;
     return 0;
+}
+
+/*
+ * Whether a Content-Type says JSON, read from RFC 9110 (5.6, 8.3.1)
+ * independently of handlers/protocol.c: "application/json" in any case,
+ * then parameters, each OWS ";" OWS and either nothing or
+ * token "=" (token / quoted-string); a charset parameter's value, its
+ * quoted pairs undone, must be utf-8 in any case.
+ */
+static bool json_labelled(const char *ct)
+{
+    const char *p;
+
+    if (!ct)
+        return false;
+    p = ct + strspn(ct, " \t");
+    if (strncasecmp(p, "application/json", 16) != 0)
+        return false;
+    p += 16;
+    for (;;) {
+        char value[8];
+        size_t name_len, n = 0;
+        bool charset;
+
+        p += strspn(p, " \t");
+        if (*p == '\0')
+            return true;
+        if (*p != ';')
+            return false;
+        p++;
+        p += strspn(p, " \t");
+        if (*p == '\0' || *p == ';')
+            continue;
+        for (name_len = 0; is_tchar(p[name_len]); name_len++)
+            ;
+        if (name_len == 0 || p[name_len] != '=')
+            return false;
+        charset = name_len == 7 && strncasecmp(p, "charset", 7) == 0;
+        p += name_len + 1;
+        if (*p == '"') {
+            for (p++; *p != '"'; p++, n++) {
+                if (*p == '\\')
+                    p++;
+                unsigned char c = (unsigned char)*p;
+                if (c == '\0' || (c < 0x20 && c != '\t') || c == 0x7f)
+                    return false;
+                if (n < sizeof(value))
+                    value[n] = (char)tolower(c);
+            }
+            p++;
+        } else {
+            for (; is_tchar(*p); p++, n++)
+                if (n < sizeof(value))
+                    value[n] = (char)tolower((unsigned char)*p);
+            if (n == 0)
+                return false;
+        }
+        if (charset && (n != 5 || memcmp(value, "utf-8", 5) != 0))
+            return false;
+    }
 }
 
 /* True when origin is one of FUZZ_CORS_ORIGINS, byte for byte. */
@@ -551,6 +619,10 @@ static void check_reply(const struct fuzz_request *rq,
                "Access-Control-Allow-Origin %s for Origin %s",
                rep->allow_origin, origin ? origin : "(none)");
 
+    /* Refused for its media type once routed to a handler. */
+    const char *type = request_header(rq, values, "Content-Type");
+    bool bad_type = rq->body_len > 0 && !json_labelled(type);
+
     unsigned verdict = framing_verdict(rq, values);
     if (verdict) {
         FUZZ_CHECK(st == verdict && calls == 0 && rep->json,
@@ -562,6 +634,11 @@ static void check_reply(const struct fuzz_request *rq,
     FUZZ_CHECK(st != 501, "501 for a request a server may take");
 
     if (!rep->json) {
+        /* A handler's answer (not a 204 to OPTIONS) for a body that is
+         * not labelled JSON. */
+        FUZZ_CHECK(!bad_type || strcmp(rq->method, "OPTIONS") == 0,
+                   "a %u reply without JSON to %s %s with a body of type %s",
+                   st, rq->method, rq->path, type ? type : "(none)");
         /* Text: GET /metrics; else nothing or a page's file. */
         if (rep->status == 200 && rep->content_type &&
             strncmp(rep->content_type, "text/plain; version=0.0.4", 25) == 0 &&
@@ -633,6 +710,16 @@ static void check_reply(const struct fuzz_request *rq,
         return;
     }
     FUZZ_CHECK(st != 405, "405 for %s %s", rq->method, route->pattern);
+    if (bad_type) {
+        FUZZ_CHECK(st == 415 && calls == 0 &&
+                       strcmp(fuzz_reply_code(rep), "UNSUPPORTED_MEDIA_TYPE") ==
+                           0,
+                   "a body of type %s to %s answered %u, %u backend calls",
+                   type ? type : "(none)", route->pattern, st, calls);
+        return;
+    }
+    FUZZ_CHECK(st != 415, "415 for %s %s, whose body is JSON or empty",
+               rq->method, route->pattern);
     if (fn == web_get) {
         FUZZ_CHECK(st == 404 && calls == 0, "%s answered %u in JSON", rq->path,
                    st);

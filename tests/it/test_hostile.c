@@ -120,23 +120,67 @@ static char *repeat(const char *unit, size_t n)
 
 /* ---- raw sockets: what curl will not send ---- */
 
-/* A POST of body with content_type (NULL: none) to path, raw. */
-static void raw_post(uint16_t port, const char *path, const char *content_type,
-                     const char *token, const char *body,
-                     struct it_raw_resp *resp)
+/* A request of method with body and content_type (NULL: no such header)
+ * to path, raw: the harness's curl adds a Content-Type of its own. */
+static void raw_send(uint16_t port, const char *method, const char *path,
+                     const char *content_type, const char *token,
+                     const char *body, struct it_raw_resp *resp)
 {
     char *ct = content_type ? xasprintf("Content-Type: %s\r\n", content_type)
                             : xstrdup("");
     char *auth =
         token ? xasprintf("Authorization: Bearer %s\r\n", token) : xstrdup("");
-    char *req = xasprintf("POST %s HTTP/1.1\r\nHost: t\r\n%s%s"
+    char *req = xasprintf("%s %s HTTP/1.1\r\nHost: t\r\n%s%s"
                           "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                          path, ct, auth, strlen(body), body);
+                          method, path, ct, auth, strlen(body), body);
 
     it_raw_request(port, req, strlen(req), 10000, resp);
     free(req);
     free(auth);
     free(ct);
+}
+
+static void raw_post(uint16_t port, const char *path, const char *content_type,
+                     const char *token, const char *body,
+                     struct it_raw_resp *resp)
+{
+    raw_send(port, "POST", path, content_type, token, body, resp);
+}
+
+/* A mobile number of this run that nothing has used yet. */
+static char *fresh_phone(void)
+{
+    return xasprintf("136%08lld", (long long)(it_unique() % 100000000));
+}
+
+/* Whether Redis holds a login code for phone (kept under its E.164
+ * form). */
+static bool code_stored(const char *phone)
+{
+    redisContext *rc = it_redis_connect();
+    redisReply *r = redisCommand(rc, "EXISTS login:code:+86%s", phone);
+    bool stored;
+
+    assert_non_null(r);
+    assert_int_equal(REDIS_REPLY_INTEGER, r->type);
+    stored = r->integer == 1;
+    freeReplyObject(r);
+    redisFree(rc);
+    return stored;
+}
+
+/* How many users have phone. */
+static int64_t users_with(const char *phone)
+{
+    return it_sql_scalar("SELECT COUNT(*) FROM users WHERE phone = '+86%s'",
+                         phone);
+}
+
+/* How many vouchers are called title. */
+static int64_t vouchers_titled(const char *title)
+{
+    return it_sql_scalar("SELECT COUNT(*) FROM vouchers WHERE title = '%s'",
+                         title);
 }
 
 /* ---- fixtures ---- */
@@ -699,38 +743,217 @@ static void test_body_declared_huge(void **state)
     }
 }
 
-/* The Content-Type is not checked (curl -d sends form encoding); what is
- * not a JSON object is 400 whatever it claims to be. */
+/*
+ * A body must be labelled application/json: anything else is 415 before
+ * the handler runs, whatever the bytes hold (a JSON object under another
+ * label included), and nothing is stored. The label is checked after the
+ * framing, the declared size, the path and the method, and only when
+ * there is a body. A JSON label on what is not JSON stays a 400.
+ */
 static void test_body_content_types(void **state)
 {
+    /* fmt holds the phone (%s) the way its type would carry it. */
     static const struct {
-        const char *type, *body;
-    } bad[] = {
-        {"application/x-www-form-urlencoded", "phone=13800138000"},
+        const char *type, *fmt;
+    } refused[] = {
+        {"application/x-www-form-urlencoded", "phone=%s"},
         {"multipart/form-data; boundary=XyZ",
          "--XyZ\r\nContent-Disposition: form-data; name=\"phone\"\r\n\r\n"
-         "13800138000\r\n--XyZ--\r\n"},
-        {"text/plain", "13800138000"},
-        {"application/xml", "<phone>13800138000</phone>"},
-        {"application/json", "phone: 13800138000"},
-        {"application/json; charset=utf-16", "\xff\xfe{\x00}\x00"},
-        {NULL, "[\"13800138000\"]"},
+         "%s\r\n--XyZ--\r\n"},
+        {"text/plain", "%s"},
+        {"application/xml", "<phone>%s</phone>"},
+        {NULL, "{\"phone\":\"%s\"}"},
+        {"application/json; charset=utf-16", "{\"phone\":\"%s\"}"},
+        {"application/json; charset=\"UTF-16\"", "{\"phone\":\"%s\"}"},
+        {"application/json; charset=iso-8859-1", "{\"phone\":\"%s\"}"},
+        {"application/json; charset=utf-8; charset=utf-16",
+         "{\"phone\":\"%s\"}"},
+        {"text/plain", "{\"phone\":\"%s\"}"},
+        {"text/plain;charset=UTF-8", "{\"phone\":\"%s\"}"},
+        {"application/jsonx", "{\"phone\":\"%s\"}"},
+        {"application/json-seq", "{\"phone\":\"%s\"}"},
+        {"application/merge-patch+json", "{\"phone\":\"%s\"}"},
+        {"application/json; charset", "{\"phone\":\"%s\"}"},
+        {"application/json, text/plain", "{\"phone\":\"%s\"}"},
+        {"", "{\"phone\":\"%s\"}"},
     };
+    char *phone, *body, *title;
     struct it_raw_resp resp;
+    struct it_resp ok;
+    const char *code;
+    int64_t vouchers_before;
     size_t i;
 
     (void)state;
-    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        raw_post(srv.port, "/api/auth/code", bad[i].type, NULL, bad[i].body,
+    for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        phone = fresh_phone();
+        body = xasprintf(refused[i].fmt, phone);
+        raw_post(srv.port, "/api/auth/code", refused[i].type, NULL, body,
                  &resp);
+        if (resp.status != 415)
+            print_error("Content-Type %s: %.300s\n",
+                        refused[i].type ? refused[i].type : "(none)",
+                        resp.text);
+        it_raw_assert_error(&resp, 415, "UNSUPPORTED_MEDIA_TYPE");
+        it_raw_resp_free(&resp);
+        assert_false(code_stored(phone));
+        free(body);
+        free(phone);
+    }
+
+    /* Labelled JSON, not JSON: the handler reads it and refuses it. */
+    raw_post(srv.port, "/api/auth/code", "application/json", NULL,
+             "phone: 13800138000", &resp);
+    it_raw_assert_error(&resp, 400, "BAD_REQUEST");
+    it_raw_resp_free(&resp);
+
+    /* A login whose code is right, sent as text: no user is made, and
+     * the code still works once the body is labelled JSON. */
+    phone = fresh_phone();
+    body = xasprintf("{\"phone\":\"%s\"}", phone);
+    expect_ok("POST", "/api/auth/code", body, NULL, 200, &ok);
+    free(body);
+    code = it_json_str(ok.json, "code");
+    assert_non_null(code);
+    body = xasprintf("{\"phone\":\"%s\",\"code\":\"%s\"}", phone, code);
+    it_resp_free(&ok);
+    raw_post(srv.port, "/api/auth/login", "text/plain", NULL, body, &resp);
+    it_raw_assert_error(&resp, 415, "UNSUPPORTED_MEDIA_TYPE");
+    it_raw_resp_free(&resp);
+    raw_post(srv.port, "/api/auth/login", NULL, NULL, body, &resp);
+    it_raw_assert_error(&resp, 415, "UNSUPPORTED_MEDIA_TYPE");
+    it_raw_resp_free(&resp);
+    assert_int_equal(0, users_with(phone));
+    expect_ok("POST", "/api/auth/login", body, NULL, 200, &ok);
+    it_resp_free(&ok);
+    assert_int_equal(1, users_with(phone));
+    free(body);
+    free(phone);
+
+    /* An admin's voucher, sent as text or unlabelled: not created. */
+    title = xasprintf("415-%lld", (long long)it_unique());
+    body = xasprintf("{\"shopId\":1,\"title\":\"%s\",\"payValue\":1,"
+                     "\"actualValue\":1}",
+                     title);
+    vouchers_before = it_sql_scalar("SELECT COUNT(*) FROM vouchers");
+    raw_post(srv.port, "/api/vouchers", "text/plain", admin_tok, body, &resp);
+    it_raw_assert_error(&resp, 415, "UNSUPPORTED_MEDIA_TYPE");
+    it_raw_resp_free(&resp);
+    raw_post(srv.port, "/api/vouchers", NULL, admin_tok, body, &resp);
+    it_raw_assert_error(&resp, 415, "UNSUPPORTED_MEDIA_TYPE");
+    it_raw_resp_free(&resp);
+    assert_int_equal(0, vouchers_titled(title));
+    assert_int_equal(vouchers_before,
+                     it_sql_scalar("SELECT COUNT(*) FROM vouchers"));
+    free(body);
+    free(title);
+
+    /* What is decided before the label keeps its answer. */
+    phone = fresh_phone();
+    body = xasprintf("{\"phone\":\"%s\"}", phone);
+    raw_post(srv.port, "/api/nothing/here", "text/plain", NULL, body, &resp);
+    it_raw_assert_error(&resp, 404, "NOT_FOUND");
+    it_raw_resp_free(&resp);
+    raw_send(srv.port, "PUT", "/api/auth/code", "text/plain", NULL, body,
+             &resp);
+    it_raw_assert_error(&resp, 405, "METHOD_NOT_ALLOWED");
+    it_raw_resp_free(&resp);
+    {
+        char *twice =
+            xasprintf("POST /api/auth/code HTTP/1.1\r\nHost: t\r\n"
+                      "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
+                      "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                      strlen(body), strlen(body), body);
+        char *huge = xasprintf("POST /api/auth/code HTTP/1.1\r\nHost: t\r\n"
+                               "Content-Type: text/plain\r\n"
+                               "Content-Length: 10485760\r\n"
+                               "Connection: close\r\n\r\n");
+
+        it_raw_request(srv.port, twice, strlen(twice), 10000, &resp);
         it_raw_assert_error(&resp, 400, "BAD_REQUEST");
         it_raw_resp_free(&resp);
+        it_raw_request(srv.port, huge, strlen(huge), 10000, &resp);
+        it_raw_assert_error(&resp, 413, "PAYLOAD_TOO_LARGE");
+        it_raw_resp_free(&resp);
+        free(twice);
+        free(huge);
     }
-    /* A JSON object is read as JSON under any label (documented). */
-    raw_post(srv.port, "/api/auth/code", "text/plain", NULL,
-             "{\"phone\":\"13800138000\"}", &resp);
-    assert_int_equal(200, resp.status);
+    assert_false(code_stored(phone));
+    free(body);
+    free(phone);
+
+    /* No body, no label needed: a purchase is a bodiless POST. */
+    {
+        char tok[TOKEN_STR_LEN], path[96];
+        int64_t v = it_seckill_create(&srv, 1, 5, -60, 3600);
+
+        user_token(uid(40), tok);
+        snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill",
+                 (long long)v);
+        raw_post(srv.port, path, NULL, tok, "", &resp);
+        assert_int_equal(201, resp.status);
+        it_raw_resp_free(&resp);
+        raw_post(srv.port, path, "text/plain", tok, "", &resp);
+        it_raw_assert_error(&resp, 409, "ALREADY_PURCHASED");
+        it_raw_resp_free(&resp);
+        assert_int_equal(1, it_sql_order_count(v));
+    }
+}
+
+/*
+ * application/json in any case, with blanks around the parameters and a
+ * charset of utf-8 (in any case, quoted or not), is JSON: the request is
+ * served and its writes happen.
+ */
+static void test_body_json_types_accepted(void **state)
+{
+    static const char *const types[] = {
+        "APPLICATION/JSON; charset=UTF-8",
+        "application/json ; charset=\"utf-8\"",
+        "Application/Json;charset=utf-8",
+        "application/json\t;\tCharset=Utf-8 ",
+        "application/json;",
+        "application/json; charset=utf-8; version=1",
+        "application/json; x=\"a;b\\\"c\"",
+    };
+    struct it_raw_resp resp;
+    char *phone, *body, *title;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        phone = fresh_phone();
+        body = xasprintf("{\"phone\":\"%s\"}", phone);
+        raw_post(srv.port, "/api/auth/code", types[i], NULL, body, &resp);
+        if (resp.status != 200)
+            print_error("Content-Type %s: %.300s\n", types[i], resp.text);
+        assert_int_equal(200, resp.status);
+        assert_non_null(it_json_str(resp.json, "code"));
+        assert_true(code_stored(phone));
+
+        /* The login with that code makes the user. */
+        free(body);
+        body = xasprintf("{\"phone\":\"%s\",\"code\":\"%s\"}", phone,
+                         it_json_str(resp.json, "code"));
+        it_raw_resp_free(&resp);
+        raw_post(srv.port, "/api/auth/login", types[i], NULL, body, &resp);
+        assert_int_equal(200, resp.status);
+        it_raw_resp_free(&resp);
+        assert_int_equal(1, users_with(phone));
+        free(body);
+        free(phone);
+    }
+
+    title = xasprintf("json-%lld", (long long)it_unique());
+    body = xasprintf("{\"shopId\":1,\"title\":\"%s\",\"payValue\":1,"
+                     "\"actualValue\":1}",
+                     title);
+    raw_post(srv.port, "/api/vouchers", types[0], admin_tok, body, &resp);
+    assert_int_equal(201, resp.status);
     it_raw_resp_free(&resp);
+    assert_int_equal(1, vouchers_titled(title));
+    free(body);
+    free(title);
 }
 
 /* JSON nested 10,000 deep, as arrays and as objects, in every body. */
@@ -1604,6 +1827,7 @@ int main(void)
         cmocka_unit_test(test_bad_utf8_refused),
         cmocka_unit_test(test_body_declared_huge),
         cmocka_unit_test(test_body_content_types),
+        cmocka_unit_test(test_body_json_types_accepted),
         cmocka_unit_test(test_body_deeply_nested),
         cmocka_unit_test(test_body_numbers),
         cmocka_unit_test(test_body_ids_in_paths),

@@ -1,7 +1,8 @@
 /*
  * test_route.c - routing, the error table (and its copies in README.md and
- * docs/openapi.json) and the body validators, without a server: requests
- * are built by hand with no connection. Run from the repository's root.
+ * docs/openapi.json), the body validators and the reading of a
+ * Content-Type, without a server: requests are built by hand with no
+ * connection. Run from the repository's root.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "handlers/errors.h"
+#include "handlers/protocol.h"
 #include "handlers/request.h"
 #include "handlers/route.h"
 
@@ -91,6 +93,7 @@ static void test_error_table(void **state)
     assert_int_equal(api_errors[ERR_BUSY].status, 429);
     assert_int_equal(api_errors[ERR_SOLD_OUT].status, 409);
     assert_int_equal(api_errors[ERR_UNAVAILABLE].status, 503);
+    assert_int_equal(api_errors[ERR_UNSUPPORTED_MEDIA_TYPE].status, 415);
 }
 
 /* The code's index in the table, or -1. */
@@ -277,6 +280,76 @@ static void test_body_strings(void **state)
     request_clear(&req);
 }
 
+/* Which Content-Type values say JSON (RFC 9110 8.3.1, charset utf-8). */
+static void test_media_type(void **state)
+{
+    static const char *const json[] = {
+        "application/json",
+        "APPLICATION/JSON",
+        "Application/Json",
+        " application/json ",
+        "application/json;",
+        "application/json;;",
+        "application/json; charset=utf-8",
+        "APPLICATION/JSON; charset=UTF-8",
+        "application/json;charset=Utf-8",
+        "application/json ; charset=\"utf-8\"",
+        "application/json\t;\tCHARSET=\"UTF-8\"\t",
+        "application/json; charset=\"u\\tf-8\"",
+        "application/json; version=1",
+        "application/json; x=\"a;b\\\"c\"; charset=utf-8",
+        "application/json; x=\"\"",
+        "application/json; charset=utf-8; charset=utf-8",
+    };
+    static const char *const other[] = {
+        "",
+        " ",
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+        "application/jsonx",
+        "application/json-seq",
+        "application/json+x",
+        "application/merge-patch+json",
+        "application/json/x",
+        "application/jso",
+        "xapplication/json",
+        "application /json",
+        "application/json, text/plain",
+        "application/json; charset=utf-16",
+        "application/json; charset=\"UTF-16\"",
+        "application/json; charset=utf8",
+        "application/json; charset=utf-8x",
+        "application/json; charset=\"utf-8 \"",
+        "application/json; charset=",
+        "application/json; charset=\"\"",
+        "application/json; charset",
+        "application/json; charset=utf-8; charset=latin1",
+        "application/json; =utf-8",
+        "application/json; x=\"open",
+        "application/json; x=\"a\\",
+        "application/json; x=a b",
+        "application/json; x=\"a\"b",
+        "application/json; charsets=utf-16; charset=utf-16",
+        "application/json charset=utf-8",
+    };
+    (void)state;
+
+    assert_false(req_media_type_is_json(NULL));
+    for (size_t i = 0; i < sizeof(json) / sizeof(json[0]); i++)
+        if (!req_media_type_is_json(json[i])) {
+            print_error("refused: [%s]\n", json[i]);
+            fail();
+        }
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        if (req_media_type_is_json(other[i])) {
+            print_error("taken for JSON: [%s]\n", other[i]);
+            fail();
+        }
+}
+
 static void test_no_token(void **state)
 {
     struct request req;
@@ -312,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_body_object),
         cmocka_unit_test(test_body_fields),
         cmocka_unit_test(test_body_strings),
+        cmocka_unit_test(test_media_type),
         cmocka_unit_test(test_no_token),
         cmocka_unit_test(test_backend_errors),
     };

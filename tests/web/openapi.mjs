@@ -272,6 +272,17 @@ async function runCases(proxies, redisCli, main) {
         status: 413,
         code: "PAYLOAD_TOO_LARGE",
     });
+    await check(proxies, {
+        name: "login code, a JSON object sent as text/plain",
+        via: L,
+        method: "POST",
+        path: "/api/auth/code",
+        op: "POST /api/auth/code",
+        body: JSON.stringify({ phone }),
+        headers: { "Content-Type": "text/plain" },
+        status: 415,
+        code: "UNSUPPORTED_MEDIA_TYPE",
+    });
 
     // Vouchers: create.
     const seckill = {

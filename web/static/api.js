@@ -191,6 +191,11 @@ export function describeError(res) {
             };
         case "PAYLOAD_TOO_LARGE":
             return { text: "Refused: the request is larger than 64 KiB.", tone: "bad" };
+        case "UNSUPPORTED_MEDIA_TYPE":
+            return {
+                text: "Refused: the page sent a body that is not labelled as JSON.",
+                tone: "bad",
+            };
         case "NOT_IMPLEMENTED":
             return {
                 text: "Refused: the browser sent a request this server does not support.",
