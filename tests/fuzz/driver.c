@@ -293,6 +293,9 @@ void fuzz_driver_init(void)
     cfg.threads = 1;
     cfg.dev = true;
     cfg.cors_origins = FUZZ_CORS_ORIGINS;
+    /* As the service's defaults: national numbers are Chinese ones. */
+    cfg.phone_region = "CN";
+    cfg.admin_token_ttl_s = 3600;
     /* The notify route exists; its signature cannot be forged. */
     cfg.has_pay_secret = true;
     memset(cfg.pay_secret, 0x5a, sizeof(cfg.pay_secret));
