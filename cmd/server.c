@@ -198,6 +198,15 @@ int server_start(const struct handlers_config *cfg, struct server **out)
         .locks = srv->locks,
         .vcache = srv->vcache,
         .sessions = srv->sessions,
+        .codes =
+            {
+                .ttl_s = SALE_CODE_TTL_S,
+                .interval_s = cfg->code_interval_s,
+                .per_hour = cfg->code_per_hour,
+                .addr_tries = cfg->login_addr_tries,
+                .phone_tries = cfg->login_phone_tries,
+                .wait_max_s = SALE_LOGIN_WAIT_MAX_S,
+            },
     };
     srv->sale = sale_new(&srv->sale_cfg);
     srv->expiry = expiry_start(srv->sale, &cfg->store);

@@ -50,6 +50,10 @@ struct handlers_config {
      * (common/phone.h; validated by the configuration). */
     const char *phone_region;
     unsigned admin_token_ttl_s; /* http_config.admin_token_ttl_s */
+    /* Login codes (sale_config.codes; the TTL and the longest wait are
+     * the sale layer's). */
+    unsigned code_interval_s, code_per_hour, login_addr_tries,
+        login_phone_tries;
     /* Peers that may read GET /metrics (common/cidr.h blocks, validated by
      * the configuration); "": nobody (admins read /api/admin/metrics). */
     const char *metrics_allow;

@@ -34,14 +34,21 @@ unsigned auth_code_post(struct request *req)
 {
     char phone[PHONE_E164_MAX];
     char code[8];
+    unsigned retry_s;
     json_t *body;
     int err;
 
     if (!body_object_or_reply(req) || !phone_or_reply(req, phone))
         return req->status;
-    err = sale_login_code_issue(req->sale, phone, code);
+    err = sale_login_code_issue(req->sale, phone, code, &retry_s);
     if (err)
         return req_backend_error(req, err, "code_put");
+    if (retry_s) {
+        req->retry_after = retry_s;
+        return req_error(req, ERR_RATE_LIMITED,
+                         "a code was sent to this phone a moment ago, or "
+                         "too many this hour: retry later");
+    }
     /* Sending the SMS is out of scope: dev mode shows the code instead. */
     log_info("login code issued", "dev=%d", req->cfg->dev);
     body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", SALE_CODE_TTL_S);
@@ -55,7 +62,7 @@ unsigned auth_login_post(struct request *req)
     char phone[PHONE_E164_MAX];
     const char *code;
     struct token_claims claims = {0};
-    char token[TOKEN_STR_LEN];
+    char token[TOKEN_STR_LEN], addr[64];
     struct sale_login in;
     int err;
 
@@ -64,14 +71,24 @@ unsigned auth_login_post(struct request *req)
         return req->status;
     if (strlen(code) != 6 || strspn(code, "0123456789") != 6)
         return req_error(req, ERR_BAD_REQUEST, "code: must be 6 digits");
-    err = sale_login(req->sale, phone, code, &in);
+    if (!req_client_key(req, addr, sizeof(addr)))
+        snprintf(addr, sizeof(addr), "unknown");
+    err = sale_login(req->sale, phone, code, addr, &in);
     if (err)
         return req_backend_error(req, err, "login");
-    if (!in.ok)
+    switch (in.outcome) {
+    case SALE_LOGIN_OK:
+        break;
+    case SALE_LOGIN_WRONG:
         return req_error(req, ERR_UNAUTHORIZED,
                          "the login code is wrong or expired");
-    if (in.banned)
+    case SALE_LOGIN_LOCKED:
+        req->retry_after = in.retry_s;
+        return req_error(req, ERR_RATE_LIMITED,
+                         "too many wrong codes: try again later");
+    case SALE_LOGIN_BANNED:
         return req_error(req, ERR_FORBIDDEN, "this account is banned");
+    }
 
     claims.user_id = in.user_id;
     claims.role = TOKEN_ROLE_USER;

@@ -13,31 +13,60 @@
 #include <sodium.h>
 
 #include "common/token.h"
+#include "common/util.h"
 #include "sale/sessions.h"
 
-int sale_login_code_issue(struct sale *s, const char *phone, char code[7])
+static unsigned seconds_up(int64_t ms)
 {
+    return ms <= 1000 ? 1 : (unsigned)((ms + 999) / 1000);
+}
+
+int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
+                          unsigned *retry_s)
+{
+    int64_t retry_ms = 0;
+    int err;
+
     snprintf(code, 7, "%06u", randombytes_uniform(1000000));
-    return store_code_put(sale__store(s), phone, code, SALE_CODE_TTL_S);
+    err = store_code_put(sale__store(s), phone, code, &s->cfg.codes,
+                         &retry_ms);
+    *retry_s = retry_ms ? seconds_up(retry_ms) : 0;
+    return err;
 }
 
 int sale_login(struct sale *s, const char *phone, const char *code,
-               struct sale_login *out)
+               const char *addr, struct sale_login *out)
 {
     struct store *st = sale__store(s);
     enum store_code outcome;
+    int64_t retry_ms = 0;
+    bool banned = false;
     int err;
 
     memset(out, 0, sizeof(*out));
-    err = store_code_check(st, phone, code, SALE_CODE_TRIES, &outcome);
-    if (err || outcome != STORE_CODE_OK)
+    err = store_code_check(st, phone, code, addr, &s->cfg.codes, &outcome,
+                           &retry_ms);
+    if (err)
         return err;
+    if (outcome == STORE_CODE_LOCKED) {
+        out->outcome = SALE_LOGIN_LOCKED;
+        out->retry_s = seconds_up(retry_ms);
+        log_warn("login code refused: too many wrong tries",
+                 "addr=%s retry_s=%u", addr, out->retry_s);
+        return 0;
+    }
+    if (outcome == STORE_CODE_WRONG) {
+        out->outcome = SALE_LOGIN_WRONG;
+        return 0;
+    }
     err = store_user_login(st, phone, &out->user_id);
     if (!err)
         err = store_account_get(st, TOKEN_ROLE_USER, out->user_id, &out->gen,
-                                &out->banned);
-    out->ok = !err;
-    return err;
+                                &banned);
+    if (err)
+        return err;
+    out->outcome = banned ? SALE_LOGIN_BANNED : SALE_LOGIN_OK;
+    return 0;
 }
 
 enum sale_session sale_session_check(struct sale *s,

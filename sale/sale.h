@@ -62,6 +62,8 @@ struct sale_config {
     struct lock_client *locks; /* the buyers' purchase locks */
     struct vcache *vcache;     /* the voucher cache, or NULL */
     struct sessions *sessions; /* the refused tokens' view, or NULL */
+    /* Login codes: how often they are sent, how many wrong tries wait. */
+    struct store_code_limits codes;
 };
 
 struct sale;
@@ -109,31 +111,44 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 
 /* ---- buyers ---- */
 
-/* A login code lives this long, and takes this many wrong tries. */
+/* A login code lives this long; wrong tries wait at most this long. */
 #define SALE_CODE_TTL_S 300
-#define SALE_CODE_TRIES 5
+#define SALE_LOGIN_WAIT_MAX_S 3600
 
 /*
  * Issue a new six-digit login code for phone (validated by the caller)
- * into code: it replaces the phone's earlier one. Sending it is out of
- * scope (the handlers show it in dev mode). 0 or -errno. Waits for Redis.
+ * into code, unless the phone had one too recently or too many this
+ * hour (the config's codes limits): then *retry_s says when (0: issued).
+ * Earlier codes stay valid until they expire. Sending it is out of scope
+ * (the handlers show it in dev mode). 0 or -errno. Waits for Redis.
  */
-int sale_login_code_issue(struct sale *s, const char *phone, char code[7]);
+int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
+                          unsigned *retry_s);
+
+enum sale_login_outcome {
+    SALE_LOGIN_OK,     /* user_id and gen are set */
+    SALE_LOGIN_WRONG,  /* no live code of the phone matched */
+    SALE_LOGIN_LOCKED, /* too many wrong tries: wait retry_s */
+    SALE_LOGIN_BANNED, /* the code was right, but the buyer is banned */
+};
 
 /* What a login found. */
 struct sale_login {
-    bool ok;         /* the code was right: the rest is set */
-    int64_t user_id; /* the phone's user (made on its first login) */
-    uint32_t gen;    /* its token generation, for its new token */
-    bool banned;     /* no token for it */
+    enum sale_login_outcome outcome;
+    int64_t user_id;  /* the phone's user (made on its first login) */
+    uint32_t gen;     /* its token generation, for its new token */
+    unsigned retry_s; /* SALE_LOGIN_LOCKED */
 };
 
 /*
- * Check code against phone's, once (a match uses it up, a wrong code uses
- * a try) into *out. 0, or -errno. Waits for Redis and MySQL.
+ * Check code against phone's live codes, tried from the client addr (a
+ * key: an address, an IPv6 /64). Wrong tries are counted for the address
+ * and for the phone, and make them wait (the config's codes limits); a
+ * match uses up every code of the phone. 0 with *out, or -errno. Waits
+ * for Redis and MySQL.
  */
 int sale_login(struct sale *s, const char *phone, const char *code,
-               struct sale_login *out);
+               const char *addr, struct sale_login *out);
 
 /* ---- sessions: logging out, bans ---- */
 

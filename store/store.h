@@ -152,24 +152,50 @@ int store_rate_take(struct store *st, const struct store_rate_bucket *b,
 int store_user_login(struct store *st, const char *phone, int64_t *user_id);
 
 /*
- * Login codes live in Redis under login:code:{phone} with a TTL: a new code
- * replaces the old one and resets its tries.
+ * Login codes, in Redis under the phone's hash tag (one slot per phone):
+ *   login:{p:PHONE}:codes   every live code, scored by its expiry (ms);
+ *                           a new code replaces none
+ *   login:{p:PHONE}:sent    when the codes of the last hour were sent
+ *   login:{p:PHONE}:fails   wrong tries for the phone: n, until (ms)
+ *   login:{p:PHONE}:a:ADDR  wrong tries for the phone from one client
+ *                           address: n, until (ms)
  */
-int store_code_put(struct store *st, const char *phone, const char *code,
-                   unsigned ttl_s);
-
-enum store_code {
-    STORE_CODE_OK,      /* matched; the code is deleted (single use) */
-    STORE_CODE_WRONG,   /* did not match; one try used */
-    STORE_CODE_MISSING, /* none stored, expired, or its tries used up */
+struct store_code_limits {
+    unsigned ttl_s;       /* a code lives this long */
+    unsigned interval_s;  /* at least this long between two codes */
+    unsigned per_hour;    /* at most this many codes an hour */
+    unsigned addr_tries;  /* wrong tries from one address before waits */
+    unsigned phone_tries; /* wrong tries in all before waits */
+    unsigned wait_max_s;  /* the longest wait */
 };
 
 /*
- * Compare code with the stored one atomically (one Lua script): a match
- * deletes it, a mismatch counts a try and deletes it after max_tries.
+ * Store code for phone, unless one was sent less than interval_s ago or
+ * per_hour in the last hour: then *retry_ms says when one may be (0: it
+ * was stored).
+ */
+int store_code_put(struct store *st, const char *phone, const char *code,
+                   const struct store_code_limits *l, int64_t *retry_ms);
+
+enum store_code {
+    STORE_CODE_OK,     /* one of the phone's live codes: all of them and
+                        * the counts of wrong tries are deleted */
+    STORE_CODE_WRONG,  /* none matched (or none is live): a wrong try,
+                        * counted for the phone and for the address */
+    STORE_CODE_LOCKED, /* wrong tries made the phone or the address wait:
+                        * the code was not compared (*retry_ms) */
+};
+
+/*
+ * Check code for phone, tried from addr (a client key). Wrong tries make
+ * the address wait 1 s, 2 s, 4 s ... (up to wait_max_s) from its
+ * addr_tries-th on, and the phone from its phone_tries-th on; a wait
+ * answers STORE_CODE_LOCKED without comparing. Codes are never voided
+ * by wrong tries. One script.
  */
 int store_code_check(struct store *st, const char *phone, const char *code,
-                     unsigned max_tries, enum store_code *outcome);
+                     const char *addr, const struct store_code_limits *l,
+                     enum store_code *outcome, int64_t *retry_ms);
 
 /* ---- accounts: token generations and bans (accounts.c) ---- */
 

@@ -38,69 +38,135 @@ int store_user_login(struct store *st, const char *phone, int64_t *user_id)
     return store_retry(st, user_login_once, &a);
 }
 
-/* Replace the code and its try count, and set the TTL, atomically. */
-static struct redis_script code_put_script =
-    REDIS_SCRIPT("redis.call('del', KEYS[1]) "
-                 "redis.call('hset', KEYS[1], 'code', ARGV[1], 'tries', 0) "
-                 "redis.call('expire', KEYS[1], ARGV[2]) "
-                 "return 1");
+/* KEYS: codes, sent. ARGV: code, ttl (ms), interval (ms), per hour.
+ * {1, 0} stored; {0, ms} refused until then. */
+static struct redis_script code_put_script = REDIS_SCRIPT(
+    "local t = redis.call('time') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "local ttl, gap, max = tonumber(ARGV[2]), tonumber(ARGV[3]), "
+    "                      tonumber(ARGV[4]) "
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+    "redis.call('zremrangebyscore', KEYS[2], '-inf', now - 3600000) "
+    "local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores') "
+    "if last[2] and now - tonumber(last[2]) < gap then "
+    "  return {0, gap - (now - tonumber(last[2]))} "
+    "end "
+    "local n = redis.call('zcard', KEYS[2]) "
+    "if n >= max then "
+    "  local o = redis.call('zrange', KEYS[2], n - max, n - max, 'withscores') "
+    "  return {0, tonumber(o[2]) + 3600000 - now} "
+    "end "
+    "redis.call('zadd', KEYS[1], now + ttl, ARGV[1]) "
+    "redis.call('zadd', KEYS[2], now, now .. ':' .. t[2]) "
+    "redis.call('pexpire', KEYS[1], ttl) "
+    "redis.call('pexpire', KEYS[2], 3600000) "
+    "return {1, 0}");
 
-/* 0 = match (deleted), 1 = wrong (try counted), 2 = none. */
+/* KEYS: codes, fails, the address's fails. ARGV: code, address tries,
+ * phone tries, longest wait (ms). {0} a match; {1} wrong; {2, ms}
+ * waiting. A wait doubles with each wrong try from the limit on. */
 static struct redis_script code_check_script = REDIS_SCRIPT(
-    "local c = redis.call('hget', KEYS[1], 'code') "
-    "if not c then return 2 end "
-    "if c == ARGV[1] then redis.call('del', KEYS[1]) return 0 end "
-    "local t = redis.call('hincrby', KEYS[1], 'tries', 1) "
-    "if t >= tonumber(ARGV[2]) then redis.call('del', KEYS[1]) end "
-    "return 1");
+    "local t = redis.call('time') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+    "local u = math.max(tonumber(redis.call('hget', KEYS[2], 'until') or 0), "
+    "                   tonumber(redis.call('hget', KEYS[3], 'until') or 0)) "
+    "if u > now then return {2, u - now} end "
+    "if redis.call('zscore', KEYS[1], ARGV[1]) then "
+    "  redis.call('del', KEYS[1], KEYS[2], KEYS[3]) "
+    "  return {0, 0} "
+    "end "
+    "local cap = tonumber(ARGV[4]) "
+    "local limits = {0, tonumber(ARGV[3]), tonumber(ARGV[2])} "
+    "for i = 2, 3 do "
+    "  local n = redis.call('hincrby', KEYS[i], 'n', 1) "
+    "  if n >= limits[i] then "
+    "    local w = math.min(cap, 1000 * 2 ^ math.min(n - limits[i], 30)) "
+    "    redis.call('hset', KEYS[i], 'until', now + w) "
+    "  end "
+    "  redis.call('pexpire', KEYS[i], 86400000) "
+    "end "
+    "return {1, 0}");
 
+/* Run a code script on the phone's keys (and the address's: addr may be
+ * NULL); {a, b} into *a, *b. */
 static int code_eval(struct store *st, struct redis_script *script,
-                     const char *phone, const char *a1, unsigned a2,
-                     long long *result)
+                     const char *phone, const char *addr, const char **args,
+                     int nargs, long long *a, long long *b)
 {
-    char key[64], n[16];
-    const char *argv[3] = {key, a1, n};
+    char k1[96], k2[96], k3[160];
+    const char *argv[8];
     redisContext *rc = store_redis(st);
-    int err = 0;
+    int nkeys = addr ? 3 : 2, argc = 0, err = 0;
 
     if (!rc)
         return -ENOTCONN;
-    snprintf(key, sizeof(key), "login:code:%s", phone);
-    snprintf(n, sizeof(n), "%u", a2);
-    redisReply *r = redis_script_run(rc, script, 1, 3, argv, NULL, &err);
+    snprintf(k1, sizeof(k1), "login:{p:%s}:codes", phone);
+    snprintf(k2, sizeof(k2), "login:{p:%s}:%s", phone, addr ? "fails" : "sent");
+    snprintf(k3, sizeof(k3), "login:{p:%s}:a:%s", phone, addr ? addr : "");
+    argv[argc++] = k1;
+    argv[argc++] = k2;
+    if (addr)
+        argv[argc++] = k3;
+    for (int i = 0; i < nargs; i++)
+        argv[argc++] = args[i];
+    redisReply *r = redis_script_run(rc, script, nkeys, argc, argv, NULL, &err);
     if (!r) {
         log_warn("redis command failed", "op=login_code err=\"%s\"",
                  rc->errstr);
         return -ENOTCONN;
     }
-    err = 0;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        log_error("redis reply unexpected", "op=login_code type=%d", r->type);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER) {
+        log_error("redis reply unexpected", "op=login_code type=%d err=\"%s\"",
+                  r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
         err = -EIO;
     } else {
-        *result = r->integer;
+        *a = r->element[0]->integer;
+        *b = r->element[1]->integer;
     }
     freeReplyObject(r);
     return err;
 }
 
 int store_code_put(struct store *st, const char *phone, const char *code,
-                   unsigned ttl_s)
+                   const struct store_code_limits *l, int64_t *retry_ms)
 {
-    long long r;
-    return code_eval(st, &code_put_script, phone, code, ttl_s, &r);
+    char ttl[16], gap[16], max[16];
+    const char *args[4] = {code, ttl, gap, max};
+    long long stored, wait;
+    int err;
+
+    snprintf(ttl, sizeof(ttl), "%u", l->ttl_s * 1000u);
+    snprintf(gap, sizeof(gap), "%u", l->interval_s * 1000u);
+    snprintf(max, sizeof(max), "%u", l->per_hour);
+    err = code_eval(st, &code_put_script, phone, NULL, args, 4, &stored, &wait);
+    if (err)
+        return err;
+    *retry_ms = stored ? 0 : (wait > 0 ? wait : 1);
+    return 0;
 }
 
 int store_code_check(struct store *st, const char *phone, const char *code,
-                     unsigned max_tries, enum store_code *outcome)
+                     const char *addr, const struct store_code_limits *l,
+                     enum store_code *outcome, int64_t *retry_ms)
 {
-    long long r;
-    int err = code_eval(st, &code_check_script, phone, code, max_tries, &r);
+    char at[16], pt[16], cap[24];
+    const char *args[4] = {code, at, pt, cap};
+    long long r, wait;
+    int err;
 
+    snprintf(at, sizeof(at), "%u", l->addr_tries);
+    snprintf(pt, sizeof(pt), "%u", l->phone_tries);
+    snprintf(cap, sizeof(cap), "%llu", (unsigned long long)l->wait_max_s * 1000);
+    err = code_eval(st, &code_check_script, phone, addr, args, 4, &r, &wait);
     if (err)
         return err;
-    *outcome = r == 0   ? STORE_CODE_OK
-               : r == 1 ? STORE_CODE_WRONG
-                        : STORE_CODE_MISSING;
+    *retry_ms = 0;
+    *outcome = r == 0 ? STORE_CODE_OK : r == 1 ? STORE_CODE_WRONG
+                                                : STORE_CODE_LOCKED;
+    if (*outcome == STORE_CODE_LOCKED)
+        *retry_ms = wait > 0 ? wait : 1;
     return 0;
 }

@@ -306,6 +306,12 @@ void fuzz_driver_init(void)
         .mode = PURCHASE_SYNC,
         .lock_ttl_ms = 10000,
         .locks = fuzz_backend_lock_client(),
+        .codes = {.ttl_s = SALE_CODE_TTL_S,
+                  .interval_s = 60,
+                  .per_hour = 5,
+                  .addr_tries = 3,
+                  .phone_tries = 10,
+                  .wait_max_s = SALE_LOGIN_WAIT_MAX_S},
     };
     srv.cfg = &cfg;
     srv.sale = sale_new(&sc);

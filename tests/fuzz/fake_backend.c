@@ -265,19 +265,7 @@ int store_user_login(struct store *st, const char *phone, int64_t *user_id)
 }
 
 int store_code_put(struct store *st, const char *phone, const char *code,
-                   unsigned ttl_s)
-{
-    unsigned variant;
-
-    check_store(st);
-    check_phone(phone);
-    check_code(code);
-    FUZZ_CHECK(ttl_s > 0, "a login code without a lifetime");
-    return step(&variant);
-}
-
-int store_code_check(struct store *st, const char *phone, const char *code,
-                     unsigned max_tries, enum store_code *outcome)
+                   const struct store_code_limits *l, int64_t *retry_ms)
 {
     unsigned variant;
     int err;
@@ -285,12 +273,32 @@ int store_code_check(struct store *st, const char *phone, const char *code,
     check_store(st);
     check_phone(phone);
     check_code(code);
-    FUZZ_CHECK(max_tries > 0, "login codes without tries");
+    FUZZ_CHECK(l->ttl_s > 0, "a login code without a lifetime");
+    if ((err = step(&variant)))
+        return err;
+    *retry_ms = variant == 1 ? 30000 : 0;
+    return 0;
+}
+
+int store_code_check(struct store *st, const char *phone, const char *code,
+                     const char *addr, const struct store_code_limits *l,
+                     enum store_code *outcome, int64_t *retry_ms)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_phone(phone);
+    check_code(code);
+    FUZZ_CHECK(addr && addr[0], "a login without the client's address");
+    FUZZ_CHECK(l->addr_tries > 0 && l->phone_tries > 0,
+               "login codes without limits");
     if ((err = step(&variant)))
         return err;
     *outcome = variant == 0   ? STORE_CODE_OK
                : variant == 1 ? STORE_CODE_WRONG
-                              : STORE_CODE_MISSING;
+                              : STORE_CODE_LOCKED;
+    *retry_ms = *outcome == STORE_CODE_LOCKED ? 2000 : 0;
     return 0;
 }
 

@@ -158,7 +158,7 @@ static char *fresh_phone(void)
 static bool code_stored(const char *phone)
 {
     redisContext *rc = it_redis_connect();
-    redisReply *r = redisCommand(rc, "EXISTS login:code:+86%s", phone);
+    redisReply *r = redisCommand(rc, "EXISTS login:{p:+86%s}:codes", phone);
     bool stored;
 
     assert_non_null(r);

@@ -613,7 +613,7 @@ static void simple_post_refused(const struct it_server *srv, const char *origin,
         free(allow);
     }
     it_raw_resp_free(&raw);
-    r = redisCommand(rc, "EXISTS login:code:+86%s", phone);
+    r = redisCommand(rc, "EXISTS login:{p:+86%s}:codes", phone);
     assert_non_null(r);
     assert_int_equal(REDIS_REPLY_INTEGER, r->type);
     assert_int_equal(0, r->integer);

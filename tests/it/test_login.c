@@ -1,0 +1,283 @@
+/*
+ * test_login.c - the limits of login codes, at the default settings: at
+ * most one code a minute and five an hour for a phone; wrong codes make
+ * the client address wait from its third on and the phone from its
+ * tenth on (1 s, doubling), refusing before any comparison; no wrong try
+ * and no new code ever voids a code the owner holds. Checked in Redis
+ * too. The instances trust loopback as a proxy, so that X-Forwarded-For
+ * stands for many client addresses.
+ *
+ * A: every limit at its default. B: codes as often as asked (interval
+ * 0), to test the hourly count and codes that live side by side.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "tests/it/harness.h"
+
+enum { SRV_A, SRV_B, SRV_COUNT };
+static struct it_server srvs[SRV_COUNT];
+static struct it_server *const srv_a = &srvs[SRV_A];
+static struct it_server *const srv_b = &srvs[SRV_B];
+static unsigned next_phone, next_addr;
+
+static int group_setup(void **state)
+{
+    const char *env_a[] = {"SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                           "SECKILL_RATE_IP",
+                           "SECKILL_RATE_USER",
+                           "SECKILL_CODE_INTERVAL_S",
+                           "SECKILL_CODE_PER_HOUR",
+                           "SECKILL_LOGIN_ADDR_TRIES",
+                           "SECKILL_LOGIN_PHONE_TRIES",
+                           NULL};
+    const char *env_b[] = {"SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                           "SECKILL_RATE_IP",
+                           "SECKILL_RATE_USER",
+                           "SECKILL_CODE_INTERVAL_S=0",
+                           "SECKILL_CODE_PER_HOUR",
+                           "SECKILL_LOGIN_ADDR_TRIES",
+                           "SECKILL_LOGIN_PHONE_TRIES",
+                           NULL};
+
+    (void)state;
+    it_init();
+    next_phone = (unsigned)(util_now_ms() / 10 % 1000000);
+    if (it_server_start(srv_a, "login-a", env_a) ||
+        it_server_start(srv_b, "login-b", env_b))
+        return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return it_group_teardown(srvs, SRV_COUNT);
+}
+
+/* A phone nobody used in this run, in E.164 form. */
+static void fresh_phone(char out[24])
+{
+    snprintf(out, 24, "+86137%08u", next_phone++ % 100000000u);
+}
+
+/* A client address nobody used in this run (NULL: a new one). */
+static const char *addr_of(const char *addr, char buf[32])
+{
+    if (addr)
+        return addr;
+    next_addr++;
+    snprintf(buf, 32, "10.30.%u.%u", next_addr / 250 % 250,
+             next_addr % 250 + 1);
+    return buf;
+}
+
+static long post(const struct it_server *srv, const char *path,
+                 const char *body, const char *addr, struct it_resp *resp)
+{
+    char xff[64], buf[32];
+    struct it_req req = {.method = "POST", .path = path, .body = body};
+
+    snprintf(xff, sizeof(xff), "X-Forwarded-For: %s", addr_of(addr, buf));
+    req.header = xff;
+    return it_http_do(srv, &req, resp);
+}
+
+/* Ask srv for a code for phone: its status; the code into code (when
+ * 200) and Retry-After into *ra (when 429). */
+static long ask(const struct it_server *srv, const char *phone, char code[8],
+                long *ra)
+{
+    char body[64];
+    struct it_resp resp;
+    long st;
+
+    snprintf(body, sizeof(body), "{\"phone\":\"%s\"}", phone);
+    st = post(srv, "/api/auth/code", body, NULL, &resp);
+    if (st == 200 && code)
+        snprintf(code, 8, "%s", it_json_str(resp.json, "code"));
+    if (st == 429) {
+        it_assert_error(&resp, 429, "RATE_LIMITED");
+        if (ra)
+            *ra = strtol(resp.retry_after, NULL, 10);
+    }
+    it_resp_free(&resp);
+    return st;
+}
+
+/* Log in as phone with code from addr (NULL: a new address): status. */
+static long try_code(const struct it_server *srv, const char *phone,
+                     const char *code, const char *addr, long *ra)
+{
+    char body[96];
+    struct it_resp resp;
+    long st;
+
+    snprintf(body, sizeof(body), "{\"phone\":\"%s\",\"code\":\"%s\"}", phone,
+             code);
+    st = post(srv, "/api/auth/login", body, addr, &resp);
+    if (st == 429) {
+        it_assert_error(&resp, 429, "RATE_LIMITED");
+        if (ra)
+            *ra = strtol(resp.retry_after, NULL, 10);
+    }
+    it_resp_free(&resp);
+    return st;
+}
+
+/* A code that is not code. */
+static const char *wrong_of(const char *code)
+{
+    return strcmp(code, "000000") == 0 ? "111111" : "000000";
+}
+
+static long long redis_int(const char *fmt, const char *phone)
+{
+    redisContext *rc = it_redis_connect();
+    redisReply *r = redisCommand(rc, fmt, phone);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    redisFree(rc);
+    return v;
+}
+
+/* ---- tests ---- */
+
+/* A second code within the minute is refused with when to come back; the
+ * phone has one code. */
+static void test_code_interval(void **state)
+{
+    char phone[24], code[8];
+    long ra = 0;
+
+    (void)state;
+    fresh_phone(phone);
+    assert_int_equal(200, ask(srv_a, phone, code, NULL));
+    assert_int_equal(429, ask(srv_a, phone, NULL, &ra));
+    assert_true(ra >= 1 && ra <= 60);
+    /* Also on another instance: the count is in Redis. */
+    assert_int_equal(1, redis_int("ZCARD login:{p:%s}:codes", phone));
+    assert_int_equal(200, try_code(srv_a, phone, code, NULL, NULL));
+    assert_int_equal(0, redis_int("EXISTS login:{p:%s}:codes", phone));
+}
+
+/* Five codes an hour; the sixth waits for the first to be an hour old.
+ * Every one of them is live, and a login uses them all up. */
+static void test_codes_per_hour(void **state)
+{
+    char phone[24], codes[5][8];
+    long ra = 0;
+
+    (void)state;
+    fresh_phone(phone);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(200, ask(srv_b, phone, codes[i], NULL));
+    assert_int_equal(429, ask(srv_b, phone, NULL, &ra));
+    assert_true(ra > 3500 && ra <= 3600);
+    assert_int_equal(200, try_code(srv_b, phone, codes[0], NULL, NULL));
+    assert_int_equal(401, try_code(srv_b, phone, codes[4], NULL, NULL));
+}
+
+/* Someone else asking for the victim's phone adds a code; the victim's
+ * own code still logs in. */
+static void test_code_not_voided_by_new_code(void **state)
+{
+    char phone[24], mine[8], theirs[8];
+
+    (void)state;
+    fresh_phone(phone);
+    assert_int_equal(200, ask(srv_b, phone, mine, NULL));
+    assert_int_equal(200, ask(srv_b, phone, theirs, NULL));
+    assert_int_equal(200, try_code(srv_b, phone, mine, NULL, NULL));
+}
+
+/* Three wrong codes from one address make it wait, before the code is
+ * compared (even the right one is refused there); the owner, elsewhere,
+ * logs in with the same code. */
+static void test_wrong_tries_slow_address_first(void **state)
+{
+    char phone[24], code[8];
+    long ra = 0;
+
+    (void)state;
+    fresh_phone(phone);
+    assert_int_equal(200, ask(srv_a, phone, code, NULL));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(401,
+                         try_code(srv_a, phone, wrong_of(code), "10.40.0.1", NULL));
+    assert_int_equal(429, try_code(srv_a, phone, code, "10.40.0.1", &ra));
+    assert_true(ra >= 1 && ra <= 2);
+    assert_int_equal(200, try_code(srv_a, phone, code, "10.40.0.2", NULL));
+}
+
+/* Wrong codes from many addresses make the whole phone wait from the
+ * tenth on, and the wait doubles with each; none of it voids the code:
+ * once the wait is over the owner logs in with it. */
+static void test_wrong_tries_never_void(void **state)
+{
+    char phone[24], code[8];
+    long ra = 0, last_ra = 0;
+    int compared = 0, refused = 0;
+    int64_t t0;
+
+    (void)state;
+    fresh_phone(phone);
+    assert_int_equal(200, ask(srv_a, phone, code, NULL));
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(401, try_code(srv_a, phone, wrong_of(code), NULL, NULL));
+    assert_int_equal(429, try_code(srv_a, phone, code, NULL, &ra));
+    assert_int_equal(1, ra);
+    /* A guesser with an address per try, for 5 s: each wait doubles. */
+    t0 = util_mono_ms();
+    while (util_mono_ms() - t0 < 5000) {
+        long st = try_code(srv_a, phone, wrong_of(code), NULL, &ra);
+
+        if (st == 401)
+            compared++;
+        else if (st == 429) {
+            refused++;
+            assert_true(ra >= last_ra || ra >= 1);
+            last_ra = ra;
+        } else {
+            fail_msg("a guess answered %ld", st);
+        }
+        usleep(20 * 1000);
+    }
+    print_message("a guesser with a new address each time, 5 s after the "
+                  "tenth wrong code: %d compared, %d refused, last "
+                  "Retry-After %ld s\n",
+                  compared, refused, last_ra);
+    /* 1 + 2 + 4 s of waits fit in 5 s: at most 3 or 4 more guesses. */
+    assert_true(compared <= 4);
+    assert_true(refused > 10);
+    assert_true(redis_int("EXISTS login:{p:%s}:codes", phone) == 1);
+    /* The owner waits and logs in with the code it has. */
+    sleep((unsigned)ra);
+    while (try_code(srv_a, phone, code, NULL, &ra) == 429)
+        sleep((unsigned)ra);
+    assert_int_equal(0, redis_int("EXISTS login:{p:%s}:fails", phone));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_code_interval),
+        cmocka_unit_test(test_codes_per_hour),
+        cmocka_unit_test(test_code_not_voided_by_new_code),
+        cmocka_unit_test(test_wrong_tries_slow_address_first),
+        cmocka_unit_test(test_wrong_tries_never_void),
+    };
+    return it_exit_status(
+        cmocka_run_group_tests(tests, group_setup, group_teardown));
+}
