@@ -930,6 +930,33 @@ const struct config_setting config_settings[] = {
      .doc = "how long a cached sold-out flag or unknown voucher id is trusted "
             "without an invalidation message ({range}; `0` turns the voucher "
             "cache off) ([the sold-out cache](#the-sold-out-cache))"},
+    {.flag = "pow-maxnumber",
+     .env = "SECKILL_POW_MAXNUMBER",
+     .arg = "N",
+     .def = "100000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 0,
+     .max = 10000000,
+     FIELD(http.pow_maxnumber),
+     .help = "proof of work before a login code: up to N hashes; 0: none",
+     .doc = "a login code needs a proof of work (`Seckill-PoW`, ALTCHA's "
+            "format): the client tries up to this many SHA-256 hashes, half on "
+            "average, {range}; `0` asks for none "
+            "([abuse limits](#abuse-limits))"},
+    {.flag = "pow-ttl-s",
+     .env = "SECKILL_POW_TTL_S",
+     .arg = "N",
+     .def = "300",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 3600,
+     .unit = "seconds",
+     FIELD(http.pow_ttl_s),
+     .help = "a proof-of-work challenge is good this long",
+     .doc = "a proof-of-work challenge is good this long after it was given, "
+            "{range}, and once"},
     {.flag = "code-interval-s",
      .env = "SECKILL_CODE_INTERVAL_S",
      .arg = "N",
@@ -1186,6 +1213,7 @@ static const char *const command_names[] = {
     [CMD_TOKEN] = "token",
     [CMD_TOKENS] = "tokens",
     [CMD_ADMIN_ADD] = "admin add",
+    [CMD_POW] = "pow",
     [CMD_HELP] = "help",
 };
 
@@ -1201,6 +1229,7 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_TOKENS;
     case CMD_ADMIN_ADD:
         return CONFIG_FOR_ADMIN_ADD;
+    case CMD_POW:
     case CMD_HELP:
         break;
     }

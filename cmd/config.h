@@ -14,7 +14,14 @@
 #include "common/url.h"
 #include "cmd/server.h"
 
-enum config_cmd { CMD_SERVE, CMD_TOKEN, CMD_TOKENS, CMD_ADMIN_ADD, CMD_HELP };
+enum config_cmd {
+    CMD_SERVE,
+    CMD_TOKEN,
+    CMD_TOKENS,
+    CMD_ADMIN_ADD,
+    CMD_POW,
+    CMD_HELP
+};
 
 /* The documents of the settings: --help, --help-markdown, --help-man. */
 enum config_doc { CONFIG_DOC_HELP, CONFIG_DOC_MARKDOWN, CONFIG_DOC_MAN };

@@ -286,6 +286,7 @@ static void write_help(struct text *t)
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_TOKENS);
     text_puts(t, "\n       seckilld admin add");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_ADMIN_ADD);
+    text_puts(t, "\n       seckilld pow < challenge.json");
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -304,7 +305,10 @@ static void write_help(struct text *t)
                  "account with the\n"
                  "password read from standard input (12 to 1024 bytes, one "
                  "line), in the MySQL\n"
-                 "of SECKILL_MYSQL_URL. Their options:\n");
+                 "of SECKILL_MYSQL_URL. pow solves the challenge of GET "
+                 "/api/pow read from\n"
+                 "standard input: its output is the Seckill-PoW header. "
+                 "Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
@@ -383,6 +387,7 @@ static void write_man(struct text *t)
     synopsis(t, STYLE_TROFF, CONFIG_FOR_TOKENS);
     text_puts(t, "\n\\fBseckilld admin add\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_ADMIN_ADD);
+    text_puts(t, "\n\\fBseckilld pow\\fR < \\fIchallenge.json\\fR");
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -436,6 +441,12 @@ static void write_man(struct text *t)
            "bytes, one line), in the database of \\fBSECKILL_MYSQL_URL\\fR; "
            "it logs in at\n"
            "\\fBPOST /api/admin/login\\fR.\n"
+           ".TP\n"
+           ".B pow\n"
+           "read a proof-of-work challenge (the answer of \\fBGET /api/pow\\fR) "
+           "on standard\n"
+           "input and print its solution, the value of the "
+           "\\fBSeckill-PoW\\fR header.\n"
            ".PP\n"
            "\\fBtoken\\fR and \\fBtokens\\fR read only "
            "\\fBSECKILL_SECRET\\fR of the settings above. The\n"

@@ -15,8 +15,31 @@
 #include "cmd/admin.h"
 #include "cmd/config.h"
 #include "cmd/server.h"
+#include "common/pow.h"
 #include "common/token.h"
 #include "common/util.h"
+
+/* `seckilld pow`: the challenge of GET /api/pow on standard input, its
+ * solution (the Seckill-PoW header's value) on standard output. */
+static int solve_pow(void)
+{
+    char buf[4096], *sol = NULL;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, stdin);
+    int err;
+
+    buf[n] = '\0';
+    err = pow_solve(buf, &sol);
+    if (err) {
+        fprintf(stderr, "seckilld: pow: %s\n",
+                err == -ENOENT ? "no number solves this challenge"
+                               : "standard input is not a challenge of "
+                                 "GET /api/pow");
+        return 1;
+    }
+    printf("%s\n", sol);
+    free(sol);
+    return fflush(stdout) == 0 ? 0 : 1;
+}
 
 static int print_tokens(const struct config *cfg)
 {
@@ -167,6 +190,9 @@ int main(int argc, char **argv)
         break;
     case CMD_ADMIN_ADD:
         ret = admin_add(&cfg);
+        break;
+    case CMD_POW:
+        ret = solve_pow();
         break;
     default:
         ret = serve(&cfg);

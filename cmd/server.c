@@ -12,6 +12,8 @@
 
 #include "async/async.h"
 #include "common/cidr.h"
+#include <sodium.h>
+
 #include "common/util.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -20,6 +22,9 @@
 #include "sale/sale.h"
 #include "sale/sessions.h"
 #include "sale/vcache.h"
+
+/* Keys derived from SECKILL_SECRET (crypto_kdf ids). */
+#define KDF_ID_POW 1
 
 struct server {
     const struct handlers_config *cfg;
@@ -92,9 +97,15 @@ static void http_config_of(const struct handlers_config *cfg,
         .cors_origins = cfg->cors_origins,
         .phone_region = cfg->phone_region ? cfg->phone_region : "CN",
         .admin_token_ttl_s = cfg->admin_token_ttl_s,
+        .pow_maxnumber = cfg->pow_maxnumber,
+        .pow_ttl_s = cfg->pow_ttl_s,
         .has_pay_secret = cfg->has_pay_secret,
     };
     memcpy(h->secret, cfg->secret, sizeof(h->secret));
+    /* Its own key: a proof of work can never pass for a token, nor the
+     * reverse. */
+    crypto_kdf_derive_from_key(h->pow_key, sizeof(h->pow_key), KDF_ID_POW,
+                               "seckilld", cfg->secret);
     memcpy(h->pay_secret, cfg->pay_secret, sizeof(h->pay_secret));
     /* Both checked when the settings were read: cannot fail here. */
     if (cfg->trusted_proxies) {

@@ -50,6 +50,8 @@ struct handlers_config {
      * (common/phone.h; validated by the configuration). */
     const char *phone_region;
     unsigned admin_token_ttl_s; /* http_config.admin_token_ttl_s */
+    unsigned pow_maxnumber;     /* http_config.pow_maxnumber */
+    unsigned pow_ttl_s;         /* http_config.pow_ttl_s */
     /* Login codes (sale_config.codes; the TTL and the longest wait are
      * the sale layer's). */
     unsigned code_interval_s, code_per_hour, login_addr_tries,

@@ -38,7 +38,8 @@ unsigned auth_code_post(struct request *req)
     json_t *body;
     int err;
 
-    if (!body_object_or_reply(req) || !phone_or_reply(req, phone))
+    if (!body_object_or_reply(req) || !phone_or_reply(req, phone) ||
+        !pow_or_reply(req))
         return req->status;
     err = sale_login_code_issue(req->sale, phone, code, &retry_s);
     if (err)

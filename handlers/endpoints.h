@@ -21,6 +21,7 @@ unsigned health_get(struct request *req);           /* health.c */
 unsigned ready_get(struct request *req);            /* health.c */
 unsigned metrics_get(struct request *req);          /* metrics.c */
 unsigned admin_metrics_get(struct request *req);    /* metrics.c */
+unsigned pow_get(struct request *req);              /* pow.c */
 unsigned auth_code_post(struct request *req);       /* auth.c */
 unsigned auth_login_post(struct request *req);      /* auth.c */
 unsigned auth_logout_post(struct request *req);     /* auth.c */
@@ -39,6 +40,14 @@ unsigned order_pay_post(struct request *req);       /* orders.c */
 unsigned payment_notify_post(struct request *req);  /* payments.c */
 /* The pages, their files and /openapi.json, embedded at build time. */
 unsigned web_get(struct request *req); /* web.c */
+
+/*
+ * The proof of work of the request (Seckill-PoW), checked and spent: true
+ * to go on; false with the reply set (403 POW_REQUIRED with a fresh
+ * challenge in error.details, or 503). True at once when the instance
+ * asks for none. Waits for Redis (pow.c).
+ */
+bool pow_or_reply(struct request *req);
 
 /*
  * An order as the API shows it: id, userId, voucherId, status ("unpaid",

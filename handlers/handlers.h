@@ -41,6 +41,12 @@ struct http_config {
     /* The region of phone numbers written without + or 00 ("CN"). */
     const char *phone_region;
     unsigned admin_token_ttl_s; /* an admin login's token lives this long */
+    /* Proof of work before a login code (handlers/pow.c): the largest
+     * number of a challenge (0: none asked), how long one is good, and
+     * its key (derived from the secret: never a token's). */
+    unsigned pow_maxnumber;
+    unsigned pow_ttl_s;
+    unsigned char pow_key[32];
     /* Connections from these proxies name their client in
      * X-Forwarded-For (handlers/request.h, req_client_addr()); empty: the
      * peer is the client. */

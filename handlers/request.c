@@ -25,6 +25,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_UNAUTHORIZED] = {401, "UNAUTHORIZED",
                           "a valid bearer token is required"},
     [ERR_FORBIDDEN] = {403, "FORBIDDEN", "this needs an admin token"},
+    [ERR_POW_REQUIRED] = {403, "POW_REQUIRED",
+                          "solve the proof of work in error.details and send "
+                          "it in Seckill-PoW"},
     [ERR_NOT_FOUND] = {404, "NOT_FOUND", "no such resource"},
     [ERR_METHOD_NOT_ALLOWED] = {405, "METHOD_NOT_ALLOWED",
                                 "method not allowed on this resource"},

@@ -69,6 +69,11 @@ int sale_login(struct sale *s, const char *phone, const char *code,
     return 0;
 }
 
+int sale_pow_spend(struct sale *s, const char *challenge, int64_t expires_s)
+{
+    return store_pow_spend(sale__store(s), challenge, expires_s);
+}
+
 enum sale_session sale_session_check(struct sale *s,
                                      const struct token_claims *c)
 {

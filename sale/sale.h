@@ -150,6 +150,13 @@ struct sale_login {
 int sale_login(struct sale *s, const char *phone, const char *code,
                const char *addr, struct sale_login *out);
 
+/*
+ * A proof of work (its challenge, hex, good until expires_s) is used:
+ * 0 the first time on any instance, -EALREADY after, or -errno. Waits
+ * for Redis.
+ */
+int sale_pow_spend(struct sale *s, const char *challenge, int64_t expires_s);
+
 /* ---- sessions: logging out, bans ---- */
 
 enum sale_session {

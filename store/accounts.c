@@ -220,6 +220,28 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
     return err;
 }
 
+int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
+{
+    redisContext *rc = store_redis(st);
+    redisReply *r;
+    int err;
+
+    if (!rc)
+        return -ENOTCONN;
+    r = redisCommand(rc, "SET pow:spent:%s 1 NX PXAT %lld", challenge,
+                     (long long)expires_s * 1000 + 1000);
+    if (!r) {
+        log_warn("redis command failed", "op=pow_spend err=\"%s\"",
+                 rc->errstr);
+        return -ENOTCONN;
+    }
+    err = r->type == REDIS_REPLY_NIL                                  ? -EALREADY
+          : r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING ? 0
+                                                                     : -EIO;
+    freeReplyObject(r);
+    return err;
+}
+
 int store_publish(struct store *st, const char *channel, const char *msg)
 {
     redisContext *rc = store_redis(st);

@@ -239,6 +239,12 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
                                          int64_t exp_s),
                              void *ctx);
 
+/*
+ * A proof of work's challenge (hex) is used, until expires_s (epoch s):
+ * 0 the first time, -EALREADY for any later one, on any instance.
+ */
+int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s);
+
 /* PUBLISH msg on channel. */
 int store_publish(struct store *st, const char *channel, const char *msg);
 

@@ -445,6 +445,19 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
     return 0;
 }
 
+int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(strlen(challenge) == 64 && expires_s > 0,
+               "a proof of work spent unchecked");
+    if ((err = step(&variant)))
+        return err;
+    return variant == 1 ? -EALREADY : 0;
+}
+
 int store_publish(struct store *st, const char *channel, const char *msg)
 {
     check_store(st);

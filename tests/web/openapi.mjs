@@ -28,7 +28,7 @@
 // fail.
 
 import { execFileSync } from "node:child_process";
-import { createHmac } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -683,6 +683,45 @@ async function runCases(proxies, redisCli, main) {
         status: 200,
     });
 
+    // Proof of work: the quick instance asks for it before a code.
+    {
+        const powPhone = "137" + String(RUN % 100000000).padStart(8, "0");
+        const chal = await check(proxies, { name: "pow challenge", via: S, quick: true, method: "GET", path: "/api/pow", op: "GET /api/pow", status: 200 });
+        await check(proxies, {
+            name: "login code without a proof of work",
+            via: S,
+            quick: true,
+            method: "POST",
+            path: "/api/auth/code",
+            op: "POST /api/auth/code",
+            body: { phone: powPhone },
+            status: 403,
+            code: "POW_REQUIRED",
+        });
+        const c = chal.json;
+        let number = -1;
+        for (let i = 0; i <= c.maxnumber; i++)
+            if (createHash("sha256").update(c.salt + i).digest("hex") === c.challenge) {
+                number = i;
+                break;
+            }
+        assert(number >= 0, "the challenge has no solution");
+        const solution = Buffer.from(
+            JSON.stringify({ algorithm: c.algorithm, challenge: c.challenge, number, salt: c.salt, signature: c.signature }),
+        ).toString("base64");
+        await check(proxies, {
+            name: "login code with a proof of work",
+            via: S,
+            quick: true,
+            method: "POST",
+            path: "/api/auth/code",
+            op: "POST /api/auth/code",
+            body: { phone: powPhone },
+            headers: { "Seckill-PoW": solution },
+            status: 200,
+        });
+    }
+
     // An admin's login.
     {
         const username = `openapi-${RUN}`;
@@ -872,7 +911,12 @@ async function main() {
 async function run() {
     const env = { SECKILL_CORS_ORIGINS: ALLOWED_ORIGIN, SECKILL_DEV: "1", SECKILL_PAY_SECRET: PAY_SECRET };
     const main = await startSeckilld("openapi-seckilld", env);
-    const quick = await startSeckilld("openapi-seckilld-quick", { ...env, SECKILL_PAY_TIMEOUT_S: "1" });
+    // quick: short pay deadlines, and a proof of work before a code.
+    const quick = await startSeckilld("openapi-seckilld-quick", {
+        ...env,
+        SECKILL_PAY_TIMEOUT_S: "1",
+        SECKILL_POW_MAXNUMBER: "2000",
+    });
     const dead = await freePort();
     const db = new URL(process.env.SECKILL_REDIS_URL).pathname.slice(1) || "0";
     const broken = await startSeckilld("openapi-seckilld-no-redis", {

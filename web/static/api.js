@@ -191,6 +191,11 @@ export function describeError(res) {
             };
         case "PAYLOAD_TOO_LARGE":
             return { text: "Refused: the request is larger than 64 KiB.", tone: "bad" };
+        case "POW_REQUIRED":
+            return {
+                text: "Refused: the page's proof of work was missing, used up or too old. Try again.",
+                tone: "bad",
+            };
         case "UNSUPPORTED_MEDIA_TYPE":
             return {
                 text: "Refused: the page sent a body that is not labelled as JSON.",
