@@ -17,6 +17,7 @@ import {
     BIN,
     ROOT,
     RUN,
+    adminAdd,
     assert,
     assertEqual,
     createVoucher,
@@ -33,6 +34,10 @@ import {
 const SHOTS = path.join(ROOT, "build/screenshots");
 const PHONE = { width: 390, height: 844 };
 const DESKTOP = { width: 1280, height: 900 };
+// The narrowest phone the pages are laid out for.
+const NARROW = { width: 360, height: 740 };
+// Where the admin's page keeps its session (web/static/admin.js).
+const ADMIN_SESSION_KEY = "seckill.admin-session";
 // A bound for a page to show what the test waits for; reaching it fails
 // the test, it is not a measurement.
 const WAIT_MS = 20000;
@@ -382,20 +387,120 @@ async function adminValidation(page, adminToken) {
     }
 }
 
+// The admin's session the page keeps in the tab ({token, username, ...}),
+// or null.
+function storedSession(page) {
+    return page.evaluate((key) => JSON.parse(sessionStorage.getItem(key) || "null"), ADMIN_SESSION_KEY);
+}
+
+function focused(page) {
+    return page.evaluate(() => document.activeElement && document.activeElement.id);
+}
+
+// Log in through the admin page's form, as a person would: type the name
+// and the password, press Log in.
+async function adminLogIn(page, username, password) {
+    for (const [id, text] of [
+        ["#username", username],
+        ["#password", password],
+    ]) {
+        await page.fill(id, "");
+        await page.locator(id).pressSequentially(text);
+    }
+    await page.getByRole("button", { name: "Log in" }).click();
+}
+
+// A wrong password: the API's own message, the password field emptied
+// for another try, and nothing kept in the tab; after five, when to try
+// again. On the narrowest common phone, where the form must fit without
+// scrolling sideways.
+async function adminWrongPassword() {
+    // Each failure counts against the client's address for 15 minutes,
+    // in Redis, across runs: this run's requests name an address of
+    // their own in X-Forwarded-For (the service trusts the loopback
+    // proxy), so that runs in a row never reach the address's limit.
+    const addr = `2001:db8:${(RUN >>> 16).toString(16)}:${(RUN & 0xffff).toString(16)}::1`;
+    const context = await browser.newContext({ viewport: NARROW, extraHTTPHeaders: { "X-Forwarded-For": addr } });
+    const page = await newPage(context);
+    const username = `page-wrong-${RUN}`;
+    const wrong = "not the password of this account";
+    adminAdd(username, "the password of this account");
+    await page.goto(`${server.url}/admin`);
+
+    const fits = await page.evaluate(() => {
+        const box = document.getElementById("login-button").getBoundingClientRect();
+        const field = document.getElementById("password").getBoundingClientRect();
+        return { page: document.documentElement.scrollWidth, button: box.right, field: field.right };
+    });
+    assert(
+        fits.page <= NARROW.width && fits.button <= NARROW.width && fits.field <= NARROW.width,
+        `the login form at ${NARROW.width} px: ${JSON.stringify(fits)}`,
+    );
+
+    await adminLogIn(page, username, wrong);
+    const shown = await waitFor(async () => {
+        const t = await page.textContent("#login-msg");
+        return t && t !== "Logging in…" ? t : null;
+    }, "the refusal");
+    const api = await http(server.url, "POST", "/api/admin/login", {
+        body: { username, password: wrong },
+        headers: { "X-Forwarded-For": addr },
+    });
+    assertEqual(api.status, 401, "the API on a wrong password");
+    const words = api.json.error.message;
+    assertEqual(shown, words[0].toUpperCase() + words.slice(1) + ".", "the page's message for a wrong password");
+    assertEqual(await page.evaluate(() => sessionStorage.length), 0, "entries in session storage");
+    assert(await page.isVisible("#login-form"), "the form stays");
+    assert(await page.isHidden("#session"), "no session is shown");
+    assertEqual(await page.inputValue("#password"), "", "the password field after a wrong one");
+    assertEqual(await page.inputValue("#username"), username, "the name stays");
+    assertEqual(await focused(page), "password", "focus after a wrong password");
+
+    await shoot(page, "admin-login");
+
+    // Five failures for the name lock it for 15 minutes: the page says
+    // when to try again, from Retry-After.
+    for (let i = 0; i < 3; i++) {
+        const r = await http(server.url, "POST", "/api/admin/login", {
+            body: { username, password: wrong },
+            headers: { "X-Forwarded-For": addr },
+        });
+        assertEqual(r.status, 401, `wrong password ${i + 3}`);
+    }
+    await adminLogIn(page, username, wrong);
+    const locked = await waitFor(async () => {
+        const t = await page.textContent("#login-msg");
+        return /^Too many attempts/.test(t) ? t : null;
+    }, "the lock-out");
+    assert(/you can try again in 1[0-5] min, at \d{1,2}:\d{2}/.test(locked), `the lock-out message: ${locked}`);
+    assertEqual(await page.evaluate(() => sessionStorage.length), 0, "entries in session storage when locked out");
+    assertNoProblems(page);
+    await context.close();
+}
+
 async function adminFlow() {
     const context = await browser.newContext({ viewport: DESKTOP });
     const page = await newPage(context);
     const resp = await page.goto(`${server.url}/admin`);
     assertEqual(resp.status(), 200, "GET /admin");
-    const adminToken = token(1, true);
+    const username = `page-admin-${RUN}`;
+    const password = `the page's password ${RUN}`;
+    adminAdd(username, password);
 
-    // Without a token the form says so; a user's token is named as such.
-    await page.fill("#token", token(5));
-    await page.click("#token-form button[type=submit]");
-    await waitFor(async () => /user token of user 5/.test(await page.textContent("#token-msg")), "the user-token warning");
-    await page.fill("#token", adminToken);
-    await page.click("#token-form button[type=submit]");
-    await waitFor(async () => /Admin token of user 1/.test(await page.textContent("#token-msg")), "the token accepted");
+    // Logged out: the form, and the counters ask for a login.
+    assert(await page.isVisible("#login-form"), "the login form");
+    assert(await page.isHidden("#session"), "no session before logging in");
+    await waitFor(async () => /Log in to see the counters/.test(await page.textContent("#metrics-msg")), "the counters' hint");
+
+    await adminLogIn(page, username, password);
+    await waitFor(() => page.isVisible("#session"), "the session shown");
+    assertEqual(await page.textContent("#who-name"), username, "the name shown");
+    assert(await page.isHidden("#login-form"), "the form is hidden once logged in");
+    assertEqual(await page.inputValue("#password"), "", "the password field once logged in");
+    assertEqual(await focused(page), "who", "focus after logging in");
+    const session = await storedSession(page);
+    assert(session && /^[A-Za-z0-9_-]{83}$/.test(session.token), `the session kept in the tab: ${JSON.stringify(session)}`);
+    const adminToken = session.token;
 
     await adminValidation(page, adminToken);
 
@@ -447,6 +552,32 @@ async function adminFlow() {
     await waitFor(async () => Number(await page.textContent('[data-counter="ok"] .n')) >= 30, "30 orders in the counters");
 
     await shoot(page, "admin");
+
+    // Log out: the form is back, the tab keeps nothing, and the server
+    // refuses the token from then on.
+    await page.getByRole("button", { name: "Log out" }).click();
+    await waitFor(() => page.isVisible("#login-form"), "the form after logging out");
+    assert(await page.isHidden("#session"), "no session after logging out");
+    assert(/Logged out\./.test(await page.textContent("#login-msg")), `after logging out: ${await page.textContent("#login-msg")}`);
+    assertEqual(await storedSession(page), null, "the session kept after logging out");
+    assertEqual(await focused(page), "username", "focus after logging out");
+    const refused = await http(server.url, "GET", "/api/admin/metrics", { token: adminToken });
+    assertEqual(refused.status, 401, "GET /api/admin/metrics with the token logged out");
+    await waitFor(async () => /Log in to see the counters/.test(await page.textContent("#metrics-msg")), "the counters' hint again");
+    assertEqual(await page.locator("#counters .counter").count(), 0, "counters shown after logging out");
+
+    // A session ended elsewhere (every token of the account logged out):
+    // the page's next call answers 401 and the form comes back with why.
+    await adminLogIn(page, username, password);
+    await waitFor(() => page.isVisible("#session"), "the session shown again");
+    const again = (await storedSession(page)).token;
+    assert(again !== adminToken, "a new login has a new token");
+    const all = await http(server.url, "POST", "/api/auth/logout", { token: again, body: { all: true } });
+    assertEqual(all.status, 204, "logging out every token of the account");
+    await waitFor(() => page.isVisible("#login-form"), "the form after the session ended elsewhere");
+    assert(/log in again/i.test(await page.textContent("#login-msg")), `the message: ${await page.textContent("#login-msg")}`);
+    assertEqual(await storedSession(page), null, "the session kept after a 401");
+
     assertNoProblems(page);
     await context.close();
 }
@@ -455,8 +586,14 @@ async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
         // Development mode (the login code on the page, Pay (dev)); 15
-        // minutes to pay, as the buyer's test reads it.
-        server = await startSeckilld("browser-seckilld", { SECKILL_DEV: "1", SECKILL_PAY_TIMEOUT_S: "900" });
+        // minutes to pay, as the buyer's test reads it. The loopback proxy
+        // is trusted so that the admin's wrong-password test can name a
+        // client address of its own.
+        server = await startSeckilld("browser-seckilld", {
+            SECKILL_DEV: "1",
+            SECKILL_PAY_TIMEOUT_S: "900",
+            SECKILL_TRUSTED_PROXIES: "127.0.0.0/8",
+        });
         // launch() runs Chromium on a fresh temporary profile of its own
         // and removes it on close.
         browser = await chromium.launch({
@@ -475,7 +612,14 @@ async function main() {
         });
         await test("browser: buyer logs in, waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
         await test("browser: every error code has its own words", errorWords);
-        await test("browser: admin creates a voucher with the API's messages and watches a crowd buy", adminFlow);
+        await test(
+            "browser: admin's wrong password shows the API's message and keeps no token; locked out, when to retry",
+            adminWrongPassword,
+        );
+        await test(
+            "browser: admin logs in, creates a voucher with the API's messages, watches a crowd buy, logs out",
+            adminFlow,
+        );
     } finally {
         if (browser) await browser.close();
         await stopAll();

@@ -1,14 +1,15 @@
-// admin.js - the admin's page: an admin token, a form that creates a
-// voucher (checked field by field with the API's own messages before it
-// is sent), the shop's vouchers with their numbers read once a second
-// (GET /api/vouchers/{id}/stats with the token, else the voucher's stock)
-// and a chart of the selected one's sales, and the purchase counters
-// (GET /api/admin/metrics with the token).
+// admin.js - the admin's page: a login (POST /api/admin/login; the token
+// is kept in the tab's session storage until Log out or a 401), a form
+// that creates a voucher (checked field by field with the API's own
+// messages before it is sent), the shop's vouchers with their numbers
+// read once a second (GET /api/vouchers/{id}/stats with the token, else
+// the voucher's stock) and a chart of the selected one's sales, and the
+// purchase counters (GET /api/admin/metrics with the token).
 
-import { call, clock, describeError, el, localTime, money, rfc3339, say } from "./api.js";
+import { call, clock, describeError, el, localNow, localTime, money, rfc3339, say } from "./api.js";
 import { drawChart, soldBetween } from "./chart.js";
 
-const TOKEN_KEY = "seckill.admin-token";
+const SESSION_KEY = "seckill.admin-session";
 const LIST_REFRESH_MS = 10000;
 const STOCK_POLL_MS = 1000;
 const METRICS_POLL_MS = 1000;
@@ -20,7 +21,7 @@ const SECKILL_ROUTE = "/api/vouchers/{id}/seckill";
 const $ = (id) => document.getElementById(id);
 
 const state = {
-    token: sessionStorage.getItem(TOKEN_KEY) || "",
+    session: loadSession(),
     shopId: "1",
     vouchers: [], // the list, newest first
     history: new Map(), // voucher id -> [{t, stock, sold?}]
@@ -29,59 +30,151 @@ const state = {
     metrics: [], // [{t, values}] of the last seconds
 };
 
-// ---- the token ----
+// ---- the session ----
 
-// A token's claims, read without checking its signature (only the server
-// can): base64url of version(1) | user id(8) | role(1) | expires(8) |
-// mac(32). null when it does not have that shape.
-export function decodeToken(tok) {
-    if (!/^[A-Za-z0-9_-]{83}$/.test(tok)) return null;
-    const bin = atob(tok.replace(/-/g, "+").replace(/_/g, "/") + "=");
-    const b = Uint8Array.from(bin, (c) => c.charCodeAt(0));
-    const big = (from) => {
-        let v = 0n;
-        for (let i = 0; i < 8; i++) v = (v << 8n) | BigInt(b[from + i]);
-        return v;
-    };
-    return {
-        version: b[0],
-        userId: big(1).toString(),
-        role: b[9] === 2 ? "admin" : b[9] === 1 ? "user" : "unknown",
-        expires: Number(big(10)) * 1000,
-    };
+// The session kept in the tab: {token, username, expiresAt}, with
+// expiresAt on the reader's clock (epoch ms), for showing only. null
+// when there is none or the stored one is damaged.
+function loadSession() {
+    try {
+        const s = JSON.parse(sessionStorage.getItem(SESSION_KEY) || "null");
+        if (s && typeof s.token === "string" && typeof s.username === "string") return s;
+    } catch {
+        // a damaged entry is dropped below
+    }
+    sessionStorage.removeItem(SESSION_KEY);
+    return null;
 }
 
-function showToken() {
-    const msg = $("token-msg");
-    if (!state.token) {
-        say(msg, "No token: creating vouchers needs one.", "warn");
+// Keep s (or forget the session, for null) and show the form or who is
+// logged in. The readings made with the old token go with it.
+function saveSession(s) {
+    state.session = s;
+    if (s) sessionStorage.setItem(SESSION_KEY, JSON.stringify(s));
+    else sessionStorage.removeItem(SESSION_KEY);
+    state.stats.clear();
+    state.metrics = [];
+    if (!s) $("counters").replaceChildren();
+    renderSession();
+    renderList();
+}
+
+function renderSession() {
+    const s = state.session;
+    $("login-form").hidden = !!s;
+    $("login-hint").hidden = !!s;
+    $("session").hidden = !s;
+    if (s) {
+        $("who-name").textContent = s.username;
+        $("who-until").textContent = s.expiresAt
+            ? ", until " + new Date(s.expiresAt).toLocaleTimeString(undefined, { timeStyle: "short" })
+            : "";
+    }
+}
+
+// The session's token, or null. An expired one is still sent: the server
+// answers 401, which ends the session (sessionGone), within a second of
+// the expiry since the counters are read every second.
+function adminToken() {
+    return state.session ? state.session.token : null;
+}
+
+// Forget the session and bring the form back with why. Focus goes to the
+// form only when it was on what just disappeared, or when moveFocus
+// says so (the admin's own action was refused), never while they type
+// elsewhere.
+function endSession(text, tone, moveFocus = false) {
+    const lost = $("session").contains(document.activeElement) || document.activeElement === document.body;
+    saveSession(null);
+    say($("login-msg"), text, tone);
+    if (moveFocus || lost) $("username").focus();
+}
+
+// An answer of 401 to a call made with token means that it expired or
+// was refused (a logout elsewhere): back to the form, unless the session
+// has changed since the call went out. True when it was a 401.
+function sessionGone(res, token, moveFocus = false) {
+    if (res.status !== 401) return false;
+    if (!state.session || state.session.token !== token) return true;
+    endSession(describeError(res).text, "bad", moveFocus);
+    return true;
+}
+
+// The API's own message as a sentence: "The username or password is
+// wrong."
+function sentence(message) {
+    const m = String(message || "").trim();
+    return m ? m[0].toUpperCase() + m.slice(1) + (/[.!?]$/.test(m) ? "" : ".") : "";
+}
+
+// When a refusal with Retry-After of seconds ends: "in 40 s" or "in 15
+// min, at 14:05".
+function retryWhen(seconds) {
+    if (seconds < 60) return `in ${seconds} s`;
+    const at = new Date(localNow() + seconds * 1000).toLocaleTimeString(undefined, { timeStyle: "short" });
+    return `in ${Math.ceil(seconds / 60)} min, at ${at}`;
+}
+
+// The login form's words for a refused login: the API's own message for
+// a wrong pair, and when to try again for a refusal that passes (after
+// too many failures, a wait of up to 15 minutes).
+function loginRefusal(res) {
+    const wait = res.retryAfter || 1;
+    switch (res.error.code) {
+        case "UNAUTHORIZED":
+            return sentence(res.error.message);
+        case "RATE_LIMITED":
+            return `Too many attempts: you can try again ${retryWhen(wait)}.`;
+        case "BUSY":
+            return `Another login is being checked: try again ${retryWhen(wait)}.`;
+        default:
+            return describeError(res).text;
+    }
+}
+
+$("login-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const username = $("username").value.trim();
+    const password = $("password").value;
+    const button = $("login-button");
+    button.disabled = true;
+    say($("login-msg"), "Logging in…");
+    const res = await call("POST", "/api/admin/login", { body: { username, password } });
+    button.disabled = false;
+    if (!res.ok) {
+        say($("login-msg"), loginRefusal(res), res.status === 429 ? "warn" : "bad");
+        // A wrong pair: the password is typed again; a name the API
+        // refuses: the name is corrected.
+        if (res.error.code === "UNAUTHORIZED") {
+            $("password").value = "";
+            $("password").focus();
+        } else if (res.error.code === "BAD_REQUEST") {
+            $("username").focus();
+        }
         return;
     }
-    const c = decodeToken(state.token);
-    if (!c) {
-        say(msg, "This is not a seckilld token (83 characters of base64url).", "bad");
-    } else if (c.role !== "admin") {
-        say(msg, `A ${c.role} token of user ${c.userId}: the API needs an admin token.`, "bad");
-    } else if (c.expires <= clock.now()) {
-        say(msg, `The admin token of user ${c.userId} expired at ${localTime(new Date(c.expires).toISOString())}.`, "bad");
-    } else {
-        say(msg, `Admin token of user ${c.userId}, valid until ${localTime(new Date(c.expires).toISOString())}.`, "ok");
-    }
-}
-
-$("token-form").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    state.token = $("token").value.trim();
-    sessionStorage.setItem(TOKEN_KEY, state.token);
-    $("token").value = "";
-    state.stats.clear();
-    showToken();
+    $("password").value = "";
+    say($("login-msg"), "");
+    saveSession({
+        token: res.data.token,
+        username: res.data.admin.username,
+        expiresAt: localNow() + res.data.expiresIn * 1000,
+    });
+    $("who").focus();
+    pollMetrics();
 });
 
-$("token-forget").addEventListener("click", () => {
-    state.token = "";
-    sessionStorage.removeItem(TOKEN_KEY);
-    showToken();
+$("logout").addEventListener("click", async () => {
+    const button = $("logout");
+    const token = adminToken();
+    button.disabled = true;
+    say($("login-msg"), "Logging out…");
+    const res = await call("POST", "/api/auth/logout", { token });
+    button.disabled = false;
+    // The tab forgets the token whatever the answer; a 401 means the
+    // server refuses it already.
+    if (res.ok || res.status === 401) endSession("Logged out.", "ok", true);
+    else endSession(`Logged out of this tab, but the server did not confirm it: ${describeError(res).text}`, "warn", true);
 });
 
 // ---- the new voucher's fields, checked as the API checks them ----
@@ -237,17 +330,22 @@ $("create-form").addEventListener("submit", async (ev) => {
         say(msg, "Correct the marked fields.", "bad");
         return;
     }
-    if (!state.token) {
-        say(msg, "Paste an admin token first.", "bad");
-        $("token").focus();
+    const token = adminToken();
+    if (!token) {
+        say(msg, "Log in first: creating vouchers needs an admin login.", "bad");
+        $("username").focus();
         return;
     }
     const button = $("create-button");
     button.disabled = true;
     say(msg, "Creating…");
-    const res = await call("POST", "/api/vouchers", { body: voucherBody(v), token: state.token });
+    const res = await call("POST", "/api/vouchers", { body: voucherBody(v), token });
     button.disabled = false;
     if (!res.ok) {
+        if (sessionGone(res, token, true)) {
+            say(msg, "Log in again to create the voucher.", "bad");
+            return;
+        }
         // A 400 names its field first ("stock: ..."): show it there.
         const m = /^([A-Za-z]+): /.exec(res.error.message || "");
         if (res.error.code === "BAD_REQUEST" && m && $("f-" + m[1])) {
@@ -316,22 +414,16 @@ function watched() {
         .slice(0, WATCH_MAX);
 }
 
-// True while the pasted token is an admin's that has not expired (the
-// server checks the signature).
-function adminToken() {
-    const c = state.token ? decodeToken(state.token) : null;
-    return c && c.role === "admin" && c.expires > clock.now() ? state.token : null;
-}
-
-// One voucher's reading: its stats with an admin token, else the voucher.
+// One voucher's reading: its stats while logged in, else the voucher.
 async function readOne(v) {
     const tok = adminToken();
     if (tok) {
         const res = await call("GET", `/api/vouchers/${v.id}/stats`, { token: tok });
-        if (res.ok) {
+        if (res.ok && adminToken() === tok) {
             state.stats.set(v.id, res.data);
             return { ...v, stock: res.data.stock, stats: res.data };
         }
+        sessionGone(res, tok);
     }
     const res = await call("GET", `/api/vouchers/${v.id}`);
     return res.ok ? res.data : null;
@@ -493,10 +585,15 @@ const COUNTERS = [
 async function pollMetrics() {
     const tok = adminToken();
     if (!tok) {
-        say($("metrics-msg"), "The counters need an admin token.", "warn");
+        say($("metrics-msg"), "Log in to see the counters.", "warn");
         return;
     }
     const res = await call("GET", "/api/admin/metrics", { token: tok });
+    if (sessionGone(res, tok) || adminToken() !== tok) {
+        // The session ended meanwhile: the counters say so again.
+        if (!state.session) say($("metrics-msg"), "Log in to see the counters.", "warn");
+        return;
+    }
     if (!res.ok) {
         say($("metrics-msg"), "Could not read the counters: " + describeError(res).text, "warn");
         return;
@@ -529,10 +626,8 @@ window.addEventListener("resize", renderList);
 $("shop-id").value = state.shopId;
 syncType();
 showMoney();
-loadList().then(() => {
-    setStart(60);
-    showToken();
-});
+renderSession();
+loadList().then(() => setStart(60));
 pollMetrics();
 setInterval(() => {
     if (document.visibilityState === "visible") loadList();
