@@ -25,6 +25,7 @@
 
 /* Keys derived from SECKILL_SECRET (crypto_kdf ids). */
 #define KDF_ID_POW 1
+#define KDF_ID_TICKET 2
 
 struct server {
     const struct handlers_config *cfg;
@@ -218,7 +219,18 @@ int server_start(const struct handlers_config *cfg, struct server **out)
                 .phone_tries = cfg->login_phone_tries,
                 .wait_max_s = SALE_LOGIN_WAIT_MAX_S,
             },
+        .waitroom =
+            {
+                .open_s = cfg->waitroom_open_s,
+                .admit_rate = cfg->waitroom_admit_rate,
+                .ticket_ttl_s = cfg->waitroom_ticket_ttl_s,
+                .poll_s = cfg->waitroom_poll_s,
+            },
     };
+    /* Tickets have a key of their own: never a token's, nor the reverse. */
+    crypto_kdf_derive_from_key(srv->sale_cfg.waitroom.ticket_key,
+                               sizeof(srv->sale_cfg.waitroom.ticket_key),
+                               KDF_ID_TICKET, "seckilld", cfg->secret);
     srv->sale = sale_new(&srv->sale_cfg);
     srv->expiry = expiry_start(srv->sale, &cfg->store);
     http_config_of(cfg, &srv->http_cfg);

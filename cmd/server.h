@@ -51,6 +51,9 @@ struct handlers_config {
     const char *phone_region;
     unsigned admin_token_ttl_s; /* http_config.admin_token_ttl_s */
     unsigned pow_maxnumber;     /* http_config.pow_maxnumber */
+    /* The waiting rooms (sale_config.waitroom). */
+    unsigned waitroom_open_s, waitroom_admit_rate, waitroom_ticket_ttl_s,
+        waitroom_poll_s;
     unsigned pow_ttl_s;         /* http_config.pow_ttl_s */
     /* Login codes (sale_config.codes; the TTL and the longest wait are
      * the sale layer's). */

@@ -91,7 +91,7 @@ void metrics_observe_wait(enum metric_wait w, uint64_t ns);
  * the request's first callback (its headers read) to its completion.
  * Lock-free.
  */
-#define METRICS_ROUTES_MAX 24
+#define METRICS_ROUTES_MAX 32
 void metrics_request_observe(unsigned route, unsigned status,
                              uint64_t duration_ns);
 

@@ -25,6 +25,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_UNAUTHORIZED] = {401, "UNAUTHORIZED",
                           "a valid bearer token is required"},
     [ERR_FORBIDDEN] = {403, "FORBIDDEN", "this needs an admin token"},
+    [ERR_TICKET_REQUIRED] = {403, "TICKET_REQUIRED",
+                             "this sale admits buyers through its waiting "
+                             "room: join it and buy with your ticket"},
     [ERR_POW_REQUIRED] = {403, "POW_REQUIRED",
                           "solve the proof of work in error.details and send "
                           "it in Seckill-PoW"},

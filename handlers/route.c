@@ -34,6 +34,9 @@ static const struct route routes[] = {
     {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS",
      ROUTE_RUN_HERE_WITH_TOKEN, NULL},
+    /* A queue sale's waiting room: join (POST), the place (GET). */
+    {"/api/vouchers/{id}/queue", queue_get, queue_post, "GET, POST, OPTIONS",
+     LIMITED, NULL},
     {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS",
      LIMITED, NULL},
     {"/api/orders", orders_get, NULL, "GET, OPTIONS", LIMITED, NULL},

@@ -73,6 +73,12 @@ static void buy_reply(struct request *req, const struct sale_buy *b)
         req_error(req, ERR_RATE_LIMITED, NULL);
         req->retry_after = b->retry_s;
         break;
+    case SALE_TICKET_REQUIRED:
+        req_error(req, ERR_TICKET_REQUIRED,
+                  b->ticket ? "the ticket is not this buyer's for this "
+                              "voucher, or it has expired"
+                            : NULL);
+        break;
     case SALE_FAILED:
         if (b->err == -EAGAIN)
             req_error(req, ERR_UNAVAILABLE,
@@ -117,6 +123,7 @@ unsigned voucher_seckill_post(struct request *req)
         .voucher_id = req->id,
         .user_id = req->auth.user_id,
         .arrived_ms = (int64_t)(req->start_ns / 1000000u),
+        .ticket = req_header_value(req, "Seckill-Ticket"),
         .park = buy_park,
         .done = bought,
     };

@@ -28,6 +28,9 @@ static json_t *voucher_json(const struct store_voucher *v)
         json_object_set_new(
             o, "purchaseMode",
             json_string(v->mode == PURCHASE_ASYNC ? "async" : "sync"));
+        json_object_set_new(
+            o, "admission",
+            json_string(v->admission == ADMISSION_QUEUE ? "queue" : "open"));
     }
     return o;
 }
@@ -46,7 +49,7 @@ unsigned vouchers_post(struct request *req)
 {
     struct store_voucher *v;
     const char *title = NULL, *sub_title = "", *rules = "", *type = "normal";
-    const char *mode = NULL;
+    const char *mode = NULL, *admission = NULL;
     bool mode_given = false;
     unsigned status;
     int err;
@@ -96,13 +99,25 @@ unsigned vouchers_post(struct request *req)
                       "purchaseMode: must be \"sync\" or \"async\"");
             goto out;
         }
+        if (!body_str_or_reply(req, "admission", false, 8, &admission))
+            goto out;
+        if (!admission || strcmp(admission, "open") == 0)
+            v->admission = ADMISSION_OPEN;
+        else if (strcmp(admission, "queue") == 0)
+            v->admission = ADMISSION_QUEUE;
+        else {
+            req_error(req, ERR_BAD_REQUEST,
+                      "admission: must be \"open\" or \"queue\"");
+            goto out;
+        }
     } else if (strcmp(type, "normal") == 0) {
         v->type = VOUCHER_NORMAL;
         if (body_has(req, "stock") || body_has(req, "beginTime") ||
-            body_has(req, "endTime") || body_has(req, "purchaseMode")) {
+            body_has(req, "endTime") || body_has(req, "purchaseMode") ||
+            body_has(req, "admission")) {
             req_error(req, ERR_BAD_REQUEST,
-                      "stock, beginTime, endTime and purchaseMode are only "
-                      "for seckill vouchers");
+                      "stock, beginTime, endTime, purchaseMode and admission "
+                      "are only for seckill vouchers");
             goto out;
         }
     } else {

@@ -38,10 +38,13 @@
 
 /*
  * Step 1's verdict on what is known about the voucher (from the cache when
- * cached, else just read from MySQL). True when refused (b->outcome).
+ * cached, else just read from MySQL). True when refused (b->outcome). A
+ * queue sale's buyer needs a ticket of the waiting room, checked after
+ * the sale's window, so that an early buyer still hears NOT_STARTED.
  */
-static bool refused(struct sale_buy *b, const struct vcache_voucher *v,
-                    int64_t now_s, bool cached)
+static bool refused(const struct sale *s, struct sale_buy *b,
+                    const struct vcache_voucher *v, int64_t now_s,
+                    bool cached)
 {
     if (!v->found)
         b->outcome = SALE_NOT_FOUND;
@@ -56,6 +59,8 @@ static bool refused(struct sale_buy *b, const struct vcache_voucher *v,
                              : METRIC_PURCHASE_SOLD_OUT,
                       1);
         b->outcome = SALE_SOLD_OUT;
+    } else if (v->queue && !sale__ticket_ok(s, b, util_now_ms())) {
+        b->outcome = SALE_TICKET_REQUIRED;
     } else {
         return false;
     }
@@ -153,13 +158,15 @@ static bool row_refused(struct sale_purchase *sp, struct store *st,
         v.found = true;
         v.type = VOUCHER_SECKILL;
         v.mode = PURCHASE_ASYNC;
+        /* Its admission is in MySQL; Redis marks a waiting room too. */
+        v.queue = store_waitroom_marked(st, b->voucher_id) != 0;
     } else {
         vcache_voucher_from_row(&v, err ? NULL : &row);
         vcache_entry_put(sp->sale->cfg.vcache, b->voucher_id, &v,
                          sp->vcache_gen);
     }
     sp->async = v.mode == PURCHASE_ASYNC;
-    return refused(b, &v, now_s, false);
+    return refused(sp->sale, b, &v, now_s, false);
 }
 
 /* The round trips before the engine, on a pool thread. */
@@ -210,7 +217,7 @@ bool sale_buy(struct sale *s, struct sale_buy *b)
      * keeps buying a sold-out (or not started, ended, unknown) voucher is
      * refused without a MySQL or Redis round trip. */
     cached = vcache_entry_get(s->cfg.vcache, b->voucher_id, &known, &gen);
-    if (cached && refused(b, &known, now_s, true))
+    if (cached && refused(s, b, &known, now_s, true))
         return true;
 
     sp = xcalloc(1, sizeof(*sp));

@@ -45,6 +45,11 @@ struct sale_purchase {
     int err;
 };
 
+/* Whether b carries a good ticket (sale/waitroom.c) of its buyer for its
+ * voucher at now_ms. From memory. */
+bool sale__ticket_ok(const struct sale *s, const struct sale_buy *b,
+                     int64_t now_ms);
+
 /*
  * The engine's batch functions (engine_purchase.batch) of the two modes:
  * a sync sale's takes the buyers' locks, order ids, and runs one MySQL

@@ -64,6 +64,15 @@ struct sale_config {
     struct sessions *sessions; /* the refused tokens' view, or NULL */
     /* Login codes: how often they are sent, how many wrong tries wait. */
     struct store_code_limits codes;
+    /* The waiting rooms of queue sales (sale/waitroom.c). */
+    struct sale_waitroom_config {
+        unsigned open_s;       /* joins from this long before the begin */
+        unsigned admit_rate;   /* places admitted a second, from the begin */
+        unsigned ticket_ttl_s; /* a ticket is good this long after its
+                                * place was admitted */
+        unsigned poll_s;       /* a buyer polls at most this often */
+        unsigned char ticket_key[32]; /* signs tickets: never a token's */
+    } waitroom;
 };
 
 struct sale;
@@ -261,6 +270,8 @@ enum sale_outcome {
                         * it in time: order order_id may be written, or
                         * lost with a failover (the outcome is unknown) */
     SALE_RATE_LIMITED, /* a bucket of the request's limit is empty */
+    SALE_TICKET_REQUIRED, /* a queue sale, and no good ticket of this
+                           * buyer for it (missing, another's, expired) */
     SALE_FAILED,       /* err says what (nothing written unless it says):
                         * -EAGAIN the async sale is being repaired; -EPERM
                         * this instance may not sell async sales; -ETIME
@@ -276,6 +287,7 @@ struct sale_buy {
     int64_t voucher_id;
     int64_t user_id;
     int64_t arrived_ms;      /* monotonic: the budget counts from here */
+    const char *ticket;      /* the waiting room's ticket, or NULL */
     struct sale_limit limit; /* charged before any round trip */
     /* Called once, on the calling thread inside sale_buy(), right before
      * the purchase goes to another thread: the caller parks its request
@@ -299,6 +311,46 @@ struct sale_buy {
  * handed on: park() was called, and done() will be called exactly once.
  */
 bool sale_buy(struct sale *s, struct sale_buy *b);
+
+/* ---- the waiting room ---- */
+
+enum sale_queue_outcome {
+    SALE_QUEUE_OK,          /* the place is below */
+    SALE_QUEUE_NOT_FOUND,   /* no such voucher */
+    SALE_QUEUE_NOT_SECKILL, /* not sold in a flash sale */
+    SALE_QUEUE_OPEN,        /* a sale without a waiting room */
+    SALE_QUEUE_NOT_OPEN,    /* the room opens in retry_ms */
+    SALE_QUEUE_ENDED,       /* the sale has ended */
+    SALE_QUEUE_SOLD_OUT,    /* nothing left to wait for */
+    SALE_QUEUE_NOT_JOINED,  /* a poll of a buyer without a place */
+    SALE_QUEUE_TOO_SOON,    /* a poll too soon after the last: retry_ms */
+};
+
+/* A buyer's place in a sale's waiting room. */
+struct sale_queue_place {
+    enum sale_queue_outcome outcome;
+    int64_t position;    /* 1-based; 0 before the begin (drawn then) */
+    bool admitted;       /* it may buy, with ticket */
+    int64_t eta_ms;      /* until it is admitted (0 when it is) */
+    int64_t begin_in_ms; /* until the sale begins (<= 0: it has) */
+    int64_t retry_ms;    /* SALE_QUEUE_NOT_OPEN, SALE_QUEUE_TOO_SOON */
+    char ticket[80];     /* admitted: the purchase's ticket */
+};
+
+/*
+ * Join voucher_id's waiting room as user_id (a place that exists is
+ * kept: joining twice is joining once), or (poll) read the place. Before
+ * the begin a place has no position yet: at the begin everyone who
+ * joined before is in a random order (drawn when they joined), and
+ * latecomers follow in the order they came. Places are admitted at the
+ * configured rate from the begin, by Redis' clock; an admitted place
+ * gets a ticket good until ticket_ttl_s after its admission. 0 with *out,
+ * or -errno. Waits for Redis (and MySQL when the voucher is not cached).
+ */
+int sale_queue_join(struct sale *s, int64_t voucher_id, int64_t user_id,
+                    struct sale_queue_place *out);
+int sale_queue_poll(struct sale *s, int64_t voucher_id, int64_t user_id,
+                    struct sale_queue_place *out);
 
 /* ---- orders ---- */
 

@@ -93,12 +93,13 @@
 /* Ids waiting for the refresher; when full, the next request asks again. */
 #define QUEUE_LEN 64
 
-/* Entry bits: kind, then the sold-out flag, the voucher type (one bit)
- * and its purchase mode. */
+/* Entry bits: kind, then the sold-out flag, the voucher type (one bit),
+ * its purchase mode and its admission. */
 enum { KIND_EMPTY = 0, KIND_MISSING = 1, KIND_VOUCHER = 2, KIND_MASK = 3 };
 #define BIT_SOLD_OUT 4u
 #define TYPE_SHIFT 3
 #define BIT_ASYNC 16u
+#define BIT_QUEUE 32u
 
 /*
  * Every field is atomic so that readers racing a writer are not a data
@@ -325,6 +326,7 @@ bool vcache_entry_get(struct vcache *vc, int64_t id, struct vcache_voucher *v,
     v->found = (sn.bits & KIND_MASK) == KIND_VOUCHER;
     v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT & 1u);
     v->mode = sn.bits & BIT_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
+    v->queue = (sn.bits & BIT_QUEUE) != 0;
     v->begin_time = sn.begin_time;
     v->end_time = sn.end_time;
     v->sold_out = (sn.bits & BIT_SOLD_OUT) != 0;
@@ -349,6 +351,8 @@ void vcache_entry_put(struct vcache *vc, int64_t id,
         bits = KIND_VOUCHER | (uint32_t)v->type << TYPE_SHIFT;
         if (v->mode == PURCHASE_ASYNC)
             bits |= BIT_ASYNC;
+        if (v->queue)
+            bits |= BIT_QUEUE;
         if (v->sold_out)
             bits |= BIT_SOLD_OUT;
         expires = v->sold_out ? vc->ttl_ms : META_TTL_MS;
@@ -543,6 +547,7 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
     v->begin_time = s->begin_time;
     v->end_time = s->end_time;
     v->mode = s->mode;
+    v->queue = s->type == VOUCHER_SECKILL && s->admission == ADMISSION_QUEUE;
     v->sold_out = s->type == VOUCHER_SECKILL && s->stock <= 0;
 }
 

@@ -38,6 +38,7 @@ struct vcache_voucher {
     int64_t end_time;   /* epoch seconds, exclusive */
     bool sold_out;      /* seckill vouchers only */
     enum purchase_mode mode;
+    bool queue; /* admission through the waiting room (a ticket) */
 };
 
 struct vcache;

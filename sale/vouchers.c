@@ -50,6 +50,13 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
             log_warn("async sale not preheated", "voucher=%lld err=%d",
                      (long long)v->id, err);
     }
+    if (v->admission == ADMISSION_QUEUE) {
+        /* What a purchase checks when MySQL cannot tell (buy.c). */
+        err = store_waitroom_mark(st, v->id, v->end_time * 1000);
+        if (err)
+            log_warn("waiting room not marked in redis", "voucher=%lld err=%d",
+                     (long long)v->id, err);
+    }
     /* Instances that answered 404 for this id from their cache (someone
      * tried it early) drop that answer now instead of after the TTL. */
     vcache_voucher_changed(s->cfg.vcache, st, v->id);

@@ -46,6 +46,9 @@ CREATE TABLE IF NOT EXISTS seckill_vouchers (
     -- preheat leaves a sale a reconciliation already made from this row
     -- (and replaces a stale one of an earlier database). NULL: sync.
     sale_stamp    BIGINT UNSIGNED NULL,
+    -- 0: open (anyone may buy), 1: queue (only buyers the waiting room
+    -- admitted, with a ticket); fixed when it goes on sale.
+    admission     TINYINT UNSIGNED NOT NULL DEFAULT 0,
     begin_time    DATETIME        NOT NULL,
     end_time      DATETIME        NOT NULL,
     created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,

@@ -54,6 +54,12 @@ ALTER TABLE seckill_vouchers
     ADD COLUMN IF NOT EXISTS sale_stamp BIGINT UNSIGNED NULL
         AFTER purchase_mode;
 
+-- Admission (0 open, 1 through the waiting room), fixed when a voucher
+-- goes on sale; vouchers from before are open.
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS admission TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER sale_stamp;
+
 -- Token generations and bans (schema.sql says what they are).
 CREATE TABLE IF NOT EXISTS account_state (
     role        TINYINT UNSIGNED NOT NULL,

@@ -95,28 +95,28 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
         "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
-        "begin_time, end_time, purchase_mode, sale_stamp) VALUES (?, ?, ?, "
-        "?, ?, ?, ?)",
+        "begin_time, end_time, purchase_mode, sale_stamp, admission) VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?)",
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_VOUCHER_LIST_SHOP] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode FROM vouchers v "
+        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "ORDER BY v.id DESC LIMIT ?",
     [STMT_SECKILL_GET] =
         "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "s.purchase_mode FROM vouchers v "
+        "s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "

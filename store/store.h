@@ -290,6 +290,13 @@ enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };
  */
 enum purchase_mode { PURCHASE_SYNC = 0, PURCHASE_ASYNC = 1 };
 
+/*
+ * Who may buy a seckill voucher, fixed when it goes on sale: anyone who
+ * asks (open), or only buyers the waiting room admitted, each with a
+ * ticket (queue: sale/waitroom.c).
+ */
+enum admission { ADMISSION_OPEN = 0, ADMISSION_QUEUE = 1 };
+
 /* Text sizes: the schema's VARCHAR lengths in utf8mb4 bytes, plus NUL. */
 #define STORE_TITLE_LEN (255 * 4 + 1)
 #define STORE_RULES_LEN (1024 * 4 + 1)
@@ -308,6 +315,7 @@ struct store_voucher {
     int64_t begin_time; /* epoch seconds */
     int64_t end_time;   /* epoch seconds, exclusive */
     enum purchase_mode mode;
+    enum admission admission;
     /* An async sale's creation stamp: a random number (> 0) that
      * store_voucher_insert() draws and stores with it, and that its state
      * in Redis carries (async/async.h); 0 for any other voucher. */
@@ -358,11 +366,70 @@ struct store_seckill {
     int64_t begin_time;
     int64_t end_time;
     enum purchase_mode mode;
+    enum admission admission;
 };
 
 /* Read a voucher's type, stock and sale window. -ENOENT if absent. */
 int store_seckill_get(struct store *st, int64_t voucher_id,
                       struct store_seckill *s);
+
+/* ---- the waiting room (waitroom.c) ---- */
+
+/*
+ * A queue sale's waiting room in Redis, every key under the sale's hash
+ * tag {v:ID} (one slot), kept until a day after its end:
+ *   {v:ID}:wr:pre       buyers who joined before the begin, each scored
+ *                       by a random 52-bit number: at the begin, their
+ *                       order by score is a uniform shuffle, drawn when
+ *                       they joined and hidden until then
+ *   {v:ID}:wr:late      buyers who joined after the begin, in order
+ *   {v:ID}:wr:seq       the latecomers' counter
+ *   {v:ID}:wr:poll:UID  a buyer's last poll (lives one poll interval)
+ *   {v:ID}:wr:queue     marks the sale as one with a waiting room
+ * Places are admitted at rate per second from the begin, by the clock of
+ * Redis: place p is admitted from begin + ceil(p * 1000 / rate) ms.
+ */
+struct store_waitroom {
+    /* The sale's, set by the caller: */
+    int64_t open_ms, begin_ms, end_ms; /* epoch ms: joins from open_ms */
+    unsigned rate;                     /* places admitted a second */
+    unsigned poll_ms;                  /* a buyer polls at most this often */
+};
+
+enum store_wr_outcome {
+    STORE_WR_OK,         /* the buyer has a place (below) */
+    STORE_WR_NOT_OPEN,   /* before open_ms: retry_ms */
+    STORE_WR_ENDED,      /* at or after end_ms */
+    STORE_WR_NOT_JOINED, /* a poll of a buyer who has no place */
+    STORE_WR_TOO_SOON,   /* a poll within poll_ms of the last: retry_ms */
+};
+
+struct store_wr_place {
+    enum store_wr_outcome outcome;
+    int64_t position;    /* 1-based; 0 before the begin (not drawn yet) */
+    bool admitted;
+    int64_t admit_at_ms; /* epoch ms its place is admitted from */
+    int64_t now_ms;      /* Redis' clock */
+    int64_t retry_ms;
+};
+
+/*
+ * Join (join: the buyer gets a place unless it has one; the place is
+ * kept) or poll (no place is made; limited to one per poll_ms) user's
+ * place in voucher_id's waiting room, in one script. 0 with *out, or
+ * -errno.
+ */
+int store_waitroom_place(struct store *st, int64_t voucher_id,
+                         const struct store_waitroom *w, int64_t user_id,
+                         bool join, struct store_wr_place *out);
+
+/* Mark voucher_id as a sale with a waiting room, until expire_at_ms. */
+int store_waitroom_mark(struct store *st, int64_t voucher_id,
+                        int64_t expire_at_ms);
+
+/* Whether voucher_id is marked as a sale with a waiting room: 1 yes, 0
+ * no, or -errno. */
+int store_waitroom_marked(struct store *st, int64_t voucher_id);
 
 /* ---- orders ---- */
 

@@ -12,10 +12,10 @@
 
 /* Result buffers for one row of the voucher SELECTs. */
 struct voucher_row {
-    MYSQL_BIND b[14];
-    unsigned long len[14];
-    char null[14];
-    int64_t type, mode;
+    MYSQL_BIND b[15];
+    unsigned long len[15];
+    char null[15];
+    int64_t type, mode, admission;
     MYSQL_TIME begin, end, created, updated;
 };
 
@@ -36,7 +36,8 @@ static void voucher_row_bind(struct voucher_row *r, struct store_voucher *v)
     bind_time(&r->b[11], &r->created);
     bind_time(&r->b[12], &r->updated);
     bind_i64(&r->b[13], &r->mode);
-    for (int i = 0; i < 14; i++)
+    bind_i64(&r->b[14], &r->admission);
+    for (int i = 0; i < 15; i++)
         r->b[i].is_null = &r->null[i];
 }
 
@@ -49,6 +50,9 @@ static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
     v->type = r->type == VOUCHER_SECKILL ? VOUCHER_SECKILL : VOUCHER_NORMAL;
     v->mode = !r->null[13] && r->mode == PURCHASE_ASYNC ? PURCHASE_ASYNC
                                                         : PURCHASE_SYNC;
+    v->admission = !r->null[14] && r->admission == ADMISSION_QUEUE
+                       ? ADMISSION_QUEUE
+                       : ADMISSION_OPEN;
     if (r->null[8]) {
         v->stock = v->begin_time = v->end_time = 0;
     } else {
@@ -84,8 +88,8 @@ static int voucher_insert_once(struct store *st, void *arg)
     v->id = (int64_t)mysql_stmt_insert_id(s);
 
     if (v->type == VOUCHER_SECKILL) {
-        MYSQL_BIND q[7] = {0};
-        int64_t mode = v->mode;
+        MYSQL_BIND q[8] = {0};
+        int64_t mode = v->mode, admission = v->admission;
         MYSQL_TIME b, e;
         /* An async sale's stock is one counter in Redis and one row. */
         unsigned segments =
@@ -113,6 +117,7 @@ static int voucher_insert_once(struct store *st, void *arg)
             bind_i64(&q[6], &v->sale_stamp);
         else
             q[6].buffer_type = MYSQL_TYPE_NULL;
+        bind_i64(&q[7], &admission);
         err = store_stmt_exec(st, STMT_SECKILL_INSERT, q, NULL, &s);
         if (err)
             goto rollback;
@@ -274,9 +279,9 @@ struct seckill_args {
 static int seckill_get_once(struct store *st, void *arg)
 {
     struct seckill_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[5] = {0};
-    char null[5] = {0};
-    int64_t type = 0, mode = 0;
+    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    char null[6] = {0};
+    int64_t type = 0, mode = 0, admission = 0;
     MYSQL_TIME b, e;
     size_t n;
     int err;
@@ -287,7 +292,8 @@ static int seckill_get_once(struct store *st, void *arg)
     bind_time(&r[2], &b);
     bind_time(&r[3], &e);
     bind_i64(&r[4], &mode);
-    for (int i = 0; i < 5; i++)
+    bind_i64(&r[5], &admission);
+    for (int i = 0; i < 6; i++)
         r[i].is_null = &null[i];
     err = store_stmt_rows(st, STMT_SECKILL_GET, p, r, 1, NULL, NULL, &n);
     if (err)
@@ -299,6 +305,9 @@ static int seckill_get_once(struct store *st, void *arg)
         type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL : VOUCHER_NORMAL;
     a->s->mode =
         !null[4] && mode == PURCHASE_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
+    a->s->admission = !null[5] && admission == ADMISSION_QUEUE
+                          ? ADMISSION_QUEUE
+                          : ADMISSION_OPEN;
     if (a->s->type == VOUCHER_SECKILL) {
         a->s->begin_time = time_to_epoch(&b);
         a->s->end_time = time_to_epoch(&e);

@@ -312,6 +312,10 @@ void fuzz_driver_init(void)
                   .addr_tries = 3,
                   .phone_tries = 10,
                   .wait_max_s = SALE_LOGIN_WAIT_MAX_S},
+        .waitroom = {.open_s = 600,
+                     .admit_rate = 2000,
+                     .ticket_ttl_s = 60,
+                     .poll_s = 1},
     };
     srv.cfg = &cfg;
     srv.sale = sale_new(&sc);

@@ -458,6 +458,47 @@ int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
     return variant == 1 ? -EALREADY : 0;
 }
 
+int store_waitroom_place(struct store *st, int64_t voucher_id,
+                         const struct store_waitroom *w, int64_t user_id,
+                         bool join, struct store_wr_place *out)
+{
+    unsigned variant;
+    int err;
+
+    (void)join;
+    check_store(st);
+    FUZZ_CHECK(voucher_id > 0 && user_id > 0 && w->rate > 0 &&
+                   w->begin_ms < w->end_ms,
+               "a waiting room place of %lld for %lld", (long long)voucher_id,
+               (long long)user_id);
+    if ((err = step(&variant)))
+        return err;
+    memset(out, 0, sizeof(*out));
+    out->outcome = (enum store_wr_outcome)(variant % 5);
+    out->position = variant == 0 ? 3 : 0;
+    out->admitted = variant == 0;
+    out->now_ms = w->begin_ms + 100;
+    out->admit_at_ms = w->begin_ms + 50;
+    out->retry_ms = 1500;
+    return 0;
+}
+
+int store_waitroom_mark(struct store *st, int64_t voucher_id,
+                        int64_t expire_at_ms)
+{
+    (void)voucher_id;
+    (void)expire_at_ms;
+    check_store(st);
+    return 0;
+}
+
+int store_waitroom_marked(struct store *st, int64_t voucher_id)
+{
+    (void)voucher_id;
+    check_store(st);
+    return 0;
+}
+
 int store_publish(struct store *st, const char *channel, const char *msg)
 {
     check_store(st);
@@ -559,8 +600,10 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
     check_id("voucher id", voucher_id);
     if ((err = step(&variant)))
         return err;
-    /* 0 on sale, 1 normal, 2 not started, 3 ended, 4 sold out. */
+    /* 0 on sale, 1 normal, 2 not started, 3 ended, 4 sold out, 5 on sale
+     * through a waiting room. */
     s->type = variant == 1 ? VOUCHER_NORMAL : VOUCHER_SECKILL;
+    s->admission = variant == 5 ? ADMISSION_QUEUE : ADMISSION_OPEN;
     s->stock = variant == 4 ? 0 : 10;
     s->begin_time = variant == 2 ? now + 60 : now - 60;
     s->end_time = variant == 3 ? now : now + 3600;

@@ -722,6 +722,46 @@ async function runCases(proxies, redisCli, main) {
         });
     }
 
+    // A queue sale's waiting room: join, read the place, and a purchase
+    // without its ticket.
+    {
+        const queued = await createVoucher(proxies.direct, { ...seckill, admission: "queue", beginTime: timeIn(-1) });
+        const qpath = `/api/vouchers/${queued}/queue`;
+        const buyer = user(95);
+        await check(proxies, { name: "join a waiting room", via: S, method: "POST", path: qpath, op: "POST /api/vouchers/{id}/queue", token: buyer, status: 202 });
+        await check(proxies, { name: "a place in a waiting room", via: S, method: "GET", path: qpath, op: "GET /api/vouchers/{id}/queue", token: buyer, status: 200 });
+        await check(proxies, {
+            name: "a place, read again at once",
+            via: S,
+            method: "GET",
+            path: qpath,
+            op: "GET /api/vouchers/{id}/queue",
+            token: buyer,
+            status: 429,
+            code: "RATE_LIMITED",
+        });
+        await check(proxies, {
+            name: "buy a queue sale without a ticket",
+            via: S,
+            method: "POST",
+            path: `/api/vouchers/${queued}/seckill`,
+            op: "POST /api/vouchers/{id}/seckill",
+            token: buyer,
+            status: 403,
+            code: "TICKET_REQUIRED",
+        });
+        await check(proxies, {
+            name: "join an open sale's waiting room",
+            via: S,
+            method: "POST",
+            path: `/api/vouchers/${onSale}/queue`,
+            op: "POST /api/vouchers/{id}/queue",
+            token: buyer,
+            status: 404,
+            code: "NOT_FOUND",
+        });
+    }
+
     // An admin's login.
     {
         const username = `openapi-${RUN}`;

@@ -191,6 +191,11 @@ export function describeError(res) {
             };
         case "PAYLOAD_TOO_LARGE":
             return { text: "Refused: the request is larger than 64 KiB.", tone: "bad" };
+        case "TICKET_REQUIRED":
+            return {
+                text: "This sale lets buyers in through its waiting room: join the queue, and buy once you are admitted.",
+                tone: "bad",
+            };
         case "POW_REQUIRED":
             return {
                 text: "Refused: the page's proof of work was missing, used up or too old. Try again.",

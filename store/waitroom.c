@@ -1,0 +1,162 @@
+/*
+ * waitroom.c - a queue sale's waiting room in Redis (store.h): one
+ * script places a buyer (or reads its place) and says whether it is
+ * admitted, by Redis' own clock, so that every instance agrees without
+ * any thread of its own moving the queue along.
+ */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sodium.h>
+#include <string.h>
+
+#include "common/util.h"
+
+/* A day after the sale's end its room goes. */
+#define KEEP_MS (24 * 3600 * 1000LL)
+
+/*
+ * KEYS: pre, late, seq, poll. ARGV: user, random score, open, begin, end
+ * (ms), rate, poll interval (ms), 1 join / 0 poll, expire-at (ms).
+ * Returns {outcome, position, admitted, admit_at, now, retry}.
+ */
+static struct redis_script place_script = REDIS_SCRIPT(
+    "local t = redis.call('time') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "local open, begin, fin = tonumber(ARGV[3]), tonumber(ARGV[4]), "
+    "                         tonumber(ARGV[5]) "
+    "local rate = tonumber(ARGV[6]) "
+    "local join = ARGV[8] == '1' "
+    "if now >= fin then return {2, 0, 0, 0, now, 0} end "
+    "if not join then "
+    "  local ttl = redis.call('pttl', KEYS[4]) "
+    "  if ttl > 0 then return {4, 0, 0, 0, now, ttl} end "
+    "end "
+    "local pre = redis.call('zscore', KEYS[1], ARGV[1]) "
+    "local late = false "
+    "if not pre then late = redis.call('zscore', KEYS[2], ARGV[1]) end "
+    "if not pre and not late then "
+    "  if not join then return {3, 0, 0, 0, now, 0} end "
+    "  if now < open then return {1, 0, 0, 0, now, open - now} end "
+    "  if now < begin then "
+    "    redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1]) "
+    "    pre = true "
+    "  else "
+    "    redis.call('zadd', KEYS[2], 'NX', redis.call('incr', KEYS[3]), "
+    "               ARGV[1]) "
+    "  end "
+    "  for i = 1, 3 do redis.call('pexpireat', KEYS[i], ARGV[9]) end "
+    "end "
+    "if not join then redis.call('set', KEYS[4], 1, 'PX', ARGV[7]) end "
+    "if now < begin then return {0, 0, 0, 0, now, 0} end "
+    "local pos "
+    "if pre then pos = redis.call('zrank', KEYS[1], ARGV[1]) + 1 "
+    "else pos = redis.call('zcard', KEYS[1]) + "
+    "           redis.call('zrank', KEYS[2], ARGV[1]) + 1 end "
+    "local admit_at = begin + math.ceil(pos * 1000 / rate) "
+    "return {0, pos, now >= admit_at and 1 or 0, admit_at, now, 0}");
+
+static void wr_key(char *buf, size_t n, int64_t voucher_id, const char *what)
+{
+    snprintf(buf, n, "{v:%lld}:wr:%s", (long long)voucher_id, what);
+}
+
+int store_waitroom_place(struct store *st, int64_t voucher_id,
+                         const struct store_waitroom *w, int64_t user_id,
+                         bool join, struct store_wr_place *out)
+{
+    char k[4][64], user[24], score[24], a[7][24];
+    const char *argv[13];
+    redisContext *rc = store_redis(st);
+    redisReply *r;
+    uint64_t rnd;
+    int err = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!rc)
+        return -ENOTCONN;
+    wr_key(k[0], sizeof(k[0]), voucher_id, "pre");
+    wr_key(k[1], sizeof(k[1]), voucher_id, "late");
+    wr_key(k[2], sizeof(k[2]), voucher_id, "seq");
+    snprintf(k[3], sizeof(k[3]), "{v:%lld}:wr:poll:%lld", (long long)voucher_id,
+             (long long)user_id);
+    /* 52 random bits: exact in the double Redis keeps a score in. */
+    randombytes_buf(&rnd, sizeof(rnd));
+    snprintf(user, sizeof(user), "%lld", (long long)user_id);
+    snprintf(score, sizeof(score), "%llu",
+             (unsigned long long)(rnd >> 12));
+    snprintf(a[0], sizeof(a[0]), "%lld", (long long)w->open_ms);
+    snprintf(a[1], sizeof(a[1]), "%lld", (long long)w->begin_ms);
+    snprintf(a[2], sizeof(a[2]), "%lld", (long long)w->end_ms);
+    snprintf(a[3], sizeof(a[3]), "%u", w->rate ? w->rate : 1);
+    snprintf(a[4], sizeof(a[4]), "%u", w->poll_ms ? w->poll_ms : 1);
+    snprintf(a[5], sizeof(a[5]), "%d", join ? 1 : 0);
+    snprintf(a[6], sizeof(a[6]), "%lld", (long long)(w->end_ms + KEEP_MS));
+    const char *v[] = {k[0], k[1], k[2], k[3], user, score, a[0],
+                       a[1], a[2], a[3], a[4], a[5], a[6]};
+    memcpy(argv, v, sizeof(argv));
+    r = redis_script_run(rc, &place_script, 4, 13, argv, NULL, &err);
+    if (!r) {
+        log_warn("redis command failed", "op=waitroom err=\"%s\"", rc->errstr);
+        return -ENOTCONN;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+        log_error("redis reply unexpected", "op=waitroom type=%d err=\"%s\"",
+                  r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        err = -EIO;
+    } else {
+        long long e[6];
+
+        for (int i = 0; i < 6; i++)
+            e[i] = r->element[i]->type == REDIS_REPLY_INTEGER
+                       ? r->element[i]->integer
+                       : 0;
+        out->outcome = (enum store_wr_outcome)e[0];
+        out->position = e[1];
+        out->admitted = e[2] != 0;
+        out->admit_at_ms = e[3];
+        out->now_ms = e[4];
+        out->retry_ms = e[5];
+    }
+    freeReplyObject(r);
+    return err;
+}
+
+int store_waitroom_mark(struct store *st, int64_t voucher_id,
+                        int64_t expire_at_ms)
+{
+    redisContext *rc = store_redis(st);
+    redisReply *r;
+    char k[64];
+    int err;
+
+    if (!rc)
+        return -ENOTCONN;
+    wr_key(k, sizeof(k), voucher_id, "queue");
+    r = redisCommand(rc, "SET %s 1 PXAT %lld", k,
+                     (long long)(expire_at_ms + KEEP_MS));
+    if (!r)
+        return -ENOTCONN;
+    err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
+    freeReplyObject(r);
+    return err;
+}
+
+int store_waitroom_marked(struct store *st, int64_t voucher_id)
+{
+    redisContext *rc = store_redis(st);
+    redisReply *r;
+    char k[64];
+    int ret;
+
+    if (!rc)
+        return -ENOTCONN;
+    wr_key(k, sizeof(k), voucher_id, "queue");
+    r = redisCommand(rc, "EXISTS %s", k);
+    if (!r)
+        return -ENOTCONN;
+    ret = r->type == REDIS_REPLY_INTEGER ? (r->integer ? 1 : 0) : -EIO;
+    freeReplyObject(r);
+    return ret;
+}
