@@ -6,10 +6,12 @@
 #include "cmd/admin.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <mysql.h>
 #include <stdio.h>
 #include <string.h>
 #include <sodium.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "common/password.h"
@@ -45,9 +47,24 @@ int admin_add(const struct config *cfg)
     long len;
     int err;
 
-    if (isatty(fileno(stdin)))
+    if (isatty(fileno(stdin))) {
+        /* Typed at a terminal: not shown. */
+        struct termios t, quiet;
+        bool hidden = tcgetattr(fileno(stdin), &t) == 0;
+
         fprintf(stderr, "password for %s (one line): ", cfg->admin_username);
-    len = read_password(password, sizeof(password));
+        if (hidden) {
+            quiet = t;
+            quiet.c_lflag &= ~(tcflag_t)ECHO;
+            hidden = tcsetattr(fileno(stdin), TCSAFLUSH, &quiet) == 0;
+        }
+        len = read_password(password, sizeof(password));
+        if (hidden)
+            tcsetattr(fileno(stdin), TCSAFLUSH, &t);
+        fputc('\n', stderr);
+    } else {
+        len = read_password(password, sizeof(password));
+    }
     if (len < 0) {
         sodium_memzero(password, sizeof(password));
         fprintf(stderr,
