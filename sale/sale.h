@@ -352,6 +352,12 @@ int sale_queue_join(struct sale *s, int64_t voucher_id, int64_t user_id,
 int sale_queue_poll(struct sale *s, int64_t voucher_id, int64_t user_id,
                     struct sale_queue_place *out);
 
+/* A queue sale's joined places and the admitted ones (of voucher v's
+ * stats: its window). Waits for Redis. */
+int sale_queue_counts(struct sale *s, int64_t voucher_id,
+                      const struct store_voucher_stats *v, int64_t *joined,
+                      int64_t *admitted);
+
 /* ---- orders ---- */
 
 /*

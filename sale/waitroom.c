@@ -129,6 +129,16 @@ int sale_queue_poll(struct sale *s, int64_t voucher_id, int64_t user_id,
     return place(s, voucher_id, user_id, false, out);
 }
 
+int sale_queue_counts(struct sale *s, int64_t voucher_id,
+                      const struct store_voucher_stats *v, int64_t *joined,
+                      int64_t *admitted)
+{
+    struct store_waitroom room = room_of(s, v->begin_time, v->end_time);
+
+    return store_waitroom_counts(sale__store(s), voucher_id, &room, joined,
+                                 admitted);
+}
+
 bool sale__ticket_ok(const struct sale *s, const struct sale_buy *b,
                      int64_t now_ms)
 {

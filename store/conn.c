@@ -267,10 +267,12 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_VOUCHER_STATS] =
         "SELECT COALESCE(s.initial_stock, -1), " STOCK_TOTAL ", "
         "COALESCE(SUM(o.status = 1), 0), COALESCE(SUM(o.status = 2), 0), "
-        "COALESCE(SUM(o.status = 4), 0), COALESCE(SUM(o.status = 7), 0) "
+        "COALESCE(SUM(o.status = 4), 0), COALESCE(SUM(o.status = 7), 0), "
+        "s.admission, s.begin_time, s.end_time "
         "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
         "o.voucher_id = s.voucher_id WHERE s.voucher_id = ? "
-        "GROUP BY s.voucher_id, s.initial_stock, s.stock",
+        "GROUP BY s.voucher_id, s.initial_stock, s.stock, s.admission, "
+        "s.begin_time, s.end_time",
 };
 
 struct store *store_new(const struct store_config *cfg)

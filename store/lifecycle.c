@@ -405,7 +405,9 @@ struct stats_args {
 static int stats_once(struct store *st, void *arg)
 {
     struct stats_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    MYSQL_BIND p[1] = {0}, r[9] = {0};
+    MYSQL_TIME b, e;
+    int64_t admission = 0;
     size_t n;
     int err;
 
@@ -416,8 +418,19 @@ static int stats_once(struct store *st, void *arg)
     bind_i64(&r[3], &a->out->paid);
     bind_i64(&r[4], &a->out->cancelled);
     bind_i64(&r[5], &a->out->expired);
+    bind_i64(&r[6], &admission);
+    bind_time(&r[7], &b);
+    bind_time(&r[8], &e);
     err = store_stmt_rows(st, STMT_VOUCHER_STATS, p, r, 1, NULL, NULL, &n);
-    return err ? err : n ? 0 : -ENOENT;
+    if (err)
+        return err;
+    if (!n)
+        return -ENOENT;
+    a->out->admission =
+        admission == ADMISSION_QUEUE ? ADMISSION_QUEUE : ADMISSION_OPEN;
+    a->out->begin_time = time_to_epoch(&b);
+    a->out->end_time = time_to_epoch(&e);
+    return 0;
 }
 
 int store_voucher_stats(struct store *st, int64_t voucher_id,

@@ -431,6 +431,12 @@ int store_waitroom_mark(struct store *st, int64_t voucher_id,
  * no, or -errno. */
 int store_waitroom_marked(struct store *st, int64_t voucher_id);
 
+/* How many joined voucher_id's waiting room, and how many of those
+ * places are admitted by now. */
+int store_waitroom_counts(struct store *st, int64_t voucher_id,
+                          const struct store_waitroom *w, int64_t *joined,
+                          int64_t *admitted);
+
 /* ---- orders ---- */
 
 enum store_purchase {
@@ -712,6 +718,8 @@ struct store_voucher_stats {
     int64_t initial_stock; /* -1: unknown (a voucher from before) */
     int64_t stock;
     int64_t unpaid, paid, cancelled, expired;
+    enum admission admission;
+    int64_t begin_time, end_time; /* epoch s */
 };
 
 /* The numbers a shop watches during a sale. -ENOENT: no seckill voucher

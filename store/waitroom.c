@@ -160,3 +160,33 @@ int store_waitroom_marked(struct store *st, int64_t voucher_id)
     freeReplyObject(r);
     return ret;
 }
+
+int store_waitroom_counts(struct store *st, int64_t voucher_id,
+                          const struct store_waitroom *w, int64_t *joined,
+                          int64_t *admitted)
+{
+    redisContext *rc = store_redis(st);
+    char k1[64], k2[64];
+    redisReply *r;
+    int64_t now = util_now_ms();
+
+    *joined = *admitted = 0;
+    if (!rc)
+        return -ENOTCONN;
+    wr_key(k1, sizeof(k1), voucher_id, "pre");
+    wr_key(k2, sizeof(k2), voucher_id, "late");
+    for (int i = 0; i < 2; i++) {
+        r = redisCommand(rc, "ZCARD %s", i ? k2 : k1);
+        if (!r)
+            return -ENOTCONN;
+        if (r->type == REDIS_REPLY_INTEGER)
+            *joined += r->integer;
+        freeReplyObject(r);
+    }
+    if (now > w->begin_ms && w->rate) {
+        int64_t a = (now - w->begin_ms) * (int64_t)w->rate / 1000;
+
+        *admitted = a < *joined ? a : *joined;
+    }
+    return 0;
+}

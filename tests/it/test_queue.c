@@ -422,6 +422,25 @@ static void not_oversold(const char *mode)
     p = queue(srv_a, v, fresh_user(), true);
     assert_int_equal(409, p.status);
     assert_string_equal("SOLD_OUT", p.code);
+    /* The admin's numbers: everyone who joined, all of them admitted by
+     * now (30 places at 20 a second). */
+    {
+        char path[80], tok[TOKEN_STR_LEN];
+        struct it_resp resp;
+        const json_t *q;
+
+        it_token(1, TOKEN_ROLE_ADMIN, 3600, tok);
+        snprintf(path, sizeof(path), "/api/vouchers/%lld/stats", (long long)v);
+        it_http(srv_b, "GET", path, NULL, tok, &resp);
+        it_assert_status(&resp, 200);
+        q = json_object_get(resp.json, "queue");
+        assert_int_equal(N, json_integer_value(json_object_get(q, "length")));
+        assert_int_equal(N,
+                         json_integer_value(json_object_get(q, "admitted")));
+        assert_int_equal(STOCK,
+                         json_integer_value(json_object_get(resp.json, "sold")));
+        it_resp_free(&resp);
+    }
 }
 
 static void test_not_oversold_sync(void **state)
