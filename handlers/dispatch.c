@@ -11,6 +11,7 @@
 #include "handlers/dispatch.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +131,26 @@ static void dispatch(struct request *req)
     fn(req);
 }
 
+/* The mark of a request whose query was cut off (dispatch_uri()). */
+static char query_too_long;
+
+void *dispatch_uri(char *uri)
+{
+    char *q = strchr(uri, '?');
+    unsigned args = 1;
+
+    if (!q)
+        return NULL;
+    for (const char *p = q + 1; *p && args <= QUERY_ARGS_MAX; p++)
+        args += *p == '&';
+    if (args <= QUERY_ARGS_MAX)
+        return NULL;
+    /* The daemon splits the query off at this '?' (it found it before
+     * calling): an empty string after it leaves nothing to parse. */
+    q[1] = '\0';
+    return &query_too_long;
+}
+
 /* What the daemon kept for conn when it was accepted, or NULL. */
 static struct conn_info *conn_info_of(struct MHD_Connection *conn)
 {
@@ -189,10 +210,19 @@ enum MHD_Result dispatch_access(struct req_server *srv,
                                 void **req_cls)
 {
     struct request *req = *req_cls;
+    bool cut = req == (void *)&query_too_long;
 
-    if (!req) {
+    if (!req || cut) {
         req = request_new(srv, conn, url, method, version);
         *req_cls = req;
+        if (cut) {
+            char msg[80];
+
+            snprintf(msg, sizeof(msg), "more than %d query arguments",
+                     QUERY_ARGS_MAX);
+            req_error(req, ERR_URI_TOO_LONG, msg);
+            return reply_now(conn, req);
+        }
         if (req_protocol_or_reply(req))
             return reply_now(conn, req);
         if (declared_too_large(req)) {
@@ -233,7 +263,7 @@ void dispatch_completed(struct req_server *srv, void **req_cls)
 {
     struct request *req = *req_cls;
 
-    if (!req)
+    if (!req || req == (void *)&query_too_long)
         return;
     if (req->parked)
         atomic_fetch_sub(&srv->parked, 1);

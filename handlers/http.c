@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <microhttpd.h>
 
+#include <stdatomic.h>
+
 #include "common/metrics.h"
 #include "common/util.h"
 #include "handlers/deadline.h"
@@ -123,13 +125,33 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
     return (size_t)(w - s);
 }
 
+/* The daemon's own complaints, at most one line a second (a client can
+ * make it complain at will), with how many were left out before. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static _Atomic int64_t last_ms;
+    static atomic_uint dropped;
+    int64_t now = util_mono_ms(), last = atomic_load(&last_ms);
     char buf[512];
+
     (void)cls;
+    if (now - last < 1000 ||
+        !atomic_compare_exchange_strong(&last_ms, &last, now)) {
+        atomic_fetch_add(&dropped, 1);
+        return;
+    }
     vsnprintf(buf, sizeof(buf), fmt, ap);
     buf[strcspn(buf, "\n")] = '\0';
-    log_warn("http server error", "detail=\"%s\"", buf);
+    log_warn("http server error", "detail=\"%s\" dropped=%u", buf,
+             atomic_exchange(&dropped, 0));
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    /* The daemon's own request buffer, writable: see dispatch_uri(). */
+    return dispatch_uri((char *)uri);
 }
 
 /* The bind address of cfg into ss; false when it is not an IP literal. */
@@ -190,6 +212,7 @@ int handlers_server_start(const struct http_config *cfg, struct sale *sale,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
         err = errno ? -errno : -EIO;

@@ -46,6 +46,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
                           "the order is closed (cancelled or expired)"},
     [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
                                "the request body is larger than 64 KiB"},
+    [ERR_URI_TOO_LONG] = {414, "URI_TOO_LONG",
+                          "the request's URI is longer than this server "
+                          "takes"},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {415, "UNSUPPORTED_MEDIA_TYPE",
                                     "a request body must be sent as "
                                     "Content-Type: application/json"},

@@ -701,6 +701,69 @@ static void test_bad_utf8_refused(void **state)
 
 /* ---- bodies ---- */
 
+/* Hundreds of query arguments would exhaust the connection's memory in
+ * the HTTP library, which then answered nothing until the timeout: any
+ * query of more than 64 arguments is 414 URI_TOO_LONG at once (longer
+ * request lines get the library's own 414), 64 are served, and a burst of
+ * them costs a log line a second at most. Its own instance, for its log. */
+static void test_many_query_arguments(void **state)
+{
+    static const int counts[] = {65, 460, 800, 2000};
+    struct it_server s;
+    struct it_resp resp;
+    char *log = NULL;
+    int lines = 0;
+    FILE *f;
+
+    (void)state;
+    assert_int_equal(0, it_server_start(&s, "hostile-query", NULL));
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        size_t cap = (size_t)counts[i] * 8 + 64, len;
+        char *path = xcalloc(1, cap);
+
+        len = (size_t)snprintf(path, cap, "/api/vouchers?");
+        for (int a = 0; a < counts[i]; a++)
+            len += (size_t)snprintf(path + len, cap - len, "%sa%d=1",
+                                    a ? "&" : "", a);
+        for (int rep = 0; rep < (i == 1 ? 30 : 1); rep++) {
+            it_http(&s, "GET", path, NULL, NULL, &resp);
+            if (resp.status != 414 || resp.elapsed_ms > 2000)
+                fail_msg("%d arguments: %ld after %.0f ms", counts[i],
+                         resp.status, resp.elapsed_ms);
+            if (counts[i] < 2000)
+                it_assert_error(&resp, 414, "URI_TOO_LONG");
+            it_resp_free(&resp);
+        }
+        free(path);
+    }
+    {
+        char path[1024];
+        size_t len = (size_t)snprintf(path, sizeof(path), "/api/vouchers?");
+
+        for (int a = 0; a < 64; a++)
+            len += (size_t)snprintf(path + len, sizeof(path) - len, "%sa%d=1",
+                                    a ? "&" : "", a);
+        it_http(&s, "GET", path, NULL, NULL, &resp);
+        it_assert_status(&resp, 200);
+        it_resp_free(&resp);
+    }
+    assert_int_equal(0, it_server_stop(&s));
+    f = fopen(s.log_path, "r");
+    assert_non_null(f);
+    {
+        size_t cap = 0;
+        assert_true(getdelim(&log, &cap, '\0', f) > 0);
+    }
+    fclose(f);
+    for (const char *p = log; (p = strstr(p, "http server error")); p++)
+        lines++;
+    print_message("      33 refused queries: %d log lines of the HTTP "
+                  "library\n",
+                  lines);
+    assert_true(lines <= 3);
+    free(log);
+}
+
 /* A declared 10 MB body is refused from its headers: 413 at once, and the
  * connection is closed without reading the body. */
 static void test_body_declared_huge(void **state)
@@ -1825,6 +1888,7 @@ int main(void)
         cmocka_unit_test(test_sql_injection_refused),
         cmocka_unit_test(test_odd_utf8_stored_verbatim),
         cmocka_unit_test(test_bad_utf8_refused),
+        cmocka_unit_test(test_many_query_arguments),
         cmocka_unit_test(test_body_declared_huge),
         cmocka_unit_test(test_body_content_types),
         cmocka_unit_test(test_body_json_types_accepted),

@@ -201,6 +201,8 @@ export function describeError(res) {
                 text: "Refused: the page's proof of work was missing, used up or too old. Try again.",
                 tone: "bad",
             };
+        case "URI_TOO_LONG":
+            return { text: "Refused: the page sent an address with too many parameters.", tone: "bad" };
         case "UNSUPPORTED_MEDIA_TYPE":
             return {
                 text: "Refused: the page sent a body that is not labelled as JSON.",
