@@ -85,7 +85,7 @@ WEB_GEN := build/gen/web_files.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
-           cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c $(WEB_GEN)
+           cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 

@@ -559,7 +559,8 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
      .def = NULL,
-     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
+              CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
@@ -569,7 +570,7 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_REDIS_URL",
      .arg = "URL",
      .def = NULL,
-     .scope = CONFIG_FOR_SERVE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_redis_url,
      FIELD(http.store),
      .help = "redis://[:pass@]host[:port][/db] or "
@@ -1109,7 +1110,7 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_PHONE_REGION",
      .arg = "CC",
      .def = "CN",
-     .scope = CONFIG_FOR_SERVE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_region,
      FIELD(http.phone_region),
      .help = "the country of phone numbers written without + or 00",
@@ -1239,6 +1240,15 @@ const struct config_setting config_settings[] = {
      FIELD(admin_username),
      .help = "the new admin's name: letters, digits, '.', '_', '-', at most "
              "64"},
+    {.flag = "dry-run",
+     .arg = "0|1",
+     .def = "0",
+     .def_doc = "write",
+     .bare = "1",
+     .scope = CONFIG_FOR_USERS_NORMALIZE,
+     .parse = set_bool,
+     FIELD(users_dry_run),
+     .help = "count what would change, write nothing"},
     {.flag = "ttl",
      .arg = "SECONDS",
      .def = "86400",
@@ -1268,6 +1278,7 @@ static const char *const command_names[] = {
     [CMD_TOKENS] = "tokens",
     [CMD_ADMIN_ADD] = "admin add",
     [CMD_POW] = "pow",
+    [CMD_USERS_NORMALIZE] = "users normalize",
     [CMD_HELP] = "help",
 };
 
@@ -1283,6 +1294,8 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_TOKENS;
     case CMD_ADMIN_ADD:
         return CONFIG_FOR_ADMIN_ADD;
+    case CMD_USERS_NORMALIZE:
+        return CONFIG_FOR_USERS_NORMALIZE;
     case CMD_POW:
     case CMD_HELP:
         break;
@@ -1295,6 +1308,8 @@ static const char *scope_words(unsigned scope)
 {
     if (scope & CONFIG_FOR_ADMIN_ADD)
         return "admin add";
+    if (scope & CONFIG_FOR_USERS_NORMALIZE)
+        return "users normalize";
     if ((scope & CONFIG_FOR_TOKEN) && (scope & CONFIG_FOR_TOKENS))
         return "token and tokens";
     return scope & CONFIG_FOR_TOKEN ? "token" : "tokens";
@@ -1330,11 +1345,18 @@ static int parse_command(struct config *cfg, int argc, char **argv, char *err,
 {
     if (argc < 2 || argv[1][0] == '-')
         return 1;
-    /* The one command of two words. */
+    /* The commands of two words. */
     if (strcmp(argv[1], "admin") == 0) {
         if (argc < 3 || strcmp(argv[2], "add") != 0)
             return fail(err, errlen, "admin: the command is \"admin add\"");
         cfg->cmd = CMD_ADMIN_ADD;
+        return 3;
+    }
+    if (strcmp(argv[1], "users") == 0) {
+        if (argc < 3 || strcmp(argv[2], "normalize") != 0)
+            return fail(err, errlen,
+                        "users: the command is \"users normalize\"");
+        cfg->cmd = CMD_USERS_NORMALIZE;
         return 3;
     }
     for (size_t c = 0; c < sizeof(command_names) / sizeof(command_names[0]);

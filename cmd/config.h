@@ -20,6 +20,7 @@ enum config_cmd {
     CMD_TOKENS,
     CMD_ADMIN_ADD,
     CMD_POW,
+    CMD_USERS_NORMALIZE,
     CMD_HELP
 };
 
@@ -38,6 +39,8 @@ struct config {
     int64_t tokens_count;
     /* admin add */
     const char *admin_username;
+    /* users normalize */
+    int users_dry_run;
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;

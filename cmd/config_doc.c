@@ -287,6 +287,8 @@ static void write_help(struct text *t)
     text_puts(t, "\n       seckilld admin add");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_ADMIN_ADD);
     text_puts(t, "\n       seckilld pow < challenge.json");
+    text_puts(t, "\n       seckilld users normalize");
+    synopsis(t, STYLE_PLAIN, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -308,7 +310,10 @@ static void write_help(struct text *t)
                  "of SECKILL_MYSQL_URL. pow solves the challenge of GET "
                  "/api/pow read from\n"
                  "standard input: its output is the Seckill-PoW header. "
-                 "Their options:\n");
+                 "users normalize\n"
+                 "rewrites phones stored before they were kept in E.164 "
+                 "form (SECKILL_MYSQL_URL,\n"
+                 "SECKILL_PHONE_REGION). Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
@@ -388,6 +393,8 @@ static void write_man(struct text *t)
     text_puts(t, "\n\\fBseckilld admin add\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_ADMIN_ADD);
     text_puts(t, "\n\\fBseckilld pow\\fR < \\fIchallenge.json\\fR");
+    text_puts(t, "\n\\fBseckilld users normalize\\fR");
+    synopsis(t, STYLE_TROFF, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -447,6 +454,15 @@ static void write_man(struct text *t)
            "on standard\n"
            "input and print its solution, the value of the "
            "\\fBSeckill-PoW\\fR header.\n"
+           ".TP\n"
+           ".B users normalize\n"
+           "rewrite the phones of users stored before phones were kept in "
+           "E.164 form\n"
+           "(with \\fBSECKILL_PHONE_REGION\\fR); when two rows are one "
+           "number the older\n"
+           "keeps it and the other is merged into it and logged out. Run it "
+           "once after\n"
+           "upgrading, before taking traffic; a second run changes nothing.\n"
            ".PP\n"
            "\\fBtoken\\fR and \\fBtokens\\fR read only "
            "\\fBSECKILL_SECRET\\fR of the settings above. The\n"

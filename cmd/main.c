@@ -14,6 +14,7 @@
 
 #include "cmd/admin.h"
 #include "cmd/config.h"
+#include "cmd/users.h"
 #include "cmd/server.h"
 #include "common/pow.h"
 #include "common/token.h"
@@ -154,6 +155,12 @@ static int serve(const struct config *cfg)
     struct store *probe = store_new(&cfg->http.store);
     bool mysql_ok, redis_ok;
     store_ping(probe, &mysql_ok, &redis_ok);
+    /* Users of an older version whose phones are in another form log in
+     * as new users until they are rewritten. */
+    if (mysql_ok && store_users_legacy_any(probe) == 1)
+        log_warn("users with phones not in E.164 form: run seckilld users "
+                 "normalize",
+                 NULL);
     store_free(probe);
 
     sigwait(&set, &sig);
@@ -193,6 +200,9 @@ int main(int argc, char **argv)
         break;
     case CMD_POW:
         ret = solve_pow();
+        break;
+    case CMD_USERS_NORMALIZE:
+        ret = users_normalize(&cfg);
         break;
     default:
         ret = serve(&cfg);

@@ -201,8 +201,7 @@ struct sessions *sessions_new(const struct sessions_config *cfg)
     atomic_init(&v->empty, true);
     v->sc = cfg->store;
     v->resync_s = cfg->resync_s ? cfg->resync_s : 30;
-    snprintf(v->channel, sizeof(v->channel), "seckill:auth-changed:%u",
-             cfg->store->redis_db);
+    sessions_channel_of(cfg->store, v->channel, sizeof(v->channel));
     v->sub = subscriber_start(&(struct subscriber_config){
         .store = cfg->store,
         .channel = v->channel,
@@ -226,6 +225,11 @@ void sessions_free(struct sessions *v)
     i64map_clear(&v->denied);
     pthread_rwlock_destroy(&v->mu);
     free(v);
+}
+
+void sessions_channel_of(const struct store_config *sc, char *out, size_t n)
+{
+    snprintf(out, n, "seckill:auth-changed:%u", sc->redis_db);
 }
 
 const char *sessions_channel(const struct sessions *v)

@@ -55,6 +55,11 @@ enum session_state sessions_check(struct sessions *v,
  * listens to). */
 const char *sessions_channel(const struct sessions *v);
 
+/* The channel of the instances that use the Redis of sc, into out (48
+ * bytes), for a change made by another program (`seckilld users
+ * normalize`). */
+void sessions_channel_of(const struct store_config *sc, char *out, size_t n);
+
 /* Apply a message (as above) to this instance's view at once, as its
  * subscriber will when it arrives. */
 void sessions_apply(struct sessions *v, const char *msg);

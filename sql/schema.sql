@@ -4,9 +4,15 @@
 -- made by an older version is brought up to date by sql/upgrade-mariadb.sql
 -- (scripts/services.sh applies it after this file).
 
+-- phone is the E.164 form (+8613800138000). Rows from before phones were
+-- normalised get it from `seckilld users normalize`, which keeps the old
+-- form in phone_raw; when two rows turn out to be one number, the older
+-- keeps the phone and the other gets phone NULL and merged_into its id.
 CREATE TABLE IF NOT EXISTS users (
     id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-    phone       VARCHAR(20)     NOT NULL,
+    phone       VARCHAR(20)     NULL,
+    phone_raw   VARCHAR(20)     NULL,
+    merged_into BIGINT UNSIGNED NULL,
     created     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
     PRIMARY KEY (id),
     UNIQUE KEY uk_users_phone (phone)

@@ -60,6 +60,13 @@ ALTER TABLE seckill_vouchers
     ADD COLUMN IF NOT EXISTS admission TINYINT UNSIGNED NOT NULL DEFAULT 0
         AFTER sale_stamp;
 
+-- Phones in E.164 form: the old form kept, and rows merged into another
+-- (schema.sql says what they are; `seckilld users normalize` fills them).
+ALTER TABLE users
+    MODIFY COLUMN phone VARCHAR(20) NULL,
+    ADD COLUMN IF NOT EXISTS phone_raw VARCHAR(20) NULL AFTER phone,
+    ADD COLUMN IF NOT EXISTS merged_into BIGINT UNSIGNED NULL AFTER phone_raw;
+
 -- Token generations and bans (schema.sql says what they are).
 CREATE TABLE IF NOT EXISTS account_state (
     role        TINYINT UNSIGNED NOT NULL,

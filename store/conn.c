@@ -90,6 +90,19 @@
 static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_USER_LOGIN] = "INSERT INTO users (phone) VALUES (?) "
                         "ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)",
+    /* Phones stored before they were kept in E.164 form (`seckilld users
+     * normalize`): keyset pages of them, the owner of a phone (locked),
+     * a phone rewritten (the old form kept), a row merged into another. */
+    [STMT_USERS_LEGACY] = "SELECT id, phone FROM users WHERE id > ? AND "
+                          "phone NOT LIKE '+%' ORDER BY id LIMIT ?",
+    [STMT_USERS_LEGACY_ANY] =
+        "SELECT 1 FROM users WHERE phone NOT LIKE '+%' LIMIT 1",
+    [STMT_USER_BY_PHONE_LOCK] = "SELECT id FROM users WHERE phone = ? "
+                                "FOR UPDATE",
+    [STMT_USER_PHONE_SET] = "UPDATE users SET phone_raw = COALESCE(phone_raw, "
+                            "phone), phone = ? WHERE id = ?",
+    [STMT_USER_MERGE] = "UPDATE users SET phone_raw = COALESCE(phone_raw, "
+                        "phone), phone = NULL, merged_into = ? WHERE id = ?",
     [STMT_VOUCHER_INSERT] =
         "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -151,6 +151,41 @@ int store_rate_take(struct store *st, const struct store_rate_bucket *b,
  */
 int store_user_login(struct store *st, const char *phone, int64_t *user_id);
 
+/* ---- phones stored before E.164 (users.c) ---- */
+
+#define STORE_PHONE_LEN 21
+
+struct store_legacy_user {
+    int64_t id;
+    char phone[STORE_PHONE_LEN];
+};
+
+/* Up to max users with id > after_id whose phone is not in E.164 form,
+ * by id, into out; *n how many. */
+int store_users_legacy(struct store *st, int64_t after_id,
+                       struct store_legacy_user *out, size_t max, size_t *n);
+
+/* Whether any user's phone is not in E.164 form: 1 yes, 0 no, -errno. */
+int store_users_legacy_any(struct store *st);
+
+enum store_phone_move {
+    STORE_PHONE_MOVED,  /* the row has its E.164 phone now */
+    STORE_PHONE_MERGED, /* another row had it: the younger of the two gave
+                         * up its phone (merged_into the older, its tokens
+                         * logged out); *kept is the older's id */
+};
+
+/*
+ * Give user id (a phone in an older form) the phone e164, in one
+ * transaction: when no row has it, this one takes it (its old form kept
+ * in phone_raw); when one has, the older of the two keeps it (*kept) and
+ * the other is merged into it (*merged). Orders are not moved. 0 with
+ * *outcome, or -errno.
+ */
+int store_user_phone_move(struct store *st, int64_t id, const char *e164,
+                          enum store_phone_move *outcome, int64_t *kept,
+                          int64_t *merged);
+
 /*
  * Login codes, in Redis under the phone's hash tag (one slot per phone):
  *   login:{p:PHONE}:codes   every live code, scored by its expiry (ms);

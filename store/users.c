@@ -38,6 +38,143 @@ int store_user_login(struct store *st, const char *phone, int64_t *user_id)
     return store_retry(st, user_login_once, &a);
 }
 
+/* ---- phones stored before E.164 ---- */
+
+struct legacy_args {
+    int64_t after, max;
+    struct store_legacy_user *out, row;
+    unsigned long len;
+    size_t *n;
+};
+
+static void legacy_row(void *ctx, size_t i)
+{
+    struct legacy_args *a = ctx;
+
+    a->row.phone[a->len < sizeof(a->row.phone) ? a->len : 0] = '\0';
+    a->out[i] = a->row;
+}
+
+static int legacy_once(struct store *st, void *arg)
+{
+    struct legacy_args *a = arg;
+    MYSQL_BIND p[2] = {0}, r[2] = {0};
+
+    bind_i64(&p[0], &a->after);
+    bind_i64(&p[1], &a->max);
+    bind_i64(&r[0], &a->row.id);
+    bind_str_out(&r[1], a->row.phone, sizeof(a->row.phone), &a->len);
+    return store_stmt_rows(st, STMT_USERS_LEGACY, p, r, (size_t)a->max,
+                           legacy_row, a, a->n);
+}
+
+int store_users_legacy(struct store *st, int64_t after_id,
+                       struct store_legacy_user *out, size_t max, size_t *n)
+{
+    struct legacy_args a = {.after = after_id, .max = (int64_t)max,
+                            .out = out, .n = n};
+
+    *n = 0;
+    return store_retry(st, legacy_once, &a);
+}
+
+static int legacy_any_once(struct store *st, void *arg)
+{
+    MYSQL_BIND r[1] = {0};
+    int64_t one = 0;
+    size_t n = 0;
+    int err;
+
+    bind_i64(&r[0], &one);
+    err = store_stmt_rows(st, STMT_USERS_LEGACY_ANY, NULL, r, 1, NULL, NULL,
+                          &n);
+    *(int *)arg = n ? 1 : 0;
+    return err;
+}
+
+int store_users_legacy_any(struct store *st)
+{
+    int any = 0;
+    int err = store_retry(st, legacy_any_once, &any);
+
+    return err ? err : any;
+}
+
+struct move_args {
+    int64_t id;
+    const char *e164;
+    enum store_phone_move *outcome;
+    int64_t *kept, *merged;
+};
+
+/* UPDATE statement id with (a, b): a string or an id first, an id second. */
+static int update2(struct store *st, enum stmt_id id, const char *s, int64_t a,
+                   int64_t b)
+{
+    MYSQL_BIND p[2] = {0};
+    unsigned long len;
+    MYSQL_STMT *q;
+
+    if (s)
+        bind_str_in(&p[0], s, &len);
+    else
+        bind_i64(&p[0], &a);
+    bind_i64(&p[1], &b);
+    return store_stmt_exec(st, id, p, NULL, &q);
+}
+
+static int move_once(struct store *st, void *arg)
+{
+    struct move_args *a = arg;
+    MYSQL_BIND p[1] = {0}, r[1] = {0}, g[2] = {0};
+    int64_t other = 0, role = 1, loser;
+    unsigned long len;
+    MYSQL_STMT *q;
+    size_t n = 0;
+    int err;
+
+    if ((err = store_query(st, "START TRANSACTION")))
+        return err;
+    bind_str_in(&p[0], a->e164, &len);
+    bind_i64(&r[0], &other);
+    err = store_stmt_rows(st, STMT_USER_BY_PHONE_LOCK, p, r, 1, NULL, NULL,
+                          &n);
+    if (err)
+        return store_tx_rollback(st, err);
+    if (n == 0 || other == a->id) {
+        *a->outcome = STORE_PHONE_MOVED;
+        *a->kept = a->id;
+        *a->merged = 0;
+        err = update2(st, STMT_USER_PHONE_SET, a->e164, 0, a->id);
+    } else {
+        *a->outcome = STORE_PHONE_MERGED;
+        *a->kept = other < a->id ? other : a->id;
+        loser = other < a->id ? a->id : other;
+        *a->merged = loser;
+        /* The phone is unique: the younger row lets go of it first. */
+        err = update2(st, STMT_USER_MERGE, NULL, *a->kept, loser);
+        if (!err && *a->kept == a->id)
+            err = update2(st, STMT_USER_PHONE_SET, a->e164, 0, a->id);
+        if (!err) {
+            /* The merged row's tokens are logged out. */
+            bind_i64(&g[0], &role);
+            bind_i64(&g[1], &loser);
+            err = store_stmt_exec(st, STMT_ACCOUNT_LOGOUT_ALL, g, NULL, &q);
+        }
+    }
+    if (err)
+        return store_tx_rollback(st, err);
+    return store_query(st, "COMMIT");
+}
+
+int store_user_phone_move(struct store *st, int64_t id, const char *e164,
+                          enum store_phone_move *outcome, int64_t *kept,
+                          int64_t *merged)
+{
+    struct move_args a = {id, e164, outcome, kept, merged};
+    return store_retry(st, move_once, &a);
+}
+
 /* KEYS: codes, sent. ARGV: code, ttl (ms), interval (ms), per hour.
  * {1, 0} stored; {0, ms} refused until then. */
 static struct redis_script code_put_script = REDIS_SCRIPT(

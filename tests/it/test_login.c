@@ -9,6 +9,10 @@
  *
  * A: every limit at its default. B: codes as often as asked (interval
  * 0), to test the hourly count and codes that live side by side.
+ *
+ * And `seckilld users normalize`: rows of an older version, whose phones
+ * are in other forms, get their E.164 form; two rows of one number
+ * become one (the older keeps it), and a login by any form finds it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -269,6 +274,110 @@ static void test_wrong_tries_never_void(void **state)
     assert_int_equal(0, redis_int("EXISTS login:{p:%s}:fails", phone));
 }
 
+/* `seckilld users normalize [extra]`: its exit status, its output into
+ * out. */
+static int normalize(const char *extra, char *out, size_t cap)
+{
+    char cmd[512];
+    FILE *p;
+    size_t n;
+
+    snprintf(cmd, sizeof(cmd), "'%s' users normalize %s 2>/dev/null",
+             it_bin(), extra);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    return WEXITSTATUS(pclose(p));
+}
+
+static void test_users_normalize(void **state)
+{
+    /* One national number and one E.164 row of it (the national one is
+     * older: it keeps the phone); the same the other way round; a
+     * number alone in a long form; one that does not parse. */
+    char n1[24], n2[24], n3[24], out[256], tok[TOKEN_STR_LEN], code[8];
+    int64_t a, b, c, d, e, f;
+    long st;
+
+    (void)state;
+    snprintf(n1, sizeof(n1), "1360%07u", next_phone++ % 10000000u);
+    snprintf(n2, sizeof(n2), "1360%07u", next_phone++ % 10000000u);
+    snprintf(n3, sizeof(n3), "1360%07u", next_phone++ % 10000000u);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('%s')", n1);
+    a = it_sql_scalar("SELECT id FROM users WHERE phone = '%s'", n1);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('+86%s')", n1);
+    b = it_sql_scalar("SELECT id FROM users WHERE phone = '+86%s'", n1);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('+86%s')", n2);
+    c = it_sql_scalar("SELECT id FROM users WHERE phone = '+86%s'", n2);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('0086%s')", n2);
+    d = it_sql_scalar("SELECT id FROM users WHERE phone = '0086%s'", n2);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('86%s')", n3);
+    e = it_sql_scalar("SELECT id FROM users WHERE phone = '86%s'", n3);
+    it_sql_exec("INSERT INTO users (phone) VALUES ('12-34')");
+    f = it_sql_scalar("SELECT MAX(id) FROM users WHERE phone = '12-34'");
+
+    assert_int_equal(0, normalize("--dry-run", out, sizeof(out)));
+    assert_non_null(strstr(out, "dry run: "));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM users WHERE "
+                                      "phone = '%s'",
+                                      n1));
+    assert_int_equal(0, normalize("", out, sizeof(out)));
+    print_message("users normalize: %s", out);
+    /* a (older) kept n1, b merged into it and logged out. */
+    assert_int_equal(a, it_sql_scalar("SELECT id FROM users WHERE phone = "
+                                      "'+86%s'",
+                                      n1));
+    assert_int_equal(a, it_sql_scalar("SELECT merged_into FROM users WHERE "
+                                      "id = %lld",
+                                      (long long)b));
+    assert_int_equal(1, it_sql_scalar("SELECT token_gen FROM account_state "
+                                      "WHERE role = 1 AND account_id = %lld",
+                                      (long long)b));
+    /* c (older, already E.164) kept n2; d merged into it, its old form
+     * kept. */
+    assert_int_equal(c, it_sql_scalar("SELECT id FROM users WHERE phone = "
+                                      "'+86%s'",
+                                      n2));
+    assert_int_equal(c, it_sql_scalar("SELECT merged_into FROM users WHERE "
+                                      "id = %lld AND phone IS NULL AND "
+                                      "phone_raw = '0086%s'",
+                                      (long long)d, n2));
+    assert_int_equal(e, it_sql_scalar("SELECT id FROM users WHERE phone = "
+                                      "'+86%s' AND phone_raw = '86%s'",
+                                      n3, n3));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM users WHERE id = "
+                                      "%lld AND phone = '12-34'",
+                                      (long long)f));
+    /* A token of the merged row is refused; a login by any form of the
+     * number is the kept row. */
+    it_token(b, TOKEN_ROLE_USER, 3600, tok);
+    {
+        struct it_resp resp;
+
+        st = it_http(srv_a, "GET", "/api/orders", NULL, tok, &resp);
+        it_resp_free(&resp);
+        assert_int_equal(401, st);
+    }
+    {
+        char body[96];
+        struct it_resp resp;
+
+        assert_int_equal(200, ask(srv_b, n1, code, NULL));
+        snprintf(body, sizeof(body), "{\"phone\":\"0%s\",\"code\":\"%s\"}",
+                 n1, code);
+        post(srv_b, "/api/auth/login", body, NULL, &resp);
+        it_assert_status(&resp, 200);
+        assert_int_equal(a, it_json_id(json_object_get(resp.json, "user"),
+                                       "id"));
+        it_resp_free(&resp);
+    }
+    /* Again: nothing left to do but the number that does not parse. */
+    assert_int_equal(0, normalize("", out, sizeof(out)));
+    assert_non_null(strstr(out, "changed=0 merged=0"));
+    it_sql_exec("DELETE FROM users WHERE id = %lld", (long long)f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -277,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_code_not_voided_by_new_code),
         cmocka_unit_test(test_wrong_tries_slow_address_first),
         cmocka_unit_test(test_wrong_tries_never_void),
+        cmocka_unit_test(test_users_normalize),
     };
     return it_exit_status(
         cmocka_run_group_tests(tests, group_setup, group_teardown));
