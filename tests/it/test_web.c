@@ -214,19 +214,29 @@ static size_t static_links(const char *html, char out[][128], size_t max)
     return n;
 }
 
-/* Add the modules js imports ("./x.js") to list as /static/x.js. */
+/*
+ * Add the files script js names by a relative URL to list as /static/x.js:
+ * the modules it imports (from "./x.js") and the workers it starts (new
+ * URL("./x.js", import.meta.url)).
+ */
 static size_t js_imports(const char *js, char list[][128], size_t n, size_t max)
 {
-    for (const char *p = js; (p = strstr(p, "from \"./")) && n < max; p++) {
-        size_t len = strcspn(p + 8, "\"");
-        char url[128];
-        bool dup = false;
+    static const char *const marks[] = {"from \"./", "new URL(\"./"};
 
-        snprintf(url, sizeof(url), "/static/%.*s", (int)len, p + 8);
-        for (size_t i = 0; i < n; i++)
-            dup |= strcmp(list[i], url) == 0;
-        if (!dup)
-            snprintf(list[n++], 128, "%s", url);
+    for (size_t m = 0; m < sizeof(marks) / sizeof(marks[0]); m++) {
+        size_t skip = strlen(marks[m]);
+
+        for (const char *p = js; (p = strstr(p, marks[m])) && n < max; p++) {
+            size_t len = strcspn(p + skip, "\"");
+            char url[128];
+            bool dup = false;
+
+            snprintf(url, sizeof(url), "/static/%.*s", (int)len, p + skip);
+            for (size_t i = 0; i < n; i++)
+                dup |= strcmp(list[i], url) == 0;
+            if (!dup)
+                snprintf(list[n++], 128, "%s", url);
+        }
     }
     return n;
 }
@@ -255,14 +265,20 @@ static void test_files_served(void **state)
         n += got;
         it_resp_free(&resp);
     }
-    /* Every file a page names, and every module a script imports. */
+    /* Every file a page names, and every module or worker a script names. */
     for (size_t i = 0; i < n; i++) {
         check_file(links[i], &resp);
         if (strcmp(type_of(links[i]), "text/javascript; charset=utf-8") == 0)
             n = js_imports(resp.body, links, n, 32);
         it_resp_free(&resp);
     }
-    assert_true(n >= 6); /* icon, css, both pages' scripts, api, chart */
+    /* icon, css, both pages' scripts, api, chart, the proof-of-work
+     * worker */
+    assert_true(n >= 7);
+    bool worker = false;
+    for (size_t i = 0; i < n; i++)
+        worker |= strcmp(links[i], "/static/pow-worker.js") == 0;
+    assert_true(worker);
 
     /* The API description, as committed. */
     check_file("/openapi.json", &resp);

@@ -4,10 +4,13 @@
 //
 // The buyer's flow runs in a browser whose clock is an hour fast, so the
 // countdown and the buy button can only be right if they follow the
-// server's clock (the Date header). Every page must run without a console
-// error or a Content-Security-Policy report. Screenshots of both pages at
-// phone and desktop width go to build/screenshots/.
+// server's clock (the Date header). The instance asks for a proof of work
+// before a login code, at the default size (SECKILL_POW_MAXNUMBER=100000),
+// so the page must solve it as a buyer's would. Every page must run
+// without a console error or a Content-Security-Policy report. Screenshots
+// of both pages at phone and desktop width go to build/screenshots/.
 
+import { createHash } from "node:crypto";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 
@@ -22,8 +25,10 @@ import {
     assertEqual,
     createVoucher,
     http,
+    redis,
     start,
     startSeckilld,
+    stop,
     stopAll,
     summary,
     test,
@@ -33,9 +38,9 @@ import {
 
 const SHOTS = path.join(ROOT, "build/screenshots");
 const PHONE = { width: 390, height: 844 };
-const DESKTOP = { width: 1280, height: 900 };
-// The narrowest phone the pages are laid out for.
+// The narrowest phone the pages are made for.
 const NARROW = { width: 360, height: 740 };
+const DESKTOP = { width: 1280, height: 900 };
 // Where the admin's page keeps its session (web/static/admin.js).
 const ADMIN_SESSION_KEY = "seckill.admin-session";
 // A bound for a page to show what the test waits for; reaching it fails
@@ -43,6 +48,8 @@ const ADMIN_SESSION_KEY = "seckill.admin-session";
 const WAIT_MS = 20000;
 // The browser's clock runs this much ahead of the server's.
 const SKEW_MS = 3600 * 1000;
+// The service's default size of a proof of work, which this instance uses.
+const POW_MAXNUMBER = 100000;
 
 let server;
 let browser;
@@ -119,18 +126,47 @@ async function shoot(page, name) {
 
 const card = (page, id) => page.locator(`li.voucher[data-voucher-id="${id}"]`);
 
+// The solution in a Seckill-PoW header: {algorithm, challenge, number,
+// salt, signature}.
+function powSolution(header) {
+    return JSON.parse(Buffer.from(header, "base64").toString("utf8"));
+}
+
+// True when solution answers its challenge: SHA-256 of salt + number.
+function powSolves(s) {
+    return createHash("sha256").update(s.salt + String(s.number)).digest("hex") === s.challenge;
+}
+
+const isCodeRequest = (r) => r.method() === "POST" && new URL(r.url()).pathname === "/api/auth/code";
+
+// Log in through the page with phone (development mode shows the code).
+// Returns the Seckill-PoW header of each code request the page sent
+// (undefined for one without).
 async function logIn(page, phone) {
+    const sent = [];
+    const seen = (r) => {
+        if (isCodeRequest(r)) sent.push(r.headers()["seckill-pow"]);
+    };
+    page.on("request", seen);
     await page.fill("#phone", phone);
     await page.click("#send-code");
     await waitFor(() => page.isVisible("#dev-code"), "the development code");
+    page.off("request", seen);
     const code = await page.textContent("#dev-code-value");
     assert(/^[0-9]{6}$/.test(code), `dev code ${code}`);
     assertEqual(await page.inputValue("#code"), code, "the code field");
+    assert(await page.isHidden("#pow"), "the proof of work's bar is gone");
+    assert(await page.isEnabled("#send-code"), "the send button is back");
     await page.click("#login-button");
     await waitFor(() => page.isVisible("#who"), "the logged-in header");
     assertEqual(await page.textContent("#who-phone"), "+86" + phone, "the phone shown (E.164)");
     assert(await page.isVisible("#orders"), "my orders are shown");
     assert(await page.isHidden("#login"), "the login form is hidden");
+    // The session the page keeps is one the API takes.
+    const session = await page.evaluate(() => JSON.parse(localStorage.getItem("seckill.session")));
+    const mine = await http(server.url, "GET", "/api/orders?limit=1", { token: session.token });
+    assertEqual(mine.status, 200, "GET /api/orders with the page's session");
+    return sent;
 }
 
 // ---- the buyer ----
@@ -173,7 +209,14 @@ async function buyerFlow() {
         "a regular voucher has no buy button",
     );
 
-    await logIn(page, phone);
+    // The login code needed a proof of work: the page solved it, and the
+    // service spent it (good once, on every instance).
+    const sent = await logIn(page, phone);
+    assertEqual(sent.length, 1, "code requests");
+    assert(sent[0], "the code request carried no Seckill-PoW");
+    const solution = powSolution(sent[0]);
+    assert(powSolves(solution), `the page's solution does not solve its challenge: ${JSON.stringify(solution)}`);
+    assertEqual(redis("EXISTS", `pow:spent:${solution.challenge}`).trim(), "1", "the proof of work spent in Redis");
 
     // A sale that starts in 3 s on the server's clock; the browser's clock
     // says it started an hour ago.
@@ -311,6 +354,172 @@ async function errorWords() {
         assert(/could not confirm the outcome/.test(d.text), `a load balancer's error: ${d.text}`);
         assert(d.checkOrders === true, "a load balancer's error sends the buyer to My orders");
     }
+    assertNoProblems(page);
+    await context.close();
+}
+
+// ---- the proof of work ----
+
+// The worker's code: its SHA-256 against known answers (the empty
+// string, "abc", and the two-block message of FIPS 180-2's examples),
+// and a real challenge solved through solvePow, with progress every 2000
+// numbers.
+async function powWorker() {
+    const context = await browser.newContext();
+    const page = await newPage(context);
+    await page.goto(`${server.url}/`);
+    const vectors = [
+        ["", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"],
+        ["abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"],
+        [
+            "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+        ],
+    ];
+    const got = await page.evaluate(async (texts) => {
+        const { sha256Hex } = await import("/static/pow-worker.js");
+        return texts.map(sha256Hex);
+    }, vectors.map((v) => v[0]));
+    vectors.forEach(([text, want], i) => assertEqual(got[i], want, `SHA-256 of "${text}"`));
+
+    const run = await page.evaluate(async () => {
+        const { solvePow } = await import("/static/api.js");
+        const challenge = await (await fetch("/api/pow", { cache: "no-store" })).json();
+        const progress = [];
+        const header = await solvePow(challenge, (f) => progress.push(f));
+        return { challenge, header, progress };
+    });
+    assertEqual(run.challenge.maxnumber, POW_MAXNUMBER, "the challenge's maxnumber");
+    const s = powSolution(run.header);
+    assert(powSolves(s) && s.challenge === run.challenge.challenge, `a wrong solution: ${JSON.stringify(s)}`);
+    for (const k of ["algorithm", "salt", "signature"]) assertEqual(s[k], run.challenge[k], `the solution's ${k}`);
+    // 0 at the start, then one for each 2000 numbers tried before the
+    // answer.
+    assertEqual(run.progress.length, 1 + Math.floor(s.number / 2000), `progress reports for number ${s.number}`);
+    assert(
+        run.progress.every((f, i) => f >= 0 && f <= 1 && (i === 0 ? f === 0 : f > run.progress[i - 1])),
+        `progress goes from 0 up: ${run.progress.join(",")}`,
+    );
+    assertNoProblems(page);
+    await context.close();
+}
+
+// On a 360 px phone: while the page works, the send button is disabled
+// and a labelled bar shows; a solution the service refuses (here one
+// made wrong on its way) brings a fresh challenge, which the page solves
+// and sends once more.
+async function powRetry() {
+    const context = await browser.newContext({ viewport: NARROW });
+    const page = await newPage(context);
+    const phone = "136" + String(RUN % 100000000).padStart(8, "0");
+    await page.goto(`${server.url}/`);
+    await waitFor(() => page.isVisible("#login"), "the login form");
+
+    // Hold the worker's script: the page stays in the middle of its work.
+    let release;
+    const held = new Promise((r) => (release = r));
+    await page.route("**/static/pow-worker.js", async (route) => {
+        await held;
+        await route.continue();
+    });
+    // The first solution goes out with its number changed.
+    const sent = [];
+    await page.route("**/api/auth/code", async (route) => {
+        let header = route.request().headers()["seckill-pow"];
+        if (!sent.length && header) {
+            const wrong = powSolution(header);
+            wrong.number = (wrong.number + 1) % (POW_MAXNUMBER + 1);
+            header = Buffer.from(JSON.stringify(wrong)).toString("base64");
+        }
+        sent.push(header);
+        await route.continue({ headers: { ...route.request().headers(), "seckill-pow": header } });
+    });
+
+    await page.fill("#phone", phone);
+    await page.click("#send-code");
+    await waitFor(() => page.isVisible("#pow"), "the proof of work's bar");
+    assert(await page.isDisabled("#send-code"), "the send button is enabled while the page works");
+    const bar = page.getByRole("progressbar", { name: /Checking this browser/ });
+    assert(await bar.isVisible(), "no progress bar named for the check");
+    assert(/Checking this browser/.test(await page.textContent("#login-msg")), "the status line says what happens");
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert(width <= NARROW.width, `the page is ${width} px wide on a ${NARROW.width} px phone`);
+    const box = await bar.boundingBox();
+    assert(box && box.x >= 0 && box.x + box.width <= NARROW.width, `the bar lies outside the screen: ${JSON.stringify(box)}`);
+    await page.screenshot({ path: path.join(SHOTS, "buyer-pow-narrow.png"), fullPage: true });
+    release();
+
+    await waitFor(() => page.isVisible("#dev-code"), "the development code after the second solution");
+    assertEqual(sent.length, 2, "code requests");
+    const [first, second] = sent.map(powSolution);
+    assert(first.challenge !== second.challenge, "the second solution answers the same challenge");
+    assert(powSolves(second), "the second solution does not solve its challenge");
+    assertEqual(redis("EXISTS", `pow:spent:${first.challenge}`).trim(), "0", "the refused solution spent");
+    assertEqual(redis("EXISTS", `pow:spent:${second.challenge}`).trim(), "1", "the accepted solution spent");
+    await page.unroute("**/api/auth/code");
+    await page.unroute("**/static/pow-worker.js");
+    await page.click("#login-button");
+    await waitFor(() => page.isVisible("#who"), "the logged-in header");
+    assertNoProblems(page);
+    await context.close();
+}
+
+// An instance that asks for no proof of work (maxnumber 0): the page
+// does none and sends no header.
+async function powOff() {
+    const off = await startSeckilld("browser-seckilld-no-pow", { SECKILL_DEV: "1", SECKILL_POW_MAXNUMBER: "0" });
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    const workers = [];
+    page.on("request", (r) => {
+        if (/\/pow-worker\.js$/.test(new URL(r.url()).pathname)) workers.push(r.url());
+    });
+    try {
+        await page.goto(`${off.url}/`);
+        await waitFor(() => page.isVisible("#login"), "the login form");
+        await page.fill("#phone", "135" + String(RUN % 100000000).padStart(8, "0"));
+        const request = page.waitForRequest(isCodeRequest);
+        await page.click("#send-code");
+        const header = (await request).headers()["seckill-pow"];
+        await waitFor(() => page.isVisible("#dev-code"), "the development code");
+        assertEqual(header, undefined, "Seckill-PoW without a proof of work asked");
+        assertEqual(workers.length, 0, "worker scripts loaded");
+        assertNoProblems(page);
+    } finally {
+        await context.close();
+        await stop(off.child);
+    }
+}
+
+// How long a phone-class CPU works: 9 challenges searched in the page
+// with the CPU slowed down 4 times. Chromium's emulation slows only a
+// page's main thread (a worker target refuses it), so the test runs the
+// worker's own search there, as the worker would. The time is printed,
+// not judged; every answer must solve its challenge.
+async function powTiming() {
+    const context = await browser.newContext();
+    const page = await newPage(context);
+    await page.goto(`${server.url}/`);
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send("Emulation.setCPUThrottlingRate", { rate: 4 });
+    const runs = await page.evaluate(async (n) => {
+        const { powSearch } = await import("/static/pow-worker.js");
+        const out = [];
+        for (let i = 0; i < n; i++) {
+            const challenge = await (await fetch("/api/pow", { cache: "no-store" })).json();
+            const t0 = performance.now();
+            const number = powSearch(challenge.salt, challenge.challenge, challenge.maxnumber);
+            out.push({ ms: performance.now() - t0, number, challenge });
+        }
+        return out;
+    }, 9);
+    await cdp.send("Emulation.setCPUThrottlingRate", { rate: 1 });
+    for (const { number, challenge } of runs) {
+        assertEqual(challenge.maxnumber, POW_MAXNUMBER, "the challenge's maxnumber");
+        assert(powSolves({ ...challenge, number }), `${number} does not solve ${JSON.stringify(challenge)}`);
+    }
+    const ms = runs.map((r) => r.ms).sort((a, b) => a - b);
+    console.log(`pow-solve median_ms=${Math.round(ms[Math.floor(ms.length / 2)])} maxnumber=${POW_MAXNUMBER}`);
     assertNoProblems(page);
     await context.close();
 }
@@ -586,12 +795,14 @@ async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
         // Development mode (the login code on the page, Pay (dev)); 15
-        // minutes to pay, as the buyer's test reads it. The loopback proxy
-        // is trusted so that the admin's wrong-password test can name a
-        // client address of its own.
+        // minutes to pay, as the buyer's test reads it; a proof of work
+        // before a code, of the default size (.run/env.test turns it off).
+        // The loopback proxy is trusted so that the admin's wrong-password
+        // test can name a client address of its own.
         server = await startSeckilld("browser-seckilld", {
             SECKILL_DEV: "1",
             SECKILL_PAY_TIMEOUT_S: "900",
+            SECKILL_POW_MAXNUMBER: String(POW_MAXNUMBER),
             SECKILL_TRUSTED_PROXIES: "127.0.0.0/8",
         });
         // launch() runs Chromium on a fresh temporary profile of its own
@@ -610,8 +821,12 @@ async function main() {
                 "--disable-sync",
             ],
         });
-        await test("browser: buyer logs in, waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
+        await test("browser: buyer logs in (a proof of work solved), waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
         await test("browser: every error code has its own words", errorWords);
+        await test("browser: the proof-of-work worker hashes known answers right and solves a challenge", powWorker);
+        await test("browser: a refused proof of work is solved again; a bar shows meanwhile on a 360 px phone", powRetry);
+        await test("browser: without a proof of work asked, the page does none", powOff);
+        await test("browser: 9 proofs of work on a CPU slowed 4 times", powTiming);
         await test(
             "browser: admin's wrong password shows the API's message and keeps no token; locked out, when to retry",
             adminWrongPassword,

@@ -1,7 +1,7 @@
 // lib.mjs - what the browser and OpenAPI tests share: start the real
 // seckilld (and other servers) on free loopback ports and stop them,
-// mint tokens with the binary's own subcommand, plain HTTP calls, and a
-// small test runner that prints one line per check.
+// mint tokens with the binary's own subcommand, plain HTTP calls, Redis
+// commands, and a small test runner that prints one line per check.
 //
 // The backends come from the environment of scripts/services.sh
 // (.run/env.test, sourced by tests/web/run.sh); SECKILL_BIN names the
@@ -121,6 +121,16 @@ export function token(userId, admin = false) {
     const args = ["token", "--user", String(userId)];
     if (admin) args.push("--admin");
     return execFileSync(BIN, args, { encoding: "utf8" }).trim();
+}
+
+// One redis-cli command on the tests' Redis database (SECKILL_REDIS_URL);
+// its output as text.
+export function redis(...args) {
+    const url = new URL(process.env.SECKILL_REDIS_URL);
+    const db = url.pathname.slice(1) || "0";
+    return execFileSync("redis-cli", ["-h", url.hostname, "-p", url.port || "6379", "-n", db, ...args], {
+        encoding: "utf8",
+    });
 }
 
 // An admin account, by `seckilld admin add` (the password on its

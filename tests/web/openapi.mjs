@@ -27,7 +27,6 @@
 // two answers are described wrongly must catch both, so this check can
 // fail.
 
-import { execFileSync } from "node:child_process";
 import { createHash, createHmac } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
@@ -41,6 +40,7 @@ import {
     assert,
     createVoucher,
     freePort,
+    redis,
     http as call,
     start,
     startSeckilld,
@@ -973,19 +973,12 @@ async function run() {
         startPrism("prism-canary", brokenSpec(), upstream, true),
     ]);
     const proxies = { strict, lenient, direct: main.url };
-    const redisUrl = new URL(process.env.SECKILL_REDIS_URL);
-    const redisCli = (...args) =>
-        execFileSync(
-            "redis-cli",
-            ["-h", redisUrl.hostname, "-p", redisUrl.port || "6379", "-n", db, ...args],
-            { encoding: "utf8" },
-        );
 
     try {
         await test("openapi: live traffic matches docs/openapi.yaml", async () => {
             let stopped = null;
             try {
-                await runCases(proxies, redisCli, main);
+                await runCases(proxies, redis, main);
             } catch (e) {
                 stopped = `the cases stopped: ${e.stack || e}`;
             }

@@ -1,6 +1,7 @@
 // api.js - what both pages share: API calls that read the error envelope,
-// the server's clock from the Date header, words for every error code, and
-// the formats of money, times and durations.
+// the server's clock from the Date header, words for every error code, the
+// proof of work before a login code, and the formats of money, times and
+// durations.
 
 // Local milliseconds that never jump (unlike Date.now() when the user sets
 // the clock), on the same scale as Date.now().
@@ -74,9 +75,11 @@ export function sleep(ms) {
 // One API call. Resolves (never rejects) to
 //   { ok, status, data, error: {code, message}, retryAfter }
 // where error is the envelope's (or NETWORK when nothing came back) and
-// retryAfter the Retry-After header in seconds (0 without one).
-export async function call(method, path, { body, token } = {}) {
-    const headers = {};
+// retryAfter the Retry-After header in seconds (0 without one). headers
+// adds request headers of the caller's; a body always goes out as JSON
+// with its Content-Type, which the service requires.
+export async function call(method, path, { body, token, headers: extra } = {}) {
+    const headers = { ...extra };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (token) headers.Authorization = "Bearer " + token;
     const sent = localNow();
@@ -130,6 +133,88 @@ export async function call(method, path, { body, token } = {}) {
                   };
     }
     return result;
+}
+
+// ---- proof of work ----
+
+// Solve a challenge of GET /api/pow ({algorithm, challenge, maxnumber,
+// salt, signature}) in a module Web Worker (pow-worker.js), so the page
+// stays responsive meanwhile. Resolves to the value of the Seckill-PoW
+// header: base64 of the solution's JSON. onProgress(fraction), if given,
+// hears how much of 0..maxnumber has been searched: 0 at the start, then
+// every 2000 numbers. Rejects when no number fits or the worker cannot
+// run; either way the worker is ended.
+export function solvePow(challenge, onProgress) {
+    return new Promise((resolve, reject) => {
+        let worker;
+        try {
+            worker = new Worker(new URL("./pow-worker.js", import.meta.url), { type: "module" });
+        } catch (e) {
+            reject(e);
+            return;
+        }
+        worker.onmessage = (ev) => {
+            const m = ev.data;
+            if ("progress" in m) {
+                if (onProgress) onProgress(m.progress);
+                return;
+            }
+            worker.terminate();
+            if (!("number" in m)) {
+                reject(new Error(m.failed));
+                return;
+            }
+            const json = JSON.stringify({
+                algorithm: challenge.algorithm,
+                challenge: challenge.challenge,
+                number: m.number,
+                salt: challenge.salt,
+                signature: challenge.signature,
+            });
+            // btoa takes one character per byte: hand it the UTF-8 bytes.
+            const bytes = new TextEncoder().encode(json);
+            resolve(btoa(String.fromCharCode(...bytes)));
+        };
+        worker.onerror = (ev) => {
+            worker.terminate();
+            reject(new Error(ev.message || "the proof-of-work worker failed"));
+        };
+        if (onProgress) onProgress(0);
+        worker.postMessage({ challenge });
+    });
+}
+
+// Ask for a login code for phone (POST /api/auth/code) with the proof of
+// work the service wants first: a challenge from GET /api/pow, solved
+// unless its maxnumber is 0 (the service asks for none). A refusal with
+// POW_REQUIRED (the challenge ran out or was spent meanwhile) carries a
+// fresh challenge in error.details: that one is solved and the code asked
+// for once more. onProgress(fraction) as in solvePow. Resolves like
+// call(); a challenge the page cannot solve is error POW_UNSOLVED.
+export async function requestCode(phone, onProgress) {
+    const got = await call("GET", "/api/pow");
+    if (!got.ok) return got;
+    let challenge = got.data;
+    for (let attempt = 0; ; attempt++) {
+        const headers = {};
+        if (challenge.maxnumber > 0) {
+            try {
+                headers["Seckill-PoW"] = await solvePow(challenge, onProgress);
+            } catch (e) {
+                return {
+                    ok: false,
+                    status: 0,
+                    data: null,
+                    error: { code: "POW_UNSOLVED", message: String(e.message || e) },
+                    retryAfter: 0,
+                };
+            }
+        }
+        const res = await call("POST", "/api/auth/code", { body: { phone }, headers });
+        const details = res.error && res.error.code === "POW_REQUIRED" && res.error.details;
+        if (attempt > 0 || !details) return res;
+        challenge = details;
+    }
 }
 
 // The error codes of the API (README, docs/openapi.yaml) in words a buyer
@@ -203,6 +288,12 @@ export function describeError(res) {
             };
         case "URI_TOO_LONG":
             return { text: "Refused: the page sent an address with too many parameters.", tone: "bad" };
+        case "POW_UNSOLVED":
+            // The page's own: the worker found no answer or could not run.
+            return {
+                text: "This browser could not finish the check that comes before a code. Reload the page and try again.",
+                tone: "bad",
+            };
         case "UNSUPPORTED_MEDIA_TYPE":
             return {
                 text: "Refused: the page sent a body that is not labelled as JSON.",

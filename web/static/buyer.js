@@ -20,6 +20,7 @@ import {
     el,
     localTime,
     money,
+    requestCode,
     say,
     tightenClock,
 } from "./api.js";
@@ -100,13 +101,29 @@ function sessionGone(res) {
 
 // ---- log in ----
 
+// The bar of the proof of work that comes before a code, at fraction f of
+// the numbers searched (null hides it).
+function showPow(f) {
+    $("pow").hidden = f === null;
+    if (f === null) return;
+    const pct = Math.min(100, Math.round(f * 100));
+    $("pow-progress").value = pct;
+    setText($("pow-percent"), `${pct}%`);
+}
+
 $("code-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const phone = $("phone").value.trim();
     const button = $("send-code");
     button.disabled = true;
     say($("login-msg"), "Sending…");
-    const res = await call("POST", "/api/auth/code", { body: { phone } });
+    const res = await requestCode(phone, (f) => {
+        // Said once, when the work starts: the bar changes too often to
+        // be read out as it goes.
+        if ($("pow").hidden) say($("login-msg"), "Checking this browser before sending the code…");
+        showPow(f);
+    });
+    showPow(null);
     button.disabled = false;
     if (!res.ok) {
         say($("login-msg"), describeError(res).text, "bad");
