@@ -6,9 +6,11 @@
 // countdown and the buy button can only be right if they follow the
 // server's clock (the Date header). The instance asks for a proof of work
 // before a login code, at the default size (SECKILL_POW_MAXNUMBER=100000),
-// so the page must solve it as a buyer's would. Every page must run
-// without a console error or a Content-Security-Policy report. Screenshots
-// of both pages at phone and desktop width go to build/screenshots/.
+// so the page must solve it as a buyer's would. A queue sale runs on an
+// instance of its own that admits 2 places a second, so that a buyer's
+// wait can be seen. Every page must run without a console error or a
+// Content-Security-Policy report. Screenshots of both pages at phone and
+// desktop width go to build/screenshots/.
 
 import { createHash } from "node:crypto";
 import { mkdirSync } from "node:fs";
@@ -139,10 +141,10 @@ function powSolves(s) {
 
 const isCodeRequest = (r) => r.method() === "POST" && new URL(r.url()).pathname === "/api/auth/code";
 
-// Log in through the page with phone (development mode shows the code).
-// Returns the Seckill-PoW header of each code request the page sent
-// (undefined for one without).
-async function logIn(page, phone) {
+// Log in through the page with phone (development mode shows the code),
+// on the instance at base. Returns the Seckill-PoW header of each code
+// request the page sent (undefined for one without).
+async function logIn(page, phone, base = server.url) {
     const sent = [];
     const seen = (r) => {
         if (isCodeRequest(r)) sent.push(r.headers()["seckill-pow"]);
@@ -164,7 +166,7 @@ async function logIn(page, phone) {
     assert(await page.isHidden("#login"), "the login form is hidden");
     // The session the page keeps is one the API takes.
     const session = await page.evaluate(() => JSON.parse(localStorage.getItem("seckill.session")));
-    const mine = await http(server.url, "GET", "/api/orders?limit=1", { token: session.token });
+    const mine = await http(base, "GET", "/api/orders?limit=1", { token: session.token });
     assertEqual(mine.status, 200, "GET /api/orders with the page's session");
     return sent;
 }
@@ -323,6 +325,253 @@ async function buyerFlow() {
 
     assertNoProblems(page);
     await context.close();
+}
+
+// ---- a queue sale ----
+
+// An RFC 3339 UTC time of epoch ms t (whole seconds).
+function iso(t) {
+    return new Date(Math.floor(t / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+}
+
+// The Seckill-PoW value for a challenge of GET /api/pow, found here (for
+// buyers who join through the API rather than a page).
+function solveHere(c) {
+    for (let number = 0; number <= c.maxnumber; number++) {
+        const s = { algorithm: c.algorithm, challenge: c.challenge, number, salt: c.salt, signature: c.signature };
+        if (powSolves(s)) return Buffer.from(JSON.stringify(s)).toString("base64");
+    }
+    throw new Error(`no number solves ${JSON.stringify(c)}`);
+}
+
+// Join the waiting room of voucher through the API as the holder of tok,
+// with the proof of work the instance at base asks for.
+async function joinByApi(base, voucher, tok) {
+    const c = (await http(base, "GET", "/api/pow")).json;
+    const headers = c.maxnumber > 0 ? { "Seckill-PoW": solveHere(c) } : {};
+    return http(base, "POST", `/api/vouchers/${voucher}/queue`, { token: tok, headers });
+}
+
+// The text a card's place line shows.
+const placeText = (page, id) => card(page, id).locator(".place").textContent();
+
+// A queue sale on an instance that admits 2 places a second and opens
+// its rooms 300 s before the begin (the page assumes the default 600
+// until told otherwise). The buyer logs in through the page, joins
+// before the begin (a proof of work solved), reloads the page (the place
+// is read again, not joined again), sees the place drawn and the wait,
+// and is admitted; the page buys once with the ticket, and the order is
+// the buyer's only one for the voucher. The place is read no more than
+// once a second and no more once bought; the live region says the place
+// at most every few seconds and the admission once. An open sale keeps
+// its "Buy now"; a room joined too early says when it opens; Log out
+// ends the token on the server.
+async function buyerQueue() {
+    const rate = 2;
+    const inst = await startSeckilld("browser-seckilld-queue", {
+        ...MAIN_ENV,
+        SECKILL_WAITROOM_ADMIT_RATE: String(rate),
+        SECKILL_WAITROOM_OPEN_S: "300",
+    });
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    // What the cards' live regions say, with the time, across reloads.
+    await page.addInitScript(() => {
+        window.said = [];
+        new MutationObserver((changes) => {
+            for (const m of changes) {
+                const n = m.target.nodeType === Node.TEXT_NODE ? m.target.parentNode : m.target;
+                if (n && n.matches && n.matches(".voucher [aria-live]") && n.textContent)
+                    window.said.push({ t: Date.now(), id: n.closest(".voucher").dataset.voucherId, text: n.textContent });
+            }
+        }).observe(document, { subtree: true, childList: true, characterData: true });
+    });
+    const shop = 820000 + (RUN % 100000);
+    const phone = "134" + String(RUN % 100000000).padStart(8, "0");
+    try {
+        const openTitle = "Open sale: 30 off";
+        const open = await createVoucher(inst.url, {
+            shopId: shop,
+            title: openTitle,
+            type: "seckill",
+            stock: 5,
+            beginTime: timeIn(-60),
+            endTime: timeIn(3600),
+        });
+        // Its room opens in about 100 s (300 s before the begin), where
+        // the page first thinks it open.
+        const early = await createVoucher(inst.url, {
+            shopId: shop,
+            title: "Queue later: 20 off",
+            type: "seckill",
+            stock: 5,
+            beginTime: timeIn(400),
+            endTime: timeIn(3600),
+            admission: "queue",
+        });
+        await page.goto(`${inst.url}/?shop=${shop}`);
+        await waitFor(() => card(page, early).isVisible(), "the vouchers");
+        await logIn(page, phone, inst.url);
+
+        // An open sale's card: "Buy now", named with the voucher.
+        const buyOpen = page.getByRole("button", { name: `Buy now ${openTitle}` });
+        await waitFor(() => buyOpen.isEnabled(), "the open sale's button");
+        assertEqual(await card(page, open).locator("button.buy").textContent(), "Buy now", "the open sale's button");
+
+        // Joined too early: the room's answer says when it opens, and the
+        // button waits until then.
+        const earlyButton = page.getByRole("button", { name: "Join the queue Queue later: 20 off" });
+        await earlyButton.click();
+        await waitFor(
+            async () => /The waiting room is not open yet: it opens at /.test(await card(page, early).locator(".msg").textContent()),
+            "the early join's answer",
+        );
+        const earlyLabel = await card(page, early).locator("button").textContent();
+        assert(/^Queue opens in 01:[0-4]\d$/.test(earlyLabel), `the early sale's button: ${earlyLabel}`);
+        assert(await card(page, early).locator("button").isDisabled(), "the early sale's button is enabled");
+        assert(/^The waiting room opens at /.test(await placeText(page, early)), `the early sale's line: ${await placeText(page, early)}`);
+
+        // The queue sale: it begins in 10 s.
+        const title = "Queue: 60 off";
+        const begin = Math.ceil(Date.now() / 1000 + 10) * 1000;
+        const qv = await createVoucher(inst.url, {
+            shopId: shop,
+            title,
+            type: "seckill",
+            stock: 3,
+            beginTime: iso(begin),
+            endTime: timeIn(3600),
+            admission: "queue",
+        });
+        const requests = [];
+        page.on("request", (r) => {
+            const u = new URL(r.url());
+            if (u.pathname.startsWith(`/api/vouchers/${qv}/`))
+                requests.push({ method: r.method(), path: u.pathname, t: Date.now(), headers: r.headers() });
+        });
+        await page.click("#shop-form button");
+        const join = page.getByRole("button", { name: `Join the queue ${title}` });
+        await waitFor(() => join.isEnabled(), "the join button");
+        assertEqual(await card(page, qv).getByRole("button", { name: /Buy now/ }).count(), 0, "a Buy now on a queue sale");
+        await join.click();
+        const drawnLater = /^You're in the queue\. Places are drawn when the sale starts \(in 00:(0\d|10)\)\.$/;
+        await waitFor(async () => drawnLater.test(await placeText(page, qv)), "in the queue before the begin");
+        assert(Date.now() < begin, "the page joined after the begin: the machine is too slow for this test");
+        const joins = requests.filter((r) => r.method === "POST" && r.path.endsWith("/queue"));
+        assertEqual(joins.length, 1, "join requests");
+        const pow = joins[0].headers["seckill-pow"];
+        assert(pow && powSolves(powSolution(pow)), "the join carried no solved proof of work");
+        assertEqual(await card(page, qv).locator("button").textContent(), "In the queue", "the button once joined");
+        assert(await card(page, qv).locator("button").isDisabled(), "the button is enabled once joined");
+
+        // Ten places ahead of the buyer's, put straight into the room's
+        // sorted set with scores below any a joiner draws (0 to 2^52-1):
+        // the buyer's place is the 11th, admitted 5.5 s after the begin.
+        const ahead = 10;
+        redis("ZADD", `{v:${qv}}:wr:pre`, ...Array.from({ length: ahead }, (_, i) => [String(-1 - i), `ahead-${i}`]).flat());
+
+        // A reload reads the place again; it does not join again.
+        const reloadedAt = requests.length;
+        await page.reload();
+        await waitFor(
+            async () => /^(You're in the queue\. Places are|Place \d+ of the queue)/.test(await placeText(page, qv)),
+            "the place read again after the reload",
+        );
+        const since = () => requests.slice(reloadedAt);
+        assert(since().some((r) => r.method === "GET" && r.path.endsWith("/queue")), "no read of the place after the reload");
+        assert(!since().some((r) => r.method === "POST"), "the page joined again after the reload");
+        // What the early join taught the page is kept in the tab too.
+        const earlyAgain = await card(page, early).locator("button").textContent();
+        assert(/^Queue opens in 01:[0-4]\d$/.test(earlyAgain), `the early sale's button after the reload: ${earlyAgain}`);
+
+        // The place once drawn, and the wait.
+        await waitFor(async () => /^Place 11 of the queue — about \d+ s$/.test(await placeText(page, qv)), "place 11 and its wait");
+        assert(Date.now() >= begin, "a place before the begin");
+
+        // The waiting card fits a 360 px phone.
+        await page.setViewportSize(NARROW);
+        const fits = await page.evaluate((id) => {
+            const c = document.querySelector(`li.voucher[data-voucher-id="${id}"]`);
+            const right = (n) => n.getBoundingClientRect().right;
+            return {
+                page: document.documentElement.scrollWidth,
+                card: right(c),
+                button: right(c.querySelector("button")),
+                place: right(c.querySelector(".place")),
+            };
+        }, qv);
+        assert(Object.values(fits).every((x) => x <= NARROW.width), `the queue card at ${NARROW.width} px: ${JSON.stringify(fits)}`);
+        await shoot(page, "buyer-queue");
+        await page.setViewportSize(DESKTOP);
+
+        // Admitted: the page buys once, with the ticket, and says so.
+        const msg = card(page, qv).locator(".msg");
+        const bought = await waitFor(
+            async () => /^Bought for you when your turn came: order (\d+)\.$/.exec(await msg.textContent()),
+            "the purchase once admitted",
+        );
+        const boughtAt = Date.now();
+        const buys = requests.filter((r) => r.method === "POST" && r.path.endsWith("/seckill"));
+        assertEqual(buys.length, 1, "purchase requests");
+        assert(/^[A-Za-z0-9_-]{76}$/.test(buys[0].headers["seckill-ticket"] || ""), "the purchase carried no ticket");
+        const admittedAt = begin + Math.ceil(((ahead + 1) * 1000) / rate);
+        assert(buys[0].t >= admittedAt - 50, `the page bought ${admittedAt - buys[0].t} ms before its place was admitted`);
+        assertEqual(await card(page, qv).locator("button").textContent(), "Bought", "the button once bought");
+
+        // The order in My orders, and the buyer's only one for the sale
+        // in MySQL (GET /api/orders reads the orders table).
+        const order = page.locator(`#order-list li[data-order-id="${bought[1]}"]`);
+        await waitFor(() => order.isVisible(), "the order in my orders");
+        const orderText = await order.textContent();
+        assert(orderText.includes(title) && /Unpaid/.test(orderText), `the order reads: ${orderText}`);
+        const session = await page.evaluate(() => JSON.parse(localStorage.getItem("seckill.session")));
+        const mine = await http(inst.url, "GET", "/api/orders?limit=100", { token: session.token });
+        assertEqual(mine.status, 200, "GET /api/orders");
+        const forSale = mine.json.items.filter((o) => o.voucherId === qv);
+        assertEqual(forSale.length, 1, "the buyer's orders for the queue sale");
+        assertEqual(forSale[0].id, bought[1], "the order's id");
+        const stats = await http(inst.url, "GET", `/api/vouchers/${qv}/stats`, { token: token(1, true) });
+        assertEqual(stats.json.sold, 1, "units of the queue sale sold");
+        assertEqual(stats.json.queue.length, ahead + 1, "the room's length");
+
+        // Reads of the place: never two within a second, none once bought.
+        await page.waitForTimeout(2500);
+        const reads = since().filter((r) => r.method === "GET" && r.path.endsWith("/queue"));
+        for (let i = 1; i < reads.length; i++)
+            assert(reads[i].t - reads[i - 1].t >= 950, `two reads of the place ${reads[i].t - reads[i - 1].t} ms apart`);
+        assert(!reads.some((r) => r.t > boughtAt), "the page read the place after buying");
+
+        // The live region: polite, the place said (never twice within a
+        // few seconds), the admission once.
+        const live = card(page, qv).locator("[aria-live]");
+        assertEqual(await live.getAttribute("aria-live"), "polite", "the live region's politeness");
+        const said = (await page.evaluate(() => window.said)).filter((x) => x.id === qv);
+        const turns = said.filter((x) => /^Your turn has come/.test(x.text));
+        assertEqual(turns.length, 1, `admissions said (${JSON.stringify(said)})`);
+        assert(said.some((x) => x.text === `Place 11 of the queue for ${title}: less than a minute to wait.`), `the place never said: ${JSON.stringify(said)}`);
+        const calm = said.filter((x) => !turns.includes(x));
+        for (let i = 1; i < calm.length; i++)
+            assert(calm[i].t - calm[i - 1].t >= 4500, `said twice within ${calm[i].t - calm[i - 1].t} ms: ${JSON.stringify(said)}`);
+
+        // Log out: the token ends on the server, the tab forgets it and
+        // its places.
+        const logout = page.waitForRequest((r) => r.method() === "POST" && new URL(r.url()).pathname === "/api/auth/logout");
+        await page.click("#logout");
+        assertEqual((await logout).headers().authorization, `Bearer ${session.token}`, "the logout's token");
+        await waitFor(() => page.isVisible("#login"), "the login form after logging out");
+        assert(/^Logged out\.$/.test(await page.textContent("#login-msg")), `after logging out: ${await page.textContent("#login-msg")}`);
+        assertEqual(await focused(page), "phone", "focus after logging out");
+        assertEqual(await page.evaluate(() => localStorage.getItem("seckill.session")), null, "the session kept");
+        const marks = await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith("seckill.queue.")));
+        assertEqual(marks.length, 0, "queue notes kept after logging out");
+        const refused = await http(inst.url, "GET", "/api/orders", { token: session.token });
+        assertEqual(refused.status, 401, "GET /api/orders with the logged-out token");
+        assertEqual(await card(page, qv).locator("button").textContent(), "Log in to join the queue", "the queue sale's button logged out");
+        assertNoProblems(page);
+    } finally {
+        await context.close();
+        await stop(inst.child);
+    }
 }
 
 // Every error code of the document has its own words.
@@ -540,7 +789,7 @@ const VALID = {
 
 async function fillForm(page, fields, beginOffsetS = 60, endOffsetS = 3660) {
     for (const [k, v] of Object.entries(fields)) {
-        if (k === "type") await page.selectOption("#f-type", v);
+        if (k === "type" || k === "admission") await page.selectOption(`#f-${k}`, v);
         else await page.fill(`#f-${k}`, v);
     }
     // The reader's local time, as the datetime-local inputs take it.
@@ -760,6 +1009,29 @@ async function adminFlow() {
     // The counters of /metrics: at least the crowd's 30 orders.
     await waitFor(async () => Number(await page.textContent('[data-counter="ok"] .n')) >= 30, "30 orders in the counters");
 
+    // A queue sale through the form's admission choice: its row shows
+    // the waiting room's numbers once buyers join; an open sale's a dash.
+    await fillForm(page, { ...VALID, shopId: String(shop), title: "Queue test: 5 vouchers", stock: "5", admission: "queue" });
+    await page.click('button[data-start="0"]');
+    await page.click("#create-button");
+    const qid = (
+        await waitFor(async () => {
+            const m = /Created voucher (\d+)/.exec(await page.textContent("#create-msg"));
+            return m && m[1] !== id ? m : null;
+        }, "the queue sale created")
+    )[1];
+    assertEqual((await http(server.url, "GET", `/api/vouchers/${qid}`)).json.admission, "queue", "the admission the form sent");
+    const queueCell = page.locator(`#voucher-rows tr[data-voucher-id="${qid}"] td.queue`);
+    await waitFor(async () => (await queueCell.textContent()) === "0 joined · 0 admitted", "the empty waiting room");
+    for (let i = 0; i < 3; i++) {
+        const r = await joinByApi(server.url, qid, token(9500000000 + RUN * 10 + i));
+        assertEqual(r.status, 202, `a buyer's join (${r.text})`);
+    }
+    await waitFor(async () => (await queueCell.textContent()) === "3 joined · 3 admitted", "the waiting room's numbers");
+    assertEqual(await row.locator("td.queue").textContent(), "–", "an open sale's queue");
+    // The chart follows the newest voucher: back to the crowd's sale.
+    await row.click();
+
     await shoot(page, "admin");
 
     // Log out: the form is back, the tab keeps nothing, and the server
@@ -791,20 +1063,22 @@ async function adminFlow() {
     await context.close();
 }
 
+// Development mode (the login code on the page, Pay (dev)); 15 minutes
+// to pay, as the buyer's test reads it; a proof of work before a code,
+// of the default size (.run/env.test turns it off). The loopback proxy is
+// trusted so that the admin's wrong-password test can name a client
+// address of its own.
+const MAIN_ENV = {
+    SECKILL_DEV: "1",
+    SECKILL_PAY_TIMEOUT_S: "900",
+    SECKILL_POW_MAXNUMBER: String(POW_MAXNUMBER),
+    SECKILL_TRUSTED_PROXIES: "127.0.0.0/8",
+};
+
 async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
-        // Development mode (the login code on the page, Pay (dev)); 15
-        // minutes to pay, as the buyer's test reads it; a proof of work
-        // before a code, of the default size (.run/env.test turns it off).
-        // The loopback proxy is trusted so that the admin's wrong-password
-        // test can name a client address of its own.
-        server = await startSeckilld("browser-seckilld", {
-            SECKILL_DEV: "1",
-            SECKILL_PAY_TIMEOUT_S: "900",
-            SECKILL_POW_MAXNUMBER: String(POW_MAXNUMBER),
-            SECKILL_TRUSTED_PROXIES: "127.0.0.0/8",
-        });
+        server = await startSeckilld("browser-seckilld", MAIN_ENV);
         // launch() runs Chromium on a fresh temporary profile of its own
         // and removes it on close.
         browser = await chromium.launch({
@@ -822,6 +1096,10 @@ async function main() {
             ],
         });
         await test("browser: buyer logs in (a proof of work solved), waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
+        await test(
+            "browser: buyer joins a queue sale and buys when admitted (a reload reads the place; Log out ends the token)",
+            buyerQueue,
+        );
         await test("browser: every error code has its own words", errorWords);
         await test("browser: the proof-of-work worker hashes known answers right and solves a challenge", powWorker);
         await test("browser: a refused proof of work is solved again; a bar shows meanwhile on a 360 px phone", powRetry);
@@ -832,7 +1110,7 @@ async function main() {
             adminWrongPassword,
         );
         await test(
-            "browser: admin logs in, creates a voucher with the API's messages, watches a crowd buy, logs out",
+            "browser: admin logs in, creates a voucher with the API's messages, watches a crowd buy, makes a queue sale, logs out",
             adminFlow,
         );
     } finally {

@@ -1,9 +1,10 @@
 // admin.js - the admin's page: a login (POST /api/admin/login; the token
 // is kept in the tab's session storage until Log out or a 401), a form
 // that creates a voucher (checked field by field with the API's own
-// messages before it is sent), the shop's vouchers with their numbers
-// read once a second (GET /api/vouchers/{id}/stats with the token, else
-// the voucher's stock) and a chart of the selected one's sales, and the
+// messages before it is sent; a flash sale is open to all or sold
+// through a waiting room), the shop's vouchers with their numbers read
+// once a second (GET /api/vouchers/{id}/stats with the token, else the
+// voucher's stock; a queue sale's waiting room too) and a chart of the selected one's sales, and the
 // purchase counters (GET /api/admin/metrics with the token).
 
 import { call, clock, describeError, el, localNow, localTime, money, rfc3339, say } from "./api.js";
@@ -223,6 +224,7 @@ function formValues() {
         "stock",
         "beginTime",
         "endTime",
+        "admission",
     ]) {
         const input = $("f-" + name);
         v[name] = name === "title" || name === "subTitle" || name === "rules" ? input.value : input.value.trim();
@@ -255,6 +257,7 @@ export function validate(v) {
         else if (Number.isNaN(end)) put("endTime", "endTime: " + TIME_EXAMPLE);
         if (!errors.beginTime && !errors.endTime && Math.floor(end / 1000) <= Math.floor(begin / 1000))
             put("endTime", "endTime: must be after beginTime");
+        if (v.admission !== "open" && v.admission !== "queue") put("admission", 'admission: must be "open" or "queue"');
     }
     return errors;
 }
@@ -271,6 +274,7 @@ export function voucherBody(v) {
         parts.push(`"stock":${BigInt(v.stock)}`);
         parts.push(`"beginTime":"${rfc3339(localInputTime(v.beginTime))}"`);
         parts.push(`"endTime":"${rfc3339(localInputTime(v.endTime))}"`);
+        parts.push(`"admission":${JSON.stringify(v.admission)}`);
     }
     return "{" + parts.join(",") + "}";
 }
@@ -469,9 +473,10 @@ function row(v) {
     let r = rows.get(v.id);
     if (r) return r;
     const cells = {};
-    for (const k of ["id", "title", "type", "stock", "sold", "paid", "returned", "rate", "window", "status"])
+    for (const k of ["id", "title", "type", "stock", "sold", "paid", "returned", "rate", "queue", "window", "status"])
         cells[k] = el("td", {
-            class: k === "id" ? "mono" : k === "title" ? "title" : ["type", "window", "status"].includes(k) ? k : "num " + k,
+            class:
+                k === "id" ? "mono" : k === "title" ? "title" : ["type", "queue", "window", "status"].includes(k) ? k : "num " + k,
         });
     const tr = el("tr", { "data-voucher-id": v.id }, ...Object.values(cells));
     tr.addEventListener("click", () => {
@@ -485,6 +490,27 @@ function row(v) {
 
 function setText(node, text) {
     if (node.textContent !== text) node.textContent = text;
+}
+
+// A queue sale's waiting room from its stats st, as the parts of its
+// cell: how many joined and how many places are admitted by now ("–" for
+// a sale open to all).
+function queueParts(v, st) {
+    if (v.type !== "seckill" || v.admission !== "queue") return ["–"];
+    // Logged out (the numbers need the admin's token), or Redis could
+    // not say.
+    if (!st || !st.queue) return ["waiting room"];
+    const n = (x) => Number(x).toLocaleString();
+    return [`${n(st.queue.length)} joined`, `${n(st.queue.admitted)} admitted`];
+}
+
+// The queue's cell: "1,234 joined · 120 admitted", which may break only
+// between its two parts.
+function setQueueCell(td, parts) {
+    const text = parts.join(" · ");
+    if (td.textContent === text) return;
+    const spans = parts.map((p) => el("span", { class: "part" }, p));
+    td.replaceChildren(...spans.flatMap((s, i) => (i ? [" · ", s] : [s])));
 }
 
 function renderList() {
@@ -503,6 +529,7 @@ function renderList() {
         setText(r.cells.paid, st ? String(st.orders.paid) : "–");
         setText(r.cells.returned, st ? String(st.returned) : "–");
         setText(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : "–");
+        setQueueCell(r.cells.queue, queueParts(v, st));
         setText(r.cells.window, seckill ? `${localTime(v.beginTime)} – ${localTime(v.endTime)}` : "–");
         setText(r.cells.status, saleStatus(v));
         r.tr.className = v.id === state.selected ? "selected" : "";

@@ -184,19 +184,19 @@ export function solvePow(challenge, onProgress) {
     });
 }
 
-// Ask for a login code for phone (POST /api/auth/code) with the proof of
-// work the service wants first: a challenge from GET /api/pow, solved
-// unless its maxnumber is 0 (the service asks for none). A refusal with
-// POW_REQUIRED (the challenge ran out or was spent meanwhile) carries a
-// fresh challenge in error.details: that one is solved and the code asked
-// for once more. onProgress(fraction) as in solvePow. Resolves like
-// call(); a challenge the page cannot solve is error POW_UNSOLVED.
-export async function requestCode(phone, onProgress) {
+// One API call that carries the proof of work the service wants
+// (Seckill-PoW): a challenge from GET /api/pow, solved unless its
+// maxnumber is 0 (the service asks for none). A refusal with POW_REQUIRED
+// (the challenge ran out or was spent meanwhile) carries a fresh
+// challenge in error.details: that one is solved and the call made once
+// more. opts and the answer as in call(); onProgress(fraction) as in
+// solvePow. A challenge the page cannot solve is error POW_UNSOLVED.
+export async function callWithPow(method, path, opts = {}, onProgress) {
     const got = await call("GET", "/api/pow");
     if (!got.ok) return got;
     let challenge = got.data;
     for (let attempt = 0; ; attempt++) {
-        const headers = {};
+        const headers = { ...opts.headers };
         if (challenge.maxnumber > 0) {
             try {
                 headers["Seckill-PoW"] = await solvePow(challenge, onProgress);
@@ -210,11 +210,24 @@ export async function requestCode(phone, onProgress) {
                 };
             }
         }
-        const res = await call("POST", "/api/auth/code", { body: { phone }, headers });
+        const res = await call(method, path, { ...opts, headers });
         const details = res.error && res.error.code === "POW_REQUIRED" && res.error.details;
         if (attempt > 0 || !details) return res;
         challenge = details;
     }
+}
+
+// Ask for a login code for phone (POST /api/auth/code), with the proof of
+// work before it (callWithPow).
+export function requestCode(phone, onProgress) {
+    return callWithPow("POST", "/api/auth/code", { body: { phone } }, onProgress);
+}
+
+// Join the waiting room of queue sale voucherId (POST
+// /api/vouchers/{id}/queue) as the holder of token, with the proof of
+// work the service may want (callWithPow). Joining again keeps the place.
+export function joinQueue(voucherId, token, onProgress) {
+    return callWithPow("POST", `/api/vouchers/${voucherId}/queue`, { token }, onProgress);
 }
 
 // The error codes of the API (README, docs/openapi.yaml) in words a buyer
@@ -266,7 +279,8 @@ export function describeError(res) {
                 tone: "bad",
             };
         case "FORBIDDEN":
-            return { text: "Not allowed: this needs an admin token.", tone: "bad" };
+            // A buyer's token on an admin's route, or a banned buyer.
+            return { text: "Not allowed: this account may not do this.", tone: "bad" };
         case "BAD_REQUEST":
             return { text: "Refused: " + e.message + ".", tone: "bad" };
         case "METHOD_NOT_ALLOWED":

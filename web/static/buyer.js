@@ -8,6 +8,14 @@
 // 0: the stock shown is as old as the last refresh, and the server's
 // answer ("sold out", "already purchased") is what counts.
 //
+// A queue sale (admission "queue") is bought through its waiting room
+// instead: the card's button joins the queue (with the proof of work the
+// service may want), the page reads the buyer's place as often as the
+// service's Retry-After says (never more than once a second), and when
+// the place is admitted it buys once with the room's ticket. That the
+// buyer joined is kept in the tab's session storage per voucher, so a
+// reload reads the place again instead of joining anew.
+//
 // An unpaid order counts down to its pay deadline on the server's clock
 // and has a cancel button, and in development mode (the service showed
 // the login code) a pay button for the simulated payment provider.
@@ -18,6 +26,8 @@ import {
     describeError,
     duration,
     el,
+    joinQueue,
+    localNow,
     localTime,
     money,
     requestCode,
@@ -31,6 +41,21 @@ const ORDERS_REFRESH_MS = 15000;
 const TICK_MS = 100;
 // Start narrowing the clock this long before a sale opens.
 const CLOCK_LEAD_MS = 20000;
+// Where the tab keeps that its buyer joined the queue of voucher id.
+const QUEUE_KEY_PREFIX = "seckill.queue.";
+// How long before the begin a waiting room takes buyers: the service's
+// default SECKILL_WAITROOM_OPEN_S, which the API does not tell. A join
+// refused as too early says when the room really opens, and the page
+// takes that instead (kept in the tab under WAITROOM_OPEN_KEY).
+const WAITROOM_OPEN_MS = 600 * 1000;
+const WAITROOM_OPEN_KEY = "seckill.waitroom-open-ms";
+// A buyer's place is read at most once a second (the service's limit).
+const POLL_MIN_MS = 1000;
+// After a failed read, the next waits up to this long.
+const POLL_BACKOFF_MAX_MS = 10000;
+// A place is announced to screen readers at most this often (an
+// admission at once).
+const ANNOUNCE_GAP_MS = 5000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -50,6 +75,8 @@ const state = {
     vouchers: new Map(), // id -> voucher (API object)
     cards: new Map(), // id -> {node, refs}
     purchase: new Map(), // id -> {inFlight, waitUntil}
+    queues: new Map(), // id -> this buyer's place in its waiting room
+    waitroomOpenMs: learntWaitroomOpenMs(),
     titles: new Map(), // voucher id -> title, for the orders
     orders: new Map(), // order id -> {order, refs, busy}
     tightening: false,
@@ -57,6 +84,11 @@ const state = {
 };
 
 // ---- session ----
+
+function learntWaitroomOpenMs() {
+    const ms = parseInt(sessionStorage.getItem(WAITROOM_OPEN_KEY) || "", 10);
+    return ms >= 0 ? ms : WAITROOM_OPEN_MS;
+}
 
 function loadSession() {
     try {
@@ -72,7 +104,12 @@ function loadSession() {
 function saveSession(s) {
     state.session = s;
     if (s) localStorage.setItem(SESSION_KEY, JSON.stringify(s));
-    else localStorage.removeItem(SESSION_KEY);
+    else {
+        localStorage.removeItem(SESSION_KEY);
+        // The places were the old session's: stop reading them.
+        for (const id of [...state.queues.keys()]) stopQueue(id);
+        forgetQueueMarks();
+    }
     renderSession();
 }
 
@@ -174,7 +211,27 @@ $("login-form").addEventListener("submit", async (ev) => {
     });
 });
 
-$("logout").addEventListener("click", () => saveSession(null));
+// Log out on the server first (the token is refused from then on), and
+// forget the session whatever the answer: a 401 means the server refuses
+// the token already.
+$("logout").addEventListener("click", async () => {
+    const s = state.session;
+    if (!s) return;
+    const button = $("logout");
+    button.disabled = true;
+    for (const id of [...state.queues.keys()]) stopQueue(id);
+    const res = await call("POST", "/api/auth/logout", { token: s.token });
+    button.disabled = false;
+    if (state.session === s) saveSession(null);
+    $("phone").focus();
+    if (res.ok || res.status === 401) say($("login-msg"), "Logged out.", "ok");
+    else
+        say(
+            $("login-msg"),
+            `Logged out of this page, but the server did not confirm it: ${describeError(res).text}`,
+            "warn",
+        );
+});
 
 // ---- the shop's vouchers ----
 
@@ -195,7 +252,10 @@ $("shop-form").addEventListener("submit", (ev) => {
     url.searchParams.set("shop", v);
     history.replaceState(null, "", url);
     state.vouchers.clear();
-    for (const c of state.cards.values()) c.node.remove();
+    for (const [id, c] of state.cards) {
+        c.node.remove();
+        stopQueue(id);
+    }
     state.cards.clear();
     loadVouchers();
 });
@@ -224,36 +284,64 @@ async function loadVouchers() {
     for (const [id, c] of state.cards)
         if (!seen.has(id)) {
             c.node.remove();
+            stopQueue(id);
             state.cards.delete(id);
             state.vouchers.delete(id);
         }
 }
 
+function isQueueSale(v) {
+    return v.type === "seckill" && v.admission === "queue";
+}
+
 function makeCard(v) {
+    const queue = isQueueSale(v);
+    const titleId = `voucher-${v.id}-title`;
+    const buttonId = `voucher-${v.id}-button`;
     const refs = {
-        title: el("h3"),
+        title: el("h3", { id: titleId }),
         sub: el("div", { class: "sub" }),
         price: el("div", { class: "price" }),
         pill: el("span", { class: "pill" }),
-        stock: el("span"),
+        stock: el("span", { class: "stock" }),
         bar: el("div"),
         when: el("div", { class: "hint" }),
         countdown: el("span", { class: "countdown" }),
-        button: el("button", { type: "button", class: "buy" }, "Buy now"),
+        // Named with the voucher's title too ("Buy now 50 off"): every
+        // card has one, and a list of buttons must tell them apart.
+        button: el(
+            "button",
+            { type: "button", class: queue ? "buy join" : "buy", id: buttonId, "aria-labelledby": `${buttonId} ${titleId}` },
+            queue ? "Join the queue" : "Buy now",
+        ),
         msg: el("p", { class: "msg", role: "status" }),
     };
-    refs.button.addEventListener("click", () => buy(v.id));
+    if (queue) {
+        // The place as it stands, redrawn as the clock runs: hidden from
+        // screen readers, which hear it from the live region below, said
+        // at most every few seconds.
+        refs.place = el("p", { class: "place", "aria-hidden": "true" });
+        refs.live = el("span", { class: "sr-only", role: "status", "aria-live": "polite", "aria-atomic": "true" });
+    }
+    refs.button.addEventListener("click", () => (queue ? queueClick(v.id) : buy(v.id)));
     const node = el(
         "li",
-        { class: "voucher", "data-voucher-id": v.id },
+        { class: queue ? "voucher queue-sale" : "voucher", "data-voucher-id": v.id },
         refs.title,
         refs.sub,
         refs.price,
-        el("div", { class: "row spread" }, refs.pill, refs.stock),
+        el(
+            "div",
+            { class: "row spread" },
+            queue ? el("span", { class: "pills" }, refs.pill, " ", el("span", { class: "pill queue" }, "Waiting room")) : refs.pill,
+            refs.stock,
+        ),
         el("div", { class: "stockbar" }, refs.bar),
         refs.when,
         el("div", {}, refs.countdown),
+        refs.place,
         refs.button,
+        refs.live,
         refs.msg,
     );
     return { node, refs, initialStock: v.stock };
@@ -325,6 +413,10 @@ function renderVoucher(id) {
         setText(r.countdown, `Ends in ${duration(end - now)}`);
         enabled = true;
     }
+    if (isQueueSale(v)) {
+        renderQueue(v, card, ph);
+        return;
+    }
     if (enabled && !state.session) {
         label = "Log in to buy";
     } else if (p.inFlight) {
@@ -341,14 +433,17 @@ function renderVoucher(id) {
 
 // ---- buying ----
 
-async function buy(id) {
+// Buy voucher id; a queue sale's purchase carries the ticket of the
+// buyer's admitted place. Resolves to the answer (null when nothing was
+// sent: not logged in, or a purchase already in flight).
+async function buy(id, ticket) {
     const card = state.cards.get(id);
     const p = state.purchase.get(id) || {};
-    if (!card || p.inFlight) return;
+    if (!card || p.inFlight) return null;
     if (!state.session) {
         say(card.refs.msg, "Log in first: enter your phone number.", "warn");
         $("phone").focus();
-        return;
+        return null;
     }
     p.inFlight = true;
     state.purchase.set(id, p);
@@ -356,6 +451,7 @@ async function buy(id) {
     renderVoucher(id);
     const res = await call("POST", `/api/vouchers/${id}/seckill`, {
         token: state.session.token,
+        headers: ticket ? { "Seckill-Ticket": ticket } : undefined,
     });
     p.inFlight = false;
     if (res.ok && res.data.status === "pending") {
@@ -378,6 +474,7 @@ async function buy(id) {
         sessionGone(res);
     }
     renderVoucher(id);
+    return res;
 }
 
 async function refreshVoucher(id) {
@@ -386,6 +483,375 @@ async function refreshVoucher(id) {
         state.vouchers.set(id, res.data);
         renderVoucher(id);
     }
+}
+
+// ---- the waiting room of a queue sale ----
+
+// A buyer's place in the waiting room of one voucher, while logged in:
+//   stage   "none" (not joined), "joining", "queued" (waiting for the
+//           place's turn), "buying" (admitted: the purchase is in
+//           flight), "admitted" (the automatic purchase failed in a way
+//           worth retrying: the button buys with the ticket), "done"
+//   place   the last answer {position, admitted, etaSeconds, ticket}
+//   etaAt   when the place is admitted, on the server's clock
+//   end     how a "done" place ended, and endText its words
+//   timer   the next read of the place; failures in a row; stopped once
+//           the card leaves the page or the buyer logs out
+//   live    what the card's live region said last, and when
+function newQueue() {
+    return {
+        stage: "none",
+        place: null,
+        etaAt: 0,
+        end: "",
+        endText: "",
+        timer: null,
+        failures: 0,
+        stopped: false,
+        waitUntil: 0,
+        live: { text: "", at: -Infinity, timer: null, admitted: false },
+    };
+}
+
+// The tab's note that its buyer joined the queue of id (or bought
+// through it), or null. Another buyer's note is not read.
+function queueMark(id) {
+    try {
+        const m = JSON.parse(sessionStorage.getItem(QUEUE_KEY_PREFIX + id) || "null");
+        if (m && state.session && m.userId === state.session.userId) return m;
+    } catch {
+        // a damaged note is as good as none
+    }
+    return null;
+}
+
+function setQueueMark(id, mark) {
+    if (mark && state.session)
+        sessionStorage.setItem(QUEUE_KEY_PREFIX + id, JSON.stringify({ userId: state.session.userId, ...mark }));
+    else sessionStorage.removeItem(QUEUE_KEY_PREFIX + id);
+}
+
+function forgetQueueMarks() {
+    const keys = [];
+    for (let i = 0; i < sessionStorage.length; i++) {
+        const k = sessionStorage.key(i);
+        if (k && k.startsWith(QUEUE_KEY_PREFIX)) keys.push(k);
+    }
+    for (const k of keys) sessionStorage.removeItem(k);
+}
+
+// The buyer's place in the queue of id, made on first use from the tab's
+// note: a buyer who joined before a reload has the place read again, one
+// who bought sees so. null when logged out.
+function queueOf(id) {
+    if (!state.session) return null;
+    let q = state.queues.get(id);
+    if (q) return q;
+    q = newQueue();
+    state.queues.set(id, q);
+    const mark = queueMark(id);
+    if (mark && mark.bought) {
+        q.stage = "done";
+        q.end = "bought";
+        q.endText = mark.orderId ? `You bought it through the queue: order ${mark.orderId}.` : "You bought it through the queue.";
+    } else if (mark) {
+        q.stage = "queued";
+        schedulePoll(id, q, 0);
+    }
+    return q;
+}
+
+// Stop reading the place of id and forget it (the tab's note stays).
+function stopQueue(id) {
+    const q = state.queues.get(id);
+    if (!q) return;
+    q.stopped = true;
+    clearTimeout(q.timer);
+    clearTimeout(q.live.timer);
+    state.queues.delete(id);
+}
+
+function schedulePoll(id, q, ms) {
+    clearTimeout(q.timer);
+    q.timer = setTimeout(() => pollQueue(id, q), ms);
+}
+
+async function pollQueue(id, q) {
+    q.timer = null;
+    if (q.stopped || !state.session) return;
+    const res = await call("GET", `/api/vouchers/${id}/queue`, { token: state.session.token });
+    if (!q.stopped) onPlace(id, q, res, false);
+}
+
+// The card's button: join, or buy with the ticket of an admitted place
+// whose automatic purchase did not go through.
+function queueClick(id) {
+    const q = queueOf(id);
+    if (q && q.stage === "admitted") buyAdmitted(id, q);
+    else join(id);
+}
+
+async function join(id) {
+    const card = state.cards.get(id);
+    if (!card) return;
+    if (!state.session) {
+        say(card.refs.msg, "Log in first: enter your phone number.", "warn");
+        $("phone").focus();
+        return;
+    }
+    const q = queueOf(id);
+    if (q.stage !== "none") return;
+    q.stage = "joining";
+    say(card.refs.msg, "Joining the queue…");
+    renderVoucher(id);
+    let checking = false;
+    const res = await joinQueue(id, state.session.token, () => {
+        // Said once, when the work starts.
+        if (!checking) say(card.refs.msg, "Checking this browser before joining…");
+        checking = true;
+    });
+    if (!q.stopped) onPlace(id, q, res, true);
+}
+
+// The answer res of a join (joining) or of a read of the place.
+function onPlace(id, q, res, joining) {
+    const card = state.cards.get(id);
+    if (!card) return;
+    const msg = card.refs.msg;
+    if (res.ok) {
+        q.failures = 0;
+        q.stage = "queued";
+        q.place = res.data;
+        q.etaAt = clock.now() + res.data.etaSeconds * 1000;
+        setQueueMark(id, {});
+        if (joining || msg.classList.contains("warn")) say(msg, "");
+        if (res.data.admitted) {
+            admitted(id, q);
+            return;
+        }
+        announcePlace(id, q);
+        // As the service says (before the begin: at the begin; while
+        // waiting: about half the wait), never sooner than a second.
+        schedulePoll(id, q, Math.max(POLL_MIN_MS, res.retryAfter * 1000));
+        renderVoucher(id);
+        return;
+    }
+    if (sessionGone(res)) return;
+    const code = res.error.code;
+    const d = describeError(res);
+    if (code === "RATE_LIMITED" && !joining) {
+        // Read a moment ago (another tab, or just before a reload).
+        schedulePoll(id, q, Math.max(POLL_MIN_MS, res.retryAfter * 1000));
+    } else if (code === "NOT_FOUND" && !joining) {
+        // The room has no place of this buyer's (the note is older
+        // than the room's memory): joining again is the way in.
+        setQueueMark(id, null);
+        q.stage = "none";
+        q.place = null;
+        say(msg, "Your place in the queue was not found: join the queue again.", "warn");
+    } else if (code === "NOT_STARTED" && joining) {
+        // The room opens later than the page assumed: the answer says
+        // when, and the room of every sale opens as long before it.
+        const v = state.vouchers.get(id);
+        const opensAt = clock.now() + Math.max(1, res.retryAfter) * 1000;
+        if (v) {
+            state.waitroomOpenMs = Math.max(0, Date.parse(v.beginTime) - opensAt);
+            sessionStorage.setItem(WAITROOM_OPEN_KEY, String(state.waitroomOpenMs));
+        }
+        q.stage = "none";
+        say(msg, `The waiting room is not open yet: it opens at ${clockTime(opensAt)}.`, "warn");
+    } else if (code === "SOLD_OUT" || code === "ENDED" || code === "FORBIDDEN") {
+        finishQueue(id, q, code === "SOLD_OUT" ? "sold-out" : code === "ENDED" ? "ended" : "refused", d.text);
+        say(msg, d.text, d.tone);
+        if (code === "SOLD_OUT") refreshVoucher(id);
+    } else if (joining) {
+        q.stage = "none";
+        if (code === "RATE_LIMITED") q.waitUntil = Date.now() + d.wait * 1000;
+        say(msg, d.text, d.tone);
+    } else {
+        // The service or the network failed: the place is still there,
+        // read it again a little later each time.
+        q.failures++;
+        say(msg, `${d.text} The page keeps trying.`, "warn");
+        schedulePoll(id, q, Math.min(POLL_BACKOFF_MAX_MS, Math.max(res.retryAfter * 1000, POLL_MIN_MS * 2 ** q.failures)));
+    }
+    renderVoucher(id);
+}
+
+// The place of id was admitted: buy once with its ticket.
+function admitted(id, q) {
+    const v = state.vouchers.get(id);
+    if (!q.live.admitted) {
+        q.live.admitted = true;
+        announce(id, q, `Your turn has come for ${v ? v.title : "the voucher"}: buying it now.`, true);
+    }
+    buyAdmitted(id, q);
+}
+
+async function buyAdmitted(id, q) {
+    const card = state.cards.get(id);
+    if (!card || !q.place || !q.place.ticket) return;
+    q.stage = "buying";
+    const res = await buy(id, q.place.ticket);
+    if (q.stopped) return;
+    if (!res) {
+        // Nothing was sent: the button offers it again.
+        q.stage = "admitted";
+        renderVoucher(id);
+        return;
+    }
+    const msg = card.refs.msg;
+    const code = res.ok ? "" : res.error.code;
+    if (res.ok) {
+        const orderId = res.data.orderId;
+        finishQueue(id, q, "bought", `You bought it through the queue: order ${orderId}.`, { bought: true, orderId });
+        say(
+            msg,
+            res.data.status === "pending"
+                ? `Bought for you when your turn came: order ${orderId} is being recorded.`
+                : `Bought for you when your turn came: order ${orderId}.`,
+            "ok",
+        );
+    } else if (code === "ALREADY_PURCHASED") {
+        finishQueue(id, q, "bought", "You bought it already: see My orders.", { bought: true });
+    } else if (code === "TICKET_REQUIRED") {
+        // The ticket is good for a short while after the admission; the
+        // place keeps the same one, so there is no second chance.
+        const words = "Your turn has passed: the queue's ticket is good only for a short while after your turn comes.";
+        finishQueue(id, q, "expired", words);
+        say(msg, words, "bad");
+    } else if (code === "SOLD_OUT" || code === "ENDED" || code === "FORBIDDEN") {
+        finishQueue(id, q, code === "SOLD_OUT" ? "sold-out" : code === "ENDED" ? "ended" : "refused", describeError(res).text);
+    } else if (res.status !== 401) {
+        // Busy, rate limited, unavailable, or an outcome to look up in
+        // My orders: buy() said so; the button retries with the ticket.
+        q.stage = "admitted";
+    }
+    renderVoucher(id);
+}
+
+// The place of id has no more to do: how it ended (bought, sold-out,
+// ended, expired, refused) and the words for it; mark is the tab's note
+// to keep (none: the note goes).
+function finishQueue(id, q, end, text, mark = null) {
+    clearTimeout(q.timer);
+    q.timer = null;
+    q.stage = "done";
+    q.end = end;
+    q.endText = text;
+    setQueueMark(id, mark);
+}
+
+// Say text in the card's live region: at most once every
+// ANNOUNCE_GAP_MS (a newer text waits for its turn and replaces one
+// waiting), or at once when urgent.
+function announce(id, q, text, urgent = false) {
+    const card = state.cards.get(id);
+    const live = q.live;
+    clearTimeout(live.timer);
+    live.timer = null;
+    if (!card || q.stopped || text === live.text) return;
+    const wait = urgent ? 0 : live.at + ANNOUNCE_GAP_MS - localNow();
+    if (wait > 0) {
+        live.timer = setTimeout(() => announce(id, q, text), wait);
+        return;
+    }
+    live.text = text;
+    live.at = localNow();
+    card.refs.live.textContent = text;
+}
+
+// Announce the place of id as it stands, in words that change only when
+// the place does, or the wait by a minute: a wait read every second or
+// two is not read out each time.
+function announcePlace(id, q) {
+    if (q.live.admitted) return;
+    const v = state.vouchers.get(id);
+    const title = v ? v.title : "the voucher";
+    const pos = q.place && q.place.position;
+    if (!pos) {
+        announce(id, q, `You're in the queue for ${title}. Places are drawn when the sale starts.`);
+        return;
+    }
+    const s = q.place.etaSeconds;
+    const wait = s >= 90 ? `about ${Math.round(s / 60)} minutes` : s >= 45 ? "about a minute" : "less than a minute";
+    announce(id, q, `Place ${pos} of the queue for ${title}: ${wait} to wait.`);
+}
+
+// A time of the server's clock as the reader's time of day.
+function clockTime(t) {
+    return new Date(t).toLocaleTimeString();
+}
+
+// The line of a queued place: drawn or not, and the wait.
+function placeLine(v, q, now) {
+    const pos = q.place && q.place.position;
+    if (!q.place) return "You're in the queue. Reading your place…";
+    if (!pos) {
+        const begin = Date.parse(v.beginTime);
+        return now < begin
+            ? `You're in the queue. Places are drawn when the sale starts (in ${duration(begin - now)}).`
+            : "You're in the queue. Places are being drawn…";
+    }
+    const s = Math.ceil((q.etaAt - now) / 1000);
+    if (s <= 0) return `Place ${pos} of the queue — your turn any moment now`;
+    return `Place ${pos} of the queue — about ${s < 90 ? `${s} s` : `${Math.round(s / 60)} min`}`;
+}
+
+// The button and the place's line of a queue sale's card, in phase ph.
+function renderQueue(v, card, ph) {
+    const r = card.refs;
+    const q = queueOf(v.id);
+    const p = state.purchase.get(v.id) || {};
+    const now = clock.now();
+    const begin = Date.parse(v.beginTime);
+    const opensAt = begin - state.waitroomOpenMs;
+    const stage = q ? q.stage : "none";
+    let label = "Join the queue";
+    let enabled = false;
+    let line = "";
+    if (stage === "none") {
+        if (ph === "ended") {
+            label = "Ended";
+        } else if (now < opensAt) {
+            label = `Queue opens in ${duration(opensAt - now)}`;
+            line = `The waiting room opens at ${clockTime(opensAt)}; everyone who joins before the start gets a place drawn at random.`;
+        } else {
+            enabled = true;
+            line =
+                now < begin
+                    ? "The waiting room is open: everyone who joins before the start gets a place drawn at random."
+                    : "Join the queue: places are let in in turn, and the page buys for you when yours comes.";
+            if (!state.session) label = "Log in to join the queue";
+            else if (q.waitUntil > Date.now()) {
+                label = `Wait ${Math.ceil((q.waitUntil - Date.now()) / 1000)} s`;
+                enabled = false;
+            }
+        }
+    } else if (stage === "joining") {
+        label = "Joining…";
+    } else if (stage === "queued") {
+        label = "In the queue";
+        line = placeLine(v, q, now);
+    } else if (stage === "buying") {
+        label = "Buying…";
+        line = "Your turn has come: buying…";
+    } else if (stage === "admitted") {
+        label = "Buy now";
+        line = "Your turn has come: buy now, while your ticket is good.";
+        if (p.inFlight) label = "Buying…";
+        else if (p.waitUntil && p.waitUntil > Date.now())
+            label = `Wait ${Math.ceil((p.waitUntil - Date.now()) / 1000)} s`;
+        else enabled = true;
+    } else {
+        label = { bought: "Bought", "sold-out": "Sold out", ended: "Ended", expired: "Turn passed" }[q.end] || "Closed";
+        line = q.endText;
+    }
+    setText(r.place, line);
+    r.place.hidden = !line;
+    r.button.hidden = false;
+    r.button.disabled = !enabled;
+    setText(r.button, label);
 }
 
 // ---- my orders ----
