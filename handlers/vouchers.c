@@ -12,7 +12,8 @@
 #define MONEY_MAX 100000000000LL /* a billion in cents */
 #define STOCK_MAX 1000000000LL
 
-static json_t *voucher_json(const struct store_voucher *v)
+static json_t *voucher_json(const struct request *req,
+                            const struct store_voucher *v)
 {
     json_t *o = json_pack(
         "{s:o,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", json_id(v->id),
@@ -31,6 +32,10 @@ static json_t *voucher_json(const struct store_voucher *v)
         json_object_set_new(
             o, "admission",
             json_string(v->admission == ADMISSION_QUEUE ? "queue" : "open"));
+        if (v->admission == ADMISSION_QUEUE)
+            json_object_set_new(
+                o, "queueOpensAt",
+                json_time(sale_queue_opens_at(req->sale, v->begin_time)));
     }
     return o;
 }
@@ -157,7 +162,7 @@ unsigned voucher_get(struct request *req)
     else if (err)
         req_backend_error(req, err, "voucher_get");
     else
-        req_reply(req, 200, voucher_json(v));
+        req_reply(req, 200, voucher_json(req, v));
     free(v);
     return req->status;
 }
@@ -177,7 +182,7 @@ unsigned vouchers_get(struct request *req)
         return req_backend_error(req, err, "voucher_list");
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, voucher_json(&items[i]));
+        json_array_append_new(arr, voucher_json(req, &items[i]));
     free(items);
     return req_reply(req, 200, json_pack("{s:o}", "items", arr));
 }

@@ -349,6 +349,10 @@ struct sale_queue_place {
  */
 int sale_queue_join(struct sale *s, int64_t voucher_id, int64_t user_id,
                     struct sale_queue_place *out);
+
+/* When the waiting room of a queue sale beginning at begin_time opens
+ * (epoch s). No I/O. */
+int64_t sale_queue_opens_at(const struct sale *s, int64_t begin_time);
 int sale_queue_poll(struct sale *s, int64_t voucher_id, int64_t user_id,
                     struct sale_queue_place *out);
 

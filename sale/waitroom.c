@@ -117,6 +117,11 @@ static int place(struct sale *s, int64_t voucher_id, int64_t user_id,
     return 0;
 }
 
+int64_t sale_queue_opens_at(const struct sale *s, int64_t begin_time)
+{
+    return begin_time - (int64_t)s->cfg.waitroom.open_s;
+}
+
 int sale_queue_join(struct sale *s, int64_t voucher_id, int64_t user_id,
                     struct sale_queue_place *out)
 {

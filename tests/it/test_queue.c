@@ -195,10 +195,20 @@ static void test_voucher_admission_field(void **state)
     it_http(srv_b, "GET", path, NULL, NULL, &resp);
     it_assert_status(&resp, 200);
     assert_string_equal("queue", it_json_str(resp.json, "admission"));
+    {
+        int64_t begin, opens;
+
+        assert_int_equal(0, util_time_parse(it_json_str(resp.json, "beginTime"),
+                                            &begin));
+        assert_int_equal(0, util_time_parse(
+                                it_json_str(resp.json, "queueOpensAt"), &opens));
+        assert_int_equal(600, begin - opens);
+    }
     it_resp_free(&resp);
     snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)o);
     it_http(srv_b, "GET", path, NULL, NULL, &resp);
     assert_string_equal("open", it_json_str(resp.json, "admission"));
+    assert_null(json_object_get(resp.json, "queueOpensAt"));
     it_resp_free(&resp);
     assert_int_equal(1, it_sql_scalar("SELECT admission FROM seckill_vouchers "
                                       "WHERE voucher_id = %lld",

@@ -43,10 +43,11 @@ const TICK_MS = 100;
 const CLOCK_LEAD_MS = 20000;
 // Where the tab keeps that its buyer joined the queue of voucher id.
 const QUEUE_KEY_PREFIX = "seckill.queue.";
-// How long before the begin a waiting room takes buyers: the service's
-// default SECKILL_WAITROOM_OPEN_S, which the API does not tell. A join
-// refused as too early says when the room really opens, and the page
-// takes that instead (kept in the tab under WAITROOM_OPEN_KEY).
+// How long before the begin a waiting room takes buyers, when a voucher
+// does not say (its queueOpensAt does): the service's default
+// SECKILL_WAITROOM_OPEN_S. A join refused as too early says when the room
+// really opens, and the page takes that instead (kept in the tab under
+// WAITROOM_OPEN_KEY).
 const WAITROOM_OPEN_MS = 600 * 1000;
 const WAITROOM_OPEN_KEY = "seckill.waitroom-open-ms";
 // A buyer's place is read at most once a second (the service's limit).
@@ -805,7 +806,7 @@ function renderQueue(v, card, ph) {
     const p = state.purchase.get(v.id) || {};
     const now = clock.now();
     const begin = Date.parse(v.beginTime);
-    const opensAt = begin - state.waitroomOpenMs;
+    const opensAt = v.queueOpensAt ? Date.parse(v.queueOpensAt) : begin - state.waitroomOpenMs;
     const stage = q ? q.stage : "none";
     let label = "Join the queue";
     let enabled = false;
