@@ -9,6 +9,8 @@
 #   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
+#   make bench-fairness  people and bots buying a queue sale and an open one:
+#                  the bots' share of the orders (docs/performance.md)
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make soak      the nemesis: a randomized, history-checked run of three
 #                  instances behind haproxy (tests/soak; SOAK_MINUTES,
@@ -100,6 +102,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
+        bench-fairness \
         format-check clean soak soak-build layering config-docs
 
 all: build lock-lib
@@ -419,6 +422,15 @@ bench-scale: services
 	@scripts/deps.sh bench
 	@$(MAKE) --no-print-directory build
 	@bench/scale.sh $(BUILD)
+
+# People and bots buy a queue sale through its waiting room, then an open
+# sale, on two instances (bench/fairness.sh, bench/fairness.c; about 5
+# minutes); ends "bench-fairness bots_orders_share= ... ratio=" and fails
+# when the queue sale gives bots more than 1.2 times their share of the
+# accounts, or an invariant breaks. Not part of make test.
+bench-fairness: services
+	@$(MAKE) --no-print-directory build $(BUILD)/bench/fairness
+	@bench/fairness.sh $(BUILD)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services

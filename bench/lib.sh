@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# lib.sh - shared by bench/run.sh (make bench) and bench/jmeter/run.sh
-# (make bench-jmeter): the settings of .run/env, MySQL and Redis helpers,
+# lib.sh - shared by the benchmarks' scripts (bench/run.sh,
+# bench/jmeter/run.sh, bench/profile.sh, bench/scale.sh,
+# bench/fairness.sh): the settings of .run/env, MySQL and Redis helpers,
 # seckilld instances on loopback ports, vouchers through the admin API,
 # user tokens, the sale invariants, and clean-up on exit.
 #
