@@ -450,8 +450,9 @@ struct store_wr_place {
 
 /*
  * Join (join: the buyer gets a place unless it has one; the place is
- * kept) or poll (no place is made; limited to one per poll_ms) user's
- * place in voucher_id's waiting room, in one script. 0 with *out, or
+ * kept) or poll (no place is made) user's place in voucher_id's waiting
+ * room, in one script. Every read of an existing place (a poll, or a join
+ * of a buyer who has one) is limited to one per poll_ms. 0 with *out, or
  * -errno.
  */
 int store_waitroom_place(struct store *st, int64_t voucher_id,

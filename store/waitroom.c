@@ -19,7 +19,8 @@
 /*
  * KEYS: pre, late, seq, poll. ARGV: user, random score, open, begin, end
  * (ms), rate, poll interval (ms), 1 join / 0 poll, expire-at (ms).
- * Returns {outcome, position, admitted, admit_at, now, retry}.
+ * Returns {outcome, position, admitted, admit_at, now, retry}. A join of
+ * a buyer who has a place is a read of it, limited like one.
  */
 static struct redis_script place_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
@@ -29,13 +30,14 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "local rate = tonumber(ARGV[6]) "
     "local join = ARGV[8] == '1' "
     "if now >= fin then return {2, 0, 0, 0, now, 0} end "
-    "if not join then "
-    "  local ttl = redis.call('pttl', KEYS[4]) "
-    "  if ttl > 0 then return {4, 0, 0, 0, now, ttl} end "
-    "end "
     "local pre = redis.call('zscore', KEYS[1], ARGV[1]) "
     "local late = false "
     "if not pre then late = redis.call('zscore', KEYS[2], ARGV[1]) end "
+    "local read = not join or pre or late "
+    "if read then "
+    "  local ttl = redis.call('pttl', KEYS[4]) "
+    "  if ttl > 0 then return {4, 0, 0, 0, now, ttl} end "
+    "end "
     "if not pre and not late then "
     "  if not join then return {3, 0, 0, 0, now, 0} end "
     "  if now < open then return {1, 0, 0, 0, now, open - now} end "
@@ -48,7 +50,7 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "  end "
     "  for i = 1, 3 do redis.call('pexpireat', KEYS[i], ARGV[9]) end "
     "end "
-    "if not join then redis.call('set', KEYS[4], 1, 'PX', ARGV[7]) end "
+    "if read then redis.call('set', KEYS[4], 1, 'PX', ARGV[7]) end "
     "if now < begin then return {0, 0, 0, 0, now, 0} end "
     "local pos "
     "if pre then pos = redis.call('zrank', KEYS[1], ARGV[1]) + 1 "

@@ -315,7 +315,9 @@ static void test_shuffle_and_latecomers(void **state)
                   "order of joining %.3f\n",
                   rho);
     assert_true(fabs(rho) < 0.25);
-    /* A rejoin keeps the place. */
+    /* A rejoin keeps the place (once the poll interval has passed: it is
+     * a read of the place). */
+    usleep(1100 * 1000);
     {
         struct place p = queue(srv_a, v, users[7], true);
 
@@ -369,8 +371,8 @@ static void test_tickets(void **state)
     assert_int_equal(1, it_sql_order_count(v));
 }
 
-/* A second read within the poll interval: 429 with Retry-After; a buyer
- * without a place: 404. */
+/* A second read within the poll interval: 429 with Retry-After, also when
+ * the read is a join again; a buyer without a place: 404. */
 static void test_poll_limited(void **state)
 {
     int64_t v = queue_voucher(10, -1, 3600, "sync"), u = fresh_user();
@@ -385,6 +387,11 @@ static void test_poll_limited(void **state)
     assert_int_equal(1, p.retry_after);
     p = queue(srv_a, v, fresh_user(), false);
     assert_int_equal(404, p.status);
+    sleep(1);
+    assert_int_equal(200, queue(srv_a, v, u, false).status);
+    p = queue(srv_b, v, u, true);
+    assert_int_equal(429, p.status);
+    assert_string_equal("RATE_LIMITED", p.code);
 }
 
 /* 30 buyers for 10 units, each buying once admitted: 10 orders, the
