@@ -44,9 +44,8 @@ bool async_sale_compare(const struct async_redis_side *r,
     d->orphan = r->orphan;
     d->initial = m->initial >= 0 ? r->initial - m->initial : 0;
     d->units = r->initial - r->stock - r->buyers;
-    d->buyers =
-        r->buyers - (r->written - (m->orders - m->active) + m->owed) -
-        r->unsettled;
+    d->buyers = r->buyers - (r->written - (m->orders - m->active) + m->owed) -
+                r->unsettled;
     d->in_flight = in_flight < 0              ? in_flight
                    : in_flight > r->unsettled ? in_flight - r->unsettled
                                               : 0;

@@ -510,8 +510,7 @@ static int set_cidrs(struct config *cfg, const struct config_setting *s,
 }
 
 static int set_region(struct config *cfg, const struct config_setting *s,
-                      const char *name, const char *v, char *err,
-                      size_t errlen)
+                      const char *name, const char *v, char *err, size_t errlen)
 {
     if (!phone_region_known(v)) {
         snprintf(err, errlen,
@@ -559,8 +558,8 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
      .def = NULL,
-     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
-              CONFIG_FOR_USERS_NORMALIZE,
+     .scope =
+         CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD | CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
@@ -1061,10 +1060,11 @@ const struct config_setting config_settings[] = {
      .max = 1000,
      FIELD(http.login_phone_tries),
      .help = "wrong login codes for a phone in all before waits",
-     .doc = "wrong login codes for one phone from all addresses before every "
-            "login of that phone waits (1 s, doubling, up to an hour), {range}; "
-            "a wait never voids the phone's codes "
-            "([abuse limits](#abuse-limits))"},
+     .doc =
+         "wrong login codes for one phone from all addresses before every "
+         "login of that phone waits (1 s, doubling, up to an hour), {range}; "
+         "a wait never voids the phone's codes "
+         "([abuse limits](#abuse-limits))"},
     {.flag = "admin-token-ttl-s",
      .env = "SECKILL_ADMIN_TOKEN_TTL_S",
      .arg = "N",
@@ -1273,12 +1273,9 @@ struct values {
 };
 
 static const char *const command_names[] = {
-    [CMD_SERVE] = "serve",
-    [CMD_TOKEN] = "token",
-    [CMD_TOKENS] = "tokens",
-    [CMD_ADMIN_ADD] = "admin add",
-    [CMD_POW] = "pow",
-    [CMD_USERS_NORMALIZE] = "users normalize",
+    [CMD_SERVE] = "serve",   [CMD_TOKEN] = "token",
+    [CMD_TOKENS] = "tokens", [CMD_ADMIN_ADD] = "admin add",
+    [CMD_POW] = "pow",       [CMD_USERS_NORMALIZE] = "users normalize",
     [CMD_HELP] = "help",
 };
 

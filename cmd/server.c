@@ -142,8 +142,8 @@ static void parts_free(struct server *srv)
 
 /*
  * The assembly, each part before what uses it: the lock client, the
- * voucher cache, the sessions' view, the replica monitor, the async writer, the purchase
- * engine and the task pool, the sale layer (which calls them all), the
+ * voucher cache, the sessions' view, the replica monitor, the async writer, the
+ * purchase engine and the task pool, the sale layer (which calls them all), the
  * expiry (which calls the sale layer), and last the HTTP service, since
  * requests reach everything above as soon as it listens.
  */

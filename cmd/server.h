@@ -54,7 +54,7 @@ struct handlers_config {
     /* The waiting rooms (sale_config.waitroom). */
     unsigned waitroom_open_s, waitroom_admit_rate, waitroom_ticket_ttl_s,
         waitroom_poll_s;
-    unsigned pow_ttl_s;         /* http_config.pow_ttl_s */
+    unsigned pow_ttl_s; /* http_config.pow_ttl_s */
     /* Login codes (sale_config.codes; the TTL and the longest wait are
      * the sale layer's). */
     unsigned code_interval_s, code_per_hour, login_addr_tries,

@@ -76,14 +76,14 @@ int users_normalize(const struct config *cfg)
                 changed++;
                 continue;
             }
-            err = store_user_phone_move(st, page[i].id, e164, &how, &kept,
-                                        &gone);
+            err =
+                store_user_phone_move(st, page[i].id, e164, &how, &kept, &gone);
             if (err)
                 break;
             if (how == STORE_PHONE_MERGED) {
                 merged++;
-                log_info("users merged", "user=%lld kept=%lld",
-                         (long long)gone, (long long)kept);
+                log_info("users merged", "user=%lld kept=%lld", (long long)gone,
+                         (long long)kept);
                 tell_logged_out(st, &cfg->http.store, gone);
             } else {
                 changed++;
@@ -93,8 +93,7 @@ int users_normalize(const struct config *cfg)
     store_free(st);
     mysql_library_end();
     printf("%schanged=%ld merged=%ld unparseable=%ld\n",
-           cfg->users_dry_run ? "dry run: " : "", changed, merged,
-           unparseable);
+           cfg->users_dry_run ? "dry run: " : "", changed, merged, unparseable);
     if (err) {
         fprintf(stderr, "seckilld: users normalize: MySQL failed (%d)\n", err);
         return 1;

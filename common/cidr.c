@@ -12,7 +12,8 @@
 /* ::ffff:a.b.c.d is a.b.c.d. */
 static void unmap(struct cidr *c)
 {
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+                                       0, 0, 0, 0, 0xff, 0xff};
 
     if (c->v6 && memcmp(c->addr, mapped, 12) == 0) {
         memmove(c->addr, c->addr + 12, 4);
@@ -74,8 +75,8 @@ static int entry_parse(const char *s, size_t len, struct cidr *out)
 
         if (prefix > max)
             return -EINVAL;
-        out->prefix = (uint8_t)(mapped_v4 ? (prefix >= 96 ? prefix - 96 : 0)
-                                          : prefix);
+        out->prefix =
+            (uint8_t)(mapped_v4 ? (prefix >= 96 ? prefix - 96 : 0) : prefix);
     }
     mask(out);
     return 0;
@@ -125,8 +126,8 @@ bool cidr_list_has(const struct cidr_list *l, const struct cidr *a)
             continue;
         if (memcmp(b->addr, a->addr, full) != 0)
             continue;
-        if (rest && (a->addr[full] & (uint8_t)(0xff00u >> rest)) !=
-                        b->addr[full])
+        if (rest &&
+            (a->addr[full] & (uint8_t)(0xff00u >> rest)) != b->addr[full])
             continue;
         return true;
     }

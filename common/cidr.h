@@ -14,9 +14,9 @@
 #define CIDR_MAX 32
 
 struct cidr {
-    uint8_t v6;        /* 0: IPv4 (addr[0..4)), 1: IPv6 */
-    uint8_t prefix;    /* bits that must match */
-    uint8_t addr[16];  /* the block's address, host bits cleared */
+    uint8_t v6;       /* 0: IPv4 (addr[0..4)), 1: IPv6 */
+    uint8_t prefix;   /* bits that must match */
+    uint8_t addr[16]; /* the block's address, host bits cleared */
 };
 
 struct cidr_list {

@@ -43,8 +43,8 @@ static const char *const lat_bound_text[LAT_BUCKETS] = {
 /* The statuses the service sends get their own cell; the rest share one.
  * 0 is a request that ended without a reply (the client went away). */
 static const unsigned status_codes[] = {0,   200, 201, 204, 304, 400, 401,
-                                        403, 404, 405, 408, 409, 413, 414, 415,
-                                        429, 431, 500, 501, 503, 504};
+                                        403, 404, 405, 408, 409, 413, 414,
+                                        415, 429, 431, 500, 501, 503, 504};
 #define STATUSES (sizeof(status_codes) / sizeof(status_codes[0]))
 #define STATUS_OTHER STATUSES
 

@@ -9,10 +9,10 @@
 
 _Static_assert(PASSWORD_HASH_LEN >= crypto_pwhash_STRBYTES, "hash buffer");
 
-int password_hash(const char *password, size_t len,
-                  char out[PASSWORD_HASH_LEN])
+int password_hash(const char *password, size_t len, char out[PASSWORD_HASH_LEN])
 {
-    if (crypto_pwhash_str(out, password, len, crypto_pwhash_OPSLIMIT_INTERACTIVE,
+    if (crypto_pwhash_str(out, password, len,
+                          crypto_pwhash_OPSLIMIT_INTERACTIVE,
                           crypto_pwhash_MEMLIMIT_INTERACTIVE) != 0)
         return -ENOMEM;
     return 0;

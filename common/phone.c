@@ -13,10 +13,9 @@
 static const struct region {
     const char *iso, *cc, *trunk;
 } regions[] = {
-    {"CN", "86", "0"}, {"HK", "852", ""}, {"MO", "853", ""},
-    {"TW", "886", "0"}, {"SG", "65", ""}, {"JP", "81", "0"},
-    {"KR", "82", "0"}, {"IN", "91", "0"}, {"GB", "44", "0"},
-    {"DE", "49", "0"}, {"FR", "33", "0"}, {"US", "1", "1"},
+    {"CN", "86", "0"}, {"HK", "852", ""}, {"MO", "853", ""}, {"TW", "886", "0"},
+    {"SG", "65", ""},  {"JP", "81", "0"}, {"KR", "82", "0"}, {"IN", "91", "0"},
+    {"GB", "44", "0"}, {"DE", "49", "0"}, {"FR", "33", "0"}, {"US", "1", "1"},
     {"CA", "1", "1"},  {"AU", "61", "0"},
 };
 
@@ -75,8 +74,7 @@ int phone_normalize(const char *in, const char *region,
         /* Chinese numbers written with the country code but no "+". */
         if (strcmp(r->iso, "CN") == 0 && n == 13 && strncmp(in, "86", 2) == 0)
             in += 2;
-        else if (r->trunk[0] && in[0] == r->trunk[0] &&
-                 n > strlen(r->cc) + 6)
+        else if (r->trunk[0] && in[0] == r->trunk[0] && n > strlen(r->cc) + 6)
             in++; /* the trunk prefix */
         snprintf(full, sizeof(full), "%s%.20s", r->cc, in);
     }
@@ -86,8 +84,7 @@ int phone_normalize(const char *in, const char *region,
         return -EINVAL;
     }
     /* China: SMS reaches mobile numbers, 11 digits from 1. */
-    if (strncmp(full, "86", 2) == 0 &&
-        (n != 13 || full[2] != '1')) {
+    if (strncmp(full, "86", 2) == 0 && (n != 13 || full[2] != '1')) {
         *why = "a Chinese mobile number is 11 digits starting with 1";
         return -EINVAL;
     }

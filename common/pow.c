@@ -61,9 +61,9 @@ char *pow_challenge(const unsigned char key[POW_KEY_LEN], uint32_t maxnumber,
                                      : randombytes_uniform(maxnumber + 1);
     sha256_hex(salt, number, challenge);
     sign_hex(key, challenge, signature);
-    o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "algorithm", "SHA-256",
-                  "challenge", challenge, "maxnumber", (json_int_t)maxnumber,
-                  "salt", salt, "signature", signature);
+    o = json_pack("{s:s,s:s,s:I,s:s,s:s}", "algorithm", "SHA-256", "challenge",
+                  challenge, "maxnumber", (json_int_t)maxnumber, "salt", salt,
+                  "signature", signature);
     text = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return text;
@@ -95,16 +95,17 @@ static bool is_hex64(const char *s)
  * buffer; its length, or -1. */
 static long b64_decode(const char *in, size_t len, char *out, size_t cap)
 {
-    static const int variants[] = {
-        sodium_base64_VARIANT_ORIGINAL, sodium_base64_VARIANT_ORIGINAL_NO_PADDING,
-        sodium_base64_VARIANT_URLSAFE, sodium_base64_VARIANT_URLSAFE_NO_PADDING};
+    static const int variants[] = {sodium_base64_VARIANT_ORIGINAL,
+                                   sodium_base64_VARIANT_ORIGINAL_NO_PADDING,
+                                   sodium_base64_VARIANT_URLSAFE,
+                                   sodium_base64_VARIANT_URLSAFE_NO_PADDING};
 
     for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
         size_t n = 0;
         const char *end = NULL;
 
-        if (sodium_base642bin((unsigned char *)out, cap - 1, in, len, NULL,
-                              &n, &end, variants[i]) == 0 &&
+        if (sodium_base642bin((unsigned char *)out, cap - 1, in, len, NULL, &n,
+                              &end, variants[i]) == 0 &&
             end == in + len) {
             out[n] = '\0';
             return (long)n;
@@ -118,8 +119,7 @@ int pow_verify(const unsigned char key[POW_KEY_LEN], const char *solution,
                int64_t now_s, char challenge[POW_CHALLENGE_LEN],
                int64_t *expires_s)
 {
-    char raw[POW_SOLUTION_MAX], want[POW_CHALLENGE_LEN],
-        sig[POW_CHALLENGE_LEN];
+    char raw[POW_SOLUTION_MAX], want[POW_CHALLENGE_LEN], sig[POW_CHALLENGE_LEN];
     const char *alg, *ch, *salt, *signature;
     json_int_t number;
     json_t *o;
@@ -149,7 +149,8 @@ int pow_verify(const unsigned char key[POW_KEY_LEN], const char *solution,
     err = -EPERM;
     sha256_hex(salt, (uint64_t)number, want);
     sign_hex(key, ch, sig);
-    if (sodium_memcmp(want, ch, 64) != 0 || sodium_memcmp(sig, signature, 64) != 0)
+    if (sodium_memcmp(want, ch, 64) != 0 ||
+        sodium_memcmp(sig, signature, 64) != 0)
         goto out;
     memcpy(challenge, ch, POW_CHALLENGE_LEN);
     err = 0;
@@ -167,9 +168,10 @@ int pow_solve(const char *challenge_json, char **out)
     int err = -EINVAL;
 
     *out = NULL;
-    if (!o || json_unpack(o, "{s:s,s:s,s:I,s:s,s:s}", "algorithm", &alg,
-                          "challenge", &ch, "maxnumber", &maxnumber, "salt",
-                          &salt, "signature", &signature) != 0 ||
+    if (!o ||
+        json_unpack(o, "{s:s,s:s,s:I,s:s,s:s}", "algorithm", &alg, "challenge",
+                    &ch, "maxnumber", &maxnumber, "salt", &salt, "signature",
+                    &signature) != 0 ||
         strcmp(alg, "SHA-256") != 0 || maxnumber < 0 || !is_hex64(ch))
         goto done;
     err = -ENOENT;
@@ -180,8 +182,8 @@ int pow_solve(const char *challenge_json, char **out)
         sol = json_pack("{s:s,s:s,s:I,s:s,s:s}", "algorithm", alg, "challenge",
                         ch, "number", i, "salt", salt, "signature", signature);
         char *text = json_dumps(sol, JSON_COMPACT);
-        size_t tl = strlen(text),
-               cap = sodium_base64_ENCODED_LEN(tl, sodium_base64_VARIANT_ORIGINAL);
+        size_t tl = strlen(text), cap = sodium_base64_ENCODED_LEN(
+                                      tl, sodium_base64_VARIANT_ORIGINAL);
 
         *out = malloc(cap);
         if (*out)

@@ -58,8 +58,8 @@ int ticket_verify(const unsigned char key[TICKET_KEY_LEN], const char *ticket,
         strspn(ticket, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                        "0123456789-_") < len)
         return -EINVAL;
-    if (sodium_base642bin(raw, sizeof(raw), ticket, len, NULL, &n, &end,
-                          B64) != 0 ||
+    if (sodium_base642bin(raw, sizeof(raw), ticket, len, NULL, &n, &end, B64) !=
+            0 ||
         n != RAW_LEN || end != ticket + len)
         return -EINVAL;
     if (crypto_auth_verify(raw + PAYLOAD_LEN, raw, PAYLOAD_LEN, key) != 0)

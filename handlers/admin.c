@@ -65,9 +65,9 @@ unsigned admin_login_post(struct request *req)
     token_sign(req->cfg->secret, &claims, token);
     return req_reply(req, 200,
                      json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token,
-                               "expiresIn", (json_int_t)req->cfg->admin_token_ttl_s,
-                               "admin", "id", json_id(out.admin_id), "username",
-                               name));
+                               "expiresIn",
+                               (json_int_t)req->cfg->admin_token_ttl_s, "admin",
+                               "id", json_id(out.admin_id), "username", name));
 }
 
 static unsigned ban(struct request *req, bool on)

@@ -33,8 +33,8 @@ unsigned vouchers_get(struct request *req);         /* vouchers.c */
 unsigned voucher_get(struct request *req);          /* vouchers.c */
 unsigned voucher_stats_get(struct request *req);    /* vouchers.c */
 unsigned voucher_seckill_post(struct request *req); /* seckill.c */
-unsigned queue_post(struct request *req);           /* queue.c */
-unsigned queue_get(struct request *req);            /* queue.c */
+unsigned voucher_queue_post(struct request *req);   /* queue.c */
+unsigned voucher_queue_get(struct request *req);    /* queue.c */
 unsigned orders_get(struct request *req);           /* orders.c */
 unsigned order_get(struct request *req);            /* orders.c */
 unsigned order_cancel_post(struct request *req);    /* orders.c */

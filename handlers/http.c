@@ -212,8 +212,8 @@ int handlers_server_start(const struct http_config *cfg, struct sale *sale,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_END);
     if (!srv->daemon) {
         err = errno ? -errno : -EIO;
         log_error("http server start failed", "bind=%s port=%u err=\"%s\"",

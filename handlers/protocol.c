@@ -91,8 +91,7 @@ static bool has_ctl(const char *s)
 static bool line_end_only(const char *p, const char *end)
 {
     for (; p < end; p++)
-        if (*p != '\0' && *p != '\r' && *p != '\n' && *p != ' ' &&
-            *p != '\t')
+        if (*p != '\0' && *p != '\r' && *p != '\n' && *p != ' ' && *p != '\t')
             return false;
     return true;
 }
@@ -235,8 +234,7 @@ unsigned req_protocol_or_reply(struct request *req)
 
     if (!req->conn)
         return 0;
-    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_header,
-                                &scan);
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_header, &scan);
     if (!scan.bad_value && scan.last_end &&
         !line_end_only(scan.last_end, scan.last_end + 2))
         scan.bad_value = scan.last_key;

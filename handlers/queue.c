@@ -55,15 +55,14 @@ static unsigned place_reply(struct request *req, unsigned status,
         req->retry_after = clamp_s(p->eta_ms / 2, 1, 10);
     return req_reply(
         req, status,
-        json_pack("{s:o,s:o,s:b,s:I,s:o}", "voucherId", json_id(req->id),
-                  "position",
-                  p->position ? json_integer(p->position) : json_null(),
-                  "admitted", p->admitted, "etaSeconds",
-                  (json_int_t)((p->eta_ms + 999) / 1000), "ticket",
-                  p->admitted ? json_string(p->ticket) : json_null()));
+        json_pack(
+            "{s:o,s:o,s:b,s:I,s:o}", "voucherId", json_id(req->id), "position",
+            p->position ? json_integer(p->position) : json_null(), "admitted",
+            p->admitted, "etaSeconds", (json_int_t)((p->eta_ms + 999) / 1000),
+            "ticket", p->admitted ? json_string(p->ticket) : json_null()));
 }
 
-unsigned queue_post(struct request *req)
+unsigned voucher_queue_post(struct request *req)
 {
     struct sale_queue_place p;
     unsigned status;
@@ -79,7 +78,7 @@ unsigned queue_post(struct request *req)
     return place_reply(req, 202, &p);
 }
 
-unsigned queue_get(struct request *req)
+unsigned voucher_queue_get(struct request *req)
 {
     struct sale_queue_place p;
     unsigned status;

@@ -303,8 +303,8 @@ bool req_client_addr(const struct request *req, struct cidr *out)
 
         x.buf[x.len] = '\0';
         entry += strspn(entry, " \t");
-        for (e = entry + strlen(entry); e > entry && (e[-1] == ' ' ||
-                                                      e[-1] == '\t');)
+        for (e = entry + strlen(entry);
+             e > entry && (e[-1] == ' ' || e[-1] == '\t');)
             *--e = '\0';
         if (cidr_addr_parse(entry, &hop) != 0)
             return true; /* not an address: the last trusted hop */

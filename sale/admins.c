@@ -24,8 +24,7 @@ static unsigned seconds_up(int64_t ms)
 }
 
 int sale_admin_login(struct sale *s, const char *username, const char *password,
-                     size_t len, const char *addr,
-                     struct sale_admin_login *out)
+                     size_t len, const char *addr, struct sale_admin_login *out)
 {
     struct store *st = sale__store(s);
     const unsigned window_ms = SALE_ADMIN_FAILS_WINDOW_S * 1000u;

@@ -43,8 +43,7 @@
  * the sale's window, so that an early buyer still hears NOT_STARTED.
  */
 static bool refused(const struct sale *s, struct sale_buy *b,
-                    const struct vcache_voucher *v, int64_t now_s,
-                    bool cached)
+                    const struct vcache_voucher *v, int64_t now_s, bool cached)
 {
     if (!v->found)
         b->outcome = SALE_NOT_FOUND;

@@ -28,8 +28,7 @@ int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
     int err;
 
     snprintf(code, 7, "%06u", randombytes_uniform(1000000));
-    err = store_code_put(sale__store(s), phone, code, &s->cfg.codes,
-                         &retry_ms);
+    err = store_code_put(sale__store(s), phone, code, &s->cfg.codes, &retry_ms);
     *retry_s = retry_ms ? seconds_up(retry_ms) : 0;
     return err;
 }

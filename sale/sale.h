@@ -253,32 +253,32 @@ int sale_voucher_stats(struct sale *s, int64_t id,
 /* ---- the purchase ---- */
 
 enum sale_outcome {
-    SALE_ORDERED,      /* order order_id is committed in MySQL */
-    SALE_PENDING,      /* an async sale sold it: order order_id is on its
-                        * way to MySQL (the writer will write it) */
-    SALE_NOT_FOUND,    /* no voucher with this id */
-    SALE_NOT_SECKILL,  /* not sold in a flash sale */
-    SALE_NOT_STARTED,  /* before the sale's begin */
-    SALE_ENDED,        /* at or after its end */
-    SALE_SOLD_OUT,     /* no unit left (nothing written) */
-    SALE_DUPLICATE,    /* the buyer has an order for it (nothing written) */
-    SALE_BUSY,         /* the buyer's other purchase holds the lock */
-    SALE_QUEUE_FULL,   /* too many purchases of the voucher wait: retry */
-    SALE_BACKLOG,      /* too many of an async sale's orders wait for
-                        * MySQL: retry */
-    SALE_UNCONFIRMED,  /* sold in Redis, but its replicas did not confirm
-                        * it in time: order order_id may be written, or
-                        * lost with a failover (the outcome is unknown) */
-    SALE_RATE_LIMITED, /* a bucket of the request's limit is empty */
+    SALE_ORDERED,         /* order order_id is committed in MySQL */
+    SALE_PENDING,         /* an async sale sold it: order order_id is on its
+                           * way to MySQL (the writer will write it) */
+    SALE_NOT_FOUND,       /* no voucher with this id */
+    SALE_NOT_SECKILL,     /* not sold in a flash sale */
+    SALE_NOT_STARTED,     /* before the sale's begin */
+    SALE_ENDED,           /* at or after its end */
+    SALE_SOLD_OUT,        /* no unit left (nothing written) */
+    SALE_DUPLICATE,       /* the buyer has an order for it (nothing written) */
+    SALE_BUSY,            /* the buyer's other purchase holds the lock */
+    SALE_QUEUE_FULL,      /* too many purchases of the voucher wait: retry */
+    SALE_BACKLOG,         /* too many of an async sale's orders wait for
+                           * MySQL: retry */
+    SALE_UNCONFIRMED,     /* sold in Redis, but its replicas did not confirm
+                           * it in time: order order_id may be written, or
+                           * lost with a failover (the outcome is unknown) */
+    SALE_RATE_LIMITED,    /* a bucket of the request's limit is empty */
     SALE_TICKET_REQUIRED, /* a queue sale, and no good ticket of this
                            * buyer for it (missing, another's, expired) */
-    SALE_FAILED,       /* err says what (nothing written unless it says):
-                        * -EAGAIN the async sale is being repaired; -EPERM
-                        * this instance may not sell async sales; -ETIME
-                        * the budget ran out; -ECANCELED it waited out its
-                        * budget before it could start; -ESHUTDOWN the
-                        * service is stopping; -EINPROGRESS the outcome is
-                        * unknown; a backend's -errno */
+    SALE_FAILED,          /* err says what (nothing written unless it says):
+                           * -EAGAIN the async sale is being repaired; -EPERM
+                           * this instance may not sell async sales; -ETIME
+                           * the budget ran out; -ECANCELED it waited out its
+                           * budget before it could start; -ESHUTDOWN the
+                           * service is stopping; -EINPROGRESS the outcome is
+                           * unknown; a backend's -errno */
 };
 
 /* One purchase, owned by the caller until it is decided. */

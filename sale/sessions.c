@@ -109,8 +109,8 @@ void sessions_apply(struct sessions *v, const char *msg)
     } else if (sscanf(msg, "g %u %lld %lld", &role, &a, &b) == 3 && a > 0 &&
                b >= 0 && b <= UINT32_MAX) {
         set_gen(&v->accounts, role, a, (uint32_t)b);
-    } else if (sscanf(msg, "%c %lld %lld", &kind, &a, &b) == 3 &&
-               kind == 'b' && a > 0) {
+    } else if (sscanf(msg, "%c %lld %lld", &kind, &a, &b) == 3 && kind == 'b' &&
+               a > 0) {
         set_ban(&v->accounts, a, b != 0);
     } else {
         log_warn("session message ignored", "channel=%s len=%zu", v->channel,

@@ -242,8 +242,8 @@ struct subscriber *subscriber_start(const struct subscriber_config *cfg)
         }
     }
     if (err) {
-        log_error("subscriber not started", "what=\"%s\" err=\"%s\"",
-                  cfg->what, strerror(err));
+        log_error("subscriber not started", "what=\"%s\" err=\"%s\"", cfg->what,
+                  strerror(err));
         free(s);
         return NULL;
     }

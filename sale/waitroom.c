@@ -49,8 +49,8 @@ static int voucher_of(struct sale *s, struct store *st, int64_t id,
     return 0;
 }
 
-static int place(struct sale *s, int64_t voucher_id, int64_t user_id,
-                 bool join, struct sale_queue_place *out)
+static int place(struct sale *s, int64_t voucher_id, int64_t user_id, bool join,
+                 struct sale_queue_place *out)
 {
     struct store *st = sale__store(s);
     struct store_waitroom room;
@@ -147,8 +147,7 @@ int sale_queue_counts(struct sale *s, int64_t voucher_id,
 bool sale__ticket_ok(const struct sale *s, const struct sale_buy *b,
                      int64_t now_ms)
 {
-    return b->ticket &&
-           ticket_verify(s->cfg.waitroom.ticket_key, b->ticket,
-                         strlen(b->ticket), b->user_id, b->voucher_id,
-                         now_ms) == 0;
+    return b->ticket && ticket_verify(s->cfg.waitroom.ticket_key, b->ticket,
+                                      strlen(b->ticket), b->user_id,
+                                      b->voucher_id, now_ms) == 0;
 }

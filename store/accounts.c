@@ -207,8 +207,7 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
             char *end;
             uint64_t jti;
 
-            if (k->type != REDIS_REPLY_STRING ||
-                v->type != REDIS_REPLY_STRING)
+            if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
                 continue;
             jti = strtoull(k->str, &end, 16);
             if (*end || !jti)
@@ -231,13 +230,13 @@ int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
     r = redisCommand(rc, "SET pow:spent:%s 1 NX PXAT %lld", challenge,
                      (long long)expires_s * 1000 + 1000);
     if (!r) {
-        log_warn("redis command failed", "op=pow_spend err=\"%s\"",
-                 rc->errstr);
+        log_warn("redis command failed", "op=pow_spend err=\"%s\"", rc->errstr);
         return -ENOTCONN;
     }
-    err = r->type == REDIS_REPLY_NIL                                  ? -EALREADY
-          : r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING ? 0
-                                                                     : -EIO;
+    err = r->type == REDIS_REPLY_NIL ? -EALREADY
+          : r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING
+              ? 0
+              : -EIO;
     freeReplyObject(r);
     return err;
 }

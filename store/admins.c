@@ -98,14 +98,14 @@ static struct redis_script check_script = REDIS_SCRIPT(
     "return wait");
 
 /* KEYS: both sets; ARGV: window (ms). One failure each, now. */
-static struct redis_script add_script = REDIS_SCRIPT(
-    "local t = redis.call('time') "
-    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-    "for i = 1, 2 do "
-    "  redis.call('zadd', KEYS[i], now, now .. ':' .. t[2]) "
-    "  redis.call('pexpire', KEYS[i], ARGV[1]) "
-    "end "
-    "return 1");
+static struct redis_script add_script =
+    REDIS_SCRIPT("local t = redis.call('time') "
+                 "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+                 "for i = 1, 2 do "
+                 "  redis.call('zadd', KEYS[i], now, now .. ':' .. t[2]) "
+                 "  redis.call('pexpire', KEYS[i], ARGV[1]) "
+                 "end "
+                 "return 1");
 
 static void fail_keys(const char *name, const char *addr, char *kn, char *ka,
                       size_t n)
@@ -143,8 +143,8 @@ static int fails_eval(struct store *st, struct redis_script *script,
 
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms,
-                            bool *locked, int64_t *retry_ms)
+                            unsigned max_addr, unsigned window_ms, bool *locked,
+                            int64_t *retry_ms)
 {
     char kn[128], ka[128], a1[16], a2[16], a3[16];
     const char *argv[5] = {kn, ka, a1, a2, a3};

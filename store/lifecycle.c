@@ -215,7 +215,7 @@ static int pay_once(struct store *st, void *arg)
     if (l.status == ORDER_PAID) {
         /* The same notification again: the same transaction and the
          * amount it paid (the pay value); another amount is not it. */
-        *a->outcome = strcmp(l.txn, a->txn) != 0   ? STORE_PAY_OTHER
+        *a->outcome = strcmp(l.txn, a->txn) != 0 ? STORE_PAY_OTHER
                       : a->amount != l.pay_value ? STORE_PAY_AMOUNT
                                                  : STORE_PAY_SAME;
         return store_tx_rollback(st, 0);

@@ -307,8 +307,8 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
  */
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms,
-                            bool *locked, int64_t *retry_ms);
+                            unsigned max_addr, unsigned window_ms, bool *locked,
+                            int64_t *retry_ms);
 int store_admin_fails_add(struct store *st, const char *name, const char *addr,
                           unsigned window_ms);
 /* A good login forgets its name's failures (not its address's). */
@@ -441,7 +441,7 @@ enum store_wr_outcome {
 
 struct store_wr_place {
     enum store_wr_outcome outcome;
-    int64_t position;    /* 1-based; 0 before the begin (not drawn yet) */
+    int64_t position; /* 1-based; 0 before the begin (not drawn yet) */
     bool admitted;
     int64_t admit_at_ms; /* epoch ms its place is admitted from */
     int64_t now_ms;      /* Redis' clock */

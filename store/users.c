@@ -71,8 +71,8 @@ static int legacy_once(struct store *st, void *arg)
 int store_users_legacy(struct store *st, int64_t after_id,
                        struct store_legacy_user *out, size_t max, size_t *n)
 {
-    struct legacy_args a = {.after = after_id, .max = (int64_t)max,
-                            .out = out, .n = n};
+    struct legacy_args a = {
+        .after = after_id, .max = (int64_t)max, .out = out, .n = n};
 
     *n = 0;
     return store_retry(st, legacy_once, &a);
@@ -86,8 +86,8 @@ static int legacy_any_once(struct store *st, void *arg)
     int err;
 
     bind_i64(&r[0], &one);
-    err = store_stmt_rows(st, STMT_USERS_LEGACY_ANY, NULL, r, 1, NULL, NULL,
-                          &n);
+    err =
+        store_stmt_rows(st, STMT_USERS_LEGACY_ANY, NULL, r, 1, NULL, NULL, &n);
     *(int *)arg = n ? 1 : 0;
     return err;
 }
@@ -137,8 +137,7 @@ static int move_once(struct store *st, void *arg)
         return err;
     bind_str_in(&p[0], a->e164, &len);
     bind_i64(&r[0], &other);
-    err = store_stmt_rows(st, STMT_USER_BY_PHONE_LOCK, p, r, 1, NULL, NULL,
-                          &n);
+    err = store_stmt_rows(st, STMT_USER_BY_PHONE_LOCK, p, r, 1, NULL, NULL, &n);
     if (err)
         return store_tx_rollback(st, err);
     if (n == 0 || other == a->id) {
@@ -296,13 +295,15 @@ int store_code_check(struct store *st, const char *phone, const char *code,
 
     snprintf(at, sizeof(at), "%u", l->addr_tries);
     snprintf(pt, sizeof(pt), "%u", l->phone_tries);
-    snprintf(cap, sizeof(cap), "%llu", (unsigned long long)l->wait_max_s * 1000);
+    snprintf(cap, sizeof(cap), "%llu",
+             (unsigned long long)l->wait_max_s * 1000);
     err = code_eval(st, &code_check_script, phone, addr, args, 4, &r, &wait);
     if (err)
         return err;
     *retry_ms = 0;
-    *outcome = r == 0 ? STORE_CODE_OK : r == 1 ? STORE_CODE_WRONG
-                                                : STORE_CODE_LOCKED;
+    *outcome = r == 0   ? STORE_CODE_OK
+               : r == 1 ? STORE_CODE_WRONG
+                        : STORE_CODE_LOCKED;
     if (*outcome == STORE_CODE_LOCKED)
         *retry_ms = wait > 0 ? wait : 1;
     return 0;

@@ -305,9 +305,8 @@ static int seckill_get_once(struct store *st, void *arg)
         type == VOUCHER_SECKILL && !null[1] ? VOUCHER_SECKILL : VOUCHER_NORMAL;
     a->s->mode =
         !null[4] && mode == PURCHASE_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
-    a->s->admission = !null[5] && admission == ADMISSION_QUEUE
-                          ? ADMISSION_QUEUE
-                          : ADMISSION_OPEN;
+    a->s->admission = !null[5] && admission == ADMISSION_QUEUE ? ADMISSION_QUEUE
+                                                               : ADMISSION_OPEN;
     if (a->s->type == VOUCHER_SECKILL) {
         a->s->begin_time = time_to_epoch(&b);
         a->s->end_time = time_to_epoch(&e);

@@ -86,8 +86,7 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     /* 52 random bits: exact in the double Redis keeps a score in. */
     randombytes_buf(&rnd, sizeof(rnd));
     snprintf(user, sizeof(user), "%lld", (long long)user_id);
-    snprintf(score, sizeof(score), "%llu",
-             (unsigned long long)(rnd >> 12));
+    snprintf(score, sizeof(score), "%llu", (unsigned long long)(rnd >> 12));
     snprintf(a[0], sizeof(a[0]), "%lld", (long long)w->open_ms);
     snprintf(a[1], sizeof(a[1]), "%lld", (long long)w->begin_ms);
     snprintf(a[2], sizeof(a[2]), "%lld", (long long)w->end_ms);

@@ -765,12 +765,10 @@ void sc_async_owed_unit(struct run *r)
                            "SECKILL_ASYNC_RECONCILE_MS=200",
                            "SECKILL_FAILPOINTS=unit_return_fails=fail%1",
                            NULL};
-    const char *after[] = {"SECKILL_THREADS=8",
-                           ASYNC_MODE,
-                           ACCEPT_LOSS,
-                           "SECKILL_ASYNC_RECONCILE_MS=200",
-                           "SECKILL_FAILPOINTS",
-                           NULL};
+    const char *after[] = {
+        "SECKILL_THREADS=8",  ASYNC_MODE,
+        ACCEPT_LOSS,          "SECKILL_ASYNC_RECONCILE_MS=200",
+        "SECKILL_FAILPOINTS", NULL};
     struct load_cfg cfg = default_load();
     int64_t user = r->user_first + 7000000, owed;
     struct attempt buys[2], again;
@@ -800,8 +798,8 @@ void sc_async_owed_unit(struct run *r)
     /* Fifteen rounds of the reconciliation with the unit owed. */
     sleep_ms(3000);
     owed = owed_returns(r);
-    r->faults += fleet_log_count(&r->fleet, "failpoint fired",
-                                 "name=unit_return_fails");
+    r->faults +=
+        fleet_log_count(&r->fleet, "failpoint fired", "name=unit_return_fails");
     if (owed != 1)
         setup_fail(r, "the cancelled order's unit is not owed (%lld rows)",
                    (long long)owed);

@@ -688,8 +688,7 @@ static void check_reply(const struct fuzz_request *rq,
     FUZZ_CHECK(st != 413, "413 for a body within the limit");
 
     if (strcasestr(rq->path, "%2f")) {
-        FUZZ_CHECK(st == 400 && calls == 0, "an encoded / in the path: %u",
-                   st);
+        FUZZ_CHECK(st == 400 && calls == 0, "an encoded / in the path: %u", st);
         return;
     }
     switch (route_match(rq->path, &route, &id)) {

@@ -8,11 +8,10 @@
  *
  * Each fake also checks what it is handed: that is the point where input
  * validation must already have happened. A phone not in E.164 form (+
- * and 7 to 15 digits), a voucher title longer than the schema allows, a purchase of an
- * invalid voucher or user, or a parked purchase never answered abort the
- * run.
- * fuzz_fail() and fuzz_utf8_valid(), which every harness uses, live here
- * too.
+ * and 7 to 15 digits), a voucher title longer than the schema allows, a
+ * purchase of an invalid voucher or user, or a parked purchase never answered
+ * abort the run. fuzz_fail() and fuzz_utf8_valid(), which every harness uses,
+ * live here too.
  */
 #include "store/store.h"
 
@@ -191,8 +190,7 @@ static void check_phone(const char *phone)
 
     FUZZ_CHECK(phone[0] == '+' && n >= 7 && n <= 15 && p[0] != '0' &&
                    strspn(p, "0123456789") == n,
-               "phone reached the store not in E.164 form: \"%.40s\"",
-               phone);
+               "phone reached the store not in E.164 form: \"%.40s\"", phone);
 }
 
 static void check_code(const char *code)
@@ -377,8 +375,8 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms,
-                            bool *locked, int64_t *retry_ms)
+                            unsigned max_addr, unsigned window_ms, bool *locked,
+                            int64_t *retry_ms)
 {
     unsigned variant;
     int err;

@@ -59,8 +59,8 @@ static int group_setup(void **state)
         fprintf(stderr, "admin: seckilld admin add failed\n");
         return -1;
     }
-    admin_id = it_sql_scalar("SELECT id FROM admins WHERE username = '%s'",
-                             name);
+    admin_id =
+        it_sql_scalar("SELECT id FROM admins WHERE username = '%s'", name);
     return it_server_start(&srv, "admin", env);
 }
 
@@ -105,8 +105,8 @@ static void test_login_right(void **state)
     it_assert_status(&resp, 200);
     snprintf(tok, sizeof(tok), "%s", it_json_str(resp.json, "token"));
     assert_int_equal(83, strlen(tok));
-    assert_int_equal(3600, json_integer_value(
-                               json_object_get(resp.json, "expiresIn")));
+    assert_int_equal(
+        3600, json_integer_value(json_object_get(resp.json, "expiresIn")));
     admin = json_object_get(resp.json, "admin");
     assert_int_equal(admin_id, it_json_id(admin, "id"));
     assert_string_equal(name, it_json_str(admin, "username"));
@@ -196,8 +196,7 @@ static void test_login_throttled(void **state)
     {
         unsigned r = (unsigned)(util_now_ms() / 1000 % 60000);
 
-        snprintf(guesser, sizeof(guesser), "10.99.%u.%u", r / 250,
-                 r % 250 + 1);
+        snprintf(guesser, sizeof(guesser), "10.99.%u.%u", r / 250, r % 250 + 1);
     }
     for (int i = 0; i < 20; i++) {
         snprintf(other, sizeof(other), "guess-%s-%d", user, i);

@@ -159,9 +159,9 @@ static void test_logout_one(void **state)
     logout(srv_a, tok1, NULL, 204);
     it_http(srv_a, "GET", "/api/orders", NULL, tok1, &resp);
     it_assert_error(&resp, 401, "UNAUTHORIZED");
-    assert_non_null(strstr(it_json_str(json_object_get(resp.json, "error"),
-                                       "message"),
-                           "logged out"));
+    assert_non_null(
+        strstr(it_json_str(json_object_get(resp.json, "error"), "message"),
+               "logged out"));
     it_resp_free(&resp);
     ms = answers_within(srv_b, tok1, 401, SPREAD_MS);
     print_message("a logged-out token refused on the other instance after "
@@ -228,8 +228,8 @@ static void test_logout_refused(void **state)
     char tok[TOKEN_STR_LEN];
     int64_t id = user_base + next_user++;
     static const char *const bodies[] = {
-        "{\"all\":\"yes\"}", "{\"all\":1}", "{\"every\":true}",
-        "{\"all\":true,\"x\":1}", "[true]", "all"};
+        "{\"all\":\"yes\"}",      "{\"all\":1}", "{\"every\":true}",
+        "{\"all\":true,\"x\":1}", "[true]",      "all"};
 
     (void)state;
     it_token(id, TOKEN_ROLE_USER, 3600, tok);

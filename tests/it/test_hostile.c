@@ -1703,8 +1703,8 @@ static void test_rate_limit_retry_after(void **state)
  * the status. */
 static long get_forwarded(const struct it_server *s, const char *const *xff)
 {
-    struct it_req req = {.method = "GET", .path = "/api/vouchers",
-                         .headers = xff};
+    struct it_req req = {
+        .method = "GET", .path = "/api/vouchers", .headers = xff};
     struct it_resp resp;
     long st = it_http_do(s, &req, &resp);
 
@@ -1726,8 +1726,9 @@ static void test_rate_limit_behind_proxy(void **state)
     const char *untrusted[] = {"SECKILL_RATE_IP=0.5,2",
                                "SECKILL_TRUSTED_PROXIES=10.9.0.0/16", NULL};
     static const char *const keys[] = {
-        "rate:ip:127.0.0.1",  "rate:ip:198.51.100.7", "rate:ip:198.51.100.8",
-        "rate:ip:203.0.113.5", "rate:ip:192.0.2.1", "rate:ip:2001:db8:1:2::/64"};
+        "rate:ip:127.0.0.1",    "rate:ip:198.51.100.7",
+        "rate:ip:198.51.100.8", "rate:ip:203.0.113.5",
+        "rate:ip:192.0.2.1",    "rate:ip:2001:db8:1:2::/64"};
     const char *const a[] = {"X-Forwarded-For: 198.51.100.7", NULL};
     const char *const b[] = {"X-Forwarded-For: 198.51.100.8", NULL};
     /* A client's own header, then the proxies': the client is the last

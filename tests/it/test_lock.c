@@ -419,9 +419,9 @@ static void agent_exec(const char *url, const struct lock_options *opt,
                        struct kind_spec ks, const char *name, int in, int out)
 {
     char a[7][24];
-    char *argv[] = {"it_test_lock", "--agent", (char *)url,  (char *)name,
-                    a[0],           a[1],      a[2],         a[3],
-                    a[4],           a[5],      a[6],         NULL};
+    char *argv[] = {"it_test_lock", "--agent", (char *)url, (char *)name,
+                    a[0],           a[1],      a[2],        a[3],
+                    a[4],           a[5],      a[6],        NULL};
 
     snprintf(a[0], sizeof(a[0]), "%d", (int)ks.kind);
     snprintf(a[1], sizeof(a[1]), "%u", ks.permits);

@@ -219,8 +219,8 @@ static void test_wrong_tries_slow_address_first(void **state)
     fresh_phone(phone);
     assert_int_equal(200, ask(srv_a, phone, code, NULL));
     for (int i = 0; i < 3; i++)
-        assert_int_equal(401,
-                         try_code(srv_a, phone, wrong_of(code), "10.40.0.1", NULL));
+        assert_int_equal(
+            401, try_code(srv_a, phone, wrong_of(code), "10.40.0.1", NULL));
     assert_int_equal(429, try_code(srv_a, phone, code, "10.40.0.1", &ra));
     assert_true(ra >= 1 && ra <= 2);
     assert_int_equal(200, try_code(srv_a, phone, code, "10.40.0.2", NULL));
@@ -240,7 +240,8 @@ static void test_wrong_tries_never_void(void **state)
     fresh_phone(phone);
     assert_int_equal(200, ask(srv_a, phone, code, NULL));
     for (int i = 0; i < 10; i++)
-        assert_int_equal(401, try_code(srv_a, phone, wrong_of(code), NULL, NULL));
+        assert_int_equal(401,
+                         try_code(srv_a, phone, wrong_of(code), NULL, NULL));
     assert_int_equal(429, try_code(srv_a, phone, code, NULL, &ra));
     assert_int_equal(1, ra);
     /* A guesser with an address per try, for 5 s: each wait doubles. */
@@ -282,8 +283,8 @@ static int normalize(const char *extra, char *out, size_t cap)
     FILE *p;
     size_t n;
 
-    snprintf(cmd, sizeof(cmd), "'%s' users normalize %s 2>/dev/null",
-             it_bin(), extra);
+    snprintf(cmd, sizeof(cmd), "'%s' users normalize %s 2>/dev/null", it_bin(),
+             extra);
     p = popen(cmd, "r");
     assert_non_null(p);
     n = fread(out, 1, cap - 1, p);
@@ -364,12 +365,12 @@ static void test_users_normalize(void **state)
         struct it_resp resp;
 
         assert_int_equal(200, ask(srv_b, n1, code, NULL));
-        snprintf(body, sizeof(body), "{\"phone\":\"0%s\",\"code\":\"%s\"}",
-                 n1, code);
+        snprintf(body, sizeof(body), "{\"phone\":\"0%s\",\"code\":\"%s\"}", n1,
+                 code);
         post(srv_b, "/api/auth/login", body, NULL, &resp);
         it_assert_status(&resp, 200);
-        assert_int_equal(a, it_json_id(json_object_get(resp.json, "user"),
-                                       "id"));
+        assert_int_equal(a,
+                         it_json_id(json_object_get(resp.json, "user"), "id"));
         it_resp_free(&resp);
     }
     /* Again: nothing left to do but the number that does not parse. */

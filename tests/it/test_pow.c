@@ -40,7 +40,8 @@ static int group_setup(void **state)
                          "SECKILL_CODE_PER_HOUR=100", NULL};
     const char *env_c[] = {
         "SECKILL_POW_MAXNUMBER=1000", "SECKILL_POW_TTL_S=2",
-        "SECKILL_SECRET=0000000000000000000000000000000000000000000000000000000000000001",
+        "SECKILL_SECRET="
+        "0000000000000000000000000000000000000000000000000000000000000001",
         NULL};
     const char *env_d[] = {"SECKILL_POW_MAXNUMBER=0", NULL};
 
@@ -191,8 +192,11 @@ static void test_pow_foreign(void **state)
 static void test_pow_missing_or_malformed(void **state)
 {
     static const char *const bad[] = {
-        "", "x", "not base64 at all!", "e30", /* {} */
-        "eyJhbGdvcml0aG0iOiJTSEEtMjU2In0=",   /* only the algorithm */
+        "",
+        "x",
+        "not base64 at all!",
+        "e30",                              /* {} */
+        "eyJhbGdvcml0aG0iOiJTSEEtMjU2In0=", /* only the algorithm */
     };
 
     (void)state;
@@ -216,10 +220,9 @@ static void test_pow_altered(void **state)
     free(sol);
     o = json_loads(raw, 0, NULL);
     assert_non_null(o);
-    json_object_set_new(o, "number",
-                        json_integer(json_integer_value(
-                                         json_object_get(o, "number")) ^
-                                     1));
+    json_object_set_new(
+        o, "number",
+        json_integer(json_integer_value(json_object_get(o, "number")) ^ 1));
     {
         char *text = json_dumps(o, JSON_COMPACT), *b;
         size_t cap = sodium_base64_ENCODED_LEN(strlen(text),
@@ -260,8 +263,7 @@ static void test_cli_pow(void **state)
     ssize_t n;
 
     (void)state;
-    snprintf(cmd, sizeof(cmd),
-             "curl -s http://127.0.0.1:%u/api/pow | '%s' pow",
+    snprintf(cmd, sizeof(cmd), "curl -s http://127.0.0.1:%u/api/pow | '%s' pow",
              (unsigned)srv_a->port, it_bin());
     p = popen(cmd, "r");
     assert_non_null(p);

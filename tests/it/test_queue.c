@@ -36,16 +36,12 @@ static int next_user;
 
 static int group_setup(void **state)
 {
-    const char *env[] = {"SECKILL_WAITROOM_ADMIT_RATE=20",
-                         "SECKILL_WAITROOM_TICKET_TTL_S=3",
-                         "SECKILL_WAITROOM_POLL_S=1",
-                         "SECKILL_WAITROOM_OPEN_S=600",
-                         "SECKILL_RATE_USER",
-                         "SECKILL_RATE_IP",
-                         "SECKILL_PURCHASE_MODE",
-                         /* The test's Redis does not fsync every write. */
-                         "SECKILL_ASYNC_ACCEPT_LOSS=1",
-                         NULL};
+    const char *env[] = {
+        "SECKILL_WAITROOM_ADMIT_RATE=20", "SECKILL_WAITROOM_TICKET_TTL_S=3",
+        "SECKILL_WAITROOM_POLL_S=1", "SECKILL_WAITROOM_OPEN_S=600",
+        "SECKILL_RATE_USER", "SECKILL_RATE_IP", "SECKILL_PURCHASE_MODE",
+        /* The test's Redis does not fsync every write. */
+        "SECKILL_ASYNC_ACCEPT_LOSS=1", NULL};
 
     (void)state;
     it_init();
@@ -94,8 +90,8 @@ struct place {
 };
 
 /* POST (join) or GET the queue of v as user on srv. */
-static struct place queue(const struct it_server *srv, int64_t v,
-                          int64_t user, bool join)
+static struct place queue(const struct it_server *srv, int64_t v, int64_t user,
+                          bool join)
 {
     char path[80], tok[TOKEN_STR_LEN];
     struct it_resp resp;
@@ -113,7 +109,8 @@ static struct place queue(const struct it_server *srv, int64_t v,
         p.admitted = json_is_true(json_object_get(resp.json, "admitted"));
         snprintf(p.ticket, sizeof(p.ticket), "%s", t ? t : "");
     } else if (resp.json) {
-        const char *c = it_json_str(json_object_get(resp.json, "error"), "code");
+        const char *c =
+            it_json_str(json_object_get(resp.json, "error"), "code");
         snprintf(p.code, sizeof(p.code), "%s", c ? c : "");
     }
     it_resp_free(&resp);
@@ -140,10 +137,9 @@ static long buy(const struct it_server *srv, int64_t v, int64_t user,
     }
     st = it_http_do(srv, &req, &resp);
     if (code) {
-        const char *c = resp.json ? it_json_str(json_object_get(resp.json,
-                                                                "error"),
-                                                "code")
-                                  : NULL;
+        const char *c =
+            resp.json ? it_json_str(json_object_get(resp.json, "error"), "code")
+                      : NULL;
         snprintf(code, 32, "%s", c ? c : "");
     }
     it_resp_free(&resp);
@@ -174,8 +170,7 @@ static struct place admitted(const struct it_server *srv, int64_t v,
         if (util_mono_ms() - t0 > limit_s * 1000)
             fail_msg("user %lld not admitted within %d s (status %ld, "
                      "position %lld)",
-                     (long long)user, limit_s, p.status,
-                     (long long)p.position);
+                     (long long)user, limit_s, p.status, (long long)p.position);
         usleep(1050 * 1000);
     }
 }
@@ -198,10 +193,10 @@ static void test_voucher_admission_field(void **state)
     {
         int64_t begin, opens;
 
-        assert_int_equal(0, util_time_parse(it_json_str(resp.json, "beginTime"),
-                                            &begin));
-        assert_int_equal(0, util_time_parse(
-                                it_json_str(resp.json, "queueOpensAt"), &opens));
+        assert_int_equal(
+            0, util_time_parse(it_json_str(resp.json, "beginTime"), &begin));
+        assert_int_equal(
+            0, util_time_parse(it_json_str(resp.json, "queueOpensAt"), &opens));
         assert_int_equal(600, begin - opens);
     }
     it_resp_free(&resp);
@@ -406,8 +401,8 @@ static void not_oversold(const char *mode)
     begin_at = (util_now_ms() / 1000 + 2) * 1000;
     for (int i = 0; i < N; i++) {
         users[i] = fresh_user();
-        assert_int_equal(202, queue(i % 2 ? srv_b : srv_a, v, users[i], true)
-                                  .status);
+        assert_int_equal(
+            202, queue(i % 2 ? srv_b : srv_a, v, users[i], true).status);
     }
     wait_until(begin_at + 200);
     for (int i = 0; i < N; i++) {
@@ -452,10 +447,9 @@ static void not_oversold(const char *mode)
         it_assert_status(&resp, 200);
         q = json_object_get(resp.json, "queue");
         assert_int_equal(N, json_integer_value(json_object_get(q, "length")));
-        assert_int_equal(N,
-                         json_integer_value(json_object_get(q, "admitted")));
-        assert_int_equal(STOCK,
-                         json_integer_value(json_object_get(resp.json, "sold")));
+        assert_int_equal(N, json_integer_value(json_object_get(q, "admitted")));
+        assert_int_equal(
+            STOCK, json_integer_value(json_object_get(resp.json, "sold")));
         it_resp_free(&resp);
     }
 }

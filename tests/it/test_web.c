@@ -864,15 +864,14 @@ static void test_api_not_cached(void **state)
         assert_true(resp.status > 0);
         assert_string_equal("no-store",
                             header1(&resp, "Cache-Control", buf, sizeof(buf)));
-        assert_string_equal(
-            "nosniff",
-            header1(&resp, "X-Content-Type-Options", buf, sizeof(buf)));
+        assert_string_equal("nosniff", header1(&resp, "X-Content-Type-Options",
+                                               buf, sizeof(buf)));
         it_resp_free(&resp);
     }
     get(&servers[SRV_PLAIN], "/", NULL, &resp);
     it_assert_status(&resp, 200);
-    assert_string_equal("nosniff", header1(&resp, "X-Content-Type-Options",
-                                           buf, sizeof(buf)));
+    assert_string_equal(
+        "nosniff", header1(&resp, "X-Content-Type-Options", buf, sizeof(buf)));
     it_resp_free(&resp);
 }
 

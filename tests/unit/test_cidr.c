@@ -42,8 +42,8 @@ static void test_blocks(void **state)
     assert_false(in(&l, "::2"));
     /* An IPv4 address written as IPv6 is the IPv4 one, both ways. */
     assert_true(in(&l, "::ffff:10.1.2.3"));
-    assert_int_equal(0, cidr_list_parse("::ffff:127.0.0.0/104", &l, why,
-                                        sizeof(why)));
+    assert_int_equal(
+        0, cidr_list_parse("::ffff:127.0.0.0/104", &l, why, sizeof(why)));
     assert_true(in(&l, "127.9.9.9"));
     assert_false(in(&l, "128.0.0.1"));
 }
@@ -58,8 +58,8 @@ static void test_edges(void **state)
     assert_int_equal(0, cidr_list_parse("0.0.0.0/0", &l, why, sizeof(why)));
     assert_true(in(&l, "203.0.113.9"));
     assert_false(in(&l, "2001:db8::1"));
-    assert_int_equal(0, cidr_list_parse("203.0.113.9/31", &l, why,
-                                        sizeof(why)));
+    assert_int_equal(0,
+                     cidr_list_parse("203.0.113.9/31", &l, why, sizeof(why)));
     assert_true(in(&l, "203.0.113.8"));
     assert_true(in(&l, "203.0.113.9"));
     assert_false(in(&l, "203.0.113.10"));
@@ -75,8 +75,8 @@ static void test_edges(void **state)
 static void test_refused(void **state)
 {
     static const char *const bad[] = {
-        "10.0.0.0/33", "::1/129",   "10.0.0.0/",  "10.0.0.0/x",
-        "10.0.0",      "localhost", "10.0.0.0,,", "1.2.3.4/8/8",
+        "10.0.0.0/33", "::1/129",    "10.0.0.0/",   "10.0.0.0/x",
+        "10.0.0",      "localhost",  "10.0.0.0,,",  "1.2.3.4/8/8",
         "[::1]",       "1.2.3.4:80", "10.0.0.0/-1",
     };
     struct cidr_list l;

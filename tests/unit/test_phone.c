@@ -70,8 +70,8 @@ static void test_refused(void **state)
     refused("+0123456789", "CN");
     refused("1395550000x", "CN");
     refused("139 5550 0003", "CN");
-    refused("23955500003", "CN");   /* not a mobile number */
-    refused("1395550000", "CN");    /* 10 digits */
+    refused("23955500003", "CN"); /* not a mobile number */
+    refused("1395550000", "CN");  /* 10 digits */
     refused("+86123", "CN");
     refused("+1234567890123456", "CN"); /* 16 digits */
     refused("+12345", "CN");            /* 5 digits */

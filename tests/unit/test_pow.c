@@ -62,9 +62,10 @@ static int verify(const char *sol, int64_t now, uint32_t maxnumber)
 
 static void test_known_answer(void **state)
 {
-    const char *chal = "{\"algorithm\":\"SHA-256\",\"challenge\":\"" KAT_CHALLENGE
-                       "\",\"maxnumber\":100,\"salt\":\"" KAT_SALT
-                       "\",\"signature\":\"" KAT_SIGNATURE "\"}";
+    const char *chal =
+        "{\"algorithm\":\"SHA-256\",\"challenge\":\"" KAT_CHALLENGE
+        "\",\"maxnumber\":100,\"salt\":\"" KAT_SALT
+        "\",\"signature\":\"" KAT_SIGNATURE "\"}";
     char *sol = NULL, *raw;
     json_t *o;
     size_t n;
@@ -95,14 +96,14 @@ static void test_round_trip(void **state)
     (void)state;
     assert_non_null(chal);
     assert_int_equal(0, pow_solve(chal, &sol));
-    assert_int_equal(0, pow_verify(key, sol, strlen(sol), 1000, 300, NOW, ch,
-                                   &exp));
+    assert_int_equal(
+        0, pow_verify(key, sol, strlen(sol), 1000, 300, NOW, ch, &exp));
     assert_int_equal(NOW + 300, exp);
     assert_non_null(strstr(chal, ch));
     /* Another key; later than its expiry; an expiry further off than the
      * server gives. */
-    assert_int_equal(-EPERM, pow_verify(other, sol, strlen(sol), 1000, 300,
-                                        NOW, ch, &exp));
+    assert_int_equal(
+        -EPERM, pow_verify(other, sol, strlen(sol), 1000, 300, NOW, ch, &exp));
     assert_int_equal(-ETIMEDOUT, pow_verify(key, sol, strlen(sol), 1000, 300,
                                             NOW + 300, ch, &exp));
     assert_int_equal(-ETIMEDOUT, pow_verify(key, sol, strlen(sol), 1000, 100,
@@ -160,8 +161,8 @@ static void test_refused(void **state)
         int err = verify(sol, NOW, 100);
 
         if (err != cases[i].err)
-            fail_msg("%s = %s: %d, expected %d", cases[i].field,
-                     cases[i].value, err, cases[i].err);
+            fail_msg("%s = %s: %d, expected %d", cases[i].field, cases[i].value,
+                     err, cases[i].err);
         free(sol);
     }
     assert_int_equal(-EINVAL, verify("not base64 !", NOW, 100));
