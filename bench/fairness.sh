@@ -153,6 +153,17 @@ orders_by_role() {
         FROM voucher_orders WHERE voucher_id = $1 AND status IN (1, 2)"
 }
 
+# cpu_ms PID...: the CPU time (user + system) the processes used so far,
+# in milliseconds (/proc/PID/stat fields 14 and 15, in clock ticks).
+cpu_ms() {
+    local t=0 f p
+    for p in "$@"; do
+        read -r -a f <"/proc/$p/stat"
+        t=$((t + f[13] + f[14]))
+    done
+    echo $((t * 1000 / $(getconf CLK_TCK)))
+}
+
 # share PART WHOLE: PART / WHOLE with 4 decimals (0 when WHOLE is 0).
 share() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.4f", a / b; else print "0" }'; }
 
@@ -205,8 +216,14 @@ Q_BEGIN=$((NOW + JOIN_S + 8))
 Q_OPEN=$((Q_BEGIN - SECKILL_WAITROOM_OPEN_S))
 QV=$(fair_voucher queue "$STOCK" "$Q_BEGIN")
 say "queue sale: voucher $QV, room opens in $((Q_OPEN - NOW)) s, sale begins in $((Q_BEGIN - NOW)) s"
+Q_CPU0=$(cpu_ms "$PID_A" "$PID_B")
 sale queue queue "$QV" "$Q_BEGIN" "$Q_OPEN"
+Q_CPU_MS=$(($(cpu_ms "$PID_A" "$PID_B") - Q_CPU0))
 alive
+# Every request the instances served in the queue sale: the joins, the
+# reads of a place (answered or refused as too soon) and the purchases.
+Q_REQUESTS=$(j "$RAW/queue.json" "$((PEOPLE + BOTS)) + .polls.before_begin.ok + .polls.before_begin.limited + .polls.after_begin.ok + .polls.after_begin.limited + .roles.people.purchases_sent + .roles.bots.purchases_sent")
+Q_CPU_US=$(awk -v ms="$Q_CPU_MS" -v n="$Q_REQUESTS" 'BEGIN { if (n > 0) printf "%.1f", ms * 1000 / n; else print 0 }')
 check_voucher queue "$QV" "$STOCK" "$(j "$RAW/queue.json" '.roles.people.won + .roles.bots.won')"
 read -r Q_ORDERS Q_PEOPLE Q_BOTS <<<"$(orders_by_role "$QV")"
 
@@ -246,6 +263,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson acc "$ACC_SHARE" \
     --argjson qv "$QV" --argjson qo "$Q_ORDERS" --argjson qp "$Q_PEOPLE" --argjson qb "$Q_BOTS" \
     --argjson qs "$Q_SHARE" --argjson qr "$Q_RATIO" \
+    --argjson qcpu "$Q_CPU_MS" --argjson qreq "$Q_REQUESTS" --argjson qcpuus "$Q_CPU_US" \
     --argjson ov "$OV" --argjson oo "$O_ORDERS" --argjson op "$O_PEOPLE" --argjson ob "$O_BOTS" \
     --argjson os "$O_SHARE" --argjson oratio "$O_RATIO" \
     --argjson broken "$BROKEN" --argjson unfair "$UNFAIR" \
@@ -265,7 +283,9 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
       pow: $pow[0],
       bots_accounts_share: $acc,
       queue: {voucher: $qv, orders: $qo, people_orders: $qp, bots_orders: $qb,
-              bots_orders_share: $qs, ratio: $qr, generator: $q[0]},
+              bots_orders_share: $qs, ratio: $qr,
+              instances_cpu_ms: $qcpu, requests: $qreq,
+              cpu_us_per_request: $qcpuus, generator: $q[0]},
       open: {voucher: $ov, orders: $oo, people_orders: $op, bots_orders: $ob,
              bots_orders_share: $os, ratio: $oratio, generator: $o[0]},
       invariants: $inv, invariants_ok: ($broken == 0),
@@ -298,6 +318,8 @@ table() {
         "$(j "$RAW/queue.json" '"\(.polls.before_begin.ok_per_s | floor), \(.polls.before_begin.limited_per_s | floor) (over \(.polls.before_begin.seconds) s)"')"
     printf '| reads from the begin: 200/s, 429/s (peak second) | %s | - |\n' \
         "$(j "$RAW/queue.json" '"\(.polls.after_begin.ok_per_s | floor), \(.polls.after_begin.limited_per_s | floor) (\(.polls.after_begin.peak_ok_per_s), \(.polls.after_begin.peak_limited_per_s); over \(.polls.after_begin.seconds) s)"')"
+    printf '| the instances'"'"' CPU per request (joins, reads, purchases) | %s µs (%s ms for %s) | - |\n' \
+        "$Q_CPU_US" "$Q_CPU_MS" "$Q_REQUESTS"
     printf '| reads per bot / per person (200 + 429) | %s | - |\n' \
         "$(j "$RAW/queue.json" '"\((.roles.bots.polls_ok + .roles.bots.polls_limited) / .roles.bots.actors | . * 10 | floor / 10) / \((.roles.people.polls_ok + .roles.people.polls_limited) / ([.roles.people.actors, 1] | max) | . * 10 | floor / 10)"')"
     printf '| invariants in MySQL | %s | %s |\n' \
