@@ -47,6 +47,10 @@ static const struct route routes[] = {
      NULL},
     {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS",
      LIMITED, NULL},
+    /* Payments to give back (admin). */
+    {"/api/refunds", refunds_get, NULL, "GET, OPTIONS", LIMITED, NULL},
+    {"/api/refunds/{id}/done", NULL, refund_done_post, "POST, OPTIONS", LIMITED,
+     NULL},
     {"/api/admin/login", NULL, admin_login_post, "POST, OPTIONS", LIMITED,
      NULL},
     {"/api/admin/users/{id}/ban", NULL, admin_ban_post, "POST, DELETE, OPTIONS",

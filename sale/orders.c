@@ -301,19 +301,32 @@ static void pay_run(struct engine_task *t, struct store *st)
         /* fall through */
     case STORE_PAY_CLOSED:
         metrics_count(METRIC_PAYMENT_LATE, 1);
-        log_warn("payment refused, refund it",
+        log_warn("payment refused, to refund (GET /api/refunds)",
                  "order=%lld txn=\"%s\" amount=%lld why=%s",
                  (long long)op->order_id, op->txn, (long long)amount,
                  op->outcome.pay == STORE_PAY_LATE ? "late" : "closed");
         break;
     case STORE_PAY_OTHER:
-        log_warn("second payment of a paid order, refund it",
+        log_warn("second payment of a paid order, to refund (GET "
+                 "/api/refunds)",
                  "order=%lld txn=\"%s\" amount=%lld", (long long)op->order_id,
                  op->txn, (long long)amount);
         break;
     default:
         break;
     }
+}
+
+int sale_refunds_list(struct sale *s, int status, int64_t before,
+                      struct store_refund *out, size_t max, size_t *n)
+{
+    return store_refunds_list(sale__store(s), status, before, out, max, n);
+}
+
+int sale_refund_done(struct sale *s, int64_t id, int64_t admin_id,
+                     struct store_refund *r)
+{
+    return store_refund_done(sale__store(s), id, admin_id, r);
 }
 
 int sale_pay(struct sale *s, struct sale_order_op *op)

@@ -440,6 +440,15 @@ int sale_pay(struct sale *s, struct sale_order_op *op);
 void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
                          const int64_t *orders, const int64_t *users, size_t n);
 
+/* ---- refunds ---- */
+
+/* store_refunds_list() and store_refund_done() on this thread's store.
+ * Wait for MySQL. */
+int sale_refunds_list(struct sale *s, int status, int64_t before,
+                      struct store_refund *out, size_t max, size_t *n);
+int sale_refund_done(struct sale *s, int64_t id, int64_t admin_id,
+                     struct store_refund *r);
+
 /* ---- how the instance is doing ---- */
 
 /* The backends a sale needs, as /readyz reports them. */

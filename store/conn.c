@@ -270,6 +270,19 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "VALUES (1, ?, IF(? = 1, NOW(3), NULL), ?) ON DUPLICATE KEY UPDATE "
         "banned_at = IF(? = 1, COALESCE(banned_at, NOW(3)), NULL), "
         "banned_by = VALUES(banned_by)",
+    /* One refund per transaction: the same notification again adds none. */
+    [STMT_REFUND_INSERT] =
+        "INSERT INTO refunds (order_id, txn_id, amount, reason) VALUES "
+        "(?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id",
+    [STMT_REFUNDS_LIST] =
+        "SELECT id, order_id, txn_id, amount, reason, status, created, "
+        "done_at FROM refunds WHERE (? < 0 OR status = ?) AND id < ? "
+        "ORDER BY id DESC LIMIT ?",
+    [STMT_REFUND_DONE] = "UPDATE refunds SET status = 1, done_at = NOW(3), "
+                         "done_by = ? WHERE id = ? AND status = 0",
+    [STMT_REFUND_GET] =
+        "SELECT id, order_id, txn_id, amount, reason, status, created, "
+        "done_at FROM refunds WHERE id = ?",
     [STMT_ADMIN_INSERT] = "INSERT INTO admins (username, pw_hash) "
                           "VALUES (?, ?)",
     [STMT_ADMIN_GET] = "SELECT id, pw_hash, disabled FROM admins "

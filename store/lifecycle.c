@@ -194,6 +194,31 @@ struct pay_args {
     int64_t *pay_value;
 };
 
+/* A refused payment to give back, in the refusing transaction. */
+static int refund_add(struct store *st, struct pay_args *a,
+                      enum store_refund_reason why)
+{
+    MYSQL_BIND p[4] = {0};
+    int64_t reason = why;
+    unsigned long len;
+    MYSQL_STMT *s;
+
+    bind_i64(&p[0], &a->id);
+    bind_str_in(&p[1], a->txn, &len);
+    bind_i64(&p[2], &a->amount);
+    bind_i64(&p[3], &reason);
+    return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
+}
+
+/* Commit the refund of a refused payment (the order is left as it is). */
+static int refused_refund(struct store *st, struct pay_args *a,
+                          enum store_refund_reason why)
+{
+    int err = refund_add(st, a, why);
+
+    return err ? store_tx_rollback(st, err) : commit(st);
+}
+
 static int pay_once(struct store *st, void *arg)
 {
     struct pay_args *a = arg;
@@ -218,11 +243,13 @@ static int pay_once(struct store *st, void *arg)
         *a->outcome = strcmp(l.txn, a->txn) != 0 ? STORE_PAY_OTHER
                       : a->amount != l.pay_value ? STORE_PAY_AMOUNT
                                                  : STORE_PAY_SAME;
+        if (*a->outcome == STORE_PAY_OTHER)
+            return refused_refund(st, a, STORE_REFUND_SECOND);
         return store_tx_rollback(st, 0);
     }
     if (l.status != ORDER_UNPAID) {
         *a->outcome = STORE_PAY_CLOSED;
-        return store_tx_rollback(st, 0);
+        return refused_refund(st, a, STORE_REFUND_CLOSED);
     }
     if (l.past_deadline) {
         /* Late: the order expires now, as the expiry would have, and the
@@ -232,6 +259,8 @@ static int pay_once(struct store *st, void *arg)
             err = units_return(st, l.voucher_id, l.user_id, 1);
         if (!err)
             err = store_unit_return_owe(st, a->id, l.voucher_id, l.user_id);
+        if (!err)
+            err = refund_add(st, a, STORE_REFUND_LATE);
         if (err)
             return store_tx_rollback(st, err);
         err = commit(st);
@@ -440,4 +469,119 @@ int store_voucher_stats(struct store *st, int64_t voucher_id,
 
     memset(out, 0, sizeof(*out));
     return store_retry(st, stats_once, &a);
+}
+
+/* ---- refunds ---- */
+
+struct refund_row {
+    struct store_refund r;
+    int64_t reason, status;
+    unsigned long txn_len;
+    MYSQL_TIME created, done;
+    char done_null;
+    MYSQL_BIND b[8];
+};
+
+static void refund_bind(struct refund_row *x)
+{
+    memset(x->b, 0, sizeof(x->b));
+    bind_i64(&x->b[0], &x->r.id);
+    bind_i64(&x->b[1], &x->r.order_id);
+    bind_str_out(&x->b[2], x->r.txn, sizeof(x->r.txn), &x->txn_len);
+    bind_i64(&x->b[3], &x->r.amount);
+    bind_i64(&x->b[4], &x->reason);
+    bind_i64(&x->b[5], &x->status);
+    bind_time(&x->b[6], &x->created);
+    bind_time_null(&x->b[7], &x->done, &x->done_null);
+}
+
+static struct store_refund refund_finish(struct refund_row *x)
+{
+    struct store_refund r = x->r;
+
+    r.txn[x->txn_len < sizeof(r.txn) ? x->txn_len : 0] = '\0';
+    r.reason = (enum store_refund_reason)x->reason;
+    r.done = x->status == 1;
+    r.created_ms = time_to_epoch_ms(&x->created);
+    r.done_ms = x->done_null ? 0 : time_to_epoch_ms(&x->done);
+    return r;
+}
+
+struct refunds_args {
+    int64_t status, before, max;
+    struct store_refund *out;
+    size_t *n;
+    struct refund_row x;
+};
+
+static void refund_listed(void *ctx, size_t i)
+{
+    struct refunds_args *a = ctx;
+
+    a->out[i] = refund_finish(&a->x);
+}
+
+static int refunds_once(struct store *st, void *arg)
+{
+    struct refunds_args *a = arg;
+    MYSQL_BIND p[4] = {0};
+
+    bind_i64(&p[0], &a->status);
+    bind_i64(&p[1], &a->status);
+    bind_i64(&p[2], &a->before);
+    bind_i64(&p[3], &a->max);
+    refund_bind(&a->x);
+    return store_stmt_rows(st, STMT_REFUNDS_LIST, p, a->x.b, (size_t)a->max,
+                           refund_listed, a, a->n);
+}
+
+int store_refunds_list(struct store *st, int status, int64_t before,
+                       struct store_refund *out, size_t max, size_t *n)
+{
+    struct refunds_args a = {.status = status,
+                             .before = before > 0 ? before : INT64_MAX,
+                             .max = (int64_t)max,
+                             .out = out,
+                             .n = n};
+
+    *n = 0;
+    return store_retry(st, refunds_once, &a);
+}
+
+struct done_args {
+    int64_t id, admin;
+    struct store_refund *r;
+};
+
+static int refund_done_once(struct store *st, void *arg)
+{
+    struct done_args *a = arg;
+    MYSQL_BIND p[2] = {0}, q[1] = {0};
+    struct refund_row x;
+    MYSQL_STMT *s;
+    size_t n = 0;
+    int err;
+
+    bind_i64(&p[0], &a->admin);
+    bind_i64(&p[1], &a->id);
+    err = store_stmt_exec(st, STMT_REFUND_DONE, p, NULL, &s);
+    if (err)
+        return err;
+    bind_i64(&q[0], &a->id);
+    refund_bind(&x);
+    err = store_stmt_rows(st, STMT_REFUND_GET, q, x.b, 1, NULL, NULL, &n);
+    if (err)
+        return err;
+    if (!n)
+        return -ENOENT;
+    *a->r = refund_finish(&x);
+    return 0;
+}
+
+int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
+                      struct store_refund *r)
+{
+    struct done_args a = {id, admin_id, r};
+    /* Idempotent: safe again on a fresh connection. */
+    return store_retry(st, refund_done_once, &a);
 }

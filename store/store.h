@@ -612,6 +612,31 @@ enum store_pay {
     STORE_PAY_NOT_FOUND, /* no such order */
 };
 
+/* Why a payment is to be given back (refunds.reason). */
+enum store_refund_reason {
+    STORE_REFUND_LATE = 1,   /* after the pay deadline: the order expired */
+    STORE_REFUND_CLOSED = 2, /* for a cancelled or expired order */
+    STORE_REFUND_SECOND = 3, /* another transaction paid the order */
+};
+
+struct store_refund {
+    int64_t id, order_id, amount;
+    char txn[65];
+    enum store_refund_reason reason;
+    bool done;
+    int64_t created_ms, done_ms; /* epoch ms; done_ms 0 while pending */
+};
+
+/* Refunds, newest first, with id < before (0: from the newest); status
+ * 0 pending, 1 done, -1 both; at most max into out. */
+int store_refunds_list(struct store *st, int status, int64_t before,
+                       struct store_refund *out, size_t max, size_t *n);
+
+/* Refund id's money went back (admin admin_id): 0 with *r as it is now
+ * (done once; again changes nothing), -ENOENT when there is none. */
+int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
+                      struct store_refund *r);
+
 /*
  * Record the payment txn_id (1..64 bytes) of amount cents for order_id. A
  * payment that arrives after the deadline expires the order then and

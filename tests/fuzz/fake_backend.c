@@ -481,6 +481,55 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     return 0;
 }
 
+int store_refunds_list(struct store *st, int status, int64_t before,
+                       struct store_refund *out, size_t max, size_t *n)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(status >= -1 && status <= 1 && before >= 0 && max >= 1 &&
+                   max <= 100,
+               "refunds listed with status %d before %lld max %zu", status,
+               (long long)before, max);
+    if ((err = step(&variant)))
+        return err;
+    *n = variant % 2;
+    if (*n) {
+        memset(out, 0, sizeof(*out));
+        out->id = 3;
+        out->order_id = 4;
+        out->amount = 4750;
+        snprintf(out->txn, sizeof(out->txn), "t");
+        out->reason = STORE_REFUND_CLOSED;
+        out->created_ms = 1700000000000LL;
+    }
+    return 0;
+}
+
+int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
+                      struct store_refund *r)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("refund id", id);
+    FUZZ_CHECK(admin_id > 0, "a refund done by nobody");
+    if ((err = step(&variant)))
+        return err;
+    if (variant == 1)
+        return -ENOENT;
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    r->order_id = 4;
+    snprintf(r->txn, sizeof(r->txn), "t");
+    r->reason = STORE_REFUND_SECOND;
+    r->done = true;
+    r->created_ms = r->done_ms = 1700000000000LL;
+    return 0;
+}
+
 int store_waitroom_counts(struct store *st, int64_t voucher_id,
                           const struct store_waitroom *w, int64_t *joined,
                           int64_t *admitted)

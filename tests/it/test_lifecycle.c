@@ -408,6 +408,130 @@ static void test_notify(void **state)
     assert_conserved(v, 5);
 }
 
+/* Pay o (as 4750) with txn on srv: the status. */
+static long pay_as(int64_t o, const char *txn)
+{
+    struct notify m;
+    struct it_resp resp;
+    long st;
+
+    notify_make(&m, o, 4750, txn);
+    st = notify_send(&srv[0], &m, &resp);
+    it_resp_free(&resp);
+    return st;
+}
+
+/* GET path with an admin's token on M: its answer into resp. */
+static long admin_get(const char *path, struct it_resp *resp)
+{
+    char tok[TOKEN_STR_LEN];
+
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, tok);
+    return it_http(&srv[1], "GET", path, NULL, tok, resp);
+}
+
+/* Whether a list of refunds (GET /api/refunds) has the one of txn. */
+static bool lists_txn(const json_t *items, const char *txn)
+{
+    size_t i;
+    const json_t *r;
+
+    json_array_foreach(items, i, r) if (strcmp(it_json_str(r, "txnId"), txn) ==
+                                        0) return true;
+    return false;
+}
+
+/* Payments refused for a closed or already paid order become refunds, in
+ * the refusing transaction: a second payment, one for a cancelled order,
+ * one after the deadline (which expires the order); the same
+ * notification twice is one refund. Admins list them and mark them done
+ * (once). Checked in MySQL. */
+static void test_refunds(void **state)
+{
+    int64_t v = it_seckill_create(&srv[0], 1, 5, -60, 3600);
+    int64_t o1 = buy(&srv[0], v, next_user++);
+    int64_t o2 = buy(&srv[0], v, next_user++);
+    int64_t o3 = buy(&srv[1], v, next_user++);
+    char a[40], b[40], c[40], d[40], path[80], tok[TOKEN_STR_LEN];
+    struct it_resp resp;
+    int64_t rid;
+
+    (void)state;
+    snprintf(a, sizeof(a), "ref-a-%lld", (long long)o1);
+    snprintf(b, sizeof(b), "ref-b-%lld", (long long)o1);
+    snprintf(c, sizeof(c), "ref-c-%lld", (long long)o2);
+    snprintf(d, sizeof(d), "ref-d-%lld", (long long)o3);
+    assert_int_equal(200, pay_as(o1, a));
+    assert_int_equal(409, pay_as(o1, b)); /* a second payment */
+    assert_int_equal(409, pay_as(o1, b)); /* the same notification */
+    order_post(&srv[0], o2, "cancel", 1, true, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+    assert_int_equal(409, pay_as(o2, c));
+    sleep(PAY_TIMEOUT_S + 1);
+    assert_int_equal(409, pay_as(o3, d)); /* late: the order expires */
+    assert_int_equal(7, it_sql_scalar("SELECT status FROM voucher_orders "
+                                      "WHERE id = %lld",
+                                      (long long)o3));
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE "
+                                      "txn_id = '%s'",
+                                      a));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE "
+                                      "txn_id = '%s' AND order_id = %lld "
+                                      "AND reason = 3 AND amount = 4750 AND "
+                                      "status = 0",
+                                      b, (long long)o1));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE "
+                                      "txn_id = '%s' AND reason = 2",
+                                      c));
+    /* Late (1) when the payment found it unpaid past its deadline, closed
+     * (2) when the expiry got there first. */
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE "
+                                      "txn_id = '%s' AND reason IN (1, 2)",
+                                      d));
+    rid = it_sql_scalar("SELECT id FROM refunds WHERE txn_id = '%s'", b);
+
+    /* The admin's list, pending by default. */
+    admin_get("/api/refunds?limit=100", &resp);
+    it_assert_status(&resp, 200);
+    assert_true(lists_txn(json_object_get(resp.json, "items"), b));
+    assert_true(lists_txn(json_object_get(resp.json, "items"), d));
+    it_resp_free(&resp);
+    it_token(next_user, TOKEN_ROLE_USER, 3600, tok);
+    it_http(&srv[1], "GET", "/api/refunds", NULL, tok, &resp);
+    it_assert_error(&resp, 403, "FORBIDDEN");
+    it_resp_free(&resp);
+    admin_get("/api/refunds?status=later", &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
+
+    /* Done, once. */
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, tok);
+    snprintf(path, sizeof(path), "/api/refunds/%lld/done", (long long)rid);
+    for (int i = 0; i < 2; i++) {
+        it_http(&srv[0], "POST", path, NULL, tok, &resp);
+        it_assert_status(&resp, 200);
+        assert_string_equal("done", it_json_str(resp.json, "status"));
+        assert_string_equal("second_payment", it_json_str(resp.json, "reason"));
+        assert_non_null(it_json_str(resp.json, "doneTime"));
+        it_resp_free(&resp);
+    }
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE id "
+                                      "= %lld AND status = 1 AND done_by = 1",
+                                      (long long)rid));
+    admin_get("/api/refunds?limit=100", &resp);
+    assert_false(lists_txn(json_object_get(resp.json, "items"), b));
+    it_resp_free(&resp);
+    admin_get("/api/refunds?status=done&limit=100", &resp);
+    assert_true(lists_txn(json_object_get(resp.json, "items"), b));
+    it_resp_free(&resp);
+    it_http(&srv[0], "POST", "/api/refunds/999999999999/done", NULL, tok,
+            &resp);
+    it_assert_error(&resp, 404, "NOT_FOUND");
+    it_resp_free(&resp);
+    assert_conserved(v, 5);
+}
+
 /* ---- back on sale ---- */
 
 /* Buy again after a cancel; one active order per user under a crowd of
@@ -771,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_pay_dev_and_cancel_paid),
         cmocka_unit_test(test_notify),
+        cmocka_unit_test(test_refunds),
         cmocka_unit_test(test_rebuy),
         cmocka_unit_test(test_expiry_returns_stock),
         cmocka_unit_test(test_stats),

@@ -764,6 +764,19 @@ async function runCases(proxies, redisCli, main) {
         });
     }
 
+    // Refunds: the list, and one that does not exist.
+    await check(proxies, { name: "refunds", via: S, method: "GET", path: "/api/refunds?status=all&limit=5", op: "GET /api/refunds", token: admin, status: 200 });
+    await check(proxies, {
+        name: "a refund that does not exist",
+        via: S,
+        method: "POST",
+        path: "/api/refunds/999999999999/done",
+        op: "POST /api/refunds/{id}/done",
+        token: admin,
+        status: 404,
+        code: "NOT_FOUND",
+    });
+
     // An admin's login.
     {
         const username = `openapi-${RUN}`;
