@@ -27,9 +27,15 @@
 #                  docs/openapi.yaml
 #   make config-docs write the README's configuration table and the man page
 #                  docs/seckilld.8 from the settings table of cmd/config.c
+#   make install   the service under DESTDIR/PREFIX (/usr/local): the
+#                  binary, the SQL files, the man page, the systemd unit and
+#                  an example of its settings file; make test-install checks
+#                  such an installation (part of make test)
+#   make test-alerts check deploy/prometheus/alerts.yml and its unit tests
+#                  with promtool (part of make test)
 #   make lock-lib  the lock library: libseckill-lock.a and its example
-#                  (docs/locks.md); make install puts the archive, its
-#                  header and seckill-lock.pc under DESTDIR/PREFIX
+#                  (docs/locks.md); make install-lock-lib puts the archive,
+#                  its header and seckill-lock.pc under DESTDIR/PREFIX
 #                  (/usr/local); make test-lock-lib builds the example from
 #                  such an installation and runs it (part of make test)
 #
@@ -165,7 +171,7 @@ LOCK_LIB_OBJ := $(LOCK_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LOCK_LIB := $(BUILD)/lib/libseckill-lock.a
 LOCK_EXAMPLE := $(BUILD)/lock/examples/lock_example
 
-.PHONY: lock-lib install test-lock-lib
+.PHONY: lock-lib install-lock-lib test-lock-lib
 
 lock-lib: $(LOCK_LIB) $(LOCK_EXAMPLE)
 
@@ -194,7 +200,7 @@ $(LOCK_EXAMPLE): lock/examples/lock_example.c $(BUILD)/include/seckill/lock.h \
 
 # The archive, lock.h as <seckill/lock.h> and seckill-lock.pc, under
 # DESTDIR (for packaging) and PREFIX (or LIBDIR, INCLUDEDIR, PKGCONFIGDIR).
-install: $(LOCK_LIB)
+install-lock-lib: $(LOCK_LIB)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/seckill \
 	    $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 644 $(LOCK_LIB) $(DESTDIR)$(LIBDIR)/libseckill-lock.a
@@ -214,6 +220,47 @@ test-lock-lib: services
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined lock-lib
 	@tests/lock-lib/run.sh build
 	@tests/lock-lib/run.sh build/san
+
+# ---- installing the service ----
+
+# The directories, GNU-style. The binary goes to sbin: it is a daemon for
+# the administrator to run (Debian puts nginx, haproxy and mariadbd
+# there), documented in section 8. SYSCONFDIR is /etc for PREFIX=/usr, as
+# a distribution package wants, and PREFIX/etc otherwise.
+SBINDIR ?= $(PREFIX)/sbin
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+
+.PHONY: install test-install test-alerts
+
+# The binary, sql/ (for creating and upgrading the database), the man
+# page, seckilld.service with this installation's paths, and
+# seckilld.env.example; a seckilld.env of the administrator's is never
+# touched.
+install: $(BUILD)/seckilld
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR)/seckilld \
+	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/seckilld
+	install -m 755 $(BUILD)/seckilld $(DESTDIR)$(SBINDIR)/seckilld
+	install -m 644 sql/schema.sql sql/upgrade-mariadb.sql \
+	    $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 docs/seckilld.8 $(DESTDIR)$(MANDIR)/man8/seckilld.8
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    deploy/seckilld.service.in \
+	    > $(DESTDIR)$(SYSTEMDUNITDIR)/seckilld.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/seckilld.service
+	install -m 644 deploy/seckilld.env.example \
+	    $(DESTDIR)$(SYSCONFDIR)/seckilld/seckilld.env.example
+
+# make install into a scratch DESTDIR, checked (tests/install/run.sh).
+test-install: build
+	@tests/install/run.sh
+
+# The alert rules' syntax and their unit tests (promtool).
+test-alerts:
+	@tests/alerts/run.sh
 
 # ---- the private servers ----
 
@@ -241,6 +288,8 @@ test: services
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
 	@$(MAKE) --no-print-directory test-lock-lib
+	@$(MAKE) --no-print-directory test-install
+	@$(MAKE) --no-print-directory test-alerts
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
 

@@ -66,7 +66,9 @@ enum style { STYLE_PLAIN, STYLE_MARKDOWN, STYLE_TROFF };
 /*
  * One character of the text at *p in troff: escapes for the backslash and
  * for a minus sign in code (a flag, a literal), and \[uXXXX] for UTF-8, so
- * that the page renders without a preprocessor. Advances *p.
+ * that the page renders without a preprocessor. The ellipsis is three
+ * dots: groff's ASCII device (man in the C locale) has no glyph for it and
+ * would drop it with a warning. Advances *p.
  */
 static void troff_char(struct text *t, const char **p, const char *end,
                        bool code)
@@ -89,7 +91,10 @@ static void troff_char(struct text *t, const char **p, const char *end,
     cp = u[0] & (0x7f >> n);
     for (size_t i = 1; i < n && *p + i < end; i++)
         cp = cp << 6 | (u[i] & 0x3f);
-    text_printf(t, "\\[u%04X]", cp);
+    if (cp == 0x2026)
+        text_puts(t, "...");
+    else
+        text_printf(t, "\\[u%04X]", cp);
     *p += n;
 }
 

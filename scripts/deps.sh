@@ -14,7 +14,9 @@
 # harnesses of make fuzz. faketime (libfaketime) jumps a service's clock in
 # make test-faults. haproxy balances make cluster and the drain test.
 # redis-server also runs the sentinels of the failover test
-# (redis-server --sentinel).
+# (redis-server --sentinel). make test checks make install's tree with
+# systemd-analyze (systemd), groff and man (groff-base, man-db), and the
+# alert rules with promtool (prometheus ships it).
 #
 #   scripts/deps.sh [bench] [jmeter] [web] [containers]
 set -euo pipefail
@@ -28,6 +30,7 @@ PACKAGES=(
     curl jq ca-certificates faketime
     clang libclang-rt-14-dev
     haproxy
+    systemd groff-base man-db prometheus
 )
 
 die() { echo "deps.sh: error: $*" >&2; exit 1; }

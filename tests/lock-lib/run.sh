@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# run.sh - the lock library as an outside user gets it: `make install` into
-# a scratch DESTDIR, the example program (lock/examples/lock_example.c)
-# compiled from that installation with nothing but pkg-config's flags, and
-# run against the private servers of .run/env.test.
+# run.sh - the lock library as an outside user gets it: `make
+# install-lock-lib` into a scratch DESTDIR, the example program
+# (lock/examples/lock_example.c) compiled from that installation with
+# nothing but pkg-config's flags, and run against the private servers of
+# .run/env.test.
 #
 #   tests/lock-lib/run.sh BUILD_DIR
 #
@@ -10,8 +11,8 @@
 # SANITIZE=address,undefined and the example is compiled with the same
 # -fsanitize flags, so leaks and undefined behaviour in the library fail
 # the run. Checks, in order:
-#   - make install DESTDIR=... PREFIX=/usr installs the archive, the header
-#     and the .pc, and nothing else;
+#   - make install-lock-lib DESTDIR=... PREFIX=/usr installs the archive,
+#     the header and the .pc, and nothing else;
 #   - the archive's only global symbols are the functions lock.h declares,
 #     all of them (the common helpers inside it are private to it, so a
 #     program with its own xmalloc or log_write links);
@@ -68,18 +69,18 @@ dest=$work/dest
 
 # ---- install ----
 
-make -C "$ROOT" --no-print-directory -s "${make_args[@]}" install \
+make -C "$ROOT" --no-print-directory -s "${make_args[@]}" install-lock-lib \
     DESTDIR="$dest" PREFIX=/usr >"$work/install.log" 2>&1 ||
-    fail "make install: $(tail -5 "$work/install.log")"
+    fail "make install-lock-lib: $(tail -5 "$work/install.log")"
 expected="usr/include/seckill/lock.h
 usr/lib/libseckill-lock.a
 usr/lib/pkgconfig/seckill-lock.pc"
 got=$(cd "$dest" && find . -type f | sed 's|^\./||' | sort)
 [[ $got == "$expected" ]] ||
-    fail "make install put in place:"$'\n'"$got"$'\n'"expected:"$'\n'"$expected"
+    fail "make install-lock-lib put in place:"$'\n'"$got"$'\n'"expected:"$'\n'"$expected"
 cmp -s "$ROOT/lock/lock.h" "$dest/usr/include/seckill/lock.h" ||
     fail "the installed header is not lock/lock.h"
-ok "make install DESTDIR PREFIX=/usr: archive, header, seckill-lock.pc"
+ok "make install-lock-lib DESTDIR PREFIX=/usr: archive, header, seckill-lock.pc"
 
 # ---- what the archive exports ----
 
