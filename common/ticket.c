@@ -7,6 +7,8 @@
 #include <sodium.h>
 #include <string.h>
 
+#include "common/util.h"
+
 #define VERSION 1
 #define PAYLOAD_LEN (1 + 8 + 8 + 8)
 #define RAW_LEN (PAYLOAD_LEN + crypto_auth_BYTES)
@@ -16,32 +18,15 @@ _Static_assert(TICKET_KEY_LEN == crypto_auth_KEYBYTES, "key size");
 _Static_assert(TICKET_STR_LEN >= sodium_base64_ENCODED_LEN(RAW_LEN, B64),
                "ticket buffer");
 
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (unsigned char)v;
-        v >>= 8;
-    }
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 void ticket_sign(const unsigned char key[TICKET_KEY_LEN], int64_t user_id,
                  int64_t voucher_id, int64_t expires_ms, char *out)
 {
     unsigned char raw[RAW_LEN];
 
     raw[0] = VERSION;
-    put64(raw + 1, (uint64_t)user_id);
-    put64(raw + 9, (uint64_t)voucher_id);
-    put64(raw + 17, (uint64_t)expires_ms);
+    util_put_be64(raw + 1, (uint64_t)user_id);
+    util_put_be64(raw + 9, (uint64_t)voucher_id);
+    util_put_be64(raw + 17, (uint64_t)expires_ms);
     crypto_auth(raw + PAYLOAD_LEN, raw, PAYLOAD_LEN, key);
     sodium_bin2base64(out, TICKET_STR_LEN, raw, RAW_LEN, B64);
 }
@@ -66,10 +51,10 @@ int ticket_verify(const unsigned char key[TICKET_KEY_LEN], const char *ticket,
         return -EPERM;
     if (raw[0] != VERSION)
         return -EINVAL;
-    if (get64(raw + 1) != (uint64_t)user_id ||
-        get64(raw + 9) != (uint64_t)voucher_id)
+    if (util_get_be64(raw + 1) != (uint64_t)user_id ||
+        util_get_be64(raw + 9) != (uint64_t)voucher_id)
         return -EPERM;
-    if (now_ms >= (int64_t)get64(raw + 17))
+    if (now_ms >= (int64_t)util_get_be64(raw + 17))
         return -ETIMEDOUT;
     return 0;
 }

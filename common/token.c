@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sodium.h>
 
+#include "common/util.h"
+
 #define TOKEN_VERSION 2
 #define PAYLOAD_LEN (1 + 8 + 1 + 8 + 4 + 8)
 #define RAW_LEN (PAYLOAD_LEN + crypto_auth_BYTES)
@@ -16,36 +18,6 @@
 _Static_assert(TOKEN_KEY_LEN == crypto_auth_KEYBYTES, "key size");
 _Static_assert(TOKEN_STR_LEN >= sodium_base64_ENCODED_LEN(RAW_LEN, B64_VARIANT),
                "token buffer");
-
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (unsigned char)v;
-        v >>= 8;
-    }
-}
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    for (int i = 3; i >= 0; i--) {
-        p[i] = (unsigned char)v;
-        v >>= 8;
-    }
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-           p[3];
-}
-
-static uint64_t get_be64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 /*
  * Only base64url characters: libsodium 1.0.18 decodes every byte from 0x80
@@ -72,13 +44,13 @@ int token_sign(const unsigned char key[TOKEN_KEY_LEN],
         (claims->role != TOKEN_ROLE_USER && claims->role != TOKEN_ROLE_ADMIN))
         return -EINVAL;
     raw[0] = TOKEN_VERSION;
-    put_be64(raw + 1, (uint64_t)claims->user_id);
+    util_put_be64(raw + 1, (uint64_t)claims->user_id);
     raw[9] = (unsigned char)claims->role;
-    put_be64(raw + 10, (uint64_t)claims->expires);
-    put_be32(raw + 18, claims->gen);
+    util_put_be64(raw + 10, (uint64_t)claims->expires);
+    util_put_be32(raw + 18, claims->gen);
     while (!claims->jti)
         randombytes_buf(&claims->jti, sizeof(claims->jti));
-    put_be64(raw + 22, claims->jti);
+    util_put_be64(raw + 22, claims->jti);
     crypto_auth(raw + PAYLOAD_LEN, raw, PAYLOAD_LEN, key);
     sodium_bin2base64(out, TOKEN_STR_LEN, raw, RAW_LEN, B64_VARIANT);
     return 0;
@@ -103,9 +75,9 @@ int token_verify(const unsigned char key[TOKEN_KEY_LEN], const char *tok,
         return -EPERM;
     if (raw[0] != TOKEN_VERSION)
         return -EINVAL;
-    uint64_t uid = get_be64(raw + 1);
-    int64_t exp = (int64_t)get_be64(raw + 10);
-    if (uid == 0 || uid > INT64_MAX || get_be64(raw + 22) == 0 ||
+    uint64_t uid = util_get_be64(raw + 1);
+    int64_t exp = (int64_t)util_get_be64(raw + 10);
+    if (uid == 0 || uid > INT64_MAX || util_get_be64(raw + 22) == 0 ||
         (raw[9] != TOKEN_ROLE_USER && raw[9] != TOKEN_ROLE_ADMIN))
         return -EINVAL;
     if (now >= exp)
@@ -113,7 +85,7 @@ int token_verify(const unsigned char key[TOKEN_KEY_LEN], const char *tok,
     claims->user_id = (int64_t)uid;
     claims->role = (enum token_role)raw[9];
     claims->expires = exp;
-    claims->gen = get_be32(raw + 18);
-    claims->jti = get_be64(raw + 22);
+    claims->gen = util_get_be32(raw + 18);
+    claims->jti = util_get_be64(raw + 22);
     return 0;
 }

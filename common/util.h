@@ -61,6 +61,39 @@ char *util_time_format(int64_t epoch_s, char *buf);
  */
 int util_time_parse(const char *s, int64_t *out);
 
+/* Big-endian integers in byte buffers (the wire formats of tokens and
+ * tickets). */
+static inline void util_put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+static inline uint64_t util_get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static inline void util_put_be32(unsigned char *p, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--) {
+        p[i] = (unsigned char)v;
+        v >>= 8;
+    }
+}
+
+static inline uint32_t util_get_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           p[3];
+}
+
 /* The value of a hex digit (either case), or -1. */
 int util_hex_digit(char c);
 

@@ -30,10 +30,9 @@ static const char *reason_name(enum store_refund_reason r)
 static json_t *refund_json(const struct store_refund *r)
 {
     return json_pack("{s:o,s:o,s:s,s:I,s:s,s:s,s:o,s:o}", "id", json_id(r->id),
-                     "orderId", json_id(r->order_id), "txnId", r->txn,
-                     "amount", (json_int_t)r->amount, "reason",
-                     reason_name(r->reason), "status",
-                     r->done ? "done" : "pending", "createTime",
+                     "orderId", json_id(r->order_id), "txnId", r->txn, "amount",
+                     (json_int_t)r->amount, "reason", reason_name(r->reason),
+                     "status", r->done ? "done" : "pending", "createTime",
                      json_time(r->created_ms / 1000), "doneTime",
                      r->done_ms ? json_time(r->done_ms / 1000) : json_null());
 }
@@ -42,7 +41,8 @@ unsigned refunds_get(struct request *req)
 {
     static const char *const statuses[] = {"pending", "done", "all"};
     struct store_refund *rows;
-    const char *st = req_query(req, "status"), *cursor = req_query(req, "cursor");
+    const char *st = req_query(req, "status"),
+               *cursor = req_query(req, "cursor");
     int64_t limit, before = 0;
     int status = 0;
     unsigned code;
@@ -75,10 +75,10 @@ unsigned refunds_get(struct request *req)
     items = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(items, refund_json(&rows[i]));
-    code = req_reply(req, 200,
-                     json_pack("{s:o,s:o}", "items", items, "nextCursor",
-                               n == (size_t)limit ? json_id(rows[n - 1].id)
-                                                  : json_null()));
+    code = req_reply(
+        req, 200,
+        json_pack("{s:o,s:o}", "items", items, "nextCursor",
+                  n == (size_t)limit ? json_id(rows[n - 1].id) : json_null()));
     free(rows);
     return code;
 }
