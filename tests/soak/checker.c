@@ -540,7 +540,7 @@ static void check_lifecycle(struct hist *h, size_t nh, struct orow *by_id,
             violate("refund-not-logged", h[i].user, h[i].voucher, h[i].order,
                     h[i].done_ms,
                     "payment %s of order %lld refused ORDER_CLOSED at %.1f s "
-                    "with no \"payment refused, refund it\" in any log",
+                    "with no \"payment refused, to refund\" in any log",
                     h[i].txn, (long long)h[i].order, h[i].done_ms / 1e3);
         if (h[i].op == OP_PAY && h[i].status == 409 &&
             strcmp(h[i].code, "ORDER_PAID") == 0 &&
@@ -548,7 +548,7 @@ static void check_lifecycle(struct hist *h, size_t nh, struct orow *by_id,
             violate("refund-not-logged", h[i].user, h[i].voucher, h[i].order,
                     h[i].done_ms,
                     "second payment %s of order %lld refused ORDER_PAID at "
-                    "%.1f s with no \"refund it\" in any log",
+                    "%.1f s with no \"to refund\" in any log",
                     h[i].txn, (long long)h[i].order, h[i].done_ms / 1e3);
     }
     /* Paid by one transaction, and one we sent. */

@@ -131,8 +131,8 @@ struct it_server instance_get(int i);
 enum logev {
     LOGEV_REBUILT,   /* async sale rebuilt from mysql */
     LOGEV_DISAGREE,  /* async sale disagrees with mysql */
-    LOGEV_REFUND,    /* payment refused, refund it */
-    LOGEV_REFUND2,   /* second payment of a paid order, refund it */
+    LOGEV_REFUND,    /* payment refused, to refund */
+    LOGEV_REFUND2,   /* second payment of a paid order, to refund */
     LOGEV_FAILPOINT, /* failpoint fired */
     LOGEV_ID_REUSED, /* order id already used */
     LOGEV_DEAD,      /* async order can never be written */

@@ -534,8 +534,9 @@ static const struct {
 } patterns[] = {
     {LOGEV_REBUILT, "msg=\"async sale rebuilt from mysql\""},
     {LOGEV_DISAGREE, "msg=\"async sale disagrees with mysql\""},
-    {LOGEV_REFUND, "msg=\"payment refused, refund it\""},
-    {LOGEV_REFUND2, "msg=\"second payment of a paid order, refund it\""},
+    {LOGEV_REFUND, "msg=\"payment refused, to refund (GET /api/refunds)\""},
+    {LOGEV_REFUND2,
+     "msg=\"second payment of a paid order, to refund (GET /api/refunds)\""},
     {LOGEV_FAILPOINT, "msg=\"failpoint fired\""},
     {LOGEV_ID_REUSED, "order id already used"},
     {LOGEV_DEAD, "async order can never be written"},
