@@ -26,6 +26,7 @@ unsigned admin_login_post(struct request *req)
     struct token_claims claims = {0};
     char token[TOKEN_STR_LEN], addr[64];
     struct sale_admin_login out;
+    struct sale_actor who;
     const char *name, *password;
     int err;
 
@@ -39,8 +40,9 @@ unsigned admin_login_post(struct request *req)
                          "most 64");
     if (!req_client_key(req, addr, sizeof(addr)))
         snprintf(addr, sizeof(addr), "unknown");
+    req_actor(req, &who);
     err = sale_admin_login(req->sale, name, password, strlen(password), addr,
-                           &out);
+                           &who, &out);
     if (err)
         return req_backend_error(req, err, "admin_login");
     switch (out.outcome) {
@@ -72,14 +74,16 @@ unsigned admin_login_post(struct request *req)
 
 static unsigned ban(struct request *req, bool on)
 {
+    struct sale_actor who;
     unsigned status;
     int err;
 
     if ((status = req_admin_or_reply(req)))
         return status;
+    req_actor(req, &who);
     /* Any buyer id: load-test buyers have no users row, and a ban made
      * before a first login still applies to it. */
-    err = sale_user_ban(req->sale, req->id, req->auth.user_id, on);
+    err = sale_user_ban(req->sale, req->id, &who, on);
     if (err)
         return req_backend_error(req, err, on ? "ban" : "unban");
     log_info(on ? "user banned" : "user unbanned", "user=%lld admin=%lld",

@@ -28,6 +28,7 @@ unsigned auth_logout_post(struct request *req);     /* auth.c */
 unsigned admin_login_post(struct request *req);     /* admin.c */
 unsigned refunds_get(struct request *req);          /* refunds.c */
 unsigned refund_done_post(struct request *req);     /* refunds.c */
+unsigned audit_get(struct request *req);            /* audit.c */
 unsigned admin_ban_post(struct request *req);       /* admin.c */
 unsigned admin_ban_delete(struct request *req);     /* admin.c */
 unsigned vouchers_post(struct request *req);        /* vouchers.c */

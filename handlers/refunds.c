@@ -86,12 +86,14 @@ unsigned refunds_get(struct request *req)
 unsigned refund_done_post(struct request *req)
 {
     struct store_refund r;
+    struct sale_actor who;
     unsigned code;
     int err;
 
     if ((code = req_admin_or_reply(req)))
         return code;
-    err = sale_refund_done(req->sale, req->id, req->auth.user_id, &r);
+    req_actor(req, &who);
+    err = sale_refund_done(req->sale, req->id, &who, &r);
     if (err == -ENOENT)
         return req_error(req, ERR_NOT_FOUND, "no refund with this id");
     if (err)

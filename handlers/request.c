@@ -229,6 +229,17 @@ bool req_client_key(const struct request *req, char *out, size_t n)
     return true;
 }
 
+void req_actor(const struct request *req, struct sale_actor *out)
+{
+    struct cidr a;
+
+    out->admin_id = req->auth.user_id;
+    out->addr[0] = '\0';
+    if (req_client_addr(req, &a))
+        inet_ntop(a.v6 ? AF_INET6 : AF_INET, a.addr, out->addr,
+                  sizeof(out->addr));
+}
+
 bool req_peer_addr(const struct request *req, struct cidr *out)
 {
     const union MHD_ConnectionInfo *ci;

@@ -173,6 +173,11 @@ bool req_client_addr(const struct request *req, struct cidr *out);
  */
 bool req_client_key(const struct request *req, char *out, size_t n);
 
+/* Who an admin's change is by, for the audit log: the token's admin (after
+ * req_admin_or_reply()) and the client's address (req_client_addr(), the
+ * whole address; "" when unknown). */
+void req_actor(const struct request *req, struct sale_actor *out);
+
 /* The connection's peer (whatever X-Forwarded-For says). False when
  * unknown. */
 bool req_peer_addr(const struct request *req, struct cidr *out);

@@ -51,6 +51,8 @@ static const struct route routes[] = {
     {"/api/refunds", refunds_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/refunds/{id}/done", NULL, refund_done_post, "POST, OPTIONS", LIMITED,
      NULL},
+    /* What admins did (admin). */
+    {"/api/audit", audit_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/admin/login", NULL, admin_login_post, "POST, OPTIONS", LIMITED,
      NULL},
     {"/api/admin/users/{id}/ban", NULL, admin_ban_post, "POST, DELETE, OPTIONS",

@@ -53,6 +53,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
 unsigned vouchers_post(struct request *req)
 {
     struct store_voucher *v;
+    struct sale_actor who;
     const char *title = NULL, *sub_title = "", *rules = "", *type = "normal";
     const char *mode = NULL, *admission = NULL;
     bool mode_given = false;
@@ -134,7 +135,8 @@ unsigned vouchers_post(struct request *req)
     copy_str(v->sub_title, sizeof(v->sub_title), sub_title);
     copy_str(v->rules, sizeof(v->rules), rules);
 
-    err = sale_voucher_create(req->sale, v, mode_given);
+    req_actor(req, &who);
+    err = sale_voucher_create(req->sale, v, mode_given, &who);
     if (err == -EPERM) {
         req_error(req, ERR_BAD_REQUEST,
                   "purchaseMode: async needs a Redis that keeps "

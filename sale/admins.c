@@ -23,8 +23,26 @@ static unsigned seconds_up(int64_t ms)
     return ms <= 1000 ? 1 : (unsigned)((ms + 999) / 1000);
 }
 
+/* Record a login of admin id (ok), or a wrong password for it, in the
+ * audit log (on its own: there is no transaction to join). */
+static int login_record(struct store *st, const struct sale_actor *who,
+                        int64_t id, bool ok, const char *why)
+{
+    struct sale_actor by = *who;
+    struct store_audit audit;
+    int err;
+
+    by.admin_id = ok ? id : 0;
+    sale__audit_make(&audit, &by, ok ? "admin.login" : "admin.login_failed",
+                     "admin", id, why ? json_pack("{s:s}", "why", why) : NULL);
+    err = store_audit_add(st, &audit);
+    sale__audit_done(&audit);
+    return err;
+}
+
 int sale_admin_login(struct sale *s, const char *username, const char *password,
-                     size_t len, const char *addr, struct sale_admin_login *out)
+                     size_t len, const char *addr, const struct sale_actor *who,
+                     struct sale_admin_login *out)
 {
     struct store *st = sale__store(s);
     const unsigned window_ms = SALE_ADMIN_FAILS_WINDOW_S * 1000u;
@@ -71,9 +89,19 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
                                 : "password");
         /* Counted when Redis answers (it just did, for the check). */
         store_admin_fails_add(st, username, addr, window_ms);
+        /* An existing admin's failures are worth an operator's look; an
+         * unknown name's are only the log's (anyone can make them up). */
+        if (err != -ENOENT && login_record(st, who, id, false,
+                                           disabled ? "disabled" : "password"))
+            log_warn("admin login failure not recorded in the audit log",
+                     "username=%s", username);
         return 0;
     }
     err = store_account_get(st, TOKEN_ROLE_ADMIN, id, &out->gen, &banned);
+    if (err)
+        return err;
+    /* No token without its record. */
+    err = login_record(st, who, id, true, NULL);
     if (err)
         return err;
     store_admin_fails_clear(st, username);

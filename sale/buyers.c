@@ -118,13 +118,18 @@ int sale_logout(struct sale *s, const struct token_claims *c, bool all)
     return tell(s, st, msg);
 }
 
-int sale_user_ban(struct sale *s, int64_t user_id, int64_t admin_id, bool on)
+int sale_user_ban(struct sale *s, int64_t user_id, const struct sale_actor *who,
+                  bool on)
 {
     struct store *st = sale__store(s);
+    struct store_audit audit;
     char msg[48];
     int err;
 
-    err = store_account_ban(st, user_id, admin_id, on);
+    sale__audit_make(&audit, who, on ? "user.ban" : "user.unban", "user",
+                     user_id, NULL);
+    err = store_account_ban(st, user_id, on, &audit);
+    sale__audit_done(&audit);
     if (err)
         return err;
     snprintf(msg, sizeof(msg), "b %lld %d", (long long)user_id, on ? 1 : 0);

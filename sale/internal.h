@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "engine/engine.h"
 #include "engine/pool.h"
 #include "lock/lock.h"
@@ -60,5 +62,17 @@ void sale__batch_sync(struct store *st, int64_t voucher_id,
                       struct engine_purchase **ps, size_t n);
 void sale__batch_async(struct store *st, int64_t voucher_id,
                        struct engine_purchase **ps, size_t n);
+
+/*
+ * The audit record (audit.c) of an admin action by who (NULL: nobody) on
+ * target_type target_id, with change (a JSON object, or NULL; its
+ * reference is taken). Give it to the store, then sale__audit_done().
+ */
+void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
+                      const char *action, const char *target_type,
+                      int64_t target_id, json_t *change);
+void sale__audit_done(struct store_audit *a);
+/* A time in the change of a record: ISO 8601, as the API writes it. */
+json_t *sale__audit_time(int64_t epoch_s);
 
 #endif

@@ -323,10 +323,16 @@ int sale_refunds_list(struct sale *s, int status, int64_t before,
     return store_refunds_list(sale__store(s), status, before, out, max, n);
 }
 
-int sale_refund_done(struct sale *s, int64_t id, int64_t admin_id,
+int sale_refund_done(struct sale *s, int64_t id, const struct sale_actor *who,
                      struct store_refund *r)
 {
-    return store_refund_done(sale__store(s), id, admin_id, r);
+    struct store_audit audit;
+    int err;
+
+    sale__audit_make(&audit, who, "refund.done", "refund", id, NULL);
+    err = store_refund_done(sale__store(s), id, &audit, r);
+    sale__audit_done(&audit);
+    return err;
 }
 
 int sale_pay(struct sale *s, struct sale_order_op *op)

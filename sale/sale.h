@@ -45,6 +45,7 @@ struct lock_client;
 struct sessions;
 struct vcache;
 struct token_claims;
+struct sale_actor;
 
 /* The most time one purchase may take from its arrival to its answer. */
 #define SALE_BUDGET_MS STORE_PURCHASE_BUDGET_MS
@@ -191,11 +192,34 @@ enum sale_session sale_session_check(struct sale *s,
 int sale_logout(struct sale *s, const struct token_claims *c, bool all);
 
 /*
- * Ban (on) or unban buyer user_id, as admin admin_id: a banned buyer's
- * requests are refused on every instance within a message's delay, and
- * it cannot log in. Idempotent. 0 or -errno. Waits for MySQL and Redis.
+ * Ban (on) or unban buyer user_id, by who: a banned buyer's requests are
+ * refused on every instance within a message's delay, and it cannot log
+ * in. Idempotent; recorded in the audit log. 0 or -errno. Waits for MySQL
+ * and Redis.
  */
-int sale_user_ban(struct sale *s, int64_t user_id, int64_t admin_id, bool on);
+int sale_user_ban(struct sale *s, int64_t user_id, const struct sale_actor *who,
+                  bool on);
+
+/* ---- who an admin action is by, and the audit log ---- */
+
+/*
+ * The admin behind an action and where it came from: every change an
+ * admin makes is recorded with these in the audit log, in the change's own
+ * transaction (a change that fails records nothing).
+ */
+struct sale_actor {
+    int64_t admin_id; /* the admin token's id */
+    char addr[64];    /* the client's address ("" when unknown) */
+};
+
+/*
+ * The audit log, newest first: records with id < before (0: from the
+ * newest), of target_type (NULL: any) and target_id (0: any), at most max
+ * into out. Waits for MySQL.
+ */
+int sale_audit_list(struct sale *s, int64_t before, const char *target_type,
+                    int64_t target_id, struct store_audit_row *out, size_t max,
+                    size_t *n);
 
 /* ---- admins ---- */
 
@@ -221,26 +245,29 @@ struct sale_admin_login {
 
 /*
  * Check admin username's password (len bytes) from the client at addr (a
- * key: an address, an IPv6 /64). The failures are counted per name and
- * per address (SALE_ADMIN_FAILS_*) and logged; one password is checked
- * at a time per instance (Argon2id, 64 MiB). 0 with *out, or -errno.
+ * key: an address, an IPv6 /64; who->addr is the address the audit log
+ * records). The failures are counted per name and per address
+ * (SALE_ADMIN_FAILS_*) and logged; one password is checked at a time per
+ * instance (Argon2id, 64 MiB). A login, and a wrong password for an
+ * existing admin, are recorded in the audit log. 0 with *out, or -errno.
  * Waits for MySQL and Redis.
  */
 int sale_admin_login(struct sale *s, const char *username, const char *password,
-                     size_t len, const char *addr,
+                     size_t len, const char *addr, const struct sale_actor *who,
                      struct sale_admin_login *out);
 
 /* ---- vouchers ---- */
 
 /*
  * Create voucher v (validated by the caller; v->mode is used when
- * mode_given, else the configured one) and put an async sale's state into
- * Redis; every instance's cache hears of the new id. Sets v->id. 0;
- * -EPERM, an async sale this instance may not sell (its Redis may lose
- * acknowledged writes), nothing written; or -errno. Waits.
+ * mode_given, else the configured one), by who (recorded in the audit log
+ * in the same transaction), and put an async sale's state into Redis;
+ * every instance's cache hears of the new id. Sets v->id. 0; -EPERM, an
+ * async sale this instance may not sell (its Redis may lose acknowledged
+ * writes), nothing written; or -errno. Waits.
  */
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
-                        bool mode_given);
+                        bool mode_given, const struct sale_actor *who);
 
 /* store_voucher_get(), store_voucher_list(), store_voucher_stats(), on
  * this thread's store. Wait. */
@@ -446,7 +473,7 @@ void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
  * Wait for MySQL. */
 int sale_refunds_list(struct sale *s, int status, int64_t before,
                       struct store_refund *out, size_t max, size_t *n);
-int sale_refund_done(struct sale *s, int64_t id, int64_t admin_id,
+int sale_refund_done(struct sale *s, int64_t id, const struct sale_actor *who,
                      struct store_refund *r);
 
 /* ---- how the instance is doing ---- */

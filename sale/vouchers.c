@@ -12,10 +12,36 @@
 #include "common/failpoint.h"
 #include "common/util.h"
 
+/* What the audit log keeps of a new voucher: every field it was made
+ * with. */
+static json_t *voucher_created(const struct store_voucher *v)
+{
+    json_t *o = json_pack("{s:I,s:s,s:s,s:s,s:I,s:I,s:s}", "shopId",
+                          (json_int_t)v->shop_id, "title", v->title, "subTitle",
+                          v->sub_title, "rules", v->rules, "payValue",
+                          (json_int_t)v->pay_value, "actualValue",
+                          (json_int_t)v->actual_value, "type",
+                          v->type == VOUCHER_SECKILL ? "seckill" : "normal");
+
+    if (o && v->type == VOUCHER_SECKILL) {
+        json_object_set_new(o, "stock", json_integer(v->stock));
+        json_object_set_new(o, "beginTime", sale__audit_time(v->begin_time));
+        json_object_set_new(o, "endTime", sale__audit_time(v->end_time));
+        json_object_set_new(
+            o, "purchaseMode",
+            json_string(v->mode == PURCHASE_ASYNC ? "async" : "sync"));
+        json_object_set_new(
+            o, "admission",
+            json_string(v->admission == ADMISSION_QUEUE ? "queue" : "open"));
+    }
+    return o;
+}
+
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
-                        bool mode_given)
+                        bool mode_given, const struct sale_actor *who)
 {
     struct store *st = sale__store(s);
+    struct store_audit audit;
     int err;
 
     if (v->type == VOUCHER_SECKILL) {
@@ -26,7 +52,10 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
     } else {
         v->mode = PURCHASE_SYNC;
     }
-    err = store_voucher_insert(st, v);
+    sale__audit_make(&audit, who, "voucher.create", "voucher", 0,
+                     voucher_created(v));
+    err = store_voucher_insert(st, v, &audit);
+    sale__audit_done(&audit);
     if (err)
         return err;
     log_info("voucher created", "id=%lld type=%d stock=%lld mode=%s",

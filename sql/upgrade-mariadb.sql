@@ -103,3 +103,17 @@ CREATE TABLE IF NOT EXISTS refunds (
     UNIQUE KEY uk_refunds_txn (txn_id),
     KEY idx_refunds_status (status, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- What admins did (schema.sql says what it holds).
+CREATE TABLE IF NOT EXISTS audit_log (
+    id          BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
+    created     DATETIME(3)      NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+    admin_id    BIGINT UNSIGNED  NULL,
+    addr        VARCHAR(64)      NOT NULL DEFAULT '',
+    action      VARCHAR(32)      NOT NULL,
+    target_type VARCHAR(16)      NOT NULL,
+    target_id   BIGINT UNSIGNED  NULL,
+    change_json TEXT             NULL,
+    PRIMARY KEY (id),
+    KEY idx_audit_target (target_type, target_id, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -79,6 +79,7 @@ int store_account_logout_all(struct store *st, unsigned role, int64_t id,
 
 struct ban_args {
     int64_t user_id, admin_id, on;
+    const struct store_audit *audit;
 };
 
 static int ban_once(struct store *st, void *arg)
@@ -86,19 +87,29 @@ static int ban_once(struct store *st, void *arg)
     struct ban_args *a = arg;
     MYSQL_BIND p[4] = {0};
     MYSQL_STMT *s;
+    int err;
 
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
     bind_i64(&p[0], &a->user_id);
     bind_i64(&p[1], &a->on);
     bind_i64(&p[2], &a->admin_id);
     bind_i64(&p[3], &a->on);
-    return store_stmt_exec(st, STMT_ACCOUNT_BAN, p, NULL, &s);
+    err = store_stmt_exec(st, STMT_ACCOUNT_BAN, p, NULL, &s);
+    if (!err)
+        err = store_audit_add(st, a->audit);
+    if (err)
+        return store_tx_rollback(st, err);
+    return store_tx_commit(st);
 }
 
-int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
-                      bool on)
+int store_account_ban(struct store *st, int64_t user_id, bool on,
+                      const struct store_audit *audit)
 {
-    struct ban_args a = {user_id, admin_id, on ? 1 : 0};
-    /* Idempotent: safe to run again on a fresh connection. */
+    struct ban_args a = {user_id, audit->admin_id, on ? 1 : 0, audit};
+    /* Retried only when nothing was written (store_retry()): a lost
+     * COMMIT is -EINPROGRESS, so the record is never written twice. */
     return store_retry(st, ban_once, &a);
 }
 

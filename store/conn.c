@@ -283,6 +283,18 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_REFUND_GET] =
         "SELECT id, order_id, txn_id, amount, reason, status, created, "
         "done_at FROM refunds WHERE id = ?",
+    /* 0 for the admin or the target: none. */
+    [STMT_AUDIT_INSERT] =
+        "INSERT INTO audit_log (admin_id, addr, action, target_type, "
+        "target_id, change_json) VALUES (NULLIF(?, 0), ?, ?, ?, "
+        "NULLIF(?, 0), ?)",
+    [STMT_AUDIT_LIST] =
+        "SELECT a.id, a.created, COALESCE(a.admin_id, 0), "
+        "COALESCE(m.username, ''), a.addr, a.action, a.target_type, "
+        "COALESCE(a.target_id, 0), COALESCE(a.change_json, '') "
+        "FROM audit_log a LEFT JOIN admins m ON m.id = a.admin_id "
+        "WHERE a.id < ? AND (? = '' OR a.target_type = ?) "
+        "AND (? = 0 OR a.target_id = ?) ORDER BY a.id DESC LIMIT ?",
     [STMT_ADMIN_INSERT] = "INSERT INTO admins (username, pw_hash) "
                           "VALUES (?, ?)",
     [STMT_ADMIN_GET] = "SELECT id, pw_hash, disabled FROM admins "
@@ -512,6 +524,16 @@ int store_tx_rollback(struct store *st, int err)
     if (st->my && mysql_rollback(st->my))
         store_mysql_error(st, NULL, "rollback");
     return err;
+}
+
+int store_tx_commit(struct store *st)
+{
+    int err;
+
+    if (!mysql_commit(st->my))
+        return 0;
+    err = store_mysql_error(st, NULL, "commit");
+    return err == -ENOTCONN ? -EINPROGRESS : err;
 }
 
 int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)

@@ -112,6 +112,8 @@ enum stmt_id {
     STMT_REFUND_GET,
     STMT_ADMIN_INSERT,
     STMT_ADMIN_GET,
+    STMT_AUDIT_INSERT,
+    STMT_AUDIT_LIST,
     STMT_COUNT
 };
 
@@ -171,6 +173,11 @@ int store_query(struct store *st, const char *sql);
 
 /* Roll back the open transaction, if any; returns err unchanged. */
 int store_tx_rollback(struct store *st, int err);
+
+/* Commit the open transaction: 0; -EINPROGRESS when the connection was
+ * lost on the way (it may or may not have committed: not to be retried);
+ * or as store_mysql_error(). */
+int store_tx_commit(struct store *st);
 
 /*
  * Run fn(st, arg) as one operation: first drop the MySQL connection if the

@@ -550,6 +550,7 @@ int store_refunds_list(struct store *st, int status, int64_t before,
 
 struct done_args {
     int64_t id, admin;
+    const struct store_audit *audit;
     struct store_refund *r;
 };
 
@@ -562,26 +563,32 @@ static int refund_done_once(struct store *st, void *arg)
     size_t n = 0;
     int err;
 
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
     bind_i64(&p[0], &a->admin);
     bind_i64(&p[1], &a->id);
     err = store_stmt_exec(st, STMT_REFUND_DONE, p, NULL, &s);
+    /* Recorded when this call changed it, not when it was done before. */
+    if (!err && mysql_stmt_affected_rows(s) == 1)
+        err = store_audit_add(st, a->audit);
     if (err)
-        return err;
+        return store_tx_rollback(st, err);
     bind_i64(&q[0], &a->id);
     refund_bind(&x);
     err = store_stmt_rows(st, STMT_REFUND_GET, q, x.b, 1, NULL, NULL, &n);
+    if (!err && !n)
+        err = -ENOENT;
     if (err)
-        return err;
-    if (!n)
-        return -ENOENT;
+        return store_tx_rollback(st, err);
     *a->r = refund_finish(&x);
-    return 0;
+    return store_tx_commit(st);
 }
 
-int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
-                      struct store_refund *r)
+int store_refund_done(struct store *st, int64_t id,
+                      const struct store_audit *audit, struct store_refund *r)
 {
-    struct done_args a = {id, admin_id, r};
-    /* Idempotent: safe again on a fresh connection. */
+    struct done_args a = {id, audit->admin_id, audit, r};
+    /* Retried only when nothing was written (store_retry()). */
     return store_retry(st, refund_done_once, &a);
 }

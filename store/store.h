@@ -249,9 +249,12 @@ int store_account_get(struct store *st, unsigned role, int64_t id,
 int store_account_logout_all(struct store *st, unsigned role, int64_t id,
                              uint32_t *gen);
 
-/* Ban (on) or unban buyer user_id, by admin admin_id. Idempotent. */
-int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
-                      bool on);
+/* Ban (on) or unban buyer user_id, by audit->admin_id, and record audit
+ * (struct store_audit, below) in the same transaction. The ban is
+ * idempotent; -EINPROGRESS when the COMMIT's answer was lost. */
+struct store_audit;
+int store_account_ban(struct store *st, int64_t user_id, bool on,
+                      const struct store_audit *audit);
 
 /* Every account with a generation above 0 or a ban, one call each. */
 int store_accounts_load(struct store *st,
@@ -314,6 +317,49 @@ int store_admin_fails_add(struct store *st, const char *name, const char *addr,
 /* A good login forgets its name's failures (not its address's). */
 int store_admin_fails_clear(struct store *st, const char *name);
 
+/* ---- the audit log (audit.c) ---- */
+
+/* The longest change text a record keeps, with its NUL. */
+#define STORE_AUDIT_CHANGE_MAX 8192
+
+/* One admin action, as the audit log records it. */
+struct store_audit {
+    int64_t admin_id;        /* who; 0 for nobody (a failed login) */
+    const char *addr;        /* the client's address; "" when unknown */
+    const char *action;      /* "voucher.create", "user.ban", ... */
+    const char *target_type; /* "voucher", "user", "refund", "admin" */
+    int64_t target_id;       /* 0: none */
+    const char *change;      /* a JSON object's text, or NULL */
+};
+
+/*
+ * Record a: inside the transaction open on st, if there is one (the record
+ * then commits or rolls back with the change it describes), else on its
+ * own. A change of STORE_AUDIT_CHANGE_MAX bytes or more is -EINVAL, and
+ * nothing is written. 0 or as store_mysql_error(). Not retried: for use
+ * inside the caller's operation.
+ */
+int store_audit_add(struct store *st, const struct store_audit *a);
+
+/* One record of the audit log, as read back. */
+struct store_audit_row {
+    int64_t id, time_ms, admin_id, target_id;  /* 0: none */
+    char admin_name[STORE_ADMIN_NAME_MAX + 1]; /* "" for none */
+    char addr[64];
+    char action[33];
+    char target_type[17];
+    char change[STORE_AUDIT_CHANGE_MAX]; /* "" for none */
+};
+
+/*
+ * The log, newest first: records with id < before (0: from the newest),
+ * of target_type (NULL: any) and target_id (0: any), at most max into
+ * out. 0 or -errno.
+ */
+int store_audit_list(struct store *st, int64_t before, const char *target_type,
+                     int64_t target_id, struct store_audit_row *out, size_t max,
+                     size_t *n);
+
 /* ---- vouchers ---- */
 
 enum voucher_type { VOUCHER_NORMAL = 0, VOUCHER_SECKILL = 1 };
@@ -365,11 +411,13 @@ struct store_voucher {
  * validates lengths). With cfg->stock_segments N > 1 a seckill voucher's
  * stock goes into N rows of seckill_stock_segments instead (the first
  * stock % N rows one more than the others) and its seckill_vouchers row
- * holds 0: purchases then lock different rows (seed 003, section 8).
+ * holds 0: concurrent purchases then lock different rows.
  * Either way a voucher's stock is its seckill_vouchers.stock plus the sum
- * of its segments, which is what every read below reports.
+ * of its segments, which is what every read below reports. audit (NULL:
+ * none) is recorded in the same transaction, its target_id the new id.
  */
-int store_voucher_insert(struct store *st, struct store_voucher *v);
+int store_voucher_insert(struct store *st, struct store_voucher *v,
+                         const struct store_audit *audit);
 
 /*
  * Read one voucher with its current stock. -ENOENT if absent.
@@ -632,10 +680,12 @@ struct store_refund {
 int store_refunds_list(struct store *st, int status, int64_t before,
                        struct store_refund *out, size_t max, size_t *n);
 
-/* Refund id's money went back (admin admin_id): 0 with *r as it is now
- * (done once; again changes nothing), -ENOENT when there is none. */
-int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
-                      struct store_refund *r);
+/* Refund id's money went back (admin audit->admin_id): 0 with *r as it
+ * is now (done once, recorded with audit in the same transaction; again
+ * changes and records nothing), -ENOENT when there is none, -EINPROGRESS
+ * when the COMMIT's answer was lost. */
+int store_refund_done(struct store *st, int64_t id,
+                      const struct store_audit *audit, struct store_refund *r);
 
 /*
  * Record the payment txn_id (1..64 bytes) of amount cents for order_id. A

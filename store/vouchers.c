@@ -63,9 +63,16 @@ static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
     v->updated = time_to_epoch(&r->updated);
 }
 
+struct insert_args {
+    struct store_voucher *v;
+    const struct store_audit *audit;
+};
+
 static int voucher_insert_once(struct store *st, void *arg)
 {
-    struct store_voucher *v = arg;
+    struct insert_args *a = arg;
+    struct store_voucher *v = a->v;
+    struct store_audit audit;
     MYSQL_BIND p[7] = {0};
     unsigned long len[4];
     int64_t type = v->type;
@@ -134,10 +141,16 @@ static int voucher_insert_once(struct store *st, void *arg)
                 goto rollback;
         }
     }
-    if (mysql_commit(st->my)) {
-        err = store_mysql_error(st, NULL, "commit");
-        return err == -ENOTCONN ? -EINPROGRESS : err;
+    if (a->audit) {
+        audit = *a->audit;
+        audit.target_id = v->id;
+        err = store_audit_add(st, &audit);
+        if (err)
+            goto rollback;
     }
+    err = store_tx_commit(st);
+    if (err)
+        return err;
     if (v->type == VOUCHER_SECKILL && v->mode == PURCHASE_SYNC &&
         st->cfg->stock_segments > 1)
         log_info("voucher stock split into segments", "voucher=%lld n=%u",
@@ -150,9 +163,11 @@ rollback:
     return err;
 }
 
-int store_voucher_insert(struct store *st, struct store_voucher *v)
+int store_voucher_insert(struct store *st, struct store_voucher *v,
+                         const struct store_audit *audit)
 {
-    return store_retry(st, voucher_insert_once, v);
+    struct insert_args a = {v, audit};
+    return store_retry(st, voucher_insert_once, &a);
 }
 
 /* Fetch context of the voucher SELECTs: one bound row, copied out. */

@@ -331,16 +331,68 @@ int store_account_logout_all(struct store *st, unsigned role, int64_t id,
     return 0;
 }
 
-int store_account_ban(struct store *st, int64_t user_id, int64_t admin_id,
-                      bool on)
+/* An admin's change comes with its record: by an admin, of its target. */
+static void check_audit(const struct store_audit *a, const char *type)
+{
+    FUZZ_CHECK(a && a->admin_id > 0 && a->addr && a->action &&
+                   strcmp(a->target_type, type) == 0,
+               "an audit record of a %s change missing or without its admin",
+               type);
+    FUZZ_CHECK(!a->change || a->change[0] == '{',
+               "an audit record's change is not a JSON object");
+}
+
+int store_account_ban(struct store *st, int64_t user_id, bool on,
+                      const struct store_audit *audit)
 {
     unsigned variant;
 
     (void)on;
     check_store(st);
-    FUZZ_CHECK(user_id > 0 && admin_id > 0, "a ban of %lld by %lld",
-               (long long)user_id, (long long)admin_id);
+    check_audit(audit, "user");
+    FUZZ_CHECK(user_id > 0 && audit->target_id == user_id,
+               "a ban of %lld recorded for %lld", (long long)user_id,
+               (long long)audit->target_id);
     return step(&variant);
+}
+
+int store_audit_add(struct store *st, const struct store_audit *a)
+{
+    unsigned variant;
+
+    check_store(st);
+    FUZZ_CHECK(a->action && a->target_type && a->target_id > 0,
+               "an audit record without its action or target");
+    return step(&variant);
+}
+
+int store_audit_list(struct store *st, int64_t before, const char *target_type,
+                     int64_t target_id, struct store_audit_row *out, size_t max,
+                     size_t *n)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(before >= 0 && target_id >= 0 && max >= 1 && max <= 100 &&
+                   (target_type || !target_id),
+               "audit listed before %lld max %zu", (long long)before, max);
+    if ((err = step(&variant)))
+        return err;
+    *n = variant % 2;
+    if (*n) {
+        memset(out, 0, sizeof(*out));
+        out->id = 5;
+        out->time_ms = 1700000000000LL;
+        out->admin_id = 1;
+        snprintf(out->admin_name, sizeof(out->admin_name), "ops");
+        snprintf(out->action, sizeof(out->action), "user.ban");
+        snprintf(out->target_type, sizeof(out->target_type), "user");
+        out->target_id = 7;
+        /* Not JSON: a record the page must still show. */
+        snprintf(out->change, sizeof(out->change), "{bad");
+    }
+    return 0;
 }
 
 int store_admin_insert(struct store *st, const char *username,
@@ -507,15 +559,15 @@ int store_refunds_list(struct store *st, int status, int64_t before,
     return 0;
 }
 
-int store_refund_done(struct store *st, int64_t id, int64_t admin_id,
-                      struct store_refund *r)
+int store_refund_done(struct store *st, int64_t id,
+                      const struct store_audit *audit, struct store_refund *r)
 {
     unsigned variant;
     int err;
 
     check_store(st);
     check_id("refund id", id);
-    FUZZ_CHECK(admin_id > 0, "a refund done by nobody");
+    check_audit(audit, "refund");
     if ((err = step(&variant)))
         return err;
     if (variant == 1)
@@ -565,12 +617,14 @@ int store_publish(struct store *st, const char *channel, const char *msg)
     return 0;
 }
 
-int store_voucher_insert(struct store *st, struct store_voucher *v)
+int store_voucher_insert(struct store *st, struct store_voucher *v,
+                         const struct store_audit *audit)
 {
     unsigned variant;
     int err;
 
     check_store(st);
+    check_audit(audit, "voucher");
     check_id("shopId", v->shop_id);
     check_text("title", v->title, sizeof(v->title), 255, true);
     check_text("subTitle", v->sub_title, sizeof(v->sub_title), 255, false);

@@ -2,9 +2,9 @@
  * test_admin.c - admin accounts: `seckilld admin add` with the password
  * on standard input, POST /api/admin/login, its failures counted per name
  * and per client address (refused before any password is checked, and
- * logged without the password), and an admin token that is never a
- * buyer's. The instance trusts loopback as a proxy, so that
- * X-Forwarded-For can stand for many client addresses.
+ * logged without the password), an admin token that is never a
+ * buyer's, and the audit log of what admins do. The instance trusts loopback as
+ * a proxy, so that X-Forwarded-For can stand for many client addresses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -242,6 +242,163 @@ static void test_admin_token(void **state)
     it_resp_free(&resp);
 }
 
+/* A request as the admin with token tok from the client address addr. */
+static long as_admin(const char *method, const char *path, const char *body,
+                     const char *tok, const char *addr, struct it_resp *resp)
+{
+    char xff[64];
+    struct it_req req = {
+        .method = method, .path = path, .body = body, .token = tok};
+
+    snprintf(xff, sizeof(xff), "X-Forwarded-For: %s", addr);
+    req.header = xff;
+    return it_http_do(&srv, &req, resp);
+}
+
+/* How many audit records match the SQL condition cond. */
+static int64_t audit_count(const char *cond)
+{
+    return it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE %s", cond);
+}
+
+/* Every admin action is in the audit log, with the admin, the client's
+ * address (the one X-Forwarded-For names behind a trusted proxy) and the
+ * change; a refused change writes no record; GET /api/audit pages it. */
+static void test_audit(void **state)
+{
+    char tok[TOKEN_STR_LEN], cond[512], path[128], body[256];
+    struct it_resp resp;
+    int64_t v, buyer = it_unique() % 1000000000 + 1, admin2, before;
+    const json_t *items, *it, *target;
+
+    (void)state;
+    login(name, PASSWORD, "10.21.0.7", &resp);
+    it_assert_status(&resp, 200);
+    snprintf(tok, sizeof(tok), "%s", it_json_str(resp.json, "token"));
+    it_resp_free(&resp);
+    snprintf(cond, sizeof(cond),
+             "action = 'admin.login' AND admin_id = %lld AND target_id = %lld "
+             "AND addr = '10.21.0.7'",
+             (long long)admin_id, (long long)admin_id);
+    assert_int_equal(1, audit_count(cond));
+
+    /* A voucher made, with what it was made with. */
+    snprintf(body, sizeof(body),
+             "{\"shopId\":%lld,\"title\":\"audited\",\"payValue\":3,"
+             "\"actualValue\":9}",
+             (long long)it_unique());
+    as_admin("POST", "/api/vouchers", body, tok, "10.21.0.8", &resp);
+    it_assert_status(&resp, 201);
+    v = it_json_id(resp.json, "id");
+    it_resp_free(&resp);
+    snprintf(cond, sizeof(cond),
+             "action = 'voucher.create' AND target_type = 'voucher' AND "
+             "target_id = %lld AND admin_id = %lld AND addr = '10.21.0.8' AND "
+             "JSON_VALUE(change_json, '$.title') = 'audited' AND "
+             "JSON_VALUE(change_json, '$.payValue') = 3",
+             (long long)v, (long long)admin_id);
+    assert_int_equal(1, audit_count(cond));
+    /* Refused: nothing made, nothing recorded. */
+    before = audit_count("1");
+    as_admin("POST", "/api/vouchers", "{\"shopId\":1,\"title\":\"x\"}", tok,
+             "10.21.0.8", &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
+    assert_int_equal(before, audit_count("1"));
+
+    /* A ban and its end. */
+    snprintf(path, sizeof(path), "/api/admin/users/%lld/ban", (long long)buyer);
+    as_admin("POST", path, NULL, tok, "2001:db8::5", &resp);
+    it_assert_status(&resp, 204);
+    it_resp_free(&resp);
+    as_admin("DELETE", path, NULL, tok, "2001:db8::5", &resp);
+    it_assert_status(&resp, 204);
+    it_resp_free(&resp);
+    snprintf(cond, sizeof(cond),
+             "target_type = 'user' AND target_id = %lld AND admin_id = %lld "
+             "AND addr = '2001:db8::5' AND action IN ('user.ban', "
+             "'user.unban')",
+             (long long)buyer, (long long)admin_id);
+    assert_int_equal(2, audit_count(cond));
+
+    /* A wrong password for an existing admin: by nobody, about it. */
+    admin2 =
+        it_sql_scalar("SELECT id FROM admins WHERE username = '%s'", name2);
+    login(name2, "not the password at all", "10.21.0.9", &resp);
+    it_assert_error(&resp, 401, "UNAUTHORIZED");
+    it_resp_free(&resp);
+    snprintf(cond, sizeof(cond),
+             "action = 'admin.login_failed' AND admin_id IS NULL AND "
+             "target_id = %lld AND addr = '10.21.0.9' AND "
+             "JSON_VALUE(change_json, '$.why') = 'password'",
+             (long long)admin2);
+    assert_int_equal(1, audit_count(cond));
+
+    /* Read back: the voucher's record, newest first, by target. */
+    snprintf(path, sizeof(path), "/api/audit?targetType=voucher&targetId=%lld",
+             (long long)v);
+    it_http(&srv, "GET", path, NULL, tok, &resp);
+    it_assert_status(&resp, 200);
+    items = json_object_get(resp.json, "items");
+    assert_int_equal(1, json_array_size(items));
+    it = json_array_get(items, 0);
+    assert_string_equal("voucher.create", it_json_str(it, "action"));
+    assert_string_equal("10.21.0.8", it_json_str(it, "address"));
+    assert_string_equal(name,
+                        it_json_str(json_object_get(it, "admin"), "username"));
+    target = json_object_get(it, "target");
+    assert_string_equal("voucher", it_json_str(target, "type"));
+    assert_int_equal(v, it_json_id(target, "id"));
+    assert_string_equal("audited",
+                        it_json_str(json_object_get(it, "change"), "title"));
+    assert_true(json_is_null(json_object_get(resp.json, "nextCursor")));
+    it_resp_free(&resp);
+
+    /* Pages: the two ban records, one a page, newest first. */
+    snprintf(path, sizeof(path),
+             "/api/audit?targetType=user&targetId=%lld&limit=1",
+             (long long)buyer);
+    it_http(&srv, "GET", path, NULL, tok, &resp);
+    it_assert_status(&resp, 200);
+    items = json_object_get(resp.json, "items");
+    assert_int_equal(1, json_array_size(items));
+    assert_string_equal("user.unban",
+                        it_json_str(json_array_get(items, 0), "action"));
+    snprintf(path, sizeof(path),
+             "/api/audit?targetType=user&targetId=%lld&limit=1&cursor=%s",
+             (long long)buyer, it_json_str(resp.json, "nextCursor"));
+    it_resp_free(&resp);
+    it_http(&srv, "GET", path, NULL, tok, &resp);
+    it_assert_status(&resp, 200);
+    items = json_object_get(resp.json, "items");
+    assert_int_equal(1, json_array_size(items));
+    assert_string_equal("user.ban",
+                        it_json_str(json_array_get(items, 0), "action"));
+    it_resp_free(&resp);
+
+    /* Admins only; bad filters are 400s. */
+    it_http(&srv, "GET", "/api/audit", NULL, NULL, &resp);
+    it_assert_error(&resp, 401, "UNAUTHORIZED");
+    it_resp_free(&resp);
+    {
+        char buyer_tok[TOKEN_STR_LEN];
+
+        it_token(buyer + 1, TOKEN_ROLE_USER, 3600, buyer_tok);
+        it_http(&srv, "GET", "/api/audit", NULL, buyer_tok, &resp);
+        it_assert_error(&resp, 403, "FORBIDDEN");
+        it_resp_free(&resp);
+    }
+    it_http(&srv, "GET", "/api/audit?targetType=shop", NULL, tok, &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
+    it_http(&srv, "GET", "/api/audit?targetId=5", NULL, tok, &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
+    it_http(&srv, "GET", "/api/audit?cursor=abc", NULL, tok, &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
+}
+
 /* The command: a taken name exits 1, a short or missing password 2. */
 static void test_cli(void **state)
 {
@@ -264,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_login_wrong),
         cmocka_unit_test(test_login_throttled),
         cmocka_unit_test(test_admin_token),
+        cmocka_unit_test(test_audit),
         cmocka_unit_test(test_cli),
     };
     return it_exit_status(

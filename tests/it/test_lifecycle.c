@@ -519,6 +519,13 @@ static void test_refunds(void **state)
     assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM refunds WHERE id "
                                       "= %lld AND status = 1 AND done_by = 1",
                                       (long long)rid));
+    /* In the audit log once: the second call changed nothing. */
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "action = 'refund.done' AND "
+                                      "target_type = 'refund' AND target_id "
+                                      "= %lld AND admin_id = 1 AND addr = "
+                                      "'127.0.0.1'",
+                                      (long long)rid));
     admin_get("/api/refunds?limit=100", &resp);
     assert_false(lists_txn(json_object_get(resp.json, "items"), b));
     it_resp_free(&resp);

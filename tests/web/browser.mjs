@@ -863,6 +863,66 @@ async function adminLogIn(page, username, password) {
     await page.getByRole("button", { name: "Log in" }).click();
 }
 
+// The refunds and the audit log: a payment for a cancelled order is a
+// refund to give back; the admin marks it refunded (after confirming),
+// and the audit log shows that, with the voucher the admin made.
+async function adminRecords() {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    await page.goto(`${server.url}/admin`);
+    const username = `records-admin-${RUN}`;
+    const password = `the records' password ${RUN}`;
+    adminAdd(username, password);
+    await adminLogIn(page, username, password);
+    await waitFor(() => page.isVisible("#session"), "the session shown");
+    const adminTok = (await storedSession(page)).token;
+
+    // A voucher made by this admin, bought, cancelled, then paid: refused
+    // as closed, a refund.
+    const v = await http(server.url, "POST", "/api/vouchers", {
+        token: adminTok,
+        body: { shopId: 830000 + (RUN % 100000), title: "Refund test", payValue: 4750, actualValue: 5000, type: "seckill", stock: 3, beginTime: timeIn(-60), endTime: timeIn(3600) },
+    });
+    assertEqual(v.status, 201, `the voucher (${v.text})`);
+    const buyer = token(9600000000 + RUN);
+    const bought = await http(server.url, "POST", `/api/vouchers/${v.json.id}/seckill`, { token: buyer });
+    assertEqual(bought.status, 201, `the purchase (${bought.text})`);
+    const order = bought.json.orderId;
+    assertEqual((await http(server.url, "POST", `/api/orders/${order}/cancel`, { token: buyer })).status, 200, "the cancel");
+    const paid = await http(server.url, "POST", `/api/orders/${order}/pay`, { token: buyer });
+    assertEqual(paid.status, 409, `the payment of a cancelled order (${paid.text})`);
+
+    await page.click("#records-refresh");
+    const refundRow = page.locator("#refund-rows tr").filter({ hasText: order });
+    await waitFor(() => refundRow.count(), "the refund listed");
+    assert(/paid for a closed order/.test(await refundRow.textContent()), `the refund's row: ${await refundRow.textContent()}`);
+    // Dismissed: nothing recorded.
+    page.once("dialog", (d) => d.dismiss());
+    await refundRow.getByRole("button", { name: /Mark refund/ }).click();
+    await page.waitForTimeout(300);
+    let listed = await http(server.url, "GET", "/api/refunds?status=pending&limit=100", { token: adminTok });
+    assert(listed.json.items.some((r) => r.orderId === order), "the refund still pending after a dismissed confirmation");
+    // Confirmed: done, gone from the pending list.
+    page.once("dialog", (d) => d.accept());
+    await refundRow.getByRole("button", { name: /Mark refund/ }).click();
+    await waitFor(async () => (await refundRow.count()) === 0, "the refund gone from the pending list");
+    assert(/recorded as done/.test(await page.textContent("#refund-msg")), `the message: ${await page.textContent("#refund-msg")}`);
+    listed = await http(server.url, "GET", "/api/refunds?status=done&limit=100", { token: adminTok });
+    assert(listed.json.items.some((r) => r.orderId === order && r.status === "done"), "the refund done in the API");
+
+    // The audit log: the refund done on top, the voucher made by this
+    // admin, both from this page's address.
+    const top = page.locator("#audit-rows tr").first();
+    await waitFor(async () => /refund\.done/.test(await top.textContent()), "the refund's record on top of the audit log");
+    assert((await top.textContent()).includes(username), `the record's admin: ${await top.textContent()}`);
+    const made = page.locator("#audit-rows tr").filter({ hasText: `voucher ${v.json.id}` });
+    await waitFor(() => made.count(), "the voucher's record");
+    assert(/voucher\.create/.test(await made.textContent()) && /title: Refund test/.test(await made.textContent()), `the voucher's record: ${await made.textContent()}`);
+    await shoot(page, "admin-records");
+    assertNoProblems(page);
+    await context.close();
+}
+
 // A wrong password: the API's own message, the password field emptied
 // for another try, and nothing kept in the tab; after five, when to try
 // again. On the narrowest common phone, where the form must fit without
@@ -1108,6 +1168,7 @@ async function main() {
             "browser: admin logs in, creates a voucher with the API's messages, watches a crowd buy, makes a queue sale, logs out",
             adminFlow,
         );
+        await test("browser: admin marks a refund done after confirming; the audit log shows it and the voucher made", adminRecords);
     } finally {
         if (browser) await browser.close();
         await stopAll();

@@ -777,6 +777,21 @@ async function runCases(proxies, redisCli, main) {
         code: "NOT_FOUND",
     });
 
+    // The audit log: a page (the vouchers made above are in it), and a
+    // filter it refuses.
+    await check(proxies, { name: "audit log", via: S, method: "GET", path: "/api/audit?limit=5", op: "GET /api/audit", token: admin, status: 200 });
+    await check(proxies, { name: "audit of one voucher", via: S, method: "GET", path: "/api/audit?targetType=voucher&targetId=1&limit=5", op: "GET /api/audit", token: admin, status: 200 });
+    await check(proxies, {
+        name: "audit with a bad filter",
+        via: L,
+        method: "GET",
+        path: "/api/audit?targetType=shop",
+        op: "GET /api/audit",
+        token: admin,
+        status: 400,
+        code: "BAD_REQUEST",
+    });
+
     // An admin's login.
     {
         const username = `openapi-${RUN}`;

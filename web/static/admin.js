@@ -4,10 +4,12 @@
 // messages before it is sent; a flash sale is open to all or sold
 // through a waiting room), the shop's vouchers with their numbers read
 // once a second (GET /api/vouchers/{id}/stats with the token, else the
-// voucher's stock; a queue sale's waiting room too) and a chart of the selected one's sales, and the
-// purchase counters (GET /api/admin/metrics with the token).
+// voucher's stock; a queue sale's waiting room too) and a chart of the selected one's sales, the
+// purchase counters (GET /api/admin/metrics with the token), and the
+// refunds and the audit log (admin-records.js).
 
 import { call, clock, describeError, el, localNow, localTime, money, rfc3339, say } from "./api.js";
+import { initRecords, reloadRecords } from "./admin-records.js";
 import { drawChart, soldBetween } from "./chart.js";
 
 const SESSION_KEY = "seckill.admin-session";
@@ -58,6 +60,7 @@ function saveSession(s) {
     if (!s) $("counters").replaceChildren();
     renderSession();
     renderList();
+    reloadRecords();
 }
 
 function renderSession() {
@@ -654,6 +657,7 @@ $("shop-id").value = state.shopId;
 syncType();
 showMoney();
 renderSession();
+initRecords(adminToken, sessionGone);
 loadList().then(() => setStart(60));
 pollMetrics();
 setInterval(() => {
