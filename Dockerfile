@@ -11,7 +11,7 @@ RUN apt-get update \
         build-essential pkg-config \
         libmicrohttpd-dev libjansson-dev libhiredis-dev \
         libmariadb-dev libmariadb-dev-compat libsodium-dev \
-        libzookeeper-mt-dev \
+        libzookeeper-mt-dev libcurl4-openssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -21,7 +21,7 @@ FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libmicrohttpd12 libjansson4 libhiredis0.14 libmariadb3 libsodium23 \
-        libzookeeper-mt2 ca-certificates \
+        libzookeeper-mt2 libcurl4 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin seckill

@@ -64,7 +64,7 @@ SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer \
             -fno-sanitize-recover=undefined
 endif
 
-PKGS := libmicrohttpd jansson hiredis mysqlclient libsodium
+PKGS := libmicrohttpd jansson hiredis mysqlclient libsodium libcurl
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
         -Wformat=2 -Wvla -Wno-format-nonliteral
 ifeq ($(WERROR),1)
@@ -93,7 +93,8 @@ WEB_GEN := build/gen/web_files.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
-           cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c $(WEB_GEN)
+           cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c \
+           cmd/sms_sink.c $(WEB_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -517,7 +518,7 @@ $(FUZZ_DIR)/obj/%.o: %.c
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	@echo "  LD  $@"
 	$(Q)$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ \
-	    $(shell pkg-config --libs jansson libsodium hiredis) -lpthread
+	    $(shell pkg-config --libs jansson libsodium hiredis libcurl) -lpthread
 
 # Kept between runs, though only pattern rules name them.
 .SECONDARY: $(FUZZ_LIB_OBJ) \

@@ -522,6 +522,41 @@ static int set_region(struct config *cfg, const struct config_setting *s,
     return set_text(cfg, s, name, v, err, errlen);
 }
 
+/* Where login codes are POSTed: an http:// or https:// URL, or "" (none). */
+static int set_webhook(struct config *cfg, const struct config_setting *s,
+                       const char *name, const char *v, char *err,
+                       size_t errlen)
+{
+    if (v[0] && strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0)
+        return fail(err, errlen, "%s: must be an http:// or https:// URL",
+                    name);
+    if (strpbrk(v, " \t\r\n"))
+        return fail(err, errlen, "%s: must not contain spaces", name);
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
+/* The webhook's key is needed only with a webhook (checked after all
+ * settings are read). */
+static int set_sms_secret(struct config *cfg, const struct config_setting *s,
+                          const char *name, const char *v, char *err,
+                          size_t errlen)
+{
+    cfg->http.has_sms_secret = v[0] != '\0';
+    return v[0] ? set_key(cfg, s, name, v, err, errlen) : 0;
+}
+
+/* An ISO 4217 code: three capital letters. */
+static int set_currency(struct config *cfg, const struct config_setting *s,
+                        const char *name, const char *v, char *err,
+                        size_t errlen)
+{
+    if (strlen(v) != 3 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3)
+        return fail(err, errlen,
+                    "%s: must be an ISO 4217 code such as CNY, USD or EUR",
+                    name);
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 /* Where a setting's value goes: .off and .size of a field of cfg. */
@@ -538,7 +573,7 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_PORT",
      .arg = "N",
      .def = "8080",
-     .scope = CONFIG_FOR_SERVE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_SMS_SINK,
      .parse = set_int,
      .min = 0,
      .max = 65535,
@@ -549,7 +584,7 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_BIND",
      .arg = "ADDR",
      .def = "127.0.0.1",
-     .scope = CONFIG_FOR_SERVE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_SMS_SINK,
      .parse = set_bind,
      FIELD(http.bind),
      .help = "listen address, an IPv4 or IPv6 literal",
@@ -1106,6 +1141,43 @@ const struct config_setting config_settings[] = {
      .doc = "web pages on these origins may call the API from a browser: exact "
             "origins, comma-separated, such as "
             "`https://shop.example.com,http://localhost:3000` ([CORS](#cors))"},
+    {.flag = "sms-webhook",
+     .env = "SECKILL_SMS_WEBHOOK",
+     .arg = "URL",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_webhook,
+     FIELD(http.sms_webhook),
+     .help = "POST each login code here (JSON, signed with the SMS secret); "
+             "needed unless in dev mode",
+     .doc = "where each login code is POSTed as JSON `{\"phone\",\"code\","
+            "\"expiresIn\"}` with `X-Signature` (the hex HMAC-SHA256 of the "
+            "body, keyed by `SECKILL_SMS_SECRET`), for a service that sends it "
+            "by SMS; 2 s timeout, one retry, then 503. Without it and without "
+            "`SECKILL_DEV=1` the service refuses to start ([Sending login "
+            "codes](#sending-login-codes))"},
+    {.flag = "sms-secret",
+     .env = "SECKILL_SMS_SECRET",
+     .arg = "HEX",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_SMS_SINK,
+     .parse = set_sms_secret,
+     FIELD(http.sms_secret),
+     .help = "the SMS webhook's key, 64 hex characters",
+     .doc = "64 hex characters: the key of `X-Signature` on the login codes "
+            "sent to `SECKILL_SMS_WEBHOOK` (needed with it)"},
+    {.flag = "currency",
+     .env = "SECKILL_CURRENCY",
+     .arg = "CODE",
+     .def = "CNY",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_currency,
+     FIELD(http.currency),
+     .help = "the currency of prices (ISO 4217), for the pages",
+     .doc = "the currency (ISO 4217) the pages show prices in; "
+            "`GET /api/config` tells them"},
     {.flag = "phone-region",
      .env = "SECKILL_PHONE_REGION",
      .arg = "CC",
@@ -1273,10 +1345,10 @@ struct values {
 };
 
 static const char *const command_names[] = {
-    [CMD_SERVE] = "serve",   [CMD_TOKEN] = "token",
-    [CMD_TOKENS] = "tokens", [CMD_ADMIN_ADD] = "admin add",
-    [CMD_POW] = "pow",       [CMD_USERS_NORMALIZE] = "users normalize",
-    [CMD_HELP] = "help",
+    [CMD_SERVE] = "serve",       [CMD_TOKEN] = "token",
+    [CMD_TOKENS] = "tokens",     [CMD_ADMIN_ADD] = "admin add",
+    [CMD_POW] = "pow",           [CMD_USERS_NORMALIZE] = "users normalize",
+    [CMD_SMS_SINK] = "sms-sink", [CMD_HELP] = "help",
 };
 
 /* The CONFIG_FOR_* bit of a command; help reads no setting. */
@@ -1293,6 +1365,8 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_ADMIN_ADD;
     case CMD_USERS_NORMALIZE:
         return CONFIG_FOR_USERS_NORMALIZE;
+    case CMD_SMS_SINK:
+        return CONFIG_FOR_SMS_SINK;
     case CMD_POW:
     case CMD_HELP:
         break;
@@ -1472,6 +1546,17 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
 
     if (cfg->cmd != CMD_SERVE)
         return 0;
+    /* A login code must go somewhere: to the buyer's phone, or (dev mode)
+     * back in the answer. */
+    if (!cfg->http.dev && !(cfg->http.sms_webhook && cfg->http.sms_webhook[0]))
+        return fail(err, errlen,
+                    "SECKILL_SMS_WEBHOOK: must be set unless SECKILL_DEV=1 "
+                    "(login codes would reach nobody)");
+    if (cfg->http.sms_webhook && cfg->http.sms_webhook[0] &&
+        !cfg->http.has_sms_secret)
+        return fail(err, errlen,
+                    "SECKILL_SMS_SECRET: must be set with SECKILL_SMS_WEBHOOK "
+                    "(64 hex characters)");
     /* The lock is on the Redis URL unless it has its own. */
     if (!cfg->http.lock_url)
         cfg->http.lock_url = value_of(&vals, "redis-url");

@@ -21,6 +21,7 @@ enum config_cmd {
     CMD_ADMIN_ADD,
     CMD_POW,
     CMD_USERS_NORMALIZE,
+    CMD_SMS_SINK,
     CMD_HELP
 };
 

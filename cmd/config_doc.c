@@ -294,6 +294,8 @@ static void write_help(struct text *t)
     text_puts(t, "\n       seckilld pow < challenge.json");
     text_puts(t, "\n       seckilld users normalize");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_USERS_NORMALIZE);
+    text_puts(t, "\n       seckilld sms-sink");
+    synopsis(t, STYLE_PLAIN, CONFIG_FOR_SMS_SINK);
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -318,7 +320,11 @@ static void write_help(struct text *t)
                  "users normalize\n"
                  "rewrites phones stored before they were kept in E.164 "
                  "form (SECKILL_MYSQL_URL,\n"
-                 "SECKILL_PHONE_REGION). Their options:\n");
+                 "SECKILL_PHONE_REGION). sms-sink receives the login codes "
+                 "of\n"
+                 "SECKILL_SMS_WEBHOOK and prints them, for development "
+                 "(SECKILL_BIND,\n"
+                 "SECKILL_PORT, SECKILL_SMS_SECRET). Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
@@ -400,6 +406,8 @@ static void write_man(struct text *t)
     text_puts(t, "\n\\fBseckilld pow\\fR < \\fIchallenge.json\\fR");
     text_puts(t, "\n\\fBseckilld users normalize\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_USERS_NORMALIZE);
+    text_puts(t, "\n\\fBseckilld sms\\-sink\\fR");
+    synopsis(t, STYLE_TROFF, CONFIG_FOR_SMS_SINK);
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -469,6 +477,14 @@ static void write_man(struct text *t)
         "keeps it and the other is merged into it and logged out. Run it "
         "once after\n"
         "upgrading, before taking traffic; a second run changes nothing.\n"
+        ".TP\n"
+        ".B sms\\-sink\n"
+        "receive the login codes that \\fBSECKILL_SMS_WEBHOOK\\fR sends "
+        "(on \\fBSECKILL_BIND\\fR:\\fBSECKILL_PORT\\fR),\n"
+        "check each one's \\fBX\\-Signature\\fR with "
+        "\\fBSECKILL_SMS_SECRET\\fR and print it on standard\n"
+        "output instead of sending an SMS: for development and the "
+        "compose file.\n"
         ".PP\n"
         "\\fBtoken\\fR and \\fBtokens\\fR read only "
         "\\fBSECKILL_SECRET\\fR of the settings above. The\n"

@@ -9,11 +9,13 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <curl/curl.h>
 #include <mysql.h>
 #include <sodium.h>
 
 #include "cmd/admin.h"
 #include "cmd/config.h"
+#include "cmd/sms_sink.h"
 #include "cmd/users.h"
 #include "cmd/server.h"
 #include "common/pow.h"
@@ -182,6 +184,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "seckilld: libsodium failed to initialise\n");
         return 1;
     }
+    /* Before any thread: the SMS webhook's client (sale/sms.c). */
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "seckilld: libcurl failed to initialise\n");
+        return 1;
+    }
     if (config_parse(&cfg, argc, argv, err, sizeof(err))) {
         fprintf(stderr, "seckilld: %s\n", err);
         config_free(&cfg);
@@ -203,6 +210,9 @@ int main(int argc, char **argv)
         break;
     case CMD_USERS_NORMALIZE:
         ret = users_normalize(&cfg);
+        break;
+    case CMD_SMS_SINK:
+        ret = sms_sink_run(&cfg);
         break;
     default:
         ret = serve(&cfg);

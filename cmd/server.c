@@ -97,6 +97,7 @@ static void http_config_of(const struct handlers_config *cfg,
         .rate_ip = cfg->rate_ip,
         .cors_origins = cfg->cors_origins,
         .phone_region = cfg->phone_region ? cfg->phone_region : "CN",
+        .currency = cfg->currency ? cfg->currency : "CNY",
         .admin_token_ttl_s = cfg->admin_token_ttl_s,
         .pow_maxnumber = cfg->pow_maxnumber,
         .pow_ttl_s = cfg->pow_ttl_s,
@@ -219,6 +220,12 @@ int server_start(const struct handlers_config *cfg, struct server **out)
                 .phone_tries = cfg->login_phone_tries,
                 .wait_max_s = SALE_LOGIN_WAIT_MAX_S,
             },
+        .sms =
+            {
+                .webhook = cfg->sms_webhook && cfg->sms_webhook[0]
+                               ? cfg->sms_webhook
+                               : NULL,
+            },
         .waitroom =
             {
                 .open_s = cfg->waitroom_open_s,
@@ -227,6 +234,8 @@ int server_start(const struct handlers_config *cfg, struct server **out)
                 .poll_s = cfg->waitroom_poll_s,
             },
     };
+    memcpy(srv->sale_cfg.sms.secret, cfg->sms_secret,
+           sizeof(srv->sale_cfg.sms.secret));
     /* Tickets have a key of their own: never a token's, nor the reverse. */
     crypto_kdf_derive_from_key(srv->sale_cfg.waitroom.ticket_key,
                                sizeof(srv->sale_cfg.waitroom.ticket_key),

@@ -49,6 +49,13 @@ struct handlers_config {
     /* The region of phone numbers written without + or 00
      * (common/phone.h; validated by the configuration). */
     const char *phone_region;
+    /* Where login codes are POSTed (sale_config.sms; "" or NULL: nowhere,
+     * dev mode only) and the key of their signature. */
+    const char *sms_webhook;
+    bool has_sms_secret;
+    unsigned char sms_secret[32];
+    /* The currency of prices, ISO 4217 ("CNY"), for the pages. */
+    const char *currency;
     unsigned admin_token_ttl_s; /* http_config.admin_token_ttl_s */
     unsigned pow_maxnumber;     /* http_config.pow_maxnumber */
     /* The waiting rooms (sale_config.waitroom). */

@@ -56,8 +56,7 @@ unsigned audit_get(struct request *req)
                              "targetType: must be voucher, user, refund or "
                              "admin");
     } else if (target) {
-        return req_error(req, ERR_BAD_REQUEST,
-                         "targetId: needs targetType");
+        return req_error(req, ERR_BAD_REQUEST, "targetId: needs targetType");
     }
     if (cursor && util_parse_id(cursor, strlen(cursor), &before) != 0)
         return req_error(req, ERR_BAD_REQUEST,

@@ -4,6 +4,7 @@
  * POST /api/auth/logout: that token, or every token of its account, is
  * refused from then on.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,6 +43,11 @@ unsigned auth_code_post(struct request *req)
         !pow_or_reply(req))
         return req->status;
     err = sale_login_code_issue(req->sale, phone, code, &retry_s);
+    if (err == -ECOMM) {
+        req->retry_after = 5;
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the code could not be sent: try again in a moment");
+    }
     if (err)
         return req_backend_error(req, err, "code_put");
     if (retry_s) {
@@ -50,7 +56,7 @@ unsigned auth_code_post(struct request *req)
                          "a code was sent to this phone a moment ago, or "
                          "too many this hour: retry later");
     }
-    /* Sending the SMS is out of scope: dev mode shows the code instead. */
+    /* Sent to the SMS webhook when there is one; dev mode also shows it. */
     log_info("login code issued", "dev=%d", req->cfg->dev);
     body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", SALE_CODE_TTL_S);
     if (req->cfg->dev)

@@ -29,6 +29,7 @@ unsigned admin_login_post(struct request *req);     /* admin.c */
 unsigned refunds_get(struct request *req);          /* refunds.c */
 unsigned refund_done_post(struct request *req);     /* refunds.c */
 unsigned audit_get(struct request *req);            /* audit.c */
+unsigned site_config_get(struct request *req);      /* site.c */
 unsigned admin_ban_post(struct request *req);       /* admin.c */
 unsigned admin_ban_delete(struct request *req);     /* admin.c */
 unsigned vouchers_post(struct request *req);        /* vouchers.c */

@@ -40,6 +40,7 @@ struct http_config {
     const char *cors_origins;
     /* The region of phone numbers written without + or 00 ("CN"). */
     const char *phone_region;
+    const char *currency; /* of prices, ISO 4217 ("CNY"): GET /api/config */
     unsigned admin_token_ttl_s; /* an admin login's token lives this long */
     /* Proof of work before a login code (handlers/pow.c): the largest
      * number of a challenge (0: none asked), how long one is good, and

@@ -121,7 +121,9 @@ unsigned req_error(struct request *req, enum api_error e, const char *message)
     const struct api_error_info *info = &api_errors[e];
     json_t *body = json_pack("{s:{s:s,s:s}}", "error", "code", info->code,
                              "message", message ? message : info->message);
-    if (info->status == 503)
+    /* Every 503 says when to come back: in a second unless the caller
+     * knows better. */
+    if (info->status == 503 && !req->retry_after)
         req->retry_after = 1;
     return req_reply(req, info->status, body);
 }

@@ -23,6 +23,8 @@ static const struct route routes[] = {
     {"/healthz", health_get, NULL, "GET, OPTIONS", HERE, NULL},
     {"/readyz", ready_get, NULL, "GET, OPTIONS", POOL, NULL},
     {"/metrics", metrics_get, NULL, "GET, OPTIONS", HERE, NULL},
+    /* What the pages need to know of the settings: from memory. */
+    {"/api/config", site_config_get, NULL, "GET, OPTIONS", HERE, NULL},
     /* A proof-of-work challenge, signed: from memory. */
     {"/api/pow", pow_get, NULL, "GET, OPTIONS", HERE, NULL},
     {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS", LIMITED, NULL},

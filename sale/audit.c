@@ -20,8 +20,8 @@ void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
     a->target_type = target_type;
     a->target_id = target_id;
     /* Compact, keys in the order given: what the admin page shows. */
-    a->change = change ? json_dumps(change, JSON_COMPACT | JSON_PRESERVE_ORDER)
-                       : NULL;
+    a->change =
+        change ? json_dumps(change, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(change);
 }
 
@@ -41,6 +41,6 @@ int sale_audit_list(struct sale *s, int64_t before, const char *target_type,
                     int64_t target_id, struct store_audit_row *out, size_t max,
                     size_t *n)
 {
-    return store_audit_list(sale__store(s), before, target_type, target_id,
-                            out, max, n);
+    return store_audit_list(sale__store(s), before, target_type, target_id, out,
+                            max, n);
 }

@@ -30,6 +30,16 @@ int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
     snprintf(code, 7, "%06u", randombytes_uniform(1000000));
     err = store_code_put(sale__store(s), phone, code, &s->cfg.codes, &retry_ms);
     *retry_s = retry_ms ? seconds_up(retry_ms) : 0;
+    if (err || retry_ms || !s->cfg.sms.webhook)
+        return err;
+    /* Kept first, so that the limits hold for concurrent requests; taken
+     * back when it could not be sent (a code nobody has is of no use, and
+     * the buyer may ask again at once). */
+    err = sale__sms_send(&s->cfg.sms, phone, code, SALE_CODE_TTL_S);
+    if (err && store_code_revoke(sale__store(s), phone, code))
+        log_warn("a login code not sent could not be taken back: it stays "
+                 "until it expires",
+                 "ttl_s=%u", SALE_CODE_TTL_S);
     return err;
 }
 

@@ -65,6 +65,12 @@ struct sale_config {
     struct sessions *sessions; /* the refused tokens' view, or NULL */
     /* Login codes: how often they are sent, how many wrong tries wait. */
     struct store_code_limits codes;
+    /* Where login codes go (sale/sms.c): POSTed to webhook, signed with
+     * secret; NULL: nowhere (the handlers show them in dev mode). */
+    struct sale_sms_config {
+        const char *webhook;
+        unsigned char secret[32];
+    } sms;
     /* The waiting rooms of queue sales (sale/waitroom.c). */
     struct sale_waitroom_config {
         unsigned open_s;       /* joins from this long before the begin */
@@ -129,8 +135,10 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
  * Issue a new six-digit login code for phone (validated by the caller)
  * into code, unless the phone had one too recently or too many this
  * hour (the config's codes limits): then *retry_s says when (0: issued).
- * Earlier codes stay valid until they expire. Sending it is out of scope
- * (the handlers show it in dev mode). 0 or -errno. Waits for Redis.
+ * Earlier codes stay valid until they expire. With a webhook (the
+ * config's sms) the code is sent there; -ECOMM when it could not be
+ * (then it is not kept, and does not count against the limits). 0 or
+ * -errno. Waits for Redis and the webhook (at most twice 2 s).
  */
 int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
                           unsigned *retry_s);

@@ -82,8 +82,7 @@ static int audit_list_once(struct store *st, void *arg)
     bind_str_out(&a->r[3], r->admin_name, sizeof(r->admin_name), &a->len[0]);
     bind_str_out(&a->r[4], r->addr, sizeof(r->addr), &a->len[1]);
     bind_str_out(&a->r[5], r->action, sizeof(r->action), &a->len[2]);
-    bind_str_out(&a->r[6], r->target_type, sizeof(r->target_type),
-                 &a->len[3]);
+    bind_str_out(&a->r[6], r->target_type, sizeof(r->target_type), &a->len[3]);
     bind_i64(&a->r[7], &r->target_id);
     bind_str_out(&a->r[8], r->change, sizeof(r->change), &a->len[4]);
     return store_stmt_rows(st, STMT_AUDIT_LIST, p, a->r, (size_t)a->max,

@@ -212,6 +212,10 @@ struct store_code_limits {
 int store_code_put(struct store *st, const char *phone, const char *code,
                    const struct store_code_limits *l, int64_t *retry_ms);
 
+/* Take back code for phone, stored by store_code_put() but never sent:
+ * it no longer logs in, nor counts against the limits. */
+int store_code_revoke(struct store *st, const char *phone, const char *code);
+
 enum store_code {
     STORE_CODE_OK,     /* one of the phone's live codes: all of them and
                         * the counts of wrong tries are deleted */

@@ -193,7 +193,7 @@ static struct redis_script code_put_script = REDIS_SCRIPT(
     "  return {0, tonumber(o[2]) + 3600000 - now} "
     "end "
     "redis.call('zadd', KEYS[1], now + ttl, ARGV[1]) "
-    "redis.call('zadd', KEYS[2], now, now .. ':' .. t[2]) "
+    "redis.call('zadd', KEYS[2], now, ARGV[1] .. ':' .. now .. ':' .. t[2]) "
     "redis.call('pexpire', KEYS[1], ttl) "
     "redis.call('pexpire', KEYS[2], 3600000) "
     "return {1, 0}");
@@ -221,6 +221,16 @@ static struct redis_script code_check_script = REDIS_SCRIPT(
     "    redis.call('hset', KEYS[i], 'until', now + w) "
     "  end "
     "  redis.call('pexpire', KEYS[i], 86400000) "
+    "end "
+    "return {1, 0}");
+
+/* KEYS: codes, sent. ARGV: code. The code and its entry in the sent
+ * log (at most an hour's worth, each "code:time:us") removed: {1, 0}. */
+static struct redis_script code_revoke_script = REDIS_SCRIPT(
+    "redis.call('zrem', KEYS[1], ARGV[1]) "
+    "local p = ARGV[1] .. ':' "
+    "for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do "
+    "  if string.sub(m, 1, #p) == p then redis.call('zrem', KEYS[2], m) end "
     "end "
     "return {1, 0}");
 
@@ -282,6 +292,14 @@ int store_code_put(struct store *st, const char *phone, const char *code,
         return err;
     *retry_ms = stored ? 0 : (wait > 0 ? wait : 1);
     return 0;
+}
+
+int store_code_revoke(struct store *st, const char *phone, const char *code)
+{
+    const char *args[1] = {code};
+    long long a, b;
+
+    return code_eval(st, &code_revoke_script, phone, NULL, args, 1, &a, &b);
 }
 
 int store_code_check(struct store *st, const char *phone, const char *code,

@@ -90,7 +90,10 @@ export MARIADB_IMAGE=localhost/seckill-standin-mariadb:10.11
 export REDIS_IMAGE=localhost/seckill-standin-redis:7
 export HAPROXY_IMAGE=localhost/seckill-standin-haproxy:2.6
 SECKILL_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export SECKILL_SECRET SECKILL_DEV=1
+SECKILL_SMS_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+# Dev mode for the walk-through's login code; the code also goes to the
+# sms-sink service, as without dev mode.
+export SECKILL_SECRET SECKILL_SMS_SECRET SECKILL_DEV=1
 SECKILL_HTTP_PORT=$(free_port)
 SECKILL_STATS_PORT=$(free_port)
 export SECKILL_HTTP_PORT SECKILL_STATS_PORT
@@ -152,6 +155,9 @@ for want in '"type":"seckill"' '"stock":100' ALREADY_PURCHASED '"status":"unpaid
     grep -qF "$want" <<<"$out" || die "the walk-through's output lacks $want: $out"
 done
 say "README walk-through: ok"
+podman logs "$(container sms-sink)" 2>&1 | grep -q "to +8613800138000: your login code is" ||
+    die "the sms-sink service did not print the walk-through's login code"
+say "the login code reached the sms-sink service"
 
 # ---- 4b. a crowd through haproxy ----
 ADMIN=$("$BIN" token --user 1 --admin)

@@ -278,6 +278,16 @@ int store_code_put(struct store *st, const char *phone, const char *code,
     return 0;
 }
 
+int store_code_revoke(struct store *st, const char *phone, const char *code)
+{
+    unsigned variant;
+
+    check_store(st);
+    check_phone(phone);
+    check_code(code);
+    return step(&variant);
+}
+
 int store_code_check(struct store *st, const char *phone, const char *code,
                      const char *addr, const struct store_code_limits *l,
                      enum store_code *outcome, int64_t *retry_ms)

@@ -33,6 +33,8 @@ static int reset_env(void **state)
     setenv("SECKILL_MYSQL_URL", "mysql://u:p@127.0.0.1:13306/db", 1);
     setenv("SECKILL_REDIS_URL", "redis://127.0.0.1:16379/1", 1);
     setenv("SECKILL_SECRET", SECRET, 1);
+    /* Login codes must go somewhere: a webhook, or (here) dev mode. */
+    setenv("SECKILL_DEV", "1", 1);
     return 0;
 }
 
@@ -68,7 +70,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.http.port, 8080);
     assert_string_equal(c.http.bind, "127.0.0.1");
     assert_int_equal(c.http.lock_ttl_ms, 10000);
-    assert_false(c.http.dev);
+    assert_true(c.http.dev);
     {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         /* One HTTP thread per core (two at least), two engine threads
@@ -892,6 +894,47 @@ static void test_settings_table(void **state)
     free(help);
 }
 
+/* Without dev mode a login code needs the SMS webhook and its key; the
+ * currency is an ISO 4217 code. */
+static void test_sms_and_currency(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_null(c.http.sms_webhook && c.http.sms_webhook[0] ? "set" : NULL);
+    assert_string_equal(c.http.currency, "CNY");
+    config_free(&c);
+    setenv("SECKILL_DEV", "0", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be set unless "
+                                "SECKILL_DEV=1"));
+    setenv("SECKILL_SMS_WEBHOOK", "https://sms.example.com/send", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be set with"));
+    setenv("SECKILL_SMS_SECRET", SECRET, 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.sms_webhook, "https://sms.example.com/send");
+    assert_true(c.http.has_sms_secret);
+    assert_int_equal(0x11, c.http.sms_secret[1]);
+    config_free(&c);
+    setenv("SECKILL_SMS_WEBHOOK", "ftp://sms.example.com/", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be an http://"));
+    setenv("SECKILL_SMS_WEBHOOK", "http://127.0.0.1:9/", 1);
+    setenv("SECKILL_SMS_SECRET", "abc", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be 64 hex"));
+    setenv("SECKILL_SMS_SECRET", SECRET, 1);
+    setenv("SECKILL_CURRENCY", "cny", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_CURRENCY: must be an ISO 4217"));
+    assert_int_equal(parse(&c, err, 3, "--currency", "EUR"), 0);
+    assert_string_equal(c.http.currency, "EUR");
+    config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -915,6 +958,7 @@ int main(void)
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
         cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
         cmocka_unit_test_setup(test_cors_bad_values, reset_env),
+        cmocka_unit_test_setup(test_sms_and_currency, reset_env),
         cmocka_unit_test(test_readme_table_in_sync),
         cmocka_unit_test(test_man_page_in_sync),
         cmocka_unit_test(test_settings_table),

@@ -777,6 +777,9 @@ async function runCases(proxies, redisCli, main) {
         code: "NOT_FOUND",
     });
 
+    // The pages' settings.
+    await check(proxies, { name: "the pages' settings", via: S, method: "GET", path: "/api/config", op: "GET /api/config", status: 200 });
+
     // The audit log: a page (the vouchers made above are in it), and a
     // filter it refuses.
     await check(proxies, { name: "audit log", via: S, method: "GET", path: "/api/audit?limit=5", op: "GET /api/audit", token: admin, status: 200 });
