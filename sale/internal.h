@@ -20,7 +20,13 @@
 
 struct sale {
     struct sale_config cfg;
+    struct sale_listing *listing; /* the sales' snapshot (listing.c) */
 };
+
+/* The listing's snapshot holder (listing.c): made empty, freed with its
+ * snapshot. */
+struct sale_listing *sale__listing_new(void);
+void sale__listing_free(struct sale_listing *l);
 
 /*
  * The calling thread's store (made on its first use, freed when the
