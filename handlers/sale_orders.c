@@ -83,13 +83,12 @@ static void csv_time(struct text *t, int64_t ms)
     text_add(t, buf, strlen(buf));
 }
 
-static void csv_row(struct text *t, const struct store_order *o,
-                    int64_t amount)
+static void csv_row(struct text *t, const struct store_order *o, int64_t amount)
 {
     char buf[96];
-    int n = snprintf(buf, sizeof(buf), "%lld,%lld,%s,%lld,",
-                     (long long)o->id, (long long)o->user_id,
-                     order_status_name(o->status), (long long)amount);
+    int n = snprintf(buf, sizeof(buf), "%lld,%lld,%s,%lld,", (long long)o->id,
+                     (long long)o->user_id, order_status_name(o->status),
+                     (long long)amount);
 
     text_add(t, buf, (size_t)n);
     csv_time(t, o->created * 1000);

@@ -51,15 +51,15 @@ unsigned sales_get(struct request *req)
     if (page.n) {
         const struct store_voucher *last = page.items[page.n - 1];
 
-        key[0] = q.status == SALE_LISTING_LIVE ? last->end_time
-                                               : last->begin_time;
+        key[0] =
+            q.status == SALE_LISTING_LIVE ? last->end_time : last->begin_time;
         key[1] = last->id;
     }
     next = json_cursor(page.more, 2, key);
     req_reply(req, 200,
               json_pack("{s:o,s:o,s:o,s:b}", "items", items, "nextCursor", next,
-                        "snapshotTime", json_time(page.snapshot_s),
-                        "truncated", page.truncated));
+                        "snapshotTime", json_time(page.snapshot_s), "truncated",
+                        page.truncated));
     sale_sales_page_free(&page);
     return req->status;
 }

@@ -30,8 +30,7 @@ struct stream_source {
      * empty) and *end when nothing follows it. 0, or -errno: the stream
      * ends there, incomplete (op names it in the log).
      */
-    int (*next)(void *ctx, struct sale *s, char **data, size_t *len,
-                bool *end);
+    int (*next)(void *ctx, struct sale *s, char **data, size_t *len, bool *end);
     /* Free ctx (called once, from any thread). */
     void (*free)(void *ctx);
     const char *op; /* for the log: "orders_csv" */

@@ -34,53 +34,6 @@
  * room for requests made after it was taken. */
 #define STALE_MAX_MS 60000
 
-struct sale_snapshot {
-    atomic_uint refs;
-    int64_t taken_ms;  /* monotonic: when its query began */
-    int64_t taken_s;   /* epoch seconds: the "now" of its query */
-    bool truncated;    /* more than SALE_LISTING_MAX matched */
-    size_t n;
-    struct store_voucher *items;  /* by begin time, then id */
-    struct store_voucher **ended; /* the same, by end time, then id */
-};
-
-struct sale_listing {
-    pthread_mutex_t mu;
-    pthread_cond_t changed;
-    struct sale_snapshot *cur; /* NULL until the first query answers */
-    bool refreshing;
-    int64_t tried_ms; /* monotonic: the last query's start (0: none) */
-    int last_err;     /* of the last query */
-};
-
-static void snapshot_unref(struct sale_snapshot *sn)
-{
-    if (!sn || atomic_fetch_sub(&sn->refs, 1) != 1)
-        return;
-    free(sn->items);
-    free(sn->ended);
-    free(sn);
-}
-
-struct sale_listing *sale__listing_new(void)
-{
-    struct sale_listing *l = xcalloc(1, sizeof(*l));
-
-    pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->changed, NULL);
-    return l;
-}
-
-void sale__listing_free(struct sale_listing *l)
-{
-    if (!l)
-        return;
-    snapshot_unref(l->cur);
-    pthread_cond_destroy(&l->changed);
-    pthread_mutex_destroy(&l->mu);
-    free(l);
-}
-
 static int by_end(const void *a, const void *b)
 {
     const struct store_voucher *x = *(struct store_voucher *const *)a,
@@ -125,7 +78,7 @@ static struct sale_snapshot *snapshot_query(struct sale *s, int64_t mono_ms,
 }
 
 /*
- * A snapshot to read (a reference: snapshot_unref() it), or NULL and
+ * A snapshot to read (a reference: sale__snapshot_unref() it), or NULL and
  * *err. Refreshes it when it is stale and no query ran within the last
  * SALE_LISTING_REFRESH_MS, on this thread, once at a time.
  */
@@ -141,8 +94,8 @@ static struct sale_snapshot *snapshot_get(struct sale *s, int *err)
         now = util_mono_ms();
         if (l->cur && now - l->cur->taken_ms < SALE_LISTING_REFRESH_MS)
             goto take;
-        if (l->refreshing || (l->tried_ms && now - l->tried_ms <
-                                                 SALE_LISTING_REFRESH_MS)) {
+        if (l->refreshing ||
+            (l->tried_ms && now - l->tried_ms < SALE_LISTING_REFRESH_MS)) {
             /* Someone queries now, or a query failed moments ago. */
             if (l->cur && now - l->cur->taken_ms < STALE_MAX_MS)
                 goto take;
@@ -179,14 +132,14 @@ static struct sale_snapshot *snapshot_get(struct sale *s, int *err)
     pthread_cond_broadcast(&l->changed);
     if (!l->cur || util_mono_ms() - l->cur->taken_ms >= STALE_MAX_MS) {
         pthread_mutex_unlock(&l->mu);
-        snapshot_unref(old);
+        sale__snapshot_unref(old);
         return NULL;
     }
 take:
     sn = l->cur;
     atomic_fetch_add(&sn->refs, 1);
     pthread_mutex_unlock(&l->mu);
-    snapshot_unref(old);
+    sale__snapshot_unref(old);
     *err = 0;
     return sn;
 }
@@ -244,8 +197,8 @@ int sale_sales_list(struct sale *s, const struct sale_listing_query *q,
             struct vcache_voucher c;
             uint64_t gen;
 
-            if (vcache_entry_get(s->cfg.vcache, v->id, &c, &gen) &&
-                c.found && c.sold_out)
+            if (vcache_entry_get(s->cfg.vcache, v->id, &c, &gen) && c.found &&
+                c.sold_out)
                 page->stock[page->n] = 0;
         }
         page->n++;
@@ -261,6 +214,6 @@ void sale_sales_page_free(struct sale_sales_page *page)
         return;
     free(page->items);
     free(page->stock);
-    snapshot_unref(page->priv);
+    sale__snapshot_unref(page->priv);
     memset(page, 0, sizeof(*page));
 }
