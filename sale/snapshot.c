@@ -36,4 +36,3 @@ void sale__listing_free(struct sale_listing *l)
     pthread_mutex_destroy(&l->mu);
     free(l);
 }
-

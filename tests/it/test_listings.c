@@ -26,6 +26,20 @@
 #include "tests/it/harness.h"
 #include "tests/it/promtext.h"
 
+/* Under AddressSanitizer freed memory waits in its quarantine (256 MiB)
+ * before it is reused: resident memory says nothing about a leak or a
+ * buffer there, and is not compared (the sanitizer checks leaks). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef RSS_MEANINGFUL
+#define RSS_MEANINGFUL 1
+#endif
+
 #define USER_BASE 270000000000LL
 /* The export's sale: this many orders, written straight into MySQL. */
 #define CSV_ORDERS 100000
@@ -200,8 +214,7 @@ static void test_sales_classified(void **state)
 
     /* Upcoming within the default day: soon, not later (3 days). */
     n = 0;
-    get(&resp, NULL, "/api/sales?status=upcoming&shopId=%lld",
-        (long long)shop);
+    get(&resp, NULL, "/api/sales?status=upcoming&shopId=%lld", (long long)shop);
     it_assert_status(&resp, 200);
     page_ids(&resp, ids, &n, 100);
     assert_int_equal(n, 1);
@@ -267,8 +280,7 @@ static void test_sales_pages(void **state)
     for (int i = 0; i < 7; i++)
         live[i] = it_seckill_create(&srv, shop, 3, -60, ends[i]);
     for (int i = 0; i < 5; i++)
-        up[i] = it_seckill_create(&srv, shop, 3, 1000 + 100 * (5 - i),
-                                  20000);
+        up[i] = it_seckill_create(&srv, shop, 3, 1000 + 100 * (5 - i), 20000);
 
     char q[96];
     snprintf(q, sizeof(q), "status=upcoming&shopId=%lld", (long long)shop);
@@ -483,8 +495,7 @@ static void orders_insert(int64_t v, int64_t id0, int64_t user0, int n)
                 "4, NOW(3) + INTERVAL 1 DAY, NULL, NOW(3)",
                 "7, NOW(3), NULL, NOW(3)"};
             len += (size_t)sprintf(sql + len, "%s(%lld, %lld, %lld, %s)",
-                                   i > from ? ", " : "",
-                                   (long long)(id0 + i),
+                                   i > from ? ", " : "", (long long)(id0 + i),
                                    (long long)(user0 + i), (long long)v,
                                    rest[i % 4]);
         }
@@ -702,7 +713,8 @@ static void test_sale_orders_csv(void **state)
     assert_memory_equal(mine, r.ids, m * sizeof(*mine));
     /* Constant memory: far less growth than the body's ~10 MB. */
     assert_true(r.bytes > 8 * 1024 * 1024);
-    assert_true(r.rss_max - before < 4 * 1024);
+    if (RSS_MEANINGFUL)
+        assert_true(r.rss_max - before < 4 * 1024);
 
     /* A status filters the export too. */
     free(r.ids);
