@@ -77,6 +77,7 @@ static const struct {
     [METRIC_CONN_ERROR_REDIS] = {"connection_errors", "backend", "redis"},
     [METRIC_VOUCHER_READ_REPLICA] = {"voucher_reads", "server", "replica"},
     [METRIC_VOUCHER_READ_PRIMARY] = {"voucher_reads", "server", "primary"},
+    [METRIC_LISTING_REFRESH] = {"listing_refreshes", "what", "sales"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -104,6 +105,9 @@ static const struct {
      "passed (the payment must be refunded)."},
     {"voucher_reads",
      "Voucher reads and lists by the MySQL server that answered them."},
+    {"listing_refreshes",
+     "Queries that refreshed the instance's snapshot of the sales listed "
+     "by GET /api/sales (at most one a second)."},
 };
 
 /* ---- the per-thread block ---- */

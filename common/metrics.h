@@ -50,6 +50,7 @@ enum metric_counter {
     METRIC_CONN_ERROR_REDIS,         /* a Redis connection failed or broke */
     METRIC_VOUCHER_READ_REPLICA,     /* a voucher read or list: the replica */
     METRIC_VOUCHER_READ_PRIMARY,     /* and the primary */
+    METRIC_LISTING_REFRESH,          /* the sales listing's snapshot query */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS
@@ -91,7 +92,7 @@ void metrics_observe_wait(enum metric_wait w, uint64_t ns);
  * the request's first callback (its headers read) to its completion.
  * Lock-free.
  */
-#define METRICS_ROUTES_MAX 32
+#define METRICS_ROUTES_MAX 40
 void metrics_request_observe(unsigned route, unsigned status,
                              uint64_t duration_ns);
 

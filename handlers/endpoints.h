@@ -36,6 +36,8 @@ unsigned vouchers_post(struct request *req);        /* vouchers.c */
 unsigned vouchers_get(struct request *req);         /* vouchers.c */
 unsigned voucher_get(struct request *req);          /* vouchers.c */
 unsigned voucher_stats_get(struct request *req);    /* vouchers.c */
+unsigned voucher_orders_get(struct request *req);   /* sale_orders.c */
+unsigned sales_get(struct request *req);            /* sales.c */
 unsigned voucher_seckill_post(struct request *req); /* seckill.c */
 unsigned voucher_queue_post(struct request *req);   /* queue.c */
 unsigned voucher_queue_get(struct request *req);    /* queue.c */
@@ -61,6 +63,15 @@ bool pow_or_reply(struct request *req);
  * payDeadline, payTime and closeTime (null until set). A new object.
  */
 json_t *order_json(const struct store_order *o, bool pending);
+/* An order status's name in the API ("unpaid", ...). */
+const char *order_status_name(enum order_status s);
+
+/*
+ * A voucher as the API shows it (GET /api/vouchers/{id}): its fields,
+ * and a seckill voucher's stock, times, mode and admission. A new
+ * object (vouchers.c).
+ */
+json_t *voucher_json(const struct request *req, const struct store_voucher *v);
 
 /*
  * Record a payment for an order (sale_pay()) and reply with the outcome

@@ -18,7 +18,7 @@
 
 #include "handlers/endpoints.h"
 
-static const char *status_name(enum order_status s)
+const char *order_status_name(enum order_status s)
 {
     switch (s) {
     case ORDER_UNPAID:
@@ -44,7 +44,7 @@ json_t *order_json(const struct store_order *o, bool pending)
     return json_pack(
         "{s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o}", "id", json_id(o->id), "userId",
         json_id(o->user_id), "voucherId", json_id(o->voucher_id), "status",
-        pending ? "pending" : status_name(o->status), "createTime",
+        pending ? "pending" : order_status_name(o->status), "createTime",
         json_time(o->created), "payDeadline", json_time_ms(o->pay_deadline_ms),
         "payTime", json_time_ms(o->pay_time_ms), "closeTime",
         json_time_ms(o->close_time_ms));
@@ -77,24 +77,31 @@ unsigned order_get(struct request *req)
 unsigned orders_get(struct request *req)
 {
     struct sale_order_row *rows;
-    int64_t limit;
+    int64_t limit, before = 0;
     unsigned status;
+    bool given, more;
+    json_t *arr, *next;
     size_t n;
     int err;
 
     if ((status = req_buyer_or_reply(req)))
         return status;
-    if (!query_int_or_reply(req, "limit", 20, 1, 100, &limit))
+    if (!query_int_or_reply(req, "limit", 20, 1, 100, &limit) ||
+        !query_cursor_or_reply(req, 1, &before, &given))
         return req->status;
-    err = sale_orders_list(req->sale, req->auth.user_id, (unsigned)limit, &rows,
-                           &n);
+    /* The cursor is the last order's id: pending orders and MySQL's are
+     * one list by id (sale_orders_list()). */
+    err = sale_orders_list(req->sale, req->auth.user_id, before,
+                           (unsigned)limit, &rows, &n, &more);
     if (err)
         return req_backend_error(req, err, "order_list");
-    json_t *arr = json_array();
+    arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, order_json(&rows[i].order, rows[i].pending));
+    next = json_cursor(more, 1, n ? &rows[n - 1].order.id : &before);
     free(rows);
-    return req_reply(req, 200, json_pack("{s:o}", "items", arr));
+    return req_reply(req, 200,
+                     json_pack("{s:o,s:o}", "items", arr, "nextCursor", next));
 }
 
 /* ---- cancel and pay ---- */

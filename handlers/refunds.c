@@ -41,9 +41,9 @@ unsigned refunds_get(struct request *req)
 {
     static const char *const statuses[] = {"pending", "done", "all"};
     struct store_refund *rows;
-    const char *st = req_query(req, "status"),
-               *cursor = req_query(req, "cursor");
+    const char *st = req_query(req, "status");
     int64_t limit, before = 0;
+    bool given, more;
     int status = 0;
     unsigned code;
     json_t *items;
@@ -63,22 +63,25 @@ unsigned refunds_get(struct request *req)
             return req_error(req, ERR_BAD_REQUEST,
                              "status: must be pending, done or all");
     }
-    if (cursor && util_parse_id(cursor, strlen(cursor), &before) != 0)
-        return req_error(req, ERR_BAD_REQUEST,
-                         "cursor: must be the nextCursor of a page");
-    rows = xcalloc((size_t)limit, sizeof(*rows));
-    err = sale_refunds_list(req->sale, status, before, rows, (size_t)limit, &n);
+    if (!query_cursor_or_reply(req, 1, &before, &given))
+        return req->status;
+    /* One more than the page: whether another page follows. */
+    rows = xcalloc((size_t)limit + 1, sizeof(*rows));
+    err = sale_refunds_list(req->sale, status, before, rows, (size_t)limit + 1,
+                            &n);
     if (err) {
         free(rows);
         return req_backend_error(req, err, "refunds_list");
     }
+    more = n > (size_t)limit;
+    if (more)
+        n = (size_t)limit;
     items = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(items, refund_json(&rows[i]));
-    code = req_reply(
-        req, 200,
-        json_pack("{s:o,s:o}", "items", items, "nextCursor",
-                  n == (size_t)limit ? json_id(rows[n - 1].id) : json_null()));
+    code = req_reply(req, 200,
+                     json_pack("{s:o,s:o}", "items", items, "nextCursor",
+                               json_cursor(more, 1, &rows[n ? n - 1 : 0].id)));
     free(rows);
     return code;
 }

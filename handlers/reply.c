@@ -10,6 +10,7 @@
 #include "common/metrics.h"
 #include "common/util.h"
 #include "handlers/cors.h"
+#include "handlers/stream.h"
 
 /* Add req's extra headers to resp, queue it and drop our reference; while
  * draining, the connection closes after it. */
@@ -43,6 +44,12 @@ enum MHD_Result reply_send(struct MHD_Connection *conn, struct request *req)
     struct MHD_Response *resp;
 
     cors_reply_headers(req);
+    if (req->stream) {
+        resp = stream_response(req);
+        if (!resp)
+            return MHD_NO;
+        return queue_reply(conn, req, resp);
+    }
     if (req->raw) {
         /* An embedded file, or no body (204, 304): not ours to free. */
         resp = MHD_create_response_from_buffer(req->data_len, (void *)req->data,

@@ -4,6 +4,7 @@
  * parse a value or set the 400 reply.
  */
 #include "handlers/request.h"
+#include "handlers/stream.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -105,6 +106,8 @@ void request_clear(struct request *req)
     req->json = NULL;
     json_decref(req->reply);
     req->reply = NULL;
+    stream_discard(req->stream);
+    req->stream = NULL;
 }
 
 unsigned req_reply(struct request *req, unsigned status, json_t *body)
@@ -556,6 +559,51 @@ bool query_int_or_reply(struct request *req, const char *name, int64_t def,
     }
     *out = v;
     return true;
+}
+
+bool query_cursor_or_reply(struct request *req, size_t nkeys, int64_t *keys,
+                           bool *given)
+{
+    const char *s = req_query(req, "cursor");
+
+    *given = s != NULL;
+    if (!s)
+        return true;
+    for (size_t i = 0; i < nkeys; i++) {
+        char *end;
+        long long v;
+
+        errno = 0;
+        if (*s < '0' || *s > '9')
+            goto bad;
+        v = strtoll(s, &end, 10);
+        if (errno || end - s > 19 || v < 0)
+            goto bad;
+        keys[i] = v;
+        s = end;
+        if (i + 1 < nkeys) {
+            if (*s != '.')
+                goto bad;
+            s++;
+        }
+    }
+    if (*s == '\0')
+        return true;
+bad:
+    return field_error(req, "cursor", "must be the nextCursor of a page");
+}
+
+json_t *json_cursor(bool more, size_t nkeys, const int64_t *keys)
+{
+    char buf[48];
+    size_t len = 0;
+
+    if (!more)
+        return json_null();
+    for (size_t i = 0; i < nkeys && i < 2; i++)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%lld",
+                                i ? "." : "", (long long)keys[i]);
+    return json_string(buf);
 }
 
 json_t *json_id(int64_t id)

@@ -47,6 +47,7 @@ struct req_server {
 };
 
 struct deadline_conn;
+struct stream;
 
 struct request {
     const struct http_config *cfg;
@@ -78,6 +79,9 @@ struct request {
     bool raw;
     const void *data;
     size_t data_len;
+    /* A body made page by page while it is sent (stream.h), instead of
+     * any of the above; owned until the reply is sent. */
+    struct stream *stream;
     /* Extra reply headers (files, CORS), added to any kind of reply. */
     struct req_header headers[REQ_HEADERS_MAX];
     unsigned n_headers;
@@ -225,6 +229,20 @@ bool body_has(struct request *req, const char *name);
  */
 bool query_int_or_reply(struct request *req, const char *name, int64_t def,
                         int64_t min, int64_t max, int64_t *out);
+
+/*
+ * Keyset pages (README, "Pagination"): a list answers at most limit items
+ * and a nextCursor, the key of its last item (one or two integers joined
+ * by '.': "1234", "1764158400.1234"), or null on the last page; the
+ * client sends it back as the cursor argument for the items after it.
+ * Parse the cursor argument into keys[0..nkeys) (nkeys 1 or 2; each an
+ * integer from 0 to 2^63-1): true (*given false when it is absent), or a
+ * 400 reply and false.
+ */
+bool query_cursor_or_reply(struct request *req, size_t nkeys, int64_t *keys,
+                           bool *given);
+/* A page's nextCursor: keys[0..nkeys) when more follow, else null. */
+json_t *json_cursor(bool more, size_t nkeys, const int64_t *keys);
 
 /* JSON value of an id: a decimal string. */
 json_t *json_id(int64_t id);

@@ -41,6 +41,11 @@ static const struct route routes[] = {
      "GET, POST, OPTIONS", LIMITED, NULL},
     {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS",
      LIMITED, NULL},
+    /* A sale's orders (admin): pages, or all of them as CSV. */
+    {"/api/vouchers/{id}/orders", voucher_orders_get, NULL, "GET, OPTIONS",
+     LIMITED, NULL},
+    /* The sales on now and soon, from the instance's snapshot. */
+    {"/api/sales", sales_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/orders", orders_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS", LIMITED, NULL},
     {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS",

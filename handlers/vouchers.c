@@ -12,8 +12,7 @@
 #define MONEY_MAX 100000000000LL /* a billion in cents */
 #define STOCK_MAX 1000000000LL
 
-static json_t *voucher_json(const struct request *req,
-                            const struct store_voucher *v)
+json_t *voucher_json(const struct request *req, const struct store_voucher *v)
 {
     json_t *o = json_pack(
         "{s:o,s:I,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o}", "id", json_id(v->id),
@@ -171,22 +170,32 @@ unsigned voucher_get(struct request *req)
 
 unsigned vouchers_get(struct request *req)
 {
-    int64_t shop_id, limit;
+    int64_t shop_id, limit, before = 0;
     struct store_voucher *items;
+    bool given, more;
+    json_t *arr, *next;
     size_t n;
     int err;
 
     if (!query_int_or_reply(req, "shopId", 0, 1, INT64_MAX, &shop_id) ||
-        !query_int_or_reply(req, "limit", 20, 1, 100, &limit))
+        !query_int_or_reply(req, "limit", 20, 1, 100, &limit) ||
+        !query_cursor_or_reply(req, 1, &before, &given))
         return req->status;
-    err = sale_vouchers_list(req->sale, shop_id, (unsigned)limit, &items, &n);
+    /* One more than the page: whether another page follows. */
+    err = sale_vouchers_list(req->sale, shop_id, before, (unsigned)limit + 1,
+                             &items, &n);
     if (err)
         return req_backend_error(req, err, "voucher_list");
-    json_t *arr = json_array();
+    more = n > (size_t)limit;
+    if (more)
+        n = (size_t)limit;
+    arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, voucher_json(req, &items[i]));
+    next = json_cursor(more, 1, n ? &items[n - 1].id : &before);
     free(items);
-    return req_reply(req, 200, json_pack("{s:o}", "items", arr));
+    return req_reply(req, 200,
+                     json_pack("{s:o,s:o}", "items", arr, "nextCursor", next));
 }
 
 unsigned voucher_stats_get(struct request *req)

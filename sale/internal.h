@@ -9,6 +9,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -22,7 +24,36 @@
 
 struct sale {
     struct sale_config cfg;
+    struct sale_listing *listing; /* the sales' snapshot (listing.c) */
 };
+
+/* The sales listing's snapshot (listing.c says how it is used): what
+ * one query found, immutable once published, reference counted. */
+struct sale_snapshot {
+    atomic_uint refs;
+    int64_t taken_ms; /* monotonic: when its query began */
+    int64_t taken_s;  /* epoch seconds: the "now" of its query */
+    bool truncated;   /* more than SALE_LISTING_MAX matched */
+    size_t n;
+    struct store_voucher *items;  /* by begin time, then id */
+    struct store_voucher **ended; /* the same, by end time, then id */
+};
+
+struct sale_listing {
+    pthread_mutex_t mu;
+    pthread_cond_t changed;
+    struct sale_snapshot *cur; /* NULL until the first query answers */
+    bool refreshing;
+    int64_t tried_ms; /* monotonic: the last query's start (0: none) */
+    int last_err;     /* of the last query */
+};
+
+/* Drop a reference to sn (freed with the last). Accepts NULL. */
+void sale__snapshot_unref(struct sale_snapshot *sn);
+/* The snapshot holder (snapshot.c): made empty, freed with its
+ * snapshot. */
+struct sale_listing *sale__listing_new(void);
+void sale__listing_free(struct sale_listing *l);
 
 /*
  * The calling thread's store (made on its first use, freed when the

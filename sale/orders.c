@@ -104,26 +104,30 @@ int sale_order_get(struct sale *s, int64_t order_id, int64_t user_id,
 }
 
 /*
- * Append to rows (*n of them) the buyer's async orders that wait for
- * MySQL and are not among mysql[0..m) (written between the two looks), at
- * most max in all. Redis unreachable: none (MySQL's list still answers).
+ * The buyer's async orders that wait for MySQL, with id < before, and
+ * not among mysql[0..m) (written between the two looks), into out (at
+ * most max; *n of them). Redis unreachable: none (MySQL's list still
+ * answers).
  */
 static void pending_list(const struct sale *s, struct store *st,
-                         int64_t user_id, const struct store_order *mysql,
-                         size_t m, size_t max, struct sale_order_row *rows,
-                         size_t *n)
+                         int64_t user_id, int64_t before,
+                         const struct store_order *mysql, size_t m,
+                         struct sale_order_row *out, size_t max, size_t *n)
 {
     struct async_pending p[16];
     size_t found = 0;
     redisContext *rc = store_redis(st);
 
+    *n = 0;
     if (!rc || async_pending_of_user(rc, user_id, p, sizeof(p) / sizeof(p[0]),
                                      &found) != 0)
         return;
     for (size_t i = 0; i < found && *n < max; i++) {
-        struct sale_order_row *r = &rows[*n];
+        struct sale_order_row *r = &out[*n];
         bool written = false;
 
+        if (before > 0 && p[i].order_id >= before)
+            continue;
         for (size_t j = 0; j < m && !written; j++)
             written = mysql[j].id == p[i].order_id;
         if (written)
@@ -138,27 +142,43 @@ static void pending_list(const struct sale *s, struct store *st,
     }
 }
 
-int sale_orders_list(struct sale *s, int64_t user_id, unsigned limit,
-                     struct sale_order_row **rows, size_t *n)
+static int row_newer_first(const void *a, const void *b)
+{
+    const struct sale_order_row *x = a, *y = b;
+
+    return x->order.id > y->order.id ? -1 : x->order.id < y->order.id;
+}
+
+int sale_orders_list(struct sale *s, int64_t user_id, int64_t before,
+                     unsigned limit, struct sale_order_row **rows, size_t *n,
+                     bool *more)
 {
     struct store *st = sale__store(s);
     struct store_order *items;
-    size_t m;
+    struct sale_order_row pend[16];
+    size_t m, np = 0, all;
     int err;
 
     *rows = NULL;
     *n = 0;
-    err = store_order_list(st, user_id, limit, &items, &m);
+    *more = false;
+    /* One more than the page: whether another page follows. */
+    err = store_order_list(st, user_id, before, limit + 1, &items, &m);
     if (err)
         return err;
-    *rows = xcalloc(limit ? limit : 1, sizeof(**rows));
-    /* The newest first: those still on their way to MySQL, then MySQL's. */
-    pending_list(s, st, user_id, items, m, limit, *rows, n);
-    for (size_t i = 0; i < m && *n < limit; i++) {
-        (*rows)[*n].order = items[i];
-        (*rows)[(*n)++].pending = false;
-    }
+    pending_list(s, st, user_id, before, items, m, pend,
+                 sizeof(pend) / sizeof(pend[0]), &np);
+    all = m + np;
+    *rows = xcalloc(all ? all : 1, sizeof(**rows));
+    memcpy(*rows, pend, np * sizeof(pend[0]));
+    for (size_t i = 0; i < m; i++)
+        (*rows)[np + i].order = items[i];
     free(items);
+    /* One list by id: an order shows at its place whether it is still on
+     * its way to MySQL or written already. */
+    qsort(*rows, all, sizeof(**rows), row_newer_first);
+    *more = all > limit;
+    *n = all > limit ? limit : all;
     if (*n == 0) {
         free(*rows);
         *rows = NULL;

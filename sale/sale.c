@@ -19,11 +19,15 @@ struct sale *sale_new(const struct sale_config *cfg)
     struct sale *s = xcalloc(1, sizeof(*s));
 
     s->cfg = *cfg;
+    s->listing = sale__listing_new();
     return s;
 }
 
 void sale_free(struct sale *s)
 {
+    if (!s)
+        return;
+    sale__listing_free(s->listing);
     free(s);
 }
 

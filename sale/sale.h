@@ -277,13 +277,77 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
                         bool mode_given, const struct sale_actor *who);
 
-/* store_voucher_get(), store_voucher_list(), store_voucher_stats(), on
- * this thread's store. Wait. */
+/* store_voucher_get(), store_voucher_list() (before: ids below it, 0
+ * from the newest), store_voucher_stats(), on this thread's store.
+ * Wait. */
 int sale_voucher_get(struct sale *s, int64_t id, struct store_voucher *v);
-int sale_vouchers_list(struct sale *s, int64_t shop_id, unsigned limit,
-                       struct store_voucher **items, size_t *n);
+int sale_vouchers_list(struct sale *s, int64_t shop_id, int64_t before,
+                       unsigned limit, struct store_voucher **items, size_t *n);
 int sale_voucher_stats(struct sale *s, int64_t id,
                        struct store_voucher_stats *out);
+
+/*
+ * Voucher voucher_id's orders of status (0: any), at most max into out
+ * (*n): with desc, ids below from (0: the newest) newest first, else ids
+ * above from, oldest first. From MySQL only: an async sale's orders on
+ * their way there are not in it yet. Waits.
+ */
+int sale_voucher_orders(struct sale *s, int64_t voucher_id, int status,
+                        bool desc, int64_t from, struct store_order *out,
+                        size_t max, size_t *n);
+
+/* ---- the listing of sales (listing.c) ---- */
+
+/* The snapshot holds at most this many sales: with more, the ones that
+ * begin last are left out (logged, and the answer says truncated). */
+#define SALE_LISTING_MAX 1000
+/* The farthest ahead an upcoming sale is listed. */
+#define SALE_LISTING_WINDOW_MAX_S (30 * 86400)
+/* A snapshot is refreshed when older than this, by one query. */
+#define SALE_LISTING_REFRESH_MS 1000
+
+enum sale_listing_status { SALE_LISTING_LIVE, SALE_LISTING_UPCOMING };
+
+/* What a request lists. */
+struct sale_listing_query {
+    enum sale_listing_status status;
+    int64_t now_s;    /* the request's time (epoch s) */
+    int64_t within_s; /* upcoming: beginning within this (1.._MAX_S) */
+    int64_t shop_id;  /* > 0: only this shop's */
+    /* The cursor: the last sale of the previous page, its key (live: its
+     * end time, upcoming: its begin time) and id. */
+    bool cursor_given;
+    int64_t cursor_key, cursor_id;
+    size_t limit; /* >= 1 */
+};
+
+/* One page of sales: pointers into a snapshot that the page holds. */
+struct sale_sales_page {
+    const struct store_voucher **items;
+    int64_t *stock; /* items[i]'s stock to show (see sale_sales_list()) */
+    size_t n;
+    bool more;          /* another page follows */
+    bool truncated;     /* the snapshot left sales out (SALE_LISTING_MAX) */
+    int64_t snapshot_s; /* when the snapshot was taken (epoch s) */
+    struct sale_snapshot *priv;
+};
+
+/*
+ * The sales live at q->now_s (begin <= now < end), ending soonest first,
+ * or upcoming (now < begin <= now + within), beginning soonest first;
+ * ties by id. From the instance's snapshot, refreshed by at most one
+ * MySQL query a second (listing.c): a sale created or changed shows
+ * within about a second. Stock is MySQL's (an async sale's row lags
+ * Redis by the writer's delay, usually well under a second), except
+ * that an async sale this instance's voucher cache knows as sold out
+ * shows 0. 0 with *page (release it with sale_sales_page_free()), or
+ * -errno (no snapshot younger than a minute, and the query failed).
+ * May wait for MySQL.
+ */
+int sale_sales_list(struct sale *s, const struct sale_listing_query *q,
+                    struct sale_sales_page *page);
+/* Release page. Accepts NULL and a page already released. */
+void sale_sales_page_free(struct sale_sales_page *page);
 
 /* ---- the purchase ---- */
 
@@ -416,14 +480,19 @@ struct sale_order_row {
 };
 
 /*
- * User user_id's orders, newest first, at most limit (1..100): those on
- * their way to MySQL first (a 202, or a purchase whose outcome was
- * unknown: the buyer sees what became of it), then MySQL's. *rows is a
- * new array of *n (free(3) it; NULL when empty). Redis unreachable: MySQL's
- * alone. 0 or -errno. Waits.
+ * User user_id's orders with id < before (0: from the newest), newest
+ * first by id, at most limit (1..100): MySQL's and those on their way
+ * there (a 202, or a purchase whose outcome was unknown: the buyer sees
+ * what became of it), merged by id. Order ids grow with time, and an
+ * order keeps its id when the writer moves it into MySQL, so pages cut
+ * at an id (the last one shown: the next page's before) show each order
+ * once, wherever it is when each page is read. *more: orders below the
+ * last one remain. *rows is a new array of *n (free(3) it; NULL when
+ * empty). Redis unreachable: MySQL's alone. 0 or -errno. Waits.
  */
-int sale_orders_list(struct sale *s, int64_t user_id, unsigned limit,
-                     struct sale_order_row **rows, size_t *n);
+int sale_orders_list(struct sale *s, int64_t user_id, int64_t before,
+                     unsigned limit, struct sale_order_row **rows, size_t *n,
+                     bool *more);
 
 #define SALE_TXN_MAX 64
 

@@ -97,10 +97,18 @@ int sale_voucher_get(struct sale *s, int64_t id, struct store_voucher *v)
     return store_voucher_get(sale__store(s), id, v);
 }
 
-int sale_vouchers_list(struct sale *s, int64_t shop_id, unsigned limit,
-                       struct store_voucher **items, size_t *n)
+int sale_vouchers_list(struct sale *s, int64_t shop_id, int64_t before,
+                       unsigned limit, struct store_voucher **items, size_t *n)
 {
-    return store_voucher_list(sale__store(s), shop_id, limit, items, n);
+    return store_voucher_list(sale__store(s), shop_id, before, limit, items, n);
+}
+
+int sale_voucher_orders(struct sale *s, int64_t voucher_id, int status,
+                        bool desc, int64_t from, struct store_order *out,
+                        size_t max, size_t *n)
+{
+    return store_voucher_orders(sale__store(s), voucher_id, status, desc, from,
+                                out, max, n);
 }
 
 int sale_voucher_stats(struct sale *s, int64_t id,

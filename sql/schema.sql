@@ -118,6 +118,9 @@ CREATE TABLE IF NOT EXISTS voucher_orders (
     KEY idx_orders_user (user_id, id),
     -- A sale's orders by status, and (covered) up to a stream position.
     KEY idx_orders_voucher_pos (voucher_id, status, stream_pos),
+    -- A sale's orders by id: the admin's pages and the CSV export (keyset
+    -- pages on the id, without sorting the whole sale each page).
+    KEY idx_orders_sale (voucher_id, id),
     -- The expiry's scan: unpaid orders by deadline.
     KEY idx_orders_expiry (status, pay_deadline)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

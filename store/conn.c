@@ -120,13 +120,22 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
-        "WHERE v.shop_id = ? ORDER BY v.id DESC LIMIT ?",
+        "WHERE v.shop_id = ? AND v.id < ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
-        "ORDER BY v.id DESC LIMIT ?",
+        "WHERE v.id < ? ORDER BY v.id DESC LIMIT ?",
+    /* The listing's snapshot: every seckill sale not ended at ? and
+     * beginning before ?, the earliest beginning first. */
+    [STMT_SALES_LIST] =
+        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
+        "v.created, v.updated, s.purchase_mode, s.admission FROM "
+        "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
+        "WHERE v.type = 1 AND s.end_time > ? AND s.begin_time < ? "
+        "ORDER BY s.begin_time, s.voucher_id LIMIT ?",
     [STMT_SECKILL_GET] =
         "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "s.purchase_mode, s.admission FROM vouchers v "
@@ -141,7 +150,15 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ORDER_GET] =
         "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id = ?",
     [STMT_ORDER_LIST] = "SELECT " ORDER_COLUMNS "FROM voucher_orders "
-                        "WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+                        "WHERE user_id = ? AND id < ? ORDER BY id DESC "
+                        "LIMIT ?",
+    /* A sale's orders (status 0: all), keyset pages by id both ways. */
+    [STMT_VOUCHER_ORDERS_DESC] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE voucher_id = ? "
+        "AND (? = 0 OR status = ?) AND id < ? ORDER BY id DESC LIMIT ?",
+    [STMT_VOUCHER_ORDERS_ASC] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE voucher_id = ? "
+        "AND (? = 0 OR status = ?) AND id > ? ORDER BY id LIMIT ?",
     [STMT_STOCK_GET] =
         "SELECT stock FROM seckill_vouchers WHERE voucher_id = ?",
     /* The merged CAS: k purchases at once, or none. */

@@ -83,6 +83,7 @@ int store_order_get(struct store *st, int64_t id, struct store_order *o)
 
 struct list_args {
     int64_t user_id;
+    int64_t before;
     int64_t limit;
     struct store_order **items;
     size_t *count;
@@ -91,13 +92,14 @@ struct list_args {
 static int order_list_once(struct store *st, void *arg)
 {
     struct list_args *a = arg;
-    MYSQL_BIND p[2] = {0};
+    MYSQL_BIND p[3] = {0};
     struct store_order one;
     struct order_fetch f = {.one = &one};
     int err;
 
     bind_i64(&p[0], &a->user_id);
-    bind_i64(&p[1], &a->limit);
+    bind_i64(&p[1], &a->before);
+    bind_i64(&p[2], &a->limit);
     order_row_bind(&f.row, &one);
     f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
     err = store_stmt_rows(st, STMT_ORDER_LIST, p, f.row.b, (size_t)a->limit,
@@ -110,14 +112,56 @@ static int order_list_once(struct store *st, void *arg)
     return err;
 }
 
-int store_order_list(struct store *st, int64_t user_id, unsigned limit,
-                     struct store_order **items, size_t *count)
+int store_order_list(struct store *st, int64_t user_id, int64_t before,
+                     unsigned limit, struct store_order **items, size_t *count)
 {
-    struct list_args a = {user_id, limit, items, count};
+    struct list_args a = {user_id, before > 0 ? before : INT64_MAX, limit,
+                          items, count};
 
     *items = NULL;
     *count = 0;
-    if (limit < 1 || limit > 100)
+    if (limit < 1 || limit > STORE_LIST_MAX)
         return -EINVAL;
     return store_retry(st, order_list_once, &a);
+}
+
+struct sale_orders_args {
+    int64_t voucher_id, status, from;
+    bool desc;
+    struct store_order *out;
+    int64_t max;
+    size_t *n;
+};
+
+static int voucher_orders_once(struct store *st, void *arg)
+{
+    struct sale_orders_args *a = arg;
+    MYSQL_BIND p[5] = {0};
+    struct store_order one;
+    struct order_fetch f = {.one = &one, .items = a->out};
+
+    bind_i64(&p[0], &a->voucher_id);
+    bind_i64(&p[1], &a->status);
+    bind_i64(&p[2], &a->status);
+    bind_i64(&p[3], &a->from);
+    bind_i64(&p[4], &a->max);
+    order_row_bind(&f.row, &one);
+    return store_stmt_rows(
+        st, a->desc ? STMT_VOUCHER_ORDERS_DESC : STMT_VOUCHER_ORDERS_ASC, p,
+        f.row.b, (size_t)a->max, order_fetched, &f, a->n);
+}
+
+int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
+                         bool desc, int64_t from, struct store_order *out,
+                         size_t max, size_t *n)
+{
+    struct sale_orders_args a = {voucher_id, status,       from, desc,
+                                 out,        (int64_t)max, n};
+
+    *n = 0;
+    if (max < 1)
+        return -EINVAL;
+    if (desc && from <= 0)
+        a.from = INT64_MAX;
+    return store_retry(st, voucher_orders_once, &a);
 }

@@ -436,15 +436,29 @@ int store_voucher_insert(struct store *st, struct store_voucher *v,
  */
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
 
+/* The most rows one page of a list asks for: a page of 100 and one more
+ * that says whether another page follows. */
+#define STORE_LIST_MAX 101
+
 /*
- * List vouchers, newest first, at most limit (1..100), of one shop when
- * shop_id > 0. *items is a new array of *count entries that the caller
- * releases with free(3) (NULL when empty). From the replica as
- * store_voucher_get() says (a voucher created moments ago may be missing
- * for up to the lag bound).
+ * List vouchers, newest first, with id < before (0: from the newest), at
+ * most limit (1..STORE_LIST_MAX), of one shop when shop_id > 0. *items is
+ * a new array of *count entries that the caller releases with free(3)
+ * (NULL when empty). From the replica as store_voucher_get() says (a
+ * voucher created moments ago may be missing for up to the lag bound).
  */
-int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
-                       struct store_voucher **items, size_t *count);
+int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
+                       unsigned limit, struct store_voucher **items,
+                       size_t *count);
+
+/*
+ * The seckill vouchers whose sale has not ended at now_s and begins
+ * before until_s (epoch seconds), the earliest beginning first (ties by
+ * id), at most max. *items as in store_voucher_list(); from the replica
+ * as store_voucher_get() says. One statement.
+ */
+int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
+                     unsigned max, struct store_voucher **items, size_t *count);
 
 /* What the purchase needs to know before it takes the lock. */
 struct store_seckill {
@@ -620,11 +634,22 @@ struct store_order {
 int store_order_get(struct store *st, int64_t id, struct store_order *o);
 
 /*
- * A user's orders, newest first, at most limit (1..100). *items as in
+ * A user's orders, newest first (by id), with id < before (0: from the
+ * newest), at most limit (1..STORE_LIST_MAX). *items as in
  * store_voucher_list().
  */
-int store_order_list(struct store *st, int64_t user_id, unsigned limit,
-                     struct store_order **items, size_t *count);
+int store_order_list(struct store *st, int64_t user_id, int64_t before,
+                     unsigned limit, struct store_order **items, size_t *count);
+
+/*
+ * Voucher voucher_id's orders of status (0: any), at most max into out
+ * (*n of them): with desc, those with id < from (0: from the newest),
+ * newest first; else those with id > from, oldest first. One statement
+ * on the primary (an admin's view and the CSV export: no lag).
+ */
+int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
+                         bool desc, int64_t from, struct store_order *out,
+                         size_t max, size_t *n);
 
 /* ---- the order lifecycle (lifecycle.c) ----
  *

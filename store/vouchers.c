@@ -226,6 +226,7 @@ int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
 
 struct list_args {
     int64_t shop_id;
+    int64_t before; /* ids below this */
     int64_t limit;
     struct store_voucher **items;
     size_t *count;
@@ -234,16 +235,18 @@ struct list_args {
 static int voucher_list_once(struct store *st, void *arg)
 {
     struct list_args *a = arg;
-    MYSQL_BIND p[2] = {0};
+    MYSQL_BIND p[3] = {0};
     struct store_voucher *one = xmalloc(sizeof(*one));
     struct voucher_fetch f = {.one = one};
     int err;
 
     if (a->shop_id > 0) {
         bind_i64(&p[0], &a->shop_id);
-        bind_i64(&p[1], &a->limit);
+        bind_i64(&p[1], &a->before);
+        bind_i64(&p[2], &a->limit);
     } else {
-        bind_i64(&p[0], &a->limit);
+        bind_i64(&p[0], &a->before);
+        bind_i64(&p[1], &a->limit);
     }
     voucher_row_bind(&f.row, one);
     f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
@@ -259,31 +262,81 @@ static int voucher_list_once(struct store *st, void *arg)
     return err;
 }
 
-int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
-                       struct store_voucher **items, size_t *count)
+/* Run a list (voucher_list_once(), sales_list_once()) on the replica
+ * when it is usable, else (or after its failure) on the primary. */
+static int list_read(struct store *st, int (*once)(struct store *, void *),
+                     struct list_args *a)
 {
-    struct list_args a = {shop_id, limit, items, count};
-
-    struct store *r;
+    struct store *r = store_reader(st);
     int err;
 
-    *items = NULL;
-    *count = 0;
-    if (limit < 1 || limit > 100)
-        return -EINVAL;
-    r = store_reader(st);
     if (r != st) {
-        err = store_retry(r, voucher_list_once, &a);
+        err = store_retry(r, once, a);
         store_reader_done(st, r, err);
         if (err == 0)
             return 0;
-        free(*items);
-        *items = NULL;
-        *count = 0;
+        free(*a->items);
+        *a->items = NULL;
+        *a->count = 0;
     }
-    err = store_retry(st, voucher_list_once, &a);
+    err = store_retry(st, once, a);
     store_reader_done(st, st, err);
     return err;
+}
+
+int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
+                       unsigned limit, struct store_voucher **items,
+                       size_t *count)
+{
+    struct list_args a = {shop_id, before > 0 ? before : INT64_MAX, limit,
+                          items, count};
+
+    *items = NULL;
+    *count = 0;
+    if (limit < 1 || limit > STORE_LIST_MAX)
+        return -EINVAL;
+    return list_read(st, voucher_list_once, &a);
+}
+
+/* The sales list reuses list_args: shop_id is the time "now" (epoch s),
+ * before the end of the window. */
+static int sales_list_once(struct store *st, void *arg)
+{
+    struct list_args *a = arg;
+    MYSQL_BIND p[3] = {0};
+    struct store_voucher *one = xmalloc(sizeof(*one));
+    struct voucher_fetch f = {.one = one};
+    MYSQL_TIME now, until;
+    int err;
+
+    time_from_epoch(&now, a->shop_id);
+    time_from_epoch(&until, a->before);
+    bind_time(&p[0], &now);
+    bind_time(&p[1], &until);
+    bind_i64(&p[2], &a->limit);
+    voucher_row_bind(&f.row, one);
+    f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
+    err = store_stmt_rows(st, STMT_SALES_LIST, p, f.row.b, (size_t)a->limit,
+                          voucher_fetched, &f, a->count);
+    free(one);
+    if (*a->count == 0) {
+        free(f.items);
+        f.items = NULL;
+    }
+    *a->items = f.items;
+    return err;
+}
+
+int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
+                     unsigned max, struct store_voucher **items, size_t *count)
+{
+    struct list_args a = {now_s, until_s, max, items, count};
+
+    *items = NULL;
+    *count = 0;
+    if (max < 1)
+        return -EINVAL;
+    return list_read(st, sales_list_once, &a);
 }
 
 struct seckill_args {

@@ -69,6 +69,9 @@ struct MHD_Response {
     char *names[RESP_HEADERS_MAX];
     char *values[RESP_HEADERS_MAX];
     unsigned nheaders;
+    /* A callback response's (its body is never read here): */
+    MHD_ContentReaderFreeCallback crfc;
+    void *crc_cls;
 };
 
 struct MHD_Connection {
@@ -184,6 +187,23 @@ MHD_create_response_from_buffer(size_t size, void *buffer,
     return r;
 }
 
+/* A streamed body (handlers/stream.c): not read, only released. */
+struct MHD_Response *
+MHD_create_response_from_callback(uint64_t size, size_t block_size,
+                                  MHD_ContentReaderCallback crc, void *crc_cls,
+                                  MHD_ContentReaderFreeCallback crfc)
+{
+    struct MHD_Response *r = xcalloc(1, sizeof(*r));
+
+    (void)size;
+    (void)block_size;
+    FUZZ_CHECK(crc != NULL, "a callback response without a reader");
+    r->refs = 1;
+    r->crfc = crfc;
+    r->crc_cls = crc_cls;
+    return r;
+}
+
 enum MHD_Result MHD_add_response_header(struct MHD_Response *response,
                                         const char *header, const char *content)
 {
@@ -207,6 +227,8 @@ void MHD_destroy_response(struct MHD_Response *response)
     }
     if (response->owned)
         free(response->data);
+    if (response->crfc)
+        response->crfc(response->crc_cls);
     free(response);
 }
 

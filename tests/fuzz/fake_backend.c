@@ -551,7 +551,7 @@ int store_refunds_list(struct store *st, int status, int64_t before,
 
     check_store(st);
     FUZZ_CHECK(status >= -1 && status <= 1 && before >= 0 && max >= 1 &&
-                   max <= 100,
+                   max <= STORE_LIST_MAX,
                "refunds listed with status %d before %lld max %zu", status,
                (long long)before, max);
     if ((err = step(&variant)))
@@ -694,15 +694,17 @@ int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
     return 0;
 }
 
-int store_voucher_list(struct store *st, int64_t shop_id, unsigned limit,
-                       struct store_voucher **items, size_t *count)
+int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
+                       unsigned limit, struct store_voucher **items,
+                       size_t *count)
 {
     unsigned variant;
     int err;
 
     check_store(st);
-    FUZZ_CHECK(shop_id >= 0, "shopId %lld", (long long)shop_id);
-    FUZZ_CHECK(limit >= 1 && limit <= 100, "limit %u", limit);
+    FUZZ_CHECK(shop_id >= 0 && before >= 0, "shopId %lld before %lld",
+               (long long)shop_id, (long long)before);
+    FUZZ_CHECK(limit >= 1 && limit <= STORE_LIST_MAX, "limit %u", limit);
     if ((err = step(&variant)))
         return err;
     *count = variant < limit ? variant : limit;
@@ -1035,21 +1037,65 @@ int store_order_get(struct store *st, int64_t id, struct store_order *o)
     return 0;
 }
 
-int store_order_list(struct store *st, int64_t user_id, unsigned limit,
-                     struct store_order **items, size_t *count)
+int store_order_list(struct store *st, int64_t user_id, int64_t before,
+                     unsigned limit, struct store_order **items, size_t *count)
 {
     unsigned variant;
     int err;
 
     check_store(st);
     check_id("user id", user_id);
-    FUZZ_CHECK(limit >= 1 && limit <= 100, "limit %u", limit);
+    FUZZ_CHECK(before >= 0, "before %lld", (long long)before);
+    FUZZ_CHECK(limit >= 1 && limit <= STORE_LIST_MAX, "limit %u", limit);
     if ((err = step(&variant)))
         return err;
     *count = variant < limit ? variant : limit;
     *items = xcalloc(*count ? *count : 1, sizeof(**items));
     for (size_t i = 0; i < *count; i++)
-        fill_order(&(*items)[i], (int64_t)(i + 1), user_id, (unsigned)i);
+        fill_order(&(*items)[i], (int64_t)(100 - i), user_id, (unsigned)i);
+    return 0;
+}
+
+int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
+                         bool desc, int64_t from, struct store_order *out,
+                         size_t max, size_t *n)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    FUZZ_CHECK(status >= 0 && from >= 0 && max >= 1,
+               "sale orders status %d from %lld max %zu", status,
+               (long long)from, max);
+    (void)desc;
+    *n = 0;
+    if ((err = step(&variant)))
+        return err;
+    *n = variant < max ? variant : max;
+    for (size_t i = 0; i < *n; i++)
+        fill_order(&out[i], (int64_t)(100 - i), FUZZ_USER_ID, (unsigned)i);
+    return 0;
+}
+
+int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
+                     unsigned max, struct store_voucher **items, size_t *count)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(now_s > 0 && until_s > now_s && max >= 1,
+               "sales list now %lld until %lld max %u", (long long)now_s,
+               (long long)until_s, max);
+    *items = NULL;
+    *count = 0;
+    if ((err = step(&variant)))
+        return err;
+    *count = variant % 4;
+    *items = xcalloc(*count ? *count : 1, sizeof(**items));
+    for (size_t i = 0; i < *count; i++)
+        fill_voucher(&(*items)[i], (int64_t)(i + 1), (unsigned)i);
     return 0;
 }
 

@@ -13,7 +13,7 @@
 // desktop width go to build/screenshots/.
 
 import { createHash } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 
 import { chromium } from "playwright-core";
@@ -27,6 +27,7 @@ import {
     assertEqual,
     createVoucher,
     http,
+    mysql,
     redis,
     start,
     startSeckilld,
@@ -36,6 +37,7 @@ import {
     test,
     timeIn,
     token,
+    tokens,
 } from "./lib.mjs";
 
 const SHOTS = path.join(ROOT, "build/screenshots");
@@ -1130,6 +1132,105 @@ const MAIN_ENV = {
     SECKILL_TRUSTED_PROXIES: "127.0.0.0/8",
 };
 
+// ---- the home page and the orders' export ----
+
+// A new buyer opening the home page sees a live sale of any shop without
+// choosing one (GET /api/sales), and the upcoming ones.
+async function buyerHome() {
+    const context = await browser.newContext({ viewport: PHONE });
+    const page = await newPage(context);
+    const shop = 820000 + (RUN % 100000);
+    const live = await createVoucher(server.url, {
+        shopId: shop,
+        title: `Home page sale ${RUN}`,
+        payValue: 500,
+        actualValue: 1000,
+        type: "seckill",
+        stock: 3,
+        beginTime: timeIn(-30),
+        endTime: timeIn(600),
+    });
+    const upcoming = await createVoucher(server.url, {
+        shopId: shop + 1,
+        title: `Later today ${RUN}`,
+        payValue: 500,
+        actualValue: 1000,
+        type: "seckill",
+        stock: 3,
+        beginTime: timeIn(3600),
+        endTime: timeIn(7200),
+    });
+    const sales = [];
+    page.on("request", (r) => {
+        if (new URL(r.url()).pathname === "/api/sales") sales.push(r.url());
+    });
+    await page.goto(`${server.url}/`);
+    // The listing's snapshot may be a second old: the page's own refresh
+    // brings the new sale.
+    await waitFor(() => card(page, live).isVisible(), "the live sale on the home page", 15000);
+    await waitFor(() => card(page, upcoming).isVisible(), "the upcoming sale on the home page", 15000);
+    assertEqual(await page.inputValue("#shop-id"), "", "no shop asked for");
+    assert(!/shop=/.test(page.url()), `the address names no shop: ${page.url()}`);
+    assert(sales.length >= 2 && sales.every((u) => !/shopId=/.test(u)), `the page's listing calls: ${sales.join(" ")}`);
+    assertEqual(await card(page, live).locator("button.buy").textContent(), "Log in to buy", "the live sale's button, logged out");
+    // The shop filter stays: the upcoming sale's shop alone.
+    await page.fill("#shop-id", String(shop + 1));
+    await page.click("#shop-form button");
+    await waitFor(async () => !(await card(page, live).isVisible()), "the other shop's sale gone");
+    assert(await card(page, upcoming).isVisible(), "the chosen shop's sale");
+    assertNoProblems(page);
+    await context.close();
+}
+
+// The admin selects a sale, sees its newest orders, and clicks Download
+// CSV: the file's header and rows are MySQL's.
+async function adminExport() {
+    const context = await browser.newContext({ viewport: DESKTOP, acceptDownloads: true });
+    const page = await newPage(context);
+    const username = `export-admin-${RUN}`;
+    const password = `the export's password ${RUN}`;
+    adminAdd(username, password);
+    const shop = 830000 + (RUN % 100000);
+    const id = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Export test",
+        payValue: 4750,
+        actualValue: 5000,
+        type: "seckill",
+        stock: 10,
+        beginTime: timeIn(-30),
+        endTime: timeIn(3600),
+    });
+    const buyers = tokens(9500000000 + RUN * 10, 4);
+    for (const b of buyers) {
+        const r = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: b.token });
+        assertEqual(r.status, 201, "a purchase for the export");
+    }
+    await page.goto(`${server.url}/admin`);
+    await adminLogIn(page, username, password);
+    await waitFor(() => page.isVisible("#session"), "the session shown");
+    await page.fill("#shop-id", String(shop));
+    await page.click("#shop-form button");
+    const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
+    await waitFor(() => row.isVisible(), "the sale's row");
+    await row.click();
+    await waitFor(async () => (await page.locator("#sale-orders-rows tr").count()) === 4, "the sale's 4 orders");
+    const [download] = await Promise.all([page.waitForEvent("download"), page.click("#sale-orders-csv")]);
+    assertEqual(download.suggestedFilename(), `voucher-${id}-orders.csv`, "the file's name");
+    const file = await download.path();
+    const lines = readFileSync(file, "utf8").split("\n");
+    assertEqual(lines.pop(), "", "the file ends with a newline");
+    assertEqual(lines[0], "orderId,userId,status,amount,createTime,payDeadline,payTime,closeTime", "the header line");
+    const inMysql = mysql(`SELECT id FROM voucher_orders WHERE voucher_id = ${id} ORDER BY id`).trim().split("\n");
+    assertEqual(lines.length - 1, inMysql.length, "rows in the file and in MySQL");
+    assertEqual(lines.slice(1).map((l) => l.split(",")[0]).join(" "), inMysql.join(" "), "the file's order ids");
+    assert(lines.slice(1).every((l) => /^\d+,\d+,unpaid,4750,\d{4}-\d\d-\d\dT[0-9:]{8}Z,[^,]+,,$/.test(l)), `the rows: ${lines[1]}`);
+    await waitFor(async () => /Saved voucher-\d+-orders\.csv/.test(await page.textContent("#sale-orders-msg")), "the saved message");
+    await shoot(page, "admin-orders");
+    assertNoProblems(page);
+    await context.close();
+}
+
 async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
@@ -1155,6 +1256,7 @@ async function main() {
             "browser: buyer joins a queue sale and buys when admitted (a reload reads the place; Log out ends the token)",
             buyerQueue,
         );
+        await test("browser: a new buyer sees the live and upcoming sales of every shop without choosing one", buyerHome);
         await test("browser: every error code has its own words", errorWords);
         await test("browser: the proof-of-work worker hashes known answers right and solves a challenge", powWorker);
         await test("browser: a refused proof of work is solved again; a bar shows meanwhile on a 360 px phone", powRetry);
@@ -1169,6 +1271,7 @@ async function main() {
             adminFlow,
         );
         await test("browser: admin marks a refund done after confirming; the audit log shows it and the voucher made", adminRecords);
+        await test("browser: admin sees a sale's orders and downloads them as CSV, as MySQL has them", adminExport);
     } finally {
         if (browser) await browser.close();
         await stopAll();

@@ -133,6 +133,30 @@ export function redis(...args) {
     });
 }
 
+// One SQL statement on the tests' database (SECKILL_MYSQL_URL), by the
+// mysql client: its rows as text, tab-separated, without the header.
+export function mysql(sql) {
+    const url = new URL(process.env.SECKILL_MYSQL_URL);
+    return execFileSync(
+        "mysql",
+        [
+            "-h",
+            url.hostname,
+            "-P",
+            url.port || "3306",
+            "-u",
+            decodeURIComponent(url.username),
+            `-p${decodeURIComponent(url.password)}`,
+            "-N",
+            "-B",
+            "-e",
+            sql,
+            url.pathname.slice(1),
+        ],
+        { encoding: "utf8" },
+    );
+}
+
 // An admin account, by `seckilld admin add` (the password on its
 // standard input, in the database of SECKILL_MYSQL_URL).
 export function adminAdd(username, password) {

@@ -794,6 +794,133 @@ async function runCases(proxies, redisCli, main) {
         status: 400,
         code: "BAD_REQUEST",
     });
+    // The sales listing: both lists, a page after a cursor, a bad status.
+    await check(proxies, { name: "sales on now", via: S, method: "GET", path: "/api/sales", op: "GET /api/sales", status: 200 });
+    {
+        const first = await check(proxies, {
+            name: "sales beginning soon, one a page",
+            via: S,
+            method: "GET",
+            path: `/api/sales?status=upcoming&within=2592000&limit=1`,
+            op: "GET /api/sales",
+            status: 200,
+        });
+        const next = first.json && first.json.nextCursor;
+        if (next)
+            await check(proxies, {
+                name: "sales, the next page",
+                via: S,
+                method: "GET",
+                path: `/api/sales?status=upcoming&within=2592000&limit=1&cursor=${encodeURIComponent(next)}`,
+                op: "GET /api/sales",
+                status: 200,
+            });
+        await check(proxies, {
+            name: "sales of a shop",
+            via: S,
+            method: "GET",
+            path: `/api/sales?status=live&shopId=${shop}`,
+            op: "GET /api/sales",
+            status: 200,
+        });
+    }
+    await check(proxies, {
+        name: "sales, a status that is not one",
+        via: L,
+        method: "GET",
+        path: "/api/sales?status=ended",
+        op: "GET /api/sales",
+        status: 400,
+        code: "BAD_REQUEST",
+    });
+    await check(proxies, {
+        name: "sales, a cursor that is not one",
+        via: L,
+        method: "GET",
+        path: "/api/sales?cursor=x",
+        op: "GET /api/sales",
+        status: 400,
+        code: "BAD_REQUEST",
+    });
+    {
+        const page = await check(proxies, { name: "vouchers, one a page", via: S, method: "GET", path: "/api/vouchers?limit=1", op: "GET /api/vouchers", status: 200 });
+        const next = page.json && page.json.nextCursor;
+        if (next)
+            await check(proxies, {
+                name: "vouchers, the next page",
+                via: S,
+                method: "GET",
+                path: `/api/vouchers?limit=1&cursor=${next}`,
+                op: "GET /api/vouchers",
+                status: 200,
+            });
+    }
+
+    // A sale's orders (admin): a page, the CSV, and who may not.
+    {
+        const ordersPath = `/api/vouchers/${onSale}/orders`;
+        await check(proxies, { name: "a sale's orders", via: S, method: "GET", path: `${ordersPath}?limit=5`, op: "GET /api/vouchers/{id}/orders", token: admin, status: 200 });
+        await check(proxies, {
+            name: "a sale's paid orders",
+            via: S,
+            method: "GET",
+            path: `${ordersPath}?status=paid`,
+            op: "GET /api/vouchers/{id}/orders",
+            token: admin,
+            status: 200,
+        });
+        const csv = await check(proxies, {
+            name: "a sale's orders as CSV",
+            via: S,
+            method: "GET",
+            path: ordersPath,
+            op: "GET /api/vouchers/{id}/orders",
+            token: admin,
+            headers: { Accept: "text/csv" },
+            status: 200,
+        });
+        if (!/^orderId,userId,status,amount,createTime,payDeadline,payTime,closeTime\n/.test(csv.text))
+            failures.push(`a sale's orders as CSV: the body begins ${JSON.stringify(csv.text.slice(0, 80))}`);
+        await check(proxies, {
+            name: "a sale's orders, no token",
+            via: L,
+            method: "GET",
+            path: ordersPath,
+            op: "GET /api/vouchers/{id}/orders",
+            status: 401,
+            code: "UNAUTHORIZED",
+        });
+        await check(proxies, {
+            name: "a sale's orders, a buyer",
+            via: S,
+            method: "GET",
+            path: ordersPath,
+            op: "GET /api/vouchers/{id}/orders",
+            token: user(60),
+            status: 403,
+            code: "FORBIDDEN",
+        });
+        await check(proxies, {
+            name: "a sale's orders, no such voucher",
+            via: S,
+            method: "GET",
+            path: "/api/vouchers/999999999999/orders",
+            op: "GET /api/vouchers/{id}/orders",
+            token: admin,
+            status: 404,
+            code: "NOT_FOUND",
+        });
+        await check(proxies, {
+            name: "a sale's orders, a status that is not one",
+            via: L,
+            method: "GET",
+            path: `${ordersPath}?status=lost`,
+            op: "GET /api/vouchers/{id}/orders",
+            token: admin,
+            status: 400,
+            code: "BAD_REQUEST",
+        });
+    }
 
     // An admin's login.
     {

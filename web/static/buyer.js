@@ -1,6 +1,8 @@
-// buyer.js - the buyer's page: log in with a phone code, the vouchers of a
-// shop with their stock and a countdown on the server's clock, a buy
-// button per voucher, the outcome in words, and my orders.
+// buyer.js - the buyer's page: log in with a phone code, the sales on now
+// and those beginning within a day across shops (GET /api/sales), or with
+// a shop chosen all of that shop's vouchers, with their stock and a
+// countdown on the server's clock, a buy button per voucher, the outcome
+// in words, and my orders.
 //
 // A voucher's button opens when the server's clock has surely reached the
 // sale's start (api.js, clock) and is disabled while its purchase is in
@@ -234,23 +236,25 @@ $("logout").addEventListener("click", async () => {
         );
 });
 
-// ---- the shop's vouchers ----
+// ---- the sales, or one shop's vouchers ----
 
+// The shop of the address (?shop=N), or "" for every shop's sales.
 function initialShop() {
     const q = new URLSearchParams(location.search).get("shop");
-    return /^[1-9][0-9]{0,17}$/.test(q || "") ? q : "1";
+    return /^[1-9][0-9]{0,17}$/.test(q || "") ? q : "";
 }
 
 $("shop-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const v = $("shop-id").value.trim();
-    if (!/^[1-9][0-9]{0,17}$/.test(v)) {
-        say($("shop-msg"), "A shop is a positive whole number.", "bad");
+    if (v !== "" && !/^[1-9][0-9]{0,17}$/.test(v)) {
+        say($("shop-msg"), "A shop is a positive whole number, or empty for every shop.", "bad");
         return;
     }
     state.shopId = v;
     const url = new URL(location.href);
-    url.searchParams.set("shop", v);
+    if (v) url.searchParams.set("shop", v);
+    else url.searchParams.delete("shop");
     history.replaceState(null, "", url);
     state.vouchers.clear();
     for (const [id, c] of state.cards) {
@@ -261,16 +265,36 @@ $("shop-form").addEventListener("submit", (ev) => {
     loadVouchers();
 });
 
+// Without a shop: the sales on now (ending soonest first), then those
+// beginning within a day (soonest first), across shops. With one: all of
+// that shop's vouchers, newest first.
+async function fetchVouchers(shop) {
+    if (shop) {
+        const res = await call("GET", `/api/vouchers?shopId=${shop}&limit=50`);
+        return res.ok ? { items: res.data.items } : { res };
+    }
+    const [live, upcoming] = await Promise.all([
+        call("GET", "/api/sales?status=live&limit=50"),
+        call("GET", "/api/sales?status=upcoming&within=86400&limit=50"),
+    ]);
+    if (!live.ok) return { res: live };
+    if (!upcoming.ok) return { res: upcoming };
+    return { items: live.data.items.concat(upcoming.data.items) };
+}
+
 async function loadVouchers() {
     const shop = state.shopId;
-    const res = await call("GET", `/api/vouchers?shopId=${shop}&limit=50`);
+    const { items, res } = await fetchVouchers(shop);
     if (shop !== state.shopId) return; // the shop changed meanwhile
-    if (!res.ok) {
+    if (!items) {
         say($("shop-msg"), "Could not load the vouchers: " + describeError(res).text, "warn");
         return;
     }
-    const items = res.data.items;
-    say($("shop-msg"), items.length ? "" : `Shop ${shop} has no vouchers yet.`);
+    $("shop-title").textContent = shop ? `Shop ${shop}` : "On sale now and today";
+    say(
+        $("shop-msg"),
+        items.length ? "" : shop ? `Shop ${shop} has no vouchers yet.` : "No sale is on now or begins today.",
+    );
     const seen = new Set();
     const list = $("vouchers");
     items.forEach((v, i) => {
