@@ -32,10 +32,10 @@ static json_t *record_json(const struct store_audit_row *r)
 unsigned audit_get(struct request *req)
 {
     static const char *const types[] = {"voucher", "user", "refund", "admin"};
-    const char *type = req_query(req, "targetType"),
-               *cursor = req_query(req, "cursor");
+    const char *type = req_query(req, "targetType");
     struct store_audit_row *rows;
     int64_t limit, target = 0, before = 0;
+    bool given, more;
     unsigned code;
     json_t *items;
     size_t n;
@@ -58,23 +58,25 @@ unsigned audit_get(struct request *req)
     } else if (target) {
         return req_error(req, ERR_BAD_REQUEST, "targetId: needs targetType");
     }
-    if (cursor && util_parse_id(cursor, strlen(cursor), &before) != 0)
-        return req_error(req, ERR_BAD_REQUEST,
-                         "cursor: must be the nextCursor of a page");
-    rows = xcalloc((size_t)limit, sizeof(*rows));
-    err = sale_audit_list(req->sale, before, type, target, rows, (size_t)limit,
-                          &n);
+    if (!query_cursor_or_reply(req, 1, &before, &given))
+        return req->status;
+    /* One more than the page: whether another page follows. */
+    rows = xcalloc((size_t)limit + 1, sizeof(*rows));
+    err = sale_audit_list(req->sale, before, type, target, rows,
+                          (size_t)limit + 1, &n);
     if (err) {
         free(rows);
         return req_backend_error(req, err, "audit_list");
     }
+    more = n > (size_t)limit;
+    if (more)
+        n = (size_t)limit;
     items = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(items, record_json(&rows[i]));
-    code = req_reply(
-        req, 200,
-        json_pack("{s:o,s:o}", "items", items, "nextCursor",
-                  n == (size_t)limit ? json_id(rows[n - 1].id) : json_null()));
+    code = req_reply(req, 200,
+                     json_pack("{s:o,s:o}", "items", items, "nextCursor",
+                               json_cursor(more, 1, &rows[n ? n - 1 : 0].id)));
     free(rows);
     return code;
 }

@@ -384,7 +384,7 @@ int store_audit_list(struct store *st, int64_t before, const char *target_type,
     int err;
 
     check_store(st);
-    FUZZ_CHECK(before >= 0 && target_id >= 0 && max >= 1 && max <= 100 &&
+    FUZZ_CHECK(before >= 0 && target_id >= 0 && max >= 1 && max <= 101 &&
                    (target_type || !target_id),
                "audit listed before %lld max %zu", (long long)before, max);
     if ((err = step(&variant)))
