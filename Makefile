@@ -31,6 +31,11 @@
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
 #                  such an installation (part of make test)
+#   make deb       the Debian packages seckilld and libseckill-lock-dev
+#                  (debian/; dpkg-buildpackage on a copy of the tree,
+#                  then lintian) into build/deb; make test-deb installs
+#                  them in a Debian 12 container and runs the service from
+#                  its unit's ExecStart (tests/deb; not in make test)
 #   make test-alerts check deploy/prometheus/alerts.yml and its unit tests
 #                  with promtool (part of make test)
 #   make lock-lib  the lock library: libseckill-lock.a and its example
@@ -75,9 +80,11 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
 
+# CPPFLAGS and LDFLAGS as well: a distribution's build passes its
+# hardening flags in them (dpkg-buildflags: -D_FORTIFY_SOURCE=2, -z relro).
 CFLAGS ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(FPFLAGS) \
-             $(CFLAGS) $(PKG_CFLAGS) -MMD -MP
+             $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 ifeq ($(V),1)
@@ -194,8 +201,8 @@ $(LOCK_EXAMPLE): lock/examples/lock_example.c $(BUILD)/include/seckill/lock.h \
                  $(LOCK_LIB)
 	@mkdir -p $(@D)
 	@echo "  CC  $@"
-	$(Q)$(CC) -std=c11 $(WARN) $(SANFLAGS) $(CFLAGS) -I$(BUILD)/include \
-	    -o $@ $< $(LOCK_LIB) $(shell pkg-config --libs $(LOCK_REQUIRES)) \
+	$(Q)$(CC) -std=c11 $(WARN) $(SANFLAGS) $(CPPFLAGS) $(CFLAGS) \
+	    $(LDFLAGS) -I$(BUILD)/include -o $@ $< $(LOCK_LIB) $(shell pkg-config --libs $(LOCK_REQUIRES)) \
 	    $(LOCK_LIBS)
 
 # The archive, lock.h as <seckill/lock.h> and seckill-lock.pc, under
@@ -233,7 +240,7 @@ MANDIR ?= $(DATADIR)/man
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
-.PHONY: install test-install test-alerts
+.PHONY: install test-install test-alerts deb test-deb
 
 # The binary, sql/ (for creating and upgrading the database), the man
 # page, seckilld.service with this installation's paths, and
@@ -261,6 +268,24 @@ test-install: build
 # The alert rules' syntax and their unit tests (promtool).
 test-alerts:
 	@tests/alerts/run.sh
+
+# ---- Debian packages ----
+
+# debian/rules builds with this Makefile (make build lock-lib, make
+# install install-lock-lib); scripts/deb.sh runs dpkg-buildpackage on a
+# copy of the work tree and lintian on the result, in build/deb.
+deb:
+	@scripts/deps.sh deb
+	@scripts/deb.sh build/deb
+
+# The packages installed with apt-get in a clean Debian 12 container, the
+# service started from the installed unit's ExecStart against the private
+# servers, the README's walk-through, a stop by KillSignal; the lock
+# library's example built with pkg-config (tests/deb/run.sh).
+test-deb: services
+	@scripts/deps.sh deb containers
+	@scripts/deb.sh build/deb
+	@tests/deb/run.sh build/deb
 
 # ---- the private servers ----
 
