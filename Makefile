@@ -38,6 +38,10 @@
 #                  its unit's ExecStart (tests/deb; not in make test)
 #   make test-alerts check deploy/prometheus/alerts.yml and its unit tests
 #                  with promtool (part of make test)
+#   make test-prometheus a real prometheus scraping a running seckilld
+#                  every second until its API reports up == 1, and
+#                  promtool check metrics on the /metrics text (part of
+#                  make test)
 #   make lock-lib  the lock library: libseckill-lock.a and its example
 #                  (docs/locks.md); make install-lock-lib puts the archive,
 #                  its header and seckill-lock.pc under DESTDIR/PREFIX
@@ -240,7 +244,7 @@ MANDIR ?= $(DATADIR)/man
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
-.PHONY: install test-install test-alerts deb test-deb
+.PHONY: install test-install test-alerts test-prometheus deb test-deb
 
 # The binary, sql/ (for creating and upgrading the database), the man
 # page, seckilld.service with this installation's paths, and
@@ -268,6 +272,12 @@ test-install: build
 # The alert rules' syntax and their unit tests (promtool).
 test-alerts:
 	@tests/alerts/run.sh
+
+# Debian's prometheus scrapes $(BUILD)/seckilld on loopback and loads the
+# alert rules; promtool lints the exposition (tests/prometheus/run.sh).
+test-prometheus: services
+	@$(MAKE) --no-print-directory build
+	@tests/prometheus/run.sh $(BUILD)
 
 # ---- Debian packages ----
 
@@ -315,6 +325,7 @@ test: services
 	@$(MAKE) --no-print-directory test-lock-lib
 	@$(MAKE) --no-print-directory test-install
 	@$(MAKE) --no-print-directory test-alerts
+	@$(MAKE) --no-print-directory test-prometheus
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
 
