@@ -246,10 +246,10 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 .PHONY: install test-install test-alerts test-prometheus deb test-deb
 
-# The binary, sql/ (for creating and upgrading the database), the man
-# page, seckilld.service with this installation's paths, and
-# seckilld.env.example; a seckilld.env of the administrator's is never
-# touched.
+# The binary, sql/ (for creating and upgrading the database), the
+# Prometheus alert rules, the man page, seckilld.service with this
+# installation's paths, and seckilld.env.example; a seckilld.env of the
+# administrator's is never touched.
 install: $(BUILD)/seckilld
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR)/seckilld \
 	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
@@ -257,6 +257,8 @@ install: $(BUILD)/seckilld
 	install -m 755 $(BUILD)/seckilld $(DESTDIR)$(SBINDIR)/seckilld
 	install -m 644 sql/schema.sql sql/upgrade-mariadb.sql \
 	    $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 deploy/prometheus/alerts.yml \
+	    $(DESTDIR)$(DATADIR)/seckilld/prometheus-alerts.yml
 	install -m 644 docs/seckilld.8 $(DESTDIR)$(MANDIR)/man8/seckilld.8
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    deploy/seckilld.service.in \

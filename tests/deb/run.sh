@@ -8,7 +8,9 @@
 #    mmdebstrap, no registry), on the host's network so that it reaches
 #    the private MariaDB and Redis of .run/env.test on loopback.
 # 2. apt-get installs seckilld_*.deb, its dependencies coming from
-#    Debian's archive (downloads kept in .run/deb/apt-archives).
+#    Debian's archive (downloads kept in .run/deb/apt-archives); the
+#    binary runs, its files are in place, the settings example is a
+#    conffile.
 # 3. ExecStart=, EnvironmentFile=, KillSignal= and TimeoutStopSec= are
 #    read from the installed unit, which must also keep its sandbox
 #    (DynamicUser, ProtectSystem=strict, NoNewPrivileges, PrivateTmp) and
@@ -102,6 +104,15 @@ apt_install apt-seckilld.log "/debs/$(basename "${service_deb[0]}")"
     die "seckilld is not installed after apt-get install"
 ctr /usr/sbin/seckilld --help >/dev/null 2>&1 ||
     die "the installed /usr/sbin/seckilld does not run: $(ctr /usr/sbin/seckilld --help 2>&1 | head -3)"
+for f in /usr/sbin/seckilld /lib/systemd/system/seckilld.service \
+    /etc/seckilld/seckilld.env.example /usr/share/man/man8/seckilld.8.gz \
+    /usr/share/seckilld/schema.sql /usr/share/seckilld/upgrade-mariadb.sql \
+    /usr/share/seckilld/prometheus-alerts.yml; do
+    ctr test -f "$f" || die "the package did not install $f"
+done
+ctr dpkg-query -W -f='${Conffiles}' seckilld |
+    grep -q '^ /etc/seckilld/seckilld.env.example ' ||
+    die "seckilld.env.example is not a conffile"
 say "apt-get install seckilld: ok ($(ctr dpkg-query -W -f='${Version}' seckilld); the binary's libraries came with it)"
 
 # ---- 3. the installed unit, the settings file, the service ----

@@ -7,7 +7,7 @@
 #
 # Checks, in order:
 #   - make install DESTDIR=... PREFIX=/usr puts the binary in /usr/sbin,
-#     the SQL files in /usr/share/seckilld, the man page in section 8, the
+#     the SQL files and the alert rules in /usr/share/seckilld, the man page in section 8, the
 #     unit in /usr/lib/systemd/system and the settings example in
 #     /etc/seckilld, with their modes, and nothing else; each is the
 #     repository's file (the unit: its template with the paths filled in);
@@ -67,6 +67,7 @@ expected="644 etc/seckilld/seckilld.env.example
 644 usr/lib/systemd/system/seckilld.service
 755 usr/sbin/seckilld
 644 usr/share/man/man8/seckilld.8
+644 usr/share/seckilld/prometheus-alerts.yml
 644 usr/share/seckilld/schema.sql
 644 usr/share/seckilld/upgrade-mariadb.sql"
 got=$(cd "$dest" && find . -type f -printf '%m %P\n' | sort -k2)
@@ -78,6 +79,9 @@ for f in schema.sql upgrade-mariadb.sql; do
     cmp -s "$ROOT/sql/$f" "$dest/usr/share/seckilld/$f" ||
         fail "the installed $f is not sql/$f"
 done
+cmp -s "$ROOT/deploy/prometheus/alerts.yml" \
+    "$dest/usr/share/seckilld/prometheus-alerts.yml" ||
+    fail "the installed prometheus-alerts.yml is not deploy/prometheus's"
 cmp -s "$ROOT/docs/seckilld.8" "$dest/usr/share/man/man8/seckilld.8" ||
     fail "the installed man page is not docs/seckilld.8"
 cmp -s "$ROOT/deploy/seckilld.env.example" \
