@@ -9,8 +9,9 @@
 # the folder above it, so the build runs on a copy: the work tree's
 # tracked files and its new files that git does not ignore, as they are
 # now, in OUT/src/seckilld-VERSION. Nothing is written outside OUT. The
-# packages (.deb, the -dbgsym .ddeb), the .changes and .buildinfo end up
-# in OUT, the build's log in OUT/build.log and lintian's in
+# packages (.deb), the .changes and .buildinfo end up in OUT, with that
+# copy as OUT/seckilld-VERSION-src.tar (make test-deb builds it again in
+# a clean container), the build's log in OUT/build.log and lintian's in
 # OUT/lintian.log. Fails on a build failure or a lintian error; prints
 # lintian's warnings.
 set -euo pipefail
@@ -35,13 +36,13 @@ mkdir -p "$src"
         # A tracked file deleted in the work tree is not part of it.
         [[ -e $ROOT/$f || -L $ROOT/$f ]] && printf '%s\0' "$f"
     done |
-    tar -C "$ROOT" --null -T - -cf - | tar -C "$src" -xf -
+    tar -C "$ROOT" --null -T - -cf "$OUT/seckilld-$version-src.tar"
+tar -C "$src" -xf "$OUT/seckilld-$version-src.tar"
 
 echo "deb: dpkg-buildpackage -us -uc -b (log: $OUT/build.log)"
 (cd "$src" && dpkg-buildpackage -us -uc -b) >"$OUT/build.log" 2>&1 ||
     die "dpkg-buildpackage failed: $(tail -15 "$OUT/build.log")"
 mv "$OUT"/src/*.deb "$OUT"/src/*.changes "$OUT"/src/*.buildinfo "$OUT"/
-mv "$OUT"/src/*.ddeb "$OUT"/ 2>/dev/null || true
 rm -rf "$OUT/src"
 
 changes=$(ls "$OUT"/*.changes)
@@ -56,4 +57,5 @@ if [[ -n $remarks ]]; then
     echo "deb: lintian's remarks:"
     sed 's/^/  /' <<<"$remarks"
 fi
-echo "deb: ok: $(cd "$OUT" && ls *.deb | tr '\n' ' ')in $OUT"
+debs=("$OUT"/*.deb)
+echo "deb: ok: ${debs[*]##*/} in $OUT"

@@ -29,7 +29,10 @@
 # 6. apt-get installs libseckill-lock-dev (and gcc, pkg-config: the
 #    user's tools); the example it ships is compiled with pkg-config's
 #    flags only (--libs and --libs --static), and run against Redis.
-# The container is removed on exit, whatever happened. Prints the time of
+# 7. In a second clean container, the source make deb built from
+#    (seckilld-VERSION-src.tar) is built again with dpkg-buildpackage
+#    after apt-get build-dep: Build-Depends lists all the build needs.
+# The containers are removed on exit, whatever happened. Prints the time of
 # each step; exits non-zero on a failure.
 set -euo pipefail
 export LC_ALL=C
@@ -50,9 +53,10 @@ done
 shopt -s nullglob
 service_deb=("$DEBS"/seckilld_*.deb)
 dev_deb=("$DEBS"/libseckill-lock-dev_*.deb)
+src_tar=("$DEBS"/seckilld-*-src.tar)
 shopt -u nullglob
-((${#service_deb[@]} == 1 && ${#dev_deb[@]} == 1)) ||
-    die "expected one seckilld and one libseckill-lock-dev package in $DEBS (make deb)"
+((${#service_deb[@]} == 1 && ${#dev_deb[@]} == 1 && ${#src_tar[@]} == 1)) ||
+    die "expected one seckilld and one libseckill-lock-dev package and the source in $DEBS (make deb)"
 
 # The test servers, without taking the rest of .run/env.test along.
 # shellcheck disable=SC1091
@@ -241,4 +245,24 @@ count=$(ctr awk 'NR == 1 { print $1 }' /tmp/counter)
 [[ $count == 20 ]] || die "lock_example mutex on Redis counted $count, expected 20"
 say "lock_example mutex on Redis: 4 threads x 5 = $count"
 
-say "ok: packages installed, service run from its unit, walk-through, stop, lock library ($(($(date +%s) - T0)) s in all)"
+# ---- 7. the build from source, with only Build-Depends ----
+# A fresh container: the source make deb built, apt-get build-dep (which
+# brings build-essential and debian/control's Build-Depends, nothing
+# else) and dpkg-buildpackage, as a Debian builder would.
+srctar=$(basename "$src_tar")
+podman run --rm --network=host -v "$DEBS:/debs:ro" \
+    -v "$RUN/apt-archives:/var/cache/apt/archives" \
+    docker.io/library/debian:12 sh -exc "
+        apt-get update -q
+        mkdir -p /build/src && tar -C /build/src -xf /debs/$srctar
+        cd /build/src
+        DEBIAN_FRONTEND=noninteractive apt-get build-dep -y -q ./
+        dpkg-buildpackage -us -uc -b
+        ls /build/*.deb" >"$RUN/build-dep.log" 2>&1 ||
+    die "building from source with only Build-Depends failed: $(tail -20 "$RUN/build-dep.log")"
+grep -q '^/build/seckilld_.*\.deb$' "$RUN/build-dep.log" &&
+    grep -q '^/build/libseckill-lock-dev_.*\.deb$' "$RUN/build-dep.log" ||
+    die "the build from source made no packages: $(tail -10 "$RUN/build-dep.log")"
+say "a clean container builds both packages with only build-essential and the Build-Depends"
+
+say "ok: packages installed, service run from its unit, walk-through, stop, lock library, Build-Depends ($(($(date +%s) - T0)) s in all)"
