@@ -293,7 +293,9 @@ deb:
 # The packages installed with apt-get in a clean Debian 12 container, the
 # service started from the installed unit's ExecStart against the private
 # servers, the README's walk-through, a stop by KillSignal; the lock
-# library's example built with pkg-config (tests/deb/run.sh).
+# library's example built with pkg-config; the source built again in a
+# second clean container with only its Build-Depends (tests/deb/run.sh,
+# 2 to 3 minutes).
 test-deb: services
 	@scripts/deps.sh deb containers
 	@scripts/deb.sh build/deb
