@@ -43,6 +43,8 @@ done
 . "$ROOT/tests/lib/podman.sh"
 # shellcheck source=tests/lib/walkthrough.sh
 . "$ROOT/tests/lib/walkthrough.sh"
+# shellcheck source=tests/lib/ports.sh
+. "$ROOT/tests/lib/ports.sh"
 podman_setup "$RUN"
 
 # ---- 1. the base image ----

@@ -67,6 +67,8 @@ read -r MYSQL_URL REDIS_URL SECRET < <(. "$ROOT/.run/env.test" &&
 . "$ROOT/tests/lib/podman.sh"
 # shellcheck source=tests/lib/walkthrough.sh
 . "$ROOT/tests/lib/walkthrough.sh"
+# shellcheck source=tests/lib/ports.sh
+. "$ROOT/tests/lib/ports.sh"
 podman_setup "$RUN"
 
 # ---- 1. the container ----
@@ -249,7 +251,7 @@ say "lock_example mutex on Redis: 4 threads x 5 = $count"
 # A fresh container: the source make deb built, apt-get build-dep (which
 # brings build-essential and debian/control's Build-Depends, nothing
 # else) and dpkg-buildpackage, as a Debian builder would.
-srctar=$(basename "$src_tar")
+srctar=$(basename "${src_tar[0]}")
 podman run --rm --network=host -v "$DEBS:/debs:ro" \
     -v "$RUN/apt-archives:/var/cache/apt/archives" \
     docker.io/library/debian:12 sh -exc "

@@ -13,8 +13,6 @@
 #     second purchase refused, the order unpaid, the order in the list)
 #     and prints its output, then a last line "walkthrough: voucher=ID
 #     order=ID". On a failure prints why on standard error and returns 1.
-#
-# free_port: a TCP port nothing listens on, on loopback.
 
 WALKTHROUGH_README=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/README.md
 
@@ -46,14 +44,4 @@ walkthrough_run() { # api secret build_dir work_dir
         }
     done
     printf '%s\n' "$out"
-}
-
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 12000))
-        ss -ltn "sport = :$p" | grep -q LISTEN || { echo "$p"; return 0; }
-    done
-    echo "no free port" >&2
-    return 1
 }

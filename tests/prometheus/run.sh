@@ -43,8 +43,8 @@ for tool in prometheus promtool curl jq ss; do
         fail "$tool not found (scripts/deps.sh installs it)"
 done
 [[ -f $ROOT/.run/env.test ]] || fail ".run/env.test not found (make services)"
-# shellcheck source=tests/lib/walkthrough.sh
-. "$ROOT/tests/lib/walkthrough.sh" # free_port
+# shellcheck source=tests/lib/ports.sh
+. "$ROOT/tests/lib/ports.sh"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/seckill-prometheus.XXXXXX")
 pids=()
