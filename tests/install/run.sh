@@ -134,11 +134,15 @@ ok "systemd-analyze security: $(sed -n 's/.*exposure level for [^:]*: //p' \
 # ---- the stop timeout and the descriptor limit ----
 
 # From the installed binary's own help: "... SECKILL_DRAIN_S ... [5]".
+# Read into a file first: awk stops at the first match, and a binary
+# still writing into the closed pipe would die of SIGPIPE.
+"$dest/usr/sbin/seckilld" --help >"$work/help.txt" 2>&1 ||
+    fail "seckilld --help failed"
 help_default() { # VAR
-    "$dest/usr/sbin/seckilld" --help 2>&1 |
-        awk -v var="$1" '$0 ~ var { on = 1 }
+    awk -v var="$1" '$0 ~ var { on = 1 }
             on && match($0, /\[[0-9]+\]/) {
-                print substr($0, RSTART + 1, RLENGTH - 2); exit }'
+                print substr($0, RSTART + 1, RLENGTH - 2); exit }' \
+        "$work/help.txt"
 }
 drain=$(help_default SECKILL_DRAIN_S)
 max_conn=$(help_default SECKILL_MAX_CONN)
