@@ -31,8 +31,17 @@
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
 #                  such an installation (part of make test)
+#   make deb       the Debian packages seckilld and libseckill-lock-dev
+#                  (debian/; dpkg-buildpackage on a copy of the tree,
+#                  then lintian) into build/deb; make test-deb installs
+#                  them in a Debian 12 container and runs the service from
+#                  its unit's ExecStart (tests/deb; not in make test)
 #   make test-alerts check deploy/prometheus/alerts.yml and its unit tests
 #                  with promtool (part of make test)
+#   make test-prometheus a real prometheus scraping a running seckilld
+#                  every second until its API reports up == 1, and
+#                  promtool check metrics on the /metrics text (part of
+#                  make test)
 #   make lock-lib  the lock library: libseckill-lock.a and its example
 #                  (docs/locks.md); make install-lock-lib puts the archive,
 #                  its header and seckill-lock.pc under DESTDIR/PREFIX
@@ -75,9 +84,11 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS = $(shell pkg-config --libs $(PKGS))
 
+# CPPFLAGS and LDFLAGS as well: a distribution's build passes its
+# hardening flags in them (dpkg-buildflags: -D_FORTIFY_SOURCE=2, -z relro).
 CFLAGS ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -I. $(WARN) $(SANFLAGS) $(FPFLAGS) \
-             $(CFLAGS) $(PKG_CFLAGS) -MMD -MP
+             $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 ifeq ($(V),1)
@@ -195,8 +206,8 @@ $(LOCK_EXAMPLE): lock/examples/lock_example.c $(BUILD)/include/seckill/lock.h \
                  $(LOCK_LIB)
 	@mkdir -p $(@D)
 	@echo "  CC  $@"
-	$(Q)$(CC) -std=c11 $(WARN) $(SANFLAGS) $(CFLAGS) -I$(BUILD)/include \
-	    -o $@ $< $(LOCK_LIB) $(shell pkg-config --libs $(LOCK_REQUIRES)) \
+	$(Q)$(CC) -std=c11 $(WARN) $(SANFLAGS) $(CPPFLAGS) $(CFLAGS) \
+	    $(LDFLAGS) -I$(BUILD)/include -o $@ $< $(LOCK_LIB) $(shell pkg-config --libs $(LOCK_REQUIRES)) \
 	    $(LOCK_LIBS)
 
 # The archive, lock.h as <seckill/lock.h> and seckill-lock.pc, under
@@ -234,12 +245,12 @@ MANDIR ?= $(DATADIR)/man
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
-.PHONY: install test-install test-alerts
+.PHONY: install test-install test-alerts test-prometheus deb test-deb
 
-# The binary, sql/ (for creating and upgrading the database), the man
-# page, seckilld.service with this installation's paths, and
-# seckilld.env.example; a seckilld.env of the administrator's is never
-# touched.
+# The binary, sql/ (for creating and upgrading the database), the
+# Prometheus alert rules, the man page, seckilld.service with this
+# installation's paths, and seckilld.env.example; a seckilld.env of the
+# administrator's is never touched.
 install: $(BUILD)/seckilld
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR)/seckilld \
 	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
@@ -247,6 +258,8 @@ install: $(BUILD)/seckilld
 	install -m 755 $(BUILD)/seckilld $(DESTDIR)$(SBINDIR)/seckilld
 	install -m 644 sql/schema.sql sql/upgrade-mariadb.sql \
 	    $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 deploy/prometheus/alerts.yml \
+	    $(DESTDIR)$(DATADIR)/seckilld/prometheus-alerts.yml
 	install -m 644 docs/seckilld.8 $(DESTDIR)$(MANDIR)/man8/seckilld.8
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    deploy/seckilld.service.in \
@@ -262,6 +275,32 @@ test-install: build
 # The alert rules' syntax and their unit tests (promtool).
 test-alerts:
 	@tests/alerts/run.sh
+
+# Debian's prometheus scrapes $(BUILD)/seckilld on loopback and loads the
+# alert rules; promtool lints the exposition (tests/prometheus/run.sh).
+test-prometheus: services
+	@$(MAKE) --no-print-directory build
+	@tests/prometheus/run.sh $(BUILD)
+
+# ---- Debian packages ----
+
+# debian/rules builds with this Makefile (make build lock-lib, make
+# install install-lock-lib); scripts/deb.sh runs dpkg-buildpackage on a
+# copy of the work tree and lintian on the result, in build/deb.
+deb:
+	@scripts/deps.sh deb
+	@scripts/deb.sh build/deb
+
+# The packages installed with apt-get in a clean Debian 12 container, the
+# service started from the installed unit's ExecStart against the private
+# servers, the README's walk-through, a stop by KillSignal; the lock
+# library's example built with pkg-config; the source built again in a
+# second clean container with only its Build-Depends (tests/deb/run.sh,
+# 2 to 3 minutes).
+test-deb: services
+	@scripts/deps.sh deb containers
+	@scripts/deb.sh build/deb
+	@tests/deb/run.sh build/deb
 
 # ---- the private servers ----
 
@@ -291,6 +330,7 @@ test: services
 	@$(MAKE) --no-print-directory test-lock-lib
 	@$(MAKE) --no-print-directory test-install
 	@$(MAKE) --no-print-directory test-alerts
+	@$(MAKE) --no-print-directory test-prometheus
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory fuzz-smoke
 

@@ -18,7 +18,7 @@
 # systemd-analyze (systemd), groff and man (groff-base, man-db), and the
 # alert rules with promtool (prometheus ships it).
 #
-#   scripts/deps.sh [bench] [jmeter] [web] [containers]
+#   scripts/deps.sh [bench] [jmeter] [web] [containers] [deb]
 set -euo pipefail
 
 PACKAGES=(
@@ -49,6 +49,8 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # OCI runtime runc, netavark and aardvark-dns (container networks with name
 # resolution, which compose's service names need) and mmdebstrap (the
 # base image: no registry is reached for images).
+# `deb` (make deb) adds debhelper (dpkg-buildpackage comes with
+# build-essential) and lintian, which checks the packages.
 for group in "$@"; do
     case $group in
     bench) PACKAGES+=(wrk sysbench nginx-light gnuplot-nox) ;;
@@ -63,7 +65,8 @@ for group in "$@"; do
         PACKAGES+=(podman podman-compose runc netavark aardvark-dns iptables
             uidmap mmdebstrap)
         ;;
-    *) die "unknown package group '$group' (known: bench, jmeter, web, containers)" ;;
+    deb) PACKAGES+=(debhelper lintian) ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, web, containers, deb)" ;;
     esac
 done
 

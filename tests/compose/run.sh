@@ -39,30 +39,19 @@ for tool in podman podman-compose mmdebstrap curl jq; do
     command -v "$tool" >/dev/null || die "$tool not found (scripts/deps.sh containers)"
 done
 [[ -x $BIN ]] || die "$BIN not found (make build)"
-mkdir -p "$RUN"
-cat >"$RUN/containers.conf" <<'EOF'
-[containers]
-default_ulimits = []
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-
-[network]
-network_backend = "netavark"
-EOF
-export CONTAINERS_CONF=$RUN/containers.conf
+# shellcheck source=tests/lib/podman.sh
+. "$ROOT/tests/lib/podman.sh"
+# shellcheck source=tests/lib/walkthrough.sh
+. "$ROOT/tests/lib/walkthrough.sh"
+# shellcheck source=tests/lib/ports.sh
+. "$ROOT/tests/lib/ports.sh"
+podman_setup "$RUN"
 
 # ---- 1. the base image ----
-if ! podman image exists docker.io/library/debian:12; then
+podman image exists docker.io/library/debian:12 ||
     say "making the Debian 12 base image with mmdebstrap"
-    mmdebstrap --variant=apt bookworm "$RUN/debian12.tar" >"$RUN/mmdebstrap.log" 2>&1 ||
-        die "mmdebstrap failed (log: $RUN/mmdebstrap.log)"
-    podman import "$RUN/debian12.tar" docker.io/library/debian:12 >/dev/null
-    rm -f "$RUN/debian12.tar"
-fi
-podman image exists docker.io/library/debian:12-slim ||
-    podman tag docker.io/library/debian:12 docker.io/library/debian:12-slim
+podman_debian12 "$RUN" ||
+    die "making the base image failed (log: $RUN/mmdebstrap.log)"
 
 # ---- 2. images ----
 build() { # tag context
@@ -77,14 +66,6 @@ build localhost/seckill-standin-redis:7 "$ROOT/tests/compose/standins/redis"
 build localhost/seckill-standin-haproxy:2.6 "$ROOT/tests/compose/standins/haproxy"
 
 # ---- 3. up ----
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 12000))
-        ss -ltn "sport = :$p" | grep -q LISTEN || { echo "$p"; return; }
-    done
-    die "no free port"
-}
 export SECKILL_IMAGE=localhost/seckilld:$TAG
 export MARIADB_IMAGE=localhost/seckill-standin-mariadb:10.11
 export REDIS_IMAGE=localhost/seckill-standin-redis:7
@@ -141,19 +122,8 @@ say "stack up: both replicas UP behind haproxy"
 sql() { podman exec "$(container mysql)" mariadb -useckill -pseckill seckill -N -B -e "$1"; }
 
 # ---- 4a. the README's walk-through, through haproxy ----
-WT=$RUN/walkthrough
-rm -rf "$WT"
-mkdir -p "$WT/.run"
-ln -s "$ROOT/build" "$WT/build"
-echo "export SECKILL_SECRET=$SECKILL_SECRET" >"$WT/.run/env"
-sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' "$ROOT/README.md" |
-    sed '1,2d;$d' | sed '$d' |
-    sed "s|http://127.0.0.1:8080|$LB|" >"$WT/walkthrough.sh"
-grep -q "$LB" "$WT/walkthrough.sh" || die "the README's walk-through names no API address"
-out=$(cd "$WT" && bash -euo pipefail walkthrough.sh) || die "the walk-through failed: $out"
-for want in '"type":"seckill"' '"stock":100' ALREADY_PURCHASED '"status":"unpaid"' '{"items":[{'; do
-    grep -qF "$want" <<<"$out" || die "the walk-through's output lacks $want: $out"
-done
+walkthrough_run "$LB" "$SECKILL_SECRET" "$ROOT/build" "$RUN/walkthrough" \
+    >/dev/null || die "the README's walk-through through haproxy"
 say "README walk-through: ok"
 podman logs "$(container sms-sink)" 2>&1 | grep -q "to +8613800138000: your login code is" ||
     die "the sms-sink service did not print the walk-through's login code"

@@ -7,7 +7,7 @@
 #
 # Checks, in order:
 #   - make install DESTDIR=... PREFIX=/usr puts the binary in /usr/sbin,
-#     the SQL files in /usr/share/seckilld, the man page in section 8, the
+#     the SQL files and the alert rules in /usr/share/seckilld, the man page in section 8, the
 #     unit in /usr/lib/systemd/system and the settings example in
 #     /etc/seckilld, with their modes, and nothing else; each is the
 #     repository's file (the unit: its template with the paths filled in);
@@ -67,6 +67,7 @@ expected="644 etc/seckilld/seckilld.env.example
 644 usr/lib/systemd/system/seckilld.service
 755 usr/sbin/seckilld
 644 usr/share/man/man8/seckilld.8
+644 usr/share/seckilld/prometheus-alerts.yml
 644 usr/share/seckilld/schema.sql
 644 usr/share/seckilld/upgrade-mariadb.sql"
 got=$(cd "$dest" && find . -type f -printf '%m %P\n' | sort -k2)
@@ -78,6 +79,9 @@ for f in schema.sql upgrade-mariadb.sql; do
     cmp -s "$ROOT/sql/$f" "$dest/usr/share/seckilld/$f" ||
         fail "the installed $f is not sql/$f"
 done
+cmp -s "$ROOT/deploy/prometheus/alerts.yml" \
+    "$dest/usr/share/seckilld/prometheus-alerts.yml" ||
+    fail "the installed prometheus-alerts.yml is not deploy/prometheus's"
 cmp -s "$ROOT/docs/seckilld.8" "$dest/usr/share/man/man8/seckilld.8" ||
     fail "the installed man page is not docs/seckilld.8"
 cmp -s "$ROOT/deploy/seckilld.env.example" \
@@ -130,11 +134,15 @@ ok "systemd-analyze security: $(sed -n 's/.*exposure level for [^:]*: //p' \
 # ---- the stop timeout and the descriptor limit ----
 
 # From the installed binary's own help: "... SECKILL_DRAIN_S ... [5]".
+# Read into a file first: awk stops at the first match, and a binary
+# still writing into the closed pipe would die of SIGPIPE.
+"$dest/usr/sbin/seckilld" --help >"$work/help.txt" 2>&1 ||
+    fail "seckilld --help failed"
 help_default() { # VAR
-    "$dest/usr/sbin/seckilld" --help 2>&1 |
-        awk -v var="$1" '$0 ~ var { on = 1 }
+    awk -v var="$1" '$0 ~ var { on = 1 }
             on && match($0, /\[[0-9]+\]/) {
-                print substr($0, RSTART + 1, RLENGTH - 2); exit }'
+                print substr($0, RSTART + 1, RLENGTH - 2); exit }' \
+        "$work/help.txt"
 }
 drain=$(help_default SECKILL_DRAIN_S)
 max_conn=$(help_default SECKILL_MAX_CONN)
