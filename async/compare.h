@@ -19,6 +19,9 @@ struct async_redis_side {
     long long written;   /* orders settled as written to MySQL */
     uint64_t last_pos;   /* the stream's last position (async_stream_pos) */
     bool orphan;         /* an acknowledged order left in the stream */
+    long long restocked; /* units restocks added to initial, as Redis has
+                          * them */
+    long long revision;  /* the controls' revision it has */
 };
 
 /* A sale's numbers in MySQL, counting only the orders at or before the
@@ -30,6 +33,8 @@ struct async_mysql_side {
     long long owed;    /* closed orders whose unit is still owed back to
                         * Redis (async_unit_returns): Redis keeps their
                         * buyer until the unit comes back */
+    long long restocked; /* units restocks added to initial, in MySQL: more
+                          * than Redis' while a restock is on its way */
 };
 
 /* How a sale disagrees, term by term (all 0 and false: it agrees). */

@@ -39,6 +39,7 @@ struct vcache_voucher {
     bool sold_out;      /* seckill vouchers only */
     enum purchase_mode mode;
     bool queue; /* admission through the waiting room (a ticket) */
+    bool paused; /* an operator paused the sale */
 };
 
 struct vcache;

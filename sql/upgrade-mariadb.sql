@@ -103,3 +103,14 @@ CREATE TABLE IF NOT EXISTS refunds (
     UNIQUE KEY uk_refunds_txn (txn_id),
     KEY idx_refunds_status (status, id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- The operator's controls of a sale (schema.sql says what they are).
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS halt TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER admission,
+    ADD COLUMN IF NOT EXISTS revision INT UNSIGNED NOT NULL DEFAULT 0
+        AFTER halt,
+    ADD COLUMN IF NOT EXISTS restocked INT NOT NULL DEFAULT 0 AFTER revision;
+ALTER TABLE seckill_stock_segments
+    ADD COLUMN IF NOT EXISTS halt TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER stock;
