@@ -48,9 +48,9 @@ bool async_sale_compare(const struct async_redis_side *r,
         return false;
     }
     d->orphan = r->orphan;
-    d->initial = m->initial >= 0 ? r->initial - (m->initial - (m->restocked -
-                                                              r->restocked))
-                                 : 0;
+    d->initial = m->initial >= 0
+                     ? r->initial - (m->initial - (m->restocked - r->restocked))
+                     : 0;
     d->units = r->initial - r->stock - r->buyers;
     d->buyers = r->buyers - (r->written - (m->orders - m->active) + m->owed) -
                 r->unsettled;

@@ -27,12 +27,12 @@ struct async_redis_side {
 /* A sale's numbers in MySQL, counting only the orders at or before the
  * Redis side's last_pos (and those from before positions were kept). */
 struct async_mysql_side {
-    long long initial; /* -1: unknown (a voucher from before) */
-    long long active;  /* unpaid and paid orders */
-    long long orders;  /* orders of any status */
-    long long owed;    /* closed orders whose unit is still owed back to
-                        * Redis (async_unit_returns): Redis keeps their
-                        * buyer until the unit comes back */
+    long long initial;   /* -1: unknown (a voucher from before) */
+    long long active;    /* unpaid and paid orders */
+    long long orders;    /* orders of any status */
+    long long owed;      /* closed orders whose unit is still owed back to
+                          * Redis (async_unit_returns): Redis keeps their
+                          * buyer until the unit comes back */
     long long restocked; /* units restocks added to initial, in MySQL: more
                           * than Redis' while a restock is on its way */
 };

@@ -119,8 +119,9 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s)
  * one moment: {initial (-1: no state), stock, buyers, unsettled (pending
  * records), written, the stream's last id, the freeze's owner ("" when
  * not frozen), 1 when the stream's oldest entry was acknowledged and left
- * there, restocked, the revision of the controls it has}. An entry acknowledged and left behind is always the oldest
- * sooner or later, as the entries around it are settled and deleted.
+ * there, restocked, the revision of the controls it has}. An entry acknowledged
+ * and left behind is always the oldest sooner or later, as the entries around
+ * it are settled and deleted.
  */
 static struct redis_script snapshot_script = REDIS_SCRIPT(
     LUA_HELPERS

@@ -146,8 +146,7 @@ static bool fields_known_or_reply(struct request *req, const char **never)
         if (!known) {
             char msg[160];
 
-            snprintf(msg, sizeof(msg), "%.64s: not a field of a voucher",
-                     key);
+            snprintf(msg, sizeof(msg), "%.64s: not a field of a voucher", key);
             req_error(req, ERR_BAD_REQUEST, msg);
             return false;
         }

@@ -11,7 +11,6 @@
 #include "common/util.h"
 #include "handlers/endpoints.h"
 
-
 json_t *voucher_json(const struct request *req, const struct store_voucher *v)
 {
     json_t *o = json_pack(
@@ -31,8 +30,7 @@ json_t *voucher_json(const struct request *req, const struct store_voucher *v)
         json_object_set_new(
             o, "admission",
             json_string(v->admission == ADMISSION_QUEUE ? "queue" : "open"));
-        json_object_set_new(o, "paused",
-                            json_boolean(v->halt == HALT_PAUSED));
+        json_object_set_new(o, "paused", json_boolean(v->halt == HALT_PAUSED));
         if (v->admission == ADMISSION_QUEUE)
             json_object_set_new(
                 o, "queueOpensAt",

@@ -59,7 +59,8 @@ static int control_done(struct sale *s, struct store *st, int64_t voucher_id,
         log_warn("waiting room not marked in redis", "voucher=%lld",
                  (long long)voucher_id);
     vcache_voucher_changed(s->cfg.vcache, st, voucher_id);
-    log_info("sale control", "voucher=%lld what=%s revision=%lld halt=%d "
+    log_info("sale control",
+             "voucher=%lld what=%s revision=%lld halt=%d "
              "end=%lld restocked=%lld",
              (long long)voucher_id, what, (long long)c->revision, (int)c->halt,
              (long long)c->end_time, (long long)c->restocked);
@@ -110,8 +111,8 @@ int sale_voucher_patch(struct sale *s, int64_t voucher_id,
 {
     struct store *st = sale__store(s);
     struct store_sale_control c = {0};
-    int err = store_voucher_patch(st, voucher_id, p, util_now_ms() / 1000, out,
-                                  &c);
+    int err =
+        store_voucher_patch(st, voucher_id, p, util_now_ms() / 1000, out, &c);
 
     *why = c.why;
     if (err || *out != STORE_CONTROL_DONE)
@@ -124,8 +125,8 @@ int sale_voucher_delete(struct sale *s, int64_t voucher_id,
 {
     struct store *st = sale__store(s);
     struct store_sale_control c = {0};
-    int err = store_voucher_delete(st, voucher_id, util_now_ms() / 1000, out,
-                                   &c);
+    int err =
+        store_voucher_delete(st, voucher_id, util_now_ms() / 1000, out, &c);
 
     *why = c.why;
     if (err || *out != STORE_CONTROL_DONE)

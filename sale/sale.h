@@ -292,8 +292,7 @@ int sale_voucher_patch(struct sale *s, int64_t voucher_id,
 int sale_voucher_delete(struct sale *s, int64_t voucher_id,
                         enum store_control *out, const char **why);
 /* Read voucher_id as just committed (the primary, never a replica). */
-int sale_voucher_get_fresh(struct sale *s, int64_t id,
-                           struct store_voucher *v);
+int sale_voucher_get_fresh(struct sale *s, int64_t id, struct store_voucher *v);
 
 /* store_voucher_get(), store_voucher_list(), store_voucher_stats(), on
  * this thread's store. Wait. */

@@ -454,6 +454,7 @@ void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id)
     if (!vc)
         return;
     /* This instance at once, without waiting for its own message. */
+    store_voucher_stocked(id);
     if (vc->ttl_ms)
         invalidate(vc, id);
     rc = store_redis(st);
@@ -489,9 +490,11 @@ static void on_message(void *ctx, const char *msg, size_t len)
 
     if (strcmp(msg, "*") == 0)
         flush(vc);
-    else if (util_parse_id(msg, len, &id) == 0)
+    else if (util_parse_id(msg, len, &id) == 0) {
+        /* Stock may be back: the segments seen empty sell again too. */
+        store_voucher_stocked(id);
         invalidate(vc, id);
-    else
+    } else
         log_warn("voucher cache message ignored", "channel=%s len=%zu",
                  vc->channel, len);
 }

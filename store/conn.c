@@ -318,10 +318,9 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "(SELECT COUNT(*) FROM seckill_stock_segments g WHERE g.voucher_id "
         "= v.id) FROM vouchers v LEFT JOIN seckill_vouchers s ON "
         "s.voucher_id = v.id WHERE v.id = ? FOR UPDATE",
-    [STMT_CTL_READ] =
-        "SELECT revision, restocked, halt, begin_time, end_time, "
-        "COALESCE(initial_stock, -1) FROM seckill_vouchers WHERE "
-        "voucher_id = ?",
+    [STMT_CTL_READ] = "SELECT revision, restocked, halt, begin_time, end_time, "
+                      "COALESCE(initial_stock, -1) FROM seckill_vouchers WHERE "
+                      "voucher_id = ?",
     [STMT_CTL_HALT] = "UPDATE seckill_vouchers SET halt = ?, revision = "
                       "revision + 1 WHERE voucher_id = ?",
     [STMT_CTL_SEGMENTS_HALT] =

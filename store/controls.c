@@ -66,8 +66,8 @@ static int ctl_lock(struct store *st, int64_t id, struct ctl_row *r)
     r->seckill = type == VOUCHER_SECKILL && seckill && !null[2];
     r->type = r->seckill ? VOUCHER_SECKILL : VOUCHER_NORMAL;
     r->mode = mode == PURCHASE_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
-    r->admission = admission == ADMISSION_QUEUE ? ADMISSION_QUEUE
-                                                : ADMISSION_OPEN;
+    r->admission =
+        admission == ADMISSION_QUEUE ? ADMISSION_QUEUE : ADMISSION_OPEN;
     r->halt = (enum store_halt)halt;
     if (r->seckill) {
         r->begin_time = time_to_epoch(&bt);
@@ -211,8 +211,11 @@ int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,
                     int64_t now_s, enum store_control *out,
                     struct store_sale_control *after)
 {
-    struct ctl_args a = {.id = voucher_id, .now_s = now_s, .halt = halt,
-                         .out = out, .after = after};
+    struct ctl_args a = {.id = voucher_id,
+                         .now_s = now_s,
+                         .halt = halt,
+                         .out = out,
+                         .after = after};
 
     if (halt == HALT_STOPPED)
         return -EINVAL;
@@ -339,8 +342,11 @@ int store_sale_restock(struct store *st, int64_t voucher_id, int64_t units,
                        int64_t now_s, enum store_control *out,
                        struct store_sale_control *after)
 {
-    struct ctl_args a = {.id = voucher_id, .now_s = now_s, .units = units,
-                         .out = out, .after = after};
+    struct ctl_args a = {.id = voucher_id,
+                         .now_s = now_s,
+                         .units = units,
+                         .out = out,
+                         .after = after};
 
     if (units < 1)
         return -EINVAL;
@@ -396,8 +402,7 @@ static int patch_once(struct store *st, void *arg)
 
         for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
             if (p->set & fixed[i].bit)
-                return patch_refuse(st, a, STORE_CONTROL_STARTED,
-                                    fixed[i].why);
+                return patch_refuse(st, a, STORE_CONTROL_STARTED, fixed[i].why);
         if ((p->set & STORE_PATCH_END) && ctl_ended(&r, a->now_s))
             return patch_refuse(st, a, STORE_CONTROL_ENDED,
                                 "endTime: the sale has ended");
@@ -406,8 +411,8 @@ static int patch_once(struct store *st, void *arg)
                                 "endTime: must not be in the past");
     }
     pay = p->set & STORE_PATCH_PAY_VALUE ? p->pay_value : r.pay_value;
-    actual = p->set & STORE_PATCH_ACTUAL_VALUE ? p->actual_value
-                                               : r.actual_value;
+    actual =
+        p->set & STORE_PATCH_ACTUAL_VALUE ? p->actual_value : r.actual_value;
     if (pay < 1 || pay > actual)
         return patch_refuse(st, a, STORE_CONTROL_INVALID,
                             p->set & STORE_PATCH_PAY_VALUE
@@ -456,8 +461,7 @@ static int patch_once(struct store *st, void *arg)
     if (!r.seckill) {
         if (mysql_commit(st->my)) {
             err = store_mysql_error(st, NULL, "commit");
-            return err == -ENOTCONN ? -EINPROGRESS
-                                    : store_tx_rollback(st, err);
+            return err == -ENOTCONN ? -EINPROGRESS : store_tx_rollback(st, err);
         }
         *a->out = STORE_CONTROL_DONE;
         return 0;

@@ -427,7 +427,6 @@ static int orders_insert(struct store *st, struct batch *b, struct member **in,
     return 0;
 }
 
-
 /*
  * One attempt: (the stock, or the existing orders, if needed, then) one
  * transaction over the members not settled yet, at most cap of them.

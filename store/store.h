@@ -559,6 +559,11 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
  */
 size_t store_voucher_states_free_idle(int64_t idle_ms);
 
+/* Voucher voucher_id's stock changed elsewhere (another process's
+ * restock or returned unit): forget which of its segments this process
+ * saw empty, so that they sell again at once. Thread-safe; no I/O. */
+void store_voucher_stocked(int64_t voucher_id);
+
 /* How many vouchers' state the process keeps now. Thread-safe. */
 size_t store_voucher_states_count(void);
 
