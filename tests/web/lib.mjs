@@ -133,6 +133,32 @@ export function redis(...args) {
     });
 }
 
+// One SQL query on the tests' database (SECKILL_MYSQL_URL) with the
+// mariadb client: the first column of the first row, as text ("" when
+// there is none).
+export function sql(query) {
+    const url = new URL(process.env.SECKILL_MYSQL_URL);
+    const out = execFileSync(
+        "mariadb",
+        [
+            "-h",
+            url.hostname,
+            "-P",
+            url.port || "3306",
+            "-u",
+            decodeURIComponent(url.username),
+            `-p${decodeURIComponent(url.password)}`,
+            "-N",
+            "-B",
+            "-e",
+            query,
+            url.pathname.slice(1),
+        ],
+        { encoding: "utf8" },
+    );
+    return out.split("\n")[0].split("\t")[0];
+}
+
 // An admin account, by `seckilld admin add` (the password on its
 // standard input, in the database of SECKILL_MYSQL_URL).
 export function adminAdd(username, password) {
