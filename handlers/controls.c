@@ -96,6 +96,7 @@ unsigned voucher_stop_post(struct request *req)
 unsigned voucher_restock_post(struct request *req)
 {
     enum store_control out = STORE_CONTROL_DONE;
+    const char *why = NULL;
     unsigned status;
     int64_t add = 0;
     int err;
@@ -105,8 +106,8 @@ unsigned voucher_restock_post(struct request *req)
     if (!body_object_or_reply(req) ||
         !body_int_or_reply(req, "add", true, 1, RESTOCK_MAX, &add))
         return req->status;
-    err = sale_voucher_restock(req->sale, req->id, add, &out);
-    return control_reply(req, err, out, NULL, "restock");
+    err = sale_voucher_restock(req->sale, req->id, add, &out, &why);
+    return control_reply(req, err, out, why, "restock");
 }
 
 /* The fields an edit may name, and those that never change. */

@@ -93,13 +93,14 @@ int sale_voucher_stop(struct sale *s, int64_t voucher_id,
 }
 
 int sale_voucher_restock(struct sale *s, int64_t voucher_id, int64_t units,
-                         enum store_control *out)
+                         enum store_control *out, const char **why)
 {
     struct store *st = sale__store(s);
     struct store_sale_control c = {0};
     int err = store_sale_restock(st, voucher_id, units, util_now_ms() / 1000,
                                  out, &c);
 
+    *why = c.why;
     if (err || *out != STORE_CONTROL_DONE)
         return err;
     return control_done(s, st, voucher_id, &c, "restock");

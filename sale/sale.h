@@ -280,9 +280,10 @@ int sale_voucher_pause(struct sale *s, int64_t voucher_id, bool pause,
 /* End voucher_id's sale now. */
 int sale_voucher_stop(struct sale *s, int64_t voucher_id,
                       enum store_control *out);
-/* Add units (1..) to voucher_id's stock and initial stock. */
+/* Add units (1..) to voucher_id's stock and initial stock; *why names
+ * a refusal. */
 int sale_voucher_restock(struct sale *s, int64_t voucher_id, int64_t units,
-                         enum store_control *out);
+                         enum store_control *out, const char **why);
 /* Edit voucher_id (store_voucher_patch()); *why names a refused field. */
 int sale_voucher_patch(struct sale *s, int64_t voucher_id,
                        const struct store_voucher_patch *p,

@@ -196,6 +196,9 @@ static int halt_once(struct store *st, void *arg)
     return ctl_commit(st, a);
 }
 
+static int patch_refuse(struct store *st, struct ctl_args *a,
+                        enum store_control o, const char *why);
+
 /* A control's transaction, its deadlocks retried. */
 static int ctl_run(struct store *st, int (*fn)(struct store *, void *),
                    struct ctl_args *a)
@@ -322,6 +325,10 @@ static int restock_once(struct store *st, void *arg)
         *a->out = STORE_CONTROL_ENDED;
         return store_tx_rollback(st, 0);
     }
+    if (r.stock + a->units > STORE_STOCK_MAX ||
+        r.initial_stock + a->units > STORE_STOCK_MAX)
+        return patch_refuse(st, a, STORE_CONTROL_INVALID,
+                            "add: the stock would pass 1000000000");
     err = stock_change(st, a->id, &r, a->units);
     if (err)
         return store_tx_rollback(st, err);

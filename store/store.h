@@ -849,6 +849,9 @@ struct store_sale_control {
     const char *why;   /* STORE_CONTROL_STARTED, _INVALID: what, a field */
 };
 
+/* The most stock (and initial stock) a voucher may have. */
+#define STORE_STOCK_MAX 1000000000LL
+
 /* Pause (HALT_PAUSED) or resume (HALT_NONE) voucher_id's sale, unless it
  * has ended. Pausing twice is pausing once. 0 with *out, or -errno. */
 int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,
@@ -862,7 +865,7 @@ int store_sale_stop(struct store *st, int64_t voucher_id, int64_t now_s,
 
 /* Add units (>= 1) to voucher_id's stock and initial stock (a segmented
  * voucher's spread over its segments as at its creation), unless its sale
- * has ended. */
+ * has ended, or the stock would pass STORE_STOCK_MAX (INVALID). */
 int store_sale_restock(struct store *st, int64_t voucher_id, int64_t units,
                        int64_t now_s, enum store_control *out,
                        struct store_sale_control *after);

@@ -36,12 +36,10 @@ static struct it_server srv[2]; /* A, B (segmented) */
 static int64_t next_user;
 static char admin[TOKEN_STR_LEN];
 
-static const char *env_a[] = {"SECKILL_ASYNC_ACCEPT_LOSS=1",
-                              "SECKILL_RATE_USER=0",
-                              "SECKILL_RATE_IP=0",
-                              "SECKILL_PAY_TIMEOUT_S=900",
-                              "SECKILL_ASYNC_LOOKBACK_S=5",
-                              NULL};
+static const char *env_a[] = {
+    "SECKILL_ASYNC_ACCEPT_LOSS=1", "SECKILL_RATE_USER=0",
+    "SECKILL_RATE_IP=0",           "SECKILL_PAY_TIMEOUT_S=900",
+    "SECKILL_ASYNC_LOOKBACK_S=5",  NULL};
 static const char *env_b[] = {"SECKILL_ASYNC_ACCEPT_LOSS=1",
                               "SECKILL_RATE_USER=0",
                               "SECKILL_RATE_IP=0",
@@ -329,9 +327,8 @@ static void test_errors(void **state)
     it_token(next_user++, TOKEN_ROLE_USER, 3600, buyer);
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         struct it_resp resp;
-        struct it_req req = {.method = routes[i].method,
-                             .path = path,
-                             .body = routes[i].body};
+        struct it_req req = {
+            .method = routes[i].method, .path = path, .body = routes[i].body};
 
         snprintf(path, sizeof(path), "/api/vouchers/%lld%s", (long long)v,
                  routes[i].tail);
@@ -381,6 +378,11 @@ static void test_errors(void **state)
                   "BAD_REQUEST");
     control_error(&srv[0], "POST", v, "/restock", "{}", 400, "BAD_REQUEST");
     assert_int_equal(5, stock_of(v));
+    /* No stock beyond the creation's bound. */
+    int64_t big = sale_create(&srv[0], "sync", 999999500, -1, 600, NULL);
+    control_error(&srv[0], "POST", big, "/restock", "{\"add\":1000}", 400,
+                  "BAD_REQUEST");
+    assert_int_equal(999999500, initial_stock(big));
 }
 
 /* ---- pause and resume ---- */
@@ -484,10 +486,9 @@ static void stop(const char *mode, long ok)
     control_error(&srv[0], "POST", v, "/stop", NULL, 409, "ENDED");
     control_error(&srv[0], "POST", v, "/pause", NULL, 409, "ENDED");
     control_error(&srv[0], "POST", v, "/resume", NULL, 409, "ENDED");
-    control_error(&srv[0], "POST", v, "/restock", "{\"add\":5}", 409,
-                  "ENDED");
-    control_error(&srv[0], "PATCH", v, "", "{\"endTime\":\"2099-01-01T00:00:00Z\"}",
-                  409, "ENDED");
+    control_error(&srv[0], "POST", v, "/restock", "{\"add\":5}", 409, "ENDED");
+    control_error(&srv[0], "PATCH", v, "",
+                  "{\"endTime\":\"2099-01-01T00:00:00Z\"}", 409, "ENDED");
     json_decref(control_ok(&srv[0], "PATCH", v, "", "{\"title\":\"over\"}"));
     control_error(&srv[0], "DELETE", v, "", NULL, 409, "SALE_STARTED");
     assert_invariants(v);
@@ -578,7 +579,8 @@ static void test_patch_before_start(void **state)
         j = control_ok(&srv[0], "PATCH", v, "", body);
         assert_string_equal("new", it_json_str(j, "title"));
         assert_string_equal("sub", it_json_str(j, "subTitle"));
-        assert_int_equal(150, json_integer_value(json_object_get(j, "payValue")));
+        assert_int_equal(150,
+                         json_integer_value(json_object_get(j, "payValue")));
         assert_int_equal(7, json_integer_value(json_object_get(j, "stock")));
         assert_string_equal(b, it_json_str(j, "beginTime"));
         assert_string_equal(e, it_json_str(j, "endTime"));
@@ -647,8 +649,8 @@ static void test_patch_after_start(void **state)
 
     (void)state;
     for (int m = 0; m < 2; m++) {
-        int64_t v = sale_create(&srv[0], m ? "async" : "sync", 10, -1, 600,
-                                NULL);
+        int64_t v =
+            sale_create(&srv[0], m ? "async" : "sync", 10, -1, 600, NULL);
         json_t *j;
 
         assert_int_equal(m ? 202 : 201, buy(&srv[1], v, NULL, 0));
@@ -678,8 +680,8 @@ static void test_patch_after_start(void **state)
         control_error(&srv[0], "PATCH", v, "", body, 409, "SALE_STARTED");
         control_error(&srv[0], "PATCH", v, "", "{\"shopId\":8}", 409,
                       "SALE_STARTED");
-        control_error(&srv[0], "PATCH", v, "", "{\"admission\":\"queue\"}",
-                      409, "SALE_STARTED");
+        control_error(&srv[0], "PATCH", v, "", "{\"admission\":\"queue\"}", 409,
+                      "SALE_STARTED");
         snprintf(body, sizeof(body), "{\"endTime\":\"%s\"}", it_time(-60, e));
         control_error(&srv[0], "PATCH", v, "", body, 400, "BAD_REQUEST");
         control_error(&srv[0], "DELETE", v, "", NULL, 409, "SALE_STARTED");
@@ -756,8 +758,8 @@ static void test_delete(void **state)
 #define WAVE_GAP_MS 180
 
 struct crowd {
-    int64_t v[2];              /* sync, async */
-    int64_t base;              /* buyer ids base + 0..CROWD_BUYERS */
+    int64_t v[2]; /* sync, async */
+    int64_t base; /* buyer ids base + 0..CROWD_BUYERS */
     char (*tokens)[TOKEN_STR_LEN];
     long status[2][CROWD_BUYERS];
     char code[2][CROWD_BUYERS][24];
@@ -783,9 +785,8 @@ static void *crowd_run(void *arg)
         for (int i = w * CROWD_WAVE;
              i < (w + 1) * CROWD_WAVE && i < CROWD_BUYERS; i++)
             for (int k = 0; k < 2; k++) {
-                reqs[n] = (struct it_req){.method = "POST",
-                                          .path = paths[k],
-                                          .token = c->tokens[i]};
+                reqs[n] = (struct it_req){
+                    .method = "POST", .path = paths[k], .token = c->tokens[i]};
                 to[n] = &srv[(i + k) % 2];
                 n++;
             }
@@ -797,8 +798,8 @@ static void *crowd_run(void *arg)
                 struct it_resp *r = &resps[n++];
                 json_t *e = r->json ? json_object_get(r->json, "error") : NULL;
                 const char *code = e ? it_json_str(e, "code") : NULL;
-                const char *id = r->json ? it_json_str(r->json, "orderId")
-                                         : NULL;
+                const char *id =
+                    r->json ? it_json_str(r->json, "orderId") : NULL;
 
                 c->status[k][i] = r->status;
                 snprintf(c->code[k][i], sizeof(c->code[k][i]), "%s",
@@ -862,8 +863,8 @@ static void test_crowd(void **state)
         json_decref(control_ok(&srv[1 - k], "POST", c.v[k], "/resume", NULL));
     usleep(700 * 1000);
     for (int k = 0; k < 2; k++)
-        json_decref(control_ok(&srv[k], "POST", c.v[k], "/restock",
-                               "{\"add\":200}"));
+        json_decref(
+            control_ok(&srv[k], "POST", c.v[k], "/restock", "{\"add\":200}"));
     usleep(1200 * 1000);
     for (int k = 0; k < 2; k++)
         json_decref(control_ok(&srv[1 - k], "POST", c.v[k], "/stop", NULL));

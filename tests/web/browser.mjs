@@ -387,7 +387,8 @@ async function buyerQueue() {
             }
         }).observe(document, { subtree: true, childList: true, characterData: true });
     });
-    const shop = 820000 + (RUN % 100000);
+    // A shop of its own: the other tests' are below 1,000,000.
+    const shop = 9100000 + (RUN % 100000);
     const phone = "134" + String(RUN % 100000000).padStart(8, "0");
     try {
         const openTitle = "Open sale: 30 off";
@@ -1071,7 +1072,8 @@ async function adminControls() {
     await adminLogIn(page, username, password);
     await waitFor(() => page.isVisible("#session"), "the session shown");
 
-    const shop = 820000 + (RUN % 100000);
+    // A shop of its own: the other tests' are below 1,000,000.
+    const shop = 9100000 + (RUN % 100000);
     const id = await createVoucher(server.url, {
         shopId: shop,
         title: "Controls test",
