@@ -189,6 +189,9 @@ unsigned voucher_patch(struct request *req)
             (body_has(req, "endTime") ? STORE_PATCH_END : 0) |
             (body_has(req, "stock") ? STORE_PATCH_STOCK : 0);
     p.fixed = never;
+    if (!p.set && !never)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "nothing to change: name at least one field");
     err = sale_voucher_patch(req->sale, req->id, &p, &out, &why);
     return control_reply(req, err, out, why, "voucher_patch");
 }

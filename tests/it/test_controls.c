@@ -360,6 +360,19 @@ static void test_errors(void **state)
         assert_true(it_header_lists(resp.allow, routes[i].method));
         it_resp_free(&resp);
     }
+    /* PATCH where a route takes none: 405 with the route's Allow. */
+    {
+        struct it_resp resp;
+
+        control(&srv[0], "PATCH", v, "/pause", "{}", &resp);
+        it_assert_error(&resp, 405, "METHOD_NOT_ALLOWED");
+        assert_string_equal("POST, OPTIONS", resp.allow);
+        it_resp_free(&resp);
+        it_http(&srv[0], "PATCH", "/api/vouchers", "{}", admin, &resp);
+        it_assert_error(&resp, 405, "METHOD_NOT_ALLOWED");
+        assert_string_equal("GET, POST, OPTIONS", resp.allow);
+        it_resp_free(&resp);
+    }
     /* A normal voucher has no sale to control. */
     int64_t n = it_voucher_create(&srv[0], "{\"shopId\":7,\"title\":\"n\","
                                            "\"payValue\":1,\"actualValue\":2}");
@@ -665,6 +678,7 @@ static void test_patch_before_start(void **state)
         control_error(&srv[0], "PATCH", v, "", "{\"purchaseMode\":\"sync\"}",
                       400, "BAD_REQUEST");
         control_error(&srv[0], "PATCH", v, "", "[1]", 400, "BAD_REQUEST");
+        control_error(&srv[0], "PATCH", v, "", "{}", 400, "BAD_REQUEST");
         assert_int_equal(150, it_sql_scalar("SELECT pay_value FROM vouchers "
                                             "WHERE id = %lld",
                                             (long long)v));
