@@ -55,6 +55,15 @@ CREATE TABLE IF NOT EXISTS seckill_vouchers (
     -- 0: open (anyone may buy), 1: queue (only buyers the waiting room
     -- admitted, with a ticket); fixed when it goes on sale.
     admission     TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    -- The operator's controls: halt 0 on sale, 1 paused, 2 stopped (its
+    -- end_time is when); revision counts the controls applied to the row
+    -- (an async sale's Redis state carries the revision it has applied);
+    -- restocked the units added to (or, before the begin, taken from) the
+    -- initial stock since the creation, which the reconciliation uses to
+    -- tell a restock on its way to Redis from a disagreement.
+    halt          TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    revision      INT UNSIGNED    NOT NULL DEFAULT 0,
+    restocked     INT             NOT NULL DEFAULT 0,
     begin_time    DATETIME        NOT NULL,
     end_time      DATETIME        NOT NULL,
     created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
@@ -75,6 +84,9 @@ CREATE TABLE IF NOT EXISTS seckill_stock_segments (
     voucher_id  BIGINT UNSIGNED   NOT NULL,
     segment     SMALLINT UNSIGNED NOT NULL,
     stock       INT               NOT NULL,
+    -- The voucher's halt, copied: a purchase's CAS on a segment sees a
+    -- pause or a stop on the row it locks.
+    halt        TINYINT UNSIGNED  NOT NULL DEFAULT 0,
     PRIMARY KEY (voucher_id, segment),
     CONSTRAINT ck_segment_stock CHECK (stock >= 0),
     CONSTRAINT fk_segment_seckill FOREIGN KEY (voucher_id)

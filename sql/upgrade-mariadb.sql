@@ -123,3 +123,14 @@ CREATE TABLE IF NOT EXISTS audit_log (
 -- dropped above.
 ALTER TABLE voucher_orders
     ADD KEY IF NOT EXISTS idx_orders_sale (voucher_id, id);
+
+-- The operator's controls of a sale (schema.sql says what they are).
+ALTER TABLE seckill_vouchers
+    ADD COLUMN IF NOT EXISTS halt TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER admission,
+    ADD COLUMN IF NOT EXISTS revision INT UNSIGNED NOT NULL DEFAULT 0
+        AFTER halt,
+    ADD COLUMN IF NOT EXISTS restocked INT NOT NULL DEFAULT 0 AFTER revision;
+ALTER TABLE seckill_stock_segments
+    ADD COLUMN IF NOT EXISTS halt TINYINT UNSIGNED NOT NULL DEFAULT 0
+        AFTER stock;

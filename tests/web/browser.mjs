@@ -29,6 +29,7 @@ import {
     http,
     mysql,
     redis,
+    sql,
     start,
     startSeckilld,
     stop,
@@ -388,7 +389,8 @@ async function buyerQueue() {
             }
         }).observe(document, { subtree: true, childList: true, characterData: true });
     });
-    const shop = 820000 + (RUN % 100000);
+    // A shop of its own: the other tests' are below 1,000,000.
+    const shop = 9100000 + (RUN % 100000);
     const phone = "134" + String(RUN % 100000000).padStart(8, "0");
     try {
         const openTitle = "Open sale: 30 off";
@@ -1120,6 +1122,70 @@ async function adminFlow() {
     await context.close();
 }
 
+// The controls of the selected sale: pause, resume and restock by their
+// buttons, each checked through the API and in MySQL.
+async function adminControls() {
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    const username = `controls-admin-${RUN}`;
+    const password = `the controls' password ${RUN}`;
+    adminAdd(username, password);
+    await page.goto(`${server.url}/admin`);
+    await adminLogIn(page, username, password);
+    await waitFor(() => page.isVisible("#session"), "the session shown");
+
+    // A shop of its own: the other tests' are below 1,000,000.
+    const shop = 9100000 + (RUN % 100000);
+    const id = await createVoucher(server.url, {
+        shopId: shop,
+        title: "Controls test",
+        type: "seckill",
+        stock: 3,
+        beginTime: timeIn(-5),
+        endTime: timeIn(3600),
+    });
+    await page.fill("#shop-id", String(shop));
+    await page.click('#shop-form button[type="submit"]');
+    const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
+    await waitFor(() => row.count(), "the voucher listed");
+    await row.click();
+    await waitFor(() => page.isVisible("#controls"), "the controls shown");
+    assert(/Control voucher/.test(await page.textContent("#controls-title")), "the controls' title");
+    // Before the start only: delete; the sale is on.
+    assert(await page.isHidden("#ctl-delete"), "no delete once the sale began");
+
+    const voucher = async () => (await http(server.url, "GET", `/api/vouchers/${id}`)).json;
+    await page.click("#ctl-pause");
+    await waitFor(async () => /Paused: done/.test(await page.textContent("#ctl-msg")), "the pause done");
+    assertEqual((await voucher()).paused, true, "the voucher paused (API)");
+    assertEqual(sql(`SELECT halt FROM seckill_vouchers WHERE voucher_id = ${id}`), "1", "halt in MySQL");
+    assertEqual(await row.locator("td.status").textContent(), "paused", "the row's status");
+    assertEqual(await page.textContent("#ctl-pause"), "Resume", "the button now resumes");
+    const buy = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: token(9600000000 + RUN) });
+    assertEqual(buy.status, 409, "a purchase while paused");
+    assertEqual(buy.json.error.code, "SALE_PAUSED", "its code");
+
+    await page.click("#ctl-pause");
+    await waitFor(async () => /Resumed: done/.test(await page.textContent("#ctl-msg")), "the resume done");
+    assertEqual((await voucher()).paused, false, "the voucher resumed (API)");
+    assertEqual(sql(`SELECT halt FROM seckill_vouchers WHERE voucher_id = ${id}`), "0", "halt in MySQL after the resume");
+    assertEqual(await page.textContent("#ctl-pause"), "Pause", "the button pauses again");
+
+    await page.fill("#ctl-restock-n", "abc");
+    await page.click("#ctl-restock");
+    await waitFor(async () => /whole number/.test(await page.textContent("#ctl-msg")), "a bad number refused on the page");
+    await page.fill("#ctl-restock-n", "5");
+    await page.click("#ctl-restock");
+    await waitFor(async () => /Restocked 5: done/.test(await page.textContent("#ctl-msg")), "the restock done");
+    assertEqual((await voucher()).stock, 8, "the stock after the restock (API)");
+    assertEqual(sql(`SELECT initial_stock FROM seckill_vouchers WHERE voucher_id = ${id}`), "8", "the initial stock in MySQL");
+    await waitFor(async () => (await row.locator("td.stock").textContent()) === "8", "the row's stock");
+
+    await shoot(page, "admin-controls");
+    assertNoProblems(page);
+    await context.close();
+}
+
 // Development mode (the login code on the page, Pay (dev)); 15 minutes
 // to pay, as the buyer's test reads it; a proof of work before a code,
 // of the default size (.run/env.test turns it off). The loopback proxy is
@@ -1272,6 +1338,7 @@ async function main() {
         );
         await test("browser: admin marks a refund done after confirming; the audit log shows it and the voucher made", adminRecords);
         await test("browser: admin sees a sale's orders and downloads them as CSV, as MySQL has them", adminExport);
+        await test("browser: admin pauses, resumes and restocks the selected sale with its buttons", adminControls);
     } finally {
         if (browser) await browser.close();
         await stopAll();

@@ -259,6 +259,10 @@ export function describeError(res) {
             return { text: "Not started yet: the sale has not opened.", tone: "warn" };
         case "ENDED":
             return { text: "Ended: the sale is over.", tone: "bad" };
+        case "SALE_PAUSED":
+            return { text: "Paused: the sale is paused for now. Try again later.", tone: "warn" };
+        case "SALE_STARTED":
+            return { text: "Too late, the sale has begun: " + e.message + ".", tone: "bad" };
         case "NOT_SECKILL":
             return {
                 text: "Not in the flash sale: this voucher is not sold here.",
