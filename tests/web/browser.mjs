@@ -1160,7 +1160,7 @@ async function adminControls() {
     assertEqual((await voucher()).paused, true, "the voucher paused (API)");
     assertEqual(sql(`SELECT halt FROM seckill_vouchers WHERE voucher_id = ${id}`), "1", "halt in MySQL");
     assertEqual(await row.locator("td.status").textContent(), "paused", "the row's status");
-    assertEqual(await page.textContent("#ctl-pause"), "Resume", "the button now resumes");
+    await waitFor(async () => (await page.textContent("#ctl-pause")) === "Resume", "the button now resumes");
     const buy = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: token(9600000000 + RUN) });
     assertEqual(buy.status, 409, "a purchase while paused");
     assertEqual(buy.json.error.code, "SALE_PAUSED", "its code");
@@ -1169,7 +1169,7 @@ async function adminControls() {
     await waitFor(async () => /Resumed: done/.test(await page.textContent("#ctl-msg")), "the resume done");
     assertEqual((await voucher()).paused, false, "the voucher resumed (API)");
     assertEqual(sql(`SELECT halt FROM seckill_vouchers WHERE voucher_id = ${id}`), "0", "halt in MySQL after the resume");
-    assertEqual(await page.textContent("#ctl-pause"), "Pause", "the button pauses again");
+    await waitFor(async () => (await page.textContent("#ctl-pause")) === "Pause", "the button pauses again");
 
     await page.fill("#ctl-restock-n", "abc");
     await page.click("#ctl-restock");
@@ -1243,7 +1243,7 @@ async function buyerHome() {
     await page.fill("#shop-id", String(shop + 1));
     await page.click("#shop-form button");
     await waitFor(async () => !(await card(page, live).isVisible()), "the other shop's sale gone");
-    assert(await card(page, upcoming).isVisible(), "the chosen shop's sale");
+    await waitFor(() => card(page, upcoming).isVisible(), "the chosen shop's sale");
     assertNoProblems(page);
     await context.close();
 }
