@@ -25,8 +25,9 @@
 #                  live traffic (part of make test; tests/web/run.sh)
 #   make openapi   write docs/openapi.json (served at /openapi.json) from
 #                  docs/openapi.yaml
-#   make config-docs write the README's configuration table and the man page
-#                  docs/seckilld.8 from the settings table of cmd/config.c
+#   make config-docs write the settings table of docs/configuration.md and
+#                  the man page docs/seckilld.8 from the settings table of
+#                  cmd/config.c
 #   make install   the service under DESTDIR/PREFIX (/usr/local): the
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
