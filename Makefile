@@ -25,8 +25,11 @@
 #                  live traffic (part of make test; tests/web/run.sh)
 #   make openapi   write docs/openapi.json (served at /openapi.json) from
 #                  docs/openapi.yaml
-#   make config-docs write the README's configuration table and the man page
-#                  docs/seckilld.8 from the settings table of cmd/config.c
+#   make test-docs every relative link of README.md and docs/*.md resolves,
+#                  anchors included (tests/docs/links.sh; part of make test)
+#   make config-docs write the settings table of docs/configuration.md and
+#                  the man page docs/seckilld.8 from the settings table of
+#                  cmd/config.c
 #   make install   the service under DESTDIR/PREFIX (/usr/local): the
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
@@ -121,7 +124,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
         bench-fairness \
-        format-check clean soak soak-build layering config-docs
+        format-check clean soak soak-build layering config-docs test-docs
 
 all: build lock-lib
 
@@ -321,6 +324,7 @@ run: services
 
 # The whole suite, plain and then under the sanitizers.
 test: services
+	@$(MAKE) --no-print-directory test-docs
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
 	@tests/layering/check.sh build
@@ -343,6 +347,12 @@ check-dockerfile: build
 	        $(BUILD)/Dockerfile.broken >/dev/null 2>&1; then \
 	    echo "check-dockerfile: a Dockerfile without libzookeeper passed"; \
 	    exit 1; fi
+
+# The documents' links and anchors, then the checker against a broken
+# example (it must catch it).
+test-docs:
+	@tests/docs/links.sh
+	@tests/docs/links.sh --self-test
 
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)

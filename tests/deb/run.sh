@@ -14,7 +14,7 @@
 # 3. ExecStart=, EnvironmentFile=, KillSignal= and TimeoutStopSec= are
 #    read from the installed unit, which must also keep its sandbox
 #    (DynamicUser, ProtectSystem=strict, NoNewPrivileges, PrivateTmp) and
-#    Restart=on-failure. The settings file is made as the README says
+#    Restart=on-failure. The settings file is made as docs/install.md says
 #    (from the installed example, mode 600) with the test servers and a
 #    free port. ExecStart's command runs as an unprivileged user id
 #    without new privileges (setpriv), with only the settings file's
@@ -142,7 +142,7 @@ say "installed unit: ExecStart=$EXEC EnvironmentFile=$ENV_FILE KillSignal=$KILL_
 
 PORT=$(free_port)
 API=http://127.0.0.1:$PORT
-# As the README says: the example copied mode 600, the required settings
+# As docs/install.md says: the example copied mode 600, the required settings
 # filled in (SECKILL_DEV=1: the walk-through reads the login code from
 # the answer and pays without a payment provider).
 ctr install -m 600 "$(dirname "$ENV_FILE")/seckilld.env.example" "$ENV_FILE" ||

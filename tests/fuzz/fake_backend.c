@@ -29,8 +29,8 @@
 #include "lock/lock.h"
 #include "tests/fuzz/fuzz.h"
 
-/* The API's limits (README "API"), restated here on purpose: a change in
- * the handlers that lets more through must trip these checks. */
+/* The API's limits (docs/api.md, "Requests"), restated here on purpose: a
+ * change in the handlers that lets more through must trip these checks. */
 #define MONEY_MAX 100000000000LL
 #define STOCK_MAX 1000000000LL
 /* Times the store can write: 1970-01-01 to 9999-12-31T23:59:59Z. */
