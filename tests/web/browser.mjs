@@ -16,8 +16,6 @@ import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 
-import { chromium } from "playwright-core";
-
 import {
     BIN,
     ROOT,
@@ -39,17 +37,13 @@ import {
     token,
     tokens,
 } from "./lib.mjs";
+import { DESKTOP, PHONE, assertNoProblems, launchChromium, newPage, waitFor } from "./pages.mjs";
 
 const SHOTS = path.join(ROOT, "build/screenshots");
-const PHONE = { width: 390, height: 844 };
 // The narrowest phone the pages are made for.
 const NARROW = { width: 360, height: 740 };
-const DESKTOP = { width: 1280, height: 900 };
 // Where the admin's page keeps its session (web/static/admin.js).
 const ADMIN_SESSION_KEY = "seckill.admin-session";
-// A bound for a page to show what the test waits for; reaching it fails
-// the test, it is not a measurement.
-const WAIT_MS = 20000;
 // The browser's clock runs this much ahead of the server's.
 const SKEW_MS = 3600 * 1000;
 // The service's default size of a proof of work, which this instance uses.
@@ -57,46 +51,6 @@ const POW_MAXNUMBER = 100000;
 
 let server;
 let browser;
-
-// Poll fn until it returns a truthy value; fail after WAIT_MS.
-async function waitFor(fn, what, ms = WAIT_MS) {
-    const deadline = Date.now() + ms;
-    let last;
-    while (Date.now() < deadline) {
-        try {
-            last = await fn();
-            if (last) return last;
-        } catch (e) {
-            last = e;
-        }
-        await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`timed out waiting for ${what} (last: ${last})`);
-}
-
-// A page that records console errors, uncaught exceptions and CSP
-// violations in page.problems.
-async function newPage(context) {
-    const page = await context.newPage();
-    page.problems = [];
-    page.on("console", (m) => {
-        // Chromium logs every 4xx answer of fetch(); the pages expect
-        // those (sold out, already purchased) and show them in words.
-        if (m.type() === "error" && !/^Failed to load resource: .* status of 4\d\d/.test(m.text()))
-            page.problems.push("console: " + m.text());
-    });
-    page.on("pageerror", (e) => page.problems.push("exception: " + e.message));
-    await page.addInitScript(() => {
-        document.addEventListener("securitypolicyviolation", (e) =>
-            console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`),
-        );
-    });
-    return page;
-}
-
-function assertNoProblems(page) {
-    assert(!page.problems.length, `the page reported problems:\n  ${page.problems.join("\n  ")}`);
-}
 
 // Make the page's clock (Date and performance.timeOrigin) run skewMs ahead.
 async function skewClock(page, skewMs) {
@@ -1235,22 +1189,7 @@ async function main() {
     mkdirSync(SHOTS, { recursive: true });
     try {
         server = await startSeckilld("browser-seckilld", MAIN_ENV);
-        // launch() runs Chromium on a fresh temporary profile of its own
-        // and removes it on close.
-        browser = await chromium.launch({
-            executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-            headless: true,
-            args: [
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        });
+        browser = await launchChromium();
         await test("browser: buyer logs in (a proof of work solved), waits for the sale on the server's clock, buys once, sees the order", buyerFlow);
         await test(
             "browser: buyer joins a queue sale and buys when admitted (a reload reads the place; Log out ends the token)",
