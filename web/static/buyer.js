@@ -1000,10 +1000,10 @@ function renderMine(id, card) {
     a.href = `#order-${o.id}`;
     const words =
         o.status === "unpaid"
-            ? `Your order ${o.id}: ${payWords(o)}`
+            ? `Your order: ${payWords(o)}`
             : o.status === "paid"
-              ? `Your order ${o.id}: paid`
-              : `Your order ${o.id}: being recorded`;
+              ? "Your order: paid"
+              : "Your order: being recorded";
     setText(a, words);
 }
 
