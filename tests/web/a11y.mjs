@@ -150,7 +150,8 @@ async function buyerStates() {
     assert(!grave.length, `serious or critical violations:\n  ${grave.join("\n  ")}`);
 }
 
-// The admin's two states.
+// The admin's two states; logged in, with a sale's orders and a refund
+// to give back listed.
 async function adminStates() {
     const shop = 860000 + (RUN % 100000) * 5 + 3;
     const id = await createVoucher(server.url, {
@@ -165,6 +166,13 @@ async function adminStates() {
         const r = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: token(9710000000 + RUN * 10 + i) });
         assert(r.status === 201, `a purchase: ${r.status}`);
     }
+    // A refund to give back: an order cancelled, then paid.
+    const buyer = token(9720000000 + RUN);
+    const bought = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: buyer });
+    assert(bought.status === 201, `the purchase to refund: ${bought.status}`);
+    await http(server.url, "POST", `/api/orders/${bought.json.orderId}/cancel`, { token: buyer });
+    const paid = await http(server.url, "POST", `/api/orders/${bought.json.orderId}/pay`, { token: buyer });
+    assert(paid.status === 409, `the payment of a cancelled order: ${paid.status}`);
     const username = `a11y-admin-${RUN}`;
     const password = `the a11y password ${RUN}`;
     adminAdd(username, password);
@@ -184,7 +192,8 @@ async function adminStates() {
     const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
     await waitFor(() => row.isVisible(), "the sale's row");
     await row.click();
-    await waitFor(async () => (await page.locator("#sale-orders-rows tr").count()) === 3, "the sale's orders");
+    await waitFor(async () => (await page.locator("#sale-orders-rows tr").count()) === 4, "the sale's orders");
+    await waitFor(async () => (await page.locator("#refund-rows tr").filter({ hasText: bought.json.orderId }).count()) === 1, "the refund");
     await waitFor(() => page.locator("#chart path.stock").count(), "the chart");
     grave.push(...(await scan(page, "admin/live-sale")));
 

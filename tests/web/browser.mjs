@@ -1327,7 +1327,10 @@ async function adminExport() {
     await page.click("#shop-form button");
     const row = page.locator(`#voucher-rows tr[data-voucher-id="${id}"]`);
     await waitFor(() => row.isVisible(), "the sale's row");
-    await row.click();
+    // Selected from the keyboard: the row takes the focus, Enter selects.
+    await row.focus();
+    await page.keyboard.press("Enter");
+    await waitFor(async () => (await row.getAttribute("aria-current")) === "true", "the row selected by Enter");
     await waitFor(async () => (await page.locator("#sale-orders-rows tr").count()) === 4, "the sale's 4 orders");
     const [download] = await Promise.all([page.waitForEvent("download"), page.click("#sale-orders-csv")]);
     assertEqual(download.suggestedFilename(), `voucher-${id}-orders.csv`, "the file's name");
@@ -1341,6 +1344,18 @@ async function adminExport() {
     assert(lines.slice(1).every((l) => /^\d+,\d+,unpaid,4750,\d{4}-\d\d-\d\dT[0-9:]{8}Z,[^,]+,,$/.test(l)), `the rows: ${lines[1]}`);
     await waitFor(async () => /Saved voucher-\d+-orders\.csv/.test(await page.textContent("#sale-orders-msg")), "the saved message");
     await shoot(page, "admin-orders");
+    // On a phone the rows are cards, each cell named with its column,
+    // and nothing scrolls sideways.
+    await page.setViewportSize(PHONE);
+    await page.waitForTimeout(300);
+    assertEqual(await row.locator("td.stock").getAttribute("data-label"), "Stock", "the stock cell's label");
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert(wide <= PHONE.width, `the admin's page is ${wide} px wide on a ${PHONE.width} px phone`);
+    const cells = await page.evaluate(() => {
+        const t = document.getElementById("voucher-table");
+        return { scroll: t.parentElement.scrollWidth, width: t.parentElement.clientWidth };
+    });
+    assert(cells.scroll <= cells.width, `the vouchers' cards scroll sideways: ${JSON.stringify(cells)}`);
     assertNoProblems(page);
     await context.close();
 }

@@ -414,21 +414,38 @@ export function duration(ms) {
     return `${s} s`;
 }
 
+const TIME_PARTS = {
+    day: "numeric",
+    month: "short",
+    year: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    timeZoneName: "short",
+};
+
 // An RFC 3339 time as the reader's local date and time, with the zone:
 // "26 Nov 2026, 14:05:00 GMT+8".
 export function localTime(iso) {
     const t = Date.parse(iso);
     if (Number.isNaN(t)) return iso || "";
-    return new Date(t).toLocaleString(undefined, {
-        day: "numeric",
-        month: "short",
-        year: "numeric",
-        hour: "2-digit",
-        minute: "2-digit",
-        second: "2-digit",
-        timeZoneName: "short",
-    });
+    return new Date(t).toLocaleString(undefined, TIME_PARTS);
 }
+
+// Two RFC 3339 times as one range of the reader's, the date and zone
+// written once when they are the same: "26 Nov 2026, 14:05:00 – 15:05:00
+// GMT+8".
+export function localRange(from, to) {
+    const a = Date.parse(from);
+    const b = Date.parse(to);
+    if (Number.isNaN(a) || Number.isNaN(b)) return `${localTime(from)} – ${localTime(to)}`;
+    rangeFormat = rangeFormat || new Intl.DateTimeFormat(undefined, TIME_PARTS);
+    const f = rangeFormat;
+    return f.formatRange ? f.formatRange(a, b) : `${f.format(a)} – ${f.format(b)}`;
+}
+
+// Made once: the cards redraw their range ten times a second.
+let rangeFormat = null;
 
 // Epoch ms t as the reader's time of day, with the zone: "14:05 GMT+8".
 export function clockTime(t) {

@@ -43,6 +43,7 @@ import {
     el,
     joinQueue,
     localNow,
+    localRange,
     localTime,
     money,
     requestCode,
@@ -467,7 +468,7 @@ function renderVoucher(id) {
     r.bar.style.width = card.initialStock
         ? `${Math.round((100 * v.stock) / card.initialStock)}%`
         : "0";
-    setText(r.when, `${localTime(v.beginTime)} – ${localTime(v.endTime)}`);
+    setText(r.when, localRange(v.beginTime, v.endTime));
 
     const begin = Date.parse(v.beginTime);
     const end = Date.parse(v.endTime);
