@@ -61,7 +61,7 @@ const card = (page, id) => page.locator(`li.voucher[data-voucher-id="${id}"]`);
 
 // The buyer's seven states.
 async function buyerStates() {
-    const shop = 860000 + (RUN % 100000) * 5;
+    const shop = 2000000 + (RUN % 100000) * 5;
     const live = await createVoucher(server.url, {
         shopId: shop,
         title: "Flash: 50 off 47.50",
@@ -153,7 +153,7 @@ async function buyerStates() {
 // The admin's two states; logged in, with a sale's orders and a refund
 // to give back listed.
 async function adminStates() {
-    const shop = 860000 + (RUN % 100000) * 5 + 3;
+    const shop = 2000000 + (RUN % 100000) * 5 + 3;
     const id = await createVoucher(server.url, {
         shopId: shop,
         title: "Admin's live sale",

@@ -1151,7 +1151,8 @@ async function buyerHome() {
     await page.fill("#shop-id", String(shop + 1));
     await page.click("#shop-form button");
     await waitFor(async () => !(await card(page, live).isVisible()), "the other shop's sale gone");
-    assert(await card(page, upcoming).isVisible(), "the chosen shop's sale");
+    // The list is read anew for the shop: its sale comes back with it.
+    await waitFor(() => card(page, upcoming).isVisible(), "the chosen shop's sale");
     assertNoProblems(page);
     await context.close();
 }
@@ -1225,8 +1226,18 @@ async function buyerPhone() {
     );
     names.forEach((n, i) => assert(/Phone sale \d+: 2 off$/.test(n), `button ${i} is named ${n}`));
 
+    // A phone number the service refuses: the words under the field,
+    // tied to it, and the field marked invalid.
+    await page.fill("#phone", "12");
+    await page.click("#send-code");
+    await waitFor(async () => (await page.getAttribute("#phone", "aria-invalid")) === "true", "the phone field marked invalid");
+    const why = await page.textContent("#phone-error");
+    assert(/phone/i.test(why), `the phone's error: ${why}`);
+    assertEqual(await page.getAttribute("#phone", "aria-describedby"), "phone-error", "the phone field's description");
+
     const phone = "132" + String(RUN % 100000000).padStart(8, "0");
     await logIn(page, phone);
+    assertEqual(await page.getAttribute("#phone", "aria-invalid"), null, "the phone field after a good number");
     // The 10th voucher, on sale, far down the page.
     const target = ids[9];
     const buy = card(page, target).locator("button.buy");

@@ -198,8 +198,10 @@ $("code-form").addEventListener("submit", async (ev) => {
     button.disabled = false;
     if (!res.ok) {
         const words = describeError(res).text;
-        if (res.error.code === "BAD_REQUEST") fieldError("phone", words);
-        else say($("login-msg"), words, "bad");
+        if (res.error.code === "BAD_REQUEST") {
+            fieldError("phone", words);
+            say($("login-msg"), "");
+        } else say($("login-msg"), words, "bad");
         return;
     }
     fieldError("phone", "");
