@@ -101,11 +101,14 @@ LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 # The pages (web/) and the API description, compiled into the binary.
 WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
+# The schema migrations, compiled into the binary (seckilld migrate).
+MIG_SRC := $(wildcard sql/migrations/*.sql)
+MIG_GEN := build/gen/migrations.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
            cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c \
-           cmd/sms_sink.c $(WEB_GEN)
+           cmd/sms_sink.c cmd/migrate.c $(WEB_GEN) $(MIG_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -141,6 +144,11 @@ $(WEB_GEN): scripts/embed-web.sh $(WEB_SRC) web web/static
 	@mkdir -p $(@D)
 	@echo "  GEN $@"
 	$(Q)scripts/embed-web.sh $@
+
+$(MIG_GEN): scripts/embed-sql.sh $(MIG_SRC) sql/migrations
+	@mkdir -p $(@D)
+	@echo "  GEN $@"
+	$(Q)scripts/embed-sql.sh $@
 
 # tcpproxy: test_soldout stalls an instance's backends with it.
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
