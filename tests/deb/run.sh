@@ -112,7 +112,7 @@ ctr /usr/sbin/seckilld --help >/dev/null 2>&1 ||
     die "the installed /usr/sbin/seckilld does not run: $(ctr /usr/sbin/seckilld --help 2>&1 | head -3)"
 for f in /usr/sbin/seckilld /lib/systemd/system/seckilld.service \
     /etc/seckilld/seckilld.env.example /usr/share/man/man8/seckilld.8.gz \
-    /usr/share/seckilld/schema.sql /usr/share/seckilld/upgrade-mariadb.sql \
+    /usr/share/seckilld/schema.sql /usr/share/seckilld/migrations/0001-initial.sql \
     /usr/share/seckilld/prometheus-alerts.yml; do
     ctr test -f "$f" || die "the package did not install $f"
 done
