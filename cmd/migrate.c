@@ -35,8 +35,7 @@ int migrate_run(const struct config *cfg)
     err = store_migrate(sc, (unsigned)cfg->migrate_lock_wait_s, &r);
     mysql_library_end();
     if (err == -EBADMSG) {
-        fprintf(stderr,
-                "seckilld: migrate: %s/%s: refused: migration %s %s\n",
+        fprintf(stderr, "seckilld: migrate: %s/%s: refused: migration %s %s\n",
                 sc->mysql_host, sc->mysql_db, r.failed->name, r.why);
         return 1;
     }
@@ -57,8 +56,8 @@ int migrate_run(const struct config *cfg)
         printf("%s: %u applied; at version %u, newer than this binary's %u\n",
                sc->mysql_db, r.applied_count, r.version, latest);
     else
-        printf("%s: %u applied; at version %u\n", sc->mysql_db,
-               r.applied_count, r.version);
+        printf("%s: %u applied; at version %u\n", sc->mysql_db, r.applied_count,
+               r.version);
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -68,7 +67,15 @@ int migrate_check(const struct store_config *sc)
     char why[256];
     int err = store_schema_version(sc, &v, why, sizeof(why));
 
-    if (err == -ENOENT || (!err && v < latest)) {
+    if (err == -ENOENT) {
+        fprintf(stderr,
+                "seckilld: database %s has no schema_version (made before "
+                "migrations), this binary needs version %u: run seckilld "
+                "migrate\n",
+                sc->mysql_db, latest);
+        return -ESTALE;
+    }
+    if (!err && v < latest) {
         fprintf(stderr,
                 "seckilld: database %s is at schema version %u, this binary "
                 "needs %u: run seckilld migrate\n",

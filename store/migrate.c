@@ -38,8 +38,7 @@ static int server_error(MYSQL *my, MYSQL_STMT *stmt, char *why, size_t whylen)
     return sql_error_is_disconnect(e) ? -ENOTCONN : -EIO;
 }
 
-static int run(MYSQL *my, const char *sql, size_t len, char *why,
-               size_t whylen)
+static int run(MYSQL *my, const char *sql, size_t len, char *why, size_t whylen)
 {
     MYSQL_RES *res;
 
@@ -279,12 +278,10 @@ int store_migrate(const struct store_config *cfg, unsigned lock_wait_s,
     if ((err = store_mysql_open(cfg, 0, &my, r->why, sizeof(r->why))))
         goto out_free;
     /* GET_LOCK is per server: one name per database (64 bytes at most). */
-    snprintf(lock_name, sizeof(lock_name), "seckill-migrate:%s",
-             cfg->mysql_db);
+    snprintf(lock_name, sizeof(lock_name), "seckill-migrate:%s", cfg->mysql_db);
     if ((err = run(my, MIGRATE_LOCK_WAIT_SQL, strlen(MIGRATE_LOCK_WAIT_SQL),
                    r->why, sizeof(r->why))) ||
-        (err = lock_take(my, lock_name, lock_wait_s, r->why,
-                         sizeof(r->why))) ||
+        (err = lock_take(my, lock_name, lock_wait_s, r->why, sizeof(r->why))) ||
         (err = run(my, schema_version_sql, strlen(schema_version_sql), r->why,
                    sizeof(r->why))) ||
         (err = read_recorded(my, done, r)))
