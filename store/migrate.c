@@ -13,6 +13,7 @@
 #include <mysqld_error.h>
 
 #include "common/sqlflavour.h"
+#include "common/sqlsplit.h"
 #include "common/util.h"
 
 /* What the service reads to know a database's schema. Created by the
@@ -84,53 +85,6 @@ out:
     return err;
 }
 
-/*
- * The next statement of the NUL-terminated text at *p: its start and
- * length (up to, without, the ';' that ends it outside quotes and
- * comments), *p moved past it. Returns false at the end of the text.
- * A piece of only blanks and comments is skipped.
- */
-static bool next_statement(const char **p, const char **start, size_t *len)
-{
-    for (;;) {
-        const char *s = *p, *c = s;
-        bool body = false;
-        char quote = 0;
-
-        if (!*s)
-            return false;
-        for (; *c; c++) {
-            if (quote) {
-                if (*c == '\\' && c[1])
-                    c++;
-                else if (*c == quote)
-                    quote = 0;
-            } else if (c[0] == '-' && c[1] == '-' &&
-                       (c[2] == ' ' || c[2] == '\t' || c[2] == '\n')) {
-                while (c[1] && c[1] != '\n')
-                    c++;
-            } else if (c[0] == '/' && c[1] == '*') {
-                const char *e = strstr(c + 2, "*/");
-                c = e ? e + 1 : c + strlen(c) - 1;
-                body = true; /* conditional comments are statements */
-            } else if (*c == ';') {
-                break;
-            } else if (*c == '\'' || *c == '"' || *c == '`') {
-                quote = *c;
-                body = true;
-            } else if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
-                body = true;
-            }
-        }
-        *p = *c ? c + 1 : c;
-        if (body) {
-            *start = s;
-            *len = (size_t)(c - s);
-            return true;
-        }
-    }
-}
-
 /* Record m in schema_version (inside the migration's transaction). */
 static int record(MYSQL *my, const struct store_migration *m, char *why,
                   size_t whylen)
@@ -172,7 +126,7 @@ static int apply(MYSQL *my, const struct store_migration *m, char *why,
 
     if ((err = run(my, "START TRANSACTION", 17, why, whylen)))
         return err;
-    while (next_statement(&p, &s, &len)) {
+    while (sql_split_next(&p, &s, &len)) {
         if ((err = run(my, s, len, why, whylen)))
             goto rollback;
     }

@@ -112,8 +112,8 @@ static int lines_starting(const char *s, const char *prefix)
 {
     int n = 0;
 
-    for (const char *l = s; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1
-                                                        : NULL)
+    for (const char *l = s; l && *l;
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
         if (strncmp(l, prefix, strlen(prefix)) == 0)
             n++;
     return n;
@@ -134,8 +134,8 @@ static void load_file(const char *db, const char *file)
     snprintf(cmd, sizeof(cmd),
              "mariadb --no-defaults --protocol=tcp -h '%s' -P %u -u '%s' "
              "-p'%s' '%s' < '%s'",
-             sc->mysql_host, sc->mysql_port, sc->mysql_user, sc->mysql_pass,
-             db, file);
+             sc->mysql_host, sc->mysql_port, sc->mysql_user, sc->mysql_pass, db,
+             file);
     assert_int_equal(0, system(cmd));
 }
 
@@ -174,13 +174,13 @@ static void make_old_database(void)
                                     "(1, '13800138001'), (2, '13800138002'), "
                                     "(3, '13800138003')",
                                     db_old));
-    assert_int_equal(
-        0, it_sql_exec("INSERT INTO %s.vouchers (id, shop_id, title, "
-                       "pay_value, actual_value, type) VALUES "
-                       "(1, 5, 'old sale', 100, 200, 1), "
-                       "(2, 5, 'old segmented sale', 100, 200, 1), "
-                       "(3, 5, 'old normal voucher', 100, 200, 0)",
-                       db_old));
+    assert_int_equal(0,
+                     it_sql_exec("INSERT INTO %s.vouchers (id, shop_id, title, "
+                                 "pay_value, actual_value, type) VALUES "
+                                 "(1, 5, 'old sale', 100, 200, 1), "
+                                 "(2, 5, 'old segmented sale', 100, 200, 1), "
+                                 "(3, 5, 'old normal voucher', 100, 200, 0)",
+                                 db_old));
     assert_int_equal(
         0, it_sql_exec("INSERT INTO %s.seckill_vouchers (voucher_id, stock, "
                        "begin_time, end_time) VALUES "
@@ -230,8 +230,8 @@ static void test_upgrade_from_first_schema(void **state)
                          "'1380013800_' AND phone_raw IS NULL AND "
                          "merged_into IS NULL",
                          db_old));
-    assert_int_equal(5, it_sql_scalar("SELECT COUNT(*) FROM %s.voucher_orders",
-                                      db_old));
+    assert_int_equal(
+        5, it_sql_scalar("SELECT COUNT(*) FROM %s.voucher_orders", db_old));
     /* Backfills: stock + segments + active orders; the old era's mode and
      * admission; orders without a deadline, the cancelled one inactive. */
     assert_int_equal(12, it_sql_scalar("SELECT initial_stock FROM "
@@ -277,12 +277,12 @@ static void test_two_at_once(void **state)
     assert_int_equal(0, exit_status(pb));
     a = slurp(log_a);
     b = slurp(log_b);
-    assert_int_equal((int)n,
-                     lines_starting(a, "applied ") + lines_starting(b, "applied "));
+    assert_int_equal((int)n, lines_starting(a, "applied ") +
+                                 lines_starting(b, "applied "));
     free(a);
     free(b);
-    assert_int_equal(n, it_sql_scalar("SELECT COUNT(*) FROM %s.schema_version",
-                                      db_old));
+    assert_int_equal(
+        n, it_sql_scalar("SELECT COUNT(*) FROM %s.schema_version", db_old));
     /* Re-running every file changed no row. */
     assert_int_equal(12, it_sql_scalar("SELECT initial_stock FROM "
                                        "%s.seckill_vouchers WHERE "
@@ -374,8 +374,8 @@ static void assert_refused(const char *tag)
     char log[IT_PATH_MAX], *out;
     const char *line;
 
-    assert_int_equal(2, exit_status(spawn_on(db_old, tag, log, sizeof(log),
-                                             "serve")));
+    assert_int_equal(
+        2, exit_status(spawn_on(db_old, tag, log, sizeof(log), "serve")));
     out = slurp(log);
     assert_non_null(out);
     line = strstr(out, "seckilld: database ");
