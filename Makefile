@@ -30,6 +30,9 @@
 #   make config-docs write the settings table of docs/configuration.md and
 #                  the man page docs/seckilld.8 from the settings table of
 #                  cmd/config.c
+#   make schema    write sql/schema.sql from sql/migrations/ (a scratch
+#                  database migrated and dumped); make schema-check (part
+#                  of make test) fails while they differ
 #   make install   the service under DESTDIR/PREFIX (/usr/local): the
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
@@ -104,11 +107,14 @@ LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 # The pages (web/) and the API description, compiled into the binary.
 WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
+# The schema migrations, compiled into the binary (seckilld migrate).
+MIG_SRC := $(wildcard sql/migrations/*.sql)
+MIG_GEN := build/gen/migrations.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
            cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c \
-           cmd/sms_sink.c $(WEB_GEN)
+           cmd/sms_sink.c cmd/migrate.c $(WEB_GEN) $(MIG_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -124,7 +130,8 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
         bench-fairness \
-        format-check clean soak soak-build layering config-docs test-docs
+        format-check clean soak soak-build layering config-docs test-docs \
+        schema schema-check
 
 all: build lock-lib
 
@@ -144,6 +151,11 @@ $(WEB_GEN): scripts/embed-web.sh $(WEB_SRC) web web/static
 	@mkdir -p $(@D)
 	@echo "  GEN $@"
 	$(Q)scripts/embed-web.sh $@
+
+$(MIG_GEN): scripts/embed-sql.sh $(MIG_SRC) sql/migrations
+	@mkdir -p $(@D)
+	@echo "  GEN $@"
+	$(Q)scripts/embed-sql.sh $@
 
 # tcpproxy: test_soldout stalls an instance's backends with it.
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
@@ -250,17 +262,19 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 .PHONY: install test-install test-alerts test-prometheus deb test-deb
 
-# The binary, sql/ (for creating and upgrading the database), the
+# The binary, sql/ (the schema and its migrations, for reading: the
+# binary carries the migrations and applies them, seckilld migrate), the
 # Prometheus alert rules, the man page, seckilld.service with this
 # installation's paths, and seckilld.env.example; a seckilld.env of the
 # administrator's is never touched.
 install: $(BUILD)/seckilld
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR)/seckilld \
 	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
-	    $(DESTDIR)$(SYSCONFDIR)/seckilld
+	    $(DESTDIR)$(SYSCONFDIR)/seckilld \
+	    $(DESTDIR)$(DATADIR)/seckilld/migrations
 	install -m 755 $(BUILD)/seckilld $(DESTDIR)$(SBINDIR)/seckilld
-	install -m 644 sql/schema.sql sql/upgrade-mariadb.sql \
-	    $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 sql/schema.sql $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 $(MIG_SRC) $(DESTDIR)$(DATADIR)/seckilld/migrations/
 	install -m 644 deploy/prometheus/alerts.yml \
 	    $(DESTDIR)$(DATADIR)/seckilld/prometheus-alerts.yml
 	install -m 644 docs/seckilld.8 $(DESTDIR)$(MANDIR)/man8/seckilld.8
@@ -329,6 +343,7 @@ test: services
 	@$(MAKE) --no-print-directory tests
 	@tests/layering/check.sh build
 	@$(MAKE) --no-print-directory check-dockerfile
+	@scripts/schema.sh --check
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
 	@$(MAKE) --no-print-directory test-lock-lib
@@ -361,6 +376,17 @@ test-unit: tests
 # include graph and nm on the objects of $(BUILD).
 layering: build
 	@tests/layering/check.sh $(BUILD)
+
+# sql/schema.sql written from the migrations (scripts/schema.sh: a scratch
+# database of the private MariaDB migrated and dumped); make test checks
+# that it agrees.
+schema: services
+	@$(MAKE) --no-print-directory build
+	@scripts/schema.sh
+
+schema-check: services
+	@$(MAKE) --no-print-directory build
+	@scripts/schema.sh --check
 
 test-it: services tests
 	@scripts/services.sh reset-test

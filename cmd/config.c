@@ -593,8 +593,8 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
      .def = NULL,
-     .scope =
-         CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD | CONFIG_FOR_USERS_NORMALIZE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
+              CONFIG_FOR_USERS_NORMALIZE | CONFIG_FOR_MIGRATE,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
@@ -1330,6 +1330,17 @@ const struct config_setting config_settings[] = {
      .parse = set_bool,
      FIELD(users_dry_run),
      .help = "count what would change, write nothing"},
+    {.flag = "lock-wait",
+     .arg = "SECONDS",
+     .def = "600",
+     .scope = CONFIG_FOR_MIGRATE,
+     .parse = set_int,
+     .min = 0,
+     .max = 86400,
+     .unit = "seconds",
+     FIELD(migrate_lock_wait_s),
+     .help = "how long to wait for another migrate of the database, {range} "
+             "s"},
     {.flag = "ttl",
      .arg = "SECONDS",
      .def = "86400",
@@ -1357,7 +1368,8 @@ static const char *const command_names[] = {
     [CMD_SERVE] = "serve",       [CMD_TOKEN] = "token",
     [CMD_TOKENS] = "tokens",     [CMD_ADMIN_ADD] = "admin add",
     [CMD_POW] = "pow",           [CMD_USERS_NORMALIZE] = "users normalize",
-    [CMD_SMS_SINK] = "sms-sink", [CMD_HELP] = "help",
+    [CMD_SMS_SINK] = "sms-sink", [CMD_MIGRATE] = "migrate",
+    [CMD_HELP] = "help",
 };
 
 /* The CONFIG_FOR_* bit of a command; help reads no setting. */
@@ -1376,6 +1388,8 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_USERS_NORMALIZE;
     case CMD_SMS_SINK:
         return CONFIG_FOR_SMS_SINK;
+    case CMD_MIGRATE:
+        return CONFIG_FOR_MIGRATE;
     case CMD_POW:
     case CMD_HELP:
         break;
@@ -1390,6 +1404,8 @@ static const char *scope_words(unsigned scope)
         return "admin add";
     if (scope & CONFIG_FOR_USERS_NORMALIZE)
         return "users normalize";
+    if (scope & CONFIG_FOR_MIGRATE)
+        return "migrate";
     if ((scope & CONFIG_FOR_TOKEN) && (scope & CONFIG_FOR_TOKENS))
         return "token and tokens";
     return scope & CONFIG_FOR_TOKEN ? "token" : "tokens";

@@ -23,6 +23,7 @@ enum config_cmd {
     CMD_POW,
     CMD_USERS_NORMALIZE,
     CMD_SMS_SINK,
+    CMD_MIGRATE,
     CMD_HELP
 };
 
@@ -43,6 +44,8 @@ struct config {
     const char *admin_username;
     /* users normalize */
     int users_dry_run;
+    /* migrate */
+    int64_t migrate_lock_wait_s;
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;

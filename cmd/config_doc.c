@@ -299,6 +299,8 @@ static void write_help(struct text *t)
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(t, "\n       seckilld sms-sink");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_SMS_SINK);
+    text_puts(t, "\n       seckilld migrate");
+    synopsis(t, STYLE_PLAIN, CONFIG_FOR_MIGRATE);
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -328,7 +330,12 @@ static void write_help(struct text *t)
                  "of\n"
                  "SECKILL_SMS_WEBHOOK and prints them, for development "
                  "(SECKILL_BIND,\n"
-                 "SECKILL_PORT, SECKILL_SMS_SECRET). Their options:\n");
+                 "SECKILL_PORT, SECKILL_SMS_SECRET). migrate brings the "
+                 "database of\n"
+                 "SECKILL_MYSQL_URL up to the schema this binary needs (its "
+                 "migrations are\n"
+                 "compiled in; the service refuses to start on an older "
+                 "one). Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
@@ -412,6 +419,8 @@ static void write_man(struct text *t)
     synopsis(t, STYLE_TROFF, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(t, "\n\\fBseckilld sms\\-sink\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_SMS_SINK);
+    text_puts(t, "\n\\fBseckilld migrate\\fR");
+    synopsis(t, STYLE_TROFF, CONFIG_FOR_MIGRATE);
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -491,6 +500,20 @@ static void write_man(struct text *t)
         "\\fBSECKILL_SMS_SECRET\\fR and print it on standard\n"
         "output instead of sending an SMS: for development and the "
         "compose file.\n"
+        ".TP\n"
+        ".B migrate\n"
+        "apply the schema migrations compiled into the binary that the "
+        "database of\n"
+        "\\fBSECKILL_MYSQL_URL\\fR has not had, in order, one line "
+        "each; record them in its\n"
+        "\\fBschema_version\\fR table. Safe to run again and from two "
+        "hosts at once. Exit\n"
+        "status 0 up to date, 1 a migration failed or a recorded one was "
+        "changed, 2 bad\n"
+        "settings. The service refuses to start on a database that is "
+        "behind: run\n"
+        "it first after an upgrade. A read replica gets the changes by "
+        "replication.\n"
         ".PP\n"
         "\\fBtoken\\fR and \\fBtokens\\fR read only "
         "\\fBSECKILL_SECRET\\fR of the settings above. The\n"

@@ -20,6 +20,7 @@ struct config_setting;
 #define CONFIG_FOR_ADMIN_ADD 8u
 #define CONFIG_FOR_USERS_NORMALIZE 16u
 #define CONFIG_FOR_SMS_SINK 32u
+#define CONFIG_FOR_MIGRATE 64u
 
 /*
  * Parse v into cfg for setting s; name is how the user gave it

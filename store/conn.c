@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -422,32 +423,24 @@ static bool idle_conn_dead(int fd)
 /* Logged once per process: which server the store talks to. */
 static atomic_int flavour_logged;
 
-int store_mysql_ensure(struct store *st)
+int store_mysql_open(const struct store_config *c, unsigned read_timeout_s,
+                     MYSQL **out, char *why, size_t whylen)
 {
-    const struct store_config *c = st->cfg;
     unsigned ct = (c->connect_timeout_ms + 999) / 1000;
-    unsigned rt = SQL_READ_TIMEOUT_S;
     unsigned wt = (c->io_timeout_ms + 999) / 1000;
     unsigned proto = MYSQL_PROTOCOL_TCP;
-    int64_t now = util_mono_ms();
     enum sql_flavour flavour;
-
-    if (st->my)
-        return 0;
-    if (now < st->my_next_try_ms)
-        return -ENOTCONN;
-
     MYSQL *my = mysql_init(NULL);
+
+    *out = NULL;
     if (!my) {
-        log_error("mysql init failed", NULL);
+        snprintf(why, whylen, "mysql_init failed");
         return -ENOTCONN;
     }
     mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
     mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
-    /* Longer than the server's own bounds on lock waits and idle
-     * transactions (common/sqlflavour.h): the server ends a stuck
-     * statement first, so a retry never races its own first attempt. */
-    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &rt);
+    if (read_timeout_s)
+        mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &read_timeout_s);
     mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     /* DATETIME columns hold UTC; CURRENT_TIMESTAMP must agree. */
@@ -468,19 +461,42 @@ int store_mysql_ensure(struct store *st)
         mysql_real_query(my, "SET SESSION TRANSACTION READ ONLY",
                          strlen("SET SESSION TRANSACTION READ ONLY")))
         goto fail;
-    if (!atomic_exchange(&flavour_logged, 1))
-        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
-                 sql_flavour_name(flavour), mysql_get_server_info(my),
-                 c->mysql_host, c->mysql_port);
-    st->my = my;
+    *out = my;
     return 0;
 fail:
-    log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
-             c->mysql_host, c->mysql_port, mysql_errno(my), mysql_error(my));
-    metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+    snprintf(why, whylen, "errno=%u err=\"%s\"", mysql_errno(my),
+             mysql_error(my));
     mysql_close(my);
-    st->my_next_try_ms = now + RETRY_BACKOFF_MS;
     return -ENOTCONN;
+}
+
+int store_mysql_ensure(struct store *st)
+{
+    const struct store_config *c = st->cfg;
+    int64_t now = util_mono_ms();
+    char why[256];
+    MYSQL *my;
+
+    if (st->my)
+        return 0;
+    if (now < st->my_next_try_ms)
+        return -ENOTCONN;
+    /* Longer than the server's own bounds on lock waits and idle
+     * transactions (common/sqlflavour.h): the server ends a stuck
+     * statement first, so a retry never races its own first attempt. */
+    if (store_mysql_open(c, SQL_READ_TIMEOUT_S, &my, why, sizeof(why))) {
+        log_warn("mysql connect failed", "host=%s port=%u %s", c->mysql_host,
+                 c->mysql_port, why);
+        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+        st->my_next_try_ms = now + RETRY_BACKOFF_MS;
+        return -ENOTCONN;
+    }
+    if (!atomic_exchange(&flavour_logged, 1))
+        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
+                 sql_flavour_name(sql_flavour_of(mysql_get_server_info(my))),
+                 mysql_get_server_info(my), c->mysql_host, c->mysql_port);
+    st->my = my;
+    return 0;
 }
 
 int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)

@@ -153,6 +153,17 @@ struct store {
 };
 
 /*
+ * Open a MySQL connection to c's server as every connection of the store
+ * is opened (TCP, utf8mb4, UTC, the session settings of its flavour, READ
+ * ONLY for a replica); read_timeout_s 0: the client waits for an answer
+ * as long as it takes (schema migrations). Returns 0 with *out set (the
+ * caller closes it), or -ENOTCONN with why (whylen bytes) holding the
+ * server's error; nothing is logged.
+ */
+int store_mysql_open(const struct store_config *c, unsigned read_timeout_s,
+                     MYSQL **out, char *why, size_t whylen);
+
+/*
  * Connect MySQL if needed. Returns 0 or -ENOTCONN (logged; further tries
  * are skipped for a short back-off so a dead server answers fast).
  */

@@ -119,6 +119,69 @@ struct store_replica_state {
 /* The monitor's last finding. Lock-free; no I/O. */
 void store_replica_state_get(struct store_replica_state *out);
 
+/* ---- the schema and its migrations (migrate.c) ---- */
+
+/*
+ * One schema migration, sql/migrations/NNNN-name.sql compiled in by
+ * scripts/embed-sql.sh: version NNNN, name the file's name without
+ * ".sql", sql its text (NUL-terminated, len bytes), checksum the SHA-256
+ * of the file as 64 lower-case hex digits.
+ */
+struct store_migration {
+    unsigned version;
+    const char *name;
+    const char *sql;
+    size_t len;
+    const char *checksum;
+};
+
+/* Every migration, by version: store_migrations[i].version == i + 1. */
+extern const struct store_migration store_migrations[];
+extern const size_t store_migration_count;
+
+/*
+ * The highest version recorded in cfg's database (its schema_version
+ * table), on a connection of its own that logs nothing. Returns 0 with
+ * *version set (0: the table is empty); -ENOENT when the database has no
+ * schema_version table (never migrated); -ENOTCONN unreachable; -EIO
+ * another error. why (whylen bytes) says what failed.
+ */
+int store_schema_version(const struct store_config *cfg, unsigned *version,
+                         char *why, size_t whylen);
+
+/* What store_migrate() tells as it goes. */
+struct store_migrate_report {
+    void *ctx;
+    /* m was applied and recorded, in ms milliseconds. */
+    void (*applied)(void *ctx, const struct store_migration *m, int64_t ms);
+    /* Filled in by store_migrate(): */
+    unsigned applied_count; /* migrations applied by this run */
+    unsigned version;       /* the database's highest version at the end */
+    const struct store_migration *failed; /* the one that failed, or NULL */
+    char why[512]; /* on failure: what failed (the server's error) */
+};
+
+/*
+ * Bring cfg's database up to the newest migration: under the server's
+ * named lock seckill-migrate:<database> (GET_LOCK, waiting lock_wait_s
+ * seconds for another run to finish), create schema_version if missing,
+ * then apply each migration it does not record, in order, and record it
+ * (version, name, checksum). A migration runs statement by statement in
+ * one transaction with its record; MariaDB and MySQL commit DDL at once,
+ * so a run cut short may leave part of a file applied without its record:
+ * every file is idempotent (IF [NOT] EXISTS, updates of what is still
+ * NULL) and the next run applies it again. A database made before
+ * schema_version existed is adopted that way: every file runs and finds
+ * its change in place.
+ *
+ * Returns 0; -EBADMSG when a recorded checksum differs from the compiled
+ * file's (nothing applied; r->failed names it); -ETIMEDOUT when the lock
+ * stayed taken; -ENOTCONN when the server is unreachable; -EIO when a
+ * statement failed (r->failed, r->why: the server's error). Logs nothing.
+ */
+int store_migrate(const struct store_config *cfg, unsigned lock_wait_s,
+                  struct store_migrate_report *r);
+
 /* ---- rate limits (ratelimit.c) ---- */
 
 /* A token bucket to charge: per_s (> 0) tokens a second, at most burst
