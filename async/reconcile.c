@@ -246,9 +246,9 @@ static struct redis_script freeze_keep_script =
  * s's Redis numbers at one moment (snapshot_script): 0 with *out and
  * frozen_by (the freeze's owner, "" when not frozen) set, or -errno.
  */
-static int sale_snapshot(redisContext *rc, int64_t v,
-                         struct async_redis_side *out, char *frozen_by,
-                         size_t len)
+static int redis_state_read(redisContext *rc, int64_t v,
+                            struct async_redis_side *out, char *frozen_by,
+                            size_t len)
 {
     static const char *const names[6] = {"info",   "stock",   "buyers",
                                          "stream", "pending", "frozen"};
@@ -597,7 +597,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         return; /* async__rebuilds_step() takes it on */
     if (!async__sale_ours(st, rc, s))
         return;
-    if (sale_snapshot(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
+    if (redis_state_read(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
         return;
     if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
         s->mismatch = 0; /* another instance rebuilds it */
