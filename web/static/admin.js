@@ -496,6 +496,17 @@ function setText(node, text) {
     if (node.textContent !== text) node.textContent = text;
 }
 
+// A cell's value, or a dash with why it has none (said on hover and to
+// screen readers).
+function setValue(node, text, why) {
+    setText(node, text === null ? "–" : text);
+    const label = text === null ? why : null;
+    if (label) node.setAttribute("aria-label", `– (${label})`);
+    else node.removeAttribute("aria-label");
+    if (label) node.title = label;
+    else node.removeAttribute("title");
+}
+
 // A queue sale's waiting room from its stats st, as the parts of its
 // cell: how many joined and how many places are admitted by now ("–" for
 // a sale open to all).
@@ -527,12 +538,20 @@ function renderList() {
         setText(r.cells.id, v.id);
         setText(r.cells.title, v.title);
         setText(r.cells.type, seckill ? "flash sale" : "regular");
-        setText(r.cells.stock, seckill ? String(v.stock) : "–");
+        const none = "a regular voucher has no sale";
+        setValue(r.cells.stock, seckill ? String(v.stock) : null, none);
         const st = seckill ? state.stats.get(v.id) : null;
-        setText(r.cells.sold, st ? String(st.sold) : "–");
-        setText(r.cells.paid, st ? String(st.orders.paid) : "–");
-        setText(r.cells.returned, st ? String(st.returned) : "–");
-        setText(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : "–");
+        const unknown = !seckill
+            ? none
+            : !adminToken()
+              ? "log in to see the sale's stats"
+              : watched().some((w) => w.id === v.id)
+                ? "the sale's stats are not read yet"
+                : "the stats are read only for the newest sales on now or ended less than a minute ago";
+        setValue(r.cells.sold, st ? String(st.sold) : null, unknown);
+        setValue(r.cells.paid, st ? String(st.orders.paid) : null, unknown);
+        setValue(r.cells.returned, st ? String(st.returned) : null, unknown);
+        setValue(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : null, none);
         setQueueCell(r.cells.queue, queueParts(v, st));
         setText(r.cells.window, seckill ? `${localTime(v.beginTime)} – ${localTime(v.endTime)}` : "–");
         setText(r.cells.status, saleStatus(v));
