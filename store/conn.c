@@ -129,15 +129,22 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
         "vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.id < ? ORDER BY v.id DESC LIMIT ?",
-    /* The listing's snapshot: every seckill sale not ended at ? and
-     * beginning before ?, the earliest beginning first. */
+    /* The listing's snapshot, in two parts of at most ? rows each: the
+     * sales on at ? (begun, not ended), ending soonest first; then those
+     * beginning after it and before ?, beginning soonest first. */
     [STMT_SALES_LIST] =
-        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "(SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
         "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
-        "WHERE v.type = 1 AND s.end_time > ? AND s.begin_time < ? "
-        "ORDER BY s.begin_time, s.voucher_id LIMIT ?",
+        "WHERE v.type = 1 AND s.begin_time <= ? AND s.end_time > ? "
+        "ORDER BY s.end_time, s.voucher_id LIMIT ?) UNION ALL "
+        "(SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
+        "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
+        "WHERE v.type = 1 AND s.begin_time > ? AND s.begin_time < ? "
+        "ORDER BY s.begin_time, s.voucher_id LIMIT ?)",
     [STMT_SECKILL_GET] =
         "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "s.purchase_mode, s.admission, s.halt FROM vouchers v "

@@ -525,10 +525,12 @@ int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
                        size_t *count);
 
 /*
- * The seckill vouchers whose sale has not ended at now_s and begins
- * before until_s (epoch seconds), the earliest beginning first (ties by
- * id), at most max. *items as in store_voucher_list(); from the replica
- * as store_voucher_get() says. One statement.
+ * The seckill vouchers whose sale is on at now_s (epoch seconds), at
+ * most max of them, those ending soonest (ties by id); then those
+ * beginning after now_s and before until_s, at most max, those beginning
+ * soonest: at most 2 * max in *items, as in store_voucher_list(), in no
+ * order the caller may count on. From the replica as store_voucher_get()
+ * says. One statement.
  */
 int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
                      unsigned max, struct store_voucher **items, size_t *count);
