@@ -101,6 +101,22 @@ enum stmt_id {
     STMT_ORDERS_GET_16,
     STMT_ORDERS_GET_32,
     STMT_ORDERS_GET_64,
+    /* k orders paid at once (txn_id by CASE id), k = 2^i */
+    STMT_ORDERS_PAY_1,
+    STMT_ORDERS_PAY_2,
+    STMT_ORDERS_PAY_4,
+    STMT_ORDERS_PAY_8,
+    STMT_ORDERS_PAY_16,
+    STMT_ORDERS_PAY_32,
+    STMT_ORDERS_PAY_64,
+    /* k unpaid orders closed at once (status ?), k = 2^i */
+    STMT_ORDERS_CLOSE_1,
+    STMT_ORDERS_CLOSE_2,
+    STMT_ORDERS_CLOSE_4,
+    STMT_ORDERS_CLOSE_8,
+    STMT_ORDERS_CLOSE_16,
+    STMT_ORDERS_CLOSE_32,
+    STMT_ORDERS_CLOSE_64,
     /* the asynchronous mode: */
     STMT_IDS_EXIST_1, /* ..._64: id IN a list of 2^i */
     STMT_IDS_EXIST_2,

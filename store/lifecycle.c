@@ -386,6 +386,19 @@ struct order_batch {
     struct expiring *returns; /* closed by this attempt, units to return */
     size_t nreturns;
     int64_t *ids; /* orders[i].id, for the read after COMMIT */
+    /*
+     * The writes of the members, gathered while they are decided and
+     * made a few statements at once after (64 rows a statement): the
+     * orders paid and their transaction ids; the orders cancelled. With
+     * per_row, each payment is its own UPDATE as it is decided (how a
+     * txn id another order holds is told apart: STORE_PAY_TXN_USED).
+     */
+    int64_t *pay_ids;
+    const char **pay_txns;
+    size_t npay;
+    bool per_row;
+    int64_t *close_ids;
+    size_t nclose;
 };
 
 static int by_id(const void *x, const void *y)
@@ -410,6 +423,9 @@ static void order_batch_make(struct order_batch *b, const int64_t *ids,
     for (size_t i = 0; i < b->norders; i++)
         b->orders[i].id = b->ids[i];
     b->returns = xcalloc(b->norders, sizeof(*b->returns));
+    b->pay_ids = xcalloc(b->norders, sizeof(*b->pay_ids));
+    b->pay_txns = xcalloc(b->norders, sizeof(*b->pay_txns));
+    b->close_ids = xcalloc(b->norders, sizeof(*b->close_ids));
 }
 
 static void order_batch_free(struct order_batch *b)
@@ -417,6 +433,107 @@ static void order_batch_free(struct order_batch *b)
     free(b->ids);
     free(b->orders);
     free(b->returns);
+    free(b->pay_ids);
+    free(b->pay_txns);
+    free(b->close_ids);
+}
+
+/* A new attempt: nothing written yet. */
+static void order_batch_reset(struct order_batch *b)
+{
+    b->nreturns = 0;
+    b->npay = 0;
+    b->nclose = 0;
+}
+
+static const enum stmt_id pay_stmt[] = {
+    STMT_ORDERS_PAY_1,  STMT_ORDERS_PAY_2,  STMT_ORDERS_PAY_4,
+    STMT_ORDERS_PAY_8,  STMT_ORDERS_PAY_16, STMT_ORDERS_PAY_32,
+    STMT_ORDERS_PAY_64,
+};
+
+static const enum stmt_id close_stmt[] = {
+    STMT_ORDERS_CLOSE_1,  STMT_ORDERS_CLOSE_2,  STMT_ORDERS_CLOSE_4,
+    STMT_ORDERS_CLOSE_8,  STMT_ORDERS_CLOSE_16, STMT_ORDERS_CLOSE_32,
+    STMT_ORDERS_CLOSE_64,
+};
+
+/*
+ * Pay the gathered orders (locked, unpaid, distinct), up to 64 an
+ * UPDATE, each with its txn id (a chunk is padded to a power of two with
+ * its last order: CASE takes the first match, IN ignores repeats).
+ * -EEXIST: a txn id is another order's (the statement is undone, the
+ * transaction goes on).
+ */
+static int order_batch_pay_flush(struct store *st, struct order_batch *b)
+{
+    MYSQL_BIND p[3 * STMT_ROWS_MAX];
+    unsigned long len[STMT_ROWS_MAX];
+    int64_t ids[STMT_ROWS_MAX];
+    const char *txns[STMT_ROWS_MAX];
+
+    for (size_t i = 0; i < b->npay;) {
+        size_t k = 0, m;
+        unsigned lg = 0;
+        MYSQL_STMT *s;
+        int err;
+
+        for (; i < b->npay && k < STMT_ROWS_MAX; i++, k++) {
+            ids[k] = b->pay_ids[i];
+            txns[k] = b->pay_txns[i];
+        }
+        while ((1u << lg) < k)
+            lg++;
+        m = (size_t)1 << lg;
+        memset(p, 0, sizeof(p));
+        for (size_t j = 0; j < m; j++) {
+            size_t x = j < k ? j : k - 1;
+
+            bind_i64(&p[2 * j], &ids[x]);
+            bind_str_in(&p[2 * j + 1], txns[x], &len[x]);
+            bind_i64(&p[2 * m + j], &ids[x]);
+        }
+        err = store_stmt_exec(st, pay_stmt[lg], p, NULL, &s);
+        if (!err && mysql_stmt_affected_rows(s) != k)
+            err = -EIO; /* locked and unpaid: cannot happen */
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Close the gathered orders (locked, unpaid, distinct) as status, up to
+ * 64 an UPDATE. */
+static int order_batch_close_flush(struct store *st, struct order_batch *b,
+                                   int64_t status)
+{
+    MYSQL_BIND p[1 + STMT_ROWS_MAX];
+    int64_t ids[STMT_ROWS_MAX];
+
+    for (size_t i = 0; i < b->nclose;) {
+        size_t k = 0;
+        unsigned lg = 0;
+        MYSQL_STMT *s;
+        int err;
+
+        for (; i < b->nclose && k < STMT_ROWS_MAX; i++)
+            ids[k++] = b->close_ids[i];
+        while ((1u << lg) < k)
+            lg++;
+        memset(p, 0, sizeof(p));
+        bind_i64(&p[0], &status);
+        for (size_t j = 0; j < ((size_t)1 << lg); j++) {
+            if (j >= k)
+                ids[j] = ids[k - 1];
+            bind_i64(&p[1 + j], &ids[j]);
+        }
+        err = store_stmt_exec(st, close_stmt[lg], p, NULL, &s);
+        if (!err && mysql_stmt_affected_rows(s) != k)
+            err = -EIO; /* locked and unpaid: cannot happen */
+        if (err)
+            return err;
+    }
+    return 0;
 }
 
 /* The index of order id in b (it is there). */
@@ -512,12 +629,18 @@ static struct batch_order *order_batch_get(struct order_batch *b,
     return o;
 }
 
-/* Close o (locked, unpaid) as status; its unit goes back before COMMIT. */
+/* Close o (locked, unpaid) as status: now (a late payment's expiry), or
+ * gathered for order_batch_close_flush() (gather); its unit goes back
+ * before COMMIT. */
 static int order_batch_close(struct store *st, struct order_batch *b,
-                             struct batch_order *o, int64_t status)
+                             struct batch_order *o, int64_t status, bool gather)
 {
-    int err = order_close(st, o->id, status);
+    int err = 0;
 
+    if (gather)
+        b->close_ids[b->nclose++] = o->id;
+    else
+        err = order_close(st, o->id, status);
     if (err)
         return err;
     o->l.status = status;
@@ -591,7 +714,7 @@ static int pay_item(struct store *st, struct order_batch *b,
                              STORE_REFUND_CLOSED);
     }
     if (l->past_deadline) {
-        err = order_batch_close(st, b, o, ORDER_EXPIRED);
+        err = order_batch_close(st, b, o, ORDER_EXPIRED, false);
         if (!err)
             err = refund_insert(st, o->id, it->txn, it->amount,
                                 STORE_REFUND_LATE);
@@ -601,6 +724,16 @@ static int pay_item(struct store *st, struct order_batch *b,
     }
     if (it->amount != l->pay_value) {
         it->outcome = STORE_PAY_AMOUNT;
+        return 0;
+    }
+    if (!b->per_row) {
+        /* Paid by the flush after the loop; what follows in the batch
+         * sees it paid. */
+        b->pay_ids[b->npay] = o->id;
+        b->pay_txns[b->npay++] = it->txn;
+        l->status = ORDER_PAID;
+        snprintf(l->txn, sizeof(l->txn), "%s", it->txn);
+        it->outcome = STORE_PAY_DONE;
         return 0;
     }
     bind_str_in(&p[0], it->txn, &txn_len);
@@ -628,7 +761,7 @@ static int pay_batch_once(struct store *st, void *arg)
     struct order_batch *b = &a->b;
     int err;
 
-    b->nreturns = 0;
+    order_batch_reset(b);
     for (size_t i = 0; i < a->n; i++) {
         a->items[i].outcome = STORE_PAY_NOT_FOUND;
         a->items[i].pay_value = 0;
@@ -644,6 +777,10 @@ static int pay_batch_once(struct store *st, void *arg)
         if (o)
             err = pay_item(st, b, it, o);
     }
+    if (!err)
+        err = order_batch_pay_flush(st, b);
+    /* -EEXIST: a txn id of the batch is another order's, or two members
+     * name one; the caller runs the batch again, one UPDATE a payment. */
     if (err)
         return store_tx_rollback(st, err);
     return order_batch_commit(st, b);
@@ -669,6 +806,10 @@ int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
     order_batch_make(&a.b, ids, n);
     free(ids);
     err = run_tx(st, pay_batch_once, &a);
+    if (err == -EEXIST) {
+        a.b.per_row = true;
+        err = run_tx(st, pay_batch_once, &a);
+    }
     if (!err)
         err = order_batch_read(st, &a.b, &now);
     for (size_t i = 0; i < n && !err; i++)
@@ -691,7 +832,7 @@ static int cancel_batch_once(struct store *st, void *arg)
     struct order_batch *b = &a->b;
     int err;
 
-    b->nreturns = 0;
+    order_batch_reset(b);
     for (size_t i = 0; i < a->n; i++)
         a->items[i].outcome = STORE_CLOSE_NOT_FOUND;
     err = store_query(st, "START TRANSACTION");
@@ -706,7 +847,7 @@ static int cancel_batch_once(struct store *st, void *arg)
             continue;
         switch (o->l.status) {
         case ORDER_UNPAID:
-            err = order_batch_close(st, b, o, ORDER_CANCELLED);
+            err = order_batch_close(st, b, o, ORDER_CANCELLED, true);
             it->outcome = STORE_CLOSE_DONE;
             break;
         case ORDER_CANCELLED:
@@ -720,6 +861,8 @@ static int cancel_batch_once(struct store *st, void *arg)
             break;
         }
     }
+    if (!err)
+        err = order_batch_close_flush(st, b, ORDER_CANCELLED);
     if (err)
         return store_tx_rollback(st, err);
     err = order_batch_commit(st, b);

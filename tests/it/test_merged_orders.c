@@ -45,10 +45,13 @@
 static struct it_server srv[2]; /* B, S */
 static int64_t next_user;
 
-static const char *const env_b[] = {
-    "SECKILL_PAY_TIMEOUT_S=120", "SECKILL_PAY_SECRET=" PAY_SECRET,
-    "SECKILL_DEV=1",             "SECKILL_RATE_USER=0",
-    "SECKILL_STOCK_SEGMENTS=4",  "SECKILL_BATCH_LINGER_US=10000", NULL};
+static const char *const env_b[] = {"SECKILL_PAY_TIMEOUT_S=120",
+                                    "SECKILL_PAY_SECRET=" PAY_SECRET,
+                                    "SECKILL_DEV=1",
+                                    "SECKILL_RATE_USER=0",
+                                    "SECKILL_STOCK_SEGMENTS=4",
+                                    "SECKILL_BATCH_LINGER_US=10000",
+                                    NULL};
 static const char *const env_s[] = {
     "SECKILL_PAY_TIMEOUT_S=120", "SECKILL_PAY_SECRET=" PAY_SECRET,
     "SECKILL_DEV=1", "SECKILL_RATE_USER=0", NULL};
@@ -155,8 +158,7 @@ struct cancel {
 
 static void cancel_req(struct it_req *r, struct cancel *c, int64_t o)
 {
-    snprintf(c->path, sizeof(c->path), "/api/orders/%lld/cancel",
-             (long long)o);
+    snprintf(c->path, sizeof(c->path), "/api/orders/%lld/cancel", (long long)o);
     it_token(1, TOKEN_ROLE_ADMIN, 3600, c->token);
     *r = (struct it_req){.method = "POST", .path = c->path, .token = c->token};
 }
@@ -262,8 +264,8 @@ static void *later_main(void *arg)
 
     usleep(l->after_ms * 1000);
     if (l->kill) {
-        size_t k = it_sql_kill_sessions_of(l->kill->pid,
-                                           (uint16_t)it_store_config()->mysql_port);
+        size_t k = it_sql_kill_sessions_of(
+            l->kill->pid, (uint16_t)it_store_config()->mysql_port);
         print_message("      killed %zu mysql sessions\n", k);
         usleep(300 * 1000);
     }
@@ -393,7 +395,7 @@ static void test_pay_batch_outcomes(void **state)
     /* 0: o[1] and o[2] by one transaction id: one of them pays. */
     notify_make(&n[1], o[1], PRICE, t[1]);
     notify_make(&n[2], o[2], PRICE, t[1]);
-    notify_make(&n[3], o[3], PRICE, other); /* paid o[9] */
+    notify_make(&n[3], o[3], PRICE, other);    /* paid o[9] */
     notify_make(&n[4], o[4], PRICE + 1, t[4]); /* not the price */
     notify_make(&n[5], o[5], PRICE, t[5]);     /* late */
     notify_make(&n[6], o[6], PRICE, t[6]);     /* the same again */
@@ -597,8 +599,8 @@ static void test_cancel_batch_fails(void **state)
 
         ok += st == 200;
         if (i == N - 1)
-            print_message("      after the kill: %zu of %d cancels done\n",
-                          ok, N);
+            print_message("      after the kill: %zu of %d cancels done\n", ok,
+                          N);
         assert_true(st == 200 || st == 503);
         assert_int_equal(st == 200 ? 4 : 1, status_of(o[i]));
         it_resp_free(&resps[i]);
