@@ -3,11 +3,12 @@
  * buyer's list, cancelling it, paying it, and giving a closed order's
  * unit back to its sale.
  *
- * A cancel or a payment is one short transaction, but it may wait for the
- * order's or the voucher's row while another transaction holds it, so it
- * runs as a task of the purchase engine (engine/engine.h). A cancel gives
- * the unit back to the stock; every instance's voucher cache then hears
- * that the voucher may sell again.
+ * A cancel or a payment may wait for the order's or the voucher's row
+ * while another transaction holds it, so it runs on the purchase engine
+ * (engine/engine.h), merged with the others of its kind that wait with
+ * it into one transaction (below). A cancel gives the unit back to the
+ * stock; every instance's voucher cache then hears that the voucher may
+ * sell again.
  *
  * An async sale's order (async/async.h) is pending between its sale and
  * the moment the writer puts it into MySQL: read, alone or in the buyer's
@@ -352,6 +353,28 @@ static void closed_returned(struct sale *s, struct store *st, struct closed *c)
     }
 }
 
+/*
+ * The batch of op failed with err (nothing of it written, or its COMMIT
+ * unanswered). An async sale's order on its way to MySQL was not in the
+ * batch: it is answered as pending, as op_find() answers it while MySQL
+ * is away; the others get err.
+ */
+static void op_batch_failed(const struct sale *s, struct store *st,
+                            struct sale_order_op *op, int err)
+{
+    struct store_order o;
+
+    if (pending_find(s, st, op->order_id, &o) == 0) {
+        op->err = 0;
+        op->pending = true;
+        op->found = op->user_id <= 0 || o.user_id == op->user_id;
+        if (op->found)
+            op->order = o;
+        return;
+    }
+    op->err = err;
+}
+
 /* A cancel alone: read, then its own transaction. */
 static void cancel_one(struct sale *s, struct store *st,
                        struct sale_order_op *op)
@@ -396,7 +419,7 @@ static void cancel_batch(struct store *st, int64_t lane,
         struct sale_order_op *op = of_merged(ps[i])->op;
 
         if (err) {
-            op->err = err;
+            op_batch_failed(s, st, op, err);
             continue;
         }
         if (items[i].outcome == STORE_CLOSE_NOT_FOUND) {
@@ -507,7 +530,7 @@ static void pay_batch(struct store *st, int64_t lane,
         struct sale_order_op *op = of_merged(ps[i])->op;
 
         if (err) {
-            op->err = err;
+            op_batch_failed(s, st, op, err);
             continue;
         }
         if (items[i].outcome == STORE_PAY_NOT_FOUND) {

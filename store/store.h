@@ -659,7 +659,9 @@ int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
  * see the result. Cancelling and expiring give the unit back to the stock
  * in the same transaction (the voucher's row, or the segment user_id % N of
  * a segmented voucher): at every moment stock + unpaid + paid orders =
- * the voucher's initial stock.
+ * the voucher's initial stock. Many payments (cancels) can share one
+ * transaction, each decided as in one of its own (store_orders_pay(),
+ * store_orders_cancel()).
  */
 
 enum store_close {
@@ -737,9 +739,12 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
  * notification twice is one payment), the units of the orders closed
  * (cancelled, or expired by a late payment) go back per voucher (per
  * segment) in one UPDATE each, last, and the async sales' owed returns
- * are recorded, all before the one COMMIT. A deadlock or a lost lock
- * wait runs the whole batch again (nothing of it was kept); a refused
- * txn id (STORE_PAY_TXN_USED) undoes only its own statement.
+ * are recorded, all before the one COMMIT. The payments are written 64
+ * an UPDATE (each its txn id), the cancels' closes likewise. A deadlock
+ * or a lock wait that timed out runs the whole batch again (nothing of
+ * it was kept). When a txn id of the batch is another order's (or two
+ * members name one), the batch runs again with one UPDATE a payment,
+ * which tells the refused one apart (STORE_PAY_TXN_USED, as alone).
  *
  * Returns 0 with every item's outcome set and, unless NOT_FOUND, its
  * order as it is now (read after the COMMIT); or an error for the whole

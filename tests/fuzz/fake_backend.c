@@ -747,7 +747,12 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     int err;
 
     (void)e;
-    check_id("voucher id", p->voucher_id);
+    /* A purchase's queue is its voucher's; cancels and payments queue
+     * under keys below zero (sale/orders.c's lanes). */
+    if (p->voucher_id > 0)
+        check_id("voucher id", p->voucher_id);
+    else
+        FUZZ_CHECK(p->voucher_id < 0, "a queue key of 0");
     FUZZ_CHECK(p->done && p->batch, "a purchase without its functions");
     FUZZ_CHECK(p->deadline_ms > util_mono_ms(), "a purchase already late");
     FUZZ_CHECK(!pending && !pending_task, "a second purchase in one request");
