@@ -22,7 +22,8 @@
  *     sqlflavour.h bounds those);
  *   - the key of a queue is the voucher's id for a purchase; the sale
  *     layer also queues cancels and payments, merged the same way, under
- *     keys below zero (lanes by order id: sale/orders.c);
+ *     keys below zero (lanes by order id: sale/orders.c), which the
+ *     purchases' metrics (shed, queue wait) leave out;
  *   - tasks: a cancel or a payment that runs alone (one short transaction
  *     each, which may wait for a row another transaction holds), first
  *     come first served on the same workers. Everything else that must

@@ -223,6 +223,10 @@ void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
  */
 #define ORDER_LANES 4
 
+/* A batch the engine hands over fits the store's merged calls. */
+_Static_assert(ENGINE_BATCH_MAX <= STORE_ORDER_BATCH_MAX,
+               "an engine batch larger than a merged transaction");
+
 static int64_t lane_of(int64_t order_id)
 {
     return -1 - order_id % ORDER_LANES;

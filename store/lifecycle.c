@@ -661,17 +661,30 @@ static int order_batch_commit(struct store *st, struct order_batch *b)
     return commit(st);
 }
 
+struct read_args {
+    struct order_batch *b;
+    struct store_order *out;
+    bool *found;
+};
+
+static int read_once(struct store *st, void *arg)
+{
+    struct read_args *a = arg;
+
+    return store_orders_read(st, a->b->ids, a->b->norders, a->out, a->found);
+}
+
 /* Read every order of the batch as it is now, after its COMMIT, into
  * out[] (by b's index). */
 static int order_batch_read(struct store *st, struct order_batch *b,
                             struct store_order **out)
 {
-    bool *found = xcalloc(b->norders, sizeof(*found));
+    struct read_args a = {b, NULL, xcalloc(b->norders, sizeof(bool))};
     int err;
 
-    *out = xcalloc(b->norders, sizeof(**out));
-    err = store_orders_read(st, b->ids, b->norders, *out, found);
-    free(found);
+    *out = a.out = xcalloc(b->norders, sizeof(**out));
+    err = store_retry(st, read_once, &a);
+    free(a.found);
     if (err) {
         free(*out);
         *out = NULL;
