@@ -11,6 +11,12 @@
  * held briefly and transitions do not deadlock with purchases. An async
  * sale's order also records, in the same transaction, that its sale's
  * Redis state is owed the unit (unit_returns.c).
+ *
+ * Many transitions can share one transaction: the expiry's batch, and the
+ * merged payments and cancels (store_orders_pay(), store_orders_cancel()),
+ * which lock their orders in the order of their ids, decide each member
+ * as its own transaction would on what the members before it left, and
+ * write the rows a few statements at once before the one COMMIT.
  */
 #include "store/internal.h"
 
