@@ -63,6 +63,15 @@
 #      last 202 to the last order in MySQL, and the invariants (Redis'
 #      stock and buyers must equal MySQL's too).
 #
+#   7. pay storm (bench/paystorm.sh, on two instances of its own at ports
+#      +20, +21): a voucher of BENCH_PAYSTORM_STOCK (20000) sold out at 256
+#      connections, then every order's signed payment notification sent at
+#      once (256 connections, bench/wrk/pay.lua); payments/s = orders /
+#      (last payment answered - first sent), next to purchases/s of that
+#      sale; every order paid once by its own transaction id, no refund,
+#      stock + unpaid + paid = initial. BENCH_PAYSTORM_BASE=<binary>
+#      runs the same with another binary first (before and after).
+#
 # Head-of-line: while the 256-connection selling crowd runs, a separate
 # client sends 200 GET /healthz to instance A one at a time, each on a
 # fresh connection (and the same once before, with no crowd): p50, p99
@@ -72,12 +81,13 @@
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
-#                async_accept=<a> async_drain=<d>
+#                async_accept=<a> async_drain=<d> pay_storm=<p>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections; async_accept = 202s/s / the raw
 # script's calls/s; async_drain = orders/s written by the writers / the
-# best sysbench rate. Exit 1 when an invariant is broken.
+# best sysbench rate; pay_storm = payments/s of the pay storm / purchases/s
+# of its sale. Exit 1 when an invariant is broken.
 #
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
@@ -171,34 +181,6 @@ EOF
     done
     cat "$d/error.log" >&2 || true
     die "nginx on :$NGINX_PORT did not start"
-}
-
-# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
-# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
-# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
-# script signals itself, and since wrk's main thread sleeps through -d
-# unless that signal lands on it, it is also signalled from here until it
-# exits (once its workers have stopped, a signal can only reach main).
-run_wrk() {
-    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
-    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
-    rm -f "$marker"
-    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
-        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
-        BUY_REPORT=$RAW/$name.json \
-        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
-        "http://$first/" >"$RAW/$name.txt" 2>&1 &
-    pid=$!
-    if ((stop)); then
-        while kill -0 "$pid" 2>/dev/null; do
-            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
-            sleep 0.1
-        done
-    fi
-    wait "$pid" || rc=$?
-    rm -f "$marker"
-    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
-    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
 }
 
 # ---- set-up ----
@@ -668,6 +650,22 @@ done
 ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
 say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
 
+# ---- 7. pay storm: every buyer pays at once ----
+
+# bench/paystorm.sh on two instances of its own (ports +20, +21): a
+# 20,000-unit sale sold out, then every buyer's signed notification at
+# once; payments/s over purchases/s of that sale. BENCH_PAYSTORM_BASE
+# (another seckilld) runs it with that binary too, alternately.
+PAYSTORM_RC=0
+BENCH_PAYSTORM_PORT=$((PORT + 20)) BENCH_PAYSTORM_REPORT=$RAW/paystorm.json \
+    "$ROOT/bench/paystorm.sh" "$BUILD" >"$RAW/paystorm.out" || PAYSTORM_RC=$?
+[[ -s $RAW/paystorm.json ]] || die "the pay storm wrote no report"
+((PAYSTORM_RC == 0)) || BROKEN=1
+PAY_STORM_RATIO=$(jq -r '.new.ratio * 1000 | round / 1000' "$RAW/paystorm.json")
+PAY_STORM_PAY=$(jq -r '.new.payments_per_s' "$RAW/paystorm.json")
+PAY_STORM_SELL=$(jq -r '.new.purchases_per_s' "$RAW/paystorm.json")
+say "pay storm: $PAY_STORM_PAY payments/s after a sale of $PAY_STORM_SELL purchases/s: $PAY_STORM_RATIO"
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -767,6 +765,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
     --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
     --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
+    --argjson psr "$PAY_STORM_RATIO" --slurpfile paystorm "$RAW/paystorm.json" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
@@ -799,11 +798,12 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
+      pay_storm: $paystorm[0],
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc,
-               async_accept: $aar, async_drain: $adr}}' >"$OUT/results.json"
+               async_accept: $aar, async_drain: $adr, pay_storm: $psr}}' >"$OUT/results.json"
 
 table() {
     echo "| figure | value | raw limit, same run | ratio |"
@@ -834,6 +834,8 @@ table() {
         "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_LAG"
     printf '| async drain: orders/s into MySQL (%s waiting, %s ms) | %s | best sysbench: %s tx/s | %s |\n' \
         "$DRAIN_ORDERS" "$DRAIN_MS" "$DRAIN_RATE" "$SB_BEST" "$ASYNC_DRAIN_RATIO"
+    printf '| pay storm: payments/s, every buyer of %s units at once | %s | the sale before: %s purchases/s | %s |\n' \
+        "$(jq -r .new.stock "$RAW/paystorm.json")" "$PAY_STORM_PAY" "$PAY_STORM_SELL" "$PAY_STORM_RATIO"
     printf '| lifecycle (pay timeout %s s, 70%% pay): orders paid / expired | %s / %s | %s sold (201) in %s s | |\n' \
         "$LIFE_TIMEOUT" "${LIFE_PAID:-0}" "${LIFE_EXPIRED:-0}" "$(j "$RAW/lifecycle-c256.json" .ok)" "$LIFE_SECONDS"
     printf '| lifecycle: expiry lag p50 / p99 / max ms (deadline to close) | %s / %s / %s | target < 2000 | |\n' \
@@ -864,5 +866,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }
