@@ -884,7 +884,7 @@ async function adminRecords() {
     page.once("dialog", (d) => d.accept());
     await refundRow.getByRole("button", { name: /Mark refund/ }).click();
     await waitFor(async () => (await refundRow.count()) === 0, "the refund gone from the pending list");
-    assert(/recorded as done/.test(await page.textContent("#refund-msg")), `the message: ${await page.textContent("#refund-msg")}`);
+    await waitFor(async () => /recorded as done/.test(await page.textContent("#refund-msg")), "the message that the refund is done");
     listed = await http(server.url, "GET", "/api/refunds?status=done&limit=100", { token: adminTok });
     assert(listed.json.items.some((r) => r.orderId === order && r.status === "done"), "the refund done in the API");
 
