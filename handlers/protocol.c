@@ -15,8 +15,8 @@
  *   - a header line without a colon: 400;
  *   - a Content-Length that is not a number: 400; one above 2^64-1: 413;
  *   - malformed chunked encoding: 400; a chunk size above 2^64-1: 413;
- *   - a request line or headers beyond its memory pool (32 KiB): 414 or
- *     431.
+ *   - a request line or headers beyond its memory pool (HTTP_CONN_MEMORY,
+ *     4 KiB): 414 or 431.
  *
  * At its default strictness it accepts more than a server should, and
  * hands those requests on; req_protocol_or_reply() refuses them here (see
@@ -215,6 +215,47 @@ bool req_media_type_is_json(const char *value)
         if (name_len == 7 && strncasecmp(name, "charset", 7) == 0 && !utf8)
             return false;
     }
+}
+
+/* The bytes and the fields of a request's head (req_head_size_or_reply). */
+struct head_size {
+    size_t bytes;
+    unsigned fields;
+};
+
+static enum MHD_Result count_field(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    struct head_size *size = cls;
+
+    size->fields++;
+    if (kind != MHD_HEADER_KIND)
+        return MHD_YES; /* a query argument or cookie: in a line counted */
+    /* "name: value" and its line end; the daemon copies a Cookie. */
+    size->bytes += key_size + value_size + 4;
+    if (value && strcasecmp(key, MHD_HTTP_HEADER_COOKIE) == 0)
+        size->bytes += value_size;
+    return MHD_YES;
+}
+
+unsigned req_head_size_or_reply(struct request *req, size_t line_len)
+{
+    struct head_size size = {line_len + 2, 0}; /* and the empty line */
+    char msg[120];
+
+    if (!req->conn)
+        return 0;
+    MHD_get_connection_values_n(
+        req->conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
+        count_field, &size);
+    if (size.bytes <= REQUEST_HEAD_MAX && size.fields <= REQUEST_FIELDS_MAX)
+        return 0;
+    snprintf(msg, sizeof(msg),
+             "the request line and headers take at most %d bytes in %d "
+             "fields (header lines, query arguments and cookies)",
+             REQUEST_HEAD_MAX, REQUEST_FIELDS_MAX);
+    return req_error(req, ERR_HEADERS_TOO_LARGE, msg);
 }
 
 /* Quote client text into a message: printable ASCII, at most 40 bytes. */
