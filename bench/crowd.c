@@ -95,7 +95,7 @@ static int64_t now_us(void)
 struct worker {
     struct conn *c;
     int n, first, epfd, connecting;
-    int32_t *slot;     /* head of each timer slot's list, -1 if empty */
+    int32_t *slot; /* head of each timer slot's list, -1 if empty */
     int slots;
     int64_t wheel_ms;  /* the slot time the wheel has reached */
     int32_t open_next; /* the next connection never opened yet */
@@ -435,15 +435,32 @@ int main(int argc, char **argv)
 
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'p': proto.port = (uint16_t)atoi(optarg); break;
-        case 'n': conns = atol(optarg); break;
-        case 'v': proto.voucher = optarg; break;
-        case 't': proto.token = optarg; break;
-        case 's': seconds = atol(optarg); break;
-        case 'x': percent = atof(optarg); break;
-        case 'r': ready = optarg; break;
-        case 'j': json = optarg; break;
-        default: usage();
+        case 'p':
+            proto.port = (uint16_t)atoi(optarg);
+            break;
+        case 'n':
+            conns = atol(optarg);
+            break;
+        case 'v':
+            proto.voucher = optarg;
+            break;
+        case 't':
+            proto.token = optarg;
+            break;
+        case 's':
+            seconds = atol(optarg);
+            break;
+        case 'x':
+            percent = atof(optarg);
+            break;
+        case 'r':
+            ready = optarg;
+            break;
+        case 'j':
+            json = optarg;
+            break;
+        default:
+            usage();
         }
     }
     if (!proto.port || conns <= 0 || !proto.voucher || percent <= 0)
@@ -490,7 +507,8 @@ int main(int argc, char **argv)
                     fclose(f);
                 }
             }
-            fprintf(stderr, "crowd: %ld connections open and answered in %ld ms\n",
+            fprintf(stderr,
+                    "crowd: %ld connections open and answered in %ld ms\n",
                     conns, (long)stood_ms);
         }
         usleep(50000);
@@ -510,9 +528,9 @@ int main(int argc, char **argv)
              "\"other\":%ld,\"p50_ms\":%.1f,\"p99_ms\":%.1f,\"max_ms\":%.1f,"
              "\"connect_errors\":%ld,\"closed_by_server\":%ld,"
              "\"reconnects\":%ld,\"seconds\":%.1f}",
-             conns, open_now, workers, (long)stood_ms, percent,
-             TOTAL(requests), answers, TOTAL(ok2xx), TOTAL(c4xx), TOTAL(c5xx),
-             TOTAL(other), percentile(st, workers, 0.50, answers),
+             conns, open_now, workers, (long)stood_ms, percent, TOTAL(requests),
+             answers, TOTAL(ok2xx), TOTAL(c4xx), TOTAL(c5xx), TOTAL(other),
+             percentile(st, workers, 0.50, answers),
              percentile(st, workers, 0.99, answers),
              percentile(st, workers, 1.0, answers), TOTAL(connect_errors),
              TOTAL(closed_by_server), TOTAL(reconnects),

@@ -63,6 +63,14 @@
 #      last 202 to the last order in MySQL, and the invariants (Redis'
 #      stock and buyers must equal MySQL's too).
 #
+#   7. crowd (bench/crowd.sh; BENCH_CROWD=0 skips it): one more instance
+#      (port +7) holds BENCH_CROWD_CONNS (50000, or what the descriptor
+#      limit allows) idle keep-alive connections of bench/crowd.c, each
+#      answered once and then 1% of them asking a second, while wrk buys
+#      at 256 connections: its VmRSS (projected to 50,000 when fewer
+#      could be opened), GET /healthz p99 and purchases/s against the same
+#      256 without the crowd.
+#
 # Head-of-line: while the 256-connection selling crowd runs, a separate
 # client sends 200 GET /healthz to instance A one at a time, each on a
 # fresh connection (and the same once before, with no crowd): p50, p99
@@ -72,12 +80,15 @@
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
-#                async_accept=<a> async_drain=<d>
+#                async_accept=<a> async_drain=<d> crowd_rss_mib=<m>
+#                crowd_hol_p99_ms=<h>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections; async_accept = 202s/s / the raw
 # script's calls/s; async_drain = orders/s written by the writers / the
-# best sysbench rate. Exit 1 when an invariant is broken.
+# best sysbench rate; crowd_rss_mib = VmRSS of the crowd's instance at
+# 50,000 idle connections with 256 buying; crowd_hol_p99_ms = /healthz p99
+# then. Exit 1 when an invariant is broken.
 #
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
@@ -85,7 +96,9 @@
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
 # it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
-# orders in MySQL). The instances run at the service's defaults.
+# orders in MySQL), BENCH_CROWD=0 (skip the crowd phase, about two
+# minutes), BENCH_CROWD_CONNS (50000), BENCH_CROWD_BUY_SECONDS (10). The
+# instances run at the service's defaults.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -171,34 +184,6 @@ EOF
     done
     cat "$d/error.log" >&2 || true
     die "nginx on :$NGINX_PORT did not start"
-}
-
-# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
-# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
-# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
-# script signals itself, and since wrk's main thread sleeps through -d
-# unless that signal lands on it, it is also signalled from here until it
-# exits (once its workers have stopped, a signal can only reach main).
-run_wrk() {
-    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
-    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
-    rm -f "$marker"
-    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
-        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
-        BUY_REPORT=$RAW/$name.json \
-        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
-        "http://$first/" >"$RAW/$name.txt" 2>&1 &
-    pid=$!
-    if ((stop)); then
-        while kill -0 "$pid" 2>/dev/null; do
-            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
-            sleep 0.1
-        done
-    fi
-    wait "$pid" || rc=$?
-    rm -f "$marker"
-    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
-    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
 }
 
 # ---- set-up ----
@@ -355,26 +340,6 @@ say "redis-benchmark (256 clients): acquire ${rb_rate[lock_acquire]}/s, release 
 
 # ---- head-of-line: cheap requests while a crowd buys ----
 
-# hol_probe NAME: 200 GET /healthz to instance A one at a time, each on a
-# fresh connection, in the background; their times (ms) go to
-# $RAW/NAME.ms. Sets HOL_PID.
-hol_probe() {
-    local name=$1
-    (
-        sleep 2 # into the crowd's steady state
-        for _ in $(seq 200); do
-            curl -s -o /dev/null -w '%{time_total}\n' --max-time 10 \
-                "http://127.0.0.1:$PORT/healthz" || echo 10
-        done | awk '{ printf "%.3f\n", $1 * 1000 }' >"$RAW/$name.ms"
-    ) &
-    HOL_PID=$!
-}
-# hol_stats NAME: "p50 p99 max" of $RAW/NAME.ms.
-hol_stats() {
-    sort -n "$RAW/$1.ms" | awk '{ v[NR] = $1 } END {
-        p50 = v[int(NR * 0.50 + 0.5)]; p99 = v[int(NR * 0.99 + 0.5)];
-        printf "%.1f %.1f %.1f", p50, p99, v[NR] }'
-}
 # Without a crowd first: what one request costs the probe by itself.
 hol_probe hol-idle
 wait "$HOL_PID"
@@ -668,6 +633,19 @@ done
 ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
 say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
 
+# ---- 7. the crowd: idle keep-alive connections while 256 buy ----
+
+if [[ ${BENCH_CROWD:-1} == 1 ]]; then
+    # shellcheck source=bench/crowd.sh
+    . "$ROOT/bench/crowd.sh"
+    crowd_phase
+    crowd_json >"$RAW/crowd-phase.json"
+    CROWD_JSON=$(cat "$RAW/crowd-phase.json")
+else
+    say "crowd: skipped (BENCH_CROWD=0)"
+    CROWD_RSS_MIB=skipped CROWD_HOL_P99=skipped CROWD_JSON=null
+fi
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -767,6 +745,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
     --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
     --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
+    --argjson crowd "$CROWD_JSON" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
@@ -799,8 +778,11 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
+      crowd: $crowd,
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
+               crowd_rss_mib: $crowd.rss_mib_at_50000,
+               crowd_hol_p99_ms: $crowd.healthz_ms.with_crowd.p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc,
                async_accept: $aar, async_drain: $adr}}' >"$OUT/results.json"
@@ -828,6 +810,16 @@ table() {
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
     printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
         "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
+    if [[ $CROWD_JSON != null ]]; then
+        printf '| crowd: VmRSS of one instance at 50,000 idle conns, MiB (%s open%s) | %s | target <= 256 | |\n' \
+            "$CROWD_N" "$( ((CROWD_N < 50000)) && echo ', the rest projected')" "$CROWD_RSS_MIB"
+        printf '| crowd: KiB per idle / busy connection | %s / %s | | |\n' \
+            "$CROWD_IDLE_CONN_KIB" "$CROWD_BUSY_CONN_KIB"
+        printf '| crowd: GET /healthz p50 / p99 / max ms with the crowd and 256 buying | %s / %s / %s | without the crowd: %s / %s | target p99 <= 5 |\n' \
+            "$CROWD_HOL_P50" "$CROWD_HOL_P99" "$CROWD_HOL_MAX" "$CROWD_HOL_ALONE_P50" "$CROWD_HOL_ALONE_P99"
+        printf '| crowd: purchases/s at 256 conns, with / without the crowd | %s / %s | | %s |\n' \
+            "$CROWD_BUY_WITH" "$CROWD_BUY_ALONE" "$CROWD_BUY_RATIO"
+    fi
     printf '| async accept, 256 conns, 2 instances: 202s/s (%s in %s s) | %s | the purchase script alone, 256 clients: %s calls/s | %s |\n' \
         "$ASYNC_STOCK" "$ACC_SECS" "$ACC_RATE" "$AR_RAW" "$ASYNC_ACCEPT_RATIO"
     printf '| async accept: p50 / p99 ms; last 202 to last order in MySQL | %s / %s; %s ms | Redis: appendfsync always | |\n' \
@@ -864,5 +856,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

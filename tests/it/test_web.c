@@ -846,6 +846,155 @@ static void test_malformed_library(void **state)
     it_resp_free(&resp);
 }
 
+/*
+ * pad_head(buf, first, fields, size): a request head of exactly size
+ * bytes (request line, header lines and the empty line) that starts
+ * with first (its request line and headers, each ending "\r\n") and has
+ * fields header lines in all, the last an X-Pad filling it up.
+ */
+static char *pad_head(const char *first, int fields, size_t size)
+{
+    char *head = xcalloc(1, size + 1);
+    size_t len = strlen(first);
+    int have = 0;
+
+    memcpy(head, first, len);
+    for (const char *p = strchr(first, '\n'); p && p[1];
+         p = strchr(p + 1, '\n'))
+        have++; /* the lines after the request line */
+    for (int i = have; i < fields - 1; i++)
+        len += (size_t)sprintf(head + len, "X-F%d: v\r\n", i);
+    assert_true(len + 11 <= size);
+    len += (size_t)sprintf(head + len, "X-Pad: ");
+    memset(head + len, 'p', size - len - 4);
+    memcpy(head + size - 4, "\r\n\r\n", 4);
+    return head;
+}
+
+/*
+ * The request head the service takes (README, Malformed requests): up to
+ * 1,536 bytes of request line and headers in 24 fields, a target of up
+ * to 1,024 bytes with 16 query arguments. Larger heads are answered at
+ * once, 431 HEADERS_TOO_LARGE or 414 URI_TOO_LONG in the JSON envelope,
+ * and closed; beyond the connection's 4 KiB buffer the library answers
+ * its own 431 or 414 page. Every size in between gets one of those, never
+ * a closed connection without an answer (the library has no room left
+ * for a reply's headers near the buffer's end).
+ */
+static void test_request_head_limits(void **state)
+{
+    const uint16_t cors = servers[SRV_CORS].port;
+    const uint16_t plain = servers[SRV_PLAIN].port;
+    struct it_raw_resp raw;
+    char *head;
+    (void)state;
+
+    /* The largest head served, with the largest reply: a preflight. */
+    head = pad_head("OPTIONS /api/vouchers/1/seckill HTTP/1.1\r\nHost: t\r\n"
+                    "Connection: close\r\nOrigin: " ORIGIN_A "\r\n"
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: authorization, "
+                    "content-type, seckill-pow, seckill-ticket\r\n",
+                    24, 1536);
+    it_raw_request(cors, head, strlen(head), 10000, &raw);
+    if (raw.status != 204)
+        print_error("1536-byte preflight: %.300s\n", raw.text);
+    assert_int_equal(raw.status, 204);
+    assert_non_null(strcasestr(raw.text, "Access-Control-Allow-Headers:"));
+    it_raw_resp_free(&raw);
+    free(head);
+    head = pad_head("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
+                    24, 1536);
+    it_raw_request(plain, head, strlen(head), 10000, &raw);
+    assert_int_equal(raw.status, 200);
+    it_raw_resp_free(&raw);
+    free(head);
+
+    /* One byte more, one field more, a Cookie (counted twice). */
+    const struct {
+        const char *first;
+        int fields;
+        size_t size;
+    } over[] = {
+        {"GET /healthz HTTP/1.1\r\nHost: t\r\n", 24, 1537},
+        {"GET /healthz HTTP/1.1\r\nHost: t\r\n", 25, 400},
+        {"GET /healthz?a=1 HTTP/1.1\r\nHost: t\r\n", 24, 400},
+        {"GET /healthz HTTP/1.1\r\nHost: t\r\nCookie: a=1; b=2; "
+         "c=0123456789012345678901234567890123456789012345678901234567890"
+         "1234567890123456789012345678901234567890123456789012345678901234"
+         "5678901234567890123456789012345678901234567890123456789012345678"
+         "9012345678901234567890123456789012345678901234567890123456789012"
+         "3456789012345678901234567890123456789012345678901234567890123456"
+         "7890123456789012345678901234567890123456789012345678901234567890"
+         "12345678901234567890123456789012345678901234567890123456789\r\n",
+         6, 1100},
+    };
+    for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++) {
+        head = pad_head(over[i].first, over[i].fields, over[i].size);
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if (raw.status != 431 || !raw.closed)
+            print_error("head %zu: closed %d %.300s\n", i, raw.closed,
+                        raw.text);
+        it_raw_assert_error(&raw, 431, "HEADERS_TOO_LARGE");
+        assert_true(raw.closed);
+        assert_non_null(
+            strcasestr(raw.text, "\r\nContent-Type: application/json"));
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+
+    /* The target: 1,024 bytes are routed (a 404 here), 1,025 are not. */
+    char target[1100], *req;
+    memset(target, 'a', sizeof(target));
+    memcpy(target, "/x", 2);
+    target[1024] = '\0';
+    req = xasprintf("GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                    target);
+    it_raw_request(plain, req, strlen(req), 10000, &raw);
+    it_raw_assert_error(&raw, 404, "NOT_FOUND");
+    it_raw_resp_free(&raw);
+    free(req);
+    target[1024] = 'a';
+    target[1025] = '\0';
+    req = xasprintf("GET %s HTTP/1.1\r\nHost: t\r\n\r\n", target);
+    it_raw_request(plain, req, strlen(req), 10000, &raw);
+    it_raw_assert_error(&raw, 414, "URI_TOO_LONG");
+    assert_true(raw.closed);
+    it_raw_resp_free(&raw);
+    free(req);
+
+    /* Every size from the limit to past the buffer: 431, then. */
+    for (size_t size = 1537; size <= 4600; size += 61) {
+        head = pad_head("GET /healthz HTTP/1.1\r\nHost: t\r\n", 3, size);
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if (raw.status != 431 || !raw.closed)
+            print_error("a head of %zu bytes: closed %d %.300s\n", size,
+                        raw.closed, raw.text);
+        assert_int_equal(raw.status, 431);
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+    for (size_t size = 1025; size <= 4600; size += 61) {
+        head = xcalloc(1, size + 64);
+        sprintf(head, "GET /");
+        memset(head + 5, 'a', size - 1);
+        strcpy(head + 4 + size, " HTTP/1.1\r\nHost: t\r\n\r\n");
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if ((raw.status != 414 && raw.status != 431) || !raw.closed)
+            print_error("a target of %zu bytes: closed %d %.300s\n", size,
+                        raw.closed, raw.text);
+        assert_true(raw.status == 414 || raw.status == 431);
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+
+    /* The server is fine afterwards. */
+    struct it_resp resp;
+    get(&servers[SRV_PLAIN], "/healthz", NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
 /* API answers, with a user's data or not, errors too, are never cached
  * and never sniffed; the pages' files are not sniffed either. */
 static void test_api_not_cached(void **state)
@@ -889,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_cors_text_plain_post_refused),
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_malformed_library),
+        cmocka_unit_test(test_request_head_limits),
         cmocka_unit_test(test_api_not_cached),
     };
 
