@@ -110,7 +110,12 @@ enum MHD_Result reply_refuse(struct MHD_Connection *conn, struct request *req)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const char *reason = MHD_get_reason_phrase_for(req->status);
+    /* The statuses a refused head gets (the fuzz driver's fake
+     * libmicrohttpd has no table of reasons). */
+    const char *reason = req->status == 414 ? "URI Too Long"
+                         : req->status == 431
+                             ? "Request Header Fields Too Large"
+                             : "Bad Request";
     char head[384], date[40];
     struct tm tm;
     time_t now = time(NULL);
@@ -130,8 +135,7 @@ enum MHD_Result reply_refuse(struct MHD_Connection *conn, struct request *req)
                  "Cache-Control: no-store\r\n"
                  "X-Content-Type-Options: nosniff\r\n"
                  "Content-Length: %zu\r\n\r\n",
-                 req->status, reason && *reason ? reason : "Error", date,
-                 strlen(text) + 1);
+                 req->status, reason, date, strlen(text) + 1);
     if (n > 0 && (size_t)n < sizeof(head)) {
         size_t len = (size_t)n + strlen(text) + 1;
         char *all = xmalloc(len + 1);
