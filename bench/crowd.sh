@@ -13,7 +13,8 @@
 #      on a fresh voucher with more stock than that sells, while the
 #      head-of-line probe (GET /healthz, a fresh connection each) runs:
 #      purchases/s, /healthz p99, and the resident memory (VmRSS) before
-#      and during (per busy connection: the difference / 256);
+#      and during (its growth / 256: what a buying connection costs, the
+#      purchases' own memory included);
 #   2. the crowd (bench/crowd.c): BENCH_CROWD_CONNS (50000) keep-alive
 #      connections from 127.0.0.2-20, or as many as the descriptor limit
 #      allows (the hard RLIMIT_NOFILE less 512), each answered once, then
@@ -94,14 +95,15 @@ crowd_phase() {
     CROWD_BUY_WITH=$(jq -r '.ok / .duration_s | floor' "$RAW/crowd-buy.json")
     read -r CROWD_HOL_P50 CROWD_HOL_P99 CROWD_HOL_MAX <<<"$(hol_stats crowd-hol)"
     CROWD_BUY_RATIO=$(ratio "$CROWD_BUY_WITH" "$CROWD_BUY_ALONE")
-    # Per connection: idle (the crowd's growth) and busy (wrk's, mid-run).
+    # Per connection: idle (the crowd's growth) and buying (wrk's growth
+    # mid-run, with what the purchases allocate).
     CROWD_IDLE_CONN_KIB=$(awk -v a="$CROWD_IDLE_KIB" -v b="$CROWD_BASE_KIB" -v n="$CROWD_N" 'BEGIN { printf "%.2f", (a - b) / n }')
     CROWD_BUSY_CONN_KIB=$(awk -v a="$CROWD_BUSY_KIB" -v b="$CROWD_BASE_KIB" 'BEGIN { printf "%.1f", (a - b) / 256 }')
     kib=$CROWD_END_KIB
     ((CROWD_N >= 50000)) ||
         kib=$(awk -v e="$CROWD_END_KIB" -v per="$CROWD_IDLE_CONN_KIB" -v n="$CROWD_N" 'BEGIN { printf "%.0f", e + per * (50000 - n) }')
     CROWD_RSS_MIB=$(awk -v k="$kib" 'BEGIN { printf "%.1f", k / 1024 }')
-    say "crowd: with $CROWD_N idle connections: $CROWD_BUY_WITH purchases/s (alone $CROWD_BUY_ALONE: ratio $CROWD_BUY_RATIO), /healthz p50 $CROWD_HOL_P50 ms p99 $CROWD_HOL_P99 ms max $CROWD_HOL_MAX ms; VmRSS $((CROWD_END_KIB / 1024)) MiB (VmHWM $((CROWD_HWM_KIB / 1024))), $CROWD_IDLE_CONN_KIB KiB per idle connection, $CROWD_BUSY_CONN_KIB KiB per busy one; at 50,000: $CROWD_RSS_MIB MiB"
+    say "crowd: with $CROWD_N idle connections: $CROWD_BUY_WITH purchases/s (alone $CROWD_BUY_ALONE: ratio $CROWD_BUY_RATIO), /healthz p50 $CROWD_HOL_P50 ms p99 $CROWD_HOL_P99 ms max $CROWD_HOL_MAX ms; VmRSS $((CROWD_END_KIB / 1024)) MiB (VmHWM $((CROWD_HWM_KIB / 1024))), $CROWD_IDLE_CONN_KIB KiB per idle connection, $CROWD_BUSY_CONN_KIB KiB per buying one (purchases included); at 50,000: $CROWD_RSS_MIB MiB"
     say "crowd: the crowd's own requests: $(jq -c '{requests, answers, ok_2xx, client_4xx, server_5xx, p50_ms, p99_ms, connect_errors, closed_by_server}' "$RAW/crowd.json")"
     kill -TERM "$pid" 2>/dev/null || true
 }
@@ -121,7 +123,7 @@ crowd_json() {
         '{binary: $bin, connections_wanted: $want, connections: $n, established_seen: $open,
           vmrss_kib: {before: $base, buying_alone: $busy, crowd_standing: $idle,
                       crowd_and_buying: $final, vmhwm: $hwm},
-          kib_per_idle_connection: $per_idle, kib_per_busy_connection: $per_busy,
+          kib_per_idle_connection: $per_idle, kib_per_buying_connection: $per_busy,
           rss_mib_at_50000: $rss,
           purchases_per_s: {alone: $alone, with_crowd: $with, ratio: $r},
           healthz_ms: {alone: {p50: $a50, p99: $a99},

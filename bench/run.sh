@@ -813,7 +813,7 @@ table() {
     if [[ $CROWD_JSON != null ]]; then
         printf '| crowd: VmRSS of one instance at 50,000 idle conns, MiB (%s open%s) | %s | target <= 256 | |\n' \
             "$CROWD_N" "$( ((CROWD_N < 50000)) && echo ', the rest projected')" "$CROWD_RSS_MIB"
-        printf '| crowd: KiB per idle / busy connection | %s / %s | | |\n' \
+        printf '| crowd: KiB per idle connection / per buying one (purchases included) | %s / %s | | |\n' \
             "$CROWD_IDLE_CONN_KIB" "$CROWD_BUSY_CONN_KIB"
         printf '| crowd: GET /healthz p50 / p99 / max ms with the crowd and 256 buying | %s / %s / %s | without the crowd: %s / %s | target p99 <= 5 |\n' \
             "$CROWD_HOL_P50" "$CROWD_HOL_P99" "$CROWD_HOL_MAX" "$CROWD_HOL_ALONE_P50" "$CROWD_HOL_ALONE_P99"
