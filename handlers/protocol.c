@@ -16,7 +16,7 @@
  *   - a Content-Length that is not a number: 400; one above 2^64-1: 413;
  *   - malformed chunked encoding: 400; a chunk size above 2^64-1: 413;
  *   - a request line or headers beyond its memory pool (HTTP_CONN_MEMORY,
- *     4 KiB): 414 or 431.
+ *     16 KiB): 414 or 431.
  *
  * At its default strictness it accepts more than a server should, and
  * hands those requests on; req_protocol_or_reply() refuses them here (see

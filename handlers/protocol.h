@@ -13,15 +13,19 @@
  * (HTTP_FIELD_COST bytes), a copy of the Cookie header and then the
  * reply's status line and headers in one buffer per connection
  * (HTTP_CONN_MEMORY), allocated at accept and kept while the connection
- * lives: a small one is what lets an instance hold tens of thousands of
- * idle keep-alive connections. The limits below leave a reply's headers
- * (HTTP_REPLY_HEAD_MAX) room in it: a head within them is always served,
- * one beyond is answered 414 (the target) or 431 (the head) at once.
+ * lives: a small one (libmicrohttpd's default is 32 KiB) is what lets
+ * an instance hold tens of thousands of idle keep-alive connections. The
+ * head it takes is a browser's behind a proxy with cookies: 8 KiB in 96
+ * fields (the 64 query arguments a route may take, and headers), which
+ * with the records and a reply's headers (HTTP_REPLY_HEAD_MAX) needs
+ * about 15 KiB: the limits below leave that reply room, so a head within
+ * them is always served, one beyond is answered 414 (the target) or 431
+ * (the head) at once.
  */
-#define HTTP_CONN_MEMORY 4096
-#define REQUEST_TARGET_MAX 1024 /* the path and query, as sent */
-#define REQUEST_HEAD_MAX 1536   /* request line and header lines */
-#define REQUEST_FIELDS_MAX 24   /* header lines, query arguments, cookies */
+#define HTTP_CONN_MEMORY 16384
+#define REQUEST_TARGET_MAX 4096 /* the path and query, as sent */
+#define REQUEST_HEAD_MAX 8192   /* request line and header lines */
+#define REQUEST_FIELDS_MAX 96   /* header lines, query arguments, cookies */
 #define HTTP_FIELD_COST 64
 #define HTTP_REPLY_HEAD_MAX 768
 _Static_assert(REQUEST_HEAD_MAX + REQUEST_FIELDS_MAX * HTTP_FIELD_COST +
