@@ -27,8 +27,14 @@
 #                  live traffic (part of make test; tests/web/run.sh)
 #   make openapi   write docs/openapi.json (served at /openapi.json) from
 #                  docs/openapi.yaml
-#   make config-docs write the README's configuration table and the man page
-#                  docs/seckilld.8 from the settings table of cmd/config.c
+#   make test-docs every relative link of README.md and docs/*.md resolves,
+#                  anchors included (tests/docs/links.sh; part of make test)
+#   make config-docs write the settings table of docs/configuration.md and
+#                  the man page docs/seckilld.8 from the settings table of
+#                  cmd/config.c
+#   make schema    write sql/schema.sql from sql/migrations/ (a scratch
+#                  database migrated and dumped); make schema-check (part
+#                  of make test) fails while they differ
 #   make install   the service under DESTDIR/PREFIX (/usr/local): the
 #                  binary, the SQL files, the man page, the systemd unit and
 #                  an example of its settings file; make test-install checks
@@ -103,11 +109,14 @@ LIBS = $(PKG_LIBS) -lzookeeper_mt -lpthread
 # The pages (web/) and the API description, compiled into the binary.
 WEB_SRC := $(wildcard web/*.html web/static/*) docs/openapi.json
 WEB_GEN := build/gen/web_files.c
+# The schema migrations, compiled into the binary (seckilld migrate).
+MIG_SRC := $(wildcard sql/migrations/*.sql)
+MIG_GEN := build/gen/migrations.c
 
 LIB_SRC := $(wildcard common/*.c store/*.c lock/*.c idgen/*.c engine/*.c async/*.c \
                      sale/*.c handlers/*.c) \
            cmd/config.c cmd/config_doc.c cmd/server.c cmd/admin.c cmd/users.c \
-           cmd/sms_sink.c $(WEB_GEN)
+           cmd/sms_sink.c cmd/migrate.c $(WEB_GEN) $(MIG_GEN)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
@@ -123,7 +132,8 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
         bench-fairness bench-crowd \
-        format-check clean soak soak-build layering config-docs
+        format-check clean soak soak-build layering config-docs test-docs \
+        schema schema-check
 
 all: build lock-lib
 
@@ -143,6 +153,11 @@ $(WEB_GEN): scripts/embed-web.sh $(WEB_SRC) web web/static
 	@mkdir -p $(@D)
 	@echo "  GEN $@"
 	$(Q)scripts/embed-web.sh $@
+
+$(MIG_GEN): scripts/embed-sql.sh $(MIG_SRC) sql/migrations
+	@mkdir -p $(@D)
+	@echo "  GEN $@"
+	$(Q)scripts/embed-sql.sh $@
 
 # tcpproxy: test_soldout stalls an instance's backends with it.
 tests: $(BUILD)/seckilld $(UNIT_BIN) $(IT_BIN) $(BUILD)/tools/tcpproxy
@@ -249,17 +264,19 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 .PHONY: install test-install test-alerts test-prometheus deb test-deb
 
-# The binary, sql/ (for creating and upgrading the database), the
+# The binary, sql/ (the schema and its migrations, for reading: the
+# binary carries the migrations and applies them, seckilld migrate), the
 # Prometheus alert rules, the man page, seckilld.service with this
 # installation's paths, and seckilld.env.example; a seckilld.env of the
 # administrator's is never touched.
 install: $(BUILD)/seckilld
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(DATADIR)/seckilld \
 	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSTEMDUNITDIR) \
-	    $(DESTDIR)$(SYSCONFDIR)/seckilld
+	    $(DESTDIR)$(SYSCONFDIR)/seckilld \
+	    $(DESTDIR)$(DATADIR)/seckilld/migrations
 	install -m 755 $(BUILD)/seckilld $(DESTDIR)$(SBINDIR)/seckilld
-	install -m 644 sql/schema.sql sql/upgrade-mariadb.sql \
-	    $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 sql/schema.sql $(DESTDIR)$(DATADIR)/seckilld/
+	install -m 644 $(MIG_SRC) $(DESTDIR)$(DATADIR)/seckilld/migrations/
 	install -m 644 deploy/prometheus/alerts.yml \
 	    $(DESTDIR)$(DATADIR)/seckilld/prometheus-alerts.yml
 	install -m 644 docs/seckilld.8 $(DESTDIR)$(MANDIR)/man8/seckilld.8
@@ -323,10 +340,12 @@ run: services
 
 # The whole suite, plain and then under the sanitizers.
 test: services
+	@$(MAKE) --no-print-directory test-docs
 	@scripts/services.sh reset-test
 	@$(MAKE) --no-print-directory tests
 	@tests/layering/check.sh build
 	@$(MAKE) --no-print-directory check-dockerfile
+	@scripts/schema.sh --check
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined tests
 	@tests/run.sh build build/san
 	@$(MAKE) --no-print-directory test-lock-lib
@@ -346,6 +365,12 @@ check-dockerfile: build
 	    echo "check-dockerfile: a Dockerfile without libzookeeper passed"; \
 	    exit 1; fi
 
+# The documents' links and anchors, then the checker against a broken
+# example (it must catch it).
+test-docs:
+	@tests/docs/links.sh
+	@tests/docs/links.sh --self-test
+
 test-unit: tests
 	@tests/run.sh --unit $(BUILD)
 
@@ -353,6 +378,17 @@ test-unit: tests
 # include graph and nm on the objects of $(BUILD).
 layering: build
 	@tests/layering/check.sh $(BUILD)
+
+# sql/schema.sql written from the migrations (scripts/schema.sh: a scratch
+# database of the private MariaDB migrated and dumped); make test checks
+# that it agrees.
+schema: services
+	@$(MAKE) --no-print-directory build
+	@scripts/schema.sh
+
+schema-check: services
+	@$(MAKE) --no-print-directory build
+	@scripts/schema.sh --check
 
 test-it: services tests
 	@scripts/services.sh reset-test

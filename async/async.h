@@ -8,7 +8,11 @@
  *
  *   {v:ID}:info     hash: begin, end (epoch s), initial (stock),
  *                   written (orders settled as written to MySQL),
- *                   stamp (the sale's creation stamp, from MySQL)
+ *                   stamp (the sale's creation stamp, from MySQL);
+ *                   the operator's controls as MySQL's sale row had
+ *                   them: halt (1 paused, 2 stopped), rev (the row's
+ *                   revision they came with), restocked (the units
+ *                   added to initial since the creation)
  *   {v:ID}:stock    units left
  *   {v:ID}:buyers   set: users with an active (unpaid or paid) order
  *   {v:ID}:holders  hash: user -> the order id of that active order
@@ -76,6 +80,18 @@
  * the writer tries again (a COMMIT whose answer was lost, Redis down, a
  * crash in between): Redis and MySQL agree again without a rebuild.
  *
+ * An operator's control (a pause, a resume, a stop, a restock, an edit
+ * before the begin) commits in MySQL first, bumping the sale row's
+ * revision, and then brings Redis up to that revision in one script
+ * (async_sale_control()): the halt, the window, and the restocks, each
+ * added to initial and stock together. The script carries the whole
+ * state of its revision, and Redis keeps the highest it saw, so scripts
+ * retried, or run out of order by two controls, leave the newest; the
+ * reconciliation runs it too for a revision MySQL has and Redis lacks
+ * (an instance that died in between). Until it runs, the reconciliation
+ * reads the units the two sides' "restocked" differ by as on their way,
+ * not as a disagreement (compare.h).
+ *
  * One file per job: scripts.c is the Redis side of a sale (the scripts a
  * purchase, a preheat and a return run, the lookups of orders on their
  * way); writer.c the writer thread; reconcile.c the reconciliation and
@@ -100,6 +116,7 @@ enum async_outcome {
     ASYNC_NOT_STARTED, /* before the sale's begin (Redis' clock) */
     ASYNC_ENDED,       /* at or after its end */
     ASYNC_NOT_READY,   /* the sale's state is missing or being rebuilt */
+    ASYNC_PAUSED,      /* an operator paused the sale */
     ASYNC_BACKLOG,     /* too many orders wait for MySQL: retry */
     /* Sold on the primary, but its replicas did not confirm the batch in
      * time: the order may be written, or lost by a failover. */
@@ -124,6 +141,23 @@ struct async_confirm {
  */
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
                        int64_t end_s, int64_t stock, int64_t stamp);
+
+/*
+ * Bring voucher_id's Redis state up to the control state c committed in
+ * MySQL (store.h, store_sale_control), in one script: unless Redis has
+ * c->revision or a later one, its halt, window and restocks become c's,
+ * the restocks' difference added to initial and stock together. 1
+ * applied; 0 it had it already (or a later one); -ENOENT no state in
+ * Redis (a rebuild makes it from MySQL, controls included); -EBUSY
+ * frozen for a rebuild (try again: the rebuild's snapshot of MySQL may
+ * predate the control); or -errno.
+ */
+int async_sale_control(redisContext *rc, int64_t voucher_id,
+                       const struct store_sale_control *c);
+
+/* Remove voucher_id's sale from Redis (a voucher deleted before its
+ * begin: no order can be in flight). 0 or -errno. */
+int async_sale_forget(redisContext *rc, int64_t voucher_id);
 
 /*
  * An async sale's window from its Redis state (for a purchase when MySQL

@@ -29,6 +29,12 @@
  *
  * and Redis agrees with itself: initial = stock + buyers. Each term is
  * judged on its own: no sum of them can hide one behind another.
+ *
+ * A restock commits in MySQL (initial and restocked up by n) before its
+ * script adds n to Redis' initial, stock and restocked at once; in
+ * between MySQL's initial is Redis' plus the restocks Redis lacks:
+ *
+ *   initial(Redis) = initial(MySQL) - (restocked(MySQL) - restocked(Redis))
  */
 bool async_sale_compare(const struct async_redis_side *r,
                         const struct async_mysql_side *m,
@@ -42,7 +48,9 @@ bool async_sale_compare(const struct async_redis_side *r,
         return false;
     }
     d->orphan = r->orphan;
-    d->initial = m->initial >= 0 ? r->initial - m->initial : 0;
+    d->initial = m->initial >= 0
+                     ? r->initial - (m->initial - (m->restocked - r->restocked))
+                     : 0;
     d->units = r->initial - r->stock - r->buyers;
     d->buyers = r->buyers - (r->written - (m->orders - m->active) + m->owed) -
                 r->unsettled;

@@ -19,17 +19,22 @@ struct async_redis_side {
     long long written;   /* orders settled as written to MySQL */
     uint64_t last_pos;   /* the stream's last position (async_stream_pos) */
     bool orphan;         /* an acknowledged order left in the stream */
+    long long restocked; /* units restocks added to initial, as Redis has
+                          * them */
+    long long revision;  /* the controls' revision it has */
 };
 
 /* A sale's numbers in MySQL, counting only the orders at or before the
  * Redis side's last_pos (and those from before positions were kept). */
 struct async_mysql_side {
-    long long initial; /* -1: unknown (a voucher from before) */
-    long long active;  /* unpaid and paid orders */
-    long long orders;  /* orders of any status */
-    long long owed;    /* closed orders whose unit is still owed back to
-                        * Redis (async_unit_returns): Redis keeps their
-                        * buyer until the unit comes back */
+    long long initial;   /* -1: unknown (a voucher from before) */
+    long long active;    /* unpaid and paid orders */
+    long long orders;    /* orders of any status */
+    long long owed;      /* closed orders whose unit is still owed back to
+                          * Redis (async_unit_returns): Redis keeps their
+                          * buyer until the unit comes back */
+    long long restocked; /* units restocks added to initial, in MySQL: more
+                          * than Redis' while a restock is on its way */
 };
 
 /* How a sale disagrees, term by term (all 0 and false: it agrees). */

@@ -119,12 +119,14 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s)
  * one moment: {initial (-1: no state), stock, buyers, unsettled (pending
  * records), written, the stream's last id, the freeze's owner ("" when
  * not frozen), 1 when the stream's oldest entry was acknowledged and left
- * there}. An entry acknowledged and left behind is always the oldest
- * sooner or later, as the entries around it are settled and deleted.
+ * there, restocked, the revision of the controls it has}. An entry acknowledged
+ * and left behind is always the oldest sooner or later, as the entries around
+ * it are settled and deleted.
  */
 static struct redis_script snapshot_script = REDIS_SCRIPT(
     LUA_HELPERS
-    "local info = redis.call('hmget', KEYS[1], 'initial', 'written') "
+    "local info = redis.call('hmget', KEYS[1], 'initial', 'written', "
+    "  'restocked', 'rev') "
     "local last, orphan = '0-0', 0 "
     "local s = stream(KEYS[4]) "
     "if s then "
@@ -140,7 +142,7 @@ static struct redis_script snapshot_script = REDIS_SCRIPT(
     "  tonumber(redis.call('get', KEYS[2])) or 0, "
     "  redis.call('scard', KEYS[3]), redis.call('hlen', KEYS[5]), "
     "  tonumber(info[2]) or 0, last, redis.call('get', KEYS[6]) or '', "
-    "  orphan}");
+    "  orphan, tonumber(info[3]) or 0, tonumber(info[4]) or 0}");
 
 /*
  * KEYS stream, pending, frozen; ARGV the rebuilder's token, the freeze's
@@ -196,7 +198,8 @@ static struct redis_script drain_script = REDIS_SCRIPT(
  * frozen, stream, pending, holders, rebuild-holders (its hash of their
  * orders); ARGV begin, end, initial, stock, users (how many are in
  * rebuild), the rebuilder's token, written, the highest stream id among
- * MySQL's orders, the sale's creation stamp. 1 when rebuilt; 0 (changed
+ * MySQL's orders, the sale's creation stamp, and the controls' state
+ * (halt, revision, restocked) of the same snapshot. 1 when rebuilt; 0 (changed
  * nothing) when the freeze is not this rebuilder's any more or its set is gone;
  * -1 (changed nothing) when orders are in flight again.
  */
@@ -220,7 +223,8 @@ static struct redis_script rebuild_script = REDIS_SCRIPT(
     "else redis.call('del', KEYS[4], KEYS[9]) end "
     "redis.call('set', KEYS[2], ARGV[4]) "
     "redis.call('hset', KEYS[1], 'begin', ARGV[1], 'end', ARGV[2], "
-    "  'initial', ARGV[3], 'written', ARGV[7], 'stamp', ARGV[9]) "
+    "  'initial', ARGV[3], 'written', ARGV[7], 'stamp', ARGV[9], "
+    "  'halt', ARGV[10], 'rev', ARGV[11], 'restocked', ARGV[12]) "
     "local s = stream(KEYS[6]) "
     "if not s then "
     "  redis.call('xgroup', 'create', KEYS[6], 'writers', '0', 'MKSTREAM') "
@@ -242,9 +246,9 @@ static struct redis_script freeze_keep_script =
  * s's Redis numbers at one moment (snapshot_script): 0 with *out and
  * frozen_by (the freeze's owner, "" when not frozen) set, or -errno.
  */
-static int sale_snapshot(redisContext *rc, int64_t v,
-                         struct async_redis_side *out, char *frozen_by,
-                         size_t len)
+static int redis_state_read(redisContext *rc, int64_t v,
+                            struct async_redis_side *out, char *frozen_by,
+                            size_t len)
 {
     static const char *const names[6] = {"info",   "stock",   "buyers",
                                          "stream", "pending", "frozen"};
@@ -260,7 +264,7 @@ static int sale_snapshot(redisContext *rc, int64_t v,
     r = redis_script_run(rc, &snapshot_script, 6, 6, argv, NULL, &err);
     if (!r)
         return err ? err : -EIO;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 10 ||
         r->element[5]->type != REDIS_REPLY_STRING ||
         r->element[6]->type != REDIS_REPLY_STRING) {
         log_warn("async sale snapshot failed", "voucher=%lld err=\"%s\"",
@@ -275,6 +279,8 @@ static int sale_snapshot(redisContext *rc, int64_t v,
     out->written = r->element[4]->integer;
     out->last_pos = async_stream_pos(r->element[5]->str);
     out->orphan = r->element[7]->integer == 1;
+    out->restocked = r->element[8]->integer;
+    out->revision = r->element[9]->integer;
     snprintf(frozen_by, len, "%s", r->element[6]->str);
     freeReplyObject(r);
     return 0;
@@ -316,8 +322,8 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
                            struct sale *s)
 {
     char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
-    char last[48], freeze_ms[16], sp[24];
-    const char *argv[18];
+    char last[48], freeze_ms[16], sp[24], ha[8], rv[24], rs[24];
+    const char *argv[21];
     struct store_async_sale sale;
     redisReply *r;
     int err;
@@ -401,7 +407,13 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
     argv[16] = last;
     snprintf(sp, sizeof(sp), "%lld", (long long)sale.stamp);
     argv[17] = sp;
-    r = redis_script_run(rc, &rebuild_script, 9, 18, argv, NULL, &err);
+    snprintf(ha, sizeof(ha), "%d", (int)sale.halt);
+    snprintf(rv, sizeof(rv), "%lld", (long long)sale.revision);
+    snprintf(rs, sizeof(rs), "%lld", (long long)sale.restocked);
+    argv[18] = ha;
+    argv[19] = rv;
+    argv[20] = rs;
+    r = redis_script_run(rc, &rebuild_script, 9, 21, argv, NULL, &err);
     long long landed = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_warn("async rebuild refused by redis", "voucher=%lld err=\"%s\"",
@@ -543,6 +555,26 @@ void async__rebuilds_step(struct async *a, struct store *st)
     }
 }
 
+/* Bring voucher_id's Redis state up to the controls committed in MySQL
+ * (it had revision had). */
+static void control_catch_up(struct store *st, redisContext *rc,
+                             int64_t voucher_id, int64_t had)
+{
+    struct store_sale_control c;
+    int err = store_sale_control_read(st, voucher_id, &c);
+
+    if (!err)
+        err = async_sale_control(rc, voucher_id, &c);
+    if (err == 1)
+        log_info("async sale brought up to its controls by the "
+                 "reconciliation",
+                 "voucher=%lld from=%lld to=%lld", (long long)voucher_id,
+                 (long long)had, (long long)c.revision);
+    else if (err < 0)
+        log_warn("async sale controls not applied", "voucher=%lld err=%d",
+                 (long long)voucher_id, err);
+}
+
 /*
  * Compare s's Redis state with MySQL at one point of its stream: Redis'
  * numbers in one script, then MySQL's orders up to the stream position
@@ -565,7 +597,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         return; /* async__rebuilds_step() takes it on */
     if (!async__sale_ours(st, rc, s))
         return;
-    if (sale_snapshot(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
+    if (redis_state_read(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
         return;
     if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
         s->mismatch = 0; /* another instance rebuilds it */
@@ -579,6 +611,14 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         ms.active = c.active;
         ms.orders = c.orders;
         ms.owed = c.owed;
+        ms.restocked = c.restocked;
+        if (c.revision > rs.revision && !frozen_by[0]) {
+            /* A control committed in MySQL that Redis does not have yet:
+             * its instance applies it in a moment, or died first. */
+            control_catch_up(st, rc, s->voucher_id, rs.revision);
+            s->mismatch = 0;
+            return;
+        }
     }
     if (async_sale_compare(&rs, &ms, &d) && !frozen_by[0]) {
         s->mismatch = 0;

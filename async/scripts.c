@@ -46,11 +46,14 @@ static struct redis_script preheat_script = REDIS_SCRIPT(
 
 /* KEYS info, stock, buyers, stream, pending, frozen, holders; ARGV
  * backlog_max, then (order, user) pairs. {ms, code...}: a code per pair
- * (1 sold, 2 sold out, 3 duplicate), or {-n} for the whole batch. */
+ * (1 sold, 2 sold out, 3 duplicate), or {-n} for the whole batch (-6:
+ * paused; a stopped sale is ended). */
 static struct redis_script purchase_script = REDIS_SCRIPT(
     "if redis.call('exists', KEYS[6]) == 1 then return {-1} end "
-    "local info = redis.call('hmget', KEYS[1], 'begin', 'end') "
+    "local info = redis.call('hmget', KEYS[1], 'begin', 'end', 'halt') "
     "if not info[1] then return {-1} end "
+    "if info[3] == '1' then return {-6} end "
+    "if info[3] == '2' then return {-4} end "
     "local t = redis.call('time') "
     "local now = tonumber(t[1]) "
     "if now < tonumber(info[1]) then return {-3} end "
@@ -79,6 +82,25 @@ static struct redis_script purchase_script = REDIS_SCRIPT(
     "end "
     "if sold > 0 then redis.call('decrby', KEYS[2], sold) end "
     "return out");
+
+/* KEYS info, stock, frozen; ARGV revision, begin, end, halt, restocked.
+ * 1 applied, 0 had it (or a later revision), -1 no state, -2 frozen. The
+ * restocks' difference goes to initial and stock together, so that
+ * initial = stock + buyers holds at every moment. */
+static struct redis_script control_script = REDIS_SCRIPT(
+    "local info = redis.call('hmget', KEYS[1], 'initial', 'rev', "
+    "'restocked') "
+    "if not info[1] then return -1 end "
+    "if redis.call('exists', KEYS[3]) == 1 then return -2 end "
+    "if (tonumber(info[2]) or 0) >= tonumber(ARGV[1]) then return 0 end "
+    "local d = tonumber(ARGV[5]) - (tonumber(info[3]) or 0) "
+    "if d ~= 0 then "
+    "  redis.call('hincrby', KEYS[1], 'initial', d) "
+    "  redis.call('incrby', KEYS[2], d) "
+    "end "
+    "redis.call('hset', KEYS[1], 'begin', ARGV[2], 'end', ARGV[3], "
+    "'halt', ARGV[4], 'restocked', ARGV[5], 'rev', ARGV[1]) "
+    "return 1");
 
 /* KEYS info, stock, buyers, holders, frozen; ARGV order, user. 1: the
  * unit is back; 2: it was already (the user holds no order, or another
@@ -244,6 +266,61 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
     return err ? err : v == 0 ? -EEXIST : 0;
 }
 
+int async_sale_control(redisContext *rc, int64_t voucher_id,
+                       const struct store_sale_control *c)
+{
+    char k[3][KEY_MAX], a[5][24];
+    const char *argv[8];
+    long long v = 0;
+    int err;
+
+    async__key(k[0], voucher_id, "info");
+    async__key(k[1], voucher_id, "stock");
+    async__key(k[2], voucher_id, "frozen");
+    snprintf(a[0], sizeof(a[0]), "%lld", (long long)c->revision);
+    snprintf(a[1], sizeof(a[1]), "%lld", (long long)c->begin_time);
+    snprintf(a[2], sizeof(a[2]), "%lld", (long long)c->end_time);
+    snprintf(a[3], sizeof(a[3]), "%d", (int)c->halt);
+    snprintf(a[4], sizeof(a[4]), "%lld", (long long)c->restocked);
+    for (int i = 0; i < 3; i++)
+        argv[i] = k[i];
+    for (int i = 0; i < 5; i++)
+        argv[3 + i] = a[i];
+    redisReply *r =
+        redis_script_run(rc, &control_script, 3, 8, argv, NULL, &err);
+    err = async__reply_int(rc, r, err, &v, "control");
+    if (err)
+        return err;
+    return v == -1 ? -ENOENT : v == -2 ? -EBUSY : (int)v;
+}
+
+int async_sale_forget(redisContext *rc, int64_t voucher_id)
+{
+    static const char *const names[8] = {"info",   "stock",   "buyers",
+                                         "stream", "pending", "dead",
+                                         "frozen", "holders"};
+    char k[8][KEY_MAX];
+    const char *argv[9] = {"DEL"};
+    redisReply *r;
+    int ret = 0;
+
+    for (int i = 0; i < 8; i++) {
+        async__key(k[i], voucher_id, names[i]);
+        argv[1 + i] = k[i];
+    }
+    r = redisCommandArgv(rc, 9, argv, NULL);
+    if (!r)
+        return redis_errno(rc);
+    if (r->type == REDIS_REPLY_ERROR)
+        ret = -EIO;
+    freeReplyObject(r);
+    r = redisCommand(rc, "SREM " INDEX_KEY " %lld", (long long)voucher_id);
+    if (!r)
+        return redis_errno(rc);
+    freeReplyObject(r);
+    return ret;
+}
+
 int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
                       int64_t *end_s)
 {
@@ -384,6 +461,7 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
             r->element[0]->integer == -3   ? ASYNC_NOT_STARTED
             : r->element[0]->integer == -4 ? ASYNC_ENDED
             : r->element[0]->integer == -5 ? ASYNC_BACKLOG
+            : r->element[0]->integer == -6 ? ASYNC_PAUSED
                                            : ASYNC_NOT_READY;
         for (size_t i = 0; i < n; i++)
             out[i] = all;

@@ -2,8 +2,8 @@
  * config.c - settings from SECKILL_* variables and --flags, validated up
  * front so that a bad setting is one clear line at start-up. Every setting
  * is one row of config_settings[] below: its names, default, parser and
- * range, and the texts that config_doc.c writes into --help, the README and
- * the man page.
+ * range, and the texts that config_doc.c writes into --help,
+ * docs/configuration.md and the man page.
  */
 #include "cmd/config.h"
 
@@ -564,8 +564,8 @@ static int set_currency(struct config *cfg, const struct config_setting *s,
     .off = offsetof(struct config, m), .size = sizeof(((struct config *)0)->m)
 
 /*
- * Every setting, in the order of --help and the README. Values are parsed
- * in this order too: the HTTP threads before the connection limit that
+ * Every setting, in the order of --help and docs/configuration.md. Values are
+ * parsed in this order too: the HTTP threads before the connection limit that
  * must give each one at least one.
  */
 const struct config_setting config_settings[] = {
@@ -593,8 +593,8 @@ const struct config_setting config_settings[] = {
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
      .def = NULL,
-     .scope =
-         CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD | CONFIG_FOR_USERS_NORMALIZE,
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
+              CONFIG_FOR_USERS_NORMALIZE | CONFIG_FOR_MIGRATE,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
@@ -612,7 +612,7 @@ const struct config_setting config_settings[] = {
      .doc = "`redis://[[user]:pass@]host[:port][/db]`, or "
             "`redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../<master>[/"
             "db]` to find the master through Sentinel (sentinel port 26379 by "
-            "default; see [Redis Sentinel](#redis-sentinel))"},
+            "default; see [Redis Sentinel](operations.md#redis-sentinel))"},
     {.flag = "secret",
      .env = "SECKILL_SECRET",
      .arg = "HEX",
@@ -648,7 +648,8 @@ const struct config_setting config_settings[] = {
      .help = "purchase engine threads",
      .doc = "purchase engine threads ({range}): each runs one batch of one "
             "voucher at a time, with its own MySQL and Redis connection ([How "
-            "a purchase works](#how-a-purchase-works)); as many again form the "
+            "a purchase works](purchase.md#how-a-purchase-works)); as many "
+            "again form the "
             "task pool, which runs every other request that reads or writes "
             "MySQL or Redis (logins, vouchers, orders, the rate limiter), one "
             "at a time each, with its own connections"},
@@ -664,8 +665,8 @@ const struct config_setting config_settings[] = {
      .help = "purchases waiting per voucher; more get 429 BUSY at once",
      .doc = "purchases waiting per voucher in this instance ({range}); more "
             "are answered 429 `BUSY` with `Retry-After: 1` at once (about a "
-            "second of selling: one instance sold 17–30k purchases/s on 2 "
-            "cores in `make bench`)"},
+            "second of selling at the rates of "
+            "[performance.md](performance.md))"},
     {.flag = "idle-free-s",
      .env = "SECKILL_IDLE_FREE_S",
      .arg = "N",
@@ -703,11 +704,10 @@ const struct config_setting config_settings[] = {
      FIELD(http.lock_url),
      .help = "lock backend: redis://, redis-sentinel://, redlock://, mysql://, "
              "zookeeper://",
-     .doc =
-         "backend of the purchase lock: `redis://…` or `redis-sentinel://…` "
-         "(add `?replicas=N` to wait for N replicas at each acquire), "
-         "`redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
-         "`zookeeper://host:port/path` (see [docs/locks.md](docs/locks.md))"},
+     .doc = "backend of the purchase lock: `redis://…` or `redis-sentinel://…` "
+            "(add `?replicas=N` to wait for N replicas at each acquire), "
+            "`redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
+            "`zookeeper://host:port/path` (see [locks.md](locks.md))"},
     {.flag = "dev",
      .env = "SECKILL_DEV",
      .arg = "0|1",
@@ -792,7 +792,7 @@ const struct config_setting config_settings[] = {
      .doc = "waiting purchases of one voucher run as one batch: one lock round "
             "trip and one transaction ({range}); `1` turns merging off: one "
             "purchase per batch and transaction ([How a purchase "
-            "works](#how-a-purchase-works))"},
+            "works](purchase.md#how-a-purchase-works))"},
     {.flag = "batch-linger-us",
      .env = "SECKILL_BATCH_LINGER_US",
      .arg = "N",
@@ -833,7 +833,7 @@ const struct config_setting config_settings[] = {
      .help = "an unpaid order expires after N s",
      .doc = "an order not paid this many seconds ({range}) after its purchase "
             "expires and its unit goes back on sale ([Orders and "
-            "payment](#orders-and-payment))"},
+            "payment](purchase.md#orders-and-payment))"},
     {.flag = "pay-secret",
      .env = "SECKILL_PAY_SECRET",
      .arg = "HEX",
@@ -858,7 +858,8 @@ const struct config_setting config_settings[] = {
      .doc = "how seckill vouchers created without `purchaseMode` sell: `sync` "
             "(a MySQL transaction decides, 201) or `async` (a Redis script "
             "decides, 202; [Async "
-            "mode](#async-mode-redis-decides-a-stream-carries-the-orders)). "
+            "mode](purchase.md#async-mode-redis-decides-a-stream-carries-the-"
+            "orders)). "
             "With `async` the service refuses to start, with one line and exit "
             "status 2, unless its Redis has `appendonly yes` and `appendfsync "
             "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`"},
@@ -906,7 +907,8 @@ const struct config_setting config_settings[] = {
             "batch), at most 1; `0`: "
             "none, and a failover to a replica that had not received the last "
             "batches loses their 202s (see [Async "
-            "mode](#async-mode-redis-decides-a-stream-carries-the-orders))"},
+            "mode](purchase.md#async-mode-redis-decides-a-stream-carries-the-"
+            "orders))"},
     {.flag = "async-wait-ms",
      .env = "SECKILL_ASYNC_WAIT_MS",
      .arg = "N",
@@ -933,7 +935,8 @@ const struct config_setting config_settings[] = {
      .help = "compare async sales' Redis state with MySQL every N ms",
      .doc = "how often ({range} ms) the instance holding the reconciliation "
             "lock compares each async sale's Redis state with MySQL ([Async "
-            "mode](#async-mode-redis-decides-a-stream-carries-the-orders)); "
+            "mode](purchase.md#async-mode-redis-decides-a-stream-carries-the-"
+            "orders)); "
             "the tests shorten it"},
     {.flag = "async-lookback-s",
      .env = "SECKILL_ASYNC_LOOKBACK_S",
@@ -962,9 +965,10 @@ const struct config_setting config_settings[] = {
      .unit = "milliseconds",
      FIELD(http.soldout_ttl_ms),
      .help = "trust a cached sold-out flag this long; 0: no voucher cache",
-     .doc = "how long a cached sold-out flag or unknown voucher id is trusted "
-            "without an invalidation message ({range}; `0` turns the voucher "
-            "cache off) ([the sold-out cache](#the-sold-out-cache))"},
+     .doc =
+         "how long a cached sold-out flag or unknown voucher id is trusted "
+         "without an invalidation message ({range}; `0` turns the voucher "
+         "cache off) ([the sold-out cache](purchase.md#the-sold-out-cache))"},
     {.flag = "pow-maxnumber",
      .env = "SECKILL_POW_MAXNUMBER",
      .arg = "N",
@@ -978,7 +982,7 @@ const struct config_setting config_settings[] = {
      .doc = "a login code needs a proof of work (`Seckill-PoW`, ALTCHA's "
             "format): the client tries up to this many SHA-256 hashes, half on "
             "average, {range}; `0` asks for none "
-            "([abuse limits](#abuse-limits))"},
+            "([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "pow-ttl-s",
      .env = "SECKILL_POW_TTL_S",
      .arg = "N",
@@ -1005,7 +1009,8 @@ const struct config_setting config_settings[] = {
      .help = "a queue sale's waiting room opens N s before its begin",
      .doc = "a queue sale's waiting room takes buyers from this many seconds "
             "before the sale begins, {range}; everyone who joins before the "
-            "begin is shuffled at the begin ([waiting room](#waiting-room))"},
+            "begin is shuffled at the begin ([waiting "
+            "room](purchase.md#waiting-room))"},
     {.flag = "waitroom-admit-rate",
      .env = "SECKILL_WAITROOM_ADMIT_RATE",
      .arg = "N",
@@ -1018,7 +1023,7 @@ const struct config_setting config_settings[] = {
      .help = "places of a waiting room admitted a second",
      .doc = "how many places of a queue sale's waiting room are admitted a "
             "second from the begin, {range} (size it to the sale's purchase "
-            "rate: [waiting room](#waiting-room))"},
+            "rate: [waiting room](purchase.md#waiting-room))"},
     {.flag = "waitroom-ticket-ttl-s",
      .env = "SECKILL_WAITROOM_TICKET_TTL_S",
      .arg = "N",
@@ -1059,7 +1064,7 @@ const struct config_setting config_settings[] = {
      .help = "at least N s between two login codes of a phone",
      .doc = "a phone gets at most one login code in this many seconds, "
             "{range}; an earlier request is answered 429 `RATE_LIMITED` with "
-            "`Retry-After` ([abuse limits](#abuse-limits))"},
+            "`Retry-After` ([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "code-per-hour",
      .env = "SECKILL_CODE_PER_HOUR",
      .arg = "N",
@@ -1071,7 +1076,7 @@ const struct config_setting config_settings[] = {
      FIELD(http.code_per_hour),
      .help = "at most N login codes a phone in an hour",
      .doc = "a phone gets at most this many login codes in an hour, {range} "
-            "([abuse limits](#abuse-limits))"},
+            "([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "login-addr-tries",
      .env = "SECKILL_LOGIN_ADDR_TRIES",
      .arg = "N",
@@ -1082,9 +1087,10 @@ const struct config_setting config_settings[] = {
      .max = 100,
      FIELD(http.login_addr_tries),
      .help = "wrong login codes for a phone from one address before waits",
-     .doc = "wrong login codes for one phone from one client address before "
-            "that address waits (1 s, doubling with each further wrong code, "
-            "up to an hour), {range} ([abuse limits](#abuse-limits))"},
+     .doc =
+         "wrong login codes for one phone from one client address before "
+         "that address waits (1 s, doubling with each further wrong code, "
+         "up to an hour), {range} ([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "login-phone-tries",
      .env = "SECKILL_LOGIN_PHONE_TRIES",
      .arg = "N",
@@ -1099,7 +1105,7 @@ const struct config_setting config_settings[] = {
          "wrong login codes for one phone from all addresses before every "
          "login of that phone waits (1 s, doubling, up to an hour), {range}; "
          "a wait never voids the phone's codes "
-         "([abuse limits](#abuse-limits))"},
+         "([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "admin-token-ttl-s",
      .env = "SECKILL_ADMIN_TOKEN_TTL_S",
      .arg = "N",
@@ -1112,7 +1118,7 @@ const struct config_setting config_settings[] = {
      FIELD(http.admin_token_ttl_s),
      .help = "an admin login's token is valid this long",
      .doc = "how long the token of `POST /api/admin/login` is valid, {range} "
-            "([accounts and sessions](#accounts-and-sessions))"},
+            "([accounts and sessions](accounts.md#accounts-and-sessions))"},
     {.flag = "auth-resync-s",
      .env = "SECKILL_AUTH_RESYNC_S",
      .arg = "N",
@@ -1127,7 +1133,7 @@ const struct config_setting config_settings[] = {
      .doc = "each instance reloads the logged-out tokens, token generations "
             "and bans from MySQL and Redis at least this often, {range}, "
             "besides hearing each change at once over Redis pub/sub "
-            "([accounts and sessions](#accounts-and-sessions))"},
+            "([accounts and sessions](accounts.md#accounts-and-sessions))"},
     {.flag = "cors-origins",
      .env = "SECKILL_CORS_ORIGINS",
      .arg = "LIST",
@@ -1140,7 +1146,8 @@ const struct config_setting config_settings[] = {
              "https://a.example,http://b:3000",
      .doc = "web pages on these origins may call the API from a browser: exact "
             "origins, comma-separated, such as "
-            "`https://shop.example.com,http://localhost:3000` ([CORS](#cors))"},
+            "`https://shop.example.com,http://localhost:3000` "
+            "([CORS](api.md#cors))"},
     {.flag = "sms-webhook",
      .env = "SECKILL_SMS_WEBHOOK",
      .arg = "URL",
@@ -1156,7 +1163,7 @@ const struct config_setting config_settings[] = {
             "body, keyed by `SECKILL_SMS_SECRET`), for a service that sends it "
             "by SMS; 2 s timeout, one retry, then 503. Without it and without "
             "`SECKILL_DEV=1` the service refuses to start ([Sending login "
-            "codes](#sending-login-codes))"},
+            "codes](accounts.md#sending-login-codes))"},
     {.flag = "sms-secret",
      .env = "SECKILL_SMS_SECRET",
      .arg = "HEX",
@@ -1189,7 +1196,7 @@ const struct config_setting config_settings[] = {
      .doc = "the country (ISO 3166 code) of a phone number written without "
             "`+` or `00`: its trunk prefix is dropped and its country code "
             "put in front, so that every way of writing a number logs in "
-            "as one user ([API](#api))"},
+            "as one user ([phone numbers](api.md#logins-and-phone-numbers))"},
     {.flag = "trusted-proxies",
      .env = "SECKILL_TRUSTED_PROXIES",
      .arg = "LIST",
@@ -1237,7 +1244,8 @@ const struct config_setting config_settings[] = {
          "its reply, but keep serving this many seconds ({range}) before "
          "stopping, so a load balancer checking `/readyz` moves away first "
          "(the shipped haproxy config needs at most about 3 s); `SIGINT` and a "
-         "second signal stop at once ([graceful drain](#graceful-drain)). "
+         "second signal stop at once ([graceful "
+         "drain](operations.md#graceful-drain)). "
          "`make services` writes `0` into `.run/env` for instances started by "
          "hand, the tests and the benchmarks"},
     {.flag = "mysql-replica-url",
@@ -1251,7 +1259,8 @@ const struct config_setting config_settings[] = {
      .help = "a read replica for voucher reads",
      .doc =
          "a MySQL/MariaDB read replica, `mysql://user:pass@host:port/db`, for "
-         "voucher reads and lists ([read replica](#mysql-read-replica)); its "
+         "voucher reads and lists ([read "
+         "replica](operations.md#mysql-read-replica)); its "
          "user needs `SELECT` and `REPLICA MONITOR`"},
     {.flag = "mysql-replica-max-lag-s",
      .env = "SECKILL_MYSQL_REPLICA_MAX_LAG_S",
@@ -1321,6 +1330,17 @@ const struct config_setting config_settings[] = {
      .parse = set_bool,
      FIELD(users_dry_run),
      .help = "count what would change, write nothing"},
+    {.flag = "lock-wait",
+     .arg = "SECONDS",
+     .def = "600",
+     .scope = CONFIG_FOR_MIGRATE,
+     .parse = set_int,
+     .min = 0,
+     .max = 86400,
+     .unit = "seconds",
+     FIELD(migrate_lock_wait_s),
+     .help = "how long to wait for another migrate of the database, {range} "
+             "s"},
     {.flag = "ttl",
      .arg = "SECONDS",
      .def = "86400",
@@ -1348,7 +1368,8 @@ static const char *const command_names[] = {
     [CMD_SERVE] = "serve",       [CMD_TOKEN] = "token",
     [CMD_TOKENS] = "tokens",     [CMD_ADMIN_ADD] = "admin add",
     [CMD_POW] = "pow",           [CMD_USERS_NORMALIZE] = "users normalize",
-    [CMD_SMS_SINK] = "sms-sink", [CMD_HELP] = "help",
+    [CMD_SMS_SINK] = "sms-sink", [CMD_MIGRATE] = "migrate",
+    [CMD_HELP] = "help",
 };
 
 /* The CONFIG_FOR_* bit of a command; help reads no setting. */
@@ -1367,6 +1388,8 @@ static unsigned command_scope(enum config_cmd cmd)
         return CONFIG_FOR_USERS_NORMALIZE;
     case CMD_SMS_SINK:
         return CONFIG_FOR_SMS_SINK;
+    case CMD_MIGRATE:
+        return CONFIG_FOR_MIGRATE;
     case CMD_POW:
     case CMD_HELP:
         break;
@@ -1381,6 +1404,8 @@ static const char *scope_words(unsigned scope)
         return "admin add";
     if (scope & CONFIG_FOR_USERS_NORMALIZE)
         return "users normalize";
+    if (scope & CONFIG_FOR_MIGRATE)
+        return "migrate";
     if ((scope & CONFIG_FOR_TOKEN) && (scope & CONFIG_FOR_TOKENS))
         return "token and tokens";
     return scope & CONFIG_FOR_TOKEN ? "token" : "tokens";

@@ -2,7 +2,8 @@
  * config.h - the command line and SECKILL_* environment of seckilld.
  * Every setting is an environment variable and a --flag (the flag wins).
  * One table in config.c declares them all; config_doc_write() writes it
- * out as --help, as the README's table and as the man page seckilld(8).
+ * out as --help, as the table of docs/configuration.md and as the man
+ * page seckilld(8).
  */
 #ifndef SECKILL_CONFIG_H
 #define SECKILL_CONFIG_H
@@ -22,6 +23,7 @@ enum config_cmd {
     CMD_POW,
     CMD_USERS_NORMALIZE,
     CMD_SMS_SINK,
+    CMD_MIGRATE,
     CMD_HELP
 };
 
@@ -42,6 +44,8 @@ struct config {
     const char *admin_username;
     /* users normalize */
     int users_dry_run;
+    /* migrate */
+    int64_t migrate_lock_wait_s;
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;
@@ -63,7 +67,7 @@ void config_free(struct config *cfg);
 
 /*
  * Write the settings' document doc to f: CONFIG_DOC_HELP the --help text;
- * CONFIG_DOC_MARKDOWN the README's configuration table; CONFIG_DOC_MAN the
+ * CONFIG_DOC_MARKDOWN the table of docs/configuration.md; CONFIG_DOC_MAN the
  * man page seckilld(8) in troff (docs/seckilld.8). `make config-docs`
  * writes the last two into the tree, and test_config checks they are in
  * sync. Returns 0, or -EIO if f failed.

@@ -1,9 +1,9 @@
 /*
  * config_doc.c - the settings table of config.c written out for people:
- * the --help text, the README's configuration table (markdown) and the man
- * page seckilld(8) (troff). The table's texts are markdown with `code`
- * spans, [links](#readme-section) and "{range}"; each writer renders them
- * in its own style.
+ * the --help text, the configuration table of docs/configuration.md
+ * (markdown) and the man page seckilld(8) (troff). The table's texts are
+ * markdown with `code` spans, [links](purchase.md#a-section) relative to
+ * docs/, and "{range}"; each writer renders them in its own style.
  */
 #include "cmd/config.h"
 
@@ -102,7 +102,8 @@ static void troff_char(struct text *t, const char **p, const char *end,
  * The n bytes of markdown at md into t in style st, "{range}" replaced by
  * s's range. Markdown keeps the rest as is; plain text drops the code
  * marks and a link's target; troff sets code in bold, never hyphenated
- * (\%), and a link to a README section in italics.
+ * (\%), and the text of a link to a document of docs/ (a target that is
+ * no URL) in italics.
  */
 static void render(struct text *t, const char *md, size_t n,
                    const struct config_setting *s, enum style st)
@@ -134,7 +135,9 @@ static void render(struct text *t, const char *md, size_t n,
                                  : NULL;
 
             if (rp) {
-                bool section = close[2] == '#' && st == STYLE_TROFF;
+                bool section =
+                    st == STYLE_TROFF &&
+                    !memmem(close + 2, (size_t)(rp - close - 2), "://", 3);
 
                 text_puts(t, section ? "\\fI" : "");
                 render(t, p + 1, (size_t)(close - p - 1), s, st);
@@ -296,6 +299,8 @@ static void write_help(struct text *t)
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(t, "\n       seckilld sms-sink");
     synopsis(t, STYLE_PLAIN, CONFIG_FOR_SMS_SINK);
+    text_puts(t, "\n       seckilld migrate");
+    synopsis(t, STYLE_PLAIN, CONFIG_FOR_MIGRATE);
     text_puts(t, "\n       seckilld --help | --help-markdown | --help-man\n"
                  "\n"
                  "Every option is also an environment variable; the flag "
@@ -303,10 +308,11 @@ static void write_help(struct text *t)
     for (size_t i = 0; i < config_settings_count; i++)
         if (config_settings[i].env)
             help_option(t, &config_settings[i]);
-    text_puts(t, "  --help              this text; --help-markdown: the "
-                 "README's table of them;\n"
-                 "                      --help-man: the man page "
-                 "seckilld(8)\n"
+    text_puts(t, "  --help              this text; --help-markdown: the table "
+                 "of them in\n"
+                 "                      docs/configuration.md; --help-man: "
+                 "the man page\n"
+                 "                      seckilld(8)\n"
                  "\n"
                  "token prints one bearer token; tokens prints CSV "
                  "user_id,token for load\n"
@@ -324,13 +330,18 @@ static void write_help(struct text *t)
                  "of\n"
                  "SECKILL_SMS_WEBHOOK and prints them, for development "
                  "(SECKILL_BIND,\n"
-                 "SECKILL_PORT, SECKILL_SMS_SECRET). Their options:\n");
+                 "SECKILL_PORT, SECKILL_SMS_SECRET). migrate brings the "
+                 "database of\n"
+                 "SECKILL_MYSQL_URL up to the schema this binary needs (its "
+                 "migrations are\n"
+                 "compiled in; the service refuses to start on an older "
+                 "one). Their options:\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (!config_settings[i].env)
             help_option(t, &config_settings[i]);
 }
 
-/* ---- the README's table ---- */
+/* ---- the table of docs/configuration.md ---- */
 
 static void write_markdown(struct text *t)
 {
@@ -408,6 +419,8 @@ static void write_man(struct text *t)
     synopsis(t, STYLE_TROFF, CONFIG_FOR_USERS_NORMALIZE);
     text_puts(t, "\n\\fBseckilld sms\\-sink\\fR");
     synopsis(t, STYLE_TROFF, CONFIG_FOR_SMS_SINK);
+    text_puts(t, "\n\\fBseckilld migrate\\fR");
+    synopsis(t, STYLE_TROFF, CONFIG_FOR_MIGRATE);
     text_puts(
         t, "\n\\fBseckilld \\-\\-help\\fR | \\fB\\-\\-help\\-markdown\\fR | "
            "\\fB\\-\\-help\\-man\\fR\n"
@@ -429,8 +442,9 @@ static void write_man(struct text *t)
            "stops\n"
            "\\fBseckilld\\fR with one line on standard error naming it, and "
            "exit status 2.\n"
-           "Names in italics are sections of the README, which explain "
-           "more.\n"
+           "Names in italics are sections of the documents in the "
+           "source's \\fIdocs/\\fR,\n"
+           "which explain more.\n"
            ".SH OPTIONS\n");
     for (size_t i = 0; i < config_settings_count; i++)
         if (config_settings[i].env)
@@ -440,7 +454,8 @@ static void write_man(struct text *t)
         ".TP\n"
         "\\fB\\-\\-help\\fR, \\fB\\-h\\fR\n"
         "print the options; \\fB\\-\\-help\\-markdown\\fR prints the "
-        "README's table of them,\n"
+        "table of them in\n"
+        "\\fIdocs/configuration.md\\fR, "
         "\\fB\\-\\-help\\-man\\fR this page.\n"
         ".SH COMMANDS\n"
         ".TP\n"
@@ -485,6 +500,20 @@ static void write_man(struct text *t)
         "\\fBSECKILL_SMS_SECRET\\fR and print it on standard\n"
         "output instead of sending an SMS: for development and the "
         "compose file.\n"
+        ".TP\n"
+        ".B migrate\n"
+        "apply the schema migrations compiled into the binary that the "
+        "database of\n"
+        "\\fBSECKILL_MYSQL_URL\\fR has not had, in order, one line "
+        "each; record them in its\n"
+        "\\fBschema_version\\fR table. Safe to run again and from two "
+        "hosts at once. Exit\n"
+        "status 0 up to date, 1 a migration failed or a recorded one was "
+        "changed, 2 bad\n"
+        "settings. The service refuses to start on a database that is "
+        "behind: run\n"
+        "it first after an upgrade. A read replica gets the changes by "
+        "replication.\n"
         ".PP\n"
         "\\fBtoken\\fR and \\fBtokens\\fR read only "
         "\\fBSECKILL_SECRET\\fR of the settings above. The\n"
@@ -522,6 +551,8 @@ static void write_man(struct text *t)
            "without \\fB\\-\\-async\\-accept\\-loss 1\\fR.\n"
            ".SH SEE ALSO\n"
            "The README of the source, and in its \\fIdocs/\\fR: "
+           "\\fIproduction.md\\fR (a\n"
+           "checklist before a sale takes traffic), "
            "\\fIlocks.md\\fR (the lock\n"
            "backends), \\fIreliability.md\\fR (what each failure costs), "
            "\\fIperformance.md\\fR.\n");

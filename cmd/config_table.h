@@ -1,7 +1,7 @@
 /*
  * config_table.h - the one table of seckilld's settings, shared by the
  * parser (cmd/config.c) and the writers of its documentation (cmd/
- * config_doc.c: --help, the README's configuration table, seckilld(8)).
+ * config_doc.c: --help, docs/configuration.md's table, seckilld(8)).
  * Internal to cmd/.
  */
 #ifndef SECKILL_CONFIG_TABLE_H
@@ -20,6 +20,7 @@ struct config_setting;
 #define CONFIG_FOR_ADMIN_ADD 8u
 #define CONFIG_FOR_USERS_NORMALIZE 16u
 #define CONFIG_FOR_SMS_SINK 32u
+#define CONFIG_FOR_MIGRATE 64u
 
 /*
  * Parse v into cfg for setting s; name is how the user gave it
@@ -32,7 +33,8 @@ typedef int (*config_parse_fn)(struct config *cfg,
 
 /*
  * One setting. Texts marked (markdown) may hold `code` spans and
- * [links](#readme-section), and "{range}", which the writers replace with
+ * [links](purchase.md#a-section), relative to docs/ where the table
+ * goes, and "{range}", which the writers replace with
  * "min..max".
  */
 struct config_setting {
@@ -50,7 +52,7 @@ struct config_setting {
     const char *unit; /* "seconds" after that range; NULL: none */
     size_t off, size; /* where the value goes in struct config */
     const char *help; /* the --help line (markdown, kept short) */
-    const char *doc;  /* what it means: the README and the man page */
+    const char *doc;  /* what it means: docs/configuration.md, the man page */
 };
 
 extern const struct config_setting config_settings[];

@@ -1,6 +1,7 @@
 /*
- * main.c - seckilld: parse the configuration, then either print tokens or
- * start the HTTP service and run until SIGTERM or SIGINT.
+ * main.c - seckilld: parse the configuration, then either run one of the
+ * commands (tokens, admin add, migrate, ...) or start the HTTP service and
+ * run until SIGTERM or SIGINT.
  */
 #include <errno.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "cmd/admin.h"
 #include "cmd/config.h"
+#include "cmd/migrate.h"
 #include "cmd/sms_sink.h"
 #include "cmd/users.h"
 #include "cmd/server.h"
@@ -140,6 +142,12 @@ static int serve(const struct config *cfg)
         log_error("mysql library init failed", NULL);
         return 1;
     }
+    /* Once, before anything starts: a binary newer than its database's
+     * schema would fail request by request. */
+    if (migrate_check(&cfg->http.store) == -ESTALE) {
+        mysql_library_end();
+        return 2;
+    }
 
     err = server_start(&cfg->http, &srv);
     if (err == -EPERM) {
@@ -226,6 +234,9 @@ int main(int argc, char **argv)
         break;
     case CMD_SMS_SINK:
         ret = sms_sink_run(&cfg);
+        break;
+    case CMD_MIGRATE:
+        ret = migrate_run(&cfg);
         break;
     default:
         ret = serve(&cfg);

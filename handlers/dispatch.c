@@ -105,6 +105,8 @@ static void dispatch(struct request *req)
         fn = route->get;
     else if (req->method == HTTP_POST)
         fn = route->post;
+    else if (req->method == HTTP_PATCH)
+        fn = route->patch;
     else if (req->method == HTTP_DELETE)
         fn = route->del;
     if (!fn) {
@@ -209,6 +211,7 @@ static struct request *request_new(struct req_server *srv,
     req->version = version;
     req->method = strcmp(method, "GET") == 0       ? HTTP_GET
                   : strcmp(method, "POST") == 0    ? HTTP_POST
+                  : strcmp(method, "PATCH") == 0   ? HTTP_PATCH
                   : strcmp(method, "DELETE") == 0  ? HTTP_DELETE
                   : strcmp(method, "OPTIONS") == 0 ? HTTP_OPTIONS
                                                    : HTTP_OTHER;

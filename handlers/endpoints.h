@@ -38,6 +38,12 @@ unsigned voucher_get(struct request *req);          /* vouchers.c */
 unsigned voucher_stats_get(struct request *req);    /* vouchers.c */
 unsigned voucher_orders_get(struct request *req);   /* sale_orders.c */
 unsigned sales_get(struct request *req);            /* sales.c */
+unsigned voucher_patch(struct request *req);        /* controls.c */
+unsigned voucher_delete(struct request *req);       /* controls.c */
+unsigned voucher_pause_post(struct request *req);   /* controls.c */
+unsigned voucher_resume_post(struct request *req);  /* controls.c */
+unsigned voucher_stop_post(struct request *req);    /* controls.c */
+unsigned voucher_restock_post(struct request *req); /* controls.c */
 unsigned voucher_seckill_post(struct request *req); /* seckill.c */
 unsigned voucher_queue_post(struct request *req);   /* queue.c */
 unsigned voucher_queue_get(struct request *req);    /* queue.c */
@@ -56,6 +62,14 @@ unsigned web_get(struct request *req); /* web.c */
  * asks for none. Waits for Redis (pow.c).
  */
 bool pow_or_reply(struct request *req);
+
+/* Bounds of a voucher's money (cents) and stock, as created or edited. */
+#define MONEY_MAX 100000000000LL /* a billion in cents */
+#define STOCK_MAX 1000000000LL
+
+/* A voucher as GET /api/vouchers/{id} shows it (vouchers.c). A new
+ * object. */
+json_t *voucher_json(const struct request *req, const struct store_voucher *v);
 
 /*
  * An order as the API shows it: id, userId, voucherId, status ("unpaid",

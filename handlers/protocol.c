@@ -20,7 +20,7 @@
  *
  * At its default strictness it accepts more than a server should, and
  * hands those requests on; req_protocol_or_reply() refuses them here (see
- * protocol.h for the list). README ("Malformed requests") says the same
+ * protocol.h for the list). docs/api.md ("Malformed requests") says the same
  * and tests/it/test_web.c checks both lists on the wire.
  *
  * It also reads a Content-Type by the same grammar (RFC 9110 5.6 and

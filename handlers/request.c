@@ -39,6 +39,11 @@ const struct api_error_info api_errors[ERR_COUNT] = {
                          "this voucher is not sold in a flash sale"},
     [ERR_NOT_STARTED] = {409, "NOT_STARTED", "the sale has not started yet"},
     [ERR_ENDED] = {409, "ENDED", "the sale has ended"},
+    [ERR_SALE_PAUSED] = {409, "SALE_PAUSED",
+                         "the sale is paused; it may resume"},
+    [ERR_SALE_STARTED] = {409, "SALE_STARTED",
+                          "the sale has started: this may only change "
+                          "before its begin"},
     [ERR_SOLD_OUT] = {409, "SOLD_OUT", "the voucher is sold out"},
     [ERR_ALREADY_PURCHASED] = {409, "ALREADY_PURCHASED",
                                "you already bought this voucher"},

@@ -21,7 +21,14 @@
 /* Bodies above this are refused with 413 without reading them. */
 #define BODY_MAX (64 * 1024)
 
-enum http_method { HTTP_GET, HTTP_POST, HTTP_DELETE, HTTP_OPTIONS, HTTP_OTHER };
+enum http_method {
+    HTTP_GET,
+    HTTP_POST,
+    HTTP_PATCH,
+    HTTP_DELETE,
+    HTTP_OPTIONS,
+    HTTP_OTHER
+};
 
 /* Room for the extra headers of one reply (req_header_add). */
 #define REQ_HEADERS_MAX 10

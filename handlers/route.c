@@ -20,58 +20,73 @@
  * not eat a client's API budget), and the purchase's first step (a
  * sold-out voucher must not cost a Redis round trip). */
 static const struct route routes[] = {
-    {"/healthz", health_get, NULL, "GET, OPTIONS", HERE, NULL},
-    {"/readyz", ready_get, NULL, "GET, OPTIONS", POOL, NULL},
-    {"/metrics", metrics_get, NULL, "GET, OPTIONS", HERE, NULL},
+    {"/healthz", health_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
+    {"/readyz", ready_get, NULL, "GET, OPTIONS", POOL, NULL, NULL},
+    {"/metrics", metrics_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
     /* What the pages need to know of the settings: from memory. */
-    {"/api/config", site_config_get, NULL, "GET, OPTIONS", HERE, NULL},
+    {"/api/config", site_config_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
     /* A proof-of-work challenge, signed: from memory. */
-    {"/api/pow", pow_get, NULL, "GET, OPTIONS", HERE, NULL},
-    {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS", LIMITED, NULL},
-    {"/api/auth/login", NULL, auth_login_post, "POST, OPTIONS", LIMITED, NULL},
-    {"/api/auth/logout", NULL, auth_logout_post, "POST, OPTIONS", LIMITED,
+    {"/api/pow", pow_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
+    {"/api/auth/code", NULL, auth_code_post, "POST, OPTIONS", LIMITED, NULL,
+     NULL},
+    {"/api/auth/login", NULL, auth_login_post, "POST, OPTIONS", LIMITED, NULL,
+     NULL},
+    {"/api/auth/logout", NULL, auth_logout_post, "POST, OPTIONS", LIMITED, NULL,
      NULL},
     {"/api/vouchers", vouchers_get, vouchers_post, "GET, POST, OPTIONS",
-     LIMITED, NULL},
-    {"/api/vouchers/{id}", voucher_get, NULL, "GET, OPTIONS", LIMITED, NULL},
+     LIMITED, NULL, NULL},
+    /* An admin edits a voucher, or deletes it, before its sale begins
+     * (controls.c). */
+    {"/api/vouchers/{id}", voucher_get, NULL, "GET, PATCH, DELETE, OPTIONS",
+     LIMITED, voucher_delete, voucher_patch},
     {"/api/vouchers/{id}/seckill", NULL, voucher_seckill_post, "POST, OPTIONS",
-     ROUTE_RUN_HERE_WITH_TOKEN, NULL},
+     ROUTE_RUN_HERE_WITH_TOKEN, NULL, NULL},
     /* A queue sale's waiting room: join (POST), the place (GET). */
     {"/api/vouchers/{id}/queue", voucher_queue_get, voucher_queue_post,
-     "GET, POST, OPTIONS", LIMITED, NULL},
+     "GET, POST, OPTIONS", LIMITED, NULL, NULL},
     {"/api/vouchers/{id}/stats", voucher_stats_get, NULL, "GET, OPTIONS",
-     LIMITED, NULL},
+     LIMITED, NULL, NULL},
+    /* The operator's controls of a sale (admin, controls.c). */
+    {"/api/vouchers/{id}/pause", NULL, voucher_pause_post, "POST, OPTIONS",
+     LIMITED, NULL, NULL},
+    {"/api/vouchers/{id}/resume", NULL, voucher_resume_post, "POST, OPTIONS",
+     LIMITED, NULL, NULL},
+    {"/api/vouchers/{id}/stop", NULL, voucher_stop_post, "POST, OPTIONS",
+     LIMITED, NULL, NULL},
+    {"/api/vouchers/{id}/restock", NULL, voucher_restock_post, "POST, OPTIONS",
+     LIMITED, NULL, NULL},
     /* A sale's orders (admin): pages, or all of them as CSV. */
     {"/api/vouchers/{id}/orders", voucher_orders_get, NULL, "GET, OPTIONS",
-     LIMITED, NULL},
+     LIMITED, NULL, NULL},
     /* The sales on now and soon, from the instance's snapshot. */
-    {"/api/sales", sales_get, NULL, "GET, OPTIONS", LIMITED, NULL},
-    {"/api/orders", orders_get, NULL, "GET, OPTIONS", LIMITED, NULL},
-    {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS", LIMITED, NULL},
+    {"/api/sales", sales_get, NULL, "GET, OPTIONS", LIMITED, NULL, NULL},
+    {"/api/orders", orders_get, NULL, "GET, OPTIONS", LIMITED, NULL, NULL},
+    {"/api/orders/{id}", order_get, NULL, "GET, OPTIONS", LIMITED, NULL, NULL},
     {"/api/orders/{id}/cancel", NULL, order_cancel_post, "POST, OPTIONS",
-     LIMITED, NULL},
+     LIMITED, NULL, NULL},
     {"/api/orders/{id}/pay", NULL, order_pay_post, "POST, OPTIONS", LIMITED,
-     NULL},
+     NULL, NULL},
     {"/api/payments/notify", NULL, payment_notify_post, "POST, OPTIONS",
-     LIMITED, NULL},
+     LIMITED, NULL, NULL},
     /* Payments to give back (admin). */
-    {"/api/refunds", refunds_get, NULL, "GET, OPTIONS", LIMITED, NULL},
+    {"/api/refunds", refunds_get, NULL, "GET, OPTIONS", LIMITED, NULL, NULL},
     {"/api/refunds/{id}/done", NULL, refund_done_post, "POST, OPTIONS", LIMITED,
-     NULL},
+     NULL, NULL},
     /* What admins did (admin). */
-    {"/api/audit", audit_get, NULL, "GET, OPTIONS", LIMITED, NULL},
-    {"/api/admin/login", NULL, admin_login_post, "POST, OPTIONS", LIMITED,
+    {"/api/audit", audit_get, NULL, "GET, OPTIONS", LIMITED, NULL, NULL},
+    {"/api/admin/login", NULL, admin_login_post, "POST, OPTIONS", LIMITED, NULL,
      NULL},
     {"/api/admin/users/{id}/ban", NULL, admin_ban_post, "POST, DELETE, OPTIONS",
-     LIMITED, admin_ban_delete},
+     LIMITED, admin_ban_delete, NULL},
     /* The counters for the admin page: a token check, from memory. */
-    {"/api/admin/metrics", admin_metrics_get, NULL, "GET, OPTIONS", HERE, NULL},
+    {"/api/admin/metrics", admin_metrics_get, NULL, "GET, OPTIONS", HERE, NULL,
+     NULL},
     /* The buyer's and the admin's pages (web/), their files and the API
      * description, served from the binary. */
-    {"/", web_get, NULL, "GET, OPTIONS", HERE, NULL},
-    {"/admin", web_get, NULL, "GET, OPTIONS", HERE, NULL},
-    {"/static/{file}", web_get, NULL, "GET, OPTIONS", HERE, NULL},
-    {"/openapi.json", web_get, NULL, "GET, OPTIONS", HERE, NULL},
+    {"/", web_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
+    {"/admin", web_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
+    {"/static/{file}", web_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
+    {"/openapi.json", web_get, NULL, "GET, OPTIONS", HERE, NULL, NULL},
 };
 
 /* Match path against pattern; 1 = match, 0 = no, -1 = match but bad id. */

@@ -33,7 +33,8 @@ struct route {
     handler_fn post;
     const char *allow; /* the Allow header: "GET, POST, OPTIONS" */
     enum route_run run;
-    handler_fn del; /* DELETE */
+    handler_fn del;   /* DELETE */
+    handler_fn patch; /* PATCH */
 };
 
 enum route_result { ROUTE_OK, ROUTE_NOT_FOUND, ROUTE_BAD_ID };

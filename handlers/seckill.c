@@ -43,6 +43,9 @@ static void buy_reply(struct request *req, const struct sale_buy *b)
     case SALE_ENDED:
         req_error(req, ERR_ENDED, NULL);
         break;
+    case SALE_PAUSED:
+        req_error(req, ERR_SALE_PAUSED, NULL);
+        break;
     case SALE_SOLD_OUT:
         req_error(req, ERR_SOLD_OUT, NULL);
         break;

@@ -1,16 +1,15 @@
 /*
  * vouchers.c - POST /api/vouchers (admin), GET /api/vouchers,
  * GET /api/vouchers/{id} and GET /api/vouchers/{id}/stats (admin: initial
- * stock, stock now, orders by status). The purchase is in seckill.c.
+ * stock, stock now, orders by status). The purchase is in seckill.c, the
+ * operator's controls (edit, delete, pause, stop, restock) in
+ * controls.c.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "common/util.h"
 #include "handlers/endpoints.h"
-
-#define MONEY_MAX 100000000000LL /* a billion in cents */
-#define STOCK_MAX 1000000000LL
 
 json_t *voucher_json(const struct request *req, const struct store_voucher *v)
 {
@@ -31,6 +30,7 @@ json_t *voucher_json(const struct request *req, const struct store_voucher *v)
         json_object_set_new(
             o, "admission",
             json_string(v->admission == ADMISSION_QUEUE ? "queue" : "open"));
+        json_object_set_new(o, "paused", json_boolean(v->halt == HALT_PAUSED));
         if (v->admission == ADMISSION_QUEUE)
             json_object_set_new(
                 o, "queueOpensAt",

@@ -152,6 +152,8 @@ static void transact(struct store *st, int64_t voucher_id,
         [STORE_PURCHASE_OK] = SALE_ORDERED,
         [STORE_PURCHASE_SOLD_OUT] = SALE_SOLD_OUT,
         [STORE_PURCHASE_DUPLICATE] = SALE_DUPLICATE,
+        [STORE_PURCHASE_PAUSED] = SALE_PAUSED,
+        [STORE_PURCHASE_STOPPED] = SALE_ENDED,
     };
     struct store_purchase_item **items = xcalloc(n, sizeof(*items));
 
@@ -227,6 +229,7 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
         [ASYNC_ENDED] = SALE_ENDED,
         [ASYNC_BACKLOG] = SALE_BACKLOG,
         [ASYNC_UNCONFIRMED] = SALE_UNCONFIRMED,
+        [ASYNC_PAUSED] = SALE_PAUSED,
     };
     struct async_confirm confirm;
     int64_t *ids = xcalloc(n, sizeof(*ids)), *users = xcalloc(n, sizeof(*ids));

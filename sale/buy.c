@@ -53,6 +53,8 @@ static bool refused(const struct sale *s, struct sale_buy *b,
         b->outcome = SALE_NOT_STARTED;
     else if (now_s >= v->end_time)
         b->outcome = SALE_ENDED;
+    else if (v->paused)
+        b->outcome = SALE_PAUSED;
     else if (v->sold_out) {
         metrics_count(cached ? METRIC_PURCHASE_SOLD_OUT_CACHED
                              : METRIC_PURCHASE_SOLD_OUT,

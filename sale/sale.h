@@ -277,6 +277,63 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
                         bool mode_given, const struct sale_actor *who);
 
+/* ---- the operator's controls of a sale (sale/controls.c) ----
+ *
+ * Each control is one MySQL transaction (store.h, "the operator's
+ * controls"), decided on the voucher's locked rows and recorded in the
+ * audit log, by who, in that transaction; for an async sale one Redis
+ * script then brings its Redis state up to what MySQL committed
+ * (async_sale_control(): retried for up to SALE_CONTROL_REDIS_MS, and
+ * by the reconciliation after that). Then every instance's voucher cache
+ * hears of the change (vcache_voucher_changed(): pub/sub, within a
+ * message's delay; a lost message within the cache's TTL).
+ *
+ * What is guaranteed once a control answered 0 with STORE_CONTROL_DONE:
+ *   - a pause or a stop: no purchase is sold after it, on any instance,
+ *     whatever its cache says: a sync sale's CAS (store_purchase_batch())
+ *     and an async sale's script refuse a halted sale themselves; a
+ *     purchase decided before it (committed in MySQL, or sold in Redis
+ *     before the script) stands, and an async one is still written to
+ *     MySQL. The purchases then answer 409 PAUSED or ENDED.
+ *   - a restock: MySQL's stock and initial stock grew together; an async
+ *     sale's Redis too (its reconciliation never sees a disagreement:
+ *     async/compare.h); sold-out flags are dropped on every instance (a
+ *     segmented voucher's segments seen empty by another process sell
+ *     again within a second).
+ * -EAGAIN: committed in MySQL, but an async sale's Redis did not take it
+ * in time (down, or a rebuild): retrying the control is harmless, and the
+ * reconciliation applies it within its round anyway. Wait for MySQL and
+ * Redis: call from a job.
+ */
+
+/* How long a control retries its Redis script before it answers
+ * -EAGAIN. */
+#define SALE_CONTROL_REDIS_MS 3000
+
+/* Pause (pause) or resume voucher_id's sale; *out as the store says. */
+int sale_voucher_pause(struct sale *s, int64_t voucher_id, bool pause,
+                       const struct sale_actor *who, enum store_control *out);
+/* End voucher_id's sale now. */
+int sale_voucher_stop(struct sale *s, int64_t voucher_id,
+                      const struct sale_actor *who, enum store_control *out);
+/* Add units (1..) to voucher_id's stock and initial stock; *why names
+ * a refusal. */
+int sale_voucher_restock(struct sale *s, int64_t voucher_id, int64_t units,
+                         const struct sale_actor *who, enum store_control *out,
+                         const char **why);
+/* Edit voucher_id (store_voucher_patch()); *why names a refused field. */
+int sale_voucher_patch(struct sale *s, int64_t voucher_id,
+                       const struct store_voucher_patch *p,
+                       const struct sale_actor *who, enum store_control *out,
+                       const char **why);
+/* Delete voucher_id before its sale begins, with its Redis state (an
+ * async sale's, a queue sale's waiting room); *why when refused. */
+int sale_voucher_delete(struct sale *s, int64_t voucher_id,
+                        const struct sale_actor *who, enum store_control *out,
+                        const char **why);
+/* Read voucher_id as just committed (the primary, never a replica). */
+int sale_voucher_get_fresh(struct sale *s, int64_t id, struct store_voucher *v);
+
 /* store_voucher_get(), store_voucher_list() (before: ids below it, 0
  * from the newest), store_voucher_stats(), on this thread's store.
  * Wait. */
@@ -358,7 +415,8 @@ enum sale_outcome {
     SALE_NOT_FOUND,       /* no voucher with this id */
     SALE_NOT_SECKILL,     /* not sold in a flash sale */
     SALE_NOT_STARTED,     /* before the sale's begin */
-    SALE_ENDED,           /* at or after its end */
+    SALE_ENDED,           /* at or after its end (or stopped) */
+    SALE_PAUSED,          /* an operator paused the sale (nothing written) */
     SALE_SOLD_OUT,        /* no unit left (nothing written) */
     SALE_DUPLICATE,       /* the buyer has an order for it (nothing written) */
     SALE_BUSY,            /* the buyer's other purchase holds the lock */

@@ -35,11 +35,14 @@
  *     stale "has stock" costs one transaction per instance.
  *   - An unknown id (404) is remembered for ttl_ms like the flag, and
  *     creating a voucher publishes its id like a stock change.
- *   - Type and sale window cannot change through the API (there is no
- *     update endpoint). They are re-read at least every META_TTL_MS in
- *     case someone edits the row by hand; publish the id after such an
- *     edit to apply it at once. NOT_STARTED and ENDED are decided from
- *     the cached window and the clock.
+ *   - The sale window and the pause change through the operator's
+ *     controls (sale/controls.c), which publish the id like a stock
+ *     change; they are re-read at least every META_TTL_MS (a paused
+ *     entry every ttl_ms) in case a message was lost or someone edited
+ *     the row by hand. NOT_STARTED, ENDED and PAUSED are decided from
+ *     the cached entry and the clock; a stale entry cannot sell what a
+ *     pause or a stop forbids: the purchase's own CAS or script checks
+ *     the sale's halt.
  *   - An invalidation that races with a fill (a request read the row
  *     before the change and stores it after the message was handled) is
  *     caught by a generation number: every invalidation bumps it, and a
@@ -100,6 +103,7 @@ enum { KIND_EMPTY = 0, KIND_MISSING = 1, KIND_VOUCHER = 2, KIND_MASK = 3 };
 #define TYPE_SHIFT 3
 #define BIT_ASYNC 16u
 #define BIT_QUEUE 32u
+#define BIT_PAUSED 64u
 
 /*
  * Every field is atomic so that readers racing a writer are not a data
@@ -327,6 +331,7 @@ bool vcache_entry_get(struct vcache *vc, int64_t id, struct vcache_voucher *v,
     v->type = (enum voucher_type)(sn.bits >> TYPE_SHIFT & 1u);
     v->mode = sn.bits & BIT_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
     v->queue = (sn.bits & BIT_QUEUE) != 0;
+    v->paused = (sn.bits & BIT_PAUSED) != 0;
     v->begin_time = sn.begin_time;
     v->end_time = sn.end_time;
     v->sold_out = (sn.bits & BIT_SOLD_OUT) != 0;
@@ -355,7 +360,12 @@ void vcache_entry_put(struct vcache *vc, int64_t id,
             bits |= BIT_QUEUE;
         if (v->sold_out)
             bits |= BIT_SOLD_OUT;
-        expires = v->sold_out ? vc->ttl_ms : META_TTL_MS;
+        if (v->paused)
+            bits |= BIT_PAUSED;
+        /* A pause, like a sold-out flag, is trusted only briefly: its
+         * resume must not wait for the window's re-read if its message
+         * is lost. */
+        expires = v->sold_out || v->paused ? vc->ttl_ms : META_TTL_MS;
     }
     expires += util_mono_ms();
 
@@ -444,6 +454,7 @@ void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id)
     if (!vc)
         return;
     /* This instance at once, without waiting for its own message. */
+    store_voucher_stocked(id);
     if (vc->ttl_ms)
         invalidate(vc, id);
     rc = store_redis(st);
@@ -479,9 +490,11 @@ static void on_message(void *ctx, const char *msg, size_t len)
 
     if (strcmp(msg, "*") == 0)
         flush(vc);
-    else if (util_parse_id(msg, len, &id) == 0)
+    else if (util_parse_id(msg, len, &id) == 0) {
+        /* Stock may be back: the segments seen empty sell again too. */
+        store_voucher_stocked(id);
         invalidate(vc, id);
-    else
+    } else
         log_warn("voucher cache message ignored", "channel=%s len=%zu",
                  vc->channel, len);
 }
@@ -549,6 +562,7 @@ void vcache_voucher_from_row(struct vcache_voucher *v,
     v->mode = s->mode;
     v->queue = s->type == VOUCHER_SECKILL && s->admission == ADMISSION_QUEUE;
     v->sold_out = s->type == VOUCHER_SECKILL && s->stock <= 0;
+    v->paused = s->type == VOUCHER_SECKILL && s->halt == HALT_PAUSED;
 }
 
 struct vcache *vcache_new(const struct vcache_config *cfg)

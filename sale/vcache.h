@@ -38,7 +38,8 @@ struct vcache_voucher {
     int64_t end_time;   /* epoch seconds, exclusive */
     bool sold_out;      /* seckill vouchers only */
     enum purchase_mode mode;
-    bool queue; /* admission through the waiting room (a ticket) */
+    bool queue;  /* admission through the waiting room (a ticket) */
+    bool paused; /* an operator paused the sale */
 };
 
 struct vcache;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # config-docs.sh - write the documents of the settings table (cmd/config.c)
-# into the tree: the README's configuration table, between its
-# "<!-- settings:begin -->" and "<!-- settings:end -->" lines, from
+# into the tree: the configuration table of docs/configuration.md, between
+# its "<!-- settings:begin -->" and "<!-- settings:end -->" lines, from
 # `seckilld --help-markdown`, and the man page docs/seckilld.8 from
 # `seckilld --help-man`. test_config fails while either differs.
 #
@@ -10,7 +10,7 @@ set -euo pipefail
 
 BIN=${1:?usage: scripts/config-docs.sh BUILD/seckilld}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-README=$ROOT/README.md
+DOC=$ROOT/docs/configuration.md
 MAN=$ROOT/docs/seckilld.8
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -29,10 +29,10 @@ awk -v table="$tmp/table.md" '
     /^<!-- settings:end -->$/ { skip = 0; seen++ }
     !skip { print }
     END { if (seen != 2) exit 1 }
-' "$README" >"$tmp/README.md" || {
-    echo "config-docs.sh: README.md lacks the settings markers" >&2
+' "$DOC" >"$tmp/configuration.md" || {
+    echo "config-docs.sh: docs/configuration.md lacks the settings markers" >&2
     exit 1
 }
-cp "$tmp/README.md" "$README"
+cp "$tmp/configuration.md" "$DOC"
 cp "$tmp/seckilld.8" "$MAN"
-echo "config-docs.sh: wrote README.md's settings table and docs/seckilld.8"
+echo "config-docs.sh: wrote docs/configuration.md's settings table and docs/seckilld.8"

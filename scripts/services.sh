@@ -5,7 +5,7 @@
 #   scripts/services.sh up          start them all (idempotent), provision, write .run/env
 #   scripts/services.sh down        stop them all (data is kept)
 #   scripts/services.sh status      one line per server; exit 0 when all are up, 3 if not
-#   scripts/services.sh reset-test  empty database seckill_test (schema reloaded) and Redis db 1
+#   scripts/services.sh reset-test  empty database seckill_test (migrated afresh) and Redis db 1
 #   scripts/services.sh env         print the path of .run/env
 #
 # Everything lives under the repo's .run/ (SECKILL_RUN_DIR overrides) and
@@ -23,8 +23,10 @@ RUN=$(realpath -m "${SECKILL_RUN_DIR:-$ROOT/.run}")
 MYSQL_PORT=${SECKILL_MYSQL_PORT:-13306}
 REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
 ZK_PORT=${SECKILL_ZK_PORT:-12181}
-SCHEMA=$ROOT/sql/schema.sql
-UPGRADE=$ROOT/sql/upgrade-mariadb.sql
+# The databases get their schema from `seckilld migrate` (sql/migrations/,
+# compiled in): the binary is built first (a no-op when it is current), so
+# that the databases always match the code the tests will run.
+BIN=$ROOT/build/seckilld
 
 for p in "$MYSQL_PORT" "$REDIS_PORT" "$ZK_PORT"; do
     if ! [[ $p =~ ^[0-9]+$ ]] || ((p < 1 || p > 65535)); then die "bad port: '$p'"; fi
@@ -214,17 +216,39 @@ mysql_provision() {
         sql+="ALTER USER 'seckill'@'$host' IDENTIFIED BY 'seckill';"$'\n'
         sql+="GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'$host';"$'\n'
         sql+="GRANT ALL PRIVILEGES ON seckill_test.* TO 'seckill'@'$host';"$'\n'
+        # Scratch databases of the migration tests (seckill_mig_<pid>).
+        sql+="GRANT ALL PRIVILEGES ON \`seckill\\_mig\\_%\`.* TO 'seckill'@'$host';"$'\n'
         sql+="GRANT PROCESS ON *.* TO 'seckill'@'$host';"$'\n'
     done
     mysql_admin <<<"$sql" || die "provisioning MariaDB (databases, user seckill) failed"
-    for db in seckill seckill_test; do
-        mysql_admin "$db" <"$SCHEMA" || die "loading $SCHEMA into $db failed"
-        mysql_admin "$db" <"$UPGRADE" || die "applying $UPGRADE to $db failed"
-    done
     # The apps connect over TCP as seckill: check exactly that.
     mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
         -u seckill -pseckill seckill -e 'SELECT 1' >/dev/null ||
         die "cannot log in as seckill@127.0.0.1:$MYSQL_PORT"
+    # The migrations go over TCP: the port must be this server's (another
+    # checkout's MariaDB may answer there with the same user).
+    local ours theirs
+    ours=$(mysql_admin -N -B -e 'SELECT @@datadir') || die "asking MariaDB for its datadir failed"
+    theirs=$(mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
+        -u seckill -pseckill -N -B -e 'SELECT @@datadir') || die "asking 127.0.0.1:$MYSQL_PORT for its datadir failed"
+    [[ $ours == "$theirs" ]] ||
+        die "127.0.0.1:$MYSQL_PORT is another MariaDB ($theirs, not $ours); pick SECKILL_MYSQL_PORT"
+    build_bin
+    for db in seckill seckill_test; do migrate "$db"; done
+}
+
+# The binary, current (MAKEFLAGS dropped: a make that runs this script
+# with SANITIZE=... must not rebuild build/seckilld with it).
+build_bin() {
+    env -u MAKEFLAGS -u MFLAGS make -C "$ROOT" --no-print-directory -s build >&2 ||
+        die "building $BIN failed (the migrations are compiled into it)"
+}
+
+# migrate DATABASE: apply what it lacks (quietly unless something fails).
+migrate() {
+    local out
+    out=$(SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:$MYSQL_PORT/$1 \
+        "$BIN" migrate 2>&1) || { echo "$out" >&2; die "seckilld migrate of $1 failed"; }
 }
 
 mysql_stop() {
@@ -519,7 +543,6 @@ EOF
 
 ensure_up() {
     take_lock
-    [[ -r $SCHEMA ]] || die "schema not found: $SCHEMA"
     mysql_start
     mysql_provision
     redis_start
@@ -550,7 +573,7 @@ cmd_reset_test() {
 DROP DATABASE IF EXISTS seckill_test;
 CREATE DATABASE seckill_test CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 EOF
-    mysql_admin seckill_test <"$SCHEMA" || die "loading $SCHEMA into seckill_test failed"
+    migrate seckill_test
     [[ $(rcli -n 1 flushdb 2>&1) == OK ]] || die "FLUSHDB on Redis db 1 failed"
     say "reset seckill_test and Redis db 1"
 }

@@ -1,217 +1,157 @@
--- Schema of the seckill service (MariaDB 10.11 / MySQL 8.0, InnoDB, utf8mb4).
--- Loaded by scripts/services.sh and by docker-compose; every statement is
--- idempotent so loading it twice is harmless. All times are UTC. A database
--- made by an older version is brought up to date by sql/upgrade-mariadb.sql
--- (scripts/services.sh applies it after this file).
-
--- phone is the E.164 form (+8613800138000). Rows from before phones were
--- normalised get it from `seckilld users normalize`, which keeps the old
--- form in phone_raw; when two rows turn out to be one number, the older
--- keeps the phone and the other gets phone NULL and merged_into its id.
-CREATE TABLE IF NOT EXISTS users (
-    id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-    phone       VARCHAR(20)     NULL,
-    phone_raw   VARCHAR(20)     NULL,
-    merged_into BIGINT UNSIGNED NULL,
-    created     DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    PRIMARY KEY (id),
-    UNIQUE KEY uk_users_phone (phone)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- Money is in cents. type: 0 = normal, 1 = seckill.
-CREATE TABLE IF NOT EXISTS vouchers (
-    id           BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-    shop_id      BIGINT UNSIGNED NOT NULL,
-    title        VARCHAR(255)    NOT NULL,
-    sub_title    VARCHAR(255)    NOT NULL DEFAULT '',
-    rules        VARCHAR(1024)   NOT NULL DEFAULT '',
-    pay_value    BIGINT UNSIGNED NOT NULL,
-    actual_value BIGINT UNSIGNED NOT NULL,
-    type         TINYINT UNSIGNED NOT NULL DEFAULT 0,
-    created      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
-                                 ON UPDATE CURRENT_TIMESTAMP,
-    PRIMARY KEY (id),
-    KEY idx_vouchers_shop (shop_id, id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- The hot row of a flash sale: one per seckill voucher. The CHECK is a
--- belt to the CAS update's braces (MariaDB enforces it; MySQL >= 8.0.16 too).
--- initial_stock is the stock it went on sale with: at every moment
--- stock + unpaid orders + paid orders = initial_stock (cancelled and
--- expired orders gave their unit back).
-CREATE TABLE IF NOT EXISTS seckill_vouchers (
-    voucher_id    BIGINT UNSIGNED NOT NULL,
-    stock         INT             NOT NULL,
-    initial_stock INT             NULL,
-    -- 0: sync (MySQL decides each sale), 1: async (Redis decides and a
-    -- stream carries the orders to MySQL); fixed when it goes on sale.
-    purchase_mode TINYINT UNSIGNED NOT NULL DEFAULT 0,
-    -- An async sale's creation stamp, a random number drawn when it is
-    -- created: its state in Redis carries it, so that a late first
-    -- preheat leaves a sale a reconciliation already made from this row
-    -- (and replaces a stale one of an earlier database). NULL: sync.
-    sale_stamp    BIGINT UNSIGNED NULL,
-    -- 0: open (anyone may buy), 1: queue (only buyers the waiting room
-    -- admitted, with a ticket); fixed when it goes on sale.
-    admission     TINYINT UNSIGNED NOT NULL DEFAULT 0,
-    begin_time    DATETIME        NOT NULL,
-    end_time      DATETIME        NOT NULL,
-    created       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated       DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
-                                  ON UPDATE CURRENT_TIMESTAMP,
-    PRIMARY KEY (voucher_id),
-    CONSTRAINT ck_seckill_stock CHECK (stock >= 0),
-    CONSTRAINT fk_seckill_voucher FOREIGN KEY (voucher_id)
-        REFERENCES vouchers (id) ON DELETE CASCADE
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- Segmented stock (seed 003, section 8; SECKILL_STOCK_SEGMENTS=N > 1): a
--- voucher created with N segments keeps its stock here, split over N rows,
--- and 0 in seckill_vouchers.stock, so that concurrent purchases lock
--- different rows. A voucher's stock is always its seckill_vouchers.stock
--- plus the sum of its segments (none for an unsegmented voucher).
-CREATE TABLE IF NOT EXISTS seckill_stock_segments (
-    voucher_id  BIGINT UNSIGNED   NOT NULL,
-    segment     SMALLINT UNSIGNED NOT NULL,
-    stock       INT               NOT NULL,
-    PRIMARY KEY (voucher_id, segment),
-    CONSTRAINT ck_segment_stock CHECK (stock >= 0),
-    CONSTRAINT fk_segment_seckill FOREIGN KEY (voucher_id)
-        REFERENCES seckill_vouchers (voucher_id) ON DELETE CASCADE
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- id comes from the Redis ID worker (idgen/), not AUTO_INCREMENT.
--- status: 1 = unpaid, 2 = paid, 4 = cancelled, 7 = expired (3, 5 and 6 are
--- reserved: used, refunding, refunded). An unpaid order is closed when its
--- pay_deadline passes (expired) or its owner cancels it; either returns its
--- unit to the stock in the same transaction. No foreign keys on the
--- purchase path: they would take extra row locks inside the hot
--- transaction, and load-test users (minted with `seckilld tokens`) need
--- not have a users row.
-CREATE TABLE IF NOT EXISTS voucher_orders (
-    id           BIGINT UNSIGNED NOT NULL,
-    user_id      BIGINT UNSIGNED NOT NULL,
-    voucher_id   BIGINT UNSIGNED NOT NULL,
-    status       TINYINT UNSIGNED NOT NULL DEFAULT 1,
-    pay_deadline DATETIME(3)     NULL, -- NULL: never expires
-    pay_time     DATETIME(3)     NULL,
-    close_time   DATETIME(3)     NULL,
-    txn_id       VARCHAR(64)     NULL, -- the payment provider's transaction
-    -- An async order's place in its sale's Redis Stream (the entry id as
-    -- ms << 20 | seq), written with the order: the reconciliation counts
-    -- the orders up to the place where it read Redis. NULL: a sync order,
-    -- or an async one from before.
-    stream_pos   BIGINT UNSIGNED NULL,
-    -- The user while the order is active (unpaid or paid), else NULL: a
-    -- unique key over it allows one active order per user and voucher and
-    -- any number of closed ones.
-    active_user  BIGINT UNSIGNED GENERATED ALWAYS AS
-                 (IF(status IN (1, 2), user_id, NULL)) STORED,
-    created      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    updated      DATETIME        NOT NULL DEFAULT CURRENT_TIMESTAMP
-                                 ON UPDATE CURRENT_TIMESTAMP,
-    PRIMARY KEY (id),
-    -- The last line of defence for one active order per user and voucher.
-    UNIQUE KEY uk_orders_active (active_user, voucher_id),
-    UNIQUE KEY uk_orders_txn (txn_id),
-    KEY idx_orders_user (user_id, id),
-    -- A sale's orders by status, and (covered) up to a stream position.
-    KEY idx_orders_voucher_pos (voucher_id, status, stream_pos),
-    -- A sale's orders by id: the admin's pages and the CSV export (keyset
-    -- pages on the id, without sorting the whole sale each page).
-    KEY idx_orders_sale (voucher_id, id),
-    -- The expiry's scan: unpaid orders by deadline.
-    KEY idx_orders_expiry (status, pay_deadline)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- Units owed to async sales' Redis state: a cancel or an expiry of an
--- async sale's order gives its unit back in MySQL and, in the same
--- transaction, records it here; the row goes once Redis has the unit back
--- too (the instances retry until it has). Usually empty.
-CREATE TABLE IF NOT EXISTS async_unit_returns (
-    order_id    BIGINT UNSIGNED NOT NULL,
-    voucher_id  BIGINT UNSIGNED NOT NULL,
-    user_id     BIGINT UNSIGNED NOT NULL,
-    owed_since  DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    PRIMARY KEY (order_id),
-    KEY idx_returns_since (owed_since)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- Fencing tokens of the MySQL lock backend (lock/mysql.c): one row per lock
--- name, token bumped on every acquire. The backend also creates it lazily.
-CREATE TABLE IF NOT EXISTS lock_fences (
-    name        VARBINARY(255)  NOT NULL,
-    token       BIGINT UNSIGNED NOT NULL,
-    PRIMARY KEY (name)
-) ENGINE = InnoDB;
-
--- What outlives a bearer token, per account: role 1 a buyer (users.id, or
--- a load-test user without a row), 2 an admin (admins.id). token_gen goes
--- up with every "log out everywhere": tokens carry the generation they were
--- issued under and older ones are refused. A banned buyer's requests are
--- refused. Every instance keeps a copy in memory (sale/sessions.c), told
--- of changes over Redis pub/sub; requests never read this table.
-CREATE TABLE IF NOT EXISTS account_state (
-    role        TINYINT UNSIGNED NOT NULL,
-    account_id  BIGINT UNSIGNED  NOT NULL,
-    token_gen   INT UNSIGNED     NOT NULL DEFAULT 0,
-    banned_at   DATETIME(3)      NULL,
-    banned_by   BIGINT UNSIGNED  NULL, -- the admin's id
-    PRIMARY KEY (role, account_id)
-) ENGINE = InnoDB;
-
--- Admin accounts, apart from buyers (their own id space: an admin token's
--- id is an id here, never a buyer's). pw_hash is libsodium's
--- crypto_pwhash_str (Argon2id, with its parameters and salt). Made with
--- `seckilld admin add --username NAME` (the password on standard input).
-CREATE TABLE IF NOT EXISTS admins (
-    id          BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
-    username    VARCHAR(64)      NOT NULL,
-    pw_hash     VARCHAR(128)     NOT NULL,
-    disabled    TINYINT UNSIGNED NOT NULL DEFAULT 0,
-    created     DATETIME         NOT NULL DEFAULT CURRENT_TIMESTAMP,
-    PRIMARY KEY (id),
-    UNIQUE KEY uk_admins_username (username)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- Payments to give back: a payment refused because its order was closed
--- (cancelled, or expired, also by the payment arriving late) or paid by
--- another transaction already. One row per transaction (the same
--- notification twice is one refund), written in the transaction that
--- refused the payment. status: 0 pending, 1 done (the money went back).
--- reason: 1 late, 2 closed, 3 a second payment of a paid order.
-CREATE TABLE IF NOT EXISTS refunds (
-    id          BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
-    order_id    BIGINT UNSIGNED  NOT NULL,
-    txn_id      VARCHAR(64)      NOT NULL,
-    amount      BIGINT           NOT NULL,
-    reason      TINYINT UNSIGNED NOT NULL,
-    status      TINYINT UNSIGNED NOT NULL DEFAULT 0,
-    created     DATETIME(3)      NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    done_at     DATETIME(3)      NULL,
-    done_by     BIGINT UNSIGNED  NULL, -- the admin's id
-    PRIMARY KEY (id),
-    UNIQUE KEY uk_refunds_txn (txn_id),
-    KEY idx_refunds_status (status, id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
-
--- What admins did: every change an admin makes (vouchers created and
--- changed, buyers banned, refunds done) and every admin login, written in
--- the transaction of the change itself, so that a change is never without
--- its record and a record never without its change. admin_id is NULL for
--- a failed login (target_id is then the admin whose password was wrong);
--- addr is the client's address (behind a trusted proxy, the one
--- X-Forwarded-For names); change_json is a JSON object of what changed.
-CREATE TABLE IF NOT EXISTS audit_log (
-    id          BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
-    created     DATETIME(3)      NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
-    admin_id    BIGINT UNSIGNED  NULL,
-    addr        VARCHAR(64)      NOT NULL DEFAULT '',
-    action      VARCHAR(32)      NOT NULL,
-    target_type VARCHAR(16)      NOT NULL,
-    target_id   BIGINT UNSIGNED  NULL,
-    change_json TEXT             NULL,
-    PRIMARY KEY (id),
-    KEY idx_audit_target (target_type, target_id, id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+-- The schema of the seckill service as sql/migrations/ makes it, GENERATED
+-- by `make schema` (scripts/schema.sh): do not edit; add a migration and
+-- run `make schema` (make test checks the two agree). The comments of the
+-- migrations say what each table and column is for. Loaded into an empty
+-- database it gives one at the newest version (schema_version's rows
+-- below); `seckilld migrate` is how databases are made and upgraded.
+SET FOREIGN_KEY_CHECKS = 0;
+CREATE TABLE `account_state` (
+  `role` tinyint(3) unsigned NOT NULL,
+  `account_id` bigint(20) unsigned NOT NULL,
+  `token_gen` int(10) unsigned NOT NULL DEFAULT 0,
+  `banned_at` datetime(3) DEFAULT NULL,
+  `banned_by` bigint(20) unsigned DEFAULT NULL,
+  PRIMARY KEY (`role`,`account_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `admins` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `username` varchar(64) NOT NULL,
+  `pw_hash` varchar(128) NOT NULL,
+  `disabled` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_admins_username` (`username`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `async_unit_returns` (
+  `order_id` bigint(20) unsigned NOT NULL,
+  `voucher_id` bigint(20) unsigned NOT NULL,
+  `user_id` bigint(20) unsigned NOT NULL,
+  `owed_since` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  PRIMARY KEY (`order_id`),
+  KEY `idx_returns_since` (`owed_since`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `audit_log` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `admin_id` bigint(20) unsigned DEFAULT NULL,
+  `addr` varchar(64) NOT NULL DEFAULT '',
+  `action` varchar(32) NOT NULL,
+  `target_type` varchar(16) NOT NULL,
+  `target_id` bigint(20) unsigned DEFAULT NULL,
+  `change_json` text DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  KEY `idx_audit_target` (`target_type`,`target_id`,`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `lock_fences` (
+  `name` varbinary(255) NOT NULL,
+  `token` bigint(20) unsigned NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `refunds` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `order_id` bigint(20) unsigned NOT NULL,
+  `txn_id` varchar(64) NOT NULL,
+  `amount` bigint(20) NOT NULL,
+  `reason` tinyint(3) unsigned NOT NULL,
+  `status` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `done_at` datetime(3) DEFAULT NULL,
+  `done_by` bigint(20) unsigned DEFAULT NULL,
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_refunds_txn` (`txn_id`),
+  KEY `idx_refunds_status` (`status`,`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `schema_version` (
+  `version` int(10) unsigned NOT NULL,
+  `name` varchar(128) NOT NULL,
+  `checksum` char(64) NOT NULL,
+  `applied_at` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  PRIMARY KEY (`version`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `seckill_stock_segments` (
+  `voucher_id` bigint(20) unsigned NOT NULL,
+  `segment` smallint(5) unsigned NOT NULL,
+  `stock` int(11) NOT NULL,
+  `halt` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  PRIMARY KEY (`voucher_id`,`segment`),
+  CONSTRAINT `fk_segment_seckill` FOREIGN KEY (`voucher_id`) REFERENCES `seckill_vouchers` (`voucher_id`) ON DELETE CASCADE,
+  CONSTRAINT `ck_segment_stock` CHECK (`stock` >= 0)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `seckill_vouchers` (
+  `voucher_id` bigint(20) unsigned NOT NULL,
+  `stock` int(11) NOT NULL,
+  `initial_stock` int(11) DEFAULT NULL,
+  `purchase_mode` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `sale_stamp` bigint(20) unsigned DEFAULT NULL,
+  `admission` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `halt` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `revision` int(10) unsigned NOT NULL DEFAULT 0,
+  `restocked` int(11) NOT NULL DEFAULT 0,
+  `begin_time` datetime NOT NULL,
+  `end_time` datetime NOT NULL,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  `updated` datetime NOT NULL DEFAULT current_timestamp() ON UPDATE current_timestamp(),
+  PRIMARY KEY (`voucher_id`),
+  CONSTRAINT `fk_seckill_voucher` FOREIGN KEY (`voucher_id`) REFERENCES `vouchers` (`id`) ON DELETE CASCADE,
+  CONSTRAINT `ck_seckill_stock` CHECK (`stock` >= 0)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `users` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `phone` varchar(20) DEFAULT NULL,
+  `phone_raw` varchar(20) DEFAULT NULL,
+  `merged_into` bigint(20) unsigned DEFAULT NULL,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_users_phone` (`phone`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `voucher_orders` (
+  `id` bigint(20) unsigned NOT NULL,
+  `user_id` bigint(20) unsigned NOT NULL,
+  `voucher_id` bigint(20) unsigned NOT NULL,
+  `status` tinyint(3) unsigned NOT NULL DEFAULT 1,
+  `pay_deadline` datetime(3) DEFAULT NULL,
+  `pay_time` datetime(3) DEFAULT NULL,
+  `close_time` datetime(3) DEFAULT NULL,
+  `txn_id` varchar(64) DEFAULT NULL,
+  `stream_pos` bigint(20) unsigned DEFAULT NULL,
+  `active_user` bigint(20) unsigned GENERATED ALWAYS AS (if(`status` in (1,2),`user_id`,NULL)) STORED,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  `updated` datetime NOT NULL DEFAULT current_timestamp() ON UPDATE current_timestamp(),
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_orders_active` (`active_user`,`voucher_id`),
+  UNIQUE KEY `uk_orders_txn` (`txn_id`),
+  KEY `idx_orders_user` (`user_id`,`id`),
+  KEY `idx_orders_expiry` (`status`,`pay_deadline`),
+  KEY `idx_orders_voucher_pos` (`voucher_id`,`status`,`stream_pos`),
+  KEY `idx_orders_sale` (`voucher_id`,`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `vouchers` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `shop_id` bigint(20) unsigned NOT NULL,
+  `title` varchar(255) NOT NULL,
+  `sub_title` varchar(255) NOT NULL DEFAULT '',
+  `rules` varchar(1024) NOT NULL DEFAULT '',
+  `pay_value` bigint(20) unsigned NOT NULL,
+  `actual_value` bigint(20) unsigned NOT NULL,
+  `type` tinyint(3) unsigned NOT NULL DEFAULT 0,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  `updated` datetime NOT NULL DEFAULT current_timestamp() ON UPDATE current_timestamp(),
+  PRIMARY KEY (`id`),
+  KEY `idx_vouchers_shop` (`shop_id`,`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+INSERT INTO schema_version (version, name, checksum) VALUES
+    (1, '0001-initial', '0a1ca737010512012db5de17a38813c9e738032fc8fc453b05d9888b6c27b521'),
+    (2, '0002-order-lifecycle', 'b669821eb05b0bea91cfdc2b1db99b55a2d9c4dcdadf109721183e704ab1d8c3'),
+    (3, '0003-purchase-mode', '90325e1cdecd880221b4aa9db2c0d079d264bece66b60c431cfa63f71c5cca4f'),
+    (4, '0004-async-unit-returns', 'fb97e75ea82f4609bf8ffb32c4ad9941ace51c5b98a26812f3f00b4eb9c4e397'),
+    (5, '0005-sale-stamp', '81e750e5f788e79f8292682dd26ec670d117f9d0cbf0221857ff5c147d3e5be9'),
+    (6, '0006-stream-pos', 'ee1d567f21b3b0efa4dbfc422b6c95ce7aeb866124f7e4222e071f893ba21d1d'),
+    (7, '0007-account-state', '0c9640c87e7c0155c22dac75f0cf791d7be191c37491789d9d13fbf26f533dcd'),
+    (8, '0008-admins', 'c11502f8a05d6f16faaab9b651ec458c6e1171681afd1c7018f295569f69a6ad'),
+    (9, '0009-admission', '467f0b67a1f8100c552fb007a2ca5e8a8bc4743a94d6db034e5cd9225aa23651'),
+    (10, '0010-users-e164', '0190362b098898335349c75436e2491d854c94066ded0b1e50d0f058202c2ab8'),
+    (11, '0011-refunds', 'e78d14cf085e022cc2167c422fc78dd7e1ea92daa9c2533d38b8eee28fa0ddfc'),
+    (12, '0012-audit-log', 'dae26d632ab608128db41ec92825b1f104809d08714a8ec6139c3eb1e111543b'),
+    (13, '0013-idx-orders-sale', '36ab2887dcdb69c4d1ed8a01f405105f552dd86db4a691e05d2170122fd613d2'),
+    (14, '0014-sale-controls', '7c67f5d5bb7f61b2b9567ace0c67ea184a34bac33cd7d558eea49550744aa9d2');
+SET FOREIGN_KEY_CHECKS = 1;

@@ -305,8 +305,9 @@ static void user_listed(void *ctx, size_t i)
 static int sale_once(struct store *st, void *arg)
 {
     struct sale_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[7] = {0};
+    MYSQL_BIND p[1] = {0}, r[10] = {0};
     MYSQL_TIME b, e;
+    int64_t halt = 0;
     size_t n;
     int err;
 
@@ -322,11 +323,15 @@ static int sale_once(struct store *st, void *arg)
     bind_i64(&r[4], &a->out->written);
     bind_i64(&r[5], &a->out->last_pos);
     bind_i64(&r[6], &a->out->stamp);
+    bind_i64(&r[7], &halt);
+    bind_i64(&r[8], &a->out->revision);
+    bind_i64(&r[9], &a->out->restocked);
     err = store_stmt_rows(st, STMT_ASYNC_SALE, p, r, 1, NULL, NULL, &n);
     if (!err && n == 0)
         err = -ENOENT;
     if (err)
         return store_tx_rollback(st, err);
+    a->out->halt = (enum store_halt)halt;
     a->out->begin_time = time_to_epoch(&b);
     a->out->end_time = time_to_epoch(&e);
     memset(r, 0, sizeof(r));
@@ -359,7 +364,7 @@ struct counts_args {
 static int counts_once(struct store *st, void *arg)
 {
     struct counts_args *a = arg;
-    MYSQL_BIND p[3] = {0}, r[4] = {0};
+    MYSQL_BIND p[3] = {0}, r[6] = {0};
     size_t n;
     int err;
 
@@ -369,7 +374,9 @@ static int counts_once(struct store *st, void *arg)
     bind_i64(&r[0], &a->out->initial_stock);
     bind_i64(&r[1], &a->out->active);
     bind_i64(&r[2], &a->out->orders);
-    bind_i64(&r[3], &a->out->owed);
+    bind_i64(&r[3], &a->out->restocked);
+    bind_i64(&r[4], &a->out->revision);
+    bind_i64(&r[5], &a->out->owed);
     err = store_stmt_rows(st, STMT_ASYNC_COUNTS, p, r, 1, NULL, NULL, &n);
     return err ? err : n ? 0 : -ENOENT;
 }

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -113,40 +114,42 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_VOUCHER_GET] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
-        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
+        "vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
+        "WHERE v.id = ?",
     [STMT_VOUCHER_LIST_SHOP] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
-        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
+        "vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.shop_id = ? AND v.id < ? ORDER BY v.id DESC LIMIT ?",
     [STMT_VOUCHER_LIST_ALL] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode, s.admission FROM vouchers v "
-        "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
+        "vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.id < ? ORDER BY v.id DESC LIMIT ?",
     /* The listing's snapshot: every seckill sale not ended at ? and
      * beginning before ?, the earliest beginning first. */
     [STMT_SALES_LIST] =
         "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "v.created, v.updated, s.purchase_mode, s.admission FROM "
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
         "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
         "WHERE v.type = 1 AND s.end_time > ? AND s.begin_time < ? "
         "ORDER BY s.begin_time, s.voucher_id LIMIT ?",
     [STMT_SECKILL_GET] =
         "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
-        "s.purchase_mode, s.admission FROM vouchers v "
+        "s.purchase_mode, s.admission, s.halt FROM vouchers v "
         "LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id WHERE v.id = ?",
     [STMT_ORDER_EXISTS] =
         "SELECT 1 FROM voucher_orders WHERE user_id = ? AND voucher_id = ? "
         "AND status IN (1, 2) LIMIT 1",
     [STMT_ORDER_INSERT] = ORDERS_INSERT ROWS_1,
-    /* The CAS of seed 002 (2.3): only decrement while stock remains. */
+    /* The CAS of seed 002 (2.3): only decrement while stock remains, and
+     * while the sale is neither paused nor stopped (halt). */
     [STMT_STOCK_DECR] = "UPDATE seckill_vouchers SET stock = stock - 1 "
-                        "WHERE voucher_id = ? AND stock > 0",
+                        "WHERE voucher_id = ? AND stock > 0 AND halt = 0",
     [STMT_ORDER_GET] =
         "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id = ?",
     [STMT_ORDER_LIST] = "SELECT " ORDER_COLUMNS "FROM voucher_orders "
@@ -160,7 +163,7 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE voucher_id = ? "
         "AND (? = 0 OR status = ?) AND id > ? ORDER BY id LIMIT ?",
     [STMT_STOCK_GET] =
-        "SELECT stock FROM seckill_vouchers WHERE voucher_id = ?",
+        "SELECT stock, halt FROM seckill_vouchers WHERE voucher_id = ?",
     /* The merged CAS: k purchases at once, or none. */
     [STMT_STOCK_TAKE] = "UPDATE seckill_vouchers SET stock = stock - ? "
                         "WHERE voucher_id = ? AND stock >= ?",
@@ -194,7 +197,8 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "SELECT COUNT(*) FROM seckill_stock_segments WHERE voucher_id = ?",
     /* The CAS of one segment (seed 003, section 8). */
     [STMT_SEGMENT_DECR] = "UPDATE seckill_stock_segments SET stock = stock - 1 "
-                          "WHERE voucher_id = ? AND segment = ? AND stock > 0",
+                          "WHERE voucher_id = ? AND segment = ? AND stock > 0 "
+                          "AND halt = 0",
     /* The order lifecycle (lifecycle.c). The order row is locked first,
      * the voucher's stock row last, as in a purchase. */
     [STMT_ORDER_LOCK] =
@@ -256,21 +260,22 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "s.end_time, (SELECT COUNT(*) FROM voucher_orders o WHERE "
         "o.voucher_id = s.voucher_id), (SELECT COALESCE(MAX(o.stream_pos), 0) "
         "FROM voucher_orders o WHERE o.voucher_id = s.voucher_id), "
-        "COALESCE(s.sale_stamp, 0) FROM seckill_vouchers s WHERE s.voucher_id "
-        "= ? AND "
+        "COALESCE(s.sale_stamp, 0), s.halt, s.revision, s.restocked "
+        "FROM seckill_vouchers s WHERE s.voucher_id = ? AND "
         "s.purchase_mode = 1",
     /* Orders from before stream positions were kept (NULL) count as
      * earlier than any place in the stream. */
     [STMT_ASYNC_COUNTS] =
         "SELECT COALESCE(s.initial_stock, -1), "
-        "COALESCE(SUM(o.status IN (1, 2)), 0), COUNT(o.id), "
+        "COALESCE(SUM(o.status IN (1, 2)), 0), COUNT(o.id), s.restocked, "
+        "s.revision, "
         "(SELECT COUNT(*) FROM async_unit_returns u JOIN voucher_orders r "
         "ON r.id = u.order_id WHERE u.voucher_id = s.voucher_id AND "
         "(r.stream_pos IS NULL OR r.stream_pos <= ?)) "
         "FROM seckill_vouchers s LEFT JOIN voucher_orders o ON "
         "o.voucher_id = s.voucher_id AND (o.stream_pos IS NULL OR "
         "o.stream_pos <= ?) WHERE s.voucher_id = ? "
-        "GROUP BY s.voucher_id, s.initial_stock",
+        "GROUP BY s.voucher_id, s.initial_stock, s.restocked, s.revision",
     [STMT_ASYNC_STAMP] = "SELECT COALESCE(sale_stamp, 0) FROM seckill_vouchers "
                          "WHERE voucher_id = ? AND purchase_mode = 1",
     [STMT_ACTIVE_USERS] = "SELECT user_id, id FROM voucher_orders WHERE "
@@ -328,6 +333,49 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "o.voucher_id = s.voucher_id WHERE s.voucher_id = ? "
         "GROUP BY s.voucher_id, s.initial_stock, s.stock, s.admission, "
         "s.begin_time, s.end_time",
+    /* The merged CAS of the purchase: k at once, or none, while the sale
+     * is neither paused nor stopped. */
+    [STMT_SALE_TAKE] = "UPDATE seckill_vouchers SET stock = stock - ? "
+                       "WHERE voucher_id = ? AND stock >= ? AND halt = 0",
+    /* The operator's controls (controls.c): the voucher and its sale row
+     * locked first, then the segments, as no purchase does the other way
+     * round (a purchase locks only its stock row or one segment). */
+    [STMT_CTL_LOCK] =
+        "SELECT v.type, s.voucher_id IS NOT NULL, s.begin_time, s.end_time, "
+        "COALESCE(s.purchase_mode, 0), COALESCE(s.admission, 0), "
+        "COALESCE(s.halt, 0), COALESCE(s.initial_stock, -1), "
+        "COALESCE(" STOCK_TOTAL ", 0), v.pay_value, v.actual_value, "
+        "(SELECT COUNT(*) FROM seckill_stock_segments g WHERE g.voucher_id "
+        "= v.id) FROM vouchers v LEFT JOIN seckill_vouchers s ON "
+        "s.voucher_id = v.id WHERE v.id = ? FOR UPDATE",
+    [STMT_CTL_READ] = "SELECT revision, restocked, halt, begin_time, end_time, "
+                      "COALESCE(initial_stock, -1) FROM seckill_vouchers WHERE "
+                      "voucher_id = ?",
+    [STMT_CTL_HALT] = "UPDATE seckill_vouchers SET halt = ?, revision = "
+                      "revision + 1 WHERE voucher_id = ?",
+    [STMT_CTL_SEGMENTS_HALT] =
+        "UPDATE seckill_stock_segments SET halt = ? WHERE voucher_id = ?",
+    [STMT_CTL_STOP] = "UPDATE seckill_vouchers SET halt = 2, end_time = ?, "
+                      "begin_time = LEAST(begin_time, ?), revision = "
+                      "revision + 1 WHERE voucher_id = ?",
+    /* Stock on the row (0 for a segmented voucher: the segments get it),
+     * the initial stock and the restocks by the same number. */
+    [STMT_CTL_RESTOCK] =
+        "UPDATE seckill_vouchers SET stock = stock + ?, initial_stock = "
+        "initial_stock + ?, restocked = restocked + ?, revision = revision "
+        "+ 1 WHERE voucher_id = ?",
+    [STMT_CTL_VOUCHER_SET] =
+        "UPDATE vouchers SET title = ?, sub_title = ?, rules = ?, "
+        "pay_value = ?, actual_value = ?, updated = NOW() WHERE id = ?",
+    [STMT_CTL_SALE_SET] =
+        "UPDATE seckill_vouchers SET begin_time = ?, end_time = ?, revision "
+        "= revision + 1 WHERE voucher_id = ?",
+    [STMT_CTL_SEGMENT_SET] = "UPDATE seckill_stock_segments SET stock = ? "
+                             "WHERE voucher_id = ? AND segment = ?",
+    [STMT_CTL_ORDERS_ANY] =
+        "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ?",
+    /* Its sale row and segments go with it (ON DELETE CASCADE). */
+    [STMT_CTL_DELETE] = "DELETE FROM vouchers WHERE id = ?",
 };
 
 struct store *store_new(const struct store_config *cfg)
@@ -375,32 +423,24 @@ static bool idle_conn_dead(int fd)
 /* Logged once per process: which server the store talks to. */
 static atomic_int flavour_logged;
 
-int store_mysql_ensure(struct store *st)
+int store_mysql_open(const struct store_config *c, unsigned read_timeout_s,
+                     MYSQL **out, char *why, size_t whylen)
 {
-    const struct store_config *c = st->cfg;
     unsigned ct = (c->connect_timeout_ms + 999) / 1000;
-    unsigned rt = SQL_READ_TIMEOUT_S;
     unsigned wt = (c->io_timeout_ms + 999) / 1000;
     unsigned proto = MYSQL_PROTOCOL_TCP;
-    int64_t now = util_mono_ms();
     enum sql_flavour flavour;
-
-    if (st->my)
-        return 0;
-    if (now < st->my_next_try_ms)
-        return -ENOTCONN;
-
     MYSQL *my = mysql_init(NULL);
+
+    *out = NULL;
     if (!my) {
-        log_error("mysql init failed", NULL);
+        snprintf(why, whylen, "mysql_init failed");
         return -ENOTCONN;
     }
     mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
     mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
-    /* Longer than the server's own bounds on lock waits and idle
-     * transactions (common/sqlflavour.h): the server ends a stuck
-     * statement first, so a retry never races its own first attempt. */
-    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &rt);
+    if (read_timeout_s)
+        mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &read_timeout_s);
     mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &wt);
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     /* DATETIME columns hold UTC; CURRENT_TIMESTAMP must agree. */
@@ -421,19 +461,42 @@ int store_mysql_ensure(struct store *st)
         mysql_real_query(my, "SET SESSION TRANSACTION READ ONLY",
                          strlen("SET SESSION TRANSACTION READ ONLY")))
         goto fail;
-    if (!atomic_exchange(&flavour_logged, 1))
-        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
-                 sql_flavour_name(flavour), mysql_get_server_info(my),
-                 c->mysql_host, c->mysql_port);
-    st->my = my;
+    *out = my;
     return 0;
 fail:
-    log_warn("mysql connect failed", "host=%s port=%u errno=%u err=\"%s\"",
-             c->mysql_host, c->mysql_port, mysql_errno(my), mysql_error(my));
-    metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+    snprintf(why, whylen, "errno=%u err=\"%s\"", mysql_errno(my),
+             mysql_error(my));
     mysql_close(my);
-    st->my_next_try_ms = now + RETRY_BACKOFF_MS;
     return -ENOTCONN;
+}
+
+int store_mysql_ensure(struct store *st)
+{
+    const struct store_config *c = st->cfg;
+    int64_t now = util_mono_ms();
+    char why[256];
+    MYSQL *my;
+
+    if (st->my)
+        return 0;
+    if (now < st->my_next_try_ms)
+        return -ENOTCONN;
+    /* Longer than the server's own bounds on lock waits and idle
+     * transactions (common/sqlflavour.h): the server ends a stuck
+     * statement first, so a retry never races its own first attempt. */
+    if (store_mysql_open(c, SQL_READ_TIMEOUT_S, &my, why, sizeof(why))) {
+        log_warn("mysql connect failed", "host=%s port=%u %s", c->mysql_host,
+                 c->mysql_port, why);
+        metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
+        st->my_next_try_ms = now + RETRY_BACKOFF_MS;
+        return -ENOTCONN;
+    }
+    if (!atomic_exchange(&flavour_logged, 1))
+        log_info("mysql server", "flavour=%s version=\"%s\" host=%s port=%u",
+                 sql_flavour_name(sql_flavour_of(mysql_get_server_info(my))),
+                 mysql_get_server_info(my), c->mysql_host, c->mysql_port);
+    st->my = my;
+    return 0;
 }
 
 int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)

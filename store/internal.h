@@ -117,6 +117,20 @@ enum stmt_id {
     STMT_ADMIN_GET,
     STMT_AUDIT_INSERT,
     STMT_AUDIT_LIST,
+    /* the purchase's CAS of the merged batch (the writer's is STOCK_TAKE) */
+    STMT_SALE_TAKE,
+    /* the operator's controls (controls.c): */
+    STMT_CTL_LOCK,
+    STMT_CTL_READ,
+    STMT_CTL_HALT,
+    STMT_CTL_SEGMENTS_HALT,
+    STMT_CTL_STOP,
+    STMT_CTL_RESTOCK,
+    STMT_CTL_VOUCHER_SET,
+    STMT_CTL_SALE_SET,
+    STMT_CTL_SEGMENT_SET,
+    STMT_CTL_ORDERS_ANY,
+    STMT_CTL_DELETE,
     STMT_COUNT
 };
 
@@ -137,6 +151,17 @@ struct store {
     struct store *replica;
     int64_t replica_skip_until_ms;
 };
+
+/*
+ * Open a MySQL connection to c's server as every connection of the store
+ * is opened (TCP, utf8mb4, UTC, the session settings of its flavour, READ
+ * ONLY for a replica); read_timeout_s 0: the client waits for an answer
+ * as long as it takes (schema migrations). Returns 0 with *out set (the
+ * caller closes it), or -ENOTCONN with why (whylen bytes) holding the
+ * server's error; nothing is logged.
+ */
+int store_mysql_open(const struct store_config *c, unsigned read_timeout_s,
+                     MYSQL **out, char *why, size_t whylen);
 
 /*
  * Connect MySQL if needed. Returns 0 or -ENOTCONN (logged; further tries
@@ -266,6 +291,10 @@ void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
  */
 int store_unit_return_owe(struct store *st, int64_t order_id,
                           int64_t voucher_id, int64_t user_id);
+
+/* Read voucher id inside the caller's transaction (no retry). */
+int store_voucher_get_locked(struct store *st, int64_t id,
+                             struct store_voucher *v);
 
 /* MYSQL_BIND fillers; the bind must be zeroed first. */
 void bind_i64(MYSQL_BIND *b, int64_t *v);

@@ -28,6 +28,15 @@
  * 0). Stock can grow meanwhile (a cancelled or expired order gives its
  * unit back), so a retry may sell more than the last read said; a bound on
  * the rounds stops the loop from spinning however the stock moves.
+ *
+ * A paused or stopped sale: every CAS also asks halt = 0 of the row it
+ * locks (the voucher's stock row, or the segment: a pause or a stop sets
+ * both), so a purchase whose CAS runs after the control committed sells
+ * nothing, whatever its caller's cache said; one whose CAS ran first
+ * holds the row until its COMMIT, so the control's answer comes after
+ * it. A CAS that matched nothing then reads the row's halt (after the
+ * rollback, so the latest committed) to tell PAUSED or STOPPED from
+ * SOLD_OUT.
  */
 #include "store/internal.h"
 
@@ -38,6 +47,34 @@
 #include "common/metrics.h"
 #include "common/sqlflavour.h"
 #include "common/util.h"
+/* Read the voucher's stock row and halt (autocommit: the latest
+ * committed). */
+static int stock_read(struct store *st, int64_t voucher_id, int64_t *stock,
+                      int64_t *halt)
+{
+    MYSQL_BIND p[1] = {0}, r[2] = {0};
+    size_t n;
+    int err;
+
+    *stock = 0;
+    *halt = 0;
+    bind_i64(&p[0], &voucher_id);
+    bind_i64(&r[0], stock);
+    bind_i64(&r[1], halt);
+    err = store_stmt_rows(st, STMT_STOCK_GET, p, r, 1, NULL, NULL, &n);
+    if (!err && n == 0)
+        *stock = *halt = 0; /* no stock row: nothing to sell */
+    return err;
+}
+
+/* The outcome of a CAS that matched nothing on a sale with halt h. */
+static enum store_purchase halted_outcome(int64_t h)
+{
+    return h == HALT_PAUSED    ? STORE_PURCHASE_PAUSED
+           : h == HALT_STOPPED ? STORE_PURCHASE_STOPPED
+                               : STORE_PURCHASE_SOLD_OUT;
+}
+
 struct purchase_args {
     int64_t order_id;
     int64_t user_id;
@@ -50,10 +87,12 @@ struct purchase_args {
 /*
  * The CAS of a segmented voucher: take 1 from segment user_id % N, else
  * from the next ones in turn, skipping those seen empty before. A failed
- * UPDATE saw the segment's committed 0 (it waits for a holder of the row
- * lock), so the segment stays empty. Sets *taken.
+ * UPDATE saw the segment's committed 0 or its halt (it waits for a holder
+ * of the row lock); *missed gets its bit, marked empty by the caller once
+ * it knows the sale is not halted. Sets *taken.
  */
-static int segment_take(struct store *st, struct purchase_args *a, bool *taken)
+static int segment_take(struct store *st, struct purchase_args *a, bool *taken,
+                        uint64_t *missed)
 {
     unsigned n = a->segments, first = (unsigned)(a->user_id % n);
     MYSQL_BIND p[2];
@@ -78,7 +117,8 @@ static int segment_take(struct store *st, struct purchase_args *a, bool *taken)
             *taken = true;
             return 0;
         }
-        store_segment_mark_empty(a->vs, j);
+        if (j < 64)
+            *missed |= (uint64_t)1 << j;
     }
     return 0;
 }
@@ -87,7 +127,8 @@ static int purchase_once(struct store *st, void *arg)
 {
     struct purchase_args *a = arg;
     MYSQL_BIND p[3] = {0}, r[1] = {0};
-    int64_t one = 0;
+    int64_t one = 0, stock, halt;
+    uint64_t missed = 0;
     MYSQL_STMT *s;
     bool taken;
     size_t n;
@@ -137,7 +178,7 @@ static int purchase_once(struct store *st, void *arg)
     /* 3. the CAS on the hot row (or a segment), last, so its row lock is
      *    held only for this statement and the COMMIT. */
     if (a->segments > 1) {
-        err = segment_take(st, a, &taken);
+        err = segment_take(st, a, &taken, &missed);
     } else {
         memset(p, 0, sizeof(p));
         bind_i64(&p[0], &a->voucher_id);
@@ -147,8 +188,16 @@ static int purchase_once(struct store *st, void *arg)
     if (err)
         return store_tx_rollback(st, err);
     if (!taken) {
-        *a->outcome = STORE_PURCHASE_SOLD_OUT;
-        return store_tx_rollback(st, 0);
+        store_tx_rollback(st, 0);
+        /* Sold out, or halted? */
+        err = stock_read(st, a->voucher_id, &stock, &halt);
+        if (err)
+            return err; /* rolled back: nothing written */
+        *a->outcome = halted_outcome(halt);
+        for (unsigned j = 0; !halt && j < 64; j++)
+            if (missed >> j & 1)
+                store_segment_mark_empty(a->vs, j);
+        return 0;
     }
     FAILPOINT("after_update");
 
@@ -249,6 +298,7 @@ struct batch {
     bool need_stock;   /* read the stock into cap first */
     bool check_dups;   /* look for existing orders first */
     bool dups_checked; /* did: a unique-key clash now means split */
+    int64_t halt;      /* the last stock read's: a halted sale sells none */
 };
 
 static void settle(struct member *m, enum store_purchase outcome, int err)
@@ -377,22 +427,6 @@ static int orders_insert(struct store *st, struct batch *b, struct member **in,
     return 0;
 }
 
-/* Read the voucher's stock row (autocommit: the latest committed). */
-static int stock_read(struct store *st, int64_t voucher_id, int64_t *stock)
-{
-    MYSQL_BIND p[1] = {0}, r[1] = {0};
-    size_t n;
-    int err;
-
-    *stock = 0;
-    bind_i64(&p[0], &voucher_id);
-    bind_i64(&r[0], stock);
-    err = store_stmt_rows(st, STMT_STOCK_GET, p, r, 1, NULL, NULL, &n);
-    if (!err && n == 0)
-        *stock = 0; /* no stock row: nothing to sell */
-    return err;
-}
-
 /*
  * One attempt: (the stock, or the existing orders, if needed, then) one
  * transaction over the members not settled yet, at most cap of them.
@@ -413,15 +447,15 @@ static int batch_attempt(struct store *st, void *arg)
     int err;
 
     if (b->need_stock) {
-        err = stock_read(st, b->voucher_id, &b->cap);
+        err = stock_read(st, b->voucher_id, &b->cap, &b->halt);
         if (err)
             return err;
         b->need_stock = false;
     }
-    if (b->cap == 0) {
+    if (b->cap == 0 || b->halt) {
         for (size_t i = 0; i < b->n; i++)
             if (!b->m[i]->settled)
-                settle(b->m[i], STORE_PURCHASE_SOLD_OUT, 0);
+                settle(b->m[i], halted_outcome(b->halt), 0);
         return 0;
     }
     if (b->check_dups) {
@@ -456,11 +490,11 @@ static int batch_attempt(struct store *st, void *arg)
     bind_i64(&p[0], &k64);
     bind_i64(&p[1], &b->voucher_id);
     bind_i64(&p[2], &k64);
-    err = store_stmt_exec(st, STMT_STOCK_TAKE, p, NULL, &s);
+    err = store_stmt_exec(st, STMT_SALE_TAKE, p, NULL, &s);
     if (err)
         return store_tx_rollback(st, err);
     if (mysql_stmt_affected_rows(s) != 1) {
-        /* Fewer than k left: undo the orders, learn how many. */
+        /* Fewer than k left, or halted: undo the orders, learn which. */
         b->need_stock = true;
         return store_tx_rollback(st, 0);
     }
@@ -576,7 +610,7 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
         batch_run(st, vs, voucher_id, items, n);
     }
     for (size_t i = 0; i < n; i++)
-        if (!items[i]->err)
+        if (!items[i]->err && items[i]->outcome <= STORE_PURCHASE_DUPLICATE)
             metrics_count(counter[items[i]->outcome], 1);
 out:
     store_voucher_state_put(vs);

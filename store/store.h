@@ -119,6 +119,69 @@ struct store_replica_state {
 /* The monitor's last finding. Lock-free; no I/O. */
 void store_replica_state_get(struct store_replica_state *out);
 
+/* ---- the schema and its migrations (migrate.c) ---- */
+
+/*
+ * One schema migration, sql/migrations/NNNN-name.sql compiled in by
+ * scripts/embed-sql.sh: version NNNN, name the file's name without
+ * ".sql", sql its text (NUL-terminated, len bytes), checksum the SHA-256
+ * of the file as 64 lower-case hex digits.
+ */
+struct store_migration {
+    unsigned version;
+    const char *name;
+    const char *sql;
+    size_t len;
+    const char *checksum;
+};
+
+/* Every migration, by version: store_migrations[i].version == i + 1. */
+extern const struct store_migration store_migrations[];
+extern const size_t store_migration_count;
+
+/*
+ * The highest version recorded in cfg's database (its schema_version
+ * table), on a connection of its own that logs nothing. Returns 0 with
+ * *version set (0: the table is empty); -ENOENT when the database has no
+ * schema_version table (never migrated); -ENOTCONN unreachable; -EIO
+ * another error. why (whylen bytes) says what failed.
+ */
+int store_schema_version(const struct store_config *cfg, unsigned *version,
+                         char *why, size_t whylen);
+
+/* What store_migrate() tells as it goes. */
+struct store_migrate_report {
+    void *ctx;
+    /* m was applied and recorded, in ms milliseconds. */
+    void (*applied)(void *ctx, const struct store_migration *m, int64_t ms);
+    /* Filled in by store_migrate(): */
+    unsigned applied_count; /* migrations applied by this run */
+    unsigned version;       /* the database's highest version at the end */
+    const struct store_migration *failed; /* the one that failed, or NULL */
+    char why[512]; /* on failure: what failed (the server's error) */
+};
+
+/*
+ * Bring cfg's database up to the newest migration: under the server's
+ * named lock seckill-migrate:<database> (GET_LOCK, waiting lock_wait_s
+ * seconds for another run to finish), create schema_version if missing,
+ * then apply each migration it does not record, in order, and record it
+ * (version, name, checksum). A migration runs statement by statement in
+ * one transaction with its record; MariaDB and MySQL commit DDL at once,
+ * so a run cut short may leave part of a file applied without its record:
+ * every file is idempotent (IF [NOT] EXISTS, updates of what is still
+ * NULL) and the next run applies it again. A database made before
+ * schema_version existed is adopted that way: every file runs and finds
+ * its change in place.
+ *
+ * Returns 0; -EBADMSG when a recorded checksum differs from the compiled
+ * file's (nothing applied; r->failed names it); -ETIMEDOUT when the lock
+ * stayed taken; -ENOTCONN when the server is unreachable; -EIO when a
+ * statement failed (r->failed, r->why: the server's error). Logs nothing.
+ */
+int store_migrate(const struct store_config *cfg, unsigned lock_wait_s,
+                  struct store_migrate_report *r);
+
 /* ---- rate limits (ratelimit.c) ---- */
 
 /* A token bucket to charge: per_s (> 0) tokens a second, at most burst
@@ -382,6 +445,15 @@ enum purchase_mode { PURCHASE_SYNC = 0, PURCHASE_ASYNC = 1 };
  */
 enum admission { ADMISSION_OPEN = 0, ADMISSION_QUEUE = 1 };
 
+/*
+ * Whether an operator halted a seckill voucher's sale (store_sale_halt(),
+ * store_sale_stop()): a paused sale sells again when resumed; a stopped
+ * one has ended (its end time is when it was stopped). Every purchase
+ * checks it where it is decided (the CAS of a sync sale, the script of an
+ * async one).
+ */
+enum store_halt { HALT_NONE = 0, HALT_PAUSED = 1, HALT_STOPPED = 2 };
+
 /* Text sizes: the schema's VARCHAR lengths in utf8mb4 bytes, plus NUL. */
 #define STORE_TITLE_LEN (255 * 4 + 1)
 #define STORE_RULES_LEN (1024 * 4 + 1)
@@ -401,6 +473,7 @@ struct store_voucher {
     int64_t end_time;   /* epoch seconds, exclusive */
     enum purchase_mode mode;
     enum admission admission;
+    enum store_halt halt;
     /* An async sale's creation stamp: a random number (> 0) that
      * store_voucher_insert() draws and stores with it, and that its state
      * in Redis carries (async/async.h); 0 for any other voucher. */
@@ -468,6 +541,7 @@ struct store_seckill {
     int64_t end_time;
     enum purchase_mode mode;
     enum admission admission;
+    enum store_halt halt;
 };
 
 /* Read a voucher's type, stock and sale window. -ENOENT if absent. */
@@ -529,6 +603,10 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
 int store_waitroom_mark(struct store *st, int64_t voucher_id,
                         int64_t expire_at_ms);
 
+/* Remove voucher_id's waiting room and its mark (a voucher deleted
+ * before its begin; the buyers' poll keys run out by themselves). */
+int store_waitroom_forget(struct store *st, int64_t voucher_id);
+
 /* Whether voucher_id is marked as a sale with a waiting room: 1 yes, 0
  * no, or -errno. */
 int store_waitroom_marked(struct store *st, int64_t voucher_id);
@@ -545,6 +623,8 @@ enum store_purchase {
     STORE_PURCHASE_OK,        /* order inserted, stock decremented, commit */
     STORE_PURCHASE_SOLD_OUT,  /* CAS matched no row: rolled back */
     STORE_PURCHASE_DUPLICATE, /* this user already has an order: rolled back */
+    STORE_PURCHASE_PAUSED,    /* the sale is paused: rolled back */
+    STORE_PURCHASE_STOPPED,   /* the sale was stopped: rolled back */
 };
 
 /* One purchase handed to store_purchase_batch(). */
@@ -607,6 +687,11 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
  * Thread-safe; holds its lock for one short hash chain at a time.
  */
 size_t store_voucher_states_free_idle(int64_t idle_ms);
+
+/* Voucher voucher_id's stock changed elsewhere (another process's
+ * restock or returned unit): forget which of its segments this process
+ * saw empty, so that they sell again at once. Thread-safe; no I/O. */
+void store_voucher_stocked(int64_t voucher_id);
 
 /* How many vouchers' state the process keeps now. Thread-safe. */
 size_t store_voucher_states_count(void);
@@ -802,10 +887,13 @@ struct store_async_sale {
     /* Its creation stamp (store_voucher.sale_stamp; 0: a voucher from
      * before stamps). */
     int64_t stamp;
+    enum store_halt halt;
+    int64_t revision;  /* the controls applied to the row */
+    int64_t restocked; /* units added to the initial stock since */
 };
 
 /* Read voucher_id's sale, all of it in one snapshot (-ENOENT: not an
- * async seckill voucher). */
+ * async seckill voucher). The controls' state comes with it: */
 int store_async_sale_read(struct store *st, int64_t voucher_id,
                           struct store_async_sale *out);
 
@@ -838,6 +926,8 @@ struct store_async_counts {
     int64_t orders;        /* of any status */
     int64_t owed;          /* closed, their unit still owed back to Redis
                             * (async_unit_returns) */
+    int64_t restocked;     /* of initial_stock, added by restocks */
+    int64_t revision;      /* the controls applied to the row */
 };
 
 /*
@@ -866,5 +956,119 @@ struct store_voucher_stats {
  * with this id. */
 int store_voucher_stats(struct store *st, int64_t voucher_id,
                         struct store_voucher_stats *out);
+
+/* ---- the operator's controls of a sale (controls.c) ----
+ *
+ * Each control is one transaction in one function below: it locks the
+ * voucher's rows (SELECT ... FOR UPDATE: whether the sale began is
+ * decided there, by the caller's clock now_s), checks what may change,
+ * changes it, and bumps the sale row's revision. *after is the sale's
+ * control state as committed, which an async sale's Redis state then
+ * takes (async_sale_control()). The invariant stock + unpaid + paid =
+ * initial stock holds at every commit: a restock adds to the stock and
+ * the initial stock together. Each records its audit (NULL: none) in
+ * the same transaction, when it changed something.
+ */
+
+enum store_control {
+    STORE_CONTROL_DONE,        /* committed */
+    STORE_CONTROL_NOT_FOUND,   /* no voucher with this id */
+    STORE_CONTROL_NOT_SECKILL, /* a normal voucher has no sale */
+    STORE_CONTROL_STARTED,     /* only allowed before the begin: why */
+    STORE_CONTROL_ENDED,       /* the sale has ended (or was stopped) */
+    STORE_CONTROL_INVALID,     /* the values disagree with the row: why */
+};
+
+/* A seckill voucher's sale as a control left it. */
+struct store_sale_control {
+    enum voucher_type type;
+    enum purchase_mode mode;
+    enum admission admission;
+    enum store_halt halt;
+    int64_t begin_time, end_time; /* epoch s */
+    int64_t initial_stock;        /* -1: unknown (a voucher from before) */
+    int64_t revision, restocked;
+    unsigned segments; /* stock rows of a segmented voucher; 0 or 1: none */
+    const char *why;   /* STORE_CONTROL_STARTED, _INVALID: what, a field */
+};
+
+/* The most stock (and initial stock) a voucher may have. */
+#define STORE_STOCK_MAX 1000000000LL
+
+/* Pause (HALT_PAUSED) or resume (HALT_NONE) voucher_id's sale, unless it
+ * has ended. Pausing twice is pausing once. 0 with *out, or -errno. */
+int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,
+                    int64_t now_s, enum store_control *out,
+                    struct store_sale_control *after,
+                    const struct store_audit *audit);
+
+/* End voucher_id's sale now: its end time becomes now_s (its begin too
+ * if later), and purchases are refused on its stock rows. */
+int store_sale_stop(struct store *st, int64_t voucher_id, int64_t now_s,
+                    enum store_control *out, struct store_sale_control *after,
+                    const struct store_audit *audit);
+
+/* Add units (>= 1) to voucher_id's stock and initial stock (a segmented
+ * voucher's spread over its segments as at its creation), unless its sale
+ * has ended, or the stock would pass STORE_STOCK_MAX (INVALID). */
+int store_sale_restock(struct store *st, int64_t voucher_id, int64_t units,
+                       int64_t now_s, enum store_control *out,
+                       struct store_sale_control *after,
+                       const struct store_audit *audit);
+
+/* The fields of a voucher an edit may set (set: STORE_PATCH_* bits). */
+enum {
+    STORE_PATCH_TITLE = 1 << 0,
+    STORE_PATCH_SUB_TITLE = 1 << 1,
+    STORE_PATCH_RULES = 1 << 2,
+    STORE_PATCH_PAY_VALUE = 1 << 3,
+    STORE_PATCH_ACTUAL_VALUE = 1 << 4,
+    STORE_PATCH_BEGIN = 1 << 5,
+    STORE_PATCH_END = 1 << 6,
+    STORE_PATCH_STOCK = 1 << 7,
+};
+
+/*
+ * Edit voucher_id with the fields of p that p->set names (p's strings
+ * fit the schema; the caller checked each value alone). Before the
+ * begin everything p holds may change (a new stock replaces the stock
+ * and the initial stock, a segmented voucher's segments rewritten); after
+ * it only the texts and the end time (not before now_s, and not once
+ * the sale ended): STORE_CONTROL_STARTED or _ENDED names the first
+ * field that may not change. Then the values together: the pay value
+ * 1..the actual value, the end after the begin (STORE_CONTROL_INVALID).
+ */
+struct store_voucher_patch {
+    unsigned set;
+    /* A field that never changes was given: why, refused (STARTED after
+     * the begin, INVALID before). NULL: none. */
+    const char *fixed;
+    const char *title, *sub_title, *rules;
+    int64_t pay_value, actual_value, begin_time, end_time, stock;
+};
+int store_voucher_patch(struct store *st, int64_t voucher_id,
+                        const struct store_voucher_patch *p, int64_t now_s,
+                        enum store_control *out,
+                        struct store_sale_control *after,
+                        const struct store_audit *audit);
+
+/* Delete voucher_id with its sale rows before its sale began
+ * (STORE_CONTROL_STARTED after, or when it has orders). *after says what
+ * it was. */
+int store_voucher_delete(struct store *st, int64_t voucher_id, int64_t now_s,
+                         enum store_control *out,
+                         struct store_sale_control *after,
+                         const struct store_audit *audit);
+
+/* The control state of voucher_id's sale as committed (autocommit): for
+ * the reconciliation, which brings an async sale's Redis state up to
+ * it. -ENOENT: no seckill voucher with this id. */
+int store_sale_control_read(struct store *st, int64_t voucher_id,
+                            struct store_sale_control *out);
+
+/* Read voucher_id from the primary (never a replica): what a control just
+ * committed. As store_voucher_get() otherwise. */
+int store_voucher_get_primary(struct store *st, int64_t id,
+                              struct store_voucher *v);
 
 #endif

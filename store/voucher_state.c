@@ -65,6 +65,19 @@ void store_voucher_state_put(struct voucher_state *vs)
     pthread_mutex_unlock(&states_mu);
 }
 
+void store_voucher_stocked(int64_t voucher_id)
+{
+    size_t h = (size_t)((uint64_t)voucher_id * 0x9e3779b97f4a7c15ULL >> 54);
+    struct voucher_state *s;
+
+    pthread_mutex_lock(&states_mu);
+    for (s = states[h]; s && s->voucher_id != voucher_id; s = s->next)
+        ;
+    if (s)
+        atomic_store_explicit(&s->empty, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&states_mu);
+}
+
 size_t store_voucher_states_free_idle(int64_t idle_ms)
 {
     int64_t now = util_mono_ms();

@@ -12,10 +12,10 @@
 
 /* Result buffers for one row of the voucher SELECTs. */
 struct voucher_row {
-    MYSQL_BIND b[15];
-    unsigned long len[15];
-    char null[15];
-    int64_t type, mode, admission;
+    MYSQL_BIND b[16];
+    unsigned long len[16];
+    char null[16];
+    int64_t type, mode, admission, halt;
     MYSQL_TIME begin, end, created, updated;
 };
 
@@ -37,7 +37,8 @@ static void voucher_row_bind(struct voucher_row *r, struct store_voucher *v)
     bind_time(&r->b[12], &r->updated);
     bind_i64(&r->b[13], &r->mode);
     bind_i64(&r->b[14], &r->admission);
-    for (int i = 0; i < 15; i++)
+    bind_i64(&r->b[15], &r->halt);
+    for (int i = 0; i < 16; i++)
         r->b[i].is_null = &r->null[i];
 }
 
@@ -53,6 +54,7 @@ static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
     v->admission = !r->null[14] && r->admission == ADMISSION_QUEUE
                        ? ADMISSION_QUEUE
                        : ADMISSION_OPEN;
+    v->halt = r->null[15] ? HALT_NONE : (enum store_halt)r->halt;
     if (r->null[8]) {
         v->stock = v->begin_time = v->end_time = 0;
     } else {
@@ -206,6 +208,22 @@ static int voucher_get_once(struct store *st, void *arg)
     return err ? err : n ? 0 : -ENOENT;
 }
 
+int store_voucher_get_locked(struct store *st, int64_t id,
+                             struct store_voucher *v)
+{
+    struct get_args a = {id, v};
+
+    return voucher_get_once(st, &a);
+}
+
+int store_voucher_get_primary(struct store *st, int64_t id,
+                              struct store_voucher *v)
+{
+    struct get_args a = {id, v};
+
+    return store_retry(st, voucher_get_once, &a);
+}
+
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
 {
     struct get_args a = {id, v};
@@ -347,9 +365,9 @@ struct seckill_args {
 static int seckill_get_once(struct store *st, void *arg)
 {
     struct seckill_args *a = arg;
-    MYSQL_BIND p[1] = {0}, r[6] = {0};
-    char null[6] = {0};
-    int64_t type = 0, mode = 0, admission = 0;
+    MYSQL_BIND p[1] = {0}, r[7] = {0};
+    char null[7] = {0};
+    int64_t type = 0, mode = 0, admission = 0, halt = 0;
     MYSQL_TIME b, e;
     size_t n;
     int err;
@@ -361,7 +379,8 @@ static int seckill_get_once(struct store *st, void *arg)
     bind_time(&r[3], &e);
     bind_i64(&r[4], &mode);
     bind_i64(&r[5], &admission);
-    for (int i = 0; i < 6; i++)
+    bind_i64(&r[6], &halt);
+    for (int i = 0; i < 7; i++)
         r[i].is_null = &null[i];
     err = store_stmt_rows(st, STMT_SECKILL_GET, p, r, 1, NULL, NULL, &n);
     if (err)
@@ -375,6 +394,7 @@ static int seckill_get_once(struct store *st, void *arg)
         !null[4] && mode == PURCHASE_ASYNC ? PURCHASE_ASYNC : PURCHASE_SYNC;
     a->s->admission = !null[5] && admission == ADMISSION_QUEUE ? ADMISSION_QUEUE
                                                                : ADMISSION_OPEN;
+    a->s->halt = null[6] ? HALT_NONE : (enum store_halt)halt;
     if (a->s->type == VOUCHER_SECKILL) {
         a->s->begin_time = time_to_epoch(&b);
         a->s->end_time = time_to_epoch(&e);

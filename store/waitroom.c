@@ -144,6 +144,29 @@ int store_waitroom_mark(struct store *st, int64_t voucher_id,
     return err;
 }
 
+int store_waitroom_forget(struct store *st, int64_t voucher_id)
+{
+    static const char *const names[4] = {"pre", "late", "seq", "queue"};
+    redisContext *rc = store_redis(st);
+    char k[4][64];
+    const char *argv[5] = {"DEL"};
+    redisReply *r;
+    int err;
+
+    if (!rc)
+        return -ENOTCONN;
+    for (int i = 0; i < 4; i++) {
+        wr_key(k[i], sizeof(k[i]), voucher_id, names[i]);
+        argv[1 + i] = k[i];
+    }
+    r = redisCommandArgv(rc, 5, argv, NULL);
+    if (!r)
+        return -ENOTCONN;
+    err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
+    freeReplyObject(r);
+    return err;
+}
+
 int store_waitroom_marked(struct store *st, int64_t voucher_id)
 {
     redisContext *rc = store_redis(st);

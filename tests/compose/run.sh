@@ -12,8 +12,9 @@
 #    packages (tests/compose/standins/), passed to docker-compose.yml
 #    through its image variables (MARIADB_IMAGE, REDIS_IMAGE,
 #    HAPROXY_IMAGE, SECKILL_IMAGE).
-# 3. podman-compose up: database, Redis, two app replicas, haproxy on a
-#    free loopback port; wait until haproxy has both replicas UP.
+# 3. podman-compose up: database, Redis, the one-shot migrate service, two
+#    app replicas, haproxy on a free loopback port; wait until haproxy has
+#    both replicas UP; schema_version has every migration once.
 # 4. The README's curl walk-through through haproxy; a crowd of 600
 #    purchases for 200 in stock through haproxy; one replica stopped
 #    (SIGTERM: it drains) and started again during a second crowd; the
@@ -120,6 +121,13 @@ await_up 2 60
 say "stack up: both replicas UP behind haproxy"
 
 sql() { podman exec "$(container mysql)" mariadb -useckill -pseckill seckill -N -B -e "$1"; }
+
+# The migrate service made the schema: every migration recorded once.
+want=$(find "$ROOT/sql/migrations" -name '*.sql' | wc -l)
+got=$(sql "SELECT COUNT(*), COUNT(DISTINCT version), MAX(version) FROM schema_version")
+[[ $got == "$want"$'\t'"$want"$'\t'"$want" ]] ||
+    die "schema_version after the migrate service: $got (count, distinct, max; want $want)"
+say "the migrate service applied the $want migrations"
 
 # ---- 4a. the README's walk-through, through haproxy ----
 walkthrough_run "$LB" "$SECKILL_SECRET" "$ROOT/build" "$RUN/walkthrough" \

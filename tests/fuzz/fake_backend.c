@@ -29,8 +29,8 @@
 #include "lock/lock.h"
 #include "tests/fuzz/fuzz.h"
 
-/* The API's limits (README "API"), restated here on purpose: a change in
- * the handlers that lets more through must trip these checks. */
+/* The API's limits (docs/api.md, "Requests"), restated here on purpose: a
+ * change in the handlers that lets more through must trip these checks. */
 #define MONEY_MAX 100000000000LL
 #define STOCK_MAX 1000000000LL
 /* Times the store can write: 1970-01-01 to 9999-12-31T23:59:59Z. */
@@ -1234,4 +1234,129 @@ int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
     (void)end_s;
     check_id("voucher id", voucher_id);
     return -ENOENT;
+}
+
+int store_waitroom_forget(struct store *st, int64_t voucher_id)
+{
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    return 0;
+}
+
+void store_voucher_stocked(int64_t voucher_id)
+{
+    check_id("voucher id", voucher_id);
+}
+
+int store_voucher_get_primary(struct store *st, int64_t id,
+                              struct store_voucher *v)
+{
+    return store_voucher_get(st, id, v);
+}
+
+/* ---- the operator's controls: an outcome per variant ---- */
+
+static int control_outcome(struct store *st, int64_t voucher_id,
+                           const struct store_audit *audit,
+                           enum store_control *out,
+                           struct store_sale_control *after)
+{
+    static const enum store_control outcomes[] = {
+        STORE_CONTROL_DONE,    STORE_CONTROL_NOT_FOUND,
+        STORE_CONTROL_ENDED,   STORE_CONTROL_NOT_SECKILL,
+        STORE_CONTROL_STARTED, STORE_CONTROL_INVALID};
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    check_id("voucher id", voucher_id);
+    check_audit(audit, "voucher");
+    FUZZ_CHECK(audit->target_id == voucher_id,
+               "a control of %lld recorded for %lld", (long long)voucher_id,
+               (long long)audit->target_id);
+    if ((err = step(&variant)))
+        return err;
+    memset(after, 0, sizeof(*after));
+    after->type = VOUCHER_SECKILL;
+    after->mode = PURCHASE_SYNC;
+    after->admission = ADMISSION_OPEN;
+    after->begin_time = 1700000000;
+    after->end_time = 1700003600;
+    after->initial_stock = 10;
+    *out = outcomes[variant % (sizeof(outcomes) / sizeof(outcomes[0]))];
+    if (*out == STORE_CONTROL_STARTED || *out == STORE_CONTROL_INVALID)
+        after->why = "title: a reason";
+    return 0;
+}
+
+int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,
+                    int64_t now_s, enum store_control *out,
+                    struct store_sale_control *after,
+                    const struct store_audit *audit)
+{
+    FUZZ_CHECK(halt != HALT_STOPPED && now_s > 0, "a halt of %d", (int)halt);
+    return control_outcome(st, voucher_id, audit, out, after);
+}
+
+int store_sale_stop(struct store *st, int64_t voucher_id, int64_t now_s,
+                    enum store_control *out, struct store_sale_control *after,
+                    const struct store_audit *audit)
+{
+    FUZZ_CHECK(now_s > 0, "a stop at %lld", (long long)now_s);
+    return control_outcome(st, voucher_id, audit, out, after);
+}
+
+int store_sale_restock(struct store *st, int64_t voucher_id, int64_t units,
+                       int64_t now_s, enum store_control *out,
+                       struct store_sale_control *after,
+                       const struct store_audit *audit)
+{
+    FUZZ_CHECK(units >= 1 && units <= STORE_STOCK_MAX && now_s > 0,
+               "a restock of %lld", (long long)units);
+    return control_outcome(st, voucher_id, audit, out, after);
+}
+
+int store_voucher_patch(struct store *st, int64_t voucher_id,
+                        const struct store_voucher_patch *p, int64_t now_s,
+                        enum store_control *out,
+                        struct store_sale_control *after,
+                        const struct store_audit *audit)
+{
+    FUZZ_CHECK(p->set || p->fixed, "an edit of nothing");
+    if (p->set & STORE_PATCH_TITLE)
+        check_text("title", p->title, strlen(p->title) + 1, 255, true);
+    if (p->set & STORE_PATCH_SUB_TITLE)
+        check_text("subTitle", p->sub_title, strlen(p->sub_title) + 1, 255,
+                   false);
+    if (p->set & STORE_PATCH_RULES)
+        check_text("rules", p->rules, strlen(p->rules) + 1, 1024, false);
+    FUZZ_CHECK(now_s > 0, "an edit at %lld", (long long)now_s);
+    return control_outcome(st, voucher_id, audit, out, after);
+}
+
+int store_voucher_delete(struct store *st, int64_t voucher_id, int64_t now_s,
+                         enum store_control *out,
+                         struct store_sale_control *after,
+                         const struct store_audit *audit)
+{
+    FUZZ_CHECK(now_s > 0, "a deletion at %lld", (long long)now_s);
+    return control_outcome(st, voucher_id, audit, out, after);
+}
+
+int async_sale_control(redisContext *rc, int64_t voucher_id,
+                       const struct store_sale_control *c)
+{
+    (void)rc;
+    (void)c;
+    check_id("voucher id", voucher_id);
+    FUZZ_CHECK(0, "an async sale's control in a fuzz build");
+    return -EIO;
+}
+
+int async_sale_forget(redisContext *rc, int64_t voucher_id)
+{
+    (void)rc;
+    check_id("voucher id", voucher_id);
+    FUZZ_CHECK(0, "an async sale forgotten in a fuzz build");
+    return -EIO;
 }

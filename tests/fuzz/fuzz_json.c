@@ -6,14 +6,14 @@
  * 4, picks:
  *   0  POST /api/auth/code             (phone)
  *   1  POST /api/auth/login            (phone, code)
- *   2  POST /api/vouchers, admin token (the voucher rules in the README)
+ *   2  POST /api/vouchers, admin token (the voucher rules of docs/api.md)
  *   3  the validators alone: body_object_or_reply, then body_int_, _str_
  *      and _time_or_reply on every member, against reference rules.
  * 0 to 2 go through the service's request code (driver.c) with every
  * backend call succeeding, so a 2xx means the body passed validation.
  *
  * Checked, besides every reply invariant of driver.c: the only answers are
- * success, 400 and 413 (over 64 KiB); a 2xx body obeys the README's rules
+ * success, 400 and 413 (over 64 KiB); a 2xx body obeys docs/api.md's rules
  * (checked on the raw JSON here and on what reached the store in
  * fake_backend.c); each validator accepts exactly what its header comment
  * promises; every string jansson hands over is valid UTF-8 without NUL;
@@ -61,7 +61,7 @@ static bool present(json_t *o, const char *name)
     return v && !json_is_null(v);
 }
 
-/* A 201 voucher: the README's rules, on the body as the client sent it. */
+/* A 201 voucher: docs/api.md's rules, on the body as the client sent it. */
 static void check_voucher_body(json_t *body)
 {
     const struct store_voucher *v = fuzz_backend_last_voucher();

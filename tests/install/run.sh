@@ -69,13 +69,14 @@ expected="644 etc/seckilld/seckilld.env.example
 644 usr/share/man/man8/seckilld.8
 644 usr/share/seckilld/prometheus-alerts.yml
 644 usr/share/seckilld/schema.sql
-644 usr/share/seckilld/upgrade-mariadb.sql"
+$(cd "$ROOT/sql/migrations" && for f in *.sql; do echo "644 usr/share/seckilld/migrations/$f"; done)"
+expected=$(sort -k2 <<<"$expected")
 got=$(cd "$dest" && find . -type f -printf '%m %P\n' | sort -k2)
 [[ $got == "$expected" ]] ||
     fail "make install put in place:"$'\n'"$got"$'\n'"expected:"$'\n'"$expected"
 cmp -s "$ROOT/build/seckilld" "$dest/usr/sbin/seckilld" ||
     fail "the installed binary is not build/seckilld"
-for f in schema.sql upgrade-mariadb.sql; do
+for f in schema.sql $(cd "$ROOT/sql" && echo migrations/*.sql); do
     cmp -s "$ROOT/sql/$f" "$dest/usr/share/seckilld/$f" ||
         fail "the installed $f is not sql/$f"
 done

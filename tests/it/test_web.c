@@ -4,7 +4,7 @@
  * headers, the same bytes as web/, outside the rate limits), CORS for
  * listed origins (answers, preflights, refusals, and nothing while it is
  * off), and malformed requests: the JSON answers for what libmicrohttpd
- * passes on, and the library's own answers for what it does not (README,
+ * passes on, and the library's own answers for what it does not (docs/api.md,
  * "Malformed requests"; handlers/protocol.c).
  */
 #include <ctype.h>
@@ -780,7 +780,7 @@ static void test_malformed_json(void **state)
 
 /*
  * What libmicrohttpd refuses itself, with its own HTML and no
- * Content-Type: the service never sees these. README lists the same; if
+ * Content-Type: the service never sees these. docs/api.md lists the same; if
  * a new library answers one of them differently, this test says so.
  */
 static void test_malformed_library(void **state)

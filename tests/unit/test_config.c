@@ -3,8 +3,8 @@
  * precedence, URL parsing and one-line errors for bad values; also the
  * abuse limits (rate limits, connection timeout and limits), the purchase
  * settings (batching, stock segments), the sold-out cache's TTL and the
- * CORS origins; and that the README's table of settings and the man page
- * docs/seckilld.8 are what the settings table says.
+ * CORS origins; and that the table of settings in docs/configuration.md
+ * and the man page docs/seckilld.8 are what the settings table says.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -391,7 +391,7 @@ static void test_token_reads_only_the_secret(void **state)
 /* ---- abuse limits ---- */
 
 /* The defaults keep loopback load tests working: per-user on, per-address
- * limits off (README, Configuration). */
+ * limits off (docs/configuration.md). */
 static void test_limits_defaults(void **state)
 {
     struct config c;
@@ -814,27 +814,27 @@ static void expect_same_text(const char *path, int first, const char *have,
     fail();
 }
 
-/* README.md's table between its markers is --help-markdown. */
-static void test_readme_table_in_sync(void **state)
+/* docs/configuration.md's table between its markers is --help-markdown. */
+static void test_config_doc_table_in_sync(void **state)
 {
     static const char begin[] = "\n<!-- settings:begin -->\n\n",
                       end[] = "\n<!-- settings:end -->\n";
-    char *readme = file_text("README.md"),
+    char *doc = file_text("docs/configuration.md"),
          *table = doc_text(CONFIG_DOC_MARKDOWN);
     char *from, *to;
     int line = 1;
     (void)state;
 
-    from = strstr(readme, begin);
+    from = strstr(doc, begin);
     assert_non_null(from);
     from += strlen(begin);
     to = strstr(from, end);
     assert_non_null(to);
     to[0] = '\0'; /* the blank line's newline */
-    for (const char *p = readme; p < from; p++)
+    for (const char *p = doc; p < from; p++)
         line += *p == '\n';
-    expect_same_text("README.md", line, from, table);
-    free(readme);
+    expect_same_text("docs/configuration.md", line, from, table);
+    free(doc);
     free(table);
 }
 
@@ -959,7 +959,7 @@ int main(void)
         cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
         cmocka_unit_test_setup(test_cors_bad_values, reset_env),
         cmocka_unit_test_setup(test_sms_and_currency, reset_env),
-        cmocka_unit_test(test_readme_table_in_sync),
+        cmocka_unit_test(test_config_doc_table_in_sync),
         cmocka_unit_test(test_man_page_in_sync),
         cmocka_unit_test(test_settings_table),
     };

@@ -134,11 +134,11 @@ export function redis(...args) {
 }
 
 // One SQL statement on the tests' database (SECKILL_MYSQL_URL), by the
-// mysql client: its rows as text, tab-separated, without the header.
-export function mysql(sql) {
+// mariadb client: its rows as text, tab-separated, without the header.
+export function mysql(query) {
     const url = new URL(process.env.SECKILL_MYSQL_URL);
     return execFileSync(
-        "mysql",
+        "mariadb",
         [
             "-h",
             url.hostname,
@@ -150,11 +150,16 @@ export function mysql(sql) {
             "-N",
             "-B",
             "-e",
-            sql,
+            query,
             url.pathname.slice(1),
         ],
         { encoding: "utf8" },
     );
+}
+
+// The first column of the first row of query, as text ("" when none).
+export function sql(query) {
+    return mysql(query).split("\n")[0].split("\t")[0];
 }
 
 // An admin account, by `seckilld admin add` (the password on its

@@ -179,7 +179,7 @@ function specOperations() {
     const doc = JSON.parse(readFileSync(path.join(ROOT, "docs/openapi.json"), "utf8"));
     const ops = [];
     for (const [p, item] of Object.entries(doc.paths))
-        for (const m of ["get", "post", "delete", "options"]) if (item[m]) ops.push(`${m.toUpperCase()} ${p}`);
+        for (const m of ["get", "post", "patch", "delete", "options"]) if (item[m]) ops.push(`${m.toUpperCase()} ${p}`);
     return { doc, ops, codes: doc.components.schemas.ErrorCode.enum };
 }
 
@@ -484,6 +484,46 @@ async function runCases(proxies, redisCli, main) {
     await stats("stats of a normal voucher", S, normal, admin, 404, "NOT_FOUND");
     await stats("stats without a token", L, onSale, undefined, 401, "UNAUTHORIZED");
     await stats("stats, bad id", L, "x", admin, 400, "BAD_REQUEST");
+
+    // The operator's controls of a sale (their own vouchers: the cases
+    // below keep buying onSale).
+    const ctl = (name, via, method, id, tail, tok, status, codeWant, body) =>
+        check(proxies, {
+            name,
+            via,
+            method,
+            path: `/api/vouchers/${id}${tail}`,
+            op: `${method} /api/vouchers/{id}${tail}`,
+            token: tok,
+            status,
+            code: codeWant,
+            body,
+        });
+    const run = await createVoucher(proxies.direct, { ...seckill, stock: 3 });
+    await ctl("pause", S, "POST", run, "/pause", admin, 200);
+    await buy("buy while paused", S, run, user(20), 409, "SALE_PAUSED");
+    await ctl("pause as a user", S, "POST", run, "/pause", me, 403, "FORBIDDEN");
+    await ctl("pause without a token", L, "POST", run, "/pause", undefined, 401, "UNAUTHORIZED");
+    await ctl("pause what does not exist", S, "POST", "999999999999", "/pause", admin, 404, "NOT_FOUND");
+    await ctl("pause a normal voucher", S, "POST", normal, "/pause", admin, 400, "BAD_REQUEST");
+    await ctl("resume", S, "POST", run, "/resume", admin, 200);
+    await ctl("resume, bad id", L, "POST", "x", "/resume", admin, 400, "BAD_REQUEST");
+    await ctl("restock", S, "POST", run, "/restock", admin, 200, undefined, { add: 5 });
+    await ctl("restock nothing", L, "POST", run, "/restock", admin, 400, "BAD_REQUEST", { add: 0 });
+    await ctl("restock as a user", S, "POST", run, "/restock", me, 403, "FORBIDDEN", { add: 1 });
+    await ctl("edit a started sale's text", S, "PATCH", run, "", admin, 200, undefined, { title: "renamed" });
+    await ctl("edit a started sale's price", S, "PATCH", run, "", admin, 409, "SALE_STARTED", { payValue: 4000 });
+    await ctl("edit an unknown field", L, "PATCH", run, "", admin, 400, "BAD_REQUEST", { colour: "red" });
+    await ctl("edit without a token", L, "PATCH", run, "", undefined, 401, "UNAUTHORIZED", { title: "x" });
+    await ctl("delete a started sale", S, "DELETE", run, "", admin, 409, "SALE_STARTED");
+    await ctl("stop", S, "POST", run, "/stop", admin, 200);
+    await ctl("stop again", S, "POST", run, "/stop", admin, 409, "ENDED");
+    await ctl("resume a stopped sale", S, "POST", run, "/resume", admin, 409, "ENDED");
+    const ahead = await createVoucher(proxies.direct, { ...seckill, beginTime: timeIn(3600), endTime: timeIn(7200) });
+    await ctl("edit before the start", S, "PATCH", ahead, "", admin, 200, undefined, { stock: 7, payValue: 4000 });
+    await ctl("delete as a user", S, "DELETE", ahead, "", me, 403, "FORBIDDEN");
+    await ctl("delete before the start", S, "DELETE", ahead, "", admin, 204);
+    await ctl("delete what does not exist", S, "DELETE", ahead, "", admin, 404, "NOT_FOUND");
     // The counters, for the admin page.
     const counters = (name, via, tok, status, codeWant) =>
         check(proxies, { name, via, method: "GET", path: "/api/admin/metrics", op: "GET /api/admin/metrics", token: tok, status, code: codeWant });

@@ -11,7 +11,10 @@
 #   3. tests/web/openapi.mjs: live traffic through Prism's validating
 #      proxy;
 #   4. tests/web/browser.mjs: both pages in headless Chromium, with
-#      screenshots in build/screenshots/.
+#      screenshots in build/screenshots/;
+#   5. tests/web/a11y.mjs: axe-core's accessibility rules on both pages
+#      in each state, at a phone's width and a desktop's (no serious or
+#      critical violation).
 # The packages come from tests/package-lock.json (scripts/npm.sh). Prints
 # one line per step and ends with "web: N passed, N failed".
 set -uo pipefail
@@ -67,6 +70,7 @@ step openapi-lint lint
 step openapi-json in_sync
 step openapi-traffic node tests/web/openapi.mjs
 step browser node tests/web/browser.mjs
+step a11y node tests/web/a11y.mjs
 
 echo
 echo "web: $passed passed, $failed failed"

@@ -85,7 +85,7 @@ function renderRefunds(items) {
                               {
                                   type: "button",
                                   class: "secondary",
-                                  "aria-label": `Mark refund ${r.id} of order ${r.orderId} as refunded`,
+                                  "aria-label": `Mark refunded: refund ${r.id} of order ${r.orderId}`,
                                   onclick: (ev) => markDone(r, ev.currentTarget),
                               },
                               "Mark refunded",

@@ -463,8 +463,9 @@ function soldPerSecond(id, overMs = 10000) {
 function saleStatus(v) {
     if (v.type !== "seckill") return "regular";
     const now = clock.now();
-    if (now < Date.parse(v.beginTime)) return "starts soon";
+    if (now < Date.parse(v.beginTime)) return v.paused ? "starts soon, paused" : "starts soon";
     if (now >= Date.parse(v.endTime)) return "ended";
+    if (v.paused) return "paused";
     return v.stock > 0 ? "on sale" : "sold out";
 }
 
@@ -493,6 +494,17 @@ function row(v) {
 
 function setText(node, text) {
     if (node.textContent !== text) node.textContent = text;
+}
+
+// A cell's value, or a dash with why it has none (said on hover and to
+// screen readers).
+function setValue(node, text, why) {
+    setText(node, text === null ? "–" : text);
+    const label = text === null ? why : null;
+    if (label) node.setAttribute("aria-label", `– (${label})`);
+    else node.removeAttribute("aria-label");
+    if (label) node.title = label;
+    else node.removeAttribute("title");
 }
 
 // A queue sale's waiting room from its stats st, as the parts of its
@@ -526,12 +538,20 @@ function renderList() {
         setText(r.cells.id, v.id);
         setText(r.cells.title, v.title);
         setText(r.cells.type, seckill ? "flash sale" : "regular");
-        setText(r.cells.stock, seckill ? String(v.stock) : "–");
+        const none = "a regular voucher has no sale";
+        setValue(r.cells.stock, seckill ? String(v.stock) : null, none);
         const st = seckill ? state.stats.get(v.id) : null;
-        setText(r.cells.sold, st ? String(st.sold) : "–");
-        setText(r.cells.paid, st ? String(st.orders.paid) : "–");
-        setText(r.cells.returned, st ? String(st.returned) : "–");
-        setText(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : "–");
+        const unknown = !seckill
+            ? none
+            : !adminToken()
+              ? "log in to see the sale's stats"
+              : watched().some((w) => w.id === v.id)
+                ? "the sale's stats are not read yet"
+                : "the stats are read only for the newest sales on now or ended less than a minute ago";
+        setValue(r.cells.sold, st ? String(st.sold) : null, unknown);
+        setValue(r.cells.paid, st ? String(st.orders.paid) : null, unknown);
+        setValue(r.cells.returned, st ? String(st.returned) : null, unknown);
+        setValue(r.cells.rate, seckill ? soldPerSecond(v.id).toFixed(1) : null, none);
         setQueueCell(r.cells.queue, queueParts(v, st));
         setText(r.cells.window, seckill ? `${localTime(v.beginTime)} – ${localTime(v.endTime)}` : "–");
         setText(r.cells.status, saleStatus(v));
@@ -552,7 +572,164 @@ function renderList() {
         $("chart").replaceChildren();
     }
     saleOrdersFollow();
+    renderControls(sel);
 }
+
+// ---- the controls of the selected sale ----
+//
+// Pause or resume, stop (confirmed), restock, and before the start edit
+// and delete (confirmed): one API call each (POST /api/vouchers/{id}/
+// pause, /resume, /stop, /restock, PATCH and DELETE /api/vouchers/{id}),
+// whose answer (the voucher as it is now) replaces the list's copy.
+
+const controls = { id: null, busy: false };
+
+// Show the controls of sel (a voucher of the list, or undefined).
+function renderControls(sel) {
+    const box = $("controls");
+    if (!sel || sel.type !== "seckill") {
+        box.hidden = true;
+        controls.id = null;
+        return;
+    }
+    box.hidden = false;
+    const now = clock.now();
+    const started = now >= Date.parse(sel.beginTime);
+    const ended = now >= Date.parse(sel.endTime);
+    setText($("controls-title"), `Control voucher ${sel.id}${sel.paused ? " (paused)" : ""}`);
+    setText($("ctl-pause"), sel.paused ? "Resume" : "Pause");
+    for (const id of ["ctl-pause", "ctl-stop", "ctl-restock"]) $(id).disabled = controls.busy || ended;
+    $("ctl-delete").disabled = controls.busy || started;
+    $("ctl-delete").hidden = started;
+    for (const n of document.querySelectorAll("#ctl-edit .before-start")) n.hidden = started;
+    $("c-endTime").disabled = ended;
+    setText(
+        $("ctl-edit-hint"),
+        ended
+            ? "The sale has ended: only its texts may change."
+            : started
+              ? "The sale has started: its texts and its end may change."
+              : "Before the start, every field may change.",
+    );
+    // The form is filled when another voucher is selected, not on every
+    // redraw (that would undo what is being typed).
+    if (controls.id !== sel.id) {
+        controls.id = sel.id;
+        fillEdit(sel);
+        say($("ctl-msg"), "");
+    }
+}
+
+function fillEdit(v) {
+    $("c-title").value = v.title;
+    $("c-subTitle").value = v.subTitle;
+    $("c-rules").value = v.rules;
+    $("c-payValue").value = String(v.payValue);
+    $("c-actualValue").value = String(v.actualValue);
+    $("c-stock").value = String(v.stock);
+    $("c-beginTime").value = toLocalInput(Date.parse(v.beginTime));
+    $("c-endTime").value = toLocalInput(Date.parse(v.endTime));
+}
+
+// The edit's body: the fields that differ from v (null: none).
+export function editBody(v, form) {
+    const out = {};
+    for (const k of ["title", "subTitle", "rules"]) if (form[k] !== v[k]) out[k] = form[k];
+    const started = form.started;
+    if (!started) {
+        for (const k of ["payValue", "actualValue", "stock"])
+            if (form[k] !== "" && form[k] !== String(v[k])) out[k] = Number(form[k]);
+        const b = localInputTime(form.beginTime);
+        if (!Number.isNaN(b) && Math.floor(b / 1000) !== Math.floor(Date.parse(v.beginTime) / 1000))
+            out.beginTime = rfc3339(b);
+    }
+    const e = localInputTime(form.endTime);
+    if (!form.ended && !Number.isNaN(e) && Math.floor(e / 1000) !== Math.floor(Date.parse(v.endTime) / 1000))
+        out.endTime = rfc3339(e);
+    return Object.keys(out).length ? out : null;
+}
+
+// Send one control of the selected voucher; its answer replaces the
+// list's copy. what: the words for the message.
+async function control(method, tail, body, what) {
+    const id = controls.id;
+    const token = adminToken();
+    const msg = $("ctl-msg");
+    if (!id) return;
+    if (!token) {
+        say(msg, "Log in first: the controls need an admin login.", "bad");
+        return;
+    }
+    controls.busy = true;
+    renderList();
+    say(msg, `${what}…`);
+    const res = await call(method, `/api/vouchers/${id}${tail}`, { body, token });
+    controls.busy = false;
+    if (!res.ok) {
+        if (!sessionGone(res, token, true)) say(msg, describeError(res).text, "bad");
+        renderList();
+        return;
+    }
+    if (method === "DELETE") {
+        state.vouchers = state.vouchers.filter((v) => v.id !== id);
+        state.selected = null;
+        say(msg, "");
+        say($("list-msg"), `Deleted voucher ${id}.`, "ok");
+        await loadList();
+        return;
+    }
+    const idx = state.vouchers.findIndex((v) => v.id === id);
+    if (idx >= 0) state.vouchers[idx] = res.data;
+    fillEdit(res.data);
+    record(res.data);
+    say(msg, `${what}: done.`, "ok");
+    renderList();
+}
+
+function selectedVoucher() {
+    return state.vouchers.find((v) => v.id === controls.id);
+}
+
+$("ctl-pause").addEventListener("click", () => {
+    const v = selectedVoucher();
+    if (!v) return;
+    if (v.paused) control("POST", "/resume", undefined, "Resumed");
+    else control("POST", "/pause", undefined, "Paused");
+});
+$("ctl-stop").addEventListener("click", () => {
+    if (controls.id && window.confirm(`End the sale of voucher ${controls.id} now? It cannot be undone.`))
+        control("POST", "/stop", undefined, "Stopped");
+});
+$("ctl-restock").addEventListener("click", () => {
+    const raw = $("ctl-restock-n").value.trim();
+    if (!/^[1-9][0-9]{0,6}$/.test(raw) || Number(raw) > 1000000) {
+        say($("ctl-msg"), "Add a whole number of units from 1 to 1,000,000.", "bad");
+        return;
+    }
+    control("POST", "/restock", `{"add":${Number(raw)}}`, `Restocked ${raw}`);
+});
+$("ctl-delete").addEventListener("click", () => {
+    if (controls.id && window.confirm(`Delete voucher ${controls.id}? It cannot be undone.`))
+        control("DELETE", "", undefined, "Deleted");
+});
+$("ctl-edit").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const v = selectedVoucher();
+    if (!v) return;
+    const now = clock.now();
+    const form = {
+        started: now >= Date.parse(v.beginTime),
+        ended: now >= Date.parse(v.endTime),
+    };
+    for (const k of ["title", "subTitle", "rules"]) form[k] = $("c-" + k).value;
+    for (const k of ["payValue", "actualValue", "stock", "beginTime", "endTime"]) form[k] = $("c-" + k).value.trim();
+    const body = editBody(v, form);
+    if (!body) {
+        say($("ctl-msg"), "Nothing to save: no field changed.", "warn");
+        return;
+    }
+    control("PATCH", "", JSON.stringify(body), "Saved");
+});
 
 // ---- the counters of /metrics ----
 

@@ -1,7 +1,7 @@
 // api.js - what both pages share: API calls that read the error envelope,
 // the server's clock from the Date header, words for every error code, the
-// proof of work before a login code, and the formats of money, times and
-// durations.
+// proof of work before a login code, the service's settings (currency),
+// and the formats of money, counts, times and durations.
 
 // Local milliseconds that never jump (unlike Date.now() when the user sets
 // the clock), on the same scale as Date.now().
@@ -259,6 +259,10 @@ export function describeError(res) {
             return { text: "Not started yet: the sale has not opened.", tone: "warn" };
         case "ENDED":
             return { text: "Ended: the sale is over.", tone: "bad" };
+        case "SALE_PAUSED":
+            return { text: "Paused: the sale is paused for now. Try again later.", tone: "warn" };
+        case "SALE_STARTED":
+            return { text: "Too late, the sale has begun: " + e.message + ".", tone: "bad" };
         case "NOT_SECKILL":
             return {
                 text: "Not in the flash sale: this voucher is not sold here.",
@@ -360,17 +364,50 @@ export function describeError(res) {
     }
 }
 
-// Cents as "47.50".
+// What the service says of itself (GET /api/config): the currency its
+// prices are in, development mode, and whether a login code needs a proof
+// of work. Read once, when a page loads this module; until the answer
+// comes (or if it never does) money is shown without a currency.
+export const site = { currency: "", dev: false, pow: true };
+
+export const siteReady = call("GET", "/api/config").then((res) => {
+    if (res.ok && res.data) Object.assign(site, res.data);
+    moneyFormat = null;
+    return site;
+});
+
+let moneyFormat = null;
+
+// Cents as the reader's way of writing an amount in the service's
+// currency: "¥47.50", "CN¥47.50", "47,50 €"; "47.50" before the currency
+// is known.
 export function money(cents) {
     const n = Number(cents);
     if (!Number.isFinite(n)) return "";
-    return (n / 100).toLocaleString(undefined, {
-        minimumFractionDigits: 2,
-        maximumFractionDigits: 2,
-    });
+    if (!moneyFormat) {
+        try {
+            moneyFormat = site.currency
+                ? new Intl.NumberFormat(undefined, { style: "currency", currency: site.currency })
+                : new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+        } catch {
+            // A currency code this browser does not know: the number alone.
+            moneyFormat = new Intl.NumberFormat(undefined, { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+        }
+    }
+    return moneyFormat.format(n / 100);
 }
 
-// Milliseconds as "2 d 03:04:05", "03:04:05" or "04:05".
+const countFormat = new Intl.NumberFormat();
+
+// A count with the reader's grouping: 5000000 as "5,000,000".
+export function count(n) {
+    return countFormat.format(Number(n));
+}
+
+// Milliseconds as the one countdown format of the pages, largest unit
+// first and rounded up to the second: "2 d 3 h", "1 h 05 min",
+// "14 min 58 s", "9 s". Minutes and seconds after a larger unit have two
+// digits, so a ticking countdown keeps its width.
 export function duration(ms) {
     let s = Math.max(0, Math.ceil(ms / 1000));
     const d = Math.floor(s / 86400);
@@ -380,17 +417,51 @@ export function duration(ms) {
     const m = Math.floor(s / 60);
     s -= m * 60;
     const two = (n) => String(n).padStart(2, "0");
-    const hms = h || d ? `${two(h)}:${two(m)}:${two(s)}` : `${two(m)}:${two(s)}`;
-    return d ? `${d} d ${hms}` : hms;
+    if (d) return `${d} d ${h} h`;
+    if (h) return `${h} h ${two(m)} min`;
+    if (m) return `${m} min ${two(s)} s`;
+    return `${s} s`;
 }
 
-// An RFC 3339 time as the reader's local date and time.
+const TIME_PARTS = {
+    day: "numeric",
+    month: "short",
+    year: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    timeZoneName: "short",
+};
+
+// An RFC 3339 time as the reader's local date and time, with the zone:
+// "26 Nov 2026, 14:05:00 GMT+8".
 export function localTime(iso) {
     const t = Date.parse(iso);
     if (Number.isNaN(t)) return iso || "";
-    return new Date(t).toLocaleString(undefined, {
-        dateStyle: "medium",
-        timeStyle: "medium",
+    return new Date(t).toLocaleString(undefined, TIME_PARTS);
+}
+
+// Two RFC 3339 times as one range of the reader's, the date and zone
+// written once when they are the same: "26 Nov 2026, 14:05:00 – 15:05:00
+// GMT+8".
+export function localRange(from, to) {
+    const a = Date.parse(from);
+    const b = Date.parse(to);
+    if (Number.isNaN(a) || Number.isNaN(b)) return `${localTime(from)} – ${localTime(to)}`;
+    rangeFormat = rangeFormat || new Intl.DateTimeFormat(undefined, TIME_PARTS);
+    const f = rangeFormat;
+    return f.formatRange ? f.formatRange(a, b) : `${f.format(a)} – ${f.format(b)}`;
+}
+
+// Made once: the cards redraw their range ten times a second.
+let rangeFormat = null;
+
+// Epoch ms t as the reader's time of day, with the zone: "14:05 GMT+8".
+export function clockTime(t) {
+    return new Date(t).toLocaleTimeString(undefined, {
+        hour: "2-digit",
+        minute: "2-digit",
+        timeZoneName: "short",
     });
 }
 

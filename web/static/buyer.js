@@ -4,11 +4,20 @@
 // countdown on the server's clock, a buy button per voucher, the outcome
 // in words, and my orders.
 //
-// A voucher's button opens when the server's clock has surely reached the
+// A voucher's button follows the buyer's state: "View my order" while
+// the buyer has an order of it that is not closed (being recorded,
+// unpaid or paid; it takes the buyer to the order), "Buy now" again once
+// that order was cancelled or expired, and disabled "Sold out" while the
+// last stock read was 0 (read again every few seconds: a cancelled unit
+// comes back). It opens when the server's clock has surely reached the
 // sale's start (api.js, clock) and is disabled while its purchase is in
-// flight, so one click is one request. It is not disabled by a stock of
-// 0: the stock shown is as old as the last refresh, and the server's
-// answer ("sold out", "already purchased") is what counts.
+// flight, so one click is one request.
+//
+// Logged out, the login form comes before the vouchers; logged in, the
+// header links to My orders, and a bar that stays at the top of the
+// screen names the unpaid orders, the amount and the time left to pay.
+// Only messages that matter are live regions (a purchase's outcome, an
+// error, a place in a queue now and then): countdowns are not.
 //
 // A queue sale (admission "queue") is bought through its waiting room
 // instead: the card's button joins the queue (with the proof of work the
@@ -19,21 +28,27 @@
 // reload reads the place again instead of joining anew.
 //
 // An unpaid order counts down to its pay deadline on the server's clock
-// and has a cancel button, and in development mode (the service showed
-// the login code) a pay button for the simulated payment provider.
+// and has a cancel button (asked again before it cancels), and in
+// development mode (the service showed the login code) a pay button for
+// the simulated payment provider. My orders shows the newest 50, and
+// older ones a page at a time (the API's cursor).
 
 import {
     call,
     clock,
+    clockTime,
+    count,
     describeError,
     duration,
     el,
     joinQueue,
     localNow,
+    localRange,
     localTime,
     money,
     requestCode,
     say,
+    siteReady,
     tightenClock,
 } from "./api.js";
 
@@ -80,8 +95,10 @@ const state = {
     purchase: new Map(), // id -> {inFlight, waitUntil}
     queues: new Map(), // id -> this buyer's place in its waiting room
     waitroomOpenMs: learntWaitroomOpenMs(),
-    titles: new Map(), // voucher id -> title, for the orders
-    orders: new Map(), // order id -> {order, refs, busy}
+    known: new Map(), // voucher id -> {title, payValue}, for the orders
+    orders: new Map(), // order id -> {order, refs, busy, older}
+    olderCursor: null, // where the next page of older orders starts
+    olderShown: false, // the buyer asked for older orders
     tightening: false,
     devMode: false, // the service showed the login code
 };
@@ -127,8 +144,12 @@ function renderSession() {
     } else {
         $("order-list").replaceChildren();
         state.orders.clear();
+        state.olderCursor = null;
+        state.olderShown = false;
+        $("orders-more").hidden = true;
     }
     for (const id of state.cards.keys()) renderVoucher(id);
+    renderUnpaidBar();
 }
 
 // An answer of 401 means the token is gone: back to the login form.
@@ -140,6 +161,15 @@ function sessionGone(res) {
 }
 
 // ---- log in ----
+
+// Show words under the field with id (the input's aria-describedby names
+// that element, id + "-error"), and mark the input invalid; "" clears it.
+// The element is a live region: the error is said once, as it comes.
+function fieldError(id, words) {
+    setText($(id + "-error"), words);
+    if (words) $(id).setAttribute("aria-invalid", "true");
+    else $(id).removeAttribute("aria-invalid");
+}
 
 // The bar of the proof of work that comes before a code, at fraction f of
 // the numbers searched (null hides it).
@@ -156,6 +186,7 @@ $("code-form").addEventListener("submit", async (ev) => {
     const phone = $("phone").value.trim();
     const button = $("send-code");
     button.disabled = true;
+    fieldError("phone", "");
     say($("login-msg"), "Sending…");
     const res = await requestCode(phone, (f) => {
         // Said once, when the work starts: the bar changes too often to
@@ -166,9 +197,14 @@ $("code-form").addEventListener("submit", async (ev) => {
     showPow(null);
     button.disabled = false;
     if (!res.ok) {
-        say($("login-msg"), describeError(res).text, "bad");
+        const words = describeError(res).text;
+        if (res.error.code === "BAD_REQUEST") {
+            fieldError("phone", words);
+            say($("login-msg"), "");
+        } else say($("login-msg"), words, "bad");
         return;
     }
+    fieldError("phone", "");
     $("login-form").hidden = false;
     const minutes = Math.round(res.data.expiresIn / 60);
     state.devMode = !!res.data.code;
@@ -192,13 +228,13 @@ $("login-form").addEventListener("submit", async (ev) => {
     const res = await call("POST", "/api/auth/login", { body: { phone, code } });
     button.disabled = false;
     if (!res.ok) {
-        const words =
-            res.error.code === "UNAUTHORIZED"
-                ? "Wrong or expired code: ask for a new one."
-                : describeError(res).text;
-        say($("login-msg"), words, "bad");
+        if (res.error.code === "UNAUTHORIZED" || res.error.code === "BAD_REQUEST") {
+            fieldError("code", res.error.code === "UNAUTHORIZED" ? "Wrong or expired code: ask for a new one." : describeError(res).text);
+            say($("login-msg"), "");
+        } else say($("login-msg"), describeError(res).text, "bad");
         return;
     }
+    fieldError("code", "");
     $("dev-code").hidden = true;
     $("login-form").hidden = true;
     $("code").value = "";
@@ -248,9 +284,10 @@ $("shop-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const v = $("shop-id").value.trim();
     if (v !== "" && !/^[1-9][0-9]{0,17}$/.test(v)) {
-        say($("shop-msg"), "A shop is a positive whole number, or empty for every shop.", "bad");
+        fieldError("shop-id", "A shop is a positive whole number, or empty for every shop.");
         return;
     }
+    fieldError("shop-id", "");
     state.shopId = v;
     const url = new URL(location.href);
     if (v) url.searchParams.set("shop", v);
@@ -300,7 +337,7 @@ async function loadVouchers() {
     items.forEach((v, i) => {
         seen.add(v.id);
         state.vouchers.set(v.id, v);
-        state.titles.set(v.id, v.title);
+        state.known.set(v.id, { title: v.title, payValue: v.payValue });
         if (!state.cards.has(v.id)) state.cards.set(v.id, makeCard(v));
         const node = state.cards.get(v.id).node;
         if (list.children[i] !== node) list.insertBefore(node, list.children[i] || null);
@@ -332,6 +369,8 @@ function makeCard(v) {
         bar: el("div"),
         when: el("div", { class: "hint" }),
         countdown: el("span", { class: "countdown" }),
+        // The buyer's order of this voucher, a link to it in My orders.
+        mine: el("a", { class: "mine", href: "#orders" }),
         // Named with the voucher's title too ("Buy now 50 off"): every
         // card has one, and a list of buttons must tell them apart.
         button: el(
@@ -348,7 +387,18 @@ function makeCard(v) {
         refs.place = el("p", { class: "place", "aria-hidden": "true" });
         refs.live = el("span", { class: "sr-only", role: "status", "aria-live": "polite", "aria-atomic": "true" });
     }
-    refs.button.addEventListener("click", () => (queue ? queueClick(v.id) : buy(v.id)));
+    refs.button.addEventListener("click", () => {
+        const mine = activeOrder(v.id);
+        if (mine) showOrder(mine.id);
+        else if (queue) queueClick(v.id);
+        else buy(v.id);
+    });
+    refs.mine.addEventListener("click", (ev) => {
+        const mine = activeOrder(v.id);
+        if (!mine) return;
+        ev.preventDefault();
+        showOrder(mine.id);
+    });
     const node = el(
         "li",
         { class: queue ? "voucher queue-sale" : "voucher", "data-voucher-id": v.id },
@@ -368,6 +418,7 @@ function makeCard(v) {
         refs.button,
         refs.live,
         refs.msg,
+        refs.mine,
     );
     return { node, refs, initialStock: v.stock };
 }
@@ -391,11 +442,15 @@ function renderVoucher(id) {
     const p = state.purchase.get(id) || {};
     setText(r.title, v.title);
     setText(r.sub, [v.subTitle, v.rules].filter(Boolean).join(" · "));
-    const price = `${v.payValue}/${v.actualValue}`;
+    const price = `${money(v.payValue)}/${money(v.actualValue)}`;
     if (card.price !== price) {
         card.price = price;
-        r.price.replaceChildren(money(v.payValue), el("small", {}, money(v.actualValue)));
+        r.price.replaceChildren(
+            money(v.payValue),
+            el("small", {}, el("span", { class: "sr-only" }, "instead of "), money(v.actualValue)),
+        );
     }
+    renderMine(id, card);
     const ph = phase(v);
     const now = clock.now();
 
@@ -411,11 +466,11 @@ function renderVoucher(id) {
     }
     r.bar.parentElement.hidden = false;
     card.initialStock = Math.max(card.initialStock || 0, v.stock);
-    setText(r.stock, v.stock > 0 ? `${v.stock} left` : "none left");
+    setText(r.stock, v.stock > 0 ? `${count(v.stock)} left` : "none left");
     r.bar.style.width = card.initialStock
         ? `${Math.round((100 * v.stock) / card.initialStock)}%`
         : "0";
-    setText(r.when, `${localTime(v.beginTime)} – ${localTime(v.endTime)}`);
+    setText(r.when, localRange(v.beginTime, v.endTime));
 
     const begin = Date.parse(v.beginTime);
     const end = Date.parse(v.endTime);
@@ -438,11 +493,26 @@ function renderVoucher(id) {
         setText(r.countdown, `Ends in ${duration(end - now)}`);
         enabled = true;
     }
+    const mine = activeOrder(id);
+    if (mine && !p.inFlight) {
+        // Bought (or on its way): the button leads to the order.
+        if (r.place) r.place.hidden = true;
+        r.button.hidden = false;
+        r.button.disabled = false;
+        setText(r.button, "View my order");
+        setClass(r.button, "buy view");
+        return;
+    }
     if (isQueueSale(v)) {
+        setClass(r.button, "buy join");
         renderQueue(v, card, ph);
         return;
     }
-    if (enabled && !state.session) {
+    setClass(r.button, "buy");
+    if (enabled && v.stock <= 0) {
+        label = "Sold out";
+        enabled = false;
+    } else if (enabled && !state.session) {
         label = "Log in to buy";
     } else if (p.inFlight) {
         label = "Buying…";
@@ -482,11 +552,11 @@ async function buy(id, ticket) {
     if (res.ok && res.data.status === "pending") {
         // An async sale: sold, and the order is being written to the
         // database; it shows in My orders a moment later.
-        say(card.refs.msg, `Bought! Order ${res.data.orderId} is being recorded.`, "ok");
+        say(card.refs.msg, `Bought! Order ${res.data.orderId} is being recorded: pay for it in My orders.`, "ok");
         setTimeout(loadOrders, 500);
         refreshVoucher(id);
     } else if (res.ok) {
-        say(card.refs.msg, `Bought! Order ${res.data.orderId}.`, "ok");
+        say(card.refs.msg, `Bought! Order ${res.data.orderId}. Pay for it in My orders.`, "ok");
         loadOrders();
         refreshVoucher(id);
     } else {
@@ -803,11 +873,6 @@ function announcePlace(id, q) {
     announce(id, q, `Place ${pos} of the queue for ${title}: ${wait} to wait.`);
 }
 
-// A time of the server's clock as the reader's time of day.
-function clockTime(t) {
-    return new Date(t).toLocaleTimeString();
-}
-
 // The line of a queued place: drawn or not, and the wait.
 function placeLine(v, q, now) {
     const pos = q.place && q.place.position;
@@ -886,26 +951,149 @@ const STATUS_WORDS = {
     unpaid: "Unpaid",
     paid: "Paid",
     cancelled: "Cancelled",
-    expired: "Expired",
+    expired: "Expired: not paid in time",
 };
 
+// Orders that hold the voucher: one a buyer has, and may not buy again.
+const HOLDS = new Set(["pending", "unpaid", "paid"]);
+
+// Ids are decimal strings of up to 19 digits: compare them as numbers.
+function newer(a, b) {
+    return a.length !== b.length ? a.length > b.length : a > b;
+}
+
+// The buyer's newest order of voucher id that is not closed, or null.
+function activeOrder(id) {
+    let best = null;
+    for (const { order } of state.orders.values())
+        if (order.voucherId === id && HOLDS.has(order.status) && (!best || newer(order.id, best.id))) best = order;
+    return best;
+}
+
+// The buyer's unpaid orders, the one to pay first (the nearest deadline)
+// first.
+function unpaidOrders() {
+    return [...state.orders.values()]
+        .map((row) => row.order)
+        .filter((o) => o.status === "unpaid" && o.payDeadline)
+        .sort((a, b) => Date.parse(a.payDeadline) - Date.parse(b.payDeadline));
+}
+
+// The amount of order o, from its voucher: "¥47.50", or "" while unknown.
+function amountOf(o) {
+    const k = state.known.get(o.voucherId);
+    return k && k.payValue !== undefined ? money(k.payValue) : "";
+}
+
+// Words for the time left to pay order o: "pay ¥47.50 within 14 min 58 s".
+function payWords(o) {
+    const left = Date.parse(o.payDeadline) - clock.now();
+    const amount = amountOf(o);
+    if (left <= 0) return "time to pay is up";
+    return `pay ${amount ? amount + " " : ""}within ${duration(left)}`;
+}
+
+// The line of a card under its button: the buyer's order of the voucher,
+// a link to it with the amount and the time left to pay.
+function renderMine(id, card) {
+    const a = card.refs.mine;
+    const o = activeOrder(id);
+    a.hidden = !o;
+    if (!o) return;
+    a.href = `#order-${o.id}`;
+    const words =
+        o.status === "unpaid"
+            ? `Your order: ${payWords(o)}`
+            : o.status === "paid"
+              ? "Your order: paid"
+              : "Your order: being recorded";
+    setText(a, words);
+}
+
+// The bar at the top of the screen while orders wait for payment.
+function renderUnpaidBar() {
+    const bar = $("unpaid-bar");
+    const list = state.session ? unpaidOrders() : [];
+    bar.hidden = !list.length;
+    if (!list.length) return;
+    const first = list[0];
+    bar.href = `#order-${first.id}`;
+    bar.dataset.orderId = first.id;
+    const n = list.length;
+    setText(
+        $("unpaid-text"),
+        n === 1 ? `1 unpaid order · ${payWords(first)}` : `${n} unpaid orders · the first: ${payWords(first)}`,
+    );
+}
+
+$("unpaid-bar").addEventListener("click", (ev) => {
+    ev.preventDefault();
+    showOrder($("unpaid-bar").dataset.orderId);
+});
+
+// Bring order id into view and give it the focus (a screen reader reads
+// it from there).
+function showOrder(id) {
+    const row = state.orders.get(id);
+    if (!row) {
+        $("orders").scrollIntoView();
+        return;
+    }
+    row.node.scrollIntoView({ block: "center" });
+    row.node.focus({ preventScroll: true });
+}
+
 // The buttons of an order: cancel an unpaid one, and in development mode
-// pay it with the simulated provider.
-function orderActions(order) {
+// pay it with the simulated provider. A cancel is asked again first.
+function orderActions(row) {
+    const order = row.order;
     if (order.status !== "unpaid") return [];
+    const title = titleOf(order);
+    if (row.confirming)
+        return [
+            el("span", { class: "ask", id: `order-${order.id}-ask` }, "Cancel this order? The voucher goes back on sale."),
+            el(
+                "button",
+                {
+                    type: "button",
+                    class: "danger confirm-cancel",
+                    "aria-describedby": `order-${order.id}-ask`,
+                    onclick: () => orderAction(order.id, "cancel"),
+                },
+                "Yes, cancel it",
+            ),
+            el("button", { type: "button", class: "secondary keep", onclick: () => confirmCancel(row, false) }, "Keep it"),
+        ];
     const buttons = [];
     if (state.session && state.session.dev)
         buttons.push(
-            el("button", { type: "button", class: "pay", onclick: () => orderAction(order.id, "pay") }, "Pay (dev)"),
+            el(
+                "button",
+                { type: "button", class: "pay", "aria-label": `Pay (dev) for ${title}`, onclick: () => orderAction(order.id, "pay") },
+                "Pay (dev)",
+            ),
         );
     buttons.push(
         el(
             "button",
-            { type: "button", class: "secondary cancel", onclick: () => orderAction(order.id, "cancel") },
+            {
+                type: "button",
+                class: "secondary cancel",
+                "aria-label": `Cancel the order of ${title}`,
+                onclick: () => confirmCancel(row, true),
+            },
             "Cancel",
         ),
     );
     return buttons;
+}
+
+// Ask (on) or stop asking whether to cancel the order of row; the focus
+// goes to the question's safe answer, and back to Cancel after it.
+function confirmCancel(row, on) {
+    row.confirming = on;
+    row.refs.actions.replaceChildren(...orderActions(row));
+    row.refs.actions.querySelector(on ? "button.keep" : "button.cancel")?.focus();
 }
 
 async function orderAction(id, verb) {
@@ -916,6 +1104,7 @@ async function orderAction(id, verb) {
     say(row.refs.msg, verb === "pay" ? "Paying…" : "Cancelling…");
     const res = await call("POST", `/api/orders/${id}/${verb}`, { token: state.session.token });
     row.busy = false;
+    row.confirming = false;
     if (res.ok) {
         say(row.refs.msg, verb === "pay" ? "Paid." : "Cancelled: the voucher is back on sale.", "ok");
         renderOrder(res.data);
@@ -924,16 +1113,23 @@ async function orderAction(id, verb) {
     }
     if (sessionGone(res)) return;
     say(row.refs.msg, describeError(res).text, describeError(res).tone);
+    row.refs.actions.replaceChildren(...orderActions(row));
     loadOrders();
 }
 
+function titleOf(o) {
+    const k = state.known.get(o.voucherId);
+    return k ? k.title : `Voucher ${o.voucherId}`;
+}
+
 // Create or update the row of order o in the list (at position i, if
-// given).
+// given; rows of older pages go at the end).
 function renderOrder(o, i) {
     let row = state.orders.get(o.id);
     if (!row) {
         const refs = {
-            title: el("div"),
+            title: el("div", { class: "title" }),
+            amount: el("div", { class: "amount" }),
             status: el("div"),
             when: el("div", { class: "hint" }),
             deadline: el("div", { class: "hint countdown" }),
@@ -942,25 +1138,39 @@ function renderOrder(o, i) {
         };
         const node = el(
             "li",
-            { "data-order-id": o.id },
-            el("div", {}, refs.title, el("div", { class: "hint mono" }, `Order ${o.id}`)),
+            { "data-order-id": o.id, id: `order-${o.id}`, tabindex: "-1" },
+            el("div", {}, refs.title, refs.amount, el("div", { class: "hint mono" }, `Order ${o.id}`)),
             el("div", {}, refs.status, refs.when, refs.deadline),
             refs.actions,
             refs.msg,
         );
-        row = { node, refs, order: o, busy: false };
+        row = { node, refs, order: o, busy: false, confirming: false, older: i === undefined };
         state.orders.set(o.id, row);
     }
-    const changed = !row.order || row.order.status !== o.status || !row.node.isConnected;
+    const was = row.order.status;
+    const changed = was !== o.status || !row.node.isConnected;
     row.order = o;
-    setText(row.refs.title, state.titles.get(o.voucherId) || `Voucher ${o.voucherId}`);
+    setText(row.refs.title, titleOf(o));
+    setText(row.refs.amount, amountOf(o));
     setText(row.refs.status, STATUS_WORDS[o.status] || o.status);
     setClass(row.refs.status, `status ${o.status}`);
-    setText(row.refs.when, localTime(o.createTime));
-    if (changed || !row.refs.actions.children.length) row.refs.actions.replaceChildren(...orderActions(o));
+    setText(row.refs.when, `Bought ${localTime(o.createTime)}`);
+    if (changed) row.confirming = false;
+    if (changed || !row.refs.actions.children.length) row.refs.actions.replaceChildren(...orderActions(row));
+    // A card's old words ("Bought!", "Already purchased") are over once
+    // its order closed: the card offers the voucher again.
+    if (was !== o.status && !HOLDS.has(o.status)) {
+        const card = state.cards.get(o.voucherId);
+        if (card) say(card.refs.msg, "");
+    }
     const list = $("order-list");
     if (i !== undefined && list.children[i] !== row.node) list.insertBefore(row.node, list.children[i] || null);
+    else if (i === undefined && !row.node.isConnected) list.append(row.node);
     tickOrder(row);
+    if (changed) {
+        renderVoucher(o.voucherId);
+        renderUnpaidBar();
+    }
 }
 
 // The countdown to an unpaid order's deadline, on the server's clock.
@@ -972,7 +1182,7 @@ function tickOrder(row) {
     }
     const left = Date.parse(o.payDeadline) - clock.now();
     if (left > 0) {
-        setText(row.refs.deadline, `Pay within ${duration(left)}`);
+        setText(row.refs.deadline, `Pay within ${duration(left)}, by ${clockTime(Date.parse(o.payDeadline))}`);
         return;
     }
     setText(row.refs.deadline, "Time to pay is up");
@@ -981,16 +1191,17 @@ function tickOrder(row) {
     if (!row.recheck) row.recheck = setTimeout(() => ((row.recheck = null), loadOrders()), 1500);
 }
 
-async function voucherTitle(id) {
-    if (state.titles.has(id)) return state.titles.get(id);
+// The title and price of voucher id, for its orders.
+async function learnVoucher(id) {
+    if (state.known.has(id)) return;
     const res = await call("GET", `/api/vouchers/${id}`);
-    const title = res.ok ? res.data.title : `Voucher ${id}`;
-    state.titles.set(id, title);
-    return title;
+    state.known.set(id, res.ok ? { title: res.data.title, payValue: res.data.payValue } : { title: `Voucher ${id}` });
 }
 
 let ordersLoading = false;
 
+// Read the newest page of my orders again; rows of older pages read with
+// "Show older orders" stay.
 async function loadOrders() {
     if (!state.session || ordersLoading) return;
     ordersLoading = true;
@@ -1005,31 +1216,76 @@ async function loadOrders() {
         }
         const items = res.data.items;
         say($("orders-msg"), items.length ? "" : "No orders yet.");
-        for (const o of items) await voucherTitle(o.voucherId);
+        await Promise.all([...new Set(items.map((o) => o.voucherId))].map(learnVoucher));
+        // Orders are never deleted: one missing from the first page was
+        // pushed down by newer ones. Until older pages are shown it goes,
+        // and the next older page starts after this first page; after,
+        // it stays where it is, among the older ones.
         const keep = new Set(items.map((o) => o.id));
         for (const [id, row] of state.orders)
             if (!keep.has(id)) {
+                if (state.olderShown) {
+                    row.older = true;
+                    continue;
+                }
                 row.node.remove();
                 state.orders.delete(id);
+                renderVoucher(row.order.voucherId);
             }
         items.forEach((o, i) => renderOrder(o, i));
+        if (!state.olderShown) state.olderCursor = res.data.nextCursor || null;
+        $("orders-more").hidden = !state.olderCursor;
+        renderUnpaidBar();
     } finally {
         ordersLoading = false;
     }
 }
 
+// The next page of older orders, after those shown.
+async function loadOlderOrders() {
+    if (!state.session || !state.olderCursor) return;
+    const button = $("orders-more");
+    button.disabled = true;
+    const res = await call("GET", `/api/orders?limit=50&cursor=${encodeURIComponent(state.olderCursor)}`, {
+        token: state.session.token,
+    });
+    button.disabled = false;
+    if (sessionGone(res)) return;
+    if (!res.ok) {
+        say($("orders-msg"), describeError(res).text, "warn");
+        return;
+    }
+    await Promise.all([...new Set(res.data.items.map((o) => o.voucherId))].map(learnVoucher));
+    for (const o of res.data.items) if (!state.orders.has(o.id)) renderOrder(o);
+    state.olderShown = true;
+    state.olderCursor = res.data.nextCursor || null;
+    button.hidden = !state.olderCursor;
+    say($("orders-msg"), `${count(state.orders.size)} orders shown${state.olderCursor ? "" : ": all of them"}.`);
+}
+
 $("orders-refresh").addEventListener("click", loadOrders);
+$("orders-more").addEventListener("click", loadOlderOrders);
 
 // ---- the clock and the timers ----
 
+// The line over the vouchers: the times are the reader's, the countdowns
+// the shop's; a device clock that is off is said in words.
+function clockLine() {
+    const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" })
+        .formatToParts(new Date(clock.now()))
+        .find((x) => x.type === "timeZoneName");
+    const zone = part ? part.value : "";
+    const skew = clock.known() ? localNow() - clock.now() : 0;
+    let words = `Times are in your time zone${zone ? ` (${zone})` : ""}; countdowns follow the shop's clock.`;
+    if (Math.abs(skew) >= 60000)
+        words += ` This device's clock is ${duration(Math.abs(skew))} ${skew > 0 ? "fast" : "slow"}.`;
+    return words;
+}
+
 function tick() {
-    const c = $("clock");
-    if (clock.known()) {
-        const t = new Date(clock.now()).toLocaleTimeString();
-        const pm = Math.round(clock.uncertainty() / 2);
-        c.textContent = `Server clock: ${t} (±${pm} ms)`;
-    }
+    setText($("clock"), clockLine());
     for (const row of state.orders.values()) tickOrder(row);
+    renderUnpaidBar();
     let soon = false;
     for (const [id, v] of state.vouchers) {
         renderVoucher(id);
@@ -1049,6 +1305,11 @@ function tick() {
 
 $("shop-id").value = state.shopId;
 renderSession();
+// The currency is known: show the prices with it.
+siteReady.then(() => {
+    for (const id of state.cards.keys()) renderVoucher(id);
+    for (const row of state.orders.values()) setText(row.refs.amount, amountOf(row.order));
+});
 loadVouchers().then(() => tightenClock(200, 4));
 setInterval(tick, TICK_MS);
 setInterval(() => {
