@@ -13,6 +13,8 @@
 #                  on one instance while 256 buy (bench/crowd.sh)
 #   make bench-fairness  people and bots buying a queue sale and an open one:
 #                  the bots' share of the orders (docs/performance.md)
+#   make bench-paystorm  every buyer of a sale pays at once: payments/s
+#                  next to the sale's purchases/s (docs/performance.md)
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make soak      the nemesis: a randomized, history-checked run of three
 #                  instances behind haproxy (tests/soak; SOAK_MINUTES,
@@ -131,7 +133,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
-        bench-fairness bench-crowd \
+        bench-fairness bench-crowd bench-paystorm \
         format-check clean soak soak-build layering config-docs test-docs \
         schema schema-check
 
@@ -566,6 +568,14 @@ bench-scale: services
 bench-fairness: services
 	@$(MAKE) --no-print-directory build $(BUILD)/bench/fairness
 	@bench/fairness.sh $(BUILD)
+
+# Every buyer of a 20,000-unit sale pays at once (bench/paystorm.sh, also
+# make bench's last phase; about a minute); ends "bench-paystorm
+# pay_storm=" (payments/s over the sale's purchases/s).
+# BENCH_PAYSTORM_BASE=<another seckilld> runs it with that one too.
+bench-paystorm: services
+	@$(MAKE) --no-print-directory build
+	@bench/paystorm.sh $(BUILD)
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services

@@ -6,7 +6,8 @@
 # user tokens, the sale invariants, and clean-up on exit.
 #
 # The caller sets ROOT, BIN (the seckilld binary), PORT (the first
-# instance's; vouchers are created through it) and FIRST_USER, then
+# instance's; vouchers are created through it), FIRST_USER and, for
+# run_wrk, LUA (bench/wrk/buy.lua), then
 # sources this file, which sets RUN_ID, OUT (bench/results/<RUN_ID>), RAW
 # (OUT/raw) and WORK (.run/bench), and installs the EXIT trap: instances
 # started with start_instance (and any pid added to PIDS) are stopped, and
@@ -156,6 +157,34 @@ ensure_users() {
     ((tokens_have >= $1)) && return 0
     "$BIN" tokens --first "$FIRST_USER" --count "$1" >"$TOKENS"
     tokens_have=$1
+}
+
+# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
+# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
+# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
+# script signals itself, and since wrk's main thread sleeps through -d
+# unless that signal lands on it, it is also signalled from here until it
+# exits (once its workers have stopped, a signal can only reach main).
+run_wrk() {
+    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
+    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
+    rm -f "$marker"
+    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
+        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
+        BUY_REPORT=$RAW/$name.json \
+        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
+        "http://$first/" >"$RAW/$name.txt" 2>&1 &
+    pid=$!
+    if ((stop)); then
+        while kill -0 "$pid" 2>/dev/null; do
+            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
+            sleep 0.1
+        done
+    fi
+    wait "$pid" || rc=$?
+    rm -f "$marker"
+    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
+    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
 }
 
 # j FILE EXPR: one number from a JSON file.

@@ -63,7 +63,16 @@
 #      last 202 to the last order in MySQL, and the invariants (Redis'
 #      stock and buyers must equal MySQL's too).
 #
-#   7. crowd (bench/crowd.sh; BENCH_CROWD=0 skips it): one more instance
+#   7. pay storm (bench/paystorm.sh, on two instances of its own at ports
+#      +20, +21): a voucher of BENCH_PAYSTORM_STOCK (20000) sold out at 256
+#      connections, then every order's signed payment notification sent at
+#      once (256 connections, bench/wrk/pay.lua); payments/s = orders /
+#      (last payment answered - first sent), next to purchases/s of that
+#      sale; every order paid once by its own transaction id, no refund,
+#      stock + unpaid + paid = initial. BENCH_PAYSTORM_BASE=<binary>
+#      runs the same with another binary first (before and after).
+#
+#   8. crowd (bench/crowd.sh; BENCH_CROWD=0 skips it): one more instance
 #      (port +7) holds BENCH_CROWD_CONNS (50000, or what the descriptor
 #      limit allows) idle keep-alive connections of bench/crowd.c, each
 #      answered once and then 1% of them asking a second, while wrk buys
@@ -80,13 +89,14 @@
 # results.json with every number, scaling.dat and scaling.png, raw/ with
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
-#                async_accept=<a> async_drain=<d> crowd_rss_mib=<m>
-#                crowd_hol_p99_ms=<h>
+#                async_accept=<a> async_drain=<d> pay_storm=<p>
+#                crowd_rss_mib=<m> crowd_hol_p99_ms=<h>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections; async_accept = 202s/s / the raw
 # script's calls/s; async_drain = orders/s written by the writers / the
-# best sysbench rate; crowd_rss_mib = VmRSS of the crowd's instance at
+# best sysbench rate; pay_storm = payments/s of the pay storm / purchases/s
+# of its sale; crowd_rss_mib = VmRSS of the crowd's instance at
 # 50,000 idle connections with 256 buying; crowd_hol_p99_ms = /healthz p99
 # then. Exit 1 when an invariant is broken.
 #
@@ -633,7 +643,23 @@ done
 ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
 say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
 
-# ---- 7. the crowd: idle keep-alive connections while 256 buy ----
+# ---- 7. pay storm: every buyer pays at once ----
+
+# bench/paystorm.sh on two instances of its own (ports +20, +21): a
+# 20,000-unit sale sold out, then every buyer's signed notification at
+# once; payments/s over purchases/s of that sale. BENCH_PAYSTORM_BASE
+# (another seckilld) runs it with that binary too, alternately.
+PAYSTORM_RC=0
+BENCH_PAYSTORM_PORT=$((PORT + 20)) BENCH_PAYSTORM_REPORT=$RAW/paystorm.json \
+    "$ROOT/bench/paystorm.sh" "$BUILD" >"$RAW/paystorm.out" || PAYSTORM_RC=$?
+[[ -s $RAW/paystorm.json ]] || die "the pay storm wrote no report"
+((PAYSTORM_RC == 0)) || BROKEN=1
+PAY_STORM_RATIO=$(jq -r '.new.ratio * 1000 | round / 1000' "$RAW/paystorm.json")
+PAY_STORM_PAY=$(jq -r '.new.payments_per_s' "$RAW/paystorm.json")
+PAY_STORM_SELL=$(jq -r '.new.purchases_per_s' "$RAW/paystorm.json")
+say "pay storm: $PAY_STORM_PAY payments/s after a sale of $PAY_STORM_SELL purchases/s: $PAY_STORM_RATIO"
+
+# ---- 8. the crowd: idle keep-alive connections while 256 buy ----
 
 if [[ ${BENCH_CROWD:-1} == 1 ]]; then
     # shellcheck source=bench/crowd.sh
@@ -746,6 +772,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
     --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
     --argjson crowd "$CROWD_JSON" \
+    --argjson psr "$PAY_STORM_RATIO" --slurpfile paystorm "$RAW/paystorm.json" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
       machine: {cpu: $cpu, cores: $cores, kernel: $kernel,
@@ -779,13 +806,14 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
       crowd: $crowd,
+      pay_storm: $paystorm[0],
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                crowd_rss_mib: $crowd.rss_mib_at_50000,
                crowd_hol_p99_ms: $crowd.healthz_ms.with_crowd.p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc,
-               async_accept: $aar, async_drain: $adr}}' >"$OUT/results.json"
+               async_accept: $aar, async_drain: $adr, pay_storm: $psr}}' >"$OUT/results.json"
 
 table() {
     echo "| figure | value | raw limit, same run | ratio |"
@@ -826,6 +854,8 @@ table() {
         "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_LAG"
     printf '| async drain: orders/s into MySQL (%s waiting, %s ms) | %s | best sysbench: %s tx/s | %s |\n' \
         "$DRAIN_ORDERS" "$DRAIN_MS" "$DRAIN_RATE" "$SB_BEST" "$ASYNC_DRAIN_RATIO"
+    printf '| pay storm: payments/s, every buyer of %s units at once | %s | the sale before: %s purchases/s | %s |\n' \
+        "$(jq -r .new.stock "$RAW/paystorm.json")" "$PAY_STORM_PAY" "$PAY_STORM_SELL" "$PAY_STORM_RATIO"
     printf '| lifecycle (pay timeout %s s, 70%% pay): orders paid / expired | %s / %s | %s sold (201) in %s s | |\n' \
         "$LIFE_TIMEOUT" "${LIFE_PAID:-0}" "${LIFE_EXPIRED:-0}" "$(j "$RAW/lifecycle-c256.json" .ok)" "$LIFE_SECONDS"
     printf '| lifecycle: expiry lag p50 / p99 / max ms (deadline to close) | %s / %s / %s | target < 2000 | |\n' \
@@ -856,5 +886,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

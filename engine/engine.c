@@ -308,7 +308,8 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     q = queue_get(e, p->voucher_id);
     if (q->queued >= e->cfg.queue_max) {
         pthread_mutex_unlock(&e->mu);
-        metrics_count(METRIC_PURCHASE_SHED, 1);
+        if (p->voucher_id > 0) /* a purchase, not a lane (engine.h) */
+            metrics_count(METRIC_PURCHASE_SHED, 1);
         return -EAGAIN;
     }
     if (q->idle)
@@ -447,8 +448,9 @@ static void *worker_main(void *arg)
             q->head = p->next;
             q->queued--;
             ps[n++] = p;
-            metrics_observe_wait(METRIC_WAIT_QUEUE,
-                                 (uint64_t)(now - p->queued_ms) * 1000000u);
+            if (q->voucher_id > 0)
+                metrics_observe_wait(METRIC_WAIT_QUEUE,
+                                     (uint64_t)(now - p->queued_ms) * 1000000u);
         }
         if (!q->head)
             q->tail = NULL;

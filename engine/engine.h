@@ -20,10 +20,14 @@
  *     without being handed to a batch. So a purchase is answered within
  *     its deadline plus at most one statement in flight (common/
  *     sqlflavour.h bounds those);
- *   - tasks: a cancel, a payment (one short transaction each, which may
- *     wait for a row another transaction holds), first come first served
- *     on the same workers. Everything else that must not run on an HTTP
- *     thread goes to the task pool (pool.h).
+ *   - the key of a queue is the voucher's id for a purchase; the sale
+ *     layer also queues cancels and payments, merged the same way, under
+ *     keys below zero (lanes by order id: sale/orders.c), which the
+ *     purchases' metrics (shed, queue wait) leave out;
+ *   - tasks: a cancel or a payment that runs alone (one short transaction
+ *     each, which may wait for a row another transaction holds), first
+ *     come first served on the same workers. Everything else that must
+ *     not run on an HTTP thread goes to the task pool (pool.h).
  *
  * Memory: a voucher's queue exists while the voucher sells; once it has
  * been empty (no purchase waiting, no batch) for idle_free_ms it is freed,

@@ -4,8 +4,9 @@
  *
  * A crowd opening the home page must not become a crowd of MySQL
  * queries: the instance keeps the last answer of one query (every sale
- * not ended and beginning within SALE_LISTING_WINDOW_MAX_S, at most
- * SALE_LISTING_MAX of them) with the time it was taken. A request finds
+ * not ended and beginning within SALE_LISTING_WINDOW_MAX_S: at most
+ * SALE_LISTING_MAX live ones, those ending soonest, and as many upcoming
+ * ones, those beginning soonest) with the time it was taken. A request finds
  * it fresh (younger than SALE_LISTING_REFRESH_MS) and reads it; or stale,
  * and then one request, on its pool thread, runs the query while the
  * others read the stale snapshot meanwhile (a request that finds no
@@ -44,6 +45,58 @@ static int by_end(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Sales by end (the live ones to keep: ending soonest), and by begin
+ * (the upcoming ones to keep, and the snapshot's order), ties by id. */
+static int item_by_end(const void *a, const void *b)
+{
+    const struct store_voucher *x = a, *y = b;
+
+    if (x->end_time != y->end_time)
+        return x->end_time < y->end_time ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int item_by_begin(const void *a, const void *b)
+{
+    const struct store_voucher *x = a, *y = b;
+
+    if (x->begin_time != y->begin_time)
+        return x->begin_time < y->begin_time ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * Of the query's two parts (each at most SALE_LISTING_MAX + 1 rows), keep
+ * at most SALE_LISTING_MAX live sales, those ending soonest, and as many
+ * upcoming ones, those beginning soonest, in items[0..) ordered by begin;
+ * their number. *truncated when either part had more.
+ */
+static size_t parts_keep(struct store_voucher *items, size_t n, int64_t now_s,
+                         bool *truncated)
+{
+    size_t live = 0, up;
+
+    for (size_t i = 0; i < n; i++)
+        if (items[i].begin_time <= now_s) {
+            struct store_voucher t = items[live];
+
+            items[live++] = items[i];
+            items[i] = t;
+        }
+    up = n - live;
+    qsort(items, live, sizeof(*items), item_by_end);
+    qsort(items + live, up, sizeof(*items), item_by_begin);
+    *truncated = live > SALE_LISTING_MAX || up > SALE_LISTING_MAX;
+    if (up > SALE_LISTING_MAX)
+        up = SALE_LISTING_MAX;
+    if (live > SALE_LISTING_MAX) {
+        memmove(items + SALE_LISTING_MAX, items + live, up * sizeof(*items));
+        live = SALE_LISTING_MAX;
+    }
+    qsort(items, live + up, sizeof(*items), item_by_begin);
+    return live + up;
+}
+
 /* Run the query: a new snapshot (one reference), or NULL and *err. */
 static struct sale_snapshot *snapshot_query(struct sale *s, int64_t mono_ms,
                                             int *err)
@@ -64,8 +117,7 @@ static struct sale_snapshot *snapshot_query(struct sale *s, int64_t mono_ms,
     atomic_init(&sn->refs, 1);
     sn->taken_ms = mono_ms;
     sn->taken_s = now_s;
-    sn->truncated = n > SALE_LISTING_MAX;
-    sn->n = n > SALE_LISTING_MAX ? SALE_LISTING_MAX : n;
+    sn->n = parts_keep(items, n, now_s, &sn->truncated);
     /* Only the rows found stay: the list was sized for the most. */
     sn->items = sn->n ? xrealloc(items, sn->n * sizeof(*items)) : NULL;
     if (!sn->n)
@@ -116,8 +168,8 @@ static struct sale_snapshot *snapshot_get(struct sale *s, int *err)
 
     sn = snapshot_query(s, now, err);
     if (sn && sn->truncated && !was_truncated)
-        log_warn("sales listing truncated: the sales beginning last are "
-                 "left out",
+        log_warn("sales listing truncated: the live sales ending last or "
+                 "the upcoming ones beginning last are left out",
                  "max=%d", SALE_LISTING_MAX);
 
     pthread_mutex_lock(&l->mu);

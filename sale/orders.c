@@ -3,11 +3,12 @@
  * buyer's list, cancelling it, paying it, and giving a closed order's
  * unit back to its sale.
  *
- * A cancel or a payment is one short transaction, but it may wait for the
- * order's or the voucher's row while another transaction holds it, so it
- * runs as a task of the purchase engine (engine/engine.h). A cancel gives
- * the unit back to the stock; every instance's voucher cache then hears
- * that the voucher may sell again.
+ * A cancel or a payment may wait for the order's or the voucher's row
+ * while another transaction holds it, so it runs on the purchase engine
+ * (engine/engine.h), merged with the others of its kind that wait with
+ * it into one transaction (below). A cancel gives the unit back to the
+ * stock; every instance's voucher cache then hears that the voucher may
+ * sell again.
  *
  * An async sale's order (async/async.h) is pending between its sale and
  * the moment the writer puts it into MySQL: read, alone or in the buyer's
@@ -18,6 +19,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,18 +202,53 @@ void sale_units_returned(struct sale *s, struct store *st, int64_t voucher_id,
     vcache_voucher_changed(s->cfg.vcache, st, voucher_id);
 }
 
-/* ---- cancel and pay, as engine tasks ---- */
+/* ---- cancel and pay, merged ---- */
+
+/*
+ * Cancels and payments are merged like purchases: each goes to a queue of
+ * the purchase engine, and the calls that wait there together run as one
+ * transaction (store_orders_cancel(), store_orders_pay()), so a crowd of
+ * buyers who all pay at once costs one COMMIT per batch, not one per
+ * payment. The queue is one of ORDER_LANES lanes chosen by the order id
+ * (a key below zero, apart from the vouchers' own queues): the id is all
+ * a call knows before its order is read, and the engine runs one batch
+ * of a queue at a time, so the calls on one order never run in two
+ * transactions at once. A payment leaves the voucher's row alone; the
+ * units a batch gives back are returned per voucher inside it, last, in
+ * the order of the vouchers, as a purchase takes its row last.
+ *
+ * A call whose order the batch did not find (an async sale's order on
+ * its way to MySQL, one written since, another user's, none) and a call
+ * that meets a full lane run alone, as a task, exactly as before.
+ */
+#define ORDER_LANES 4
+
+/* A batch the engine hands over fits the store's merged calls. */
+_Static_assert(ENGINE_BATCH_MAX <= STORE_ORDER_BATCH_MAX,
+               "an engine batch larger than a merged transaction");
+
+static int64_t lane_of(int64_t order_id)
+{
+    return -1 - order_id % ORDER_LANES;
+}
 
 /* A cancel or a payment while the engine has it. */
 struct sale_order_task {
-    struct engine_task task; /* first: task_of()'s cast */
+    struct engine_purchase merged; /* first: of_merged()'s cast */
+    struct engine_task task;       /* when it runs alone */
     struct sale *sale;
     struct sale_order_op *op;
 };
 
+static struct sale_order_task *of_merged(struct engine_purchase *p)
+{
+    return (struct sale_order_task *)p;
+}
+
 static struct sale_order_task *task_of(struct engine_task *t)
 {
-    return (struct sale_order_task *)t;
+    return (struct sale_order_task *)((char *)t -
+                                      offsetof(struct sale_order_task, task));
 }
 
 /* Read the order and check it is the caller's (an admin's: any). */
@@ -225,20 +262,32 @@ static int op_find(const struct sale *s, struct store *st,
     return err == -ENOENT ? 0 : err;
 }
 
-/* After run(): forget the task, answer. */
-static void op_done(struct engine_task *t)
+/* Forget the op's engine state and answer it (err: the engine's, 0 when
+ * the op ran). */
+static void op_answer(struct sale_order_task *ot, int err)
 {
-    struct sale_order_task *ot = task_of(t);
     struct sale_order_op *op = ot->op;
 
-    if (t->err) /* the engine stopped before it ran: nothing was done */
-        op->err = t->err;
+    if (err) /* the engine stopped before it ran: nothing was done */
+        op->err = err;
     op->priv = NULL;
     free(ot);
     op->done(op);
 }
 
+static void op_done(struct engine_task *t)
+{
+    op_answer(task_of(t), t->err);
+}
+
+static void op_merged_done(struct engine_purchase *p)
+{
+    op_answer(of_merged(p), p->err);
+}
+
 static int op_start(struct sale *s, struct sale_order_op *op,
+                    void (*batch)(struct store *, int64_t,
+                                  struct engine_purchase **, size_t),
                     void (*run)(struct engine_task *, struct store *))
 {
     struct sale_order_task *ot = xcalloc(1, sizeof(*ot));
@@ -247,11 +296,22 @@ static int op_start(struct sale *s, struct sale_order_op *op,
     op->err = 0;
     op->found = false;
     op->pending = false;
-    ot->task = (struct engine_task){.run = run, .done = op_done};
     ot->sale = s;
     ot->op = op;
     op->priv = ot;
-    err = engine_run(s->cfg.engine, &ot->task);
+    ot->merged = (struct engine_purchase){
+        .voucher_id = lane_of(op->order_id),
+        .deadline_ms = INT64_MAX, /* waits as a task would, for its turn */
+        .batch = batch,
+        .batch_max = STORE_ORDER_BATCH_MAX,
+        .done = op_merged_done,
+    };
+    err = engine_submit(s->cfg.engine, &ot->merged);
+    if (err == -EAGAIN) {
+        /* The lane is full: alone, behind the tasks. */
+        ot->task = (struct engine_task){.run = run, .done = op_done};
+        err = engine_run(s->cfg.engine, &ot->task);
+    }
     if (err) {
         op->priv = NULL;
         free(ot);
@@ -259,11 +319,70 @@ static int op_start(struct sale *s, struct sale_order_op *op,
     return err;
 }
 
-static void cancel_run(struct engine_task *t, struct store *st)
-{
-    struct sale *s = task_of(t)->sale;
-    struct sale_order_op *op = task_of(t)->op;
+/* Closed orders of a batch, whose units are back in MySQL. */
+struct closed {
+    int64_t voucher[STORE_ORDER_BATCH_MAX], order[STORE_ORDER_BATCH_MAX],
+        user[STORE_ORDER_BATCH_MAX];
+    size_t n;
+};
 
+static void closed_add(struct closed *c, const struct store_order *o)
+{
+    c->voucher[c->n] = o->voucher_id;
+    c->order[c->n] = o->id;
+    c->user[c->n] = o->user_id;
+    c->n++;
+}
+
+/* sale_units_returned() once per voucher of c. */
+static void closed_returned(struct sale *s, struct store *st, struct closed *c)
+{
+    int64_t orders[STORE_ORDER_BATCH_MAX], users[STORE_ORDER_BATCH_MAX];
+    bool taken[STORE_ORDER_BATCH_MAX] = {false};
+
+    for (size_t i = 0; i < c->n; i++) {
+        size_t k = 0;
+
+        if (taken[i])
+            continue;
+        for (size_t j = i; j < c->n; j++) {
+            if (taken[j] || c->voucher[j] != c->voucher[i])
+                continue;
+            taken[j] = true;
+            orders[k] = c->order[j];
+            users[k] = c->user[j];
+            k++;
+        }
+        sale_units_returned(s, st, c->voucher[i], orders, users, k);
+    }
+}
+
+/*
+ * The batch of op failed with err (nothing of it written, or its COMMIT
+ * unanswered). An async sale's order on its way to MySQL was not in the
+ * batch: it is answered as pending, as op_find() answers it while MySQL
+ * is away; the others get err.
+ */
+static void op_batch_failed(const struct sale *s, struct store *st,
+                            struct sale_order_op *op, int err)
+{
+    struct store_order o;
+
+    if (pending_find(s, st, op->order_id, &o) == 0) {
+        op->err = 0;
+        op->pending = true;
+        op->found = op->user_id <= 0 || o.user_id == op->user_id;
+        if (op->found)
+            op->order = o;
+        return;
+    }
+    op->err = err;
+}
+
+/* A cancel alone: read, then its own transaction. */
+static void cancel_one(struct sale *s, struct store *st,
+                       struct sale_order_op *op)
+{
     op->err = op_find(s, st, op);
     if (op->err || !op->found || op->pending)
         return;
@@ -281,15 +400,88 @@ static void cancel_run(struct engine_task *t, struct store *st)
                         &op->order.user_id, 1);
 }
 
-int sale_cancel(struct sale *s, struct sale_order_op *op)
+static void cancel_run(struct engine_task *t, struct store *st)
 {
-    return op_start(s, op, cancel_run);
+    cancel_one(task_of(t)->sale, st, task_of(t)->op);
 }
 
-static void pay_run(struct engine_task *t, struct store *st)
+static void cancel_batch(struct store *st, int64_t lane,
+                         struct engine_purchase **ps, size_t n)
 {
-    struct sale *s = task_of(t)->sale;
-    struct sale_order_op *op = task_of(t)->op;
+    struct sale *s = of_merged(ps[0])->sale;
+    struct store_cancel_item *items = xcalloc(n, sizeof(*items));
+    struct closed *c = xcalloc(1, sizeof(*c));
+    int err;
+
+    (void)lane;
+    for (size_t i = 0; i < n; i++) {
+        items[i].order_id = of_merged(ps[i])->op->order_id;
+        items[i].user_id = of_merged(ps[i])->op->user_id;
+    }
+    err = store_orders_cancel(st, items, n);
+    for (size_t i = 0; i < n; i++) {
+        struct sale_order_op *op = of_merged(ps[i])->op;
+
+        if (err) {
+            op_batch_failed(s, st, op, err);
+            continue;
+        }
+        if (items[i].outcome == STORE_CLOSE_NOT_FOUND) {
+            cancel_one(s, st, op);
+            continue;
+        }
+        op->found = true;
+        op->outcome.close = items[i].outcome;
+        op->order = items[i].order;
+        if (items[i].outcome == STORE_CLOSE_DONE)
+            metrics_count(METRIC_ORDER_CANCELLED, 1);
+        /* Cancelled before too: as in cancel_one(). */
+        if (items[i].outcome == STORE_CLOSE_DONE ||
+            items[i].outcome == STORE_CLOSE_ALREADY)
+            closed_add(c, &op->order);
+    }
+    closed_returned(s, st, c);
+    free(c);
+    free(items);
+}
+
+int sale_cancel(struct sale *s, struct sale_order_op *op)
+{
+    return op_start(s, op, cancel_batch, cancel_run);
+}
+
+/* Count and log what a payment of amount came to. */
+static void pay_noted(const struct sale_order_op *op, int64_t amount)
+{
+    switch (op->outcome.pay) {
+    case STORE_PAY_DONE:
+        metrics_count(METRIC_ORDER_PAID, 1);
+        break;
+    case STORE_PAY_LATE:
+        /* Expired by the payment itself: the unit is back on sale. */
+        metrics_count(METRIC_ORDER_EXPIRED, 1);
+        /* fall through */
+    case STORE_PAY_CLOSED:
+        metrics_count(METRIC_PAYMENT_LATE, 1);
+        log_warn("payment refused, to refund (GET /api/refunds)",
+                 "order=%lld txn=\"%s\" amount=%lld why=%s",
+                 (long long)op->order_id, op->txn, (long long)amount,
+                 op->outcome.pay == STORE_PAY_LATE ? "late" : "closed");
+        break;
+    case STORE_PAY_OTHER:
+        log_warn("second payment of a paid order, to refund (GET "
+                 "/api/refunds)",
+                 "order=%lld txn=\"%s\" amount=%lld", (long long)op->order_id,
+                 op->txn, (long long)amount);
+        break;
+    default:
+        break;
+    }
+}
+
+/* A payment alone: read, then its own transaction. */
+static void pay_one(struct sale *s, struct store *st, struct sale_order_op *op)
+{
     int64_t amount = op->amount;
 
     op->err = op_find(s, st, op);
@@ -309,32 +501,57 @@ static void pay_run(struct engine_task *t, struct store *st)
                               &op->outcome.pay, &op->order, &op->pay_value);
     if (op->err)
         return;
-    switch (op->outcome.pay) {
-    case STORE_PAY_DONE:
-        metrics_count(METRIC_ORDER_PAID, 1);
-        break;
-    case STORE_PAY_LATE:
-        /* Expired by the payment itself: the unit is back on sale. */
-        metrics_count(METRIC_ORDER_EXPIRED, 1);
+    pay_noted(op, amount);
+    if (op->outcome.pay == STORE_PAY_LATE)
         sale_units_returned(s, st, op->order.voucher_id, &op->order.id,
                             &op->order.user_id, 1);
-        /* fall through */
-    case STORE_PAY_CLOSED:
-        metrics_count(METRIC_PAYMENT_LATE, 1);
-        log_warn("payment refused, to refund (GET /api/refunds)",
-                 "order=%lld txn=\"%s\" amount=%lld why=%s",
-                 (long long)op->order_id, op->txn, (long long)amount,
-                 op->outcome.pay == STORE_PAY_LATE ? "late" : "closed");
-        break;
-    case STORE_PAY_OTHER:
-        log_warn("second payment of a paid order, to refund (GET "
-                 "/api/refunds)",
-                 "order=%lld txn=\"%s\" amount=%lld", (long long)op->order_id,
-                 op->txn, (long long)amount);
-        break;
-    default:
-        break;
+}
+
+static void pay_run(struct engine_task *t, struct store *st)
+{
+    pay_one(task_of(t)->sale, st, task_of(t)->op);
+}
+
+static void pay_batch(struct store *st, int64_t lane,
+                      struct engine_purchase **ps, size_t n)
+{
+    struct sale *s = of_merged(ps[0])->sale;
+    struct store_pay_item *items = xcalloc(n, sizeof(*items));
+    struct closed *c = xcalloc(1, sizeof(*c));
+    int err;
+
+    (void)lane;
+    for (size_t i = 0; i < n; i++) {
+        const struct sale_order_op *op = of_merged(ps[i])->op;
+
+        items[i].order_id = op->order_id;
+        items[i].user_id = op->user_id;
+        items[i].amount = op->amount;
+        items[i].txn = op->txn;
     }
+    err = store_orders_pay(st, items, n);
+    for (size_t i = 0; i < n; i++) {
+        struct sale_order_op *op = of_merged(ps[i])->op;
+
+        if (err) {
+            op_batch_failed(s, st, op, err);
+            continue;
+        }
+        if (items[i].outcome == STORE_PAY_NOT_FOUND) {
+            pay_one(s, st, op);
+            continue;
+        }
+        op->found = true;
+        op->outcome.pay = items[i].outcome;
+        op->order = items[i].order;
+        op->pay_value = items[i].pay_value;
+        pay_noted(op, items[i].amount);
+        if (items[i].outcome == STORE_PAY_LATE)
+            closed_add(c, &op->order);
+    }
+    closed_returned(s, st, c);
+    free(c);
+    free(items);
 }
 
 int sale_refunds_list(struct sale *s, int status, int64_t before,
@@ -357,5 +574,5 @@ int sale_refund_done(struct sale *s, int64_t id, const struct sale_actor *who,
 
 int sale_pay(struct sale *s, struct sale_order_op *op)
 {
-    return op_start(s, op, pay_run);
+    return op_start(s, op, pay_batch, pay_run);
 }

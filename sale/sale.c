@@ -154,8 +154,22 @@ void sale_gauges_read(struct sale *s, struct sale_gauges *g,
     struct store_replica_state rs;
     int64_t oldest_ms;
 
-    x->queues = engine_queue_top(s->cfg.engine, g->queue_ids, g->queue_depths,
-                                 SALE_GAUGES_TOP);
+    {
+        /* The lanes of cancels and payments (keys below zero) are no
+         * voucher's queue: read them all, keep the vouchers'. */
+        int64_t ids[ENGINE_TOP_SLOTS];
+        unsigned depths[ENGINE_TOP_SLOTS];
+        size_t n =
+            engine_queue_top(s->cfg.engine, ids, depths, ENGINE_TOP_SLOTS);
+
+        x->queues = 0;
+        for (size_t i = 0; i < n && x->queues < SALE_GAUGES_TOP; i++) {
+            if (ids[i] < 0)
+                continue;
+            g->queue_ids[x->queues] = ids[i];
+            g->queue_depths[x->queues++] = depths[i];
+        }
+    }
     x->queue_ids = g->queue_ids;
     x->queue_depths = g->queue_depths;
     x->queues_kept = engine_queue_count(s->cfg.engine);

@@ -355,7 +355,8 @@ int sale_voucher_orders(struct sale *s, int64_t voucher_id, int status,
 
 /* ---- the listing of sales (listing.c) ---- */
 
-/* The snapshot holds at most this many sales: with more, the ones that
+/* The snapshot holds at most this many live sales and as many upcoming
+ * ones: with more, the live ones that end last and the upcoming ones that
  * begin last are left out (logged, and the answer says truncated). */
 #define SALE_LISTING_MAX 1000
 /* The farthest ahead an upcoming sale is listed. */

@@ -83,6 +83,29 @@
 #define IDS_EXIST                                                              \
     "SELECT id, user_id, voucher_id FROM voucher_orders WHERE id IN "
 #define RETURNS_DONE "DELETE FROM async_unit_returns WHERE order_id IN "
+/* The orders of a merged payment or cancel, locked in the order of
+ * their ids (two batches that share orders cannot deadlock on them). */
+#define ORDERS_LOCK                                                            \
+    "SELECT o.id, o.user_id, o.voucher_id, o.status, COALESCE(o.txn_id, ''), " \
+    "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), v.pay_value "    \
+    "FROM voucher_orders o JOIN vouchers v ON v.id = o.voucher_id WHERE o.id " \
+    "IN "
+#define ORDERS_LOCK_END ") ORDER BY o.id FOR UPDATE"
+/* Merged payments: each order its own txn_id; unpaid ones only. */
+#define WHEN_1 "WHEN ? THEN ? "
+#define WHEN_2 WHEN_1 WHEN_1
+#define WHEN_4 WHEN_2 WHEN_2
+#define WHEN_8 WHEN_4 WHEN_4
+#define WHEN_16 WHEN_8 WHEN_8
+#define WHEN_32 WHEN_16 WHEN_16
+#define WHEN_64 WHEN_32 WHEN_32
+#define ORDERS_PAY(w, list)                                                    \
+    "UPDATE voucher_orders SET status = 2, pay_time = NOW(3), txn_id = CASE "  \
+    "id " w "END WHERE status = 1 AND id IN (" list ")"
+#define ORDERS_CLOSE                                                           \
+    "UPDATE voucher_orders SET status = ?, close_time = NOW(3) WHERE status "  \
+    "= "                                                                       \
+    "1 AND id IN "
 /* An order as every read returns it. */
 #define ORDER_COLUMNS                                                          \
     "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
@@ -129,15 +152,22 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
         "vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id "
         "WHERE v.id < ? ORDER BY v.id DESC LIMIT ?",
-    /* The listing's snapshot: every seckill sale not ended at ? and
-     * beginning before ?, the earliest beginning first. */
+    /* The listing's snapshot, in two parts of at most ? rows each: the
+     * sales on at ? (begun, not ended), ending soonest first; then those
+     * beginning after it and before ?, beginning soonest first. */
     [STMT_SALES_LIST] =
-        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "(SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
         "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
         "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
-        "WHERE v.type = 1 AND s.end_time > ? AND s.begin_time < ? "
-        "ORDER BY s.begin_time, s.voucher_id LIMIT ?",
+        "WHERE v.type = 1 AND s.begin_time <= ? AND s.end_time > ? "
+        "ORDER BY s.end_time, s.voucher_id LIMIT ?) UNION ALL "
+        "(SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, "
+        "v.actual_value, v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
+        "v.created, v.updated, s.purchase_mode, s.admission, s.halt FROM "
+        "seckill_vouchers s JOIN vouchers v ON v.id = s.voucher_id "
+        "WHERE v.type = 1 AND s.begin_time > ? AND s.begin_time < ? "
+        "ORDER BY s.begin_time, s.voucher_id LIMIT ?)",
     [STMT_SECKILL_GET] =
         "SELECT v.type, " STOCK_TOTAL ", s.begin_time, s.end_time, "
         "s.purchase_mode, s.admission, s.halt FROM vouchers v "
@@ -237,6 +267,41 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_UNIT_RETURNS_DONE_16] = RETURNS_DONE "(" LIST_16 ")",
     [STMT_UNIT_RETURNS_DONE_32] = RETURNS_DONE "(" LIST_32 ")",
     [STMT_UNIT_RETURNS_DONE_64] = RETURNS_DONE "(" LIST_64 ")",
+    [STMT_ORDERS_LOCK_1] = ORDERS_LOCK "(" LIST_1 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_2] = ORDERS_LOCK "(" LIST_2 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_4] = ORDERS_LOCK "(" LIST_4 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_8] = ORDERS_LOCK "(" LIST_8 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_16] = ORDERS_LOCK "(" LIST_16 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_32] = ORDERS_LOCK "(" LIST_32 ORDERS_LOCK_END,
+    [STMT_ORDERS_LOCK_64] = ORDERS_LOCK "(" LIST_64 ORDERS_LOCK_END,
+    [STMT_ORDERS_GET_1] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_1 ")",
+    [STMT_ORDERS_GET_2] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_2 ")",
+    [STMT_ORDERS_GET_4] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_4 ")",
+    [STMT_ORDERS_GET_8] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_8 ")",
+    [STMT_ORDERS_GET_16] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_16 ")",
+    [STMT_ORDERS_GET_32] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_32 ")",
+    [STMT_ORDERS_GET_64] =
+        "SELECT " ORDER_COLUMNS "FROM voucher_orders WHERE id IN (" LIST_64 ")",
+    [STMT_ORDERS_PAY_1] = ORDERS_PAY(WHEN_1, LIST_1),
+    [STMT_ORDERS_PAY_2] = ORDERS_PAY(WHEN_2, LIST_2),
+    [STMT_ORDERS_PAY_4] = ORDERS_PAY(WHEN_4, LIST_4),
+    [STMT_ORDERS_PAY_8] = ORDERS_PAY(WHEN_8, LIST_8),
+    [STMT_ORDERS_PAY_16] = ORDERS_PAY(WHEN_16, LIST_16),
+    [STMT_ORDERS_PAY_32] = ORDERS_PAY(WHEN_32, LIST_32),
+    [STMT_ORDERS_PAY_64] = ORDERS_PAY(WHEN_64, LIST_64),
+    [STMT_ORDERS_CLOSE_1] = ORDERS_CLOSE "(" LIST_1 ")",
+    [STMT_ORDERS_CLOSE_2] = ORDERS_CLOSE "(" LIST_2 ")",
+    [STMT_ORDERS_CLOSE_4] = ORDERS_CLOSE "(" LIST_4 ")",
+    [STMT_ORDERS_CLOSE_8] = ORDERS_CLOSE "(" LIST_8 ")",
+    [STMT_ORDERS_CLOSE_16] = ORDERS_CLOSE "(" LIST_16 ")",
+    [STMT_ORDERS_CLOSE_32] = ORDERS_CLOSE "(" LIST_32 ")",
+    [STMT_ORDERS_CLOSE_64] = ORDERS_CLOSE "(" LIST_64 ")",
     /* The asynchronous mode (async_orders.c). */
     [STMT_IDS_EXIST_1] = IDS_EXIST "(" LIST_1 ")",
     [STMT_IDS_EXIST_2] = IDS_EXIST "(" LIST_2 ")",

@@ -85,6 +85,38 @@ enum stmt_id {
     STMT_UNIT_RETURNS_DONE_16,
     STMT_UNIT_RETURNS_DONE_32,
     STMT_UNIT_RETURNS_DONE_64,
+    /* merged payments and cancels (lifecycle.c): order id IN a list of
+     * 2^i, locked; and read back after the COMMIT. */
+    STMT_ORDERS_LOCK_1,
+    STMT_ORDERS_LOCK_2,
+    STMT_ORDERS_LOCK_4,
+    STMT_ORDERS_LOCK_8,
+    STMT_ORDERS_LOCK_16,
+    STMT_ORDERS_LOCK_32,
+    STMT_ORDERS_LOCK_64,
+    STMT_ORDERS_GET_1,
+    STMT_ORDERS_GET_2,
+    STMT_ORDERS_GET_4,
+    STMT_ORDERS_GET_8,
+    STMT_ORDERS_GET_16,
+    STMT_ORDERS_GET_32,
+    STMT_ORDERS_GET_64,
+    /* k orders paid at once (txn_id by CASE id), k = 2^i */
+    STMT_ORDERS_PAY_1,
+    STMT_ORDERS_PAY_2,
+    STMT_ORDERS_PAY_4,
+    STMT_ORDERS_PAY_8,
+    STMT_ORDERS_PAY_16,
+    STMT_ORDERS_PAY_32,
+    STMT_ORDERS_PAY_64,
+    /* k unpaid orders closed at once (status ?), k = 2^i */
+    STMT_ORDERS_CLOSE_1,
+    STMT_ORDERS_CLOSE_2,
+    STMT_ORDERS_CLOSE_4,
+    STMT_ORDERS_CLOSE_8,
+    STMT_ORDERS_CLOSE_16,
+    STMT_ORDERS_CLOSE_32,
+    STMT_ORDERS_CLOSE_64,
     /* the asynchronous mode: */
     STMT_IDS_EXIST_1, /* ..._64: id IN a list of 2^i */
     STMT_IDS_EXIST_2,
@@ -280,6 +312,14 @@ int store_voucher_async_read(struct store *st, struct voucher_state *vs,
 bool store_segment_is_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_empty(struct voucher_state *vs, unsigned seg);
 void store_segment_mark_stocked(struct voucher_state *vs, unsigned seg);
+
+/*
+ * Read orders ids[0..n) (ascending, no repeats) as every read returns
+ * them into out[i], found[i] set when id i exists (orders.c). No lock;
+ * 0 or as store_mysql_error().
+ */
+int store_orders_read(struct store *st, const int64_t *ids, size_t n,
+                      struct store_order *out, bool *found);
 
 /* ---- units owed to async sales (unit_returns.c) ---- */
 

@@ -11,10 +11,17 @@
  * held briefly and transitions do not deadlock with purchases. An async
  * sale's order also records, in the same transaction, that its sale's
  * Redis state is owed the unit (unit_returns.c).
+ *
+ * Many transitions can share one transaction: the expiry's batch, and the
+ * merged payments and cancels (store_orders_pay(), store_orders_cancel()),
+ * which lock their orders in the order of their ids, decide each member
+ * as its own transaction would on what the members before it left, and
+ * write the rows a few statements at once before the one COMMIT.
  */
 #include "store/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +131,61 @@ static int run_tx(struct store *st, int (*fn)(struct store *, void *),
     return err;
 }
 
+/* An order closed in the open transaction whose unit goes back. */
+struct expiring {
+    int64_t id, user_id, voucher_id, lag_us;
+    unsigned segment; /* where its unit goes back (0: the voucher's row) */
+};
+
+static int by_voucher_segment(const void *x, const void *y)
+{
+    const struct expiring *a = x, *b = y;
+
+    if (a->voucher_id != b->voucher_id)
+        return a->voucher_id < b->voucher_id ? -1 : 1;
+    return (a->segment > b->segment) - (a->segment < b->segment);
+}
+
+/*
+ * Give back the units of the orders rows[0..n) that the open transaction
+ * closed: each voucher's (segment's) units in one UPDATE stock = stock +
+ * k, in one order of vouchers and segments (two transactions cannot
+ * deadlock on the rows), then the records of what async sales are owed.
+ * Sorts rows by voucher and segment.
+ */
+static int units_return_all(struct store *st, struct expiring *rows, size_t n)
+{
+    int err = 0;
+
+    for (size_t i = 0; i < n && !err; i++) {
+        struct voucher_state *vs = store_voucher_state_get(rows[i].voucher_id);
+        unsigned segments;
+
+        err = store_voucher_segments_read(st, vs, &segments);
+        if (!err)
+            rows[i].segment =
+                segments > 1 ? (unsigned)(rows[i].user_id % segments) : 0;
+        store_voucher_state_put(vs);
+    }
+    if (err)
+        return err;
+    qsort(rows, n, sizeof(rows[0]), by_voucher_segment);
+    for (size_t i = 0; i < n && !err;) {
+        size_t j = i + 1;
+
+        while (j < n && rows[j].voucher_id == rows[i].voucher_id &&
+               rows[j].segment == rows[i].segment)
+            j++;
+        err = units_return(st, rows[i].voucher_id, rows[i].user_id,
+                           (int64_t)(j - i));
+        i = j;
+    }
+    for (size_t i = 0; i < n && !err; i++)
+        err = store_unit_return_owe(st, rows[i].id, rows[i].voucher_id,
+                                    rows[i].user_id);
+    return err;
+}
+
 /* ---- cancel ---- */
 
 struct cancel_args {
@@ -194,20 +256,27 @@ struct pay_args {
     int64_t *pay_value;
 };
 
-/* A refused payment to give back, in the refusing transaction. */
-static int refund_add(struct store *st, struct pay_args *a,
-                      enum store_refund_reason why)
+/* A refused payment (txn of amount for order id) to give back, in the
+ * refusing transaction. */
+static int refund_insert(struct store *st, int64_t id, const char *txn,
+                         int64_t amount, enum store_refund_reason why)
 {
     MYSQL_BIND p[4] = {0};
     int64_t reason = why;
     unsigned long len;
     MYSQL_STMT *s;
 
-    bind_i64(&p[0], &a->id);
-    bind_str_in(&p[1], a->txn, &len);
-    bind_i64(&p[2], &a->amount);
+    bind_i64(&p[0], &id);
+    bind_str_in(&p[1], txn, &len);
+    bind_i64(&p[2], &amount);
     bind_i64(&p[3], &reason);
     return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
+}
+
+static int refund_add(struct store *st, struct pay_args *a,
+                      enum store_refund_reason why)
+{
+    return refund_insert(st, a->id, a->txn, a->amount, why);
 }
 
 /* Commit the refund of a refused payment (the order is left as it is). */
@@ -306,13 +375,548 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
     return store_order_get(st, order_id, o);
 }
 
-/* ---- expiry ---- */
+/* ---- merged payments and cancels ---- */
 
-/* One expired order, as the scan found it. */
-struct expiring {
-    int64_t id, user_id, voucher_id, lag_us;
-    unsigned segment; /* where its unit goes back (0: the voucher's row) */
+/* One order of a merged batch: its row as locked, then as the batch's
+ * earlier members left it. */
+struct batch_order {
+    int64_t id;
+    bool found;
+    struct locked l;
 };
+
+/* What one merged transaction works on. */
+struct order_batch {
+    struct batch_order *orders; /* distinct ids, ascending */
+    size_t norders;
+    struct expiring *returns; /* closed by this attempt, units to return */
+    size_t nreturns;
+    int64_t *ids; /* orders[i].id, for the read after COMMIT */
+    /*
+     * The writes of the members, gathered while they are decided and
+     * made a few statements at once after (64 rows a statement): the
+     * orders paid and their transaction ids; the orders cancelled. With
+     * per_row, each payment is its own UPDATE as it is decided (how a
+     * txn id another order holds is told apart: STORE_PAY_TXN_USED).
+     */
+    int64_t *pay_ids;
+    const char **pay_txns;
+    size_t npay;
+    bool per_row;
+    int64_t *close_ids;
+    size_t nclose;
+};
+
+static int by_id(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+
+    return (a > b) - (a < b);
+}
+
+/* The distinct orders of ids[0..n), ascending. */
+static void order_batch_make(struct order_batch *b, const int64_t *ids,
+                             size_t n)
+{
+    b->ids = xcalloc(n, sizeof(*b->ids));
+    memcpy(b->ids, ids, n * sizeof(*ids));
+    qsort(b->ids, n, sizeof(*b->ids), by_id);
+    b->norders = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || b->ids[i] != b->ids[i - 1])
+            b->ids[b->norders++] = b->ids[i];
+    b->orders = xcalloc(b->norders, sizeof(*b->orders));
+    for (size_t i = 0; i < b->norders; i++)
+        b->orders[i].id = b->ids[i];
+    b->returns = xcalloc(b->norders, sizeof(*b->returns));
+    b->pay_ids = xcalloc(b->norders, sizeof(*b->pay_ids));
+    b->pay_txns = xcalloc(b->norders, sizeof(*b->pay_txns));
+    b->close_ids = xcalloc(b->norders, sizeof(*b->close_ids));
+}
+
+static void order_batch_free(struct order_batch *b)
+{
+    free(b->ids);
+    free(b->orders);
+    free(b->returns);
+    free(b->pay_ids);
+    free(b->pay_txns);
+    free(b->close_ids);
+}
+
+/* A new attempt: nothing written yet. */
+static void order_batch_reset(struct order_batch *b)
+{
+    b->nreturns = 0;
+    b->npay = 0;
+    b->nclose = 0;
+}
+
+static const enum stmt_id pay_stmt[] = {
+    STMT_ORDERS_PAY_1,  STMT_ORDERS_PAY_2,  STMT_ORDERS_PAY_4,
+    STMT_ORDERS_PAY_8,  STMT_ORDERS_PAY_16, STMT_ORDERS_PAY_32,
+    STMT_ORDERS_PAY_64,
+};
+
+static const enum stmt_id close_stmt[] = {
+    STMT_ORDERS_CLOSE_1,  STMT_ORDERS_CLOSE_2,  STMT_ORDERS_CLOSE_4,
+    STMT_ORDERS_CLOSE_8,  STMT_ORDERS_CLOSE_16, STMT_ORDERS_CLOSE_32,
+    STMT_ORDERS_CLOSE_64,
+};
+
+/*
+ * Pay the gathered orders (locked, unpaid, distinct), up to 64 an
+ * UPDATE, each with its txn id (a chunk is padded to a power of two with
+ * its last order: CASE takes the first match, IN ignores repeats).
+ * -EEXIST: a txn id is another order's (the statement is undone, the
+ * transaction goes on).
+ */
+static int order_batch_pay_flush(struct store *st, struct order_batch *b)
+{
+    MYSQL_BIND p[3 * STMT_ROWS_MAX];
+    unsigned long len[STMT_ROWS_MAX];
+    int64_t ids[STMT_ROWS_MAX];
+    const char *txns[STMT_ROWS_MAX];
+
+    for (size_t i = 0; i < b->npay;) {
+        size_t k = 0, m;
+        unsigned lg = 0;
+        MYSQL_STMT *s;
+        int err;
+
+        for (; i < b->npay && k < STMT_ROWS_MAX; i++, k++) {
+            ids[k] = b->pay_ids[i];
+            txns[k] = b->pay_txns[i];
+        }
+        while ((1u << lg) < k)
+            lg++;
+        m = (size_t)1 << lg;
+        memset(p, 0, sizeof(p));
+        for (size_t j = 0; j < m; j++) {
+            size_t x = j < k ? j : k - 1;
+
+            bind_i64(&p[2 * j], &ids[x]);
+            bind_str_in(&p[2 * j + 1], txns[x], &len[x]);
+            bind_i64(&p[2 * m + j], &ids[x]);
+        }
+        err = store_stmt_exec(st, pay_stmt[lg], p, NULL, &s);
+        if (!err && mysql_stmt_affected_rows(s) != k)
+            err = -EIO; /* locked and unpaid: cannot happen */
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Close the gathered orders (locked, unpaid, distinct) as status, up to
+ * 64 an UPDATE. */
+static int order_batch_close_flush(struct store *st, struct order_batch *b,
+                                   int64_t status)
+{
+    MYSQL_BIND p[1 + STMT_ROWS_MAX];
+    int64_t ids[STMT_ROWS_MAX];
+
+    for (size_t i = 0; i < b->nclose;) {
+        size_t k = 0;
+        unsigned lg = 0;
+        MYSQL_STMT *s;
+        int err;
+
+        for (; i < b->nclose && k < STMT_ROWS_MAX; i++)
+            ids[k++] = b->close_ids[i];
+        while ((1u << lg) < k)
+            lg++;
+        memset(p, 0, sizeof(p));
+        bind_i64(&p[0], &status);
+        for (size_t j = 0; j < ((size_t)1 << lg); j++) {
+            if (j >= k)
+                ids[j] = ids[k - 1];
+            bind_i64(&p[1 + j], &ids[j]);
+        }
+        err = store_stmt_exec(st, close_stmt[lg], p, NULL, &s);
+        if (!err && mysql_stmt_affected_rows(s) != k)
+            err = -EIO; /* locked and unpaid: cannot happen */
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* The index of order id in b (it is there). */
+static size_t order_batch_index(const struct order_batch *b, int64_t id)
+{
+    size_t lo = 0, hi = b->norders;
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (b->ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static const enum stmt_id lock_stmt[] = {
+    STMT_ORDERS_LOCK_1,  STMT_ORDERS_LOCK_2,  STMT_ORDERS_LOCK_4,
+    STMT_ORDERS_LOCK_8,  STMT_ORDERS_LOCK_16, STMT_ORDERS_LOCK_32,
+    STMT_ORDERS_LOCK_64,
+};
+
+/* Fetch context of order_batch_lock(). */
+struct lock_fetch {
+    int64_t id;
+    struct locked l;
+    struct order_batch *b;
+};
+
+static void lock_fetched(void *ctx, size_t i)
+{
+    struct lock_fetch *f = ctx;
+    struct batch_order *o = &f->b->orders[order_batch_index(f->b, f->id)];
+
+    (void)i;
+    f->l.txn[f->l.txn_len < TXN_MAX ? f->l.txn_len : TXN_MAX] = '\0';
+    o->l = f->l;
+    o->found = true;
+}
+
+/* Lock the batch's orders (inside the transaction), in the order of their
+ * ids, up to 64 a statement. */
+static int order_batch_lock(struct store *st, struct order_batch *b)
+{
+    struct lock_fetch f = {.b = b};
+    MYSQL_BIND p[STMT_ROWS_MAX], r[7];
+    int64_t chunk[STMT_ROWS_MAX];
+
+    for (size_t i = 0; i < b->norders; i++)
+        b->orders[i].found = false;
+    for (size_t i = 0; i < b->norders;) {
+        size_t k = 0, got;
+        unsigned lg = 0;
+        int err;
+
+        for (; i < b->norders && k < STMT_ROWS_MAX; i++)
+            chunk[k++] = b->ids[i];
+        while ((1u << lg) < k)
+            lg++;
+        memset(p, 0, sizeof(p));
+        for (size_t j = 0; j < (1u << lg); j++) {
+            if (j >= k)
+                chunk[j] = chunk[k - 1]; /* padding: IN ignores repeats */
+            bind_i64(&p[j], &chunk[j]);
+        }
+        memset(r, 0, sizeof(r));
+        bind_i64(&r[0], &f.id);
+        bind_i64(&r[1], &f.l.user_id);
+        bind_i64(&r[2], &f.l.voucher_id);
+        bind_i64(&r[3], &f.l.status);
+        bind_str_out(&r[4], f.l.txn, sizeof(f.l.txn), &f.l.txn_len);
+        bind_i64(&r[5], &f.l.past_deadline);
+        bind_i64(&r[6], &f.l.pay_value);
+        err =
+            store_stmt_rows(st, lock_stmt[lg], p, r, k, lock_fetched, &f, &got);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* The locked order of order_id, when it is there and user_id's (user_id
+ * 0: anyone's); else NULL. */
+static struct batch_order *order_batch_get(struct order_batch *b,
+                                           int64_t order_id, int64_t user_id)
+{
+    struct batch_order *o = &b->orders[order_batch_index(b, order_id)];
+
+    if (!o->found || (user_id > 0 && o->l.user_id != user_id))
+        return NULL;
+    return o;
+}
+
+/* Close o (locked, unpaid) as status: now (a late payment's expiry), or
+ * gathered for order_batch_close_flush() (gather); its unit goes back
+ * before COMMIT. */
+static int order_batch_close(struct store *st, struct order_batch *b,
+                             struct batch_order *o, int64_t status, bool gather)
+{
+    int err = 0;
+
+    if (gather)
+        b->close_ids[b->nclose++] = o->id;
+    else
+        err = order_close(st, o->id, status);
+    if (err)
+        return err;
+    o->l.status = status;
+    b->returns[b->nreturns++] = (struct expiring){
+        .id = o->id, .user_id = o->l.user_id, .voucher_id = o->l.voucher_id};
+    return 0;
+}
+
+/* Give back the units of the orders the batch closed, then COMMIT (an
+ * unanswered one is -EINPROGRESS). */
+static int order_batch_commit(struct store *st, struct order_batch *b)
+{
+    int err = units_return_all(st, b->returns, b->nreturns);
+
+    if (err)
+        return store_tx_rollback(st, err);
+    FAILPOINT("order_batch_before_commit");
+    return commit(st);
+}
+
+struct read_args {
+    struct order_batch *b;
+    struct store_order *out;
+    bool *found;
+};
+
+static int read_once(struct store *st, void *arg)
+{
+    struct read_args *a = arg;
+
+    return store_orders_read(st, a->b->ids, a->b->norders, a->out, a->found);
+}
+
+/* Read every order of the batch as it is now, after its COMMIT, into
+ * out[] (by b's index). */
+static int order_batch_read(struct store *st, struct order_batch *b,
+                            struct store_order **out)
+{
+    struct read_args a = {b, NULL, xcalloc(b->norders, sizeof(bool))};
+    int err;
+
+    *out = a.out = xcalloc(b->norders, sizeof(**out));
+    err = store_retry(st, read_once, &a);
+    free(a.found);
+    if (err) {
+        free(*out);
+        *out = NULL;
+    }
+    return err;
+}
+
+struct pay_batch_args {
+    struct store_pay_item *items;
+    size_t n;
+    struct order_batch b;
+};
+
+/* Decide item it of the batch on its order o (locked), as pay_once()
+ * would in a transaction of its own; writes what that one would. */
+static int pay_item(struct store *st, struct order_batch *b,
+                    struct store_pay_item *it, struct batch_order *o)
+{
+    struct locked *l = &o->l;
+    MYSQL_BIND p[2] = {0};
+    unsigned long txn_len;
+    MYSQL_STMT *s;
+    int err;
+
+    it->pay_value = l->pay_value;
+    if (it->amount < 0)
+        it->amount = l->pay_value; /* the simulated provider's charge */
+    if (l->status == ORDER_PAID) {
+        it->outcome = strcmp(l->txn, it->txn) != 0 ? STORE_PAY_OTHER
+                      : it->amount != l->pay_value ? STORE_PAY_AMOUNT
+                                                   : STORE_PAY_SAME;
+        if (it->outcome == STORE_PAY_OTHER)
+            return refund_insert(st, o->id, it->txn, it->amount,
+                                 STORE_REFUND_SECOND);
+        return 0;
+    }
+    if (l->status != ORDER_UNPAID) {
+        it->outcome = STORE_PAY_CLOSED;
+        return refund_insert(st, o->id, it->txn, it->amount,
+                             STORE_REFUND_CLOSED);
+    }
+    if (l->past_deadline) {
+        err = order_batch_close(st, b, o, ORDER_EXPIRED, false);
+        if (!err)
+            err = refund_insert(st, o->id, it->txn, it->amount,
+                                STORE_REFUND_LATE);
+        if (!err)
+            it->outcome = STORE_PAY_LATE;
+        return err;
+    }
+    if (it->amount != l->pay_value) {
+        it->outcome = STORE_PAY_AMOUNT;
+        return 0;
+    }
+    if (!b->per_row) {
+        /* Paid by the flush after the loop; what follows in the batch
+         * sees it paid. */
+        b->pay_ids[b->npay] = o->id;
+        b->pay_txns[b->npay++] = it->txn;
+        l->status = ORDER_PAID;
+        snprintf(l->txn, sizeof(l->txn), "%s", it->txn);
+        it->outcome = STORE_PAY_DONE;
+        return 0;
+    }
+    bind_str_in(&p[0], it->txn, &txn_len);
+    bind_i64(&p[1], &o->id);
+    err = store_stmt_exec(st, STMT_ORDER_PAY, p, NULL, &s);
+    if (err == -EEXIST) {
+        /* The transaction's unique key: it paid another order (InnoDB
+         * undoes this statement only; the batch goes on). */
+        it->outcome = STORE_PAY_TXN_USED;
+        return 0;
+    }
+    if (!err && mysql_stmt_affected_rows(s) != 1)
+        err = -EIO; /* locked and unpaid: cannot happen */
+    if (err)
+        return err;
+    l->status = ORDER_PAID;
+    snprintf(l->txn, sizeof(l->txn), "%s", it->txn);
+    it->outcome = STORE_PAY_DONE;
+    return 0;
+}
+
+static int pay_batch_once(struct store *st, void *arg)
+{
+    struct pay_batch_args *a = arg;
+    struct order_batch *b = &a->b;
+    int err;
+
+    order_batch_reset(b);
+    for (size_t i = 0; i < a->n; i++) {
+        a->items[i].outcome = STORE_PAY_NOT_FOUND;
+        a->items[i].pay_value = 0;
+    }
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+    err = order_batch_lock(st, b);
+    for (size_t i = 0; i < a->n && !err; i++) {
+        struct store_pay_item *it = &a->items[i];
+        struct batch_order *o = order_batch_get(b, it->order_id, it->user_id);
+
+        if (o)
+            err = pay_item(st, b, it, o);
+    }
+    if (!err)
+        err = order_batch_pay_flush(st, b);
+    /* -EEXIST: a txn id of the batch is another order's, or two members
+     * name one; the caller runs the batch again, one UPDATE a payment. */
+    if (err)
+        return store_tx_rollback(st, err);
+    return order_batch_commit(st, b);
+}
+
+int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
+{
+    struct pay_batch_args a = {items, n, {0}};
+    struct store_order *now = NULL;
+    int64_t *ids;
+    int err;
+
+    if (n == 0)
+        return 0;
+    ids = xcalloc(n, sizeof(*ids));
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = items[i].order_id;
+        if (!items[i].txn[0] || strlen(items[i].txn) > TXN_MAX) {
+            free(ids);
+            return -EINVAL;
+        }
+    }
+    order_batch_make(&a.b, ids, n);
+    free(ids);
+    err = run_tx(st, pay_batch_once, &a);
+    if (err == -EEXIST) {
+        a.b.per_row = true;
+        err = run_tx(st, pay_batch_once, &a);
+    }
+    if (!err)
+        err = order_batch_read(st, &a.b, &now);
+    for (size_t i = 0; i < n && !err; i++)
+        if (items[i].outcome != STORE_PAY_NOT_FOUND)
+            items[i].order = now[order_batch_index(&a.b, items[i].order_id)];
+    free(now);
+    order_batch_free(&a.b);
+    return err;
+}
+
+struct cancel_batch_args {
+    struct store_cancel_item *items;
+    size_t n;
+    struct order_batch b;
+};
+
+static int cancel_batch_once(struct store *st, void *arg)
+{
+    struct cancel_batch_args *a = arg;
+    struct order_batch *b = &a->b;
+    int err;
+
+    order_batch_reset(b);
+    for (size_t i = 0; i < a->n; i++)
+        a->items[i].outcome = STORE_CLOSE_NOT_FOUND;
+    err = store_query(st, "START TRANSACTION");
+    if (err)
+        return err;
+    err = order_batch_lock(st, b);
+    for (size_t i = 0; i < a->n && !err; i++) {
+        struct store_cancel_item *it = &a->items[i];
+        struct batch_order *o = order_batch_get(b, it->order_id, it->user_id);
+
+        if (!o)
+            continue;
+        switch (o->l.status) {
+        case ORDER_UNPAID:
+            err = order_batch_close(st, b, o, ORDER_CANCELLED, true);
+            it->outcome = STORE_CLOSE_DONE;
+            break;
+        case ORDER_CANCELLED:
+            it->outcome = STORE_CLOSE_ALREADY;
+            break;
+        case ORDER_PAID:
+            it->outcome = STORE_CLOSE_PAID;
+            break;
+        default:
+            it->outcome = STORE_CLOSE_EXPIRED;
+            break;
+        }
+    }
+    if (!err)
+        err = order_batch_close_flush(st, b, ORDER_CANCELLED);
+    if (err)
+        return store_tx_rollback(st, err);
+    err = order_batch_commit(st, b);
+    if (!err && b->nreturns && FAILPOINT_FAILS("cancel_commit_unanswered"))
+        err = -EINPROGRESS;
+    return err;
+}
+
+int store_orders_cancel(struct store *st, struct store_cancel_item *items,
+                        size_t n)
+{
+    struct cancel_batch_args a = {items, n, {0}};
+    struct store_order *now = NULL;
+    int64_t *ids;
+    int err;
+
+    if (n == 0)
+        return 0;
+    ids = xcalloc(n, sizeof(*ids));
+    for (size_t i = 0; i < n; i++)
+        ids[i] = items[i].order_id;
+    order_batch_make(&a.b, ids, n);
+    free(ids);
+    err = run_tx(st, cancel_batch_once, &a);
+    if (!err)
+        err = order_batch_read(st, &a.b, &now);
+    for (size_t i = 0; i < n && !err; i++)
+        if (items[i].outcome != STORE_CLOSE_NOT_FOUND)
+            items[i].order = now[order_batch_index(&a.b, items[i].order_id)];
+    free(now);
+    order_batch_free(&a.b);
+    return err;
+}
+
+/* ---- expiry ---- */
 
 struct expire_args {
     unsigned max;
@@ -329,15 +933,6 @@ static void scan_fetched(void *ctx, size_t i)
 {
     struct scan_fetch *f = ctx;
     f->rows[i] = f->row;
-}
-
-static int by_voucher_segment(const void *x, const void *y)
-{
-    const struct expiring *a = x, *b = y;
-
-    if (a->voucher_id != b->voucher_id)
-        return a->voucher_id < b->voucher_id ? -1 : 1;
-    return (a->segment > b->segment) - (a->segment < b->segment);
 }
 
 static int expire_once(struct store *st, void *arg)
@@ -363,37 +958,13 @@ static int expire_once(struct store *st, void *arg)
                           &n);
     if (err || n == 0)
         return store_tx_rollback(st, err);
-    for (size_t i = 0; i < n && !err; i++) {
-        struct voucher_state *vs = store_voucher_state_get(rows[i].voucher_id);
-        unsigned segments;
-
+    for (size_t i = 0; i < n && !err; i++)
         err = order_close(st, rows[i].id, ORDER_EXPIRED);
-        if (!err)
-            err = store_voucher_segments_read(st, vs, &segments);
-        if (!err)
-            rows[i].segment =
-                segments > 1 ? (unsigned)(rows[i].user_id % segments) : 0;
-        store_voucher_state_put(vs);
-    }
     if (err)
         return store_tx_rollback(st, err);
     FAILPOINT("expire_before_commit");
-    /* Every voucher's (segment's) units back in one statement, in one
-     * order, so two instances' batches cannot deadlock on the rows. */
-    qsort(rows, n, sizeof(rows[0]), by_voucher_segment);
-    for (size_t i = 0; i < n && !err;) {
-        size_t j = i + 1;
-
-        while (j < n && rows[j].voucher_id == rows[i].voucher_id &&
-               rows[j].segment == rows[i].segment)
-            j++;
-        err = units_return(st, rows[i].voucher_id, rows[i].user_id,
-                           (int64_t)(j - i));
-        i = j;
-    }
-    for (size_t i = 0; i < n && !err; i++)
-        err = store_unit_return_owe(st, rows[i].id, rows[i].voucher_id,
-                                    rows[i].user_id);
+    /* Sorted by voucher from here: the answer lists them so. */
+    err = units_return_all(st, rows, n);
     if (err)
         return store_tx_rollback(st, err);
     err = commit(st);

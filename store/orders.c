@@ -165,3 +165,72 @@ int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
         a.from = INT64_MAX;
     return store_retry(st, voucher_orders_once, &a);
 }
+
+static const enum stmt_id get_stmt[] = {
+    STMT_ORDERS_GET_1,  STMT_ORDERS_GET_2,  STMT_ORDERS_GET_4,
+    STMT_ORDERS_GET_8,  STMT_ORDERS_GET_16, STMT_ORDERS_GET_32,
+    STMT_ORDERS_GET_64,
+};
+
+/* Fetch context of store_orders_read(): each row to its place. */
+struct many_fetch {
+    struct order_row row;
+    struct store_order one;
+    const int64_t *ids;
+    size_t n;
+    struct store_order *out;
+    bool *found;
+};
+
+static void many_fetched(void *ctx, size_t i)
+{
+    struct many_fetch *f = ctx;
+    size_t lo = 0, hi = f->n;
+
+    (void)i;
+    order_row_finish(&f->row, &f->one);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (f->ids[mid] < f->one.id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < f->n && f->ids[lo] == f->one.id) {
+        f->out[lo] = f->one;
+        f->found[lo] = true;
+    }
+}
+
+int store_orders_read(struct store *st, const int64_t *ids, size_t n,
+                      struct store_order *out, bool *found)
+{
+    struct many_fetch f = {.ids = ids, .n = n, .out = out, .found = found};
+    MYSQL_BIND p[STMT_ROWS_MAX];
+    int64_t chunk[STMT_ROWS_MAX];
+
+    memset(found, 0, n * sizeof(*found));
+    for (size_t i = 0; i < n;) {
+        size_t k = 0, got;
+        unsigned lg = 0;
+        int err;
+
+        for (; i < n && k < STMT_ROWS_MAX; i++)
+            chunk[k++] = ids[i];
+        while ((1u << lg) < k)
+            lg++;
+        memset(p, 0, sizeof(p));
+        for (size_t j = 0; j < (1u << lg); j++) {
+            if (j >= k)
+                chunk[j] = chunk[k - 1]; /* padding: IN ignores repeats */
+            bind_i64(&p[j], &chunk[j]);
+        }
+        order_row_bind(&f.row, &f.one);
+        err = store_stmt_rows(st, get_stmt[lg], p, f.row.b, k, many_fetched, &f,
+                              &got);
+        if (err)
+            return err;
+    }
+    return 0;
+}

@@ -525,10 +525,12 @@ int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
                        size_t *count);
 
 /*
- * The seckill vouchers whose sale has not ended at now_s and begins
- * before until_s (epoch seconds), the earliest beginning first (ties by
- * id), at most max. *items as in store_voucher_list(); from the replica
- * as store_voucher_get() says. One statement.
+ * The seckill vouchers whose sale is on at now_s (epoch seconds), at
+ * most max of them, those ending soonest (ties by id); then those
+ * beginning after now_s and before until_s, at most max, those beginning
+ * soonest: at most 2 * max in *items, as in store_voucher_list(), in no
+ * order the caller may count on. From the replica as store_voucher_get()
+ * says. One statement.
  */
 int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
                      unsigned max, struct store_voucher **items, size_t *count);
@@ -744,7 +746,9 @@ int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
  * see the result. Cancelling and expiring give the unit back to the stock
  * in the same transaction (the voucher's row, or the segment user_id % N of
  * a segmented voucher): at every moment stock + unpaid + paid orders =
- * the voucher's initial stock.
+ * the voucher's initial stock. Many payments (cancels) can share one
+ * transaction, each decided as in one of its own (store_orders_pay(),
+ * store_orders_cancel()).
  */
 
 enum store_close {
@@ -812,6 +816,56 @@ int store_refund_done(struct store *st, int64_t id,
 int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
                     const char *txn_id, enum store_pay *outcome,
                     struct store_order *o, int64_t *pay_value);
+
+/*
+ * Merged payments and cancels: many calls, one transaction. The orders
+ * are locked in the order of their ids (SELECT ... IN (...) FOR UPDATE,
+ * up to 64 a statement), the members are decided in their order in the
+ * array exactly as store_order_pay() or store_order_cancel() would one
+ * after the other (an order twice sees what the first left: the same
+ * notification twice is one payment), the units of the orders closed
+ * (cancelled, or expired by a late payment) go back per voucher (per
+ * segment) in one UPDATE each, last, and the async sales' owed returns
+ * are recorded, all before the one COMMIT. The payments are written 64
+ * an UPDATE (each its txn id), the cancels' closes likewise. A deadlock
+ * or a lock wait that timed out runs the whole batch again (nothing of
+ * it was kept). When a txn id of the batch is another order's (or two
+ * members name one), the batch runs again with one UPDATE a payment,
+ * which tells the refused one apart (STORE_PAY_TXN_USED, as alone).
+ *
+ * Returns 0 with every item's outcome set and, unless NOT_FOUND, its
+ * order as it is now (read after the COMMIT); or an error for the whole
+ * batch as store_order_pay(): nothing was written, except -EINPROGRESS
+ * (the COMMIT went unanswered) and an error of the read after the COMMIT.
+ * n <= STORE_ORDER_BATCH_MAX. Items' strings are the caller's.
+ */
+#define STORE_ORDER_BATCH_MAX 256
+
+struct store_pay_item {
+    /* Set by the caller: */
+    int64_t order_id;
+    int64_t user_id; /* > 0: only this user's order (else NOT_FOUND) */
+    int64_t amount;  /* < 0: the voucher's pay value (set to it) */
+    const char *txn; /* 1..64 characters, else the batch is -EINVAL */
+    /* Set by store_orders_pay(): */
+    enum store_pay outcome;
+    int64_t pay_value; /* the voucher's price */
+    struct store_order order;
+};
+
+int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n);
+
+struct store_cancel_item {
+    /* Set by the caller: */
+    int64_t order_id;
+    int64_t user_id; /* > 0: only this user's order (else NOT_FOUND) */
+    /* Set by store_orders_cancel(): */
+    enum store_close outcome;
+    struct store_order order;
+};
+
+int store_orders_cancel(struct store *st, struct store_cancel_item *items,
+                        size_t n);
 
 /* What one expiry batch did. */
 #define STORE_EXPIRE_BATCH_MAX 64

@@ -317,11 +317,11 @@ int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
 }
 
 /* The sales list reuses list_args: shop_id is the time "now" (epoch s),
- * before the end of the window. */
+ * before the end of the window, limit each part's most. */
 static int sales_list_once(struct store *st, void *arg)
 {
     struct list_args *a = arg;
-    MYSQL_BIND p[3] = {0};
+    MYSQL_BIND p[6] = {0};
     struct store_voucher *one = xmalloc(sizeof(*one));
     struct voucher_fetch f = {.one = one};
     MYSQL_TIME now, until;
@@ -330,11 +330,14 @@ static int sales_list_once(struct store *st, void *arg)
     time_from_epoch(&now, a->shop_id);
     time_from_epoch(&until, a->before);
     bind_time(&p[0], &now);
-    bind_time(&p[1], &until);
+    bind_time(&p[1], &now);
     bind_i64(&p[2], &a->limit);
+    bind_time(&p[3], &now);
+    bind_time(&p[4], &until);
+    bind_i64(&p[5], &a->limit);
     voucher_row_bind(&f.row, one);
-    f.items = xcalloc((size_t)a->limit, sizeof(*f.items));
-    err = store_stmt_rows(st, STMT_SALES_LIST, p, f.row.b, (size_t)a->limit,
+    f.items = xcalloc(2 * (size_t)a->limit, sizeof(*f.items));
+    err = store_stmt_rows(st, STMT_SALES_LIST, p, f.row.b, 2 * (size_t)a->limit,
                           voucher_fetched, &f, a->count);
     free(one);
     if (*a->count == 0) {

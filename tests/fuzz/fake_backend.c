@@ -747,7 +747,12 @@ int engine_submit(struct engine *e, struct engine_purchase *p)
     int err;
 
     (void)e;
-    check_id("voucher id", p->voucher_id);
+    /* A purchase's queue is its voucher's; cancels and payments queue
+     * under keys below zero (sale/orders.c's lanes). */
+    if (p->voucher_id > 0)
+        check_id("voucher id", p->voucher_id);
+    else
+        FUZZ_CHECK(p->voucher_id < 0, "a queue key of 0");
     FUZZ_CHECK(p->done && p->batch, "a purchase without its functions");
     FUZZ_CHECK(p->deadline_ms > util_mono_ms(), "a purchase already late");
     FUZZ_CHECK(!pending && !pending_task, "a second purchase in one request");
@@ -983,6 +988,35 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
         return err;
     *outcome = (enum store_pay)(variant % 8);
     fill_order(o, order_id, FUZZ_USER_ID, variant);
+    return 0;
+}
+
+/* The merged calls: each member as its own call would be. */
+int store_orders_cancel(struct store *st, struct store_cancel_item *items,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int err = store_order_cancel(st, items[i].order_id, &items[i].outcome,
+                                     &items[i].order);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int err;
+
+        if (items[i].amount < 0)
+            items[i].amount = 4750;
+        err = store_order_pay(st, items[i].order_id, items[i].amount,
+                              items[i].txn, &items[i].outcome, &items[i].order,
+                              &items[i].pay_value);
+        if (err)
+            return err;
+    }
     return 0;
 }
 

@@ -458,6 +458,47 @@ static void test_cancel_returns_unit(void **state)
     assert_drained(v, 1);
 }
 
+/*
+ * Cancels of one async sale at once, merged into few transactions: every
+ * order cancelled once, each unit owed to Redis in the cancelling
+ * transaction and given back after it, so Redis' stock and buyers end
+ * equal to MySQL's and nothing stays owed.
+ */
+static void test_cancel_crowd_returns_units(void **state)
+{
+    enum { N = 20 };
+    int64_t v = sale_create(&srv[0], N, -60, 600, "async");
+    int64_t users[N], orders[N];
+    char toks[N][TOKEN_STR_LEN], paths[N][64];
+    struct it_req reqs[N];
+    const struct it_server *to[N];
+    struct it_resp resps[N];
+
+    (void)state;
+    for (size_t i = 0; i < N; i++) {
+        users[i] = next_user++;
+        orders[i] = buy(&srv[i % 2], v, users[i]);
+    }
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(1, order_written(orders[i]));
+        it_token(users[i], TOKEN_ROLE_USER, 3600, toks[i]);
+        snprintf(paths[i], sizeof(paths[i]), "/api/orders/%lld/cancel",
+                 (long long)orders[i]);
+        reqs[i] = (struct it_req){
+            .method = "POST", .path = paths[i], .token = toks[i]};
+        to[i] = &srv[i % 2];
+    }
+    it_http_run_all(reqs, to, resps, N);
+    for (size_t i = 0; i < N; i++) {
+        it_assert_status(&resps[i], 200);
+        assert_string_equal("cancelled", it_json_str(resps[i].json, "status"));
+        it_resp_free(&resps[i]);
+        assert_int_equal(4, order_status(orders[i]));
+    }
+    assert_drained(v, N);
+    assert_int_equal(N, it_sql_stock(v));
+}
+
 static void test_expiry_returns_unit(void **state)
 {
     int64_t v = sale_create(&srv[0], 1, -60, 600, "async");
@@ -1100,6 +1141,7 @@ int main(void)
         cmocka_unit_test(test_same_request),
         cmocka_unit_test(test_window),
         cmocka_unit_test(test_cancel_returns_unit),
+        cmocka_unit_test(test_cancel_crowd_returns_units),
         cmocka_unit_test(test_expiry_returns_unit),
         cmocka_unit_test(test_mysql_away),
         cmocka_unit_test(test_pending_listed),
