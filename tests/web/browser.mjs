@@ -884,7 +884,7 @@ async function adminRecords() {
     page.once("dialog", (d) => d.accept());
     await refundRow.getByRole("button", { name: /Mark refund/ }).click();
     await waitFor(async () => (await refundRow.count()) === 0, "the refund gone from the pending list");
-    assert(/recorded as done/.test(await page.textContent("#refund-msg")), `the message: ${await page.textContent("#refund-msg")}`);
+    await waitFor(async () => /recorded as done/.test(await page.textContent("#refund-msg")), "the message that the refund is done");
     listed = await http(server.url, "GET", "/api/refunds?status=done&limit=100", { token: adminTok });
     assert(listed.json.items.some((r) => r.orderId === order && r.status === "done"), "the refund done in the API");
 
@@ -1133,7 +1133,9 @@ async function adminControls() {
     await waitFor(async () => /Paused: done/.test(await page.textContent("#ctl-msg")), "the pause done");
     assertEqual((await voucher()).paused, true, "the voucher paused (API)");
     assertEqual(sql(`SELECT halt FROM seckill_vouchers WHERE voucher_id = ${id}`), "1", "halt in MySQL");
-    assertEqual(await row.locator("td.status").textContent(), "paused", "the row's status");
+    // A list read that left before the pause may land after it: the row
+    // says "paused" once the page's copy is the control's answer again.
+    await waitFor(async () => (await row.locator("td.status").textContent()) === "paused", "the row's status");
     await waitFor(async () => (await page.textContent("#ctl-pause")) === "Resume", "the button now resumes");
     const buy = await http(server.url, "POST", `/api/vouchers/${id}/seckill`, { token: token(9600000000 + RUN) });
     assertEqual(buy.status, 409, "a purchase while paused");

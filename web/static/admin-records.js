@@ -110,9 +110,11 @@ async function markDone(r, button) {
         say($("refund-msg"), `Refund ${r.id} not recorded: ${describeError(res).text}`, "bad");
         return;
     }
+    // The message after the list's own ("None." when it is empty), and
+    // before the audit log's read, so that it is there when the row goes.
     await refunds.load();
-    await audit.load();
     say($("refund-msg"), `Refund ${r.id} recorded as done.`, "ok");
+    await audit.load();
 }
 
 // ---- the audit log ----

@@ -31,6 +31,10 @@ const state = {
     stats: new Map(), // voucher id -> its last stats
     selected: null,
     metrics: [], // [{t, values}] of the last seconds
+    // Counts the controls' answers applied: a list or stock read that left
+    // before one is older than it, and is dropped (the next read comes
+    // within a second).
+    controlled: 0,
 };
 
 // ---- the session ----
@@ -386,8 +390,9 @@ $("shop-form").addEventListener("submit", (ev) => {
 
 async function loadList() {
     const shop = state.shopId;
+    const seen = state.controlled;
     const res = await call("GET", `/api/vouchers?shopId=${shop}&limit=20`);
-    if (shop !== state.shopId) return;
+    if (shop !== state.shopId || seen !== state.controlled) return;
     if (!res.ok) {
         say($("list-msg"), "Could not load the vouchers: " + describeError(res).text, "warn");
         return;
@@ -438,7 +443,9 @@ async function readOne(v) {
 
 async function pollStock() {
     const list = watched();
+    const seen = state.controlled;
     const answers = await Promise.all(list.map(readOne));
+    if (seen !== state.controlled) return;
     answers.forEach((got, i) => {
         if (!got) return;
         const { stats, ...voucher } = got;
@@ -680,6 +687,7 @@ async function control(method, tail, body, what) {
     }
     const idx = state.vouchers.findIndex((v) => v.id === id);
     if (idx >= 0) state.vouchers[idx] = res.data;
+    state.controlled++;
     fillEdit(res.data);
     record(res.data);
     say(msg, `${what}: done.`, "ok");
