@@ -166,13 +166,14 @@ static int serve(const struct config *cfg)
     }
     log_info("listening",
              "bind=%s port=%u threads=%u mysql=%s:%u/%s "
-             "redis=%s%s:%u/%u dev=%d drain_s=%u",
+             "redis=%s%s:%u/%u dev=%d drain_s=%u head_max=%u",
              cfg->http.bind, server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,
              cfg->http.store.mysql_db,
              cfg->http.store.redis_sentinel ? "sentinel:" : "",
              cfg->http.store.redis_host, cfg->http.store.redis_port,
-             cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s);
+             cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s,
+             cfg->http.head_max);
     /* Reach both servers once now: the log then says at start-up which
      * SQL server this is (MariaDB or MySQL) or that one is down. */
     struct store *probe = store_new(&cfg->http.store);

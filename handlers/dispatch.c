@@ -142,20 +142,21 @@ static bool is_mark(const void *p)
     return p == &query_too_long || p == &target_too_long;
 }
 
-void *dispatch_uri(char *uri)
+void *dispatch_uri(const struct req_server *srv, char *uri)
 {
+    const unsigned args_max = srv->limits.query_args_max;
     char *q = strchr(uri, '?');
     unsigned args = 1;
     void *mark = &query_too_long;
 
-    if (strlen(uri) > REQUEST_TARGET_MAX)
+    if (strlen(uri) > srv->limits.target_max)
         mark = &target_too_long;
     else if (!q)
         return NULL;
     else {
-        for (const char *p = q + 1; *p && args <= QUERY_ARGS_MAX; p++)
+        for (const char *p = q + 1; *p && args <= args_max; p++)
             args += *p == '&';
-        if (args <= QUERY_ARGS_MAX)
+        if (args <= args_max)
             return NULL;
     }
     /* The daemon splits the query off at this '?' (it found it before
@@ -236,15 +237,15 @@ enum MHD_Result dispatch_access(struct req_server *srv,
         /* Refused heads are answered past the daemon's buffer, which
          * may have no room left for a reply (reply_refuse()). */
         if (mark == &query_too_long) {
-            snprintf(msg, sizeof(msg), "more than %d query arguments",
-                     QUERY_ARGS_MAX);
+            snprintf(msg, sizeof(msg), "more than %u query arguments",
+                     srv->limits.query_args_max);
             req_error(req, ERR_URI_TOO_LONG, msg);
             return reply_refuse(conn, req);
         }
         if (mark == &target_too_long) {
             snprintf(msg, sizeof(msg),
-                     "the request target is longer than %d bytes",
-                     REQUEST_TARGET_MAX);
+                     "the request target is longer than %zu bytes",
+                     srv->limits.target_max);
             req_error(req, ERR_URI_TOO_LONG, msg);
             return reply_refuse(conn, req);
         }
