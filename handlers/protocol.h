@@ -39,11 +39,12 @@ struct req_limits {
 };
 
 /*
- * The limits for a guaranteed head of head_max bytes (HTTP_HEAD_LIMIT_MIN
- * to HTTP_HEAD_LIMIT_MAX, handlers.h): a field for every 128 bytes of it and 16
- * more, half of them query arguments, a target of half of it, and a buffer that
- * holds the head, its fields' records and a reply's headers, rounded up to a
- * KiB: head_max + fields_max * HTTP_FIELD_COST + HTTP_REPLY_HEAD_MAX <=
+ * The limits for a guaranteed head of head_max bytes (from
+ * HTTP_HEAD_LIMIT_MIN to HTTP_HEAD_LIMIT_MAX, handlers.h): a field for
+ * every 128 bytes of it and 16 more, half of them query arguments; a
+ * target of half of it; and a buffer that holds the head, its fields'
+ * records and a reply's headers, rounded up to a KiB, so that
+ * head_max + fields_max * HTTP_FIELD_COST + HTTP_REPLY_HEAD_MAX <=
  * conn_memory by construction. 4,096 bytes: 48 fields (24 query
  * arguments), a target of 2,048, an 8 KiB buffer. Pure: any thread.
  */

@@ -23,7 +23,7 @@
 
 #include "tests/it/harness.h"
 
-enum { SRV_CORS, SRV_PLAIN, SRV_RATE, SRV_BIG_HEAD, SRV_COUNT };
+enum { SRV_CORS, SRV_PLAIN, SRV_RATE, SRV_BIG_HEAD, SRV_SMALL_HEAD, SRV_COUNT };
 
 static struct it_server servers[SRV_COUNT];
 
@@ -38,19 +38,30 @@ static int group_setup(void **state)
     /* Per address: 1 a second, bursts of 3 (every test client is
      * 127.0.0.1). */
     static const char *const rate_env[] = {"SECKILL_RATE_IP=1,3", NULL};
-    /* An operator's larger request heads (behind a proxy adding cookies). */
+    /* An operator's larger request heads (behind a proxy adding cookies),
+     * and the smallest. */
     static const char *const big_head_env[] = {
         "SECKILL_CORS_ORIGINS=" ORIGIN_A ", " ORIGIN_B,
         "SECKILL_HTTP_HEAD_MAX=8192", NULL};
+    static const char *const small_head_env[] = {
+        "SECKILL_CORS_ORIGINS=" ORIGIN_A ", " ORIGIN_B,
+        "SECKILL_HTTP_HEAD_MAX=2048", NULL};
+    static const struct {
+        const char *tag;
+        const char *const *env;
+    } start[SRV_COUNT] = {
+        [SRV_CORS] = {"web-cors", cors_env},
+        [SRV_PLAIN] = {"web-plain", plain_env},
+        [SRV_RATE] = {"web-rate", rate_env},
+        [SRV_BIG_HEAD] = {"web-big-head", big_head_env},
+        [SRV_SMALL_HEAD] = {"web-small-head", small_head_env},
+    };
     (void)state;
 
     it_init();
-    if (it_server_start(&servers[SRV_CORS], "web-cors", cors_env) != 0 ||
-        it_server_start(&servers[SRV_PLAIN], "web-plain", plain_env) != 0 ||
-        it_server_start(&servers[SRV_RATE], "web-rate", rate_env) != 0 ||
-        it_server_start(&servers[SRV_BIG_HEAD], "web-big-head", big_head_env) !=
-            0)
-        return -1;
+    for (int i = 0; i < SRV_COUNT; i++)
+        if (it_server_start(&servers[i], start[i].tag, start[i].env) != 0)
+            return -1;
     return 0;
 }
 
@@ -891,9 +902,10 @@ struct head_limits {
     size_t buffer;
 };
 
-/* The default, 4096, and 8192. */
+/* The default, 4096; 8192; and the smallest, 2048. */
 static const struct head_limits head_default = {4096, 48, 2048, 24, 8192};
 static const struct head_limits head_8k = {8192, 80, 4096, 40, 14336};
+static const struct head_limits head_2k = {2048, 32, 1024, 16, 5120};
 
 /* GET /healthz with a head of exactly size bytes in fields header lines,
  * the reply's status (0: none), closing the connection after it. */
@@ -1096,6 +1108,23 @@ static void test_request_head_limits_raised(void **state)
     it_resp_free(&resp);
 }
 
+/* SECKILL_HTTP_HEAD_MAX=2048, the smallest: a head the default serves is
+ * refused, and the smaller buffer still holds the largest head it takes
+ * with its reply. */
+static void test_request_head_limits_lowered(void **state)
+{
+    const uint16_t small = servers[SRV_SMALL_HEAD].port;
+    struct it_resp resp;
+    (void)state;
+
+    assert_int_equal(200, healthz_head(servers[SRV_PLAIN].port, 20, 3000));
+    assert_int_equal(431, healthz_head(small, 20, 3000));
+    check_head_limits(small, small, &head_2k);
+    get(&servers[SRV_SMALL_HEAD], "/healthz", NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
 /* API answers, with a user's data or not, errors too, are never cached
  * and never sniffed; the pages' files are not sniffed either. */
 static void test_api_not_cached(void **state)
@@ -1141,6 +1170,7 @@ int main(void)
         cmocka_unit_test(test_malformed_library),
         cmocka_unit_test(test_request_head_limits),
         cmocka_unit_test(test_request_head_limits_raised),
+        cmocka_unit_test(test_request_head_limits_lowered),
         cmocka_unit_test(test_api_not_cached),
     };
 
