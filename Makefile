@@ -9,6 +9,8 @@
 #   make bench-lock  lock backends: pairs/s, p50/p99, ratio to redis-benchmark
 #   make bench     the flash sale against sysbench, nginx and redis-benchmark
 #                  (docs/performance.md); make bench-jmeter: the JMeter plan
+#   make bench-crowd  the crowd phase alone: idle keep-alive connections
+#                  on one instance while 256 buy (bench/crowd.sh)
 #   make bench-fairness  people and bots buying a queue sale and an open one:
 #                  the bots' share of the orders (docs/performance.md)
 #   make bench-paystorm  every buyer of a sale pays at once: payments/s
@@ -131,7 +133,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale \
-        bench-fairness bench-paystorm \
+        bench-fairness bench-crowd bench-paystorm \
         format-check clean soak soak-build layering config-docs test-docs \
         schema schema-check
 
@@ -533,8 +535,15 @@ bench-lock: services
 # rss_mib=". BENCH_QUICK=1 for a short smoke run. Not part of make test.
 bench: services
 	@scripts/deps.sh bench
-	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory build $(BUILD)/bench/crowd
 	@bench/run.sh $(BUILD)
+
+# The crowd phase of make bench alone (bench/crowd.sh, bench/crowd.c): tens
+# of thousands of idle keep-alive connections on one instance while 256
+# buy; ends "bench-crowd crowd_rss_mib= crowd_hol_p99_ms= crowd_buy_ratio=".
+bench-crowd: services
+	@$(MAKE) --no-print-directory build $(BUILD)/bench/crowd
+	@bench/crowd.sh $(BUILD)
 
 # CPU time and context switches per purchase of one instance under a
 # 256-connection crowd; BENCH_PROFILE="label=binary[:ENV=v,...] ..." to

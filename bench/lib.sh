@@ -193,6 +193,57 @@ j() { jq -r "$2" "$1"; }
 # ratio A B: A / B with 3 decimals (0 when B is 0).
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "0" }'; }
 
+# ---- wrk and the head-of-line probe ----
+
+LUA=${LUA:-$ROOT/bench/wrk/buy.lua}
+# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
+# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
+# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
+# script signals itself, and since wrk's main thread sleeps through -d
+# unless that signal lands on it, it is also signalled from here until it
+# exits (once its workers have stopped, a signal can only reach main).
+run_wrk() {
+    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
+    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
+    rm -f "$marker"
+    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
+        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
+        BUY_REPORT=$RAW/$name.json \
+        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
+        "http://$first/" >"$RAW/$name.txt" 2>&1 &
+    pid=$!
+    if ((stop)); then
+        while kill -0 "$pid" 2>/dev/null; do
+            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
+            sleep 0.1
+        done
+    fi
+    wait "$pid" || rc=$?
+    rm -f "$marker"
+    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
+    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
+}
+
+# hol_probe NAME [PORT]: 200 GET /healthz to the instance on PORT (default
+# PORT, instance A) one at a time, each on a fresh connection, in the
+# background; their times (ms) go to $RAW/NAME.ms. Sets HOL_PID.
+hol_probe() {
+    local name=$1 port=${2:-$PORT}
+    (
+        sleep 2 # into the crowd's steady state
+        for _ in $(seq 200); do
+            curl -s -o /dev/null -w '%{time_total}\n' --max-time 10 \
+                "http://127.0.0.1:$port/healthz" || echo 10
+        done | awk '{ printf "%.3f\n", $1 * 1000 }' >"$RAW/$name.ms"
+    ) &
+    HOL_PID=$!
+}
+# hol_stats NAME: "p50 p99 max" of $RAW/NAME.ms.
+hol_stats() {
+    sort -n "$RAW/$1.ms" | awk '{ v[NR] = $1 } END {
+        p50 = v[int(NR * 0.50 + 0.5)]; p99 = v[int(NR * 0.99 + 0.5)];
+        printf "%.1f %.1f %.1f", p50, p99, v[NR] }'
+}
 # ---- invariants ----
 
 BROKEN=0 # set by check_voucher, read by the callers

@@ -72,6 +72,14 @@
 #      stock + unpaid + paid = initial. BENCH_PAYSTORM_BASE=<binary>
 #      runs the same with another binary first (before and after).
 #
+#   8. crowd (bench/crowd.sh; BENCH_CROWD=0 skips it): one more instance
+#      (port +7) holds BENCH_CROWD_CONNS (50000, or what the descriptor
+#      limit allows) idle keep-alive connections of bench/crowd.c, each
+#      answered once and then 1% of them asking a second, while wrk buys
+#      at 256 connections: its VmRSS (projected to 50,000 when fewer
+#      could be opened), GET /healthz p99 and purchases/s against the same
+#      256 without the crowd.
+#
 # Head-of-line: while the 256-connection selling crowd runs, a separate
 # client sends 200 GET /healthz to instance A one at a time, each on a
 # fresh connection (and the same once before, with no crowd): p50, p99
@@ -82,12 +90,15 @@
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
 #                async_accept=<a> async_drain=<d> pay_storm=<p>
+#                crowd_rss_mib=<m> crowd_hol_p99_ms=<h>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections; async_accept = 202s/s / the raw
 # script's calls/s; async_drain = orders/s written by the writers / the
 # best sysbench rate; pay_storm = payments/s of the pay storm / purchases/s
-# of its sale. Exit 1 when an invariant is broken.
+# of its sale; crowd_rss_mib = VmRSS of the crowd's instance at
+# 50,000 idle connections with 256 buying; crowd_hol_p99_ms = /healthz p99
+# then. Exit 1 when an invariant is broken.
 #
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
@@ -95,7 +106,9 @@
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
 # it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
-# orders in MySQL). The instances run at the service's defaults.
+# orders in MySQL), BENCH_CROWD=0 (skip the crowd phase, about two
+# minutes), BENCH_CROWD_CONNS (50000), BENCH_CROWD_BUY_SECONDS (10). The
+# instances run at the service's defaults.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -337,26 +350,6 @@ say "redis-benchmark (256 clients): acquire ${rb_rate[lock_acquire]}/s, release 
 
 # ---- head-of-line: cheap requests while a crowd buys ----
 
-# hol_probe NAME: 200 GET /healthz to instance A one at a time, each on a
-# fresh connection, in the background; their times (ms) go to
-# $RAW/NAME.ms. Sets HOL_PID.
-hol_probe() {
-    local name=$1
-    (
-        sleep 2 # into the crowd's steady state
-        for _ in $(seq 200); do
-            curl -s -o /dev/null -w '%{time_total}\n' --max-time 10 \
-                "http://127.0.0.1:$PORT/healthz" || echo 10
-        done | awk '{ printf "%.3f\n", $1 * 1000 }' >"$RAW/$name.ms"
-    ) &
-    HOL_PID=$!
-}
-# hol_stats NAME: "p50 p99 max" of $RAW/NAME.ms.
-hol_stats() {
-    sort -n "$RAW/$1.ms" | awk '{ v[NR] = $1 } END {
-        p50 = v[int(NR * 0.50 + 0.5)]; p99 = v[int(NR * 0.99 + 0.5)];
-        printf "%.1f %.1f %.1f", p50, p99, v[NR] }'
-}
 # Without a crowd first: what one request costs the probe by itself.
 hol_probe hol-idle
 wait "$HOL_PID"
@@ -666,6 +659,19 @@ PAY_STORM_PAY=$(jq -r '.new.payments_per_s' "$RAW/paystorm.json")
 PAY_STORM_SELL=$(jq -r '.new.purchases_per_s' "$RAW/paystorm.json")
 say "pay storm: $PAY_STORM_PAY payments/s after a sale of $PAY_STORM_SELL purchases/s: $PAY_STORM_RATIO"
 
+# ---- 8. the crowd: idle keep-alive connections while 256 buy ----
+
+if [[ ${BENCH_CROWD:-1} == 1 ]]; then
+    # shellcheck source=bench/crowd.sh
+    . "$ROOT/bench/crowd.sh"
+    crowd_phase
+    crowd_json >"$RAW/crowd-phase.json"
+    CROWD_JSON=$(cat "$RAW/crowd-phase.json")
+else
+    say "crowd: skipped (BENCH_CROWD=0)"
+    CROWD_RSS_MIB=skipped CROWD_HOL_P99=skipped CROWD_JSON=null
+fi
+
 # ---- results ----
 
 SELLING_RATIO=$(ratio "${sell_rate[256]}" "${sb_rate[256]}")
@@ -765,6 +771,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
     --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
     --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
+    --argjson crowd "$CROWD_JSON" \
     --argjson psr "$PAY_STORM_RATIO" --slurpfile paystorm "$RAW/paystorm.json" \
     --slurpfile inv <(cat "$RAW"/invariants-*.json) \
     '{run: $run, commit: $commit,
@@ -798,9 +805,12 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
+      crowd: $crowd,
       pay_storm: $paystorm[0],
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
+               crowd_rss_mib: $crowd.rss_mib_at_50000,
+               crowd_hol_p99_ms: $crowd.healthz_ms.with_crowd.p99,
                selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc,
                async_accept: $aar, async_drain: $adr, pay_storm: $psr}}' >"$OUT/results.json"
@@ -828,6 +838,16 @@ table() {
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
     printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
         "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
+    if [[ $CROWD_JSON != null ]]; then
+        printf '| crowd: VmRSS of one instance at 50,000 idle conns, MiB (%s open%s) | %s | target <= 256 | |\n' \
+            "$CROWD_N" "$( ((CROWD_N < 50000)) && echo ', the rest projected')" "$CROWD_RSS_MIB"
+        printf '| crowd: KiB per idle connection / per buying one (purchases included) | %s / %s | | |\n' \
+            "$CROWD_IDLE_CONN_KIB" "$CROWD_BUSY_CONN_KIB"
+        printf '| crowd: GET /healthz p50 / p99 / max ms with the crowd and 256 buying | %s / %s / %s | without the crowd: %s / %s | target p99 <= 5 |\n' \
+            "$CROWD_HOL_P50" "$CROWD_HOL_P99" "$CROWD_HOL_MAX" "$CROWD_HOL_ALONE_P50" "$CROWD_HOL_ALONE_P99"
+        printf '| crowd: purchases/s at 256 conns, with / without the crowd | %s / %s | | %s |\n' \
+            "$CROWD_BUY_WITH" "$CROWD_BUY_ALONE" "$CROWD_BUY_RATIO"
+    fi
     printf '| async accept, 256 conns, 2 instances: 202s/s (%s in %s s) | %s | the purchase script alone, 256 clients: %s calls/s | %s |\n' \
         "$ASYNC_STOCK" "$ACC_SECS" "$ACC_RATE" "$AR_RAW" "$ASYNC_ACCEPT_RATIO"
     printf '| async accept: p50 / p99 ms; last 202 to last order in MySQL | %s / %s; %s ms | Redis: appendfsync always | |\n' \
@@ -866,5 +886,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }

@@ -778,6 +778,25 @@ const struct config_setting config_settings[] = {
      .help = "open connections per client address",
      .doc = "open connections per client address ({range}); more are accepted "
             "and closed at once"},
+    {.flag = "http-head-max",
+     .env = "SECKILL_HTTP_HEAD_MAX",
+     .arg = "N",
+     .def = STR(HTTP_HEAD_LIMIT_DEFAULT),
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = HTTP_HEAD_LIMIT_MIN,
+     .max = HTTP_HEAD_LIMIT_MAX,
+     .unit = "bytes",
+     FIELD(http.head_max),
+     .help = "bytes of request line and headers served, {range}",
+     .doc = "the request line and header lines a request may send and be "
+            "served, in bytes ({range}); a larger head is answered 431 "
+            "`HEADERS_TOO_LARGE` (a target above half of it, or too many "
+            "query arguments: 414 `URI_TOO_LONG`). Each connection keeps a "
+            "buffer of about twice this while it lives, its memory while "
+            "idle: about 9 KiB at 4096, 15 KiB at 8192, 27 KiB at 16384. "
+            "Raise it behind a proxy that adds large cookies or headers "
+            "([Malformed requests](api.md#malformed-requests))"},
     {.flag = "batch-max",
      .env = "SECKILL_BATCH_MAX",
      .arg = "N",

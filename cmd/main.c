@@ -70,14 +70,27 @@ static int print_tokens(const struct config *cfg)
     return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* A crowd needs more descriptors than the usual soft limit of 1024. */
-static void raise_fd_limit(void)
+/* A crowd needs more descriptors than the usual soft limit of 1024: one
+ * per connection (max_conn of them) and a few hundred for the backends'
+ * connections, logs and the daemon's own. Raised to the hard limit; a
+ * hard limit below that is said once at start-up, since connections
+ * beyond it wait in the listen backlog however high max_conn is. */
+static void raise_fd_limit(unsigned max_conn)
 {
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (rl.rlim_cur < (rlim_t)max_conn + 512)
+        log_warn("descriptor limit below the connection limit",
+                 "nofile=%llu max_conn=%u hint=\"raise LimitNOFILE or "
+                 "ulimit -n\"",
+                 (unsigned long long)rl.rlim_cur, max_conn);
 }
 
 /*
@@ -124,7 +137,7 @@ static int serve(const struct config *cfg)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit();
+    raise_fd_limit(cfg->http.max_conn);
     if (mysql_library_init(0, NULL, NULL)) {
         log_error("mysql library init failed", NULL);
         return 1;
@@ -153,13 +166,14 @@ static int serve(const struct config *cfg)
     }
     log_info("listening",
              "bind=%s port=%u threads=%u mysql=%s:%u/%s "
-             "redis=%s%s:%u/%u dev=%d drain_s=%u",
+             "redis=%s%s:%u/%u dev=%d drain_s=%u head_max=%u",
              cfg->http.bind, server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,
              cfg->http.store.mysql_db,
              cfg->http.store.redis_sentinel ? "sentinel:" : "",
              cfg->http.store.redis_host, cfg->http.store.redis_port,
-             cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s);
+             cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s,
+             cfg->http.head_max);
     /* Reach both servers once now: the log then says at start-up which
      * SQL server this is (MariaDB or MySQL) or that one is down. */
     struct store *probe = store_new(&cfg->http.store);

@@ -35,6 +35,7 @@ struct handlers_config {
     unsigned conn_timeout_s;        /* idle timeout and request deadline */
     unsigned max_conn;              /* open connections in all, >= threads */
     unsigned max_conn_per_ip;       /* 0: no limit */
+    unsigned head_max;              /* http_config.head_max */
     /* Voucher cache: how long a sold-out flag or an unknown id is trusted
      * without a message (sale/vcache.h); 0: no cache. */
     unsigned soldout_ttl_ms;

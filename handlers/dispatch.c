@@ -133,24 +133,37 @@ static void dispatch(struct request *req)
     fn(req);
 }
 
-/* The mark of a request whose query was cut off (dispatch_uri()). */
-static char query_too_long;
+/* The marks of a request whose target was cut off (dispatch_uri()). */
+static char query_too_long, target_too_long;
 
-void *dispatch_uri(char *uri)
+/* Whether *req_cls is one of dispatch_uri()'s marks, not a request. */
+static bool is_mark(const void *p)
 {
+    return p == &query_too_long || p == &target_too_long;
+}
+
+void *dispatch_uri(const struct req_server *srv, char *uri)
+{
+    const unsigned args_max = srv->limits.query_args_max;
     char *q = strchr(uri, '?');
     unsigned args = 1;
+    void *mark = &query_too_long;
 
-    if (!q)
+    if (strlen(uri) > srv->limits.target_max)
+        mark = &target_too_long;
+    else if (!q)
         return NULL;
-    for (const char *p = q + 1; *p && args <= QUERY_ARGS_MAX; p++)
-        args += *p == '&';
-    if (args <= QUERY_ARGS_MAX)
-        return NULL;
+    else {
+        for (const char *p = q + 1; *p && args <= args_max; p++)
+            args += *p == '&';
+        if (args <= args_max)
+            return NULL;
+    }
     /* The daemon splits the query off at this '?' (it found it before
      * calling): an empty string after it leaves nothing to parse. */
-    q[1] = '\0';
-    return &query_too_long;
+    if (q)
+        q[1] = '\0';
+    return mark;
 }
 
 /* What the daemon kept for conn when it was accepted, or NULL. */
@@ -213,19 +226,33 @@ enum MHD_Result dispatch_access(struct req_server *srv,
                                 void **req_cls)
 {
     struct request *req = *req_cls;
-    bool cut = req == (void *)&query_too_long;
+    void *mark = is_mark(req) ? (void *)req : NULL;
 
-    if (!req || cut) {
+    if (!req || mark) {
+        struct conn_info *info = conn_info_of(conn);
+        char msg[80];
+
         req = request_new(srv, conn, url, method, version);
         *req_cls = req;
-        if (cut) {
-            char msg[80];
-
-            snprintf(msg, sizeof(msg), "more than %d query arguments",
-                     QUERY_ARGS_MAX);
+        /* Refused heads are answered past the daemon's buffer, which
+         * may have no room left for a reply (reply_refuse()). */
+        if (mark == &query_too_long) {
+            snprintf(msg, sizeof(msg), "more than %u query arguments",
+                     srv->limits.query_args_max);
             req_error(req, ERR_URI_TOO_LONG, msg);
-            return reply_now(conn, req);
+            return reply_refuse(conn, req);
         }
+        if (mark == &target_too_long) {
+            snprintf(msg, sizeof(msg),
+                     "the request target is longer than %zu bytes",
+                     srv->limits.target_max);
+            req_error(req, ERR_URI_TOO_LONG, msg);
+            return reply_refuse(conn, req);
+        }
+        if (req_head_size_or_reply(
+                req, strlen(method) + (info ? info->target_len : strlen(url)) +
+                         strlen(version) + 4))
+            return reply_refuse(conn, req);
         if (req_protocol_or_reply(req))
             return reply_now(conn, req);
         if (declared_too_large(req)) {
@@ -266,7 +293,7 @@ void dispatch_completed(struct req_server *srv, void **req_cls)
 {
     struct request *req = *req_cls;
 
-    if (!req || req == (void *)&query_too_long)
+    if (!req || is_mark(req))
         return;
     if (req->parked)
         atomic_fetch_sub(&srv->parked, 1);

@@ -20,6 +20,7 @@
 struct conn_info {
     struct deadline_conn *deadline;
     uint64_t accept_ns; /* monotonic; 0 once its first request started */
+    size_t target_len;  /* the request target as sent, of the request read */
 };
 
 /*
@@ -35,21 +36,18 @@ enum MHD_Result dispatch_access(struct req_server *srv,
                                 const char *upload, size_t *upload_size,
                                 void **req_cls);
 
-/* More query arguments than any route takes; a request with more is
- * answered 414 URI_TOO_LONG. */
-#define QUERY_ARGS_MAX 64
-
 /*
  * libmicrohttpd's URI callback (MHD_OPTION_URI_LOG_CALLBACK), called with
  * a request's URI before the daemon splits off its query arguments, each
- * of which takes room in the connection's small memory pool: hundreds of
- * them exhaust it, and the daemon then cannot answer at all until the
- * connection times out. A query of more than QUERY_ARGS_MAX arguments is
- * cut off here (in the daemon's own buffer: nothing of it is parsed), and
- * the returned mark (the request's first *req_cls) has dispatch_access()
- * answer 414 at once. NULL otherwise.
+ * of which takes room in the connection's memory pool: hundreds of them
+ * exhaust it, and the daemon then cannot answer at all. A query of more
+ * than srv's limits.query_args_max arguments (more than any route takes),
+ * or a target longer than limits.target_max, is cut off here (in the
+ * daemon's own buffer: nothing of the query is parsed), and the returned
+ * mark (the request's first *req_cls) has dispatch_access() answer 414 at
+ * once. NULL otherwise.
  */
-void *dispatch_uri(char *uri);
+void *dispatch_uri(const struct req_server *srv, char *uri);
 
 /* The request of *req_cls is over (answered, or its connection gone):
  * count it if its reply was never queued, free it, clear *req_cls. */

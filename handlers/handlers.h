@@ -22,6 +22,12 @@ struct handlers_rate {
     uint32_t burst; /* >= 1 when per_s > 0 */
 };
 
+/* The request heads an operator may ask to be served, in bytes of request
+ * line and header lines (http_config.head_max). */
+#define HTTP_HEAD_LIMIT_MIN 2048
+#define HTTP_HEAD_LIMIT_MAX 32768
+#define HTTP_HEAD_LIMIT_DEFAULT 4096
+
 /* What the HTTP service is told (README, Configuration). */
 struct http_config {
     const char *bind;         /* IPv4 or IPv6 literal */
@@ -30,7 +36,12 @@ struct http_config {
     unsigned conn_timeout_s;  /* idle timeout and request deadline */
     unsigned max_conn;        /* open connections in all, >= threads */
     unsigned max_conn_per_ip; /* 0: no limit */
-    bool dev;                 /* echo login codes; POST /api/orders/{id}/pay */
+    /* The request line and header lines, in bytes, that a request may
+     * send and be served (HTTP_HEAD_LIMIT_MIN..HTTP_HEAD_LIMIT_MAX): the
+     * other limits of a head and each connection's buffer, its memory
+     * while idle, follow from it. */
+    unsigned head_max;
+    bool dev; /* echo login codes; POST /api/orders/{id}/pay */
     /* Abuse limits: */
     struct handlers_rate rate_user; /* per user token; admins are exempt */
     struct handlers_rate rate_ip;   /* per client address (IPv6: per /64) */
@@ -66,8 +77,8 @@ struct handlers_server;
 /*
  * Start listening and serving on cfg->threads threads, every request going
  * to sale. cfg and sale must outlive the server. Returns 0 and sets *out,
- * or -errno (-EINVAL for a bad bind address, -EADDRINUSE, ...) with a log
- * line.
+ * or -errno (-EINVAL for a bad bind address or a head_max out of its
+ * range, -EADDRINUSE, ...) with a log line.
  */
 int handlers_server_start(const struct http_config *cfg, struct sale *sale,
                           struct handlers_server **out);

@@ -24,6 +24,7 @@
 #include "common/util.h"
 #include "handlers/deadline.h"
 #include "handlers/dispatch.h"
+#include "handlers/protocol.h"
 #include "handlers/route.h"
 
 struct handlers_server {
@@ -148,10 +149,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)cls;
-    (void)conn;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn_info *info = ci ? ci->socket_context : NULL;
+    struct handlers_server *srv = cls;
+
+    /* Its length as sent, for the head's size (protocol.h). */
+    if (info)
+        info->target_len = strlen(uri);
     /* The daemon's own request buffer, writable: see dispatch_uri(). */
-    return dispatch_uri((char *)uri);
+    return dispatch_uri(&srv->shared, (char *)uri);
 }
 
 /* The bind address of cfg into ss; false when it is not an IP literal. */
@@ -189,8 +196,15 @@ int handlers_server_start(const struct http_config *cfg, struct sale *sale,
 
     if (!bind_address(cfg, &ss, &flags))
         return -EINVAL;
+    if (cfg->head_max < HTTP_HEAD_LIMIT_MIN ||
+        cfg->head_max > HTTP_HEAD_LIMIT_MAX) {
+        log_error("http server start failed", "head_max=%u range=%d..%d",
+                  cfg->head_max, HTTP_HEAD_LIMIT_MIN, HTTP_HEAD_LIMIT_MAX);
+        return -EINVAL;
+    }
     srv = xcalloc(1, sizeof(*srv));
     srv->shared.cfg = cfg;
+    srv->shared.limits = req_limits_of(cfg->head_max);
     srv->shared.sale = sale;
     /* The metrics' names of the routes, and of the requests of none. */
     srv->route_names = xcalloc(n + 1, sizeof(*srv->route_names));
@@ -201,7 +215,9 @@ int handlers_server_start(const struct http_config *cfg, struct sale *sale,
     srv->shared.routes = n + 1;
     srv->deadlines = deadlines_start(cfg->conn_timeout_s);
     /* MHD splits the connection limit between the threads of the pool;
-     * the per-address limit is counted over all of them. */
+     * the per-address limit is counted over all of them. Each connection
+     * has a buffer of limits.conn_memory for its request's head and its
+     * reply's (protocol.h), its resident memory while it is idle. */
     srv->daemon = MHD_start_daemon(
         flags, cfg->port, NULL, NULL, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
@@ -210,6 +226,7 @@ int handlers_server_start(const struct http_config *cfg, struct sale *sale,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_conn_per_ip,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->conn_timeout_s,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, srv->shared.limits.conn_memory,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED,

@@ -15,12 +15,12 @@
  *   - a header line without a colon: 400;
  *   - a Content-Length that is not a number: 400; one above 2^64-1: 413;
  *   - malformed chunked encoding: 400; a chunk size above 2^64-1: 413;
- *   - a request line or headers beyond its memory pool (32 KiB): 414 or
- *     431.
+ *   - a request line or headers beyond its memory pool (conn_memory in
+ *     struct req_limits, 8 KiB by default): 414 or 431.
  *
  * At its default strictness it accepts more than a server should, and
  * hands those requests on; req_protocol_or_reply() refuses them here (see
- * protocol.h for the list). README ("Malformed requests") says the same
+ * protocol.h for the list). docs/api.md ("Malformed requests") says the same
  * and tests/it/test_web.c checks both lists on the wire.
  *
  * It also reads a Content-Type by the same grammar (RFC 9110 5.6 and
@@ -34,6 +34,8 @@
 #include <string.h>
 #include <strings.h>
 #include <microhttpd.h>
+
+#include "handlers/request.h"
 
 /* What one pass over the request headers found. */
 struct header_scan {
@@ -215,6 +217,65 @@ bool req_media_type_is_json(const char *value)
         if (name_len == 7 && strncasecmp(name, "charset", 7) == 0 && !utf8)
             return false;
     }
+}
+
+struct req_limits req_limits_of(size_t head_max)
+{
+    struct req_limits l = {
+        .head_max = head_max,
+        .fields_max = (unsigned)(head_max / 128 + 16),
+        .target_max = head_max / 2,
+    };
+    size_t need;
+
+    l.query_args_max = l.fields_max / 2;
+    need = l.head_max + (size_t)l.fields_max * HTTP_FIELD_COST +
+           HTTP_REPLY_HEAD_MAX;
+    l.conn_memory = (need + 1023) / 1024 * 1024;
+    return l;
+}
+
+/* The bytes and the fields of a request's head (req_head_size_or_reply). */
+struct head_size {
+    size_t bytes;
+    unsigned fields;
+};
+
+static enum MHD_Result count_field(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    struct head_size *size = cls;
+
+    size->fields++;
+    if (kind != MHD_HEADER_KIND)
+        return MHD_YES; /* a query argument or cookie: in a line counted */
+    /* "name: value" and its line end; the daemon copies a Cookie. */
+    size->bytes += key_size + value_size + 4;
+    if (value && strcasecmp(key, MHD_HTTP_HEADER_COOKIE) == 0)
+        size->bytes += value_size;
+    return MHD_YES;
+}
+
+unsigned req_head_size_or_reply(struct request *req, size_t line_len)
+{
+    struct head_size size = {line_len + 2, 0}; /* and the empty line */
+    const struct req_limits *lim;
+    char msg[120];
+
+    if (!req->conn || !req->srv)
+        return 0;
+    lim = &req->srv->limits;
+    MHD_get_connection_values_n(
+        req->conn, MHD_HEADER_KIND | MHD_COOKIE_KIND | MHD_GET_ARGUMENT_KIND,
+        count_field, &size);
+    if (size.bytes <= lim->head_max && size.fields <= lim->fields_max)
+        return 0;
+    snprintf(msg, sizeof(msg),
+             "the request line and headers take at most %zu bytes in %u "
+             "fields (header lines, query arguments and cookies)",
+             lim->head_max, lim->fields_max);
+    return req_error(req, ERR_HEADERS_TOO_LARGE, msg);
 }
 
 /* Quote client text into a message: printable ASCII, at most 40 bytes. */

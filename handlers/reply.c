@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "common/metrics.h"
 #include "common/util.h"
@@ -102,4 +104,49 @@ enum MHD_Result reply_send(struct MHD_Connection *conn, struct request *req)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
     return queue_reply(conn, req, resp);
+}
+
+enum MHD_Result reply_refuse(struct MHD_Connection *conn, struct request *req)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    /* The statuses a refused head gets (the fuzz driver's fake
+     * libmicrohttpd has no table of reasons). */
+    const char *reason = req->status == 414 ? "URI Too Long"
+                         : req->status == 431
+                             ? "Request Header Fields Too Large"
+                             : "Bad Request";
+    char head[384], date[40];
+    struct tm tm;
+    time_t now = time(NULL);
+    char *text;
+    int n;
+
+    if (!ci || !req->reply)
+        return reply_send(conn, req);
+    text = json_dumps(req->reply, JSON_COMPACT);
+    if (!text)
+        abort(); /* only out of memory */
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    n = snprintf(head, sizeof(head),
+                 "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\n"
+                 "Content-Type: application/json\r\n"
+                 "Cache-Control: no-store\r\n"
+                 "X-Content-Type-Options: nosniff\r\n"
+                 "Content-Length: %zu\r\n\r\n",
+                 req->status, reason, date, strlen(text) + 1);
+    if (n > 0 && (size_t)n < sizeof(head)) {
+        size_t len = (size_t)n + strlen(text) + 1;
+        char *all = xmalloc(len + 1);
+
+        snprintf(all, len + 1, "%s%s\n", head, text);
+        (void)!send(ci->connect_fd, all, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        free(all);
+    }
+    free(text);
+    metrics_request_observe(req->route_id, req->status,
+                            req_now_ns() - req->start_ns);
+    req->observed = true;
+    return MHD_NO;
 }

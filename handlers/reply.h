@@ -17,4 +17,17 @@
  */
 enum MHD_Result reply_send(struct MHD_Connection *conn, struct request *req);
 
+/*
+ * Send req's error reply (JSON, "Connection: close") straight to conn's
+ * socket, count it, and return MHD_NO: the daemon closes the connection
+ * without a reply of its own. For a request whose head was refused
+ * (414, 431): the daemon builds a reply's headers in the connection's
+ * buffer, which such a head may have filled, and with no room left it
+ * would close the connection without a word. The socket has sent every
+ * earlier reply to the kernel, so one short write takes the whole reply
+ * (a client that reads nothing may miss it: it is closed either way).
+ * On a connection without a socket (the fuzz driver's) it is reply_send().
+ */
+enum MHD_Result reply_refuse(struct MHD_Connection *conn, struct request *req);
+
 #endif

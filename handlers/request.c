@@ -55,6 +55,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_URI_TOO_LONG] = {414, "URI_TOO_LONG",
                           "the request's URI is longer than this server "
                           "takes"},
+    [ERR_HEADERS_TOO_LARGE] = {431, "HEADERS_TOO_LARGE",
+                               "the request's headers are larger than "
+                               "this server takes"},
     [ERR_UNSUPPORTED_MEDIA_TYPE] = {415, "UNSUPPORTED_MEDIA_TYPE",
                                     "a request body must be sent as "
                                     "Content-Type: application/json"},

@@ -16,6 +16,7 @@
 #include "common/token.h"
 #include "handlers/errors.h"
 #include "handlers/handlers.h"
+#include "handlers/protocol.h"
 #include "sale/sale.h"
 
 /* Bodies above this are refused with 413 without reading them. */
@@ -43,6 +44,7 @@ struct req_header {
  * (http.c), it outlives them. */
 struct req_server {
     const struct http_config *cfg;
+    struct req_limits limits; /* of a request's head, from cfg->head_max */
     struct sale *sale;
     /* The names requests are counted under in the metrics: the route
      * table's patterns, and "unmatched" last (route_count() + 1 of them;

@@ -313,6 +313,7 @@ void fuzz_driver_init(void)
     memcpy(cfg.secret, fuzz_key, sizeof(cfg.secret));
     cfg.bind = "127.0.0.1";
     cfg.threads = 1;
+    cfg.head_max = HTTP_HEAD_LIMIT_DEFAULT;
     cfg.dev = true;
     cfg.cors_origins = FUZZ_CORS_ORIGINS;
     /* As the service's defaults: national numbers are Chinese ones. */
@@ -340,6 +341,7 @@ void fuzz_driver_init(void)
                      .poll_s = 1},
     };
     srv.cfg = &cfg;
+    srv.limits = req_limits_of(cfg.head_max);
     srv.sale = sale_new(&sc);
     verbose = getenv("FUZZ_VERBOSE") && *getenv("FUZZ_VERBOSE") == '1';
 }

@@ -23,7 +23,7 @@
 
 #include "tests/it/harness.h"
 
-enum { SRV_CORS, SRV_PLAIN, SRV_RATE, SRV_COUNT };
+enum { SRV_CORS, SRV_PLAIN, SRV_RATE, SRV_BIG_HEAD, SRV_SMALL_HEAD, SRV_COUNT };
 
 static struct it_server servers[SRV_COUNT];
 
@@ -38,13 +38,30 @@ static int group_setup(void **state)
     /* Per address: 1 a second, bursts of 3 (every test client is
      * 127.0.0.1). */
     static const char *const rate_env[] = {"SECKILL_RATE_IP=1,3", NULL};
+    /* An operator's larger request heads (behind a proxy adding cookies),
+     * and the smallest. */
+    static const char *const big_head_env[] = {
+        "SECKILL_CORS_ORIGINS=" ORIGIN_A ", " ORIGIN_B,
+        "SECKILL_HTTP_HEAD_MAX=8192", NULL};
+    static const char *const small_head_env[] = {
+        "SECKILL_CORS_ORIGINS=" ORIGIN_A ", " ORIGIN_B,
+        "SECKILL_HTTP_HEAD_MAX=2048", NULL};
+    static const struct {
+        const char *tag;
+        const char *const *env;
+    } start[SRV_COUNT] = {
+        [SRV_CORS] = {"web-cors", cors_env},
+        [SRV_PLAIN] = {"web-plain", plain_env},
+        [SRV_RATE] = {"web-rate", rate_env},
+        [SRV_BIG_HEAD] = {"web-big-head", big_head_env},
+        [SRV_SMALL_HEAD] = {"web-small-head", small_head_env},
+    };
     (void)state;
 
     it_init();
-    if (it_server_start(&servers[SRV_CORS], "web-cors", cors_env) != 0 ||
-        it_server_start(&servers[SRV_PLAIN], "web-plain", plain_env) != 0 ||
-        it_server_start(&servers[SRV_RATE], "web-rate", rate_env) != 0)
-        return -1;
+    for (int i = 0; i < SRV_COUNT; i++)
+        if (it_server_start(&servers[i], start[i].tag, start[i].env) != 0)
+            return -1;
     return 0;
 }
 
@@ -846,6 +863,268 @@ static void test_malformed_library(void **state)
     it_resp_free(&resp);
 }
 
+/*
+ * pad_head(buf, first, fields, size): a request head of exactly size
+ * bytes (request line, header lines and the empty line) that starts
+ * with first (its request line and headers, each ending "\r\n") and has
+ * fields header lines in all, the last an X-Pad filling it up.
+ */
+static char *pad_head(const char *first, int fields, size_t size)
+{
+    char *head = xcalloc(1, size + 1);
+    size_t len = strlen(first);
+    int have = 0;
+
+    memcpy(head, first, len);
+    for (const char *p = strchr(first, '\n'); p && p[1];
+         p = strchr(p + 1, '\n'))
+        have++; /* the lines after the request line */
+    for (int i = have; i < fields - 1; i++)
+        len += (size_t)sprintf(head + len, "X-F%d: v\r\n", i);
+    assert_true(len + 11 <= size);
+    len += (size_t)sprintf(head + len, "X-Pad: ");
+    memset(head + len, 'p', size - len - 4);
+    memcpy(head + size - 4, "\r\n\r\n", 4);
+    return head;
+}
+
+/*
+ * The limits of a request's head (docs/api.md, Malformed requests), as
+ * documented for a SECKILL_HTTP_HEAD_MAX: its bytes of request line and
+ * headers, the fields (header lines, query arguments, cookies), the
+ * target, the query arguments, and the connection's buffer.
+ */
+struct head_limits {
+    size_t head;
+    int fields;
+    size_t target;
+    int args;
+    size_t buffer;
+};
+
+/* The default, 4096; 8192; and the smallest, 2048. */
+static const struct head_limits head_default = {4096, 48, 2048, 24, 8192};
+static const struct head_limits head_8k = {8192, 80, 4096, 40, 14336};
+static const struct head_limits head_2k = {2048, 32, 1024, 16, 5120};
+
+/* GET /healthz with a head of exactly size bytes in fields header lines,
+ * the reply's status (0: none), closing the connection after it. */
+static long healthz_head(uint16_t port, int fields, size_t size)
+{
+    struct it_raw_resp raw;
+    char *head =
+        pad_head("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n",
+                 fields, size);
+    long status;
+
+    it_raw_request(port, head, strlen(head), 10000, &raw);
+    status = raw.status;
+    it_raw_resp_free(&raw);
+    free(head);
+    return status;
+}
+
+/*
+ * The request head an instance with limits lim takes: up to lim->head
+ * bytes of request line and headers in lim->fields fields, a target of up
+ * to lim->target bytes with lim->args query arguments (a browser behind a
+ * proxy, with its cookies, sends 2 to 4 KiB in 25 or more). Larger heads
+ * are answered at once, 431 HEADERS_TOO_LARGE or 414 URI_TOO_LONG in the
+ * JSON envelope stating the limits, and closed; beyond the connection's
+ * buffer the library answers its own 431 or 414 page. Every size in
+ * between gets one of those, never a closed connection without an answer
+ * (the library has no room left for a reply's headers near the buffer's
+ * end). cors and plain: an instance with CORS (for the largest reply, a
+ * preflight's) and one without, or the same one twice.
+ */
+static void check_head_limits(uint16_t cors, uint16_t plain,
+                              const struct head_limits *lim)
+{
+    struct it_raw_resp raw;
+    char *head, msg[160];
+
+    /* The largest head served, with the largest reply: a preflight. */
+    head = pad_head("OPTIONS /api/vouchers/1/seckill HTTP/1.1\r\nHost: t\r\n"
+                    "Connection: close\r\nOrigin: " ORIGIN_A "\r\n"
+                    "Access-Control-Request-Method: POST\r\n"
+                    "Access-Control-Request-Headers: authorization, "
+                    "content-type, seckill-pow, seckill-ticket\r\n",
+                    lim->fields, lim->head);
+    it_raw_request(cors, head, strlen(head), 10000, &raw);
+    if (raw.status != 204)
+        print_error("%zu-byte preflight: %.300s\n", lim->head, raw.text);
+    assert_int_equal(raw.status, 204);
+    assert_non_null(strcasestr(raw.text, "Access-Control-Allow-Headers:"));
+    it_raw_resp_free(&raw);
+    free(head);
+    assert_int_equal(200, healthz_head(plain, lim->fields, lim->head));
+    {
+        /* The most query arguments, the rest of the fields headers. */
+        char first[1024];
+        size_t len = (size_t)snprintf(first, sizeof(first), "GET /healthz?");
+
+        for (int a = 0; a < lim->args; a++)
+            len += (size_t)snprintf(first + len, sizeof(first) - len, "%sa%d=1",
+                                    a ? "&" : "", a);
+        snprintf(first + len, sizeof(first) - len,
+                 " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+        head = pad_head(first, lim->fields - lim->args, lim->head);
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        assert_int_equal(raw.status, 200);
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+
+    /* One byte more, one field more (a header, a query argument), a
+     * Cookie of half the limit in a head of three quarters (counted
+     * twice, it is over). */
+    size_t cookie_len = lim->head / 2;
+    char *cookie = xcalloc(1, cookie_len + 64);
+    size_t clen = (size_t)sprintf(
+        cookie, "GET /healthz HTTP/1.1\r\nHost: t\r\nCookie: a=1; b=2; c=");
+    memset(cookie + clen, '7', cookie_len);
+    memcpy(cookie + clen + cookie_len, "\r\n", 3);
+    const size_t few = (size_t)lim->fields * 12 + 200;
+    const struct {
+        const char *first;
+        int fields;
+        size_t size;
+    } over[] = {
+        {"GET /healthz HTTP/1.1\r\nHost: t\r\n", lim->fields, lim->head + 1},
+        {"GET /healthz HTTP/1.1\r\nHost: t\r\n", lim->fields + 1, few},
+        {"GET /healthz?a=1 HTTP/1.1\r\nHost: t\r\n", lim->fields, few},
+        {cookie, 6, lim->head * 3 / 4},
+    };
+    snprintf(msg, sizeof(msg), "at most %zu bytes in %d fields", lim->head,
+             lim->fields);
+    for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++) {
+        head = pad_head(over[i].first, over[i].fields, over[i].size);
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if (raw.status != 431 || !raw.closed)
+            print_error("head %zu: closed %d %.300s\n", i, raw.closed,
+                        raw.text);
+        it_raw_assert_error(&raw, 431, "HEADERS_TOO_LARGE");
+        assert_true(raw.closed);
+        assert_non_null(
+            strcasestr(raw.text, "\r\nContent-Type: application/json"));
+        assert_non_null(strstr(raw.body, msg));
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+    free(cookie);
+
+    /* The target: lim->target bytes are routed (a 404 here), one more is
+     * not; nor lim->args + 1 query arguments. */
+    char *target = xcalloc(1, lim->target + 2), *req;
+    memset(target, 'a', lim->target + 1);
+    memcpy(target, "/x", 2);
+    target[lim->target] = '\0';
+    req = xasprintf("GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                    target);
+    it_raw_request(plain, req, strlen(req), 10000, &raw);
+    it_raw_assert_error(&raw, 404, "NOT_FOUND");
+    it_raw_resp_free(&raw);
+    free(req);
+    target[lim->target] = 'a';
+    req = xasprintf("GET %s HTTP/1.1\r\nHost: t\r\n\r\n", target);
+    it_raw_request(plain, req, strlen(req), 10000, &raw);
+    it_raw_assert_error(&raw, 414, "URI_TOO_LONG");
+    assert_true(raw.closed);
+    snprintf(msg, sizeof(msg), "longer than %zu bytes", lim->target);
+    assert_non_null(strstr(raw.body, msg));
+    it_raw_resp_free(&raw);
+    free(req);
+    free(target);
+    {
+        char first[1024];
+        size_t len = (size_t)snprintf(first, sizeof(first), "GET /healthz?");
+
+        for (int a = 0; a <= lim->args; a++)
+            len += (size_t)snprintf(first + len, sizeof(first) - len, "%sa%d=1",
+                                    a ? "&" : "", a);
+        snprintf(first + len, sizeof(first) - len,
+                 " HTTP/1.1\r\nHost: t\r\n\r\n");
+        it_raw_request(plain, first, strlen(first), 10000, &raw);
+        it_raw_assert_error(&raw, 414, "URI_TOO_LONG");
+        snprintf(msg, sizeof(msg), "more than %d query arguments", lim->args);
+        assert_non_null(strstr(raw.body, msg));
+        it_raw_resp_free(&raw);
+    }
+
+    /* Every size from the limit to past the buffer: 431, then. */
+    for (size_t size = lim->head + 1; size <= lim->buffer + 1000; size += 127) {
+        head = pad_head("GET /healthz HTTP/1.1\r\nHost: t\r\n", 3, size);
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if (raw.status != 431 || !raw.closed)
+            print_error("a head of %zu bytes: closed %d %.300s\n", size,
+                        raw.closed, raw.text);
+        assert_int_equal(raw.status, 431);
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+    for (size_t size = lim->target + 1; size <= lim->buffer + 1000;
+         size += 127) {
+        head = xcalloc(1, size + 64);
+        sprintf(head, "GET /");
+        memset(head + 5, 'a', size - 1);
+        strcpy(head + 4 + size, " HTTP/1.1\r\nHost: t\r\n\r\n");
+        it_raw_request(plain, head, strlen(head), 10000, &raw);
+        if ((raw.status != 414 && raw.status != 431) || !raw.closed)
+            print_error("a target of %zu bytes: closed %d %.300s\n", size,
+                        raw.closed, raw.text);
+        assert_true(raw.status == 414 || raw.status == 431);
+        it_raw_resp_free(&raw);
+        free(head);
+    }
+}
+
+/* The default limits (SECKILL_HTTP_HEAD_MAX unset). */
+static void test_request_head_limits(void **state)
+{
+    struct it_resp resp;
+    (void)state;
+
+    check_head_limits(servers[SRV_CORS].port, servers[SRV_PLAIN].port,
+                      &head_default);
+    /* The server is fine afterwards. */
+    get(&servers[SRV_PLAIN], "/healthz", NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
+/* SECKILL_HTTP_HEAD_MAX=8192: a head the default refuses is served, and
+ * the limits that follow from it hold. */
+static void test_request_head_limits_raised(void **state)
+{
+    const uint16_t big = servers[SRV_BIG_HEAD].port;
+    struct it_resp resp;
+    (void)state;
+
+    assert_int_equal(431, healthz_head(servers[SRV_PLAIN].port, 20, 6000));
+    assert_int_equal(200, healthz_head(big, 20, 6000));
+    check_head_limits(big, big, &head_8k);
+    get(&servers[SRV_BIG_HEAD], "/healthz", NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
+/* SECKILL_HTTP_HEAD_MAX=2048, the smallest: a head the default serves is
+ * refused, and the smaller buffer still holds the largest head it takes
+ * with its reply. */
+static void test_request_head_limits_lowered(void **state)
+{
+    const uint16_t small = servers[SRV_SMALL_HEAD].port;
+    struct it_resp resp;
+    (void)state;
+
+    assert_int_equal(200, healthz_head(servers[SRV_PLAIN].port, 20, 3000));
+    assert_int_equal(431, healthz_head(small, 20, 3000));
+    check_head_limits(small, small, &head_2k);
+    get(&servers[SRV_SMALL_HEAD], "/healthz", NULL, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
 /* API answers, with a user's data or not, errors too, are never cached
  * and never sniffed; the pages' files are not sniffed either. */
 static void test_api_not_cached(void **state)
@@ -889,6 +1168,9 @@ int main(void)
         cmocka_unit_test(test_cors_text_plain_post_refused),
         cmocka_unit_test(test_malformed_json),
         cmocka_unit_test(test_malformed_library),
+        cmocka_unit_test(test_request_head_limits),
+        cmocka_unit_test(test_request_head_limits_raised),
+        cmocka_unit_test(test_request_head_limits_lowered),
         cmocka_unit_test(test_api_not_cached),
     };
 

@@ -406,6 +406,7 @@ static void test_limits_defaults(void **state)
     assert_int_equal(c.http.conn_timeout_s, 30);
     assert_int_equal(c.http.max_conn, 60000);
     assert_int_equal(c.http.max_conn_per_ip, 0);
+    assert_int_equal(c.http.head_max, 4096);
     config_free(&c);
 }
 
@@ -417,6 +418,7 @@ static void test_limits_values(void **state)
 
     setenv("SECKILL_RATE_IP", "100,200", 1);
     setenv("SECKILL_MAX_CONN_PER_IP", "256", 1);
+    setenv("SECKILL_HTTP_HEAD_MAX", "8192", 1);
     assert_int_equal(parse(&c, err, 9, "--rate-user=0.5,3", "--conn-timeout-s",
                            "5", "--max-conn", "1000", "--threads", "4",
                            "--rate-ip=0"),
@@ -429,6 +431,10 @@ static void test_limits_values(void **state)
     assert_int_equal(c.http.conn_timeout_s, 5);
     assert_int_equal(c.http.max_conn, 1000);
     assert_int_equal(c.http.max_conn_per_ip, 256);
+    assert_int_equal(c.http.head_max, 8192);
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "--http-head-max=32768"), 0);
+    assert_int_equal(c.http.head_max, 32768);
     config_free(&c);
 
     setenv("SECKILL_RATE_USER", "0", 1);
@@ -443,18 +449,19 @@ static void test_limits_bad_values(void **state)
     static const struct {
         const char *var, *val;
     } cases[] = {
-        {"SECKILL_RATE_USER", ""},         {"SECKILL_RATE_USER", "20"},
-        {"SECKILL_RATE_USER", "20,"},      {"SECKILL_RATE_USER", ",40"},
-        {"SECKILL_RATE_USER", "20,0"},     {"SECKILL_RATE_USER", "0,40"},
-        {"SECKILL_RATE_USER", "-1,40"},    {"SECKILL_RATE_USER", " 20,40"},
-        {"SECKILL_RATE_USER", "inf,40"},   {"SECKILL_RATE_USER", "nan,40"},
-        {"SECKILL_RATE_USER", "20,40,60"}, {"SECKILL_RATE_USER", "20/s,40"},
-        {"SECKILL_RATE_USER", "0.0001,1"}, {"SECKILL_RATE_USER", "2000000,1"},
-        {"SECKILL_RATE_IP", "1,1000001"},  {"SECKILL_RATE_IP", "off"},
-        {"SECKILL_CONN_TIMEOUT_S", "0"},   {"SECKILL_CONN_TIMEOUT_S", "3601"},
-        {"SECKILL_CONN_TIMEOUT_S", "1s"},  {"SECKILL_MAX_CONN", "0"},
-        {"SECKILL_MAX_CONN", "1000001"},   {"SECKILL_MAX_CONN_PER_IP", "-1"},
-        {"SECKILL_MAX_CONN_PER_IP", "x"},
+        {"SECKILL_RATE_USER", ""},          {"SECKILL_RATE_USER", "20"},
+        {"SECKILL_RATE_USER", "20,"},       {"SECKILL_RATE_USER", ",40"},
+        {"SECKILL_RATE_USER", "20,0"},      {"SECKILL_RATE_USER", "0,40"},
+        {"SECKILL_RATE_USER", "-1,40"},     {"SECKILL_RATE_USER", " 20,40"},
+        {"SECKILL_RATE_USER", "inf,40"},    {"SECKILL_RATE_USER", "nan,40"},
+        {"SECKILL_RATE_USER", "20,40,60"},  {"SECKILL_RATE_USER", "20/s,40"},
+        {"SECKILL_RATE_USER", "0.0001,1"},  {"SECKILL_RATE_USER", "2000000,1"},
+        {"SECKILL_RATE_IP", "1,1000001"},   {"SECKILL_RATE_IP", "off"},
+        {"SECKILL_CONN_TIMEOUT_S", "0"},    {"SECKILL_CONN_TIMEOUT_S", "3601"},
+        {"SECKILL_CONN_TIMEOUT_S", "1s"},   {"SECKILL_MAX_CONN", "0"},
+        {"SECKILL_MAX_CONN", "1000001"},    {"SECKILL_MAX_CONN_PER_IP", "-1"},
+        {"SECKILL_MAX_CONN_PER_IP", "x"},   {"SECKILL_HTTP_HEAD_MAX", "2047"},
+        {"SECKILL_HTTP_HEAD_MAX", "32769"}, {"SECKILL_HTTP_HEAD_MAX", "4k"},
     };
     struct config c;
     char err[256];

@@ -305,7 +305,12 @@ export function describeError(res) {
                 tone: "bad",
             };
         case "URI_TOO_LONG":
-            return { text: "Refused: the page sent an address with too many parameters.", tone: "bad" };
+            return { text: "Refused: the page sent an address that is too long or has too many parameters.", tone: "bad" };
+        case "HEADERS_TOO_LARGE":
+            return {
+                text: "Refused: the browser sent more headers (cookies, extensions' additions) than the server takes. Clear this site's cookies and try again.",
+                tone: "bad",
+            };
         case "POW_UNSOLVED":
             // The page's own: the worker found no answer or could not run.
             return {
