@@ -224,6 +224,46 @@ run_wrk() {
     [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
 }
 
+# cpu_ticks PID: utime + stime of the process (all threads), in ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# ctx_switches PID: voluntary + involuntary, summed over its threads.
+ctx_switches() {
+    cat /proc/"$1"/task/*/status 2>/dev/null |
+        awk '/^(non)?voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'
+}
+
+# profile_measure NAME PID PORT SECONDS: what a purchase costs the
+# instance PID on PORT while 256 connections buy from it alone: a 2 s
+# warm-up on one voucher (connections, id blocks), then SECONDS on a
+# fresh one (every buyer new to it), the instance's user + system CPU
+# time and its threads' context switches read from /proc before and
+# after. Prints "purchases/s cpu_us_per_purchase switches_per_purchase
+# cores_busy"; the runs' reports are $RAW/warm-NAME.json and
+# $RAW/profile-NAME.json, the measured voucher's id in
+# $RAW/profile-NAME.voucher. Needs ensure_users of SECONDS * 60000 or so.
+profile_measure() {
+    local name=$1 pid=$2 port=$3 secs=$4 v c0 c1 s0 s1
+    v=$(VOUCHER_PORT=$port new_voucher 2000000)
+    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
+        BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/warm-$name.json \
+        wrk -t2 -c256 -d2s --timeout 10s -s "$LUA" "http://127.0.0.1:$port/" >/dev/null 2>&1
+    v=$(VOUCHER_PORT=$port new_voucher 2000000)
+    echo "$v" >"$RAW/profile-$name.voucher"
+    c0=$(cpu_ticks "$pid")
+    s0=$(ctx_switches "$pid")
+    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
+        BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/profile-$name.json \
+        wrk -t2 -c256 -d"${secs}s" --timeout 10s --latency -s "$LUA" \
+        "http://127.0.0.1:$port/" >"$RAW/profile-$name.txt" 2>&1
+    c1=$(cpu_ticks "$pid")
+    s1=$(ctx_switches "$pid")
+    awk -v ok="$(j "$RAW/profile-$name.json" .ok)" \
+        -v d="$(j "$RAW/profile-$name.json" .duration_s)" -v c="$((c1 - c0))" \
+        -v hz="$(getconf CLK_TCK)" -v s="$((s1 - s0))" 'BEGIN {
+            if (ok < 1) ok = 1
+            printf "%.0f %.1f %.2f %.3f\n", ok / d, c / hz * 1e6 / ok, s / ok, c / hz / d }'
+}
+
 # hol_probe NAME [PORT]: 200 GET /healthz to the instance on PORT (default
 # PORT, instance A) one at a time, each on a fresh connection, in the
 # background; their times (ms) go to $RAW/NAME.ms. Sets HOL_PID.

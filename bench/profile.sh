@@ -29,15 +29,6 @@ LUA=$ROOT/bench/wrk/buy.lua
 specs=("$@")
 ((${#specs[@]})) || specs=("current=$BIN")
 ensure_users $((SECS * 60000))
-HZ=$(getconf CLK_TCK)
-
-# cpu_ticks PID: utime + stime of the process (all threads), in ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# ctx_switches PID: voluntary + involuntary, summed over its threads.
-ctx_switches() {
-    cat /proc/"$1"/task/*/status 2>/dev/null |
-        awk '/^(non)?voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'
-}
 
 rows=()
 for spec in "${specs[@]}"; do
@@ -54,25 +45,8 @@ for spec in "${specs[@]}"; do
     )
     pid=$(cat "$WORK/profile.pid")
     PIDS+=("$pid")
-    v=$(new_voucher 2000000)
-    # A short warm-up (connections, id blocks), then the measured run.
-    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
-        BUY_HOSTS=127.0.0.1:$PORT,127.0.0.1:$PORT BUY_REPORT=$RAW/warm-$label.json \
-        wrk -t2 -c256 -d2s --timeout 10s -s "$LUA" "http://127.0.0.1:$PORT/" >/dev/null 2>&1
-    c0=$(cpu_ticks "$pid")
-    s0=$(ctx_switches "$pid")
-    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
-        BUY_HOSTS=127.0.0.1:$PORT,127.0.0.1:$PORT BUY_REPORT=$RAW/profile-$label.json \
-        wrk -t2 -c256 -d"${SECS}s" --timeout 10s --latency -s "$LUA" \
-        "http://127.0.0.1:$PORT/" >"$RAW/profile-$label.txt" 2>&1
-    c1=$(cpu_ticks "$pid")
-    s1=$(ctx_switches "$pid")
-    ok=$(j "$RAW/profile-$label.json" .ok)
-    dur=$(j "$RAW/profile-$label.json" .duration_s)
-    row=$(awk -v ok="$ok" -v d="$dur" -v c="$((c1 - c0))" -v hz="$HZ" \
-        -v s="$((s1 - s0))" -v l="$label" -v e="${extra:-defaults}" 'BEGIN {
-            printf "| %s | %s | %.0f | %.1f | %.2f | %.3f |", l, e, ok / d,
-                c / hz * 1e6 / ok, s / ok, c / hz / d }')
+    read -r rate cpu_us cs busy < <(profile_measure "$label" "$pid" "$PORT" "$SECS")
+    row="| $label | ${extra:-defaults} | $rate | $cpu_us | $cs | $busy |"
     rows+=("$row")
     say "profile $label: $row"
     kill -TERM "$pid"

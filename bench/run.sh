@@ -38,6 +38,10 @@
 #      static file: nginx refuses POST to a file), BENCH_ROUNDS times
 #      BENCH_SOLDOUT_SECONDS each; the round with the median ratio counts:
 #      rejections/s, p50/p99.
+#  4b. CPU per purchase: instance A alone (B idles) at 256 connections
+#      for BENCH_PROFILE_SECONDS (10) after a 2 s warm-up, its CPU time
+#      and context switches from /proc (make bench-profile's measurement,
+#      profile_measure in bench/lib.sh): CPU microseconds per purchase.
 #   5. lifecycle: two more instances (ports +2, +3) with
 #      SECKILL_PAY_TIMEOUT_S=BENCH_PAY_TIMEOUT_S (5) and a payment key; a
 #      voucher of BENCH_LIFE_STOCK (15000: sold out within seconds, so
@@ -90,8 +94,12 @@
 # each tool's output, the instances' logs), and ends with
 #   bench-ratios selling=<x> soldout=<y> rss_mib=<z> hol_p99_ms=<w>
 #                async_accept=<a> async_drain=<d> pay_storm=<p>
-#                crowd_rss_mib=<m> crowd_hol_p99_ms=<h>
+#                crowd_rss_mib=<m> crowd_hol_p99_ms=<h> selling_best=<b>
+#                cpu_us=<u>
 # selling = purchases/s of the 256 selling phase / sysbench at 256 threads;
+# selling_best = the same purchases/s / sysbench's best rate at any of its
+# thread counts (16, 64, 256); cpu_us = CPU microseconds per purchase of
+# phase 4b;
 # soldout = rejections/s at 256 / nginx at 256; rss_mib = VmHWM of one
 # instance after 1,024 connections; async_accept = 202s/s / the raw
 # script's calls/s; async_drain = orders/s written by the writers / the
@@ -103,6 +111,7 @@
 # Environment (defaults; BENCH_QUICK=1 shortens them all for a smoke run of
 # about two minutes): BENCH_CELL_SECONDS (6), BENCH_SELL_SECONDS (22),
 # BENCH_CALIBRATE_SECONDS (4), BENCH_SOLDOUT_SECONDS (4), BENCH_ROUNDS (3),
+# BENCH_PROFILE_SECONDS (10),
 # BENCH_RAW_SECONDS (6), BENCH_USERS (200000), BENCH_STOCK (a fixed selling
 # stock), BENCH_CONNS (the scaling connections; keep 64, 256 and 1024 in
 # it), BENCH_PORT (17180), BENCH_KEEP=1 (keep the bench's vouchers and
@@ -119,10 +128,10 @@ SB_LUA=$ROOT/bench/sysbench/purchase.lua
 
 if [[ ${BENCH_QUICK:-0} == 1 ]]; then
     d_cell=2 d_sell=4 d_soldout=2 d_raw=3 d_users=50000 d_cal=2 d_life=8
-    d_async=20000 d_drain=20000
+    d_async=20000 d_drain=20000 d_profile=4
 else
     d_cell=6 d_sell=22 d_soldout=4 d_raw=6 d_users=200000 d_cal=4 d_life=15
-    d_async=200000 d_drain=100000
+    d_async=200000 d_drain=100000 d_profile=10
 fi
 ASYNC_STOCK=${BENCH_ASYNC_STOCK:-$d_async}
 DRAIN_ORDERS=${BENCH_ASYNC_DRAIN:-$d_drain}
@@ -133,6 +142,7 @@ CELL=${BENCH_CELL_SECONDS:-$d_cell}
 SELL=${BENCH_SELL_SECONDS:-$d_sell}
 CAL=${BENCH_CALIBRATE_SECONDS:-$d_cal}
 SOLDOUT=${BENCH_SOLDOUT_SECONDS:-$d_soldout}
+PROFILE_SECS=${BENCH_PROFILE_SECONDS:-$d_profile}
 RAWS=${BENCH_RAW_SECONDS:-$d_raw}
 ROUNDS=${BENCH_ROUNDS:-3}
 USERS=${BENCH_USERS:-$d_users}
@@ -447,6 +457,14 @@ NG_P50=$(j "$f" .p50_ms)
 NG_P99=$(j "$f" .p99_ms)
 say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50 ms, p99 $SO_P99 ms, other replies $SO_ERR; nginx $NG_RATE requests/s, p50 $NG_P50 ms, p99 $NG_P99 ms"
 
+# ---- 4b. CPU per purchase: make bench-profile's measurement ----
+
+# Instance A alone (B idles) at 256 connections for PROFILE_SECS.
+ensure_users $((PROFILE_SECS * 60000))
+read -r PROF_RATE CPU_US PROF_CS PROF_BUSY < <(profile_measure cpu "$PID_A" "$PORT" "$PROFILE_SECS")
+check_voucher cpu "$(cat "$RAW/profile-cpu.voucher")" 2000000 "$(j "$RAW/profile-cpu.json" .ok)"
+say "cpu per purchase: instance A alone, 256 connections: $PROF_RATE purchases/s, $CPU_US us of CPU and $PROF_CS context switches a purchase ($PROF_BUSY cores busy)"
+
 # ---- 5. lifecycle: buyers who never pay ----
 
 # Two more instances with a short pay timeout (the default of 15 minutes
@@ -755,6 +773,8 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson open "$OPEN_CONNS" \
     --argjson sr "$SELLING_RATIO" --argjson sor "$SOLDOUT_RATIO" \
     --argjson srb "$SELLING_BEST_RATIO" --argjson sbb "$SB_BEST" --argjson sbbc "$SB_BEST_C" \
+    --argjson cpu_us "$CPU_US" --argjson prof_rate "$PROF_RATE" --argjson prof_cs "$PROF_CS" \
+    --argjson prof_busy "$PROF_BUSY" --argjson prof_secs "$PROFILE_SECS" \
     --argjson broken "$BROKEN" \
     --argjson life_timeout "$LIFE_TIMEOUT" --argjson life_secs "$LIFE_SECONDS" \
     --argjson life_stock "$LIFE_STOCK" --argjson life_ok "$(j "$RAW/lifecycle-c256.json" .ok)" \
@@ -805,13 +825,17 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
+      cpu_per_purchase: {instances: 1, connections: 256, seconds: $prof_secs,
+                         purchases_per_s: $prof_rate, cpu_us: $cpu_us,
+                         context_switches: $prof_cs, cores_busy: $prof_busy},
       crowd: $crowd,
       pay_storm: $paystorm[0],
       invariants: $inv, invariants_ok: ($broken == 0),
       ratios: {selling: $sr, soldout: $sor, rss_mib: $hwm, hol_p99_ms: $hol_p99,
                crowd_rss_mib: $crowd.rss_mib_at_50000,
                crowd_hol_p99_ms: $crowd.healthz_ms.with_crowd.p99,
-               selling_vs_best_sysbench: $srb, best_sysbench_per_s: $sbb,
+               selling_vs_best_sysbench: $srb, selling_best: $srb,
+               cpu_us: $cpu_us, best_sysbench_per_s: $sbb,
                best_sysbench_threads: $sbbc,
                async_accept: $aar, async_drain: $adr, pay_storm: $psr}}' >"$OUT/results.json"
 
@@ -835,6 +859,8 @@ table() {
     printf '| Redis per purchase (acquire + id + release), 256 clients | | %s /s (%s, %s, %s) | %s |\n' \
         "$RB_PURCHASE" "${rb_rate[lock_acquire]}" "${rb_rate[order_id]}" "${rb_rate[lock_release]}" \
         "$(ratio "${sell_rate[256]}" "$RB_PURCHASE")"
+    printf '| CPU per purchase, 1 instance alone at 256 conns: us (purchases/s, switches a purchase) | %s | %s/s, %s | target <= 20 |\n' \
+        "$CPU_US" "$PROF_RATE" "$PROF_CS"
     printf '| memory: VmHWM of one instance after 1,024 conns, MiB | %s | target < 64 | |\n' "$RSS_MIB"
     printf '| GET /healthz during the 256 crowd: p50 / p99 / max ms | %s / %s / %s | no crowd: %s / %s / %s | target p99 <= 10 |\n' \
         "$HOL_P50" "$HOL_P99" "$HOL_MAX" "$HOL_IDLE_P50" "$HOL_IDLE_P99" "$HOL_IDLE_MAX"
@@ -886,5 +912,5 @@ table() {
 table | tee "$OUT/summary.md"
 echo
 echo "bench: results in ${OUT#"$ROOT"/}/ (summary.md, results.json, scaling.png)"
-echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99"
+echo "bench-ratios selling=$SELLING_RATIO soldout=$SOLDOUT_RATIO rss_mib=$RSS_MIB hol_p99_ms=$HOL_P99 async_accept=$ASYNC_ACCEPT_RATIO async_drain=$ASYNC_DRAIN_RATIO pay_storm=$PAY_STORM_RATIO crowd_rss_mib=$CROWD_RSS_MIB crowd_hol_p99_ms=$CROWD_HOL_P99 selling_best=$SELLING_BEST_RATIO cpu_us=$CPU_US"
 ((BROKEN == 0)) || { echo "bench: an invariant is broken (see raw/invariants-*.json)" >&2; exit 1; }
