@@ -638,6 +638,7 @@ run_wrk async-c256 256 120 "127.0.0.1:$ASYNC_PORT_E,127.0.0.1:$ASYNC_PORT_F" \
 t_end=$(date +%s%3N)
 f=$RAW/async-c256.json
 ACC_OK=$(j "$f" .ok)
+ACC_BUSY=$(j "$f" .busy)
 ACC_SECS=$(j "$f" .sold_out_after_s)
 ACC_RATE=$(awk -v s="$ASYNC_STOCK" -v t="$ACC_SECS" 'BEGIN { if (t > 0) printf "%.0f", s / t; else print 0 }')
 ACC_LAG=-1
@@ -659,7 +660,7 @@ for v in "$DRAIN_V" "$ACC_V"; do
     fi
 done
 ASYNC_ACCEPT_RATIO=$(ratio "$ACC_RATE" "$AR_RAW")
-say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms; last order in MySQL $ACC_LAG ms after the last 202"
+say "async accept: $ACC_OK accepted (202) in $ACC_SECS s: $ACC_RATE/s, p50 $(j "$f" .p50_ms) ms, p99 $(j "$f" .p99_ms) ms, $ACC_BUSY refused 429 BUSY; last order in MySQL $ACC_LAG ms after the last 202"
 
 # ---- 7. pay storm: every buyer pays at once ----
 
@@ -789,6 +790,7 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
     --argjson ar_raw "$AR_RAW" --argjson drain_n "$DRAIN_ORDERS" --argjson drain_ms "$DRAIN_MS" \
     --argjson drain_rate "$DRAIN_RATE" --argjson acc_stock "$ASYNC_STOCK" --argjson acc_ok "$ACC_OK" \
     --argjson acc_secs "$ACC_SECS" --argjson acc_rate "$ACC_RATE" --argjson acc_lag "$ACC_LAG" \
+    --argjson acc_busy "$ACC_BUSY" \
     --argjson acc_p50 "$(j "$RAW/async-c256.json" .p50_ms)" --argjson acc_p99 "$(j "$RAW/async-c256.json" .p99_ms)" \
     --argjson aar "$ASYNC_ACCEPT_RATIO" --argjson adr "$ASYNC_DRAIN_RATIO" \
     --argjson crowd "$CROWD_JSON" \
@@ -821,7 +823,8 @@ jq -n --arg run "$RUN_ID" --arg commit "$commit" \
               drain: {orders: $drain_n, ms: $drain_ms, orders_per_s: $drain_rate},
               accept: {connections: 256, stock: $acc_stock, accepted_202: $acc_ok,
                        seconds: $acc_secs, per_s: $acc_rate, p50_ms: $acc_p50,
-                       p99_ms: $acc_p99, last_202_to_last_order_ms: $acc_lag}},
+                       p99_ms: $acc_p99, last_202_to_last_order_ms: $acc_lag,
+                       busy_429: $acc_busy}},
       head_of_line: {probe: "200 x GET /healthz, a fresh connection each, one at a time",
                      during_256_crowd: {p50_ms: $hol_p50, p99_ms: $hol_p99, max_ms: $hol_max},
                      no_crowd: {p50_ms: $hol_i50, p99_ms: $hol_i99, max_ms: $hol_imax}},
@@ -876,8 +879,8 @@ table() {
     fi
     printf '| async accept, 256 conns, 2 instances: 202s/s (%s in %s s) | %s | the purchase script alone, 256 clients: %s calls/s | %s |\n' \
         "$ASYNC_STOCK" "$ACC_SECS" "$ACC_RATE" "$AR_RAW" "$ASYNC_ACCEPT_RATIO"
-    printf '| async accept: p50 / p99 ms; last 202 to last order in MySQL | %s / %s; %s ms | Redis: appendfsync always | |\n' \
-        "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_LAG"
+    printf '| async accept: p50 / p99 ms; 429 BUSY; last 202 to last order in MySQL | %s / %s; %s; %s ms | Redis: appendfsync always | |\n' \
+        "$(j "$RAW/async-c256.json" .p50_ms)" "$(j "$RAW/async-c256.json" .p99_ms)" "$ACC_BUSY" "$ACC_LAG"
     printf '| async drain: orders/s into MySQL (%s waiting, %s ms) | %s | best sysbench: %s tx/s | %s |\n' \
         "$DRAIN_ORDERS" "$DRAIN_MS" "$DRAIN_RATE" "$SB_BEST" "$ASYNC_DRAIN_RATIO"
     printf '| pay storm: payments/s, every buyer of %s units at once | %s | the sale before: %s purchases/s | %s |\n' \
