@@ -1,0 +1,549 @@
+/*
+ * test_redis_cluster.c - the cluster routing (common/redis_cluster.h)
+ * against a real Redis Cluster of three primaries and three replicas on
+ * loopback (scripts/redis-cluster.sh; make test-cluster starts it): keys
+ * on every primary, a script on hash-tagged keys, a slot moved by hand
+ * (ASK while it moves, TRYAGAIN for a multi-key command split by the
+ * move, MOVED once it has moved), a pipelined batch over every primary,
+ * and a primary killed (its replica takes over; the map is asked for
+ * again).
+ *
+ * The nodes listen on SECKILL_REDIS_CLUSTER_PORT (17001) to that plus 5.
+ * Each test checks what it routed by asking the owning node directly.
+ * Not part of make test: make test-cluster.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/redis.h"
+#include "common/redis_cluster.h"
+#include "common/redis_slot.h"
+#include "common/util.h"
+
+#define NODES 6
+#define BUDGET_MS 2000
+/* A failover: the node timeout (2 s) and an election, with room. */
+#define FAILOVER_BUDGET_MS 20000
+
+static unsigned base_port;
+
+static void ports_init(void)
+{
+    const char *p = getenv("SECKILL_REDIS_CLUSTER_PORT");
+
+    base_port = p && *p ? (unsigned)strtoul(p, NULL, 10) : 17001;
+}
+
+/* A client seeded with the first three nodes. */
+static struct redis_cluster *client(void)
+{
+    struct redis_server seeds[3];
+
+    memset(seeds, 0, sizeof(seeds));
+    for (int i = 0; i < 3; i++) {
+        seeds[i].host = "127.0.0.1";
+        seeds[i].port = base_port + (unsigned)i;
+    }
+    return redis_cluster_new(seeds, 3, 1000, 1000, "it");
+}
+
+/* A direct connection to a node (asserts). */
+static redisContext *direct(unsigned port)
+{
+    struct timeval tv = {2, 0};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)port, tv);
+
+    assert_non_null(rc);
+    assert_int_equal(0, rc->err);
+    redisSetTimeout(rc, tv);
+    return rc;
+}
+
+/* A command on a direct connection; asserts a reply came. */
+static redisReply *cmd(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (!r)
+        fail_msg("redis: %s", rc->errstr);
+    return r;
+}
+
+/* The port of the primary that owns slot, as the cluster's node at
+ * base_port says (CLUSTER SHARDS read independently of the client:
+ * CLUSTER NODES' "myself" is not needed, the slots line is). */
+static unsigned owner_of(unsigned slot)
+{
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc =
+            redisConnectWithTimeout("127.0.0.1", (int)p,
+                                    (struct timeval){1, 0});
+        redisReply *r;
+        unsigned got = 0;
+
+        if (!rc || rc->err) {
+            redisFree(rc);
+            continue;
+        }
+        r = redisCommand(rc, "CLUSTER SHARDS");
+        if (r && r->type == REDIS_REPLY_ARRAY) {
+            struct redis_cluster_map *m = xcalloc(1, sizeof(*m));
+            char err[160];
+
+            if (redis_cluster_map_parse(r, m, err, sizeof(err)) == 0 &&
+                m->slot_node[slot] != REDIS_CLUSTER_NO_NODE)
+                got = m->nodes[m->slot_node[slot]].port;
+            free(m);
+        }
+        freeReplyObject(r);
+        redisFree(rc);
+        if (got)
+            return got;
+    }
+    fail_msg("no node says who owns slot %u", slot);
+    return 0;
+}
+
+/* A key "<prefix><n>" whose slot's owner is port (the nth tried). */
+static void key_on(unsigned port, const char *prefix, char *key, size_t cap)
+{
+    for (int n = 0; n < 10000; n++) {
+        snprintf(key, cap, "%s%d", prefix, n);
+        if (owner_of(redis_key_slot_str(key)) == port)
+            return;
+    }
+    fail_msg("no key of prefix %s on %u", prefix, port);
+}
+
+/* The ports of the three primaries now. */
+static void primaries(unsigned out[3])
+{
+    int n = 0;
+
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc =
+            redisConnectWithTimeout("127.0.0.1", (int)p,
+                                    (struct timeval){1, 0});
+        redisReply *r = rc && !rc->err ? redisCommand(rc, "ROLE") : NULL;
+
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            strcmp(r->element[0]->str, "master") == 0 && n < 3)
+            out[n++] = p;
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    assert_int_equal(3, n);
+}
+
+static redisReply *run(struct redis_cluster *c, int slot, unsigned budget,
+                       int argc, const char **argv)
+{
+    int err = 0;
+    redisReply *r = redis_cluster_command(c, slot, argc, argv, NULL, budget,
+                                          &err);
+
+    if (!r)
+        fail_msg("cluster command %s failed: %d", argv[0], err);
+    return r;
+}
+
+static void set_get(struct redis_cluster *c, const char *key, const char *val)
+{
+    const char *set[] = {"SET", key, val}, *get[] = {"GET", key};
+    int slot = (int)redis_key_slot_str(key);
+    redisReply *r = run(c, slot, BUDGET_MS, 3, set);
+
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = run(c, slot, BUDGET_MS, 2, get);
+    assert_int_equal(REDIS_REPLY_STRING, r->type);
+    assert_string_equal(val, r->str);
+    freeReplyObject(r);
+}
+
+/* Every primary gets a key; the owner itself holds it afterwards. */
+static void test_routes_to_every_primary(void **state)
+{
+    struct redis_cluster *c = client();
+    unsigned prim[3];
+    char key[64], val[32];
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+        redisReply *r;
+
+        key_on(prim[i], "route:", key, sizeof(key));
+        snprintf(val, sizeof(val), "v%u", prim[i]);
+        set_get(c, key, val);
+        /* Asked directly, the owner has it (no redirection). */
+        r = cmd(rc, "GET %s", key);
+        assert_int_equal(REDIS_REPLY_STRING, r->type);
+        assert_string_equal(val, r->str);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    /* One map read, no redirection: the map was right. */
+    assert_int_equal(0, redis_cluster_stats(c).moved);
+    assert_int_equal(0, redis_cluster_stats(c).ask);
+    assert_int_equal(1, redis_cluster_stats(c).refresh);
+    redis_cluster_free(c);
+}
+
+static struct redis_script incr2 =
+    REDIS_SCRIPT("local a = redis.call('incr', KEYS[1]) "
+                 "local b = redis.call('incrby', KEYS[2], ARGV[1]) "
+                 "return {a, b}");
+
+/* A script on two keys of one hash tag runs on the tag's owner; a node
+ * that forgot it (SCRIPT FLUSH) is sent EVAL; keys of two slots are
+ * CROSSSLOT, returned as they are. */
+static void test_script_hash_tag(void **state)
+{
+    struct redis_cluster *c = client();
+    char a[96], b[96], tag[72];
+    const char *argv[3];
+    unsigned prim[3];
+    redisReply *r;
+    int err;
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < 3; i++) {
+        char key[64];
+        redisContext *rc = direct(prim[i]);
+
+        key_on(prim[i], "tag", key, sizeof(key));
+        snprintf(tag, sizeof(tag), "{%s}", key);
+        snprintf(a, sizeof(a), "%s:a", tag);
+        snprintf(b, sizeof(b), "%s:b", tag);
+        freeReplyObject(cmd(rc, "DEL %s %s", a, b));
+        freeReplyObject(cmd(rc, "SCRIPT FLUSH"));
+        argv[0] = a;
+        argv[1] = b;
+        argv[2] = "10";
+        for (int round = 1; round <= 2; round++) {
+            r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL,
+                                         BUDGET_MS, &err);
+            assert_non_null(r);
+            assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+            assert_int_equal(round, r->element[0]->integer);
+            assert_int_equal(10 * round, r->element[1]->integer);
+            freeReplyObject(r);
+        }
+        r = cmd(rc, "GET %s", b);
+        assert_string_equal("20", r->str);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    argv[0] = "{x}:a";
+    argv[1] = "{y}:b";
+    r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL, BUDGET_MS, &err);
+    assert_non_null(r);
+    assert_int_equal(REDIS_REPLY_ERROR, r->type);
+    assert_non_null(strstr(r->str, "CROSSSLOT"));
+    freeReplyObject(r);
+    redis_cluster_free(c);
+}
+
+/* The node id of the node on port. */
+static void node_id(unsigned port, char id[41])
+{
+    redisContext *rc = direct(port);
+    redisReply *r = cmd(rc, "CLUSTER MYID");
+
+    assert_int_equal(40, r->len);
+    memcpy(id, r->str, 41);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+/*
+ * Move one slot from its owner A to B by hand, as redis-cli --cluster
+ * reshard does: B IMPORTING, A MIGRATING, the keys MIGRATEd one by one,
+ * then the slot given to B on every primary. In the middle: a key
+ * already at B is an ASK, a command on a moved and an unmoved key is
+ * TRYAGAIN until the budget ends; at the end the client's stale map
+ * gets a MOVED, and after one map read no more.
+ */
+static void test_slot_moved(void **state)
+{
+    struct redis_cluster *c = client();
+    unsigned prim[3], from, to;
+    char key[64], k1[80], k2[80], ida[41], idb[41];
+    redisContext *ra, *rb;
+    redisReply *r;
+    unsigned slot;
+
+    (void)state;
+    primaries(prim);
+    from = prim[0];
+    to = prim[1];
+    key_on(from, "move", key, sizeof(key));
+    slot = redis_key_slot_str(key);
+    snprintf(k1, sizeof(k1), "{%s}:1", key);
+    snprintf(k2, sizeof(k2), "{%s}:2", key);
+    set_get(c, k1, "one");
+    set_get(c, k2, "two");
+    assert_int_equal(1, redis_cluster_stats(c).refresh);
+    node_id(from, ida);
+    node_id(to, idb);
+    ra = direct(from);
+    rb = direct(to);
+
+    r = cmd(rb, "CLUSTER SETSLOT %u IMPORTING %s", slot, ida);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = cmd(ra, "CLUSTER SETSLOT %u MIGRATING %s", slot, idb);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = cmd(ra, "MIGRATE 127.0.0.1 %u %s 0 5000", to, k1);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+
+    /* k1 is at B now: A answers ASK, the client asks B once. */
+    {
+        const char *get[] = {"GET", k1};
+        r = run(c, (int)slot, BUDGET_MS, 2, get);
+        assert_int_equal(REDIS_REPLY_STRING, r->type);
+        assert_string_equal("one", r->str);
+        freeReplyObject(r);
+        assert_int_equal(1, redis_cluster_stats(c).ask);
+    }
+    /* k2 still at A: answered there, no redirection. */
+    {
+        const char *get[] = {"GET", k2};
+        r = run(c, (int)slot, BUDGET_MS, 2, get);
+        assert_string_equal("two", r->str);
+        freeReplyObject(r);
+        assert_int_equal(1, redis_cluster_stats(c).ask);
+    }
+    /* Both keys in one command while they are split: TRYAGAIN, waited
+     * out for the budget, then returned as it is. */
+    {
+        const char *mget[] = {"MGET", k1, k2};
+        int64_t t0 = util_mono_ms();
+
+        r = run(c, (int)slot, 200, 3, mget);
+        assert_int_equal(REDIS_REPLY_ERROR, r->type);
+        assert_non_null(strstr(r->str, "TRYAGAIN"));
+        freeReplyObject(r);
+        assert_true(util_mono_ms() - t0 >= 190);
+        assert_true(redis_cluster_stats(c).tryagain >= 2);
+    }
+    /* The rest moves and the slot is B's. */
+    r = cmd(ra, "MIGRATE 127.0.0.1 %u %s 0 5000", to, k2);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+
+        r = cmd(rc, "CLUSTER SETSLOT %u NODE %s", slot, idb);
+        assert_int_equal(REDIS_REPLY_STATUS, r->type);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    {
+        const char *mget[] = {"MGET", k1, k2};
+        struct redis_cluster_stats before = redis_cluster_stats(c);
+
+        r = run(c, (int)slot, BUDGET_MS, 3, mget);
+        assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+        assert_string_equal("one", r->element[0]->str);
+        assert_string_equal("two", r->element[1]->str);
+        freeReplyObject(r);
+        assert_int_equal(before.moved + 1, redis_cluster_stats(c).moved);
+        /* Followed by one map read, after which the map is right. */
+        r = run(c, (int)slot, BUDGET_MS, 3, mget);
+        freeReplyObject(r);
+        assert_int_equal(before.moved + 1, redis_cluster_stats(c).moved);
+        assert_int_equal(before.refresh + 1, redis_cluster_stats(c).refresh);
+        assert_int_equal(to, owner_of(slot));
+    }
+    redisFree(ra);
+    redisFree(rb);
+    redis_cluster_free(c);
+}
+
+/* A batch over every primary, scripts among plain commands, its replies
+ * in the caller's order; a second client with no map yet sends the same
+ * batch after a SCRIPT FLUSH everywhere (NOSCRIPT, sent again as EVAL). */
+static void test_pipeline(void **state)
+{
+    enum { N = 300 };
+    struct redis_cluster *c = client();
+    struct redis_cluster_cmd cmds[N];
+    redisReply *replies[N];
+    char keys[N][40], vals[N][16];
+    const char *argv[N][3];
+    unsigned prim[3];
+    int seen[3] = {0};
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "{batch:%d}:k", i / 2);
+        snprintf(vals[i], sizeof(vals[i]), "%d", i);
+        memset(&cmds[i], 0, sizeof(cmds[i]));
+        cmds[i].slot = (int)redis_key_slot_str(keys[i]);
+        argv[i][0] = i % 2 ? keys[i] : "SET";
+        if (i % 2 == 0) {
+            /* SET {batch:j}:k <i> */
+            argv[i][1] = keys[i];
+            argv[i][2] = vals[i];
+            cmds[i].argc = 3;
+        } else {
+            /* incr2 on {batch:j}:k and {batch:j}:k, by <i> */
+            argv[i][1] = keys[i];
+            argv[i][2] = vals[i];
+            cmds[i].script = &incr2;
+            cmds[i].nkeys = 2;
+            cmds[i].argc = 3;
+        }
+        cmds[i].argv = argv[i];
+        for (int p = 0; p < 3; p++)
+            if (owner_of((unsigned)cmds[i].slot) == prim[p])
+                seen[p]++;
+    }
+    for (int p = 0; p < 3; p++)
+        assert_true(seen[p] > 0);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            redis_cluster_free(c);
+            c = client();
+            for (int p = 0; p < 3; p++) {
+                redisContext *rc = direct(prim[p]);
+                freeReplyObject(cmd(rc, "SCRIPT FLUSH"));
+                redisFree(rc);
+            }
+        }
+        assert_int_equal(0, redis_cluster_pipeline(c, cmds, N, replies,
+                                                   BUDGET_MS));
+        for (int i = 0; i < N; i++) {
+            assert_non_null(replies[i]);
+            if (i % 2 == 0) {
+                assert_int_equal(REDIS_REPLY_STATUS, replies[i]->type);
+            } else {
+                /* SET to i-1, then incr once (i), then incrby i: i-1+1+i */
+                assert_int_equal(REDIS_REPLY_ARRAY, replies[i]->type);
+                assert_int_equal(2 * i, replies[i]->element[1]->integer);
+            }
+            freeReplyObject(replies[i]);
+        }
+    }
+    assert_int_equal(0, redis_cluster_stats(c).moved);
+    redis_cluster_free(c);
+}
+
+/* The pid of the node on port, from its pid file. */
+static pid_t node_pid(unsigned port)
+{
+    char path[512];
+    const char *run = getenv("SECKILL_RUN_DIR");
+    FILE *f;
+    long pid = 0;
+
+    snprintf(path, sizeof(path), "%s/redis-cluster/%u/redis.pid",
+             run && *run ? run : ".run", port);
+    f = fopen(path, "r");
+    if (!f)
+        fail_msg("no pid file %s", path);
+    if (fscanf(f, "%ld", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    assert_true(pid > 1);
+    return (pid_t)pid;
+}
+
+/*
+ * A primary killed: the client's connection to it breaks (that command's
+ * outcome is unknown: -ECONNRESET, not retried), then commands for its
+ * slots wait within their budget while the map is asked for again, until
+ * the replica is promoted; the key written before the kill (replicated:
+ * WAIT) is read there.
+ */
+static void test_primary_killed(void **state)
+{
+    struct redis_cluster *c = client();
+    unsigned prim[3], victim;
+    char key[64];
+    const char *get[2] = {"GET", NULL}, *set[3] = {"SET", NULL, "after"};
+    redisReply *r;
+    int slot, err;
+
+    (void)state;
+    primaries(prim);
+    victim = prim[2];
+    key_on(victim, "kill", key, sizeof(key));
+    slot = (int)redis_key_slot_str(key);
+    set_get(c, key, "before");
+    {
+        redisContext *rc = direct(victim);
+        r = cmd(rc, "WAIT 1 2000");
+        assert_int_equal(1, r->integer);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    assert_int_equal(0, kill(node_pid(victim), SIGKILL));
+    get[1] = key;
+    /* The connection to the victim was open: this one breaks, or (if the
+     * kill's reset is seen at connect) waits for the new primary. */
+    r = redis_cluster_command(c, slot, 2, get, NULL, 100, &err);
+    if (r) {
+        freeReplyObject(r);
+    } else {
+        assert_true(err == -ECONNRESET || err == -ECONNREFUSED ||
+                    err == -ETIMEDOUT);
+    }
+    {
+        struct redis_cluster_stats before = redis_cluster_stats(c);
+        int64_t t0 = util_mono_ms();
+
+        r = run(c, slot, FAILOVER_BUDGET_MS, 2, get);
+        assert_int_equal(REDIS_REPLY_STRING, r->type);
+        assert_string_equal("before", r->str);
+        freeReplyObject(r);
+        print_message("failover followed in %lld ms, %llu map reads\n",
+                      (long long)(util_mono_ms() - t0),
+                      (unsigned long long)(redis_cluster_stats(c).refresh -
+                                           before.refresh));
+        assert_true(redis_cluster_stats(c).refresh > before.refresh);
+    }
+    set[1] = key;
+    r = run(c, slot, BUDGET_MS, 3, set);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    assert_int_not_equal(victim, owner_of((unsigned)slot));
+    redis_cluster_free(c);
+    /* The killed node back, as a replica of its successor. */
+    assert_int_equal(0, system("scripts/redis-cluster.sh up >/dev/null"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes_to_every_primary),
+        cmocka_unit_test(test_script_hash_tag),
+        cmocka_unit_test(test_slot_moved),
+        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_primary_killed),
+    };
+
+    ports_init();
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
