@@ -45,8 +45,8 @@ struct redis_cluster {
 
 static bool str_is(const redisReply *r, const char *s)
 {
-    return r && (r->type == REDIS_REPLY_STRING ||
-                 r->type == REDIS_REPLY_STATUS) &&
+    return r &&
+           (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
            strlen(s) == r->len && memcmp(r->str, s, r->len) == 0;
 }
 
@@ -110,8 +110,7 @@ int redis_cluster_map_parse(const redisReply *r, struct redis_cluster_map *m,
         m->slot_node[s] = REDIS_CLUSTER_NO_NODE;
     if (!r || r->type != REDIS_REPLY_ARRAY) {
         snprintf(err, errlen, "CLUSTER SHARDS: %s",
-                 r && r->type == REDIS_REPLY_ERROR ? r->str
-                                                   : "not an array");
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : "not an array");
         return -EINVAL;
     }
     for (size_t i = 0; i < r->elements; i++) {
@@ -125,8 +124,7 @@ int redis_cluster_map_parse(const redisReply *r, struct redis_cluster_map *m,
 
         if (!slots || slots->type != REDIS_REPLY_ARRAY ||
             slots->elements % 2 != 0) {
-            snprintf(err, errlen, "CLUSTER SHARDS: shard %zu has no slots",
-                     i);
+            snprintf(err, errlen, "CLUSTER SHARDS: shard %zu has no slots", i);
             return -EINVAL;
         }
         if (!p || slots->elements == 0)
@@ -389,8 +387,8 @@ static int map_refresh(struct redis_cluster *c)
                 node_drop(c, i);
         }
     for (int i = 0; i < c->nseeds; i++) {
-        redisContext *rc = dial(c, c->seeds[i].host, c->seeds[i].port,
-                                &c->seeds[i].log, &err);
+        redisContext *rc =
+            dial(c, c->seeds[i].host, c->seeds[i].port, &c->seeds[i].log, &err);
 
         if (!rc)
             continue;
@@ -621,8 +619,8 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c,
     return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, err);
 }
 
-int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot,
-                             char *host, size_t cap, unsigned *port)
+int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot, char *host,
+                             size_t cap, unsigned *port)
 {
     int node, err = 0;
 
@@ -763,8 +761,8 @@ int redis_cluster_pipeline(struct redis_cluster *c,
             err = lost[i] ? lost[i] : -ECONNRESET;
             break;
         case BATCH_REDIRECT:
-            replies[i] = exec(c, &cmds[i], replies[i], from[i], false,
-                              deadline, &err);
+            replies[i] =
+                exec(c, &cmds[i], replies[i], from[i], false, deadline, &err);
             break;
         case BATCH_NOSCRIPT:
             replies[i] = exec(c, &cmds[i], NULL, NULL, true, deadline, &err);

@@ -104,9 +104,9 @@ enum redis_cluster_redirect_kind {
 
 struct redis_cluster_redirect {
     enum redis_cluster_redirect_kind kind;
-    unsigned slot;                      /* MOVED and ASK */
-    char host[REDIS_CLUSTER_HOST_LEN];  /* "" when the node did not say:
-                                           the host it was asked on */
+    unsigned slot;                     /* MOVED and ASK */
+    char host[REDIS_CLUSTER_HOST_LEN]; /* "" when the node did not say:
+                                          the host it was asked on */
     unsigned port;
 };
 
@@ -117,7 +117,8 @@ struct redis_cluster_redirect {
  * malformed MOVED/ASK text is REDIS_CLUSTER_NOT_REDIRECT.
  */
 enum redis_cluster_redirect_kind
-redis_cluster_redirect_parse(const char *text, struct redis_cluster_redirect *out);
+redis_cluster_redirect_parse(const char *text,
+                             struct redis_cluster_redirect *out);
 
 /* One cluster client; see the top of this file. */
 struct redis_cluster;
@@ -204,8 +205,8 @@ int redis_cluster_pipeline(struct redis_cluster *c,
  * is stale or empty), copied into host (cap bytes) and *port. Returns 0,
  * or -errno as redis_cluster_command() when no map could be had.
  */
-int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot,
-                             char *host, size_t cap, unsigned *port);
+int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot, char *host,
+                             size_t cap, unsigned *port);
 
 /*
  * The positions 0..n) of a batch of n commands whose primaries are

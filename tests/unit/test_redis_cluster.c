@@ -57,8 +57,7 @@ static const char recorded_shards[] =
     "ee68253c2be257ae83e08ce08843fcaca9256bab\r\n$4\r\nport\r\n"
     ":47006\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$8\r\nendpoint\r\n$9\r\n"
     "127.0.0.1\r\n$4\r\nrole\r\n$7\r\nreplica\r\n$18\r\n"
-    "replication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n"
-;
+    "replication-offset\r\n:14\r\n$6\r\nhealth\r\n$6\r\nonline\r\n";
 
 /* The reply tree of RESP text, as hiredis reads it off a connection. */
 static redisReply *resp(const char *text, size_t len)
@@ -124,12 +123,12 @@ static void test_recorded_map(void **state)
 
 /* One shard: slots lo..hi, then the nodes given as RESP text. */
 #define SHARD(lo, hi, nnodes, nodes)                                           \
-    "*4\r\n$5\r\nslots\r\n*2\r\n:" #lo "\r\n:" #hi "\r\n$5\r\nnodes\r\n"     \
+    "*4\r\n$5\r\nslots\r\n*2\r\n:" #lo "\r\n:" #hi "\r\n$5\r\nnodes\r\n"       \
     "*" #nnodes "\r\n" nodes
 /* A node of a shard with the fields the parser reads. */
 #define NODE(endpoint, ip, port, role, health)                                 \
-    "*10\r\n$8\r\nendpoint\r\n$" endpoint "\r\n$2\r\nip\r\n$" ip             \
-    "\r\n$4\r\nport\r\n:" #port "\r\n$4\r\nrole\r\n$" role                   \
+    "*10\r\n$8\r\nendpoint\r\n$" endpoint "\r\n$2\r\nip\r\n$" ip               \
+    "\r\n$4\r\nport\r\n:" #port "\r\n$4\r\nrole\r\n$" role                     \
     "\r\n$6\r\nhealth\r\n$" health "\r\n"
 
 static void test_map_shapes(void **state)
@@ -138,18 +137,16 @@ static void test_map_shapes(void **state)
      * both "master"; the online one is routed to. The endpoint "?" is
      * not an address: the ip is. A shard without a primary owns nothing
      * in the map. */
-    static const char failover[] =
-        "*3\r\n" SHARD(0, 99, 2,
-                       NODE("8\r\n10.0.0.1", "8\r\n10.0.0.1", 7001,
-                            "6\r\nmaster", "4\r\nfail")
-                           NODE("8\r\n10.0.0.4", "8\r\n10.0.0.4", 7004,
-                                "6\r\nmaster", "6\r\nonline"))
-            SHARD(100, 16383, 1,
-                  NODE("1\r\n?", "8\r\n10.0.0.2", 7002, "6\r\nmaster",
-                       "6\r\nonline"))
-                SHARD(0, 0, 1,
-                      NODE("8\r\n10.0.0.3", "8\r\n10.0.0.3", 7003,
-                           "7\r\nreplica", "6\r\nonline"));
+    static const char failover[] = "*3\r\n" SHARD(
+        0, 99, 2,
+        NODE("8\r\n10.0.0.1", "8\r\n10.0.0.1", 7001, "6\r\nmaster", "4\r\nfail")
+            NODE("8\r\n10.0.0.4", "8\r\n10.0.0.4", 7004, "6\r\nmaster",
+                 "6\r\nonline")) SHARD(100, 16383, 1,
+                                       NODE("1\r\n?", "8\r\n10.0.0.2", 7002,
+                                            "6\r\nmaster", "6\r\nonline"))
+        SHARD(0, 0, 1,
+              NODE("8\r\n10.0.0.3", "8\r\n10.0.0.3", 7003, "7\r\nreplica",
+                   "6\r\nonline"));
     struct redis_cluster_map *m;
 
     (void)state;
@@ -175,10 +172,9 @@ static void test_map_shapes(void **state)
     free(map_of("*1\r\n*2\r\n$5\r\nnodes\r\n*0\r\n", 23, -EINVAL));
     /* A slot past 16383. */
     {
-        static const char bad[] =
-            "*1\r\n" SHARD(0, 16384, 1,
-                           NODE("1\r\nh", "1\r\nh", 1, "6\r\nmaster",
-                                "6\r\nonline"));
+        static const char bad[] = "*1\r\n" SHARD(
+            0, 16384, 1,
+            NODE("1\r\nh", "1\r\nh", 1, "6\r\nmaster", "6\r\nonline"));
         free(map_of(bad, sizeof(bad) - 1, -EINVAL));
     }
 }
@@ -188,16 +184,15 @@ static void test_redirect_text(void **state)
     struct redis_cluster_redirect rd;
 
     (void)state;
-    assert_int_equal(REDIS_CLUSTER_MOVED,
-                     redis_cluster_redirect_parse("MOVED 3999 127.0.0.1:6381",
-                                                  &rd));
+    assert_int_equal(
+        REDIS_CLUSTER_MOVED,
+        redis_cluster_redirect_parse("MOVED 3999 127.0.0.1:6381", &rd));
     assert_int_equal(3999, rd.slot);
     assert_string_equal("127.0.0.1", rd.host);
     assert_int_equal(6381, rd.port);
 
-    assert_int_equal(REDIS_CLUSTER_ASK,
-                     redis_cluster_redirect_parse("ASK 0 node-b.local:7002",
-                                                  &rd));
+    assert_int_equal(REDIS_CLUSTER_ASK, redis_cluster_redirect_parse(
+                                            "ASK 0 node-b.local:7002", &rd));
     assert_int_equal(0, rd.slot);
     assert_string_equal("node-b.local", rd.host);
     assert_int_equal(7002, rd.port);
@@ -220,9 +215,9 @@ static void test_redirect_text(void **state)
         REDIS_CLUSTER_TRYAGAIN,
         redis_cluster_redirect_parse(
             "TRYAGAIN Multiple keys request during rehashing of slot", &rd));
-    assert_int_equal(REDIS_CLUSTER_TRYAGAIN,
-                     redis_cluster_redirect_parse(
-                         "CLUSTERDOWN The cluster is down", &rd));
+    assert_int_equal(
+        REDIS_CLUSTER_TRYAGAIN,
+        redis_cluster_redirect_parse("CLUSTERDOWN The cluster is down", &rd));
 
     /* Anything else, and malformed redirections, are plain errors. */
     static const char *const plain[] = {
@@ -250,8 +245,8 @@ static void test_redirect_text(void **state)
 static void test_batch_order(void **state)
 {
     /* Nodes of a batch of nine, as the slot map names them. */
-    static const uint16_t node[] = {2, 0, 2, 1, 0, 0, 2, 1,
-                                    REDIS_CLUSTER_NO_NODE};
+    static const uint16_t node[] = {
+        2, 0, 2, 1, 0, 0, 2, 1, REDIS_CLUSTER_NO_NODE};
     static const size_t want[] = {0, 2, 6, 1, 4, 5, 3, 7, 8};
     size_t order[9];
 
@@ -293,8 +288,8 @@ static void test_cluster_url(void **state)
         assert_int_equal(0, s.db);
         assert_null(s.sentinel);
     }
-    assert_int_equal(-EINVAL, redis_server_from_url(&u, 3, &s, err,
-                                                    sizeof(err)));
+    assert_int_equal(-EINVAL,
+                     redis_server_from_url(&u, 3, &s, err, sizeof(err)));
     /* A trailing '/' names nothing; a database number is refused with a
      * reason that says why. */
     assert_int_equal(0, url_parse("redis-cluster://h1/", &u, err, sizeof(err)));
