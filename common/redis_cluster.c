@@ -634,6 +634,46 @@ int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot, char *host,
     return 0;
 }
 
+int redis_cluster_primaries(struct redis_cluster *c)
+{
+    int err;
+
+    if ((!c->have_map || c->stale) && (err = map_refresh(c)) && !c->have_map)
+        return err;
+    return c->map.nnodes;
+}
+
+void redis_cluster_primary_addr(const struct redis_cluster *c, int i,
+                                char *host, size_t cap, unsigned *port)
+{
+    if (i < 0 || i >= c->map.nnodes)
+        abort(); /* a caller's mistake */
+    snprintf(host, cap, "%s", c->map.nodes[i].host);
+    *port = c->map.nodes[i].port;
+}
+
+redisReply *redis_cluster_primary_command(struct redis_cluster *c, int i,
+                                          int argc, const char **argv,
+                                          const size_t *lens, int *err)
+{
+    redisContext *rc;
+    redisReply *r;
+
+    if (i < 0 || i >= c->map.nnodes)
+        abort(); /* a caller's mistake */
+    rc = node_conn(c, i, err);
+    if (!rc) {
+        node_drop(c, i);
+        return NULL;
+    }
+    r = redisCommandArgv(rc, argc, argv, lens);
+    if (!r) {
+        *err = redis_errno(rc);
+        node_drop(c, i);
+    }
+    return r;
+}
+
 /* What became of one command of a batch after its first send. */
 enum batch_state {
     BATCH_UNSENT,   /* not written: send on its own */

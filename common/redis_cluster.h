@@ -209,6 +209,30 @@ int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot, char *host,
                              size_t cap, unsigned *port);
 
 /*
+ * The primaries of c's map, for what must be asked of each of them (the
+ * async mode's durability settings, CLUSTER INFO for a readiness check):
+ * how many there are (after refreshing the map if it is stale or empty),
+ * or -errno as redis_cluster_command() when no map could be had. Indexes
+ * 0..that-1 stay valid until the next call into c.
+ */
+int redis_cluster_primaries(struct redis_cluster *c);
+
+/* The address of primary i, copied into host (cap bytes) and *port. */
+void redis_cluster_primary_addr(const struct redis_cluster *c, int i,
+                                char *host, size_t cap, unsigned *port);
+
+/*
+ * Send argv[0..argc) to primary i itself, following nothing (a command
+ * about the node, not about a key). Returns the reply (the caller frees
+ * it), or NULL with *err as redis_errno() when the node cannot be
+ * reached or its connection broke (the map is then asked for again
+ * before the next command).
+ */
+redisReply *redis_cluster_primary_command(struct redis_cluster *c, int i,
+                                          int argc, const char **argv,
+                                          const size_t *lens, int *err);
+
+/*
  * The positions 0..n) of a batch of n commands whose primaries are
  * node[0..n) (indexes into a map's nodes), ordered as the batch is sent:
  * by primary in order of first appearance, each primary's commands in

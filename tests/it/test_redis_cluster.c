@@ -88,9 +88,8 @@ static redisReply *cmd(redisContext *rc, const char *fmt, ...)
 static unsigned owner_of(unsigned slot)
 {
     for (unsigned p = base_port; p < base_port + NODES; p++) {
-        redisContext *rc =
-            redisConnectWithTimeout("127.0.0.1", (int)p,
-                                    (struct timeval){1, 0});
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)p,
+                                                   (struct timeval){1, 0});
         redisReply *r;
         unsigned got = 0;
 
@@ -134,9 +133,8 @@ static void primaries(unsigned out[3])
     int n = 0;
 
     for (unsigned p = base_port; p < base_port + NODES; p++) {
-        redisContext *rc =
-            redisConnectWithTimeout("127.0.0.1", (int)p,
-                                    (struct timeval){1, 0});
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)p,
+                                                   (struct timeval){1, 0});
         redisReply *r = rc && !rc->err ? redisCommand(rc, "ROLE") : NULL;
 
         if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
@@ -152,8 +150,8 @@ static redisReply *run(struct redis_cluster *c, int slot, unsigned budget,
                        int argc, const char **argv)
 {
     int err = 0;
-    redisReply *r = redis_cluster_command(c, slot, argc, argv, NULL, budget,
-                                          &err);
+    redisReply *r =
+        redis_cluster_command(c, slot, argc, argv, NULL, budget, &err);
 
     if (!r)
         fail_msg("cluster command %s failed: %d", argv[0], err);
@@ -197,6 +195,34 @@ static void test_routes_to_every_primary(void **state)
         freeReplyObject(r);
         redisFree(rc);
     }
+    /* Every primary, asked on its own: the durability the async mode
+     * wants, and a cluster in order. */
+    assert_int_equal(3, redis_cluster_primaries(c));
+    for (int i = 0; i < 3; i++) {
+        const char *aof[] = {"CONFIG", "GET", "append*"};
+        const char *info[] = {"CLUSTER", "INFO"};
+        char host[64];
+        unsigned port;
+        int err;
+        redisReply *r = redis_cluster_primary_command(c, i, 3, aof, NULL, &err);
+
+        redis_cluster_primary_addr(c, i, host, sizeof(host), &port);
+        assert_string_equal("127.0.0.1", host);
+        assert_true(port == prim[0] || port == prim[1] || port == prim[2]);
+        assert_non_null(r);
+        assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+        for (size_t k = 0; k + 1 < r->elements; k += 2) {
+            if (strcmp(r->element[k]->str, "appendonly") == 0)
+                assert_string_equal("yes", r->element[k + 1]->str);
+            if (strcmp(r->element[k]->str, "appendfsync") == 0)
+                assert_string_equal("everysec", r->element[k + 1]->str);
+        }
+        freeReplyObject(r);
+        r = redis_cluster_primary_command(c, i, 2, info, NULL, &err);
+        assert_non_null(r);
+        assert_non_null(strstr(r->str, "cluster_state:ok"));
+        freeReplyObject(r);
+    }
     /* One map read, no redirection: the map was right. */
     assert_int_equal(0, redis_cluster_stats(c).moved);
     assert_int_equal(0, redis_cluster_stats(c).ask);
@@ -237,8 +263,8 @@ static void test_script_hash_tag(void **state)
         argv[1] = b;
         argv[2] = "10";
         for (int round = 1; round <= 2; round++) {
-            r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL,
-                                         BUDGET_MS, &err);
+            r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL, BUDGET_MS,
+                                         &err);
             assert_non_null(r);
             assert_int_equal(REDIS_REPLY_ARRAY, r->type);
             assert_int_equal(round, r->element[0]->integer);
@@ -431,8 +457,8 @@ static void test_pipeline(void **state)
                 redisFree(rc);
             }
         }
-        assert_int_equal(0, redis_cluster_pipeline(c, cmds, N, replies,
-                                                   BUDGET_MS));
+        assert_int_equal(
+            0, redis_cluster_pipeline(c, cmds, N, replies, BUDGET_MS));
         for (int i = 0; i < N; i++) {
             assert_non_null(replies[i]);
             if (i % 2 == 0) {
