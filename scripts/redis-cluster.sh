@@ -32,9 +32,11 @@ NODES=6
 START_WAIT_S=30
 OK_WAIT_S=60
 
-[[ $BASE =~ ^[0-9]+$ ]] && ((BASE >= 1 && BASE + NODES - 1 <= 55535)) ||
-    die "bad SECKILL_REDIS_CLUSTER_PORT: '$BASE' (the cluster bus takes port + 10000)"
+[[ $BASE =~ ^[0-9]+$ ]] || die "bad SECKILL_REDIS_CLUSTER_PORT: '$BASE'"
 BASE=$((10#$BASE))
+((BASE >= 1 && BASE + NODES - 1 <= 55535)) ||
+    die "bad SECKILL_REDIS_CLUSTER_PORT: $BASE (1..55530: the cluster bus takes port + 10000)"
+
 for tool in redis-server redis-cli; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found; run scripts/deps.sh"
 done
@@ -82,7 +84,9 @@ start_node() {
     rm -f "$dir/redis.pid"
     say "starting node on 127.0.0.1:$port"
     # setsid + background, as scripts/services.sh does: we know the pid,
-    # and a ^C in the terminal never reaches the server.
+    # and a ^C in the terminal never reaches the server. Errors before
+    # the log file is open go to stderr, hence the same file.
+    # shellcheck disable=SC2094
     setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 2000 \
