@@ -308,7 +308,7 @@ static void node_id(unsigned port, char id[41])
  */
 static void test_slot_moved(void **state)
 {
-    struct redis_cluster *c = client();
+    struct redis_cluster *c = client(), *old;
     unsigned prim[3], from, to;
     char key[64], k1[80], k2[80], ida[41], idb[41];
     redisContext *ra, *rb;
@@ -326,6 +326,15 @@ static void test_slot_moved(void **state)
     set_get(c, k1, "one");
     set_get(c, k2, "two");
     assert_int_equal(1, redis_cluster_stats(c).refresh);
+    /* A second client that learns the map now, before the move. */
+    old = client();
+    {
+        char h[64];
+        unsigned p;
+        assert_int_equal(0,
+                         redis_cluster_slot_owner(old, slot, h, sizeof(h), &p));
+        assert_int_equal(from, p);
+    }
     node_id(from, ida);
     node_id(to, idb);
     ra = direct(from);
@@ -358,6 +367,29 @@ static void test_slot_moved(void **state)
         freeReplyObject(r);
         assert_int_equal(1, redis_cluster_stats(c).ask);
     }
+    /* The same in a batch: k1's ASK is followed on its own, k2 and a
+     * key on another primary are answered in the batch. */
+    {
+        char other[64];
+        const char *g1[] = {"GET", k1}, *g2[] = {"GET", k2};
+        const char *g3[] = {"GET", other};
+        struct redis_cluster_cmd b[3] = {
+            {.slot = (int)slot, .argc = 2, .argv = g1},
+            {.slot = (int)slot, .argc = 2, .argv = g2},
+            {.argc = 2, .argv = g3},
+        };
+        redisReply *rep[3];
+
+        key_on(prim[2], "other", other, sizeof(other));
+        b[2].slot = (int)redis_key_slot_str(other);
+        assert_int_equal(0, redis_cluster_pipeline(c, b, 3, rep, BUDGET_MS));
+        assert_string_equal("one", rep[0]->str);
+        assert_string_equal("two", rep[1]->str);
+        assert_int_equal(REDIS_REPLY_NIL, rep[2]->type);
+        for (int i = 0; i < 3; i++)
+            freeReplyObject(rep[i]);
+        assert_int_equal(2, redis_cluster_stats(c).ask);
+    }
     /* Both keys in one command while they are split: TRYAGAIN, waited
      * out for the budget, then returned as it is. */
     {
@@ -383,6 +415,24 @@ static void test_slot_moved(void **state)
         freeReplyObject(r);
         redisFree(rc);
     }
+    /* A client whose map is from before the move, in a batch: both
+     * commands come back MOVED and are followed. */
+    {
+        const char *g1[] = {"GET", k1}, *g2[] = {"GET", k2};
+        struct redis_cluster_cmd b[2] = {
+            {.slot = (int)slot, .argc = 2, .argv = g1},
+            {.slot = (int)slot, .argc = 2, .argv = g2},
+        };
+        redisReply *rep[2];
+
+        assert_int_equal(0, redis_cluster_pipeline(old, b, 2, rep, BUDGET_MS));
+        assert_string_equal("one", rep[0]->str);
+        assert_string_equal("two", rep[1]->str);
+        freeReplyObject(rep[0]);
+        freeReplyObject(rep[1]);
+        assert_int_equal(2, redis_cluster_stats(old).moved);
+        assert_int_equal(0, redis_cluster_stats(old).ask);
+    }
     {
         const char *mget[] = {"MGET", k1, k2};
         struct redis_cluster_stats before = redis_cluster_stats(c);
@@ -402,6 +452,7 @@ static void test_slot_moved(void **state)
     }
     redisFree(ra);
     redisFree(rb);
+    redis_cluster_free(old);
     redis_cluster_free(c);
 }
 
