@@ -264,6 +264,7 @@ struct redis_cluster_stats redis_cluster_stats(const struct redis_cluster *c)
     return c->st;
 }
 
+/* Count one redirection of kind k followed by c. */
 static void count(struct redis_cluster *c, enum redis_cluster_redirect_kind k)
 {
     switch (k) {
@@ -280,8 +281,6 @@ static void count(struct redis_cluster *c, enum redis_cluster_redirect_kind k)
         metrics_count(METRIC_REDIS_TRYAGAIN, 1);
         break;
     case REDIS_CLUSTER_NOT_REDIRECT:
-        c->st.refresh++;
-        metrics_count(METRIC_REDIS_REFRESH, 1);
         break;
     }
 }
@@ -368,14 +367,21 @@ static int map_take(struct redis_cluster *c, redisContext *rc)
  */
 static int map_refresh(struct redis_cluster *c)
 {
+    bool failed[REDIS_CLUSTER_NODES_MAX];
     int err = -ECONNREFUSED, n = c->map.nnodes;
 
-    count(c, REDIS_CLUSTER_NOT_REDIRECT);
-    for (int pass = 0; pass < 2; pass++)
+    c->st.refresh++;
+    metrics_count(METRIC_REDIS_REFRESH, 1);
+    /* A node whose last connect failed (a dead primary before its
+     * failover) is tried last: on a real network it costs connect_ms. */
+    for (int i = 0; i < n; i++)
+        failed[i] = c->log[i].last_err != 0;
+    for (int pass = 0; pass < 3; pass++)
         for (int i = 0; i < n; i++) {
+            bool connected = c->rc[i] && !c->rc[i]->err;
             redisContext *rc;
 
-            if ((pass == 0) != (c->rc[i] && !c->rc[i]->err))
+            if (pass == 0 ? !connected : connected || failed[i] != (pass == 2))
                 continue;
             rc = node_conn(c, i, &err);
             if (!rc)
