@@ -526,7 +526,8 @@ static redisReply *exec(struct redis_cluster *c,
                 int e = map_refresh(c);
 
                 if (e && !c->have_map) {
-                    if (util_mono_ms() >= deadline) {
+                    /* Refused credentials do not get better by waiting. */
+                    if (e == -EACCES || util_mono_ms() >= deadline) {
                         *err = e;
                         return NULL;
                     }
@@ -559,7 +560,7 @@ static redisReply *exec(struct redis_cluster *c,
             node_drop(c, node);
             node = -1;
             asking = false;
-            if (util_mono_ms() >= deadline)
+            if (*err == -EACCES || util_mono_ms() >= deadline)
                 return NULL;
             pause_until(&pause_ms, deadline);
             continue;

@@ -2,7 +2,8 @@
  * test_redis_cluster.c - the cluster routing (common/redis_cluster.h)
  * against a real Redis Cluster of three primaries and three replicas on
  * loopback (scripts/redis-cluster.sh; make test-cluster starts it): keys
- * on every primary, a script on hash-tagged keys, a slot moved by hand
+ * on every primary, credentials on every node, a script on hash-tagged
+ * keys, a slot moved by hand
  * (ASK while it moves, TRYAGAIN for a multi-key command split by the
  * move, MOVED once it has moved), a pipelined batch over every primary,
  * and a primary killed (its replica takes over; the map is asked for
@@ -43,8 +44,9 @@ static void ports_init(void)
     base_port = p && *p ? (unsigned)strtoul(p, NULL, 10) : 17001;
 }
 
-/* A client seeded with the first three nodes. */
-static struct redis_cluster *client(void)
+/* A client seeded with the first three nodes, logging in as user with
+ * pass (both NULL: as the default user, without AUTH). */
+static struct redis_cluster *client_as(const char *user, const char *pass)
 {
     struct redis_server seeds[3];
 
@@ -52,8 +54,15 @@ static struct redis_cluster *client(void)
     for (int i = 0; i < 3; i++) {
         seeds[i].host = "127.0.0.1";
         seeds[i].port = base_port + (unsigned)i;
+        seeds[i].user = user;
+        seeds[i].pass = pass;
     }
     return redis_cluster_new(seeds, 3, 1000, 1000, "it");
+}
+
+static struct redis_cluster *client(void)
+{
+    return client_as(NULL, NULL);
 }
 
 /* A direct connection to a node (asserts). */
@@ -227,6 +236,53 @@ static void test_routes_to_every_primary(void **state)
     assert_int_equal(0, redis_cluster_stats(c).moved);
     assert_int_equal(0, redis_cluster_stats(c).ask);
     assert_int_equal(1, redis_cluster_stats(c).refresh);
+    redis_cluster_free(c);
+}
+
+/*
+ * Credentials reach every node: with an ACL user made on every node (the
+ * default user keeps working for the other tests), a client logged in as
+ * it routes to every primary; with a wrong password it fails at once
+ * with -EACCES rather than waiting out its budget.
+ */
+static void test_auth(void **state)
+{
+    struct redis_cluster *c;
+    unsigned prim[3];
+    char key[64];
+    const char *get[2] = {"GET", NULL};
+    redisReply *r;
+    int err;
+
+    (void)state;
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = direct(p);
+
+        r = cmd(rc, "ACL SETUSER it-user reset on >it-pass ~* &* +@all");
+        assert_int_equal(REDIS_REPLY_STATUS, r->type);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    primaries(prim);
+    c = client_as("it-user", "it-pass");
+    for (int i = 0; i < 3; i++) {
+        key_on(prim[i], "auth:", key, sizeof(key));
+        set_get(c, key, "logged-in");
+    }
+    assert_int_equal(3, redis_cluster_primaries(c));
+    redis_cluster_free(c);
+
+    c = client_as("it-user", "wrong");
+    get[1] = key;
+    {
+        int64_t t0 = util_mono_ms();
+
+        r = redis_cluster_command(c, (int)redis_key_slot_str(key), 2, get, NULL,
+                                  5000, &err);
+        assert_null(r);
+        assert_int_equal(-EACCES, err);
+        assert_true(util_mono_ms() - t0 < 2000);
+    }
     redis_cluster_free(c);
 }
 
@@ -631,6 +687,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routes_to_every_primary),
+        cmocka_unit_test(test_auth),
         cmocka_unit_test(test_script_hash_tag),
         cmocka_unit_test(test_slot_moved),
         cmocka_unit_test(test_pipeline),
