@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "common/metrics.h"
 #include "common/redis.h"
 #include "common/redis_cluster.h"
 #include "common/redis_slot.h"
@@ -505,6 +506,21 @@ static void test_slot_moved(void **state)
         assert_int_equal(before.moved + 1, redis_cluster_stats(c).moved);
         assert_int_equal(before.refresh + 1, redis_cluster_stats(c).refresh);
         assert_int_equal(to, owner_of(slot));
+    }
+    /* The same counts, summed over both clients, in /metrics' text. */
+    {
+        uint64_t moved =
+            redis_cluster_stats(c).moved + redis_cluster_stats(old).moved;
+        char *text = metrics_render(NULL, NULL), line[128];
+
+        assert_true(metrics_counter_get(METRIC_REDIS_MOVED) >= moved);
+        assert_true(metrics_counter_get(METRIC_REDIS_ASK) >= 2);
+        snprintf(
+            line, sizeof(line),
+            "seckill_redis_cluster_redirections_total{kind=\"moved\"} %llu",
+            (unsigned long long)metrics_counter_get(METRIC_REDIS_MOVED));
+        assert_non_null(strstr(text, line));
+        free(text);
     }
     redisFree(ra);
     redisFree(rb);
