@@ -494,33 +494,32 @@ static redisReply *exec(struct redis_cluster *c,
                 pause_until(&pause_ms, deadline);
                 node = -1;
                 asking = false;
-                goto send;
-            }
-            freeReplyObject(r);
-            r = NULL;
-            if (++hops > REDIRECTS_MAX) {
-                log_warn("redis cluster redirections did not end",
-                         "who=%s slot=%d", c->who, k->slot);
-                c->stale = true;
-                *err = -EIO;
-                return NULL;
-            }
-            if (from_host)
-                snprintf(from, sizeof(from), "%s", from_host);
-            from_host = NULL;
-            to = map_node(&c->map, rd.host[0] ? rd.host : from, rd.port);
-            node = to;
-            asking = kind == REDIS_CLUSTER_ASK;
-            if (to < 0)
-                c->stale = true;
-            else if (kind == REDIS_CLUSTER_MOVED) {
-                /* Right for this slot now; others may have moved as
-                 * well: the whole map again before the next command. */
-                c->map.slot_node[rd.slot] = (uint16_t)to;
-                c->stale = true;
+            } else {
+                freeReplyObject(r);
+                r = NULL;
+                if (++hops > REDIRECTS_MAX) {
+                    log_warn("redis cluster redirections did not end",
+                             "who=%s slot=%d", c->who, k->slot);
+                    c->stale = true;
+                    *err = -EIO;
+                    return NULL;
+                }
+                if (from_host)
+                    snprintf(from, sizeof(from), "%s", from_host);
+                from_host = NULL;
+                to = map_node(&c->map, rd.host[0] ? rd.host : from, rd.port);
+                node = to;
+                asking = kind == REDIS_CLUSTER_ASK;
+                if (to < 0) {
+                    c->stale = true;
+                } else if (kind == REDIS_CLUSTER_MOVED) {
+                    /* Right for this slot now; others may have moved as
+                     * well: the whole map again before the next command. */
+                    c->map.slot_node[rd.slot] = (uint16_t)to;
+                    c->stale = true;
+                }
             }
         }
-    send:
         if (node < 0) {
             if (!c->have_map || c->stale) {
                 int e = map_refresh(c);

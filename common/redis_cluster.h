@@ -38,14 +38,21 @@
  * shared between threads as everywhere; the SHA is the same on every node
  * and a node that lacks the script (NOSCRIPT) gets the EVAL form.
  *
- * How callers use it (the store, the lock, the ID worker, the rate
- * limiter): where they hold a redisContext today they hold a struct
+ * How callers use it (the store, the ID worker, the rate limiter, the
+ * async sale): where they hold a redisContext today they hold a struct
  * redis_cluster made from the same URL; a command or script names its
  * slot with redis_key_slot() of its first key (every script keeps its
  * keys in one slot by hash tags) and goes through redis_cluster_command()
  * or redis_cluster_script_run(); a batch (the per-user locks of a
  * purchase batch) goes through redis_cluster_pipeline(), which splits it
- * by primary and writes to all of them before reading any reply.
+ * by primary and writes to all of them before reading any reply; what
+ * must hold on every primary (the async mode's appendonly/appendfsync,
+ * CLUSTER INFO for readiness) goes through redis_cluster_primaries() and
+ * redis_cluster_primary_command(). The lock's multiplexed connections
+ * keep their own event loop and would take only the map and the reading
+ * of redirections from here (redis_cluster_map_parse(),
+ * redis_cluster_redirect_parse()). Sharded pub/sub (SSUBSCRIBE on a
+ * channel's slot owner) is not covered here.
  *
  * On a newer base (hiredis 1.x) this module would give way to
  * hiredis-cluster, or its successor libvalkey's cluster API (valkeyCluster*),
