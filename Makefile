@@ -22,6 +22,9 @@
 #   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
 #                  make cluster-roll restarts them in turn, make cluster-stop
+#   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
+#                  (scripts/redis-cluster.sh) and the routing's test against
+#                  it (tests/it/test_redis_cluster.c; not in make test)
 #   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
@@ -124,15 +127,17 @@ MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit_%)
-IT_SRC := $(wildcard tests/it/test_*.c)
+# The Redis Cluster test runs on a cluster of its own: make test-cluster.
+IT_CLUSTER_SRC := tests/it/test_redis_cluster.c
+IT_SRC := $(filter-out $(IT_CLUSTER_SRC),$(wildcard tests/it/test_*.c))
 IT_BIN := $(IT_SRC:tests/it/%.c=$(BUILD)/tests/it_%)
-IT_HELPER_SRC := $(filter-out $(IT_SRC),$(wildcard tests/it/*.c))
+IT_HELPER_SRC := $(filter-out $(IT_SRC) $(IT_CLUSTER_SRC),$(wildcard tests/it/*.c))
 IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all build tests deps services stop run test test-unit test-it \
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
-        cluster cluster-roll cluster-stop test-compose bench-scale \
+        cluster cluster-roll cluster-stop test-compose bench-scale test-cluster \
         bench-fairness bench-crowd bench-paystorm \
         format-check clean soak soak-build layering config-docs test-docs \
         schema schema-check
@@ -489,6 +494,22 @@ cluster-roll:
 
 cluster-stop:
 	@scripts/cluster.sh down
+
+# ---- a Redis Cluster on loopback: its own target, not part of make test ----
+
+# Three primaries and three replicas (scripts/redis-cluster.sh, left
+# running; scripts/redis-cluster.sh down stops them), then the routing's
+# test against them (common/redis_cluster.h). SANITIZE=address,undefined
+# runs the sanitizer build of the test.
+$(BUILD)/tests/cluster_test_redis_cluster: \
+        $(BUILD)/obj/tests/it/test_redis_cluster.o $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+
+test-cluster: $(BUILD)/tests/cluster_test_redis_cluster
+	@scripts/redis-cluster.sh up
+	@CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
 
 # ---- containers: its own target, not part of make test ----
 

@@ -343,6 +343,17 @@ static int redis_url(const char *name, struct config *cfg, const char *url,
 
     if (url_parse(url, u, why, sizeof(why)))
         return fail(err, errlen, "%s: %s", name, why);
+    if (strcmp(u->scheme, REDIS_CLUSTER_SCHEME) == 0) {
+        /* The URL is read as a cluster's anywhere (a database number
+         * refused), but the store still talks to one server. */
+        for (int i = 0; i < u->nhosts; i++)
+            if (redis_server_from_url(u, i, &rs, why, sizeof(why)))
+                return fail(err, errlen, "%s: %s", name, why);
+        return fail(err, errlen,
+                    "%s: redis-cluster:// is not supported by the store "
+                    "yet; use redis:// or redis-sentinel://",
+                    name);
+    }
     if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
         if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
             return fail(err, errlen,

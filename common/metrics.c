@@ -78,6 +78,11 @@ static const struct {
     [METRIC_VOUCHER_READ_REPLICA] = {"voucher_reads", "server", "replica"},
     [METRIC_VOUCHER_READ_PRIMARY] = {"voucher_reads", "server", "primary"},
     [METRIC_LISTING_REFRESH] = {"listing_refreshes", "what", "sales"},
+    [METRIC_REDIS_MOVED] = {"redis_cluster_redirections", "kind", "moved"},
+    [METRIC_REDIS_ASK] = {"redis_cluster_redirections", "kind", "ask"},
+    [METRIC_REDIS_TRYAGAIN] = {"redis_cluster_redirections", "kind",
+                               "tryagain"},
+    [METRIC_REDIS_REFRESH] = {"redis_cluster_redirections", "kind", "refresh"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -108,6 +113,9 @@ static const struct {
     {"listing_refreshes",
      "Queries that refreshed the instance's snapshot of the sales listed "
      "by GET /api/sales (at most one a second)."},
+    {"redis_cluster_redirections",
+     "Redis Cluster routing: MOVED and ASK replies followed, TRYAGAIN and "
+     "CLUSTERDOWN replies waited out, slot maps asked for (refresh)."},
 };
 
 /* ---- the per-thread block ---- */

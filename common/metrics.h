@@ -23,7 +23,8 @@
  * Counters, rendered as seckill_lock_acquisitions_total{outcome=...},
  * seckill_purchases_total{outcome=...},
  * seckill_connection_errors_total{backend=...},
- * seckill_voucher_reads_total{server="replica"|"primary"}, and (the last two)
+ * seckill_voucher_reads_total{server="replica"|"primary"},
+ * seckill_redis_cluster_redirections_total{kind=...}, and (the last two)
  * seckill_http_connections_total and the seckill_http_open_connections
  * gauge.
  */
@@ -51,6 +52,10 @@ enum metric_counter {
     METRIC_VOUCHER_READ_REPLICA,     /* a voucher read or list: the replica */
     METRIC_VOUCHER_READ_PRIMARY,     /* and the primary */
     METRIC_LISTING_REFRESH,          /* the sales listing's snapshot query */
+    METRIC_REDIS_MOVED,              /* Redis Cluster: a MOVED followed */
+    METRIC_REDIS_ASK,                /* an ASK followed */
+    METRIC_REDIS_TRYAGAIN,           /* a TRYAGAIN/CLUSTERDOWN waited out */
+    METRIC_REDIS_REFRESH,            /* the slot map asked for */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS

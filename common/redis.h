@@ -53,6 +53,9 @@ struct redis_server {
     struct redis_sentinel *sentinel;
 };
 
+/* The URL scheme of a Redis Cluster, named by some of its nodes. */
+#define REDIS_CLUSTER_SCHEME "redis-cluster"
+
 /* Highest database number a URL may name. */
 #define REDIS_DB_MAX 15
 /* The URL scheme of a server found through its sentinels. */
@@ -62,6 +65,10 @@ struct redis_server {
 /*
  * The server of host i of a parsed redis:// or redlock:// URL: port 6379
  * when absent, the path a database number 0..REDIS_DB_MAX (or empty).
+ * For a redis-cluster://[[user]:pass@]h1:p1,h2:p2,...[/][?options] URL
+ * host i is one seed node of the cluster (common/redis_cluster.h), port
+ * 6379 when absent; a database number is refused (a cluster has only
+ * database 0).
  * For a redis-sentinel:// URL the one master its path names (host must be
  * 0; every host is a sentinel): out->sentinel is then a new object,
  * released with redis_server_release(). out's strings point into u.

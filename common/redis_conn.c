@@ -111,6 +111,12 @@ int redis_server_from_url(const struct url *u, int host,
     }
     out->user = u->user[0] ? u->user : NULL;
     out->pass = u->has_pass ? u->pass : NULL;
+    if (strcmp(u->scheme, REDIS_CLUSTER_SCHEME) == 0 && u->path[0]) {
+        snprintf(err, errlen,
+                 "a Redis Cluster has only database 0: "
+                 "redis-cluster://h1:p1,h2:p2,... takes no /db");
+        return -EINVAL;
+    }
     if (!sentinel) {
         if (parse_db(u->path, &db, err, errlen))
             return -EINVAL;

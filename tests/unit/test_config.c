@@ -234,6 +234,16 @@ static void test_urls(void **state)
     setenv("SECKILL_REDIS_URL", "redis://a:1,b:2/0", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     config_free(&c);
+    /* A cluster URL is read as one (a database number refused), and
+     * refused by the store with one line that says so. */
+    setenv("SECKILL_REDIS_URL", "redis-cluster://a:1,b:2/1", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "only database 0"));
+    config_free(&c);
+    setenv("SECKILL_REDIS_URL", "redis-cluster://a:1,b:2", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "not supported by the store"));
+    config_free(&c);
 
     /* A bad escape is a start-up error naming the setting. */
     setenv("SECKILL_REDIS_URL", "redis://:p%4@h", 1);

@@ -1,0 +1,716 @@
+/*
+ * test_redis_cluster.c - the cluster routing (common/redis_cluster.h)
+ * against a real Redis Cluster of three primaries and three replicas on
+ * loopback (scripts/redis-cluster.sh; make test-cluster starts it): keys
+ * on every primary, credentials on every node, a script on hash-tagged
+ * keys, a slot moved by hand
+ * (ASK while it moves, TRYAGAIN for a multi-key command split by the
+ * move, MOVED once it has moved), a pipelined batch over every primary,
+ * and a primary killed (its replica takes over; the map is asked for
+ * again).
+ *
+ * The nodes listen on SECKILL_REDIS_CLUSTER_PORT (17001) to that plus 5.
+ * Each test checks what it routed by asking the owning node directly.
+ * Not part of make test: make test-cluster.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/metrics.h"
+#include "common/redis.h"
+#include "common/redis_cluster.h"
+#include "common/redis_slot.h"
+#include "common/util.h"
+
+#define NODES 6
+#define BUDGET_MS 2000
+/* A failover: the node timeout (2 s) and an election, with room. */
+#define FAILOVER_BUDGET_MS 20000
+
+static unsigned base_port;
+
+static void ports_init(void)
+{
+    const char *p = getenv("SECKILL_REDIS_CLUSTER_PORT");
+
+    base_port = p && *p ? (unsigned)strtoul(p, NULL, 10) : 17001;
+}
+
+/* A client seeded with the first three nodes, logging in as user with
+ * pass (both NULL: as the default user, without AUTH). */
+static struct redis_cluster *client_as(const char *user, const char *pass)
+{
+    struct redis_server seeds[3];
+
+    memset(seeds, 0, sizeof(seeds));
+    for (int i = 0; i < 3; i++) {
+        seeds[i].host = "127.0.0.1";
+        seeds[i].port = base_port + (unsigned)i;
+        seeds[i].user = user;
+        seeds[i].pass = pass;
+    }
+    return redis_cluster_new(seeds, 3, 1000, 1000, "it");
+}
+
+static struct redis_cluster *client(void)
+{
+    return client_as(NULL, NULL);
+}
+
+/* A direct connection to a node (asserts). */
+static redisContext *direct(unsigned port)
+{
+    struct timeval tv = {15, 0}; /* WAIT below may take 10 s */
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)port, tv);
+
+    assert_non_null(rc);
+    assert_int_equal(0, rc->err);
+    redisSetTimeout(rc, tv);
+    return rc;
+}
+
+/* A command on a direct connection; asserts a reply came. */
+static redisReply *cmd(redisContext *rc, const char *fmt, ...)
+{
+    va_list ap;
+    redisReply *r;
+
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (!r)
+        fail_msg("redis: %s", rc->errstr);
+    return r;
+}
+
+/* The port of the primary that owns slot, as the cluster's node at
+ * base_port says (CLUSTER SHARDS read independently of the client:
+ * CLUSTER NODES' "myself" is not needed, the slots line is). */
+static unsigned owner_of(unsigned slot)
+{
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)p,
+                                                   (struct timeval){1, 0});
+        redisReply *r;
+        unsigned got = 0;
+
+        if (!rc || rc->err) {
+            redisFree(rc);
+            continue;
+        }
+        r = redisCommand(rc, "CLUSTER SHARDS");
+        if (r && r->type == REDIS_REPLY_ARRAY) {
+            struct redis_cluster_map *m = xcalloc(1, sizeof(*m));
+            char err[160];
+
+            if (redis_cluster_map_parse(r, m, err, sizeof(err)) == 0 &&
+                m->slot_node[slot] != REDIS_CLUSTER_NO_NODE)
+                got = m->nodes[m->slot_node[slot]].port;
+            free(m);
+        }
+        freeReplyObject(r);
+        redisFree(rc);
+        if (got)
+            return got;
+    }
+    fail_msg("no node says who owns slot %u", slot);
+    return 0;
+}
+
+/* A key "<prefix><n>" whose slot's owner is port (the nth tried). */
+static void key_on(unsigned port, const char *prefix, char *key, size_t cap)
+{
+    for (int n = 0; n < 10000; n++) {
+        snprintf(key, cap, "%s%d", prefix, n);
+        if (owner_of(redis_key_slot_str(key)) == port)
+            return;
+    }
+    fail_msg("no key of prefix %s on %u", prefix, port);
+}
+
+/* The ports of the three primaries now. */
+static void primaries(unsigned out[3])
+{
+    int n = 0;
+
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)p,
+                                                   (struct timeval){1, 0});
+        redisReply *r = rc && !rc->err ? redisCommand(rc, "ROLE") : NULL;
+
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            strcmp(r->element[0]->str, "master") == 0 && n < 3)
+            out[n++] = p;
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    assert_int_equal(3, n);
+}
+
+static redisReply *run(struct redis_cluster *c, int slot, unsigned budget,
+                       int argc, const char **argv)
+{
+    int err = 0;
+    redisReply *r =
+        redis_cluster_command(c, slot, argc, argv, NULL, budget, &err);
+
+    if (!r)
+        fail_msg("cluster command %s failed: %d", argv[0], err);
+    return r;
+}
+
+static void set_get(struct redis_cluster *c, const char *key, const char *val)
+{
+    const char *set[] = {"SET", key, val}, *get[] = {"GET", key};
+    int slot = (int)redis_key_slot_str(key);
+    redisReply *r = run(c, slot, BUDGET_MS, 3, set);
+
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = run(c, slot, BUDGET_MS, 2, get);
+    assert_int_equal(REDIS_REPLY_STRING, r->type);
+    assert_string_equal(val, r->str);
+    freeReplyObject(r);
+}
+
+/* Every primary gets a key; the owner itself holds it afterwards. */
+static void test_routes_to_every_primary(void **state)
+{
+    struct redis_cluster *c = client();
+    unsigned prim[3];
+    char key[64], val[32];
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+        redisReply *r;
+
+        key_on(prim[i], "route:", key, sizeof(key));
+        snprintf(val, sizeof(val), "v%u", prim[i]);
+        set_get(c, key, val);
+        /* Asked directly, the owner has it (no redirection). */
+        r = cmd(rc, "GET %s", key);
+        assert_int_equal(REDIS_REPLY_STRING, r->type);
+        assert_string_equal(val, r->str);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    /* Every primary, asked on its own: the durability the async mode
+     * wants, and a cluster in order. */
+    assert_int_equal(3, redis_cluster_primaries(c));
+    for (int i = 0; i < 3; i++) {
+        const char *aof[] = {"CONFIG", "GET", "append*"};
+        const char *info[] = {"CLUSTER", "INFO"};
+        char host[64];
+        unsigned port;
+        int err;
+        redisReply *r = redis_cluster_primary_command(c, i, 3, aof, NULL, &err);
+
+        redis_cluster_primary_addr(c, i, host, sizeof(host), &port);
+        assert_string_equal("127.0.0.1", host);
+        assert_true(port == prim[0] || port == prim[1] || port == prim[2]);
+        assert_non_null(r);
+        assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+        for (size_t k = 0; k + 1 < r->elements; k += 2) {
+            if (strcmp(r->element[k]->str, "appendonly") == 0)
+                assert_string_equal("yes", r->element[k + 1]->str);
+            if (strcmp(r->element[k]->str, "appendfsync") == 0)
+                assert_string_equal("everysec", r->element[k + 1]->str);
+        }
+        freeReplyObject(r);
+        r = redis_cluster_primary_command(c, i, 2, info, NULL, &err);
+        assert_non_null(r);
+        assert_non_null(strstr(r->str, "cluster_state:ok"));
+        freeReplyObject(r);
+    }
+    /* One map read, no redirection: the map was right. */
+    assert_int_equal(0, redis_cluster_stats(c).moved);
+    assert_int_equal(0, redis_cluster_stats(c).ask);
+    assert_int_equal(1, redis_cluster_stats(c).refresh);
+    redis_cluster_free(c);
+}
+
+/*
+ * Credentials reach every node: with an ACL user made on every node (the
+ * default user keeps working for the other tests), a client logged in as
+ * it routes to every primary; with a wrong password it fails at once
+ * with -EACCES rather than waiting out its budget.
+ */
+static void test_auth(void **state)
+{
+    struct redis_cluster *c;
+    unsigned prim[3];
+    char key[64];
+    const char *get[2] = {"GET", NULL};
+    redisReply *r;
+    int err;
+
+    (void)state;
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = direct(p);
+
+        r = cmd(rc, "ACL SETUSER it-user reset on >it-pass ~* &* +@all");
+        assert_int_equal(REDIS_REPLY_STATUS, r->type);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    primaries(prim);
+    c = client_as("it-user", "it-pass");
+    for (int i = 0; i < 3; i++) {
+        key_on(prim[i], "auth:", key, sizeof(key));
+        set_get(c, key, "logged-in");
+    }
+    assert_int_equal(3, redis_cluster_primaries(c));
+    redis_cluster_free(c);
+
+    c = client_as("it-user", "wrong");
+    get[1] = key;
+    {
+        int64_t t0 = util_mono_ms();
+
+        r = redis_cluster_command(c, (int)redis_key_slot_str(key), 2, get, NULL,
+                                  5000, &err);
+        assert_null(r);
+        assert_int_equal(-EACCES, err);
+        assert_true(util_mono_ms() - t0 < 2000);
+    }
+    redis_cluster_free(c);
+}
+
+static struct redis_script incr2 =
+    REDIS_SCRIPT("local a = redis.call('incr', KEYS[1]) "
+                 "local b = redis.call('incrby', KEYS[2], ARGV[1]) "
+                 "return {a, b}");
+
+/* A script on two keys of one hash tag runs on the tag's owner; a node
+ * that forgot it (SCRIPT FLUSH) is sent EVAL; keys of two slots are
+ * CROSSSLOT, returned as they are. */
+static void test_script_hash_tag(void **state)
+{
+    struct redis_cluster *c = client();
+    char a[96], b[96], tag[72];
+    const char *argv[3];
+    unsigned prim[3];
+    redisReply *r;
+    int err;
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < 3; i++) {
+        char key[64];
+        redisContext *rc = direct(prim[i]);
+
+        key_on(prim[i], "tag", key, sizeof(key));
+        snprintf(tag, sizeof(tag), "{%s}", key);
+        snprintf(a, sizeof(a), "%s:a", tag);
+        snprintf(b, sizeof(b), "%s:b", tag);
+        freeReplyObject(cmd(rc, "DEL %s %s", a, b));
+        freeReplyObject(cmd(rc, "SCRIPT FLUSH"));
+        argv[0] = a;
+        argv[1] = b;
+        argv[2] = "10";
+        for (int round = 1; round <= 2; round++) {
+            r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL, BUDGET_MS,
+                                         &err);
+            assert_non_null(r);
+            assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+            assert_int_equal(round, r->element[0]->integer);
+            assert_int_equal(10 * round, r->element[1]->integer);
+            freeReplyObject(r);
+        }
+        r = cmd(rc, "GET %s", b);
+        assert_string_equal("20", r->str);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    argv[0] = "{x}:a";
+    argv[1] = "{y}:b";
+    r = redis_cluster_script_run(c, &incr2, 2, 3, argv, NULL, BUDGET_MS, &err);
+    assert_non_null(r);
+    assert_int_equal(REDIS_REPLY_ERROR, r->type);
+    assert_non_null(strstr(r->str, "CROSSSLOT"));
+    freeReplyObject(r);
+    redis_cluster_free(c);
+}
+
+/* The node id of the node on port. */
+static void node_id(unsigned port, char id[41])
+{
+    redisContext *rc = direct(port);
+    redisReply *r = cmd(rc, "CLUSTER MYID");
+
+    assert_int_equal(40, r->len);
+    memcpy(id, r->str, 41);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+/*
+ * Move one slot from its owner A to B by hand, as redis-cli --cluster
+ * reshard does: B IMPORTING, A MIGRATING, the keys MIGRATEd one by one,
+ * then the slot given to B on every primary. In the middle: a key
+ * already at B is an ASK, a command on a moved and an unmoved key is
+ * TRYAGAIN until the budget ends; at the end the client's stale map
+ * gets a MOVED, and after one map read no more.
+ */
+static void test_slot_moved(void **state)
+{
+    struct redis_cluster *c = client(), *old;
+    unsigned prim[3], from, to;
+    char key[64], k1[80], k2[80], ida[41], idb[41];
+    redisContext *ra, *rb;
+    redisReply *r;
+    unsigned slot;
+
+    (void)state;
+    primaries(prim);
+    from = prim[0];
+    to = prim[1];
+    key_on(from, "move", key, sizeof(key));
+    slot = redis_key_slot_str(key);
+    snprintf(k1, sizeof(k1), "{%s}:1", key);
+    snprintf(k2, sizeof(k2), "{%s}:2", key);
+    set_get(c, k1, "one");
+    set_get(c, k2, "two");
+    assert_int_equal(1, redis_cluster_stats(c).refresh);
+    /* A second client that learns the map now, before the move. */
+    old = client();
+    {
+        char h[64];
+        unsigned p;
+        assert_int_equal(0,
+                         redis_cluster_slot_owner(old, slot, h, sizeof(h), &p));
+        assert_int_equal(from, p);
+    }
+    node_id(from, ida);
+    node_id(to, idb);
+    ra = direct(from);
+    rb = direct(to);
+
+    r = cmd(rb, "CLUSTER SETSLOT %u IMPORTING %s", slot, ida);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = cmd(ra, "CLUSTER SETSLOT %u MIGRATING %s", slot, idb);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    r = cmd(ra, "MIGRATE 127.0.0.1 %u %s 0 5000", to, k1);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+
+    /* k1 is at B now: A answers ASK, the client asks B once. */
+    {
+        const char *get[] = {"GET", k1};
+        r = run(c, (int)slot, BUDGET_MS, 2, get);
+        assert_int_equal(REDIS_REPLY_STRING, r->type);
+        assert_string_equal("one", r->str);
+        freeReplyObject(r);
+        assert_int_equal(1, redis_cluster_stats(c).ask);
+    }
+    /* k2 still at A: answered there, no redirection. */
+    {
+        const char *get[] = {"GET", k2};
+        r = run(c, (int)slot, BUDGET_MS, 2, get);
+        assert_string_equal("two", r->str);
+        freeReplyObject(r);
+        assert_int_equal(1, redis_cluster_stats(c).ask);
+    }
+    /* The same in a batch: k1's ASK is followed on its own, k2 and a
+     * key on another primary are answered in the batch. */
+    {
+        char other[64];
+        const char *g1[] = {"GET", k1}, *g2[] = {"GET", k2};
+        const char *g3[] = {"GET", other};
+        struct redis_cluster_cmd b[3] = {
+            {.slot = (int)slot, .argc = 2, .argv = g1},
+            {.slot = (int)slot, .argc = 2, .argv = g2},
+            {.argc = 2, .argv = g3},
+        };
+        redisReply *rep[3];
+
+        key_on(prim[2], "other", other, sizeof(other));
+        b[2].slot = (int)redis_key_slot_str(other);
+        assert_int_equal(0, redis_cluster_pipeline(c, b, 3, rep, BUDGET_MS));
+        assert_string_equal("one", rep[0]->str);
+        assert_string_equal("two", rep[1]->str);
+        assert_int_equal(REDIS_REPLY_NIL, rep[2]->type);
+        for (int i = 0; i < 3; i++)
+            freeReplyObject(rep[i]);
+        assert_int_equal(2, redis_cluster_stats(c).ask);
+    }
+    /* Both keys in one command while they are split: TRYAGAIN, waited
+     * out for the budget, then returned as it is. */
+    {
+        const char *mget[] = {"MGET", k1, k2};
+        int64_t t0 = util_mono_ms();
+
+        r = run(c, (int)slot, 200, 3, mget);
+        assert_int_equal(REDIS_REPLY_ERROR, r->type);
+        assert_non_null(strstr(r->str, "TRYAGAIN"));
+        freeReplyObject(r);
+        assert_true(util_mono_ms() - t0 >= 190);
+        assert_true(redis_cluster_stats(c).tryagain >= 2);
+    }
+    /* The rest moves and the slot is B's. */
+    r = cmd(ra, "MIGRATE 127.0.0.1 %u %s 0 5000", to, k2);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+
+        r = cmd(rc, "CLUSTER SETSLOT %u NODE %s", slot, idb);
+        assert_int_equal(REDIS_REPLY_STATUS, r->type);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    /* A client whose map is from before the move, in a batch: both
+     * commands come back MOVED and are followed. */
+    {
+        const char *g1[] = {"GET", k1}, *g2[] = {"GET", k2};
+        struct redis_cluster_cmd b[2] = {
+            {.slot = (int)slot, .argc = 2, .argv = g1},
+            {.slot = (int)slot, .argc = 2, .argv = g2},
+        };
+        redisReply *rep[2];
+
+        assert_int_equal(0, redis_cluster_pipeline(old, b, 2, rep, BUDGET_MS));
+        assert_string_equal("one", rep[0]->str);
+        assert_string_equal("two", rep[1]->str);
+        freeReplyObject(rep[0]);
+        freeReplyObject(rep[1]);
+        assert_int_equal(2, redis_cluster_stats(old).moved);
+        assert_int_equal(0, redis_cluster_stats(old).ask);
+    }
+    {
+        const char *mget[] = {"MGET", k1, k2};
+        struct redis_cluster_stats before = redis_cluster_stats(c);
+
+        r = run(c, (int)slot, BUDGET_MS, 3, mget);
+        assert_int_equal(REDIS_REPLY_ARRAY, r->type);
+        assert_string_equal("one", r->element[0]->str);
+        assert_string_equal("two", r->element[1]->str);
+        freeReplyObject(r);
+        assert_int_equal(before.moved + 1, redis_cluster_stats(c).moved);
+        /* Followed by one map read, after which the map is right. */
+        r = run(c, (int)slot, BUDGET_MS, 3, mget);
+        freeReplyObject(r);
+        assert_int_equal(before.moved + 1, redis_cluster_stats(c).moved);
+        assert_int_equal(before.refresh + 1, redis_cluster_stats(c).refresh);
+        assert_int_equal(to, owner_of(slot));
+    }
+    /* The same counts, summed over both clients, in /metrics' text. */
+    {
+        uint64_t moved =
+            redis_cluster_stats(c).moved + redis_cluster_stats(old).moved;
+        char *text = metrics_render(NULL, NULL), line[128];
+
+        assert_true(metrics_counter_get(METRIC_REDIS_MOVED) >= moved);
+        assert_true(metrics_counter_get(METRIC_REDIS_ASK) >= 2);
+        snprintf(
+            line, sizeof(line),
+            "seckill_redis_cluster_redirections_total{kind=\"moved\"} %llu",
+            (unsigned long long)metrics_counter_get(METRIC_REDIS_MOVED));
+        assert_non_null(strstr(text, line));
+        free(text);
+    }
+    redisFree(ra);
+    redisFree(rb);
+    redis_cluster_free(old);
+    redis_cluster_free(c);
+}
+
+/* A batch over every primary, scripts among plain commands, its replies
+ * in the caller's order; a second client with no map yet sends the same
+ * batch after a SCRIPT FLUSH everywhere (NOSCRIPT, sent again as EVAL). */
+static void test_pipeline(void **state)
+{
+    enum { N = 300 };
+    struct redis_cluster *c = client();
+    struct redis_cluster_cmd cmds[N];
+    redisReply *replies[N];
+    char keys[N][40], vals[N][16];
+    const char *argv[N][3];
+    unsigned prim[3];
+    int seen[3] = {0};
+
+    (void)state;
+    primaries(prim);
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "{batch:%d}:k", i / 2);
+        snprintf(vals[i], sizeof(vals[i]), "%d", i);
+        memset(&cmds[i], 0, sizeof(cmds[i]));
+        cmds[i].slot = (int)redis_key_slot_str(keys[i]);
+        argv[i][0] = i % 2 ? keys[i] : "SET";
+        if (i % 2 == 0) {
+            /* SET {batch:j}:k <i> */
+            argv[i][1] = keys[i];
+            argv[i][2] = vals[i];
+            cmds[i].argc = 3;
+        } else {
+            /* incr2 on {batch:j}:k and {batch:j}:k, by <i> */
+            argv[i][1] = keys[i];
+            argv[i][2] = vals[i];
+            cmds[i].script = &incr2;
+            cmds[i].nkeys = 2;
+            cmds[i].argc = 3;
+        }
+        cmds[i].argv = argv[i];
+        for (int p = 0; p < 3; p++)
+            if (owner_of((unsigned)cmds[i].slot) == prim[p])
+                seen[p]++;
+    }
+    for (int p = 0; p < 3; p++)
+        assert_true(seen[p] > 0);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            redis_cluster_free(c);
+            c = client();
+            for (int p = 0; p < 3; p++) {
+                redisContext *rc = direct(prim[p]);
+                freeReplyObject(cmd(rc, "SCRIPT FLUSH"));
+                redisFree(rc);
+            }
+        }
+        assert_int_equal(
+            0, redis_cluster_pipeline(c, cmds, N, replies, BUDGET_MS));
+        for (int i = 0; i < N; i++) {
+            assert_non_null(replies[i]);
+            if (i % 2 == 0) {
+                assert_int_equal(REDIS_REPLY_STATUS, replies[i]->type);
+            } else {
+                /* SET to i-1, then incr once (i), then incrby i: i-1+1+i */
+                assert_int_equal(REDIS_REPLY_ARRAY, replies[i]->type);
+                assert_int_equal(2 * i, replies[i]->element[1]->integer);
+            }
+            freeReplyObject(replies[i]);
+        }
+    }
+    assert_int_equal(0, redis_cluster_stats(c).moved);
+    redis_cluster_free(c);
+}
+
+/* The pid of the node on port, from its pid file. */
+static pid_t node_pid(unsigned port)
+{
+    char path[512];
+    const char *run = getenv("SECKILL_RUN_DIR");
+    FILE *f;
+    long pid = 0;
+
+    snprintf(path, sizeof(path), "%s/redis-cluster/%u/redis.pid",
+             run && *run ? run : ".run", port);
+    f = fopen(path, "r");
+    if (!f)
+        fail_msg("no pid file %s", path);
+    if (fscanf(f, "%ld", &pid) != 1)
+        pid = 0;
+    fclose(f);
+    assert_true(pid > 1);
+    return (pid_t)pid;
+}
+
+/*
+ * A primary killed. A client with the map but no connection to it yet
+ * sends a batch with a key of the victim's: nothing is written there, so
+ * that command waits within its budget, asking for the map again, until
+ * the replica is promoted, and reads the key written before the kill
+ * (replicated: WAIT). A client that was connected to the victim loses
+ * the command in flight (its outcome is unknown: an error, not a retry),
+ * and its next command goes to the new primary.
+ */
+static void test_primary_killed(void **state)
+{
+    struct redis_cluster *c = client(), *fresh = client();
+    unsigned prim[3], victim, port;
+    char key[64], other[64], host[64];
+    const char *get[2] = {"GET", NULL}, *set[3] = {"SET", NULL, "after"};
+    const char *get_other[2] = {"GET", NULL};
+    redisReply *r;
+    int slot, err;
+
+    (void)state;
+    primaries(prim);
+    victim = prim[2];
+    key_on(victim, "kill", key, sizeof(key));
+    key_on(prim[0], "alive", other, sizeof(other));
+    slot = (int)redis_key_slot_str(key);
+    get[1] = key;
+    set[1] = key;
+    get_other[1] = other;
+    set_get(c, key, "before");
+    {
+        /* The victim's replica may still be loading its first copy (the
+         * node killed by the previous run came back as a replica). */
+        redisContext *rc = direct(victim);
+        r = cmd(rc, "WAIT 1 10000");
+        assert_int_equal(1, r->integer);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    assert_int_equal(0, redis_cluster_slot_owner(fresh, (unsigned)slot, host,
+                                                 sizeof(host), &port));
+    assert_int_equal(victim, port);
+    assert_int_equal(0, kill(node_pid(victim), SIGKILL));
+    {
+        struct redis_cluster_cmd b[2] = {
+            {.slot = slot, .argc = 2, .argv = get},
+            {.slot = (int)redis_key_slot_str(other),
+             .argc = 2,
+             .argv = get_other},
+        };
+        redisReply *rep[2];
+        int64_t t0 = util_mono_ms();
+
+        assert_int_equal(
+            0, redis_cluster_pipeline(fresh, b, 2, rep, FAILOVER_BUDGET_MS));
+        assert_int_equal(REDIS_REPLY_STRING, rep[0]->type);
+        assert_string_equal("before", rep[0]->str);
+        assert_int_equal(REDIS_REPLY_NIL, rep[1]->type);
+        freeReplyObject(rep[0]);
+        freeReplyObject(rep[1]);
+        print_message("failover followed in %lld ms, %llu map reads\n",
+                      (long long)(util_mono_ms() - t0),
+                      (unsigned long long)redis_cluster_stats(fresh).refresh);
+        assert_true(redis_cluster_stats(fresh).refresh > 1);
+    }
+    /* The old connection: the command in flight is lost, not retried. */
+    r = redis_cluster_command(c, slot, 3, set, NULL, BUDGET_MS, &err);
+    assert_null(r);
+    assert_true(err == -ECONNRESET || err == -ETIMEDOUT);
+    r = run(c, slot, BUDGET_MS, 2, get);
+    assert_string_equal("before", r->str);
+    freeReplyObject(r);
+    r = run(c, slot, BUDGET_MS, 3, set);
+    assert_int_equal(REDIS_REPLY_STATUS, r->type);
+    freeReplyObject(r);
+    assert_int_not_equal(victim, owner_of((unsigned)slot));
+    redis_cluster_free(c);
+    redis_cluster_free(fresh);
+    /* The killed node back, as a replica of its successor. */
+    assert_int_equal(0, system("scripts/redis-cluster.sh up >/dev/null"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes_to_every_primary),
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_script_hash_tag),
+        cmocka_unit_test(test_slot_moved),
+        cmocka_unit_test(test_pipeline),
+        cmocka_unit_test(test_primary_killed),
+    };
+
+    ports_init();
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
