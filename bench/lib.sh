@@ -232,17 +232,24 @@ ctx_switches() {
         awk '/^(non)?voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'
 }
 
-# profile_measure NAME PID PORT SECONDS: what a purchase costs the
+# port_pid PORT: the pid of the process listening on 127.0.0.1:PORT (empty
+# when none, or when it is not ours to see).
+port_pid() { ss -Hltnp "( sport = :$1 )" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\),.*/\1/p' | head -1; }
+
+# profile_measure NAME PID PORT SECONDS [REDIS_PID MARIADB_PID]: what a purchase costs the
 # instance PID on PORT while 256 connections buy from it alone: a 2 s
 # warm-up on one voucher (connections, id blocks), then SECONDS on a
 # fresh one (every buyer new to it), the instance's user + system CPU
 # time and its threads' context switches read from /proc before and
 # after. Prints "purchases/s cpu_us_per_purchase switches_per_purchase
-# cores_busy"; the runs' reports are $RAW/warm-NAME.json and
+# cores_busy redis_us mariadb_us", the last two the CPU microseconds per
+# purchase of those servers over the same run ("-" without their pids:
+# whatever else uses them is counted too); the runs' reports are $RAW/warm-NAME.json and
 # $RAW/profile-NAME.json, the measured voucher's id in
 # $RAW/profile-NAME.voucher. Needs ensure_users of SECONDS * 60000 or so.
 profile_measure() {
-    local name=$1 pid=$2 port=$3 secs=$4 v c0 c1 s0 s1
+    local name=$1 pid=$2 port=$3 secs=$4 rpid=${5:-} mpid=${6:-} v c0 c1 s0 s1
+    local r0=0 r1=0 m0=0 m1=0
     v=$(VOUCHER_PORT=$port new_voucher 2000000)
     USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
         BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/warm-$name.json \
@@ -251,17 +258,24 @@ profile_measure() {
     echo "$v" >"$RAW/profile-$name.voucher"
     c0=$(cpu_ticks "$pid")
     s0=$(ctx_switches "$pid")
+    [[ -n $rpid ]] && r0=$(cpu_ticks "$rpid")
+    [[ -n $mpid ]] && m0=$(cpu_ticks "$mpid")
     USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
         BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/profile-$name.json \
         wrk -t2 -c256 -d"${secs}s" --timeout 10s --latency -s "$LUA" \
         "http://127.0.0.1:$port/" >"$RAW/profile-$name.txt" 2>&1
     c1=$(cpu_ticks "$pid")
     s1=$(ctx_switches "$pid")
+    [[ -n $rpid ]] && r1=$(cpu_ticks "$rpid")
+    [[ -n $mpid ]] && m1=$(cpu_ticks "$mpid")
     awk -v ok="$(j "$RAW/profile-$name.json" .ok)" \
         -v d="$(j "$RAW/profile-$name.json" .duration_s)" -v c="$((c1 - c0))" \
-        -v hz="$(getconf CLK_TCK)" -v s="$((s1 - s0))" 'BEGIN {
+        -v hz="$(getconf CLK_TCK)" -v s="$((s1 - s0))" -v r="$((r1 - r0))" \
+        -v m="$((m1 - m0))" -v hr="${rpid:+1}" -v hm="${mpid:+1}" 'BEGIN {
             if (ok < 1) ok = 1
-            printf "%.0f %.1f %.2f %.3f\n", ok / d, c / hz * 1e6 / ok, s / ok, c / hz / d }'
+            printf "%.0f %.1f %.2f %.3f %s %s\n", ok / d, c / hz * 1e6 / ok, s / ok,
+                c / hz / d, hr ? sprintf("%.1f", r / hz * 1e6 / ok) : "-",
+                hm ? sprintf("%.1f", m / hz * 1e6 / ok) : "-" }'
 }
 
 # hol_probe NAME [PORT]: 200 GET /healthz to the instance on PORT (default

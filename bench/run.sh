@@ -461,7 +461,7 @@ say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50
 
 # Instance A alone (B idles) at 256 connections for PROFILE_SECS.
 ensure_users $((PROFILE_SECS * 60000))
-read -r PROF_RATE CPU_US PROF_CS PROF_BUSY < <(profile_measure cpu "$PID_A" "$PORT" "$PROFILE_SECS")
+read -r PROF_RATE CPU_US PROF_CS PROF_BUSY _ < <(profile_measure cpu "$PID_A" "$PORT" "$PROFILE_SECS")
 check_voucher cpu "$(cat "$RAW/profile-cpu.voucher")" 2000000 "$(j "$RAW/profile-cpu.json" .ok)"
 say "cpu per purchase: instance A alone, 256 connections: $PROF_RATE purchases/s, $CPU_US us of CPU and $PROF_CS context switches a purchase ($PROF_BUSY cores busy)"
 
