@@ -862,9 +862,12 @@ fail:
 /*
  * Visit every key of every server whose name contains needle (a plain
  * string: no glob characters), on the connections in rcs. With del, delete
- * those with a TTL (the lock keys; fence counters have none), or with
- * del_all every one. Returns how many had a TTL, their largest PTTL in
- * *max_pttl (may be NULL), or -1 on a server error.
+ * those with a TTL, or with del_all every one. Returns how many had a TTL,
+ * their largest PTTL in *max_pttl (may be NULL), or -1 on a server error.
+ * Not counted, since they outlive a release by design: the fencing
+ * counter (lock-fence:{name}, as long as the lease it was last taken
+ * with, so that the next token is greater than the last) and release
+ * receipts (lock-rel:{name}:owner, a few seconds).
  */
 static long long redis_keys(redisContext **rcs, int n, const char *needle,
                             int del, int del_all, long long *max_pttl)
@@ -892,7 +895,8 @@ static long long redis_keys(redisContext **rcs, int n, const char *needle,
                     t && t->type == REDIS_REPLY_INTEGER ? t->integer : -1;
 
                 freeReplyObject(t);
-                if (pttl > 0) {
+                if (pttl > 0 && !strstr(key, "lock-fence:") &&
+                    !strstr(key, "lock-rel:")) {
                     count++;
                     if (pttl > max)
                         max = pttl;
