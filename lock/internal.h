@@ -48,10 +48,10 @@ struct lock_client {
     const struct lock_backend *be;
     void *impl; /* the backend's state */
     struct url url;
-    uint32_t timeout_ms;        /* resolved: option, URL, or 1000 */
-    uint32_t session_ms;        /* resolved: option, URL, or 10000 */
-    uint32_t watchdog_lease_ms; /* resolved: option or the default */
-    uint32_t replicas;          /* redis: WAIT for this many; 0: none */
+    uint32_t timeout_ms;               /* resolved: option, URL, or 1000 */
+    uint32_t session_ms;               /* resolved: option, URL, or 10000 */
+    uint32_t watchdog_lease_ms;        /* resolved: option or the default */
+    uint32_t replicas;                 /* redis: WAIT for this many; 0: none */
     char prefix[REDIS_PREFIX_MAX + 1]; /* redis: of every key and channel */
     /* The servers, as "host:port,host:port/path": with the backend's name,
      * what makes two clients' locks of one name the same lock. */

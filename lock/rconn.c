@@ -32,7 +32,7 @@
 #define FENCE_FN                                                               \
     "local function fence(k, lease) "                                          \
     "local c = redis.call('time') "                                            \
-    "local v = math.max((tonumber(redis.call('get', k)) or 0) + 1, "          \
+    "local v = math.max((tonumber(redis.call('get', k)) or 0) + 1, "           \
     "tonumber(c[1]) * 1000000 + tonumber(c[2])) "                              \
     "redis.call('set', k, string.format('%.0f', v), 'PX', lease) "             \
     "return v end "
@@ -71,7 +71,8 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
     /* Waiters that missed their check-in are dropped first; the queue
      * and the deadlines share one TTL, the longest check-in. */
     [RCONN_FAIR_ACQUIRE] = REDIS_SCRIPT(
-        FENCE_FN "local t = redis.call('time') "
+        FENCE_FN
+        "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) "
         "do redis.call('lrem', KEYS[2], 0, w) redis.call('zrem', KEYS[3], w) "
@@ -124,7 +125,8 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "return 1"),
     /* A waiting writer keeps new readers out (they would starve it). */
     [RCONN_RW_READ] = REDIS_SCRIPT(
-        FENCE_FN "local t = redis.call('time') "
+        FENCE_FN
+        "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
         "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
@@ -138,7 +140,8 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "redis.call('pexpire', KEYS[2], l) end "
         "return {1, fence(KEYS[4], ARGV[2])}"),
     [RCONN_RW_WRITE] = REDIS_SCRIPT(
-        FENCE_FN "local t = redis.call('time') "
+        FENCE_FN
+        "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
         "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
@@ -163,7 +166,8 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
                      "redis.call('publish', KEYS[3], '1') "
                      "return 1"),
     [RCONN_SEM_ACQUIRE] = REDIS_SCRIPT(
-        FENCE_FN "local t = redis.call('time') "
+        FENCE_FN
+        "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
         "if not redis.call('zscore', KEYS[1], ARGV[1]) and "
@@ -207,8 +211,10 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
 int rconn_lock_prepare(struct lock *l)
 {
     static const char *const kinds[] = {
-        [LOCK_KIND_MUTEX] = "",         [LOCK_KIND_FAIR] = RCONN_FAIR_KEY,
-        [LOCK_KIND_READ] = RCONN_RW_KEY, [LOCK_KIND_WRITE] = RCONN_RW_KEY,
+        [LOCK_KIND_MUTEX] = "",
+        [LOCK_KIND_FAIR] = RCONN_FAIR_KEY,
+        [LOCK_KIND_READ] = RCONN_RW_KEY,
+        [LOCK_KIND_WRITE] = RCONN_RW_KEY,
         [LOCK_KIND_SEMAPHORE] = RCONN_SEM_KEY,
     };
     char probe[LOCK_RKEY_MAX];

@@ -84,7 +84,6 @@ static void redis_close(struct lock_client *c)
 
 static const struct redis_kind *kind_of(const struct lock *l);
 
-
 redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
                             int nkeys, int argc, const char **argv,
                             const size_t *lens, int *err, int *unknown)

@@ -123,7 +123,8 @@ static void fan_out_free(struct redlock_impl *ri, struct answer *a)
 static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
                       int receipt, int *err, int *unknown)
 {
-    char channel[LOCK_RKEY_MAX], rkey[LOCK_RKEY_MAX], suffix[LOCK_OWNER_LEN + 2];
+    char channel[LOCK_RKEY_MAX], rkey[LOCK_RKEY_MAX],
+        suffix[LOCK_OWNER_LEN + 2];
     char token[24], ms[16];
     const char *argv[6] = {l->rkey, channel, rkey, l->owner, token, ms};
     size_t lens[6];

@@ -83,8 +83,7 @@ static void rw_keys(const struct lock *l, struct rw_keys *k)
 /* Receipts per side: the two share the owner id. */
 static size_t rw_receipt(char *buf, const struct lock *l)
 {
-    return lock__redis_receipt(l, buf,
-                               l->kind == LOCK_KIND_READ ? "r:" : "w:");
+    return lock__redis_receipt(l, buf, l->kind == LOCK_KIND_READ ? "r:" : "w:");
 }
 
 static void rw_channel(const struct lock *l, char *buf)

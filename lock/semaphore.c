@@ -55,8 +55,8 @@ static int sem_release(struct redis_impl *ri, struct lock *l, int *held)
     size_t receipt_len = lock__redis_receipt(l, receipt, "");
 
     /* Every release frees a permit someone may be waiting for. */
-    return lock__redis_zset_release(ri, l, l->rkey, l->rkey_len, chan,
-                                    chan_len, receipt, receipt_len, 1, held);
+    return lock__redis_zset_release(ri, l, l->rkey, l->rkey_len, chan, chan_len,
+                                    receipt, receipt_len, 1, held);
 }
 
 static int sem_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
