@@ -22,10 +22,11 @@
 #include "common/util.h"
 
 /*
- * KEYS[1] the clock hash; KEYS[2..4] the counters of days ARGV[1] + 0..2,
- * and optionally KEYS[5..7] the same days' counters under their names
- * from before the hash tag (idgen.h); ARGV[2] the counters' TTL; ARGV[3]
- * how many counter values to reserve.
+ * KEYS[1] the clock hash; KEYS[2..4] the counters of days ARGV[1] + 0..2;
+ * ARGV[2] the counters' TTL; ARGV[3] how many counter values to reserve;
+ * optionally ARGV[4..6] the same days' counters under their names from
+ * before the hash tag (idgen.h): in another slot, so not declared as keys,
+ * which only a server that is not a cluster allows.
  * Replies {t, n}: the values n - ARGV[3] + 1 .. n of t's day are this
  * caller's. Or {-1, microseconds to wait} while ids are paused after a
  * change of server, or {-2, t} when t's day is not among the keys given
@@ -58,17 +59,17 @@ static const char script[] =
     "  redis.call('HSET', KEYS[1], 'last', t)\n"
     "end\n"
     "local n = redis.call('INCRBY', KEYS[2 + i], ARGV[3])\n"
-    "if #KEYS > 4 then\n"
+    "if #ARGV > 3 then\n"
     /* Both counters end at the larger value, so the other's next block
      * starts above this one. */
-    "  local o = redis.call('INCRBY', KEYS[5 + i], ARGV[3])\n"
+    "  local o = redis.call('INCRBY', ARGV[4 + i], ARGV[3])\n"
     "  if o > n then\n"
     "    n = o\n"
     "    redis.call('SET', KEYS[2 + i], n)\n"
     "  elseif n > o then\n"
-    "    redis.call('SET', KEYS[5 + i], n)\n"
+    "    redis.call('SET', ARGV[4 + i], n)\n"
     "  end\n"
-    "  redis.call('EXPIRE', KEYS[5 + i], ARGV[2])\n"
+    "  redis.call('EXPIRE', ARGV[4 + i], ARGV[2])\n"
     "end\n"
     "redis.call('EXPIRE', KEYS[2 + i], ARGV[2])\n"
     "return {t, n}\n";
@@ -170,13 +171,6 @@ int idgen_script_args(const char *prefix, int64_t hint_s, uint32_t count,
     argv[argc++] = bufs->clock;
     for (int i = 0; i < IDGEN_WINDOW; i++)
         argv[argc++] = bufs->days[i];
-    if (atomic_load(&legacy))
-        for (int i = 0; i < IDGEN_WINDOW; i++) {
-            if (idgen_legacy_day_key(prefix, (first_day + i) * 86400,
-                                     bufs->legacy[i], IDGEN_KEY_MAX))
-                return -ENAMETOOLONG;
-            argv[argc++] = bufs->legacy[i];
-        }
     *nkeys = argc;
     snprintf(bufs->first, sizeof(bufs->first), "%lld", (long long)first_day);
     snprintf(bufs->ttl, sizeof(bufs->ttl), "%d", IDGEN_KEY_TTL_S);
@@ -184,6 +178,13 @@ int idgen_script_args(const char *prefix, int64_t hint_s, uint32_t count,
     argv[argc++] = bufs->first;
     argv[argc++] = bufs->ttl;
     argv[argc++] = bufs->cnt;
+    if (atomic_load(&legacy))
+        for (int i = 0; i < IDGEN_WINDOW; i++) {
+            if (idgen_legacy_day_key(prefix, (first_day + i) * 86400,
+                                     bufs->legacy[i], IDGEN_KEY_MAX))
+                return -ENAMETOOLONG;
+            argv[argc++] = bufs->legacy[i];
+        }
     return argc;
 }
 

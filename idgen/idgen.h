@@ -158,9 +158,9 @@ int idgen_window(const char *prefix, int64_t hint_s,
 /*
  * The script's keys and arguments for prefix, a guess hint_s and count
  * values (pure but for idgen_legacy_keys()): argv[0..*nkeys) the keys
- * (clock, the window's day counters, then the legacy ones when on),
- * then the arguments; bufs holds the strings. Returns argc, or
- * -ENAMETOOLONG.
+ * (the clock, the window's day counters: one slot), then the arguments,
+ * the legacy counters' names last when on (not keys: another slot);
+ * bufs holds the strings. Returns argc, or -ENAMETOOLONG.
  */
 #define IDGEN_ARGS_MAX (1 + 2 * IDGEN_WINDOW + 3)
 struct idgen_args {

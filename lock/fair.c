@@ -22,9 +22,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FAIR_QUEUE "lock-fair-q:"
-#define FAIR_TIMES "lock-fair-t:"
-
 int lock_fair_new(struct lock_client *c, const char *name, struct lock **out)
 {
     return lock__new_kind(c, name, LOCK_KIND_FAIR, out);
@@ -42,8 +39,8 @@ static void fair_keys(const struct lock *l, struct fair_keys *k)
 {
     k->lock = l->rkey;
     k->lock_len = l->rkey_len;
-    k->queue_len = rconn_lock_name(l, k->queue, FAIR_QUEUE, NULL);
-    k->times_len = rconn_lock_name(l, k->times, FAIR_TIMES, NULL);
+    k->queue_len = rconn_lock_name(l, k->queue, RCONN_FAIR_QUEUE, NULL);
+    k->times_len = rconn_lock_name(l, k->times, RCONN_FAIR_TIMES, NULL);
     k->wake_len = rconn_lock_name(l, k->wake, RCONN_CHANNEL, ":w:");
 }
 

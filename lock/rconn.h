@@ -58,6 +58,10 @@
 #define RCONN_FENCE "lock-fence:"
 #define RCONN_CHANNEL "lock-ch:"
 #define RCONN_RECEIPT "lock-rel:"
+#define RCONN_FAIR_QUEUE "lock-fair-q:"
+#define RCONN_FAIR_TIMES "lock-fair-t:"
+#define RCONN_RW_READERS "lock-rw-r:"
+#define RCONN_RW_WAITING "lock-rw-q:"
 
 /*
  * The backends' prepare hook: set l->rkey (see above). -EINVAL for a name

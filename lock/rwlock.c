@@ -33,9 +33,6 @@
 
 #include "common/util.h"
 
-#define RW_READERS "lock-rw-r:"
-#define RW_WAITING "lock-rw-q:"
-
 int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
                 struct lock **write)
 {
@@ -75,8 +72,8 @@ static void rw_keys(const struct lock *l, struct rw_keys *k)
 {
     k->w = l->rkey;
     k->w_len = l->rkey_len;
-    k->r_len = rconn_lock_name(l, k->r, RW_READERS, NULL);
-    k->q_len = rconn_lock_name(l, k->q, RW_WAITING, NULL);
+    k->r_len = rconn_lock_name(l, k->r, RCONN_RW_READERS, NULL);
+    k->q_len = rconn_lock_name(l, k->q, RCONN_RW_WAITING, NULL);
     k->chan_len = rconn_lock_name(l, k->chan, RCONN_CHANNEL, NULL);
 }
 

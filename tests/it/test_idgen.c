@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/redis.h"
 #include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
@@ -333,6 +334,14 @@ static void test_bad_prefix(void **state)
     redisFree(rc);
 }
 
+/* Every script call above had its keys in one hash slot (the names from
+ * before the hash tag go as arguments, not keys). */
+static void test_one_slot(void **state)
+{
+    (void)state;
+    assert_int_equal(0, redis_script_crossslot_calls());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_restart_never_repeats),
         cmocka_unit_test(test_clock_behind),
         cmocka_unit_test(test_bad_prefix),
+        cmocka_unit_test(test_one_slot),
     };
     return cmocka_run_group_tests_name("idgen", tests, group_setup, NULL);
 }

@@ -55,6 +55,7 @@
 #define THREADED
 #include <zookeeper/zookeeper.h>
 
+#include "common/redis.h"  /* redis_script_crossslot_calls() */
 #include "lock/internal.h" /* lock__url_parse(): where the servers are */
 #include "lock/lock.h"
 #include "tests/it/harness.h"
@@ -1180,6 +1181,10 @@ static int fx_teardown(void **state)
         close(f->fds[i]);
     for (i = 0; i < f->nproxies; i++)
         it_proxy_stop(&f->proxies[i]);
+
+    /* Every script this process sent had its keys in one hash slot, as a
+     * Redis Cluster requires (every kind, every call, errors included). */
+    assert_int_equal(0, redis_script_crossslot_calls());
 
     /* What the backends keep of our names: lock keys, fence counters. */
     if (f->b->kind == BK_REDIS || f->b->kind == BK_REDLOCK) {
