@@ -38,8 +38,8 @@ static const char *const prefixes[] = {"", "shop1:", "a.b-c_d:"};
 
 /* Assert that the n keys in k share one slot and start with prefix;
  * what names the call in the failure message. */
-static void one_slot(const char *what, const char *prefix,
-                     const char *const *k, size_t n)
+static void one_slot(const char *what, const char *prefix, const char *const *k,
+                     size_t n)
 {
     unsigned slot = redis_key_slot_str(k[0]);
 
@@ -96,8 +96,8 @@ static void test_tagged(void **state)
     char buf[64];
     (void)state;
 
-    assert_int_equal(10, redis_key_tagged(buf, sizeof(buf), "p:", "f:", "ab",
-                                          2, ":x"));
+    assert_int_equal(
+        10, redis_key_tagged(buf, sizeof(buf), "p:", "f:", "ab", 2, ":x"));
     assert_string_equal("p:f:{ab}:x", buf);
     /* A key with a tag of its own lends the tag. */
     redis_key_tagged(buf, sizeof(buf), "", "f:", "o:{42}:z", 8, NULL);
@@ -109,12 +109,10 @@ static void test_tagged(void **state)
     assert_int_equal(redis_key_slot_str("a{b"), redis_key_slot_str(buf));
     /* Hashed whole and holding '}' (an empty tag is none): no tag can
      * carry it. */
-    assert_int_equal(-EINVAL,
-                     redis_key_tagged(buf, sizeof(buf), "", "f:", "a}b", 3,
-                                      NULL));
-    assert_int_equal(-EINVAL,
-                     redis_key_tagged(buf, sizeof(buf), "", "f:", "{}a", 3,
-                                      NULL));
+    assert_int_equal(
+        -EINVAL, redis_key_tagged(buf, sizeof(buf), "", "f:", "a}b", 3, NULL));
+    assert_int_equal(
+        -EINVAL, redis_key_tagged(buf, sizeof(buf), "", "f:", "{}a", 3, NULL));
     assert_int_equal(-ENAMETOOLONG,
                      redis_key_tagged(buf, 8, "", "f:", "abcdef", 6, NULL));
 }
@@ -129,18 +127,18 @@ static void test_script_calls_checked(void **state)
     char *cmd;
     (void)state;
 
-    redisFreeCommand((redis_script_format(&s, true, 2, 3, same, NULL, &cmd),
-                      cmd));
+    redisFreeCommand(
+        (redis_script_format(&s, true, 2, 3, same, NULL, &cmd), cmd));
     assert_int_equal(before, redis_script_crossslot_calls());
-    redisFreeCommand((redis_script_format(&s, true, 2, 2, apart, NULL, &cmd),
-                      cmd));
+    redisFreeCommand(
+        (redis_script_format(&s, true, 2, 2, apart, NULL, &cmd), cmd));
     assert_int_equal(before + 1, redis_script_crossslot_calls());
 }
 
 /* ---- lock/ ---- */
 
 static const char *const lock_names[] = {
-    "lock:order:42", "x", "order:{42}:y", "a{b", "{a}}b", "}{z}",
+    "lock:order:42",           "x", "order:{42}:y", "a{b", "{a}}b", "}{z}",
     "seckill:async:reconcile",
 };
 
@@ -314,9 +312,8 @@ static void test_async_keys(void **state)
 {
     /* Every name a sale's scripts, its DEL and its reconciliation use. */
     static const char *const names[] = {
-        "info",    "stock",  "buyers",  "stream",
-        "pending", "dead",   "frozen",  "holders",
-        "rebuild:c1", "rebuild-holders:c1",
+        "info", "stock",  "buyers",  "stream",     "pending",
+        "dead", "frozen", "holders", "rebuild:c1", "rebuild-holders:c1",
     };
     char k[sizeof(names) / sizeof(names[0])][KEY_MAX], idx[KEY_MAX];
     const char *v[sizeof(names) / sizeof(names[0])];
