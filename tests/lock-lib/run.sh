@@ -195,9 +195,16 @@ grep -qE '^semaphore: 6 threads, 2 permits: at most [12] inside at once' \
     "$work/semaphore.log" || fail "semaphore: $(cat "$work/semaphore.log")"
 ok "$(grep '^semaphore:' "$work/semaphore.log")"
 
-# The fair and semaphore demos leave nothing behind either.
-left=$(rcli --scan --pattern "*lock-example:*" | head -5)
+# The fair and semaphore demos leave nothing behind either, but for what
+# outlives a release by design and then expires: the fencing counter (for
+# a lease) and the release receipts (a few seconds).
+left=$(rcli --scan --pattern "*lock-example:*" | while read -r k; do
+    case $k in
+    lock-fence:* | lock-rel:*) (($(rcli PTTL "$k") > 0)) && continue ;;
+    esac
+    echo "$k"
+done | head -5)
 [[ -z $left ]] || fail "keys left in Redis:"$'\n'"$left"
-ok "no lock-example keys left in Redis"
+ok "no lock-example keys left in Redis (but expiring fences and receipts)"
 
 echo "lock-lib: ok ($build)"
