@@ -55,7 +55,7 @@ struct lock_client {
     char prefix[REDIS_PREFIX_MAX + 1]; /* redis: of every key and channel */
     /* The servers, as "host:port,host:port/path": with the backend's name,
      * what makes two clients' locks of one name the same lock. */
-    char where[URL_HOSTS_MAX * 264 + 264];
+    char where[URL_HOSTS_MAX * 264 + 264 + REDIS_PREFIX_MAX + 2];
 
     /* The watchdog: locks with a lease of 0, renewed by one thread. */
     pthread_mutex_t wd_mu;

@@ -237,6 +237,12 @@ int lock_client_open(const char *url, const struct lock_options *opt,
         snprintf(c->prefix, sizeof(c->prefix), "%s", opt->prefix);
     }
     describe_where(&c->url, c->where, sizeof(c->where));
+    /* Under two prefixes, one name is two locks. */
+    if (c->prefix[0]) {
+        size_t n = strlen(c->where);
+
+        snprintf(c->where + n, sizeof(c->where) - n, " %s", c->prefix);
+    }
 
     pthread_mutex_init(&c->wd_mu, NULL);
     pthread_condattr_init(&attr);
