@@ -17,22 +17,29 @@
 
 #include "async/async.h"
 #include "async/compare.h"
+#include "common/redis_keys.h"
 #include "lock/lock.h"
 #include "store/store.h"
 
 /* The consumer group of every sale's stream. */
 #define GROUP "writers"
-#define KEY_MAX 64
+#define KEY_MAX (REDIS_PREFIX_MAX + 128)
 #define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
-/* The index of sales with orders on their way (see async.h). */
+/* The index of sales with orders on their way (see async.h), after the
+ * Redis prefix: its own key, written by its own single-key commands (a
+ * sale's keys are in the sale's slot, the index in another). */
 #define INDEX_KEY "seckill:async:work"
 /* Sales looked up in one pipelined round trip. */
 #define LOOKUP_MAX 256
 
 /* ---- keys, replies, the index (scripts.c) ---- */
 
-/* The key "{v:<voucher_id>}:<what>" of a sale, into buf (KEY_MAX). */
+/* The key "{v:<voucher_id>}:<what>" of a sale, after the Redis prefix,
+ * into buf (KEY_MAX): every key of a sale is in the sale's hash slot. */
 void async__key(char *buf, int64_t voucher_id, const char *what);
+
+/* The index's key (INDEX_KEY after the Redis prefix), into buf (KEY_MAX). */
+void async__index_key(char *buf);
 
 /*
  * A reply of an integer into *v, or -EIO (logged, op what) for anything

@@ -322,7 +322,7 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
                            struct sale *s)
 {
     char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
-    char last[48], freeze_ms[16], sp[24], ha[8], rv[24], rs[24];
+    char last[48], freeze_ms[16], sp[24], ha[8], rv[24], rs[24], what[KEY_MAX];
     const char *argv[21];
     struct store_async_sale sale;
     redisReply *r;
@@ -331,14 +331,14 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
     async__key(k[0], s->voucher_id, "info");
     async__key(k[1], s->voucher_id, "stock");
     async__key(k[2], s->voucher_id, "buyers");
-    snprintf(k[3], sizeof(k[3]), "{v:%lld}:rebuild:%s",
-             (long long)s->voucher_id, a->consumer);
+    snprintf(what, sizeof(what), "rebuild:%s", a->consumer);
+    async__key(k[3], s->voucher_id, what);
     async__key(k[4], s->voucher_id, "frozen");
     async__key(k[5], s->voucher_id, "stream");
     async__key(k[6], s->voucher_id, "pending");
     async__key(k[7], s->voucher_id, "holders");
-    snprintf(k[8], sizeof(k[8]), "{v:%lld}:rebuild-holders:%s",
-             (long long)s->voucher_id, a->consumer);
+    snprintf(what, sizeof(what), "rebuild-holders:%s", a->consumer);
+    async__key(k[8], s->voucher_id, what);
     err = store_async_sale_read(st, s->voucher_id, &sale);
     if (err == -ENOENT) {
         /* Not an async sale in MySQL (any more): nothing to rebuild from;

@@ -27,7 +27,12 @@
 
 void async__key(char *buf, int64_t voucher_id, const char *what)
 {
-    snprintf(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
+    redis_key(buf, KEY_MAX, "{v:%lld}:%s", (long long)voucher_id, what);
+}
+
+void async__index_key(char *buf)
+{
+    redis_key(buf, KEY_MAX, INDEX_KEY);
 }
 
 /* KEYS info, stock, buyers, stream, pending, dead, frozen, holders;
@@ -234,7 +239,10 @@ int async__scan_ids(redisContext *rc, const char *set, const char *match,
 
 int async__index_read(redisContext *rc, int64_t **ids, size_t *n)
 {
-    return async__scan_ids(rc, INDEX_KEY, NULL, NULL, ids, n);
+    char idx[KEY_MAX];
+
+    async__index_key(idx);
+    return async__scan_ids(rc, idx, NULL, NULL, ids, n);
 }
 
 int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
@@ -299,11 +307,12 @@ int async_sale_forget(redisContext *rc, int64_t voucher_id)
     static const char *const names[8] = {"info",   "stock",   "buyers",
                                          "stream", "pending", "dead",
                                          "frozen", "holders"};
-    char k[8][KEY_MAX];
+    char k[8][KEY_MAX], idx[KEY_MAX];
     const char *argv[9] = {"DEL"};
     redisReply *r;
     int ret = 0;
 
+    async__index_key(idx);
     for (int i = 0; i < 8; i++) {
         async__key(k[i], voucher_id, names[i]);
         argv[1 + i] = k[i];
@@ -314,7 +323,7 @@ int async_sale_forget(redisContext *rc, int64_t voucher_id)
     if (r->type == REDIS_REPLY_ERROR)
         ret = -EIO;
     freeReplyObject(r);
-    r = redisCommand(rc, "SREM " INDEX_KEY " %lld", (long long)voucher_id);
+    r = redisCommand(rc, "SREM %s %lld", idx, (long long)voucher_id);
     if (!r)
         return redis_errno(rc);
     freeReplyObject(r);
@@ -377,7 +386,7 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
 {
     static const char *const names[7] = {
         "info", "stock", "buyers", "stream", "pending", "frozen", "holders"};
-    char keys[7][KEY_MAX], backlog[16], (*nums)[24];
+    char keys[7][KEY_MAX], idx[KEY_MAX], backlog[16], (*nums)[24];
     unsigned replicas = confirm ? confirm->replicas : 0;
     long long acked = 0;
     char *then[2];
@@ -392,6 +401,7 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
         return -EINVAL;
     nums = xcalloc(2 * n, sizeof(*nums));
     argv = xcalloc(8 + 2 * n, sizeof(*argv));
+    async__index_key(idx);
     for (int i = 0; i < 7; i++) {
         async__key(keys[i], voucher_id, names[i]);
         argv[i] = keys[i];
@@ -411,7 +421,7 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
      * sweeps put the sale back), and the replicas' WAIT (when they are
      * quick, confirming costs no extra wait). */
     nthen = 0;
-    if (redisFormatCommand(&then[nthen++], "SADD " INDEX_KEY " %lld",
+    if (redisFormatCommand(&then[nthen++], "SADD %s %lld", idx,
                            (long long)voucher_id) < 0 ||
         (replicas && redisFormatCommand(&then[nthen++], "WAIT %u %u", replicas,
                                         confirm->wait_ms) < 0))

@@ -365,9 +365,10 @@ static void claim(struct async *a, struct store *st, redisContext *rc,
  */
 static void backlogs_look(struct async *a, redisContext *rc, bool all)
 {
-    char k[KEY_MAX];
+    char k[KEY_MAX], idx[KEY_MAX];
     size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, added = 0;
 
+    async__index_key(idx);
     for (size_t i = 0; i < a->nsales; i++)
         if (all || a->sales[i].indexed) {
             async__key(k, a->sales[i].voucher_id, "stream");
@@ -397,7 +398,7 @@ static void backlogs_look(struct async *a, redisContext *rc, bool all)
         async__key(k, s->voucher_id, "stream");
         redisAppendCommand(rc, "XRANGE %s - + COUNT 1", k);
         if (!s->indexed)
-            redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+            redisAppendCommand(rc, "SADD %s %lld", idx,
                                (long long)s->voucher_id);
         at[m++] = i;
     }
@@ -448,17 +449,17 @@ out:
  */
 static void index_prune(struct async *a, redisContext *rc)
 {
-    char k[KEY_MAX];
+    char k[KEY_MAX], idx[KEY_MAX];
     size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, back = 0;
 
+    async__index_key(idx);
     for (size_t i = 0; i < a->nsales; i++) {
         const struct sale *s = &a->sales[i];
 
         if (!s->indexed || s->backlog)
             continue;
         async__key(k, s->voucher_id, "stream");
-        redisAppendCommand(rc, "SREM " INDEX_KEY " %lld",
-                           (long long)s->voucher_id);
+        redisAppendCommand(rc, "SREM %s %lld", idx, (long long)s->voucher_id);
         redisAppendCommand(rc, "XLEN %s", k);
         at[m++] = i;
     }
@@ -474,7 +475,7 @@ static void index_prune(struct async *a, redisContext *rc)
         if (r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer == 0) {
             s->indexed = false;
         } else {
-            redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+            redisAppendCommand(rc, "SADD %s %lld", idx,
                                (long long)s->voucher_id);
             back++;
         }
@@ -492,9 +493,16 @@ out:
     free(at);
 }
 
-/* The voucher id of a key "{v:ID}:...". */
+/* The voucher id of a key "{v:ID}:..." (after the Redis prefix). */
 static int sale_key_id(const char *s, size_t len, int64_t *id)
 {
+    size_t p = strlen(redis_prefix());
+
+    if (len < p || memcmp(s, redis_prefix(), p) != 0)
+        return -EINVAL;
+    s += p;
+    len -= p;
+
     const char *end = memchr(s, '}', len);
 
     if (len < 4 || memcmp(s, "{v:", 3) != 0 || !end)
@@ -511,11 +519,14 @@ static int sale_key_id(const char *s, size_t len, int64_t *id)
  */
 static void sweep(redisContext *rc)
 {
-    char k[KEY_MAX];
+    char k[KEY_MAX], idx[KEY_MAX], match[KEY_MAX];
     int64_t *ids;
     size_t n, added = 0;
 
-    if (async__scan_ids(rc, NULL, "{v:*}:pending", sale_key_id, &ids, &n) != 0)
+    async__index_key(idx);
+    /* The prefix holds no glob character (common/redis_keys.h). */
+    redis_key(match, sizeof(match), "{v:*}:pending");
+    if (async__scan_ids(rc, NULL, match, sale_key_id, &ids, &n) != 0)
         return;
     for (size_t i = 0; i < n; i += LOOKUP_MAX) {
         size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX, back = 0;
@@ -530,7 +541,7 @@ static void sweep(redisContext *rc)
             if (redisGetReply(rc, (void **)&r) != REDIS_OK)
                 goto out;
             if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
-                redisAppendCommand(rc, "SADD " INDEX_KEY " %lld",
+                redisAppendCommand(rc, "SADD %s %lld", idx,
                                    (long long)ids[i + j]);
                 back++;
             }

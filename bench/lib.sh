@@ -91,7 +91,7 @@ cleanup() {
         done
         sql "DELETE FROM vouchers WHERE id IN ($ids)" || true
     fi
-    rcli DEL icr:bench:clock >/dev/null 2>&1 || true
+    rcli DEL 'icr:{bench}:clock' >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

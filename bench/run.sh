@@ -339,9 +339,9 @@ ID_SCRIPT=$(printf '%b' "$(c_string "$ROOT/idgen/idgen.c" 'static const char scr
 day=$(($(date +%s) / 86400))
 id_keys=()
 for i in 0 1 2; do
-    id_keys+=("icr:bench:$(date -u -d "@$(((day - 1 + i) * 86400))" +%Y:%m:%d)")
+    id_keys+=("icr:{bench}:$(date -u -d "@$(((day - 1 + i) * 86400))" +%Y:%m:%d)")
 done
-id_args=(4 icr:bench:clock "${id_keys[@]}" "$((day - 1))" 259200 1)
+id_args=(4 'icr:{bench}:clock' "${id_keys[@]}" "$((day - 1))" 259200 1)
 # The first call records this Redis as the id server: ids pause until the
 # next second (idgen.h), so wait that out before measuring.
 if [[ -n $ID_SCRIPT ]] && rcli EVAL "$ID_SCRIPT" "${id_args[@]}" >/dev/null 2>&1 &&

@@ -21,6 +21,7 @@
 #include "common/cidr.h"
 #include "common/phone.h"
 #include "common/redis.h"
+#include "common/redis_keys.h"
 #include "common/url.h"
 #include "common/util.h"
 
@@ -139,6 +140,18 @@ static int set_text(struct config *cfg, const struct config_setting *s,
     assert(s->size == sizeof(const char *));
     *(const char **)setting_at(cfg, s) = v[0] ? v : NULL;
     return 0;
+}
+
+/* The Redis prefix: common/redis_keys.h's rule; empty: NULL. */
+static int set_redis_prefix(struct config *cfg, const struct config_setting *s,
+                            const char *name, const char *v, char *err,
+                            size_t errlen)
+{
+    char why[96];
+
+    if (redis_prefix_check(v, why, sizeof(why)))
+        return fail(err, errlen, "%s: %s", name, why);
+    return set_text(cfg, s, name, v, err, errlen);
 }
 
 /* An admin's name: 1 to 64 of letters, digits, '.', '_' and '-'. */
@@ -719,6 +732,22 @@ const struct config_setting config_settings[] = {
             "(add `?replicas=N` to wait for N replicas at each acquire), "
             "`redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
             "`zookeeper://host:port/path` (see [locks.md](locks.md))"},
+    {.flag = "redis-prefix",
+     .env = "SECKILL_REDIS_PREFIX",
+     .arg = "TEXT",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_USERS_NORMALIZE,
+     .parse = set_redis_prefix,
+     FIELD(http.redis_prefix),
+     .help = "put in front of every Redis key and channel",
+     .doc = "put in front of every Redis key and channel the service uses "
+            "(the purchase locks' too), so that deployments can share one "
+            "Redis or one Redis Cluster, which has only database 0: up to "
+            "32 letters, digits, `_`, `:`, `.` or `-`, such as `shop1:`. "
+            "Channels keep the database number after it. Change it only "
+            "with every instance stopped: the new names start empty (see "
+            "[scaling.md](scaling.md#redis-cluster-keys))"},
     {.flag = "dev",
      .env = "SECKILL_DEV",
      .arg = "0|1",

@@ -21,8 +21,11 @@
 #include "cmd/users.h"
 #include "cmd/server.h"
 #include "common/pow.h"
+#include "common/redis.h"
+#include "common/redis_keys.h"
 #include "common/token.h"
 #include "common/util.h"
+#include "idgen/idgen.h"
 
 /* `seckilld pow`: the challenge of GET /api/pow on standard input, its
  * solution (the Seckill-PoW header's value) on standard output. */
@@ -216,6 +219,12 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return 2;
     }
+    /* Before any thread: every Redis name starts with the prefix. The
+     * id worker's names from before its hash tag are counted on too, but
+     * not on a cluster, where they are in other slots. */
+    redis_prefix_set(cfg.http.redis_prefix ? cfg.http.redis_prefix : "");
+    idgen_legacy_keys(strcmp(cfg.redis_url.scheme, "redis") == 0 ||
+                      strcmp(cfg.redis_url.scheme, REDIS_SENTINEL_SCHEME) == 0);
     switch (cfg.cmd) {
     case CMD_HELP:
         ret = config_doc_write(stdout, cfg.doc) ? 1 : 0;

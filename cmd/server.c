@@ -155,7 +155,9 @@ int server_start(const struct handlers_config *cfg, struct server **out)
     int err;
 
     srv->cfg = cfg;
-    err = lock_client_open(cfg->lock_url, NULL, &srv->locks);
+    err = lock_client_open(cfg->lock_url,
+                           &(struct lock_options){.prefix = cfg->redis_prefix},
+                           &srv->locks);
     if (err) {
         log_error("lock backend refused", "err=%d", err);
         goto fail;

@@ -28,7 +28,10 @@ struct handlers_config {
     unsigned idle_free_s;    /* per-voucher state unused this long is freed */
     uint32_t lock_ttl_ms;
     const char *lock_url; /* lock/lock.h URL: the purchase lock's backend */
-    bool dev;             /* echo login codes in responses */
+    /* In front of every Redis key and channel, the locks' too
+     * (common/redis_keys.h); NULL: none. */
+    const char *redis_prefix;
+    bool dev; /* echo login codes in responses */
     /* Abuse limits (README, Configuration): */
     struct handlers_rate rate_user; /* per user token; admins are exempt */
     struct handlers_rate rate_ip;   /* per client address (IPv6: per /64) */

@@ -196,6 +196,13 @@ int redis_script_format(const struct redis_script *s, bool eval, int nkeys,
                         int argc, const char **argv, const size_t *lens,
                         char **cmd);
 
+/*
+ * How many script calls this process formatted whose keys are not all in
+ * one Redis Cluster hash slot: a cluster refuses them (CROSSSLOT), so each
+ * is a bug, whatever server this one is; the first is logged. Thread-safe.
+ */
+unsigned long redis_script_crossslot_calls(void);
+
 /* True for a NOSCRIPT error reply: send the EVAL form again. */
 bool redis_reply_is_noscript(const redisReply *r);
 

@@ -2,6 +2,7 @@
  * redis_conn.c - connecting to Redis and running Lua scripts (see redis.h).
  */
 #include "common/redis.h"
+#include "common/redis_slot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -667,6 +668,38 @@ int redis_script_load(redisContext *rc, struct redis_script *s)
 
 #define SCRIPT_ARGS_MAX (REDIS_SCRIPT_ARGS_MAX + 3)
 
+static atomic_ulong crossslot_calls;
+
+unsigned long redis_script_crossslot_calls(void)
+{
+    return atomic_load(&crossslot_calls);
+}
+
+/* Count (and log the first of) the calls whose keys are in more than one
+ * hash slot: a Redis Cluster refuses them, so each is a bug, whatever
+ * server this one is. */
+static void check_slots(const struct redis_script *s, int nkeys,
+                        const char **argv, const size_t *lens)
+{
+    unsigned first = 0;
+
+    for (int i = 0; i < nkeys; i++) {
+        size_t len = lens ? lens[i] : strlen(argv[i]);
+        unsigned slot = redis_key_slot(argv[i], len);
+
+        if (i == 0) {
+            first = slot;
+        } else if (slot != first) {
+            if (atomic_fetch_add(&crossslot_calls, 1) == 0)
+                log_error("redis script keys in several hash slots",
+                          "script=\"%.40s\" key0=\"%.*s\" key%d=\"%.*s\"",
+                          s->src, (int)(lens ? lens[0] : strlen(argv[0])),
+                          argv[0], i, (int)len, argv[i]);
+            return;
+        }
+    }
+}
+
 /* The argument vector of EVALSHA/EVAL s (eval: the source). */
 static int script_argv(const struct redis_script *s, bool eval, int nkeys,
                        int argc, const char **argv, const size_t *lens,
@@ -676,6 +709,7 @@ static int script_argv(const struct redis_script *s, bool eval, int nkeys,
 
     if (argc < 0 || argc > SCRIPT_ARGS_MAX - 3 || nkeys < 0 || nkeys > argc)
         abort(); /* a caller's mistake */
+    check_slots(s, nkeys, argv, lens);
     v[0] = sha ? "EVALSHA" : "EVAL";
     v[1] = sha ? s->sha : s->src;
     snprintf(nk, 12, "%d", nkeys);

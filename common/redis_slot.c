@@ -20,20 +20,29 @@ uint16_t redis_crc16(const char *buf, size_t len)
     return crc;
 }
 
-unsigned redis_key_slot(const char *key, size_t len)
+size_t redis_key_hashed(const char *key, size_t len, size_t *off)
 {
     const char *open = memchr(key, '{', len);
 
+    *off = 0;
     if (open) {
         size_t from = (size_t)(open - key) + 1;
         const char *close = memchr(open + 1, '}', len - from);
 
         /* "{}" is no tag: the whole key is hashed. */
-        if (close && close > open + 1)
-            return redis_crc16(open + 1, (size_t)(close - open - 1)) &
-                   (REDIS_SLOTS - 1);
+        if (close && close > open + 1) {
+            *off = from;
+            return (size_t)(close - open - 1);
+        }
     }
-    return redis_crc16(key, len) & (REDIS_SLOTS - 1);
+    return len;
+}
+
+unsigned redis_key_slot(const char *key, size_t len)
+{
+    size_t off, n = redis_key_hashed(key, len, &off);
+
+    return redis_crc16(key + off, n) & (REDIS_SLOTS - 1);
 }
 
 unsigned redis_key_slot_str(const char *key)

@@ -18,6 +18,12 @@
 /* CRC16/XMODEM (polynomial 0x1021, initial 0) of len bytes. */
 uint16_t redis_crc16(const char *buf, size_t len);
 
+/*
+ * The part of a key of len bytes that decides its slot: its hash tag, or
+ * the whole key. Returns its length and sets *off to where it starts.
+ */
+size_t redis_key_hashed(const char *key, size_t len, size_t *off);
+
 /* The slot of a key of len bytes. */
 unsigned redis_key_slot(const char *key, size_t len);
 

@@ -18,11 +18,15 @@
 #include <time.h>
 
 #include "common/redis.h"
+#include "common/redis_keys.h"
 #include "common/util.h"
 
 /*
  * KEYS[1] the clock hash; KEYS[2..4] the counters of days ARGV[1] + 0..2;
- * ARGV[2] the counters' TTL; ARGV[3] how many counter values to reserve.
+ * ARGV[2] the counters' TTL; ARGV[3] how many counter values to reserve;
+ * optionally ARGV[4..6] the same days' counters under their names from
+ * before the hash tag (idgen.h): in another slot, so not declared as keys,
+ * which only a server that is not a cluster allows.
  * Replies {t, n}: the values n - ARGV[3] + 1 .. n of t's day are this
  * caller's. Or {-1, microseconds to wait} while ids are paused after a
  * change of server, or {-2, t} when t's day is not among the keys given
@@ -55,6 +59,18 @@ static const char script[] =
     "  redis.call('HSET', KEYS[1], 'last', t)\n"
     "end\n"
     "local n = redis.call('INCRBY', KEYS[2 + i], ARGV[3])\n"
+    "if #ARGV > 3 then\n"
+    /* Both counters end at the larger value, so the other's next block
+     * starts above this one. */
+    "  local o = redis.call('INCRBY', ARGV[4 + i], ARGV[3])\n"
+    "  if o > n then\n"
+    "    n = o\n"
+    "    redis.call('SET', KEYS[2 + i], n)\n"
+    "  elseif n > o then\n"
+    "    redis.call('SET', ARGV[4 + i], n)\n"
+    "  end\n"
+    "  redis.call('EXPIRE', ARGV[4 + i], ARGV[2])\n"
+    "end\n"
     "redis.call('EXPIRE', KEYS[2 + i], ARGV[2])\n"
     "return {t, n}\n";
 
@@ -62,6 +78,13 @@ static struct redis_script id_script = REDIS_SCRIPT(script);
 
 /* Server time minus local time, in seconds: the next guess of the day. */
 static atomic_llong skew_s;
+
+static atomic_bool legacy = true;
+
+void idgen_legacy_keys(bool on)
+{
+    atomic_store(&legacy, on);
+}
 
 static int prefix_ok(const char *p)
 {
@@ -92,9 +115,28 @@ int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len)
     time_t t = (time_t)now_s;
 
     gmtime_r(&t, &tm);
+    return redis_key(buf, len, "icr:{%s}:%04d:%02d:%02d", prefix,
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday) < 0
+               ? -ENAMETOOLONG
+               : 0;
+}
+
+int idgen_legacy_day_key(const char *prefix, int64_t now_s, char *buf,
+                         size_t len)
+{
+    struct tm tm;
+    time_t t = (time_t)now_s;
+
+    gmtime_r(&t, &tm);
     int n = snprintf(buf, len, "icr:%s:%04d:%02d:%02d", prefix,
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int idgen_clock_key(const char *prefix, char *buf, size_t len)
+{
+    return redis_key(buf, len, "icr:{%s}:clock", prefix) < 0 ? -ENAMETOOLONG
+                                                             : 0;
 }
 
 int idgen_window(const char *prefix, int64_t hint_s,
@@ -116,32 +158,48 @@ int idgen_window(const char *prefix, int64_t hint_s,
  * count values. Returns 0 with *a and *b set to the reply's two integers,
  * or a negative errno.
  */
+int idgen_script_args(const char *prefix, int64_t hint_s, uint32_t count,
+                      struct idgen_args *bufs, const char *argv[IDGEN_ARGS_MAX],
+                      int *nkeys)
+{
+    int64_t first_day;
+    int argc = 0;
+
+    if (idgen_clock_key(prefix, bufs->clock, IDGEN_KEY_MAX) ||
+        idgen_window(prefix, hint_s, bufs->days, &first_day))
+        return -ENAMETOOLONG;
+    argv[argc++] = bufs->clock;
+    for (int i = 0; i < IDGEN_WINDOW; i++)
+        argv[argc++] = bufs->days[i];
+    *nkeys = argc;
+    snprintf(bufs->first, sizeof(bufs->first), "%lld", (long long)first_day);
+    snprintf(bufs->ttl, sizeof(bufs->ttl), "%d", IDGEN_KEY_TTL_S);
+    snprintf(bufs->cnt, sizeof(bufs->cnt), "%u", count);
+    argv[argc++] = bufs->first;
+    argv[argc++] = bufs->ttl;
+    argv[argc++] = bufs->cnt;
+    if (atomic_load(&legacy))
+        for (int i = 0; i < IDGEN_WINDOW; i++) {
+            if (idgen_legacy_day_key(prefix, (first_day + i) * 86400,
+                                     bufs->legacy[i], IDGEN_KEY_MAX))
+                return -ENAMETOOLONG;
+            argv[argc++] = bufs->legacy[i];
+        }
+    return argc;
+}
+
 static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
                       uint32_t count, long long *a, long long *b)
 {
-    char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], clock_key[IDGEN_KEY_MAX];
-    char first[24], ttl[16], cnt[16];
-    const char *argv[11];
-    int64_t first_day;
+    struct idgen_args bufs;
+    const char *argv[IDGEN_ARGS_MAX];
     redisReply *r;
-    int argc = 0, err = 0;
+    int argc, nkeys, err = 0;
 
-    if (idgen_window(prefix, hint_s, keys, &first_day) ||
-        snprintf(clock_key, sizeof(clock_key), "icr:%s:clock", prefix) >=
-            (int)sizeof(clock_key))
+    argc = idgen_script_args(prefix, hint_s, count, &bufs, argv, &nkeys);
+    if (argc < 0)
         return -EINVAL;
-    snprintf(first, sizeof(first), "%lld", (long long)first_day);
-    snprintf(ttl, sizeof(ttl), "%d", IDGEN_KEY_TTL_S);
-    snprintf(cnt, sizeof(cnt), "%u", count);
-
-    argv[argc++] = clock_key;
-    for (int i = 0; i < IDGEN_WINDOW; i++)
-        argv[argc++] = keys[i];
-    argv[argc++] = first;
-    argv[argc++] = ttl;
-    argv[argc++] = cnt;
-    r = redis_script_run(rc, &id_script, 1 + IDGEN_WINDOW, argc, argv, NULL,
-                         &err);
+    r = redis_script_run(rc, &id_script, nkeys, argc, argv, NULL, &err);
     if (!r) {
         log_warn("redis command failed", "op=idgen_next err=\"%s\"",
                  rc->errstr);

@@ -6,12 +6,23 @@
  *   id = (t - IDGEN_EPOCH) << 32 | n
  *
  * t is a second of the Redis server's clock (TIME), n a value of the
- * counter icr:{prefix}:{yyyy:MM:dd} of the UTC day of t; the day key
+ * counter icr:{<prefix>}:<yyyy:MM:dd> of the UTC day of t; the day key
  * expires after IDGEN_KEY_TTL_S. One Lua script picks t and reserves a
  * block of counter values with INCRBY atomically, and keeps a small hash
- * icr:{prefix}:clock (no TTL) with the run_id of the Redis process that
+ * icr:{<prefix>}:clock (no TTL) with the run_id of the Redis process that
  * hands out ids, the last t used and the second that process started
- * handing out ids:
+ * handing out ids. The {<prefix>} hash tag keeps a prefix's keys in one
+ * Redis Cluster slot; every name starts with the service's Redis prefix
+ * (common/redis_keys.h).
+ *
+ * Before the hash tag the day counters were icr:<prefix>:<yyyy:MM:dd>. On
+ * one server (not a cluster: idgen_legacy_keys()) the script also counts
+ * on those, in the same call, and hands out the larger of the two values,
+ * leaving both counters there: so an older instance still running beside
+ * this one (a rolling upgrade) never gets a value this one got, nor the
+ * other way round, and the first block after the upgrade is above every
+ * value handed out before it. A renamed clock hash reads as a new server:
+ * ids pause until the next second, which is harmless.
  *
  *   - t never goes backwards for one Redis data set: if the server's clock
  *     steps back, t stays at the last second used until the clock catches
@@ -60,6 +71,7 @@
 #ifndef SECKILL_IDGEN_H
 #define SECKILL_IDGEN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <hiredis/hiredis.h>
@@ -72,7 +84,7 @@
 /* The script is given the day keys of this many days around a guess of
  * the server's day (the day before, the day, the day after). */
 #define IDGEN_WINDOW 3
-#define IDGEN_KEY_MAX 64
+#define IDGEN_KEY_MAX 96
 /* A prefix is 1..IDGEN_PREFIX_MAX characters of [a-z0-9_]. */
 #define IDGEN_PREFIX_MAX 32
 /* Reservation sizes, and the age at which a block is dropped. */
@@ -113,9 +125,26 @@ void idgen_decode(int64_t id, int64_t *epoch_s, uint32_t *seq);
 
 /*
  * Write the counter key for prefix and the UTC day of now_s into buf
- * ("icr:order:2026:11:21"). Returns 0 or -ENAMETOOLONG if len is too small.
+ * ("icr:{order}:2026:11:21", after the Redis prefix). Returns 0 or
+ * -ENAMETOOLONG if len is too small.
  */
 int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len);
+
+/* The same day's counter under its name from before the hash tag
+ * ("icr:order:2026:11:21", without the Redis prefix). */
+int idgen_legacy_day_key(const char *prefix, int64_t now_s, char *buf,
+                         size_t len);
+
+/* The clock hash of prefix ("icr:{order}:clock", after the Redis prefix). */
+int idgen_clock_key(const char *prefix, char *buf, size_t len);
+
+/*
+ * Whether the script also counts on the day counters' names from before
+ * the hash tag (above): on by default; turn it off, at start-up, on a
+ * Redis Cluster, where those names are in other slots (and where no
+ * older instance ever ran).
+ */
+void idgen_legacy_keys(bool on);
 
 /*
  * The keys the script is given for a guess hint_s of the server's time:
@@ -125,5 +154,22 @@ int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len);
  */
 int idgen_window(const char *prefix, int64_t hint_s,
                  char keys[IDGEN_WINDOW][IDGEN_KEY_MAX], int64_t *first_day);
+
+/*
+ * The script's keys and arguments for prefix, a guess hint_s and count
+ * values (pure but for idgen_legacy_keys()): argv[0..*nkeys) the keys
+ * (the clock, the window's day counters: one slot), then the arguments,
+ * the legacy counters' names last when on (not keys: another slot);
+ * bufs holds the strings. Returns argc, or -ENAMETOOLONG.
+ */
+#define IDGEN_ARGS_MAX (1 + 2 * IDGEN_WINDOW + 3)
+struct idgen_args {
+    char clock[IDGEN_KEY_MAX];
+    char days[IDGEN_WINDOW][IDGEN_KEY_MAX], legacy[IDGEN_WINDOW][IDGEN_KEY_MAX];
+    char first[24], ttl[16], cnt[16];
+};
+int idgen_script_args(const char *prefix, int64_t hint_s, uint32_t count,
+                      struct idgen_args *bufs, const char *argv[IDGEN_ARGS_MAX],
+                      int *nkeys);
 
 #endif

@@ -4,15 +4,16 @@
  * already first come, first served (zk.c).
  *
  * Redis keeps, next to the lock itself (lock-fair:NAME, the holder's owner
- * id with a TTL as a mutex), a queue of waiters (a list, lock-fair-q:NAME)
- * and each waiter's check-in deadline (a sorted set, lock-fair-t:NAME). A
+ * id with a TTL as a mutex), a queue of waiters (a list,
+ * lock-fair-q:{lock-fair:NAME}) and each waiter's check-in deadline (a
+ * sorted set, lock-fair-t:{lock-fair:NAME}; rconn.h has the names). A
  * waiter joins the queue at its first try and checks in at every retry;
  * the lock goes to the queue's head only, and a try that would jump the
  * queue (a fail-fast acquire while others wait) is refused. Waiters that
  * missed their check-in (crashed, paused) are dropped by whoever runs a
  * script next, so a dead waiter holds the queue up for at most
  * LOCK_CHECKIN_MS plus two timeouts. A release publishes on the head
- * waiter's own channel, lock-ch:lock-fair-w:OWNER: it wakes that waiter
+ * waiter's own channel, lock-ch:{lock-fair:NAME}:w:OWNER: it wakes that waiter
  * and nobody else.
  */
 #include "lock/redis_kind.h"
@@ -21,27 +22,26 @@
 #include <stdio.h>
 #include <string.h>
 
-#define FAIR_KEY "lock-fair:"
-#define FAIR_QUEUE "lock-fair-q:"
-#define FAIR_TIMES "lock-fair-t:"
-#define FAIR_WAKE "lock-fair-w:"
-
 int lock_fair_new(struct lock_client *c, const char *name, struct lock **out)
 {
     return lock__new_kind(c, name, LOCK_KIND_FAIR, out);
 }
 
-/* The three keys of l: lock, queue, check-in deadlines. */
+/* The three keys of l: lock, queue, check-in deadlines; and what a
+ * waiter's wake-up channel starts with. */
 struct fair_keys {
-    char lock[REDIS_KEY_MAX], queue[REDIS_KEY_MAX], times[REDIS_KEY_MAX];
-    size_t lock_len, queue_len, times_len;
+    const char *lock;
+    char queue[REDIS_KEY_MAX], times[REDIS_KEY_MAX], wake[REDIS_KEY_MAX];
+    size_t lock_len, queue_len, times_len, wake_len;
 };
 
 static void fair_keys(const struct lock *l, struct fair_keys *k)
 {
-    k->lock_len = lock__redis_key(k->lock, FAIR_KEY, l);
-    k->queue_len = lock__redis_key(k->queue, FAIR_QUEUE, l);
-    k->times_len = lock__redis_key(k->times, FAIR_TIMES, l);
+    k->lock = l->rkey;
+    k->lock_len = l->rkey_len;
+    k->queue_len = rconn_lock_name(l, k->queue, RCONN_FAIR_QUEUE, NULL);
+    k->times_len = rconn_lock_name(l, k->times, RCONN_FAIR_TIMES, NULL);
+    k->wake_len = rconn_lock_name(l, k->wake, RCONN_CHANNEL, ":w:");
 }
 
 static int fair_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
@@ -62,16 +62,20 @@ static int fair_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
 static void fair_undo(struct redis_impl *ri, const struct lock *l)
 {
     struct fair_keys k;
-    const char *argv[5] = {k.lock, k.queue, k.times, l->owner,
-                           RCONN_CHANNEL_PREFIX FAIR_WAKE};
+    const char *argv[5];
     size_t lens[5];
 
     fair_keys(l, &k);
+    argv[0] = k.lock;
+    argv[1] = k.queue;
+    argv[2] = k.times;
+    argv[3] = l->owner;
+    argv[4] = k.wake;
     lens[0] = k.lock_len;
     lens[1] = k.queue_len;
     lens[2] = k.times_len;
     lens[3] = strlen(l->owner);
-    lens[4] = strlen(argv[4]);
+    lens[4] = k.wake_len;
     /* If this is lost, the missed check-ins drop us from the queue and
      * the lease frees the lock. */
     lock__redis_detach(ri, RCONN_FAIR_CANCEL, 3, 5, argv, lens);
@@ -81,22 +85,27 @@ static int fair_release(struct redis_impl *ri, struct lock *l, int *held)
 {
     struct fair_keys k;
     char receipt[REDIS_KEY_MAX], token[24], ms[16];
-    const char *argv[8] = {
-        k.lock,   k.queue, k.times, receipt,
-        l->owner, token,   ms,      RCONN_CHANNEL_PREFIX FAIR_WAKE};
+    const char *argv[8];
     size_t lens[8];
 
     fair_keys(l, &k);
+    argv[0] = k.lock;
+    argv[1] = k.queue;
+    argv[2] = k.times;
+    argv[3] = receipt;
+    argv[4] = l->owner;
+    argv[5] = token;
+    argv[6] = ms;
+    argv[7] = k.wake;
     lens[0] = k.lock_len;
     lens[1] = k.queue_len;
     lens[2] = k.times_len;
-    lens[3] =
-        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
+    lens[3] = lock__redis_receipt(l, receipt, "");
     lens[4] = strlen(l->owner);
     lens[5] = (size_t)snprintf(token, sizeof(token), "%llu",
                                (unsigned long long)l->fence);
     lens[6] = (size_t)snprintf(ms, sizeof(ms), "%u", (unsigned)ri->receipt_ms);
-    lens[7] = strlen(argv[7]);
+    lens[7] = k.wake_len;
     return lock__redis_run_bool(ri, l, RCONN_FAIR_RELEASE, 4, 8, argv, lens,
                                 held);
 }
@@ -104,20 +113,23 @@ static int fair_release(struct redis_impl *ri, struct lock *l, int *held)
 static int fair_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
                       int *held)
 {
-    char key[REDIS_KEY_MAX], lease_s[16];
-    const char *argv[3] = {key, l->owner, lease_s};
+    char lease_s[16];
+    const char *argv[3] = {l->rkey, l->owner, lease_s};
     size_t lens[3];
 
-    lens[0] = lock__redis_key(key, FAIR_KEY, l);
+    lens[0] = l->rkey_len;
     lens[1] = strlen(l->owner);
     lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     return lock__redis_run_bool(ri, l, RCONN_RENEW, 1, 3, argv, lens, held);
 }
 
 /* A waiter listens on a channel of its own: a release wakes the head. */
-static void fair_channel(const struct lock *l, char *buf, size_t size)
+static void fair_channel(const struct lock *l, char *buf)
 {
-    snprintf(buf, size, FAIR_WAKE "%s", l->owner);
+    char suffix[LOCK_OWNER_LEN + 4];
+
+    snprintf(suffix, sizeof(suffix), ":w:%s", l->owner);
+    rconn_lock_name(l, buf, RCONN_CHANNEL, suffix);
 }
 
 const struct redis_kind lock__redis_fair = {

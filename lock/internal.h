@@ -13,10 +13,16 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/redis_keys.h"
 #include "common/url.h"
 #include "lock/lock.h"
 
 #define LOCK_OWNER_LEN 33 /* 32 hex characters and NUL */
+/* Longest Redis name a lock uses: a name tagged with the lock's key
+ * (which is the prefix, a kind's prefix and the lock's name), the prefix
+ * again, a few words and an owner id. */
+#define LOCK_RKEY_MAX                                                          \
+    (2 * (REDIS_PREFIX_MAX + LOCK_NAME_MAX) + LOCK_OWNER_LEN + 64)
 
 /* Most replicas a redis:// lock URL's ?replicas= may ask for. */
 #define LOCK_REPLICAS_MAX 64
@@ -42,13 +48,14 @@ struct lock_client {
     const struct lock_backend *be;
     void *impl; /* the backend's state */
     struct url url;
-    uint32_t timeout_ms;        /* resolved: option, URL, or 1000 */
-    uint32_t session_ms;        /* resolved: option, URL, or 10000 */
-    uint32_t watchdog_lease_ms; /* resolved: option or the default */
-    uint32_t replicas;          /* redis: WAIT for this many; 0: none */
+    uint32_t timeout_ms;               /* resolved: option, URL, or 1000 */
+    uint32_t session_ms;               /* resolved: option, URL, or 10000 */
+    uint32_t watchdog_lease_ms;        /* resolved: option or the default */
+    uint32_t replicas;                 /* redis: WAIT for this many; 0: none */
+    char prefix[REDIS_PREFIX_MAX + 1]; /* redis: of every key and channel */
     /* The servers, as "host:port,host:port/path": with the backend's name,
      * what makes two clients' locks of one name the same lock. */
-    char where[URL_HOSTS_MAX * 264 + 264];
+    char where[URL_HOSTS_MAX * 264 + 264 + REDIS_PREFIX_MAX + 2];
 
     /* The watchdog: locks with a lease of 0, renewed by one thread. */
     pthread_mutex_t wd_mu;
@@ -74,6 +81,10 @@ struct lock {
     char name[LOCK_NAME_MAX + 1];
     size_t name_len;
     char owner[LOCK_OWNER_LEN];
+    /* Redis: the lock's key (the client's prefix, the kind's, the name),
+     * whose hash tag its other keys and channels carry. */
+    char rkey[REDIS_PREFIX_MAX + LOCK_NAME_MAX + 16];
+    size_t rkey_len;
     unsigned holds;
     uint64_t fence;
     /* A release whose answer was lost: the backend's state for it is
@@ -130,6 +141,9 @@ struct lock_backend {
     int (*release)(struct lock *l, int *held);
     int (*renew)(struct lock *l, uint32_t lease_ms, int *held);
     void (*forget)(struct lock *l);
+    /* Check and prepare a new l (name and kind set); NULL: nothing to do.
+     * 0 or -EINVAL (a name the backend cannot use). */
+    int (*prepare)(struct lock *l);
     int (*ping)(struct lock_client *c);
     void (*acquire_many)(struct lock **l, size_t n, uint32_t lease_ms,
                          enum lock_status *status, int *err);

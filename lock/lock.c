@@ -230,7 +230,19 @@ int lock_client_open(const char *url, const struct lock_options *opt,
     c->watchdog_lease_ms = opt->watchdog_lease_ms ? opt->watchdog_lease_ms
                                                   : LOCK_WATCHDOG_LEASE_MS;
     c->replicas = set.replicas;
+    if (opt->prefix) {
+        err = redis_prefix_check(opt->prefix, why, sizeof(why));
+        if (err)
+            goto fail_free;
+        snprintf(c->prefix, sizeof(c->prefix), "%s", opt->prefix);
+    }
     describe_where(&c->url, c->where, sizeof(c->where));
+    /* Under two prefixes, one name is two locks. */
+    if (c->prefix[0]) {
+        size_t n = strlen(c->where);
+
+        snprintf(c->where + n, sizeof(c->where) - n, " %s", c->prefix);
+    }
 
     pthread_mutex_init(&c->wd_mu, NULL);
     pthread_condattr_init(&attr);
@@ -306,6 +318,14 @@ int lock__new_kind(struct lock_client *c, const char *name, enum lock_kind kind,
     randombytes_buf(raw, sizeof(raw));
     sodium_bin2hex(l->owner, sizeof(l->owner), raw, sizeof(raw));
     atomic_init(&l->lost, 0);
+    if (c->be->prepare) {
+        int err = c->be->prepare(l);
+
+        if (err) {
+            free(l);
+            return err;
+        }
+    }
     *out = l;
     return 0;
 }

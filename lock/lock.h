@@ -122,6 +122,11 @@ struct lock_options {
     uint32_t timeout_ms;
     uint32_t session_ms;
     uint32_t watchdog_lease_ms;
+    /* Redis backends: put in front of every key and channel name (up to
+     * 32 bytes of letters, digits and "_:.-"; NULL or "": none), so that
+     * several applications can share one Redis. Locks of one name under
+     * two prefixes are two locks. */
+    const char *prefix;
 };
 
 /*
@@ -154,6 +159,10 @@ int lock_client_ping(struct lock_client *c);
 /*
  * Make an owner for the lock called name (1..LOCK_NAME_MAX bytes). No I/O.
  * Returns 0 with *out set, or -EINVAL. Free it with lock_free().
+ * On Redis a name is a key, and the lock's other keys carry its hash tag
+ * (the part between its first '{' and the next '}', or the whole name) so
+ * that a Redis Cluster keeps them in one slot: a name whose whole is
+ * hashed and that holds a '}' (such as "a}b") is refused there, -EINVAL.
  */
 int lock_new(struct lock_client *c, const char *name, struct lock **out);
 

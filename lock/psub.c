@@ -23,7 +23,7 @@
 
 struct chan {
     struct chan *next;
-    char *name; /* lock name; the channel is RCONN_CHANNEL_PREFIX name */
+    char *name; /* the channel */
     int refs;
     int confirmed; /* the server confirmed SUBSCRIBE */
     int sent;      /* SUBSCRIBE sent on the current connection */
@@ -93,16 +93,14 @@ static int send_changes(struct rconn_psub *ps, redisContext *rc)
         struct chan *ch = *pp;
         if (ch->refs == 0) {
             if (ch->sent)
-                redisAppendCommand(rc, "UNSUBSCRIBE " RCONN_CHANNEL_PREFIX "%s",
-                                   ch->name);
+                redisAppendCommand(rc, "UNSUBSCRIBE %s", ch->name);
             *pp = ch->next;
             free(ch->name);
             free(ch);
             continue;
         }
         if (!ch->sent) {
-            redisAppendCommand(rc, "SUBSCRIBE " RCONN_CHANNEL_PREFIX "%s",
-                               ch->name);
+            redisAppendCommand(rc, "SUBSCRIBE %s", ch->name);
             ch->sent = 1;
         }
         pp = &ch->next;
@@ -117,15 +115,12 @@ static int send_changes(struct rconn_psub *ps, redisContext *rc)
 /* With hub->mu held: one reply from the server. */
 static void handle_reply(struct rconn_psub *ps, redisReply *r)
 {
-    static const size_t plen = sizeof(RCONN_CHANNEL_PREFIX) - 1;
-
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
         r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_STRING || r->element[1]->len < plen)
+        r->element[1]->type != REDIS_REPLY_STRING)
         return;
     const char *kind = r->element[0]->str;
-    struct chan *ch =
-        chan_find(ps, r->element[1]->str + plen, r->element[1]->len - plen);
+    struct chan *ch = chan_find(ps, r->element[1]->str, r->element[1]->len);
     if (!ch)
         return;
     if (strcmp(kind, "message") == 0) {

@@ -23,10 +23,25 @@
 /* Detached commands kept for the next connection while there is none. */
 #define RESEND_MAX 4096
 
+/*
+ * fence(k, lease): the next fencing token of the lock whose counter is k
+ * (rconn.h): the larger of the counter + 1 and the server's clock in
+ * microseconds (exact in a Lua number until the year 2255), kept as long
+ * as the lease.
+ */
+#define FENCE_FN                                                               \
+    "local function fence(k, lease) "                                          \
+    "local c = redis.call('time') "                                            \
+    "local v = math.max((tonumber(redis.call('get', k)) or 0) + 1, "           \
+    "tonumber(c[1]) * 1000000 + tonumber(c[2])) "                              \
+    "redis.call('set', k, string.format('%.0f', v), 'PX', lease) "             \
+    "return v end "
+
 static struct redis_script scripts[RCONN_NSCRIPTS] = {
     [RCONN_ACQUIRE] = REDIS_SCRIPT(
+        FENCE_FN
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-        "return {1, redis.call('incr', KEYS[2])} end "
+        "return {1, fence(KEYS[2], ARGV[2])} end "
         "return {0, redis.call('pttl', KEYS[1])}"),
     [RCONN_RELEASE] = REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] "
                                    "then "
@@ -41,7 +56,8 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
     [RCONN_FENCE_RAISE] = REDIS_SCRIPT(
         "local v = tonumber(redis.call('get', KEYS[1]) or '0') "
         "local t = tonumber(ARGV[1]) "
-        "if t > v then redis.call('set', KEYS[1], ARGV[1]) return t end "
+        "if t > v then "
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return t end "
         "return v"),
     [RCONN_PING] = REDIS_SCRIPT("return 1"),
     [RCONN_RELEASE_ONCE] = REDIS_SCRIPT(
@@ -55,6 +71,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
     /* Waiters that missed their check-in are dropped first; the queue
      * and the deadlines share one TTL, the longest check-in. */
     [RCONN_FAIR_ACQUIRE] = REDIS_SCRIPT(
+        FENCE_FN
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "for _, w in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now)) "
@@ -69,7 +86,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
         "if head then redis.call('lpop', KEYS[2]) "
         "redis.call('zrem', KEYS[3], ARGV[1]) end "
-        "return {1, redis.call('incr', KEYS[4])} end "
+        "return {1, fence(KEYS[4], ARGV[2])} end "
         "local ck = tonumber(ARGV[3]) "
         "if ck > 0 then "
         "redis.call('zadd', KEYS[3], now + ck, ARGV[1]) "
@@ -108,6 +125,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "return 1"),
     /* A waiting writer keeps new readers out (they would starve it). */
     [RCONN_RW_READ] = REDIS_SCRIPT(
+        FENCE_FN
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
@@ -120,8 +138,9 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "redis.call('zadd', KEYS[2], now + l, ARGV[1]) "
         "if redis.call('pttl', KEYS[2]) < l then "
         "redis.call('pexpire', KEYS[2], l) end "
-        "return {1, redis.call('incr', KEYS[4])}"),
+        "return {1, fence(KEYS[4], ARGV[2])}"),
     [RCONN_RW_WRITE] = REDIS_SCRIPT(
+        FENCE_FN
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
@@ -131,7 +150,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "if (not w or w == ARGV[1]) and redis.call('zcard', KEYS[2]) == 0 then "
         "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
         "redis.call('zrem', KEYS[3], ARGV[1]) "
-        "return {1, redis.call('incr', KEYS[4])} end "
+        "return {1, fence(KEYS[4], ARGV[2])} end "
         "local ck = tonumber(ARGV[3]) "
         "if ck > 0 then "
         "redis.call('zadd', KEYS[3], now + ck, ARGV[1]) "
@@ -147,6 +166,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
                      "redis.call('publish', KEYS[3], '1') "
                      "return 1"),
     [RCONN_SEM_ACQUIRE] = REDIS_SCRIPT(
+        FENCE_FN
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
         "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
@@ -158,7 +178,7 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "redis.call('zadd', KEYS[1], now + l, ARGV[1]) "
         "if redis.call('pttl', KEYS[1]) < l then "
         "redis.call('pexpire', KEYS[1], l) end "
-        "return {1, redis.call('incr', KEYS[2])}"),
+        "return {1, fence(KEYS[2], ARGV[2])}"),
     [RCONN_ZRELEASE] = REDIS_SCRIPT(
         "local t = redis.call('time') "
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
@@ -187,6 +207,40 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
                                   "redis.call('publish', KEYS[2], '1') "
                                   "return 1"),
 };
+
+int rconn_lock_prepare(struct lock *l)
+{
+    static const char *const kinds[] = {
+        [LOCK_KIND_MUTEX] = "",
+        [LOCK_KIND_FAIR] = RCONN_FAIR_KEY,
+        [LOCK_KIND_READ] = RCONN_RW_KEY,
+        [LOCK_KIND_WRITE] = RCONN_RW_KEY,
+        [LOCK_KIND_SEMAPHORE] = RCONN_SEM_KEY,
+    };
+    char probe[LOCK_RKEY_MAX];
+    int n = snprintf(l->rkey, sizeof(l->rkey), "%s%s%s", l->c->prefix,
+                     kinds[l->kind], l->name);
+
+    if (n < 0 || (size_t)n >= sizeof(l->rkey))
+        return -EINVAL;
+    l->rkey_len = (size_t)n;
+    /* A name that no tag can carry fails here, once, not at each use. */
+    if (redis_key_tagged(probe, sizeof(probe), "", "", l->rkey, l->rkey_len,
+                         NULL) < 0)
+        return -EINVAL;
+    return 0;
+}
+
+size_t rconn_lock_name(const struct lock *l, char *buf, const char *what,
+                       const char *suffix)
+{
+    /* Cannot fail after rconn_lock_prepare(): LOCK_RKEY_MAX holds the
+     * longest. */
+    int n = redis_key_tagged(buf, LOCK_RKEY_MAX, l->c->prefix, what, l->rkey,
+                             l->rkey_len, suffix);
+
+    return n < 0 ? 0 : (size_t)n;
+}
 
 int rconn_url_servers(const struct url *u, struct redis_server *out)
 {

@@ -5,28 +5,38 @@
  * listener per server that wakes waiters when a lock is released.
  * Internal to lock/.
  *
- * Keys and channels for a lock called NAME:
- *   NAME            the lock: a string holding the owner id, with a TTL
- *   lock:fence      one counter (no TTL) INCR'd at every first acquire;
- *                   shared by all names and kinds, so it only grows for
- *                   each name and leaves no per-name key behind
- *   lock-ch:NAME    the channel the release publishes on
- *   lock-rel:OWNER  the last release's receipt: the hold's token, for
- *                   5 * timeout_ms, so that a release asked again after a
- *                   lost answer answers the same (lock-rel:r:OWNER and
- *                   lock-rel:w:OWNER for the two sides of a read-write
- *                   lock, which share the owner)
+ * Keys and channels. Every name starts with the client's prefix P (none
+ * by default). A lock's key K is P NAME for a mutex, P lock-fair:NAME,
+ * P lock-rw-w:NAME (both sides of a read-write lock) or P lock-sem:NAME;
+ * every other name of the lock carries {T}, where T is the part of K that
+ * decides its hash slot (K's own hash tag, or all of K), so that a Redis
+ * Cluster keeps one lock's keys and channels in one slot and each script
+ * runs there:
+ *   K                  the lock: a string holding the owner id, with a
+ *                      TTL (the semaphore: a sorted set, below)
+ *   P lock-fence:{T}   the fencing counter: at each first acquire it
+ *                      becomes the larger of itself + 1 and the server's
+ *                      clock in microseconds, and lives as long as the
+ *                      lease; so the token grows for each name (also past
+ *                      tokens of the older, shared "lock:fence" counter,
+ *                      which were far smaller) and no key stays behind,
+ *                      as long as the server's clock does not step back
+ *                      (two holders of one name are at least a script
+ *                      apart: more than a microsecond)
+ *   P lock-ch:{T}      the channel the release publishes on
+ *   P lock-rel:{T}:OWNER  the last release's receipt: the hold's token,
+ *                      for 5 * timeout_ms, so that a release asked again
+ *                      after a lost answer answers the same
+ *                      (lock-rel:r:{T}:OWNER and lock-rel:w:{T}:OWNER for
+ *                      the two sides of a read-write lock, which share the
+ *                      owner)
  * The other kinds (times are the server's clock, TIME, in ms):
- *   lock-fair:NAME     fair lock: the holder, as NAME above
- *   lock-fair-q:NAME   its waiters' owner ids, first in line first
- *   lock-fair-t:NAME   sorted set: waiter -> check-in deadline
- *   lock-ch:lock-fair-w:OWNER  wakes that one waiter
- *   lock-rw-w:NAME     read-write lock: the writer, as NAME above
- *   lock-rw-r:NAME     sorted set: reader -> lease deadline
- *   lock-rw-q:NAME     sorted set: waiting writer -> check-in deadline
- *   lock-ch:lock-rw:NAME
- *   lock-sem:NAME      semaphore: sorted set holder -> lease deadline
- *   lock-ch:lock-sem:NAME
+ *   P lock-fair-q:{T}  fair lock: its waiters' owner ids, first in line
+ *   P lock-fair-t:{T}  sorted set: waiter -> check-in deadline
+ *   P lock-ch:{T}:w:OWNER  wakes that one waiter
+ *   P lock-rw-r:{T}    read-write lock: sorted set reader -> lease deadline
+ *   P lock-rw-q:{T}    sorted set: waiting writer -> check-in deadline
+ *   K = P lock-sem:NAME  semaphore: sorted set holder -> lease deadline
  * The sorted sets and lists carry a TTL as long as their longest entry,
  * so an abandoned lock leaves nothing behind.
  */
@@ -40,8 +50,31 @@
 #include "common/redis.h"
 #include "lock/internal.h"
 
-#define RCONN_FENCE_KEY "lock:fence"
-#define RCONN_CHANNEL_PREFIX "lock-ch:"
+/* The kinds' key prefixes (after the client's). */
+#define RCONN_FAIR_KEY "lock-fair:"
+#define RCONN_RW_KEY "lock-rw-w:"
+#define RCONN_SEM_KEY "lock-sem:"
+/* What the names tagged with a lock's key start with (after P). */
+#define RCONN_FENCE "lock-fence:"
+#define RCONN_CHANNEL "lock-ch:"
+#define RCONN_RECEIPT "lock-rel:"
+#define RCONN_FAIR_QUEUE "lock-fair-q:"
+#define RCONN_FAIR_TIMES "lock-fair-t:"
+#define RCONN_RW_READERS "lock-rw-r:"
+#define RCONN_RW_WAITING "lock-rw-q:"
+
+/*
+ * The backends' prepare hook: set l->rkey (see above). -EINVAL for a name
+ * no tag can carry.
+ */
+int rconn_lock_prepare(struct lock *l);
+
+/*
+ * A name of l tagged with its key, into buf (LOCK_RKEY_MAX bytes): P,
+ * what, {T}, suffix (may be NULL). Returns its length.
+ */
+size_t rconn_lock_name(const struct lock *l, char *buf, const char *what,
+                       const char *suffix);
 
 enum rconn_script {
     /* KEYS name, fence; ARGV owner, lease_ms.
@@ -51,7 +84,8 @@ enum rconn_script {
     RCONN_RELEASE,
     /* KEYS name; ARGV owner, lease_ms. 1 if still ours (TTL reset). */
     RCONN_RENEW,
-    /* KEYS fence; ARGV token. Raise the counter to at least token. */
+    /* KEYS fence; ARGV token, keep_ms. Raise the counter to at least
+     * token (then it lives keep_ms). */
     RCONN_FENCE_RAISE,
     /* No keys: 1. A health check that also proves scripts run. */
     RCONN_PING,
@@ -225,7 +259,7 @@ struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
 void rconn_psub_free(struct rconn_psub *ps);
 
 /*
- * Subscribe to the channel of lock name (refcounted), waiting up to
+ * Subscribe to channel name (refcounted), waiting up to
  * until_ms (monotonic) for the server's confirmation. Returns the
  * channel's message count as the starting generation; a later
  * rconn_psub_changed() with it tells whether a message arrived since.

@@ -13,7 +13,7 @@
  * An acquire whose answer never came may have taken the lock: its kind's
  * undo goes out behind it without waiting, so the owner is not locked out
  * by its own lost hold. Releases leave a receipt (the hold's token under
- * lock-rel:OWNER for a few seconds), so a release asked again after its
+ * lock-rel:{NAME}:OWNER for a few seconds), so a release asked again after its
  * answer was lost answers the same: 1 if the first one deleted our lock,
  * even if someone else has taken it since (and their lock is left alone).
  *
@@ -83,11 +83,6 @@ static void redis_close(struct lock_client *c)
 /* ---- helpers for every kind ---- */
 
 static const struct redis_kind *kind_of(const struct lock *l);
-
-size_t lock__redis_key(char *buf, const char *prefix, const struct lock *l)
-{
-    return (size_t)snprintf(buf, REDIS_KEY_MAX, "%s%s", prefix, l->name);
-}
 
 redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
                             int nkeys, int argc, const char **argv,
@@ -164,10 +159,11 @@ int lock__redis_take3(struct redis_impl *ri, struct lock *l,
                       const size_t len[3], uint32_t lease, int checkin,
                       int waiting, int *taken, int64_t *pttl)
 {
-    char lease_s[16], ck_s[16];
-    const char *argv[7] = {key[0],   key[1],  key[2], RCONN_FENCE_KEY,
+    char lease_s[16], ck_s[16], fence[REDIS_KEY_MAX];
+    const char *argv[7] = {key[0],   key[1],  key[2], fence,
                            l->owner, lease_s, ck_s};
-    size_t lens[7] = {len[0], len[1], len[2], strlen(RCONN_FENCE_KEY),
+    size_t lens[7] = {len[0], len[1], len[2],
+                      rconn_lock_name(l, fence, RCONN_FENCE, NULL),
                       strlen(l->owner)};
     /* A waiter retries at least every REDIS_FALLBACK_MS plus a round trip;
      * a check-in missed by a full LOCK_CHECKIN_MS means it is gone. */
@@ -304,7 +300,7 @@ static int wait_replicas(struct redis_impl *ri, const struct lock_client *c,
 
 /* The acquire script's keys and arguments for l (lease_s: a buffer). */
 struct acquire_args {
-    char lease_s[16];
+    char lease_s[16], fence[REDIS_KEY_MAX];
     const char *argv[4];
     size_t lens[4];
 };
@@ -312,12 +308,12 @@ struct acquire_args {
 static void acquire_args(const struct lock *l, uint32_t lease,
                          struct acquire_args *a)
 {
-    a->argv[0] = l->name;
-    a->argv[1] = RCONN_FENCE_KEY;
+    a->argv[0] = l->rkey;
+    a->argv[1] = a->fence;
     a->argv[2] = l->owner;
     a->argv[3] = a->lease_s;
-    a->lens[0] = l->name_len;
-    a->lens[1] = strlen(RCONN_FENCE_KEY);
+    a->lens[0] = l->rkey_len;
+    a->lens[1] = rconn_lock_name(l, a->fence, RCONN_FENCE, NULL);
     a->lens[2] = strlen(l->owner);
     a->lens[3] =
         (size_t)snprintf(a->lease_s, sizeof(a->lease_s), "%u", (unsigned)lease);
@@ -345,16 +341,15 @@ struct release_args {
 static void release_args(const struct redis_impl *ri, const struct lock *l,
                          struct release_args *r)
 {
-    r->argv[0] = l->name;
+    r->argv[0] = l->rkey;
     r->argv[1] = r->channel;
     r->argv[2] = r->receipt;
     r->argv[3] = l->owner;
     r->argv[4] = r->token;
     r->argv[5] = r->ms;
-    r->lens[0] = l->name_len;
-    r->lens[1] = lock__redis_key(r->channel, RCONN_CHANNEL_PREFIX, l);
-    r->lens[2] = (size_t)snprintf(r->receipt, sizeof(r->receipt), "lock-rel:%s",
-                                  l->owner);
+    r->lens[0] = l->rkey_len;
+    r->lens[1] = rconn_lock_name(l, r->channel, RCONN_CHANNEL, NULL);
+    r->lens[2] = lock__redis_receipt(l, r->receipt, "");
     r->lens[3] = strlen(l->owner);
     r->lens[4] = (size_t)snprintf(r->token, sizeof(r->token), "%llu",
                                   (unsigned long long)l->fence);
@@ -376,11 +371,11 @@ static int mutex_release(struct redis_impl *ri, struct lock *l, int *held)
 static void mutex_undo(struct redis_impl *ri, const struct lock *l)
 {
     char channel[REDIS_KEY_MAX];
-    const char *argv[3] = {l->name, channel, l->owner};
+    const char *argv[3] = {l->rkey, channel, l->owner};
     size_t lens[3];
 
-    lens[0] = l->name_len;
-    lens[1] = lock__redis_key(channel, RCONN_CHANNEL_PREFIX, l);
+    lens[0] = l->rkey_len;
+    lens[1] = rconn_lock_name(l, channel, RCONN_CHANNEL, NULL);
     lens[2] = strlen(l->owner);
     lock__redis_detach(ri, RCONN_RELEASE, 2, 3, argv, lens);
 }
@@ -389,18 +384,29 @@ static int mutex_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
                        int *held)
 {
     char lease_s[16];
-    const char *argv[3] = {l->name, l->owner, lease_s};
+    const char *argv[3] = {l->rkey, l->owner, lease_s};
     size_t lens[3];
 
-    lens[0] = l->name_len;
+    lens[0] = l->rkey_len;
     lens[1] = strlen(l->owner);
     lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     return lock__redis_run_bool(ri, l, RCONN_RENEW, 1, 3, argv, lens, held);
 }
 
-static void mutex_channel(const struct lock *l, char *buf, size_t size)
+static void mutex_channel(const struct lock *l, char *buf)
 {
-    snprintf(buf, size, "%s", l->name);
+    rconn_lock_name(l, buf, RCONN_CHANNEL, NULL);
+}
+
+size_t lock__redis_receipt(const struct lock *l, char *buf, const char *side)
+{
+    char suffix[LOCK_OWNER_LEN + 2];
+
+    snprintf(suffix, sizeof(suffix), ":%s", l->owner);
+    char what[sizeof(RCONN_RECEIPT) + 4];
+
+    snprintf(what, sizeof(what), RCONN_RECEIPT "%s", side);
+    return rconn_lock_name(l, buf, what, suffix);
 }
 
 static const struct redis_kind redis_mutex = {
@@ -446,7 +452,7 @@ static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
     int64_t now = lock__mono_ms();
     int64_t deadline = now + wait_ms;
     int64_t confirm_by = now + l->c->timeout_ms;
-    k->channel(l, chan, sizeof(chan));
+    k->channel(l, chan);
     uint64_t gen = rconn_psub_subscribe(
         ri->ps, chan, confirm_by < deadline ? confirm_by : deadline);
     for (;;) {
@@ -590,4 +596,5 @@ const struct lock_backend lock__redis_backend = {
     .ping = redis_ping,
     .acquire_many = redis_acquire_many,
     .release_many = redis_release_many,
+    .prepare = rconn_lock_prepare,
 };

@@ -57,8 +57,8 @@ struct redis_kind {
     /* Renew l's lease to lease ms: *held = 0 if it is no longer ours. */
     int (*renew)(struct redis_impl *ri, struct lock *l, uint32_t lease,
                  int *held);
-    /* The pub/sub name a waiter for l listens on (into buf). */
-    void (*channel)(const struct lock *l, char *buf, size_t size);
+    /* The channel a waiter for l listens on (into buf, REDIS_KEY_MAX). */
+    void (*channel)(const struct lock *l, char *buf);
 };
 
 extern const struct redis_kind lock__redis_fair;
@@ -66,11 +66,12 @@ extern const struct redis_kind lock__redis_read;
 extern const struct redis_kind lock__redis_write;
 extern const struct redis_kind lock__redis_semaphore;
 
-/* Longest key or channel the kinds build: a prefix and the name. */
-#define REDIS_KEY_MAX (LOCK_NAME_MAX + 64)
+/* Longest key or channel the kinds build (rconn.h lists them). */
+#define REDIS_KEY_MAX LOCK_RKEY_MAX
 
-/* prefix + l's name into buf (REDIS_KEY_MAX bytes); returns the length. */
-size_t lock__redis_key(char *buf, const char *prefix, const struct lock *l);
+/* l's release receipt (side: "" or "r:" / "w:" for a read-write lock's
+ * two sides) into buf (REDIS_KEY_MAX bytes); returns the length. */
+size_t lock__redis_receipt(const struct lock *l, char *buf, const char *side);
 
 /*
  * Run script s and wait for its reply. Returns the reply (the caller

@@ -123,19 +123,20 @@ static void fan_out_free(struct redlock_impl *ri, struct answer *a)
 static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
                       int receipt, int *err, int *unknown)
 {
-    char channel[sizeof(RCONN_CHANNEL_PREFIX) + LOCK_NAME_MAX];
-    char rkey[64], token[24], ms[16];
-    const char *argv[6] = {l->name, channel, rkey, l->owner, token, ms};
+    char channel[LOCK_RKEY_MAX], rkey[LOCK_RKEY_MAX],
+        suffix[LOCK_OWNER_LEN + 2];
+    char token[24], ms[16];
+    const char *argv[6] = {l->rkey, channel, rkey, l->owner, token, ms};
     size_t lens[6];
     struct answer a[URL_HOSTS_MAX];
     int held = 0, answered = 0;
     uint32_t receipt_ms =
         l->c->timeout_ms * 5 > 5000 ? l->c->timeout_ms * 5 : 5000;
 
-    lens[0] = l->name_len;
-    lens[1] = (size_t)snprintf(channel, sizeof(channel),
-                               RCONN_CHANNEL_PREFIX "%s", l->name);
-    lens[2] = (size_t)snprintf(rkey, sizeof(rkey), "lock-rel:%s", l->owner);
+    lens[0] = l->rkey_len;
+    lens[1] = rconn_lock_name(l, channel, RCONN_CHANNEL, NULL);
+    snprintf(suffix, sizeof(suffix), ":%s", l->owner);
+    lens[2] = rconn_lock_name(l, rkey, RCONN_RECEIPT, suffix);
     lens[3] = strlen(l->owner);
     lens[4] = (size_t)snprintf(token, sizeof(token), "%llu",
                                (unsigned long long)l->fence);
@@ -165,22 +166,24 @@ static int release_on(struct redlock_impl *ri, struct lock *l, const int *only,
 }
 
 /*
- * Raise every granting server's counter to token, so that any later
- * quorum's INCR exceeds it. Returns how many servers confirmed.
+ * Raise l's counter on every granting server to token, so that any later
+ * quorum's next token exceeds it (kept for the lease, as the acquire
+ * keeps it). Returns how many servers confirmed.
  */
-static int raise_fence(struct redlock_impl *ri, const int *granted,
-                       uint64_t token)
+static int raise_fence(struct redlock_impl *ri, const struct lock *l,
+                       const int *granted, uint64_t token, uint32_t lease)
 {
-    char tok[24];
-    const char *argv[2] = {RCONN_FENCE_KEY, tok};
-    size_t lens[2];
+    char fence[LOCK_RKEY_MAX], tok[24], keep[16];
+    const char *argv[3] = {fence, tok, keep};
+    size_t lens[3];
     struct answer a[URL_HOSTS_MAX];
     int ok = 0;
 
-    lens[0] = strlen(RCONN_FENCE_KEY);
+    lens[0] = rconn_lock_name(l, fence, RCONN_FENCE, NULL);
     lens[1] =
         (size_t)snprintf(tok, sizeof(tok), "%llu", (unsigned long long)token);
-    fan_out(ri, RCONN_FENCE_RAISE, 1, 2, argv, lens, granted, a);
+    lens[2] = (size_t)snprintf(keep, sizeof(keep), "%u", (unsigned)lease);
+    fan_out(ri, RCONN_FENCE_RAISE, 1, 3, argv, lens, granted, a);
     for (int i = 0; i < ri->n; i++)
         ok += granted[i] && a[i].err == 0;
     fan_out_free(ri, a);
@@ -195,8 +198,8 @@ static int raise_fence(struct redlock_impl *ri, const int *granted,
 static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
                     int *taken, int64_t *pttl)
 {
-    char lease_s[16];
-    const char *argv[4] = {l->name, RCONN_FENCE_KEY, l->owner, lease_s};
+    char lease_s[16], fence[LOCK_RKEY_MAX];
+    const char *argv[4] = {l->rkey, fence, l->owner, lease_s};
     size_t lens[4];
     struct answer a[URL_HOSTS_MAX];
     int granted[URL_HOSTS_MAX] = {0};
@@ -205,8 +208,8 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     uint64_t token = 0;
     int64_t start = lock__mono_ms();
 
-    lens[0] = l->name_len;
-    lens[1] = strlen(RCONN_FENCE_KEY);
+    lens[0] = l->rkey_len;
+    lens[1] = rconn_lock_name(l, fence, RCONN_FENCE, NULL);
     lens[2] = strlen(l->owner);
     lens[3] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     fan_out(ri, RCONN_ACQUIRE, 2, 4, argv, lens, NULL, a);
@@ -247,7 +250,7 @@ static int try_once(struct redlock_impl *ri, struct lock *l, uint32_t lease,
     int64_t drift = lease / 100 + 2;
     int64_t validity = (int64_t)lease - (lock__mono_ms() - start) - drift;
     if (ngranted >= ri->quorum && validity > 0 &&
-        raise_fence(ri, granted, token) >= ri->quorum) {
+        raise_fence(ri, l, granted, token, lease) >= ri->quorum) {
         l->fence = token;
         *taken = 1;
         return 0;
@@ -307,8 +310,9 @@ static int redlock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
     int64_t now = lock__mono_ms();
     int64_t deadline = now + wait_ms;
     int64_t confirm_by = now + l->c->timeout_ms;
-    subscribe_all(ri, l->name, confirm_by < deadline ? confirm_by : deadline,
-                  gen);
+    char chan[LOCK_RKEY_MAX];
+    rconn_lock_name(l, chan, RCONN_CHANNEL, NULL);
+    subscribe_all(ri, chan, confirm_by < deadline ? confirm_by : deadline, gen);
     for (;;) {
         err = try_once(ri, l, lease, &taken, &pttl);
         now = lock__mono_ms();
@@ -319,10 +323,10 @@ static int redlock_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
         int64_t sleep_ms = lock__jitter_ms(FALLBACK_MS, deadline - now);
         if (pttl >= 0 && pttl + 1 < sleep_ms)
             sleep_ms = pttl + 1;
-        wait_message(ri, l->name, gen, now + sleep_ms);
+        wait_message(ri, chan, gen, now + sleep_ms);
     }
     for (int i = 0; i < ri->n; i++)
-        rconn_psub_unsubscribe(ri->ps[i], l->name);
+        rconn_psub_unsubscribe(ri->ps[i], chan);
 out:
     if (err == 0)
         *status = taken ? LOCK_ACQUIRED : LOCK_BUSY;
@@ -363,12 +367,12 @@ static int redlock_renew(struct lock *l, uint32_t lease, int *held)
 {
     struct redlock_impl *ri = l->c->impl;
     char lease_s[16];
-    const char *argv[3] = {l->name, l->owner, lease_s};
+    const char *argv[3] = {l->rkey, l->owner, lease_s};
     size_t lens[3];
     struct answer a[URL_HOSTS_MAX];
     int renewed = 0, answered = 0, err = 0;
 
-    lens[0] = l->name_len;
+    lens[0] = l->rkey_len;
     lens[1] = strlen(l->owner);
     lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     fan_out(ri, RCONN_RENEW, 1, 3, argv, lens, NULL, a);
@@ -403,4 +407,5 @@ const struct lock_backend lock__redlock_backend = {
     .release = redlock_release,
     .renew = redlock_renew,
     .ping = redlock_ping,
+    .prepare = rconn_lock_prepare,
 };

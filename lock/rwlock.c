@@ -8,10 +8,12 @@
  * release the write) need nothing from the server but this:
  *
  *   lock-rw-w:NAME   the writer's owner id with a TTL, as a mutex
- *   lock-rw-r:NAME   readers: a sorted set of owner -> lease deadline
- *                    (each reader has its own lease, renewed by its own
- *                    watchdog; expired ones are dropped by any script)
- *   lock-rw-q:NAME   writers waiting: owner -> check-in deadline
+ *   lock-rw-r:{lock-rw-w:NAME}  readers: a sorted set of owner -> lease
+ *                    deadline (each reader has its own lease, renewed by
+ *                    its own watchdog; expired ones are dropped by any
+ *                    script)
+ *   lock-rw-q:{lock-rw-w:NAME}  writers waiting: owner -> check-in
+ *                    deadline
  *
  * A reader gets in when no other owner writes and no writer waits (the
  * write holder itself may read: downgrade). A writer gets in when nobody
@@ -19,8 +21,9 @@
  * waiting set, which keeps new readers out, so a stream of readers cannot
  * starve it: it waits only for the readers already inside. A waiting
  * writer that stops checking in (crashed) is dropped after
- * LOCK_CHECKIN_MS plus two timeouts. Releases publish on lock-ch:lock-rw:
- * NAME: the writer's always, a reader's when it was the last one inside.
+ * LOCK_CHECKIN_MS plus two timeouts. Releases publish on
+ * lock-ch:{lock-rw-w:NAME}: the writer's always, a reader's when it was
+ * the last one inside. (rconn.h has every name, with the prefix.)
  */
 #include "lock/redis_kind.h"
 
@@ -29,11 +32,6 @@
 #include <string.h>
 
 #include "common/util.h"
-
-#define RW_WRITER "lock-rw-w:"
-#define RW_READERS "lock-rw-r:"
-#define RW_WAITING "lock-rw-q:"
-#define RW_CHANNEL "lock-rw:"
 
 int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
                 struct lock **write)
@@ -63,29 +61,31 @@ int lock_rw_new(struct lock_client *c, const char *name, struct lock **read,
 }
 
 struct rw_keys {
-    char w[REDIS_KEY_MAX], r[REDIS_KEY_MAX], q[REDIS_KEY_MAX];
+    const char *w;
+    char r[REDIS_KEY_MAX], q[REDIS_KEY_MAX];
     char chan[REDIS_KEY_MAX];
     size_t w_len, r_len, q_len, chan_len;
 };
 
+/* Both sides' key is the writer's (rconn_lock_prepare()). */
 static void rw_keys(const struct lock *l, struct rw_keys *k)
 {
-    k->w_len = lock__redis_key(k->w, RW_WRITER, l);
-    k->r_len = lock__redis_key(k->r, RW_READERS, l);
-    k->q_len = lock__redis_key(k->q, RW_WAITING, l);
-    k->chan_len = lock__redis_key(k->chan, RCONN_CHANNEL_PREFIX RW_CHANNEL, l);
+    k->w = l->rkey;
+    k->w_len = l->rkey_len;
+    k->r_len = rconn_lock_name(l, k->r, RCONN_RW_READERS, NULL);
+    k->q_len = rconn_lock_name(l, k->q, RCONN_RW_WAITING, NULL);
+    k->chan_len = rconn_lock_name(l, k->chan, RCONN_CHANNEL, NULL);
 }
 
 /* Receipts per side: the two share the owner id. */
 static size_t rw_receipt(char *buf, const struct lock *l)
 {
-    return (size_t)snprintf(buf, REDIS_KEY_MAX, "lock-rel:%c:%s",
-                            l->kind == LOCK_KIND_READ ? 'r' : 'w', l->owner);
+    return lock__redis_receipt(l, buf, l->kind == LOCK_KIND_READ ? "r:" : "w:");
 }
 
-static void rw_channel(const struct lock *l, char *buf, size_t size)
+static void rw_channel(const struct lock *l, char *buf)
 {
-    snprintf(buf, size, RW_CHANNEL "%s", l->name);
+    rconn_lock_name(l, buf, RCONN_CHANNEL, NULL);
 }
 
 /* One try of either side: KEYS writer, readers, waiting writers, fence;
@@ -160,7 +160,7 @@ static int write_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
 static void write_undo(struct redis_impl *ri, const struct lock *l)
 {
     struct rw_keys k;
-    const char *argv[4] = {k.w, k.q, k.chan, l->owner};
+    const char *argv[4] = {l->rkey, k.q, k.chan, l->owner};
     size_t lens[4];
 
     rw_keys(l, &k);
@@ -176,7 +176,7 @@ static int write_release(struct redis_impl *ri, struct lock *l, int *held)
 {
     struct rw_keys k;
     char receipt[REDIS_KEY_MAX], token[24], ms[16];
-    const char *argv[6] = {k.w, k.chan, receipt, l->owner, token, ms};
+    const char *argv[6] = {l->rkey, k.chan, receipt, l->owner, token, ms};
     size_t lens[6];
 
     rw_keys(l, &k);
@@ -194,11 +194,11 @@ static int write_release(struct redis_impl *ri, struct lock *l, int *held)
 static int write_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
                        int *held)
 {
-    char key[REDIS_KEY_MAX], lease_s[16];
-    const char *argv[3] = {key, l->owner, lease_s};
+    char lease_s[16];
+    const char *argv[3] = {l->rkey, l->owner, lease_s};
     size_t lens[3];
 
-    lens[0] = lock__redis_key(key, RW_WRITER, l);
+    lens[0] = l->rkey_len;
     lens[1] = strlen(l->owner);
     lens[2] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     return lock__redis_run_bool(ri, l, RCONN_RENEW, 1, 3, argv, lens, held);

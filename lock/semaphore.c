@@ -8,7 +8,7 @@
  * (a crashed holder's permit comes back when its lease ends), then joins
  * if fewer than permits holders are left. Each holder's lease is renewed
  * on its own, by the watchdog when it asked for lease 0. A release
- * publishes on lock-ch:lock-sem:NAME, waking the waiters; one of them gets
+ * publishes on lock-ch:{lock-sem:NAME}, waking the waiters; one of them gets
  * the permit, the others sleep again.
  */
 #include "lock/redis_kind.h"
@@ -16,8 +16,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-
-#define SEM_KEY "lock-sem:"
 
 int lock_semaphore_new(struct lock_client *c, const char *name,
                        uint32_t permits, struct lock **out)
@@ -35,13 +33,13 @@ int lock_semaphore_new(struct lock_client *c, const char *name,
 static int sem_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                    int waiting, int *taken, int64_t *pttl)
 {
-    char key[REDIS_KEY_MAX], lease_s[16], permits[16];
-    const char *argv[5] = {key, RCONN_FENCE_KEY, l->owner, lease_s, permits};
+    char fence[REDIS_KEY_MAX], lease_s[16], permits[16];
+    const char *argv[5] = {l->rkey, fence, l->owner, lease_s, permits};
     size_t lens[5];
 
     (void)waiting;
-    lens[0] = lock__redis_key(key, SEM_KEY, l);
-    lens[1] = strlen(RCONN_FENCE_KEY);
+    lens[0] = l->rkey_len;
+    lens[1] = rconn_lock_name(l, fence, RCONN_FENCE, NULL);
     lens[2] = strlen(l->owner);
     lens[3] = (size_t)snprintf(lease_s, sizeof(lease_s), "%u", (unsigned)lease);
     lens[4] =
@@ -52,38 +50,32 @@ static int sem_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
 
 static int sem_release(struct redis_impl *ri, struct lock *l, int *held)
 {
-    char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
-    size_t key_len = lock__redis_key(key, SEM_KEY, l);
-    size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
-    size_t receipt_len =
-        (size_t)snprintf(receipt, sizeof(receipt), "lock-rel:%s", l->owner);
+    char chan[REDIS_KEY_MAX], receipt[REDIS_KEY_MAX];
+    size_t chan_len = rconn_lock_name(l, chan, RCONN_CHANNEL, NULL);
+    size_t receipt_len = lock__redis_receipt(l, receipt, "");
 
     /* Every release frees a permit someone may be waiting for. */
-    return lock__redis_zset_release(ri, l, key, key_len, chan, chan_len,
+    return lock__redis_zset_release(ri, l, l->rkey, l->rkey_len, chan, chan_len,
                                     receipt, receipt_len, 1, held);
 }
 
 static int sem_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
                      int *held)
 {
-    char key[REDIS_KEY_MAX];
-    size_t key_len = lock__redis_key(key, SEM_KEY, l);
-
-    return lock__redis_zset_renew(ri, l, key, key_len, lease, held);
+    return lock__redis_zset_renew(ri, l, l->rkey, l->rkey_len, lease, held);
 }
 
 static void sem_undo(struct redis_impl *ri, const struct lock *l)
 {
-    char key[REDIS_KEY_MAX], chan[REDIS_KEY_MAX];
-    size_t key_len = lock__redis_key(key, SEM_KEY, l);
-    size_t chan_len = lock__redis_key(chan, RCONN_CHANNEL_PREFIX SEM_KEY, l);
+    char chan[REDIS_KEY_MAX];
+    size_t chan_len = rconn_lock_name(l, chan, RCONN_CHANNEL, NULL);
 
-    lock__redis_zset_undo(ri, l, key, key_len, chan, chan_len);
+    lock__redis_zset_undo(ri, l, l->rkey, l->rkey_len, chan, chan_len);
 }
 
-static void sem_channel(const struct lock *l, char *buf, size_t size)
+static void sem_channel(const struct lock *l, char *buf)
 {
-    snprintf(buf, size, SEM_KEY "%s", l->name);
+    rconn_lock_name(l, buf, RCONN_CHANNEL, NULL);
 }
 
 const struct redis_kind lock__redis_semaphore = {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/i64map.h"
+#include "common/redis_keys.h"
 #include "common/util.h"
 #include "sale/subscriber.h"
 
@@ -33,7 +34,7 @@ struct sessions {
     struct store *st;
     int64_t next_reload_ms; /* monotonic; 0: now */
     bool reload_failing;    /* said once per streak */
-    char channel[48];
+    char channel[REDIS_PREFIX_MAX + 64];
     struct subscriber *sub;
 };
 
@@ -229,7 +230,7 @@ void sessions_free(struct sessions *v)
 
 void sessions_channel_of(const struct store_config *sc, char *out, size_t n)
 {
-    snprintf(out, n, "seckill:auth-changed:%u", sc->redis_db);
+    redis_key(out, n, "seckill:auth-changed:%u", sc->redis_db);
 }
 
 const char *sessions_channel(const struct sessions *v)

@@ -83,6 +83,7 @@
 #include <unistd.h>
 
 #include "common/redis.h"
+#include "common/redis_keys.h"
 #include "common/util.h"
 #include "sale/subscriber.h"
 
@@ -136,7 +137,7 @@ struct vcache {
     atomic_uint_fast64_t gen; /* bumped by every invalidation */
     struct set *sets;
     const struct store_config *sc;
-    char channel[48];
+    char channel[REDIS_PREFIX_MAX + 64];
     struct subscriber *subscriber; /* NULL: not started */
     /* the refresher thread and its queue, under queue_mu */
     pthread_mutex_t queue_mu;
@@ -573,8 +574,10 @@ struct vcache *vcache_new(const struct vcache_config *cfg)
     vc->ttl_ms = cfg->ttl_ms;
     vc->retry_ms = vc->ttl_ms < RETRY_MAX_MS ? vc->ttl_ms : RETRY_MAX_MS;
     vc->sc = cfg->store;
-    snprintf(vc->channel, sizeof(vc->channel), "seckill:voucher-changed:%u",
-             cfg->store->redis_db);
+    /* Pub/sub ignores the database: the number keeps deployments on two
+     * databases of one server apart, and the prefix those on a cluster. */
+    redis_key(vc->channel, sizeof(vc->channel), "seckill:voucher-changed:%u",
+              cfg->store->redis_db);
     if (!vc->ttl_ms)
         return vc; /* publishes only */
 

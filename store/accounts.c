@@ -14,6 +14,7 @@
 #include "common/util.h"
 
 /* The denylist: token ids (16 hex digits) scored by their expiry. */
+/* The denylist of tokens (after the Redis prefix). */
 #define DENIED_KEY "seckill:{auth}:denied"
 
 struct account_args {
@@ -167,14 +168,15 @@ static struct redis_script deny_script = REDIS_SCRIPT(
 int store_token_deny(struct store *st, uint64_t jti, int64_t exp_s,
                      const char *channel, const char *msg)
 {
-    char id[20], exp[24];
-    const char *argv[5] = {DENIED_KEY, id, exp, channel, msg};
+    char id[20], exp[24], key[STORE_KEY_MAX];
+    const char *argv[5] = {key, id, exp, channel, msg};
     redisContext *rc = store_redis(st);
     redisReply *r;
     int err = 0;
 
     if (!rc)
         return -ENOTCONN;
+    redis_key(key, sizeof(key), DENIED_KEY);
     snprintf(id, sizeof(id), "%016" PRIx64, jti);
     snprintf(exp, sizeof(exp), "%lld", (long long)exp_s);
     r = redis_script_run(rc, &deny_script, 1, 5, argv, NULL, &err);
@@ -196,12 +198,14 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
                              void *ctx)
 {
     redisContext *rc = store_redis(st);
+    char key[STORE_KEY_MAX];
     redisReply *r;
     int err = 0;
 
     if (!rc)
         return -ENOTCONN;
-    r = redisCommand(rc, "ZRANGEBYSCORE %s (%lld +inf WITHSCORES", DENIED_KEY,
+    redis_key(key, sizeof(key), DENIED_KEY);
+    r = redisCommand(rc, "ZRANGEBYSCORE %s (%lld +inf WITHSCORES", key,
                      (long long)now_s);
     if (!r) {
         log_warn("redis command failed", "op=tokens_denied err=\"%s\"",
@@ -233,12 +237,15 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
 int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
 {
     redisContext *rc = store_redis(st);
+    char key[STORE_KEY_MAX];
     redisReply *r;
     int err;
 
     if (!rc)
         return -ENOTCONN;
-    r = redisCommand(rc, "SET pow:spent:%s 1 NX PXAT %lld", challenge,
+    if (redis_key(key, sizeof(key), "pow:spent:%s", challenge) < 0)
+        return -EINVAL;
+    r = redisCommand(rc, "SET %s 1 NX PXAT %lld", key,
                      (long long)expires_s * 1000 + 1000);
     if (!r) {
         log_warn("redis command failed", "op=pow_spend err=\"%s\"", rc->errstr);

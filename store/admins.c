@@ -78,43 +78,43 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 
 /* ---- failed logins ---- */
 
-/* KEYS: the name's and the address's sets; ARGV: max for each, window
- * (ms). Returns the ms until a try is allowed, 0 now. */
+/*
+ * The failures of a name and of an address are two sorted sets in two
+ * Redis Cluster slots: each is its own script call. A connection lost
+ * between the two calls of an add counts the failure against one of them
+ * only.
+ */
+
+/* KEYS: one set; ARGV: its max, window (ms). Returns the ms until a try
+ * is allowed, 0 now. */
 static struct redis_script check_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
     "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-    "local wait = 0 "
-    "for i = 1, 2 do "
-    "  redis.call('zremrangebyscore', KEYS[i], '-inf', now - ARGV[3]) "
-    "  local n = redis.call('zcard', KEYS[i]) "
-    "  local max = tonumber(ARGV[i]) "
-    "  if n >= max then "
-    "    local oldest = redis.call('zrange', KEYS[i], n - max, n - max, "
-    "                              'withscores') "
-    "    local w = tonumber(oldest[2]) + ARGV[3] - now "
-    "    if w > wait then wait = w end "
-    "  end "
-    "end "
-    "return wait");
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now - ARGV[2]) "
+    "local n = redis.call('zcard', KEYS[1]) "
+    "local max = tonumber(ARGV[1]) "
+    "if n < max then return 0 end "
+    "local oldest = redis.call('zrange', KEYS[1], n - max, n - max, "
+    "                          'withscores') "
+    "return math.max(0, tonumber(oldest[2]) + ARGV[2] - now)");
 
-/* KEYS: both sets; ARGV: window (ms). One failure each, now. */
+/* KEYS: one set; ARGV: window (ms). One failure, now. */
 static struct redis_script add_script =
     REDIS_SCRIPT("local t = redis.call('time') "
                  "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-                 "for i = 1, 2 do "
-                 "  redis.call('zadd', KEYS[i], now, now .. ':' .. t[2]) "
-                 "  redis.call('pexpire', KEYS[i], ARGV[1]) "
-                 "end "
+                 "redis.call('zadd', KEYS[1], now, now .. ':' .. t[2]) "
+                 "redis.call('pexpire', KEYS[1], ARGV[1]) "
                  "return 1");
 
-static void fail_keys(const char *name, const char *addr, char *kn, char *ka,
-                      size_t n)
+void store_admin_fail_keys(const char *name, const char *addr, char *kn,
+                           char *ka, size_t n)
 {
-    snprintf(kn, n, "admin:fails:u:%s", name);
-    snprintf(ka, n, "admin:fails:ip:%s", addr);
+    redis_key(kn, n, "admin:fails:u:%s", name);
+    redis_key(ka, n, "admin:fails:ip:%s", addr);
 }
 
-/* Run script with keys kn and ka and ARGV args; its integer into *out. */
+/* Run script with one key and ARGV args (argv[0] the key); its integer
+ * into *out. */
 static int fails_eval(struct store *st, struct redis_script *script,
                       const char **argv, int argc, long long *out)
 {
@@ -124,7 +124,7 @@ static int fails_eval(struct store *st, struct redis_script *script,
 
     if (!rc)
         return -ENOTCONN;
-    r = redis_script_run(rc, script, 2, argc, argv, NULL, &err);
+    r = redis_script_run(rc, script, 1, argc, argv, NULL, &err);
     if (!r) {
         log_warn("redis command failed", "op=admin_fails err=\"%s\"",
                  rc->errstr);
@@ -146,43 +146,49 @@ int store_admin_fails_check(struct store *st, const char *name,
                             unsigned max_addr, unsigned window_ms, bool *locked,
                             int64_t *retry_ms)
 {
-    char kn[128], ka[128], a1[16], a2[16], a3[16];
-    const char *argv[5] = {kn, ka, a1, a2, a3};
-    long long wait = 0;
+    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX], a1[16], a2[16], a3[16];
+    const char *by_name[3] = {kn, a1, a3}, *by_addr[3] = {ka, a2, a3};
+    long long wn = 0, wa = 0;
     int err;
 
-    fail_keys(name, addr, kn, ka, sizeof(kn));
+    store_admin_fail_keys(name, addr, kn, ka, sizeof(kn));
     snprintf(a1, sizeof(a1), "%u", max_name);
     snprintf(a2, sizeof(a2), "%u", max_addr);
     snprintf(a3, sizeof(a3), "%u", window_ms);
-    err = fails_eval(st, &check_script, argv, 5, &wait);
+    err = fails_eval(st, &check_script, by_name, 3, &wn);
+    if (!err)
+        err = fails_eval(st, &check_script, by_addr, 3, &wa);
     if (err)
         return err;
-    *locked = wait > 0;
-    *retry_ms = wait;
+    *retry_ms = wn > wa ? wn : wa;
+    *locked = *retry_ms > 0;
     return 0;
 }
 
 int store_admin_fails_add(struct store *st, const char *name, const char *addr,
                           unsigned window_ms)
 {
-    char kn[128], ka[128], a1[16];
-    const char *argv[3] = {kn, ka, a1};
+    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX], a1[16];
+    const char *by_name[2] = {kn, a1}, *by_addr[2] = {ka, a1};
     long long r;
+    int err;
 
-    fail_keys(name, addr, kn, ka, sizeof(kn));
+    store_admin_fail_keys(name, addr, kn, ka, sizeof(kn));
     snprintf(a1, sizeof(a1), "%u", window_ms);
-    return fails_eval(st, &add_script, argv, 3, &r);
+    err = fails_eval(st, &add_script, by_name, 2, &r);
+    return err ? err : fails_eval(st, &add_script, by_addr, 2, &r);
 }
 
 int store_admin_fails_clear(struct store *st, const char *name)
 {
     redisContext *rc = store_redis(st);
+    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX];
     redisReply *r;
 
     if (!rc)
         return -ENOTCONN;
-    r = redisCommand(rc, "DEL admin:fails:u:%s", name);
+    store_admin_fail_keys(name, "", kn, ka, sizeof(kn));
+    r = redisCommand(rc, "DEL %s", kn);
     if (!r)
         return -ENOTCONN;
     freeReplyObject(r);

@@ -10,7 +10,34 @@
 #include <mysql.h>
 
 #include "common/redis.h"
+#include "common/redis_keys.h"
 #include "store/store.h"
+
+/*
+ * The Redis names of the store's multi-key scripts, each after the Redis
+ * prefix (common/redis_keys.h), so that tests/unit/test_redis_keys.c can
+ * check that each script's keys share a hash slot.
+ */
+#define STORE_KEY_MAX (REDIS_PREFIX_MAX + 192)
+#define STORE_FAIL_KEY_MAX (REDIS_PREFIX_MAX + 160)
+
+/* A failed admin login's two sets: the name's and the address's (two
+ * slots: each its own script call). */
+void store_admin_fail_keys(const char *name, const char *addr, char *kn,
+                           char *ka, size_t n);
+
+/* A phone's login-code keys (one slot: the {p:PHONE} tag): its codes,
+ * then its send log (addr NULL) or its wrong tries, and the address's
+ * wrong tries on that phone. Each STORE_KEY_MAX bytes. */
+void store_code_keys(const char *phone, const char *addr, char *codes,
+                     char *second, char *by_addr);
+
+/* A queue sale's waiting-room key what ("pre", "late", "seq", "queue")
+ * (one slot per sale: the {v:ID} tag); STORE_KEY_MAX bytes. */
+void store_waitroom_key(char *buf, int64_t voucher_id, const char *what);
+
+/* A buyer's poll limiter in the waiting room: the same slot. */
+void store_waitroom_poll_key(char *buf, int64_t voucher_id, int64_t user_id);
 
 enum stmt_id {
     STMT_USER_LOGIN,

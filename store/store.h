@@ -196,12 +196,14 @@ struct store_rate_bucket {
 
 /*
  * Take one token from each bucket of b[0..n) (n <= STORE_RATE_BUCKETS_MAX)
- * or from none, in one script on Redis' clock (instances with skewed
- * clocks share one view of each bucket). *retry_ms is 0 when they were
- * taken, else the milliseconds until a token is due in every bucket
- * (nothing was taken). Returns 0, or -errno when Redis failed or answered
- * an error, with why (why_len bytes) saying what failed: the caller
- * decides whether to go on without a limit.
+ * or from none: one script per bucket, in order, on Redis' clock
+ * (instances with skewed clocks share one view of each bucket); a bucket
+ * that refuses gets the earlier ones' tokens given back. *retry_ms is 0
+ * when they were taken, else the milliseconds until a token is due in the
+ * bucket that refused (nothing was kept). Returns 0, or -errno when Redis
+ * failed or answered an error (what earlier buckets took stays taken),
+ * with why (why_len bytes) saying what failed: the caller decides whether
+ * to go on without a limit.
  */
 int store_rate_take(struct store *st, const struct store_rate_bucket *b,
                     size_t n, int64_t *retry_ms, char *why, size_t why_len);

@@ -234,22 +234,30 @@ static struct redis_script code_revoke_script = REDIS_SCRIPT(
     "end "
     "return {1, 0}");
 
+void store_code_keys(const char *phone, const char *addr, char *codes,
+                     char *second, char *by_addr)
+{
+    redis_key(codes, STORE_KEY_MAX, "login:{p:%s}:codes", phone);
+    redis_key(second, STORE_KEY_MAX, "login:{p:%s}:%s", phone,
+              addr ? "fails" : "sent");
+    redis_key(by_addr, STORE_KEY_MAX, "login:{p:%s}:a:%s", phone,
+              addr ? addr : "");
+}
+
 /* Run a code script on the phone's keys (and the address's: addr may be
  * NULL); {a, b} into *a, *b. */
 static int code_eval(struct store *st, struct redis_script *script,
                      const char *phone, const char *addr, const char **args,
                      int nargs, long long *a, long long *b)
 {
-    char k1[96], k2[96], k3[160];
+    char k1[STORE_KEY_MAX], k2[STORE_KEY_MAX], k3[STORE_KEY_MAX];
     const char *argv[8];
     redisContext *rc = store_redis(st);
     int nkeys = addr ? 3 : 2, argc = 0, err = 0;
 
     if (!rc)
         return -ENOTCONN;
-    snprintf(k1, sizeof(k1), "login:{p:%s}:codes", phone);
-    snprintf(k2, sizeof(k2), "login:{p:%s}:%s", phone, addr ? "fails" : "sent");
-    snprintf(k3, sizeof(k3), "login:{p:%s}:a:%s", phone, addr ? addr : "");
+    store_code_keys(phone, addr, k1, k2, k3);
     argv[argc++] = k1;
     argv[argc++] = k2;
     if (addr)

@@ -59,16 +59,23 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "local admit_at = begin + math.ceil(pos * 1000 / rate) "
     "return {0, pos, now >= admit_at and 1 or 0, admit_at, now, 0}");
 
-static void wr_key(char *buf, size_t n, int64_t voucher_id, const char *what)
+void store_waitroom_key(char *buf, int64_t voucher_id, const char *what)
 {
-    snprintf(buf, n, "{v:%lld}:wr:%s", (long long)voucher_id, what);
+    redis_key(buf, STORE_KEY_MAX, "{v:%lld}:wr:%s", (long long)voucher_id,
+              what);
+}
+
+void store_waitroom_poll_key(char *buf, int64_t voucher_id, int64_t user_id)
+{
+    redis_key(buf, STORE_KEY_MAX, "{v:%lld}:wr:poll:%lld",
+              (long long)voucher_id, (long long)user_id);
 }
 
 int store_waitroom_place(struct store *st, int64_t voucher_id,
                          const struct store_waitroom *w, int64_t user_id,
                          bool join, struct store_wr_place *out)
 {
-    char k[4][64], user[24], score[24], a[7][24];
+    char k[4][STORE_KEY_MAX], user[24], score[24], a[7][24];
     const char *argv[13];
     redisContext *rc = store_redis(st);
     redisReply *r;
@@ -78,11 +85,10 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     memset(out, 0, sizeof(*out));
     if (!rc)
         return -ENOTCONN;
-    wr_key(k[0], sizeof(k[0]), voucher_id, "pre");
-    wr_key(k[1], sizeof(k[1]), voucher_id, "late");
-    wr_key(k[2], sizeof(k[2]), voucher_id, "seq");
-    snprintf(k[3], sizeof(k[3]), "{v:%lld}:wr:poll:%lld", (long long)voucher_id,
-             (long long)user_id);
+    store_waitroom_key(k[0], voucher_id, "pre");
+    store_waitroom_key(k[1], voucher_id, "late");
+    store_waitroom_key(k[2], voucher_id, "seq");
+    store_waitroom_poll_key(k[3], voucher_id, user_id);
     /* 52 random bits: exact in the double Redis keeps a score in. */
     randombytes_buf(&rnd, sizeof(rnd));
     snprintf(user, sizeof(user), "%lld", (long long)user_id);
@@ -129,12 +135,12 @@ int store_waitroom_mark(struct store *st, int64_t voucher_id,
 {
     redisContext *rc = store_redis(st);
     redisReply *r;
-    char k[64];
+    char k[STORE_KEY_MAX];
     int err;
 
     if (!rc)
         return -ENOTCONN;
-    wr_key(k, sizeof(k), voucher_id, "queue");
+    store_waitroom_key(k, voucher_id, "queue");
     r = redisCommand(rc, "SET %s 1 PXAT %lld", k,
                      (long long)(expire_at_ms + KEEP_MS));
     if (!r)
@@ -148,7 +154,7 @@ int store_waitroom_forget(struct store *st, int64_t voucher_id)
 {
     static const char *const names[4] = {"pre", "late", "seq", "queue"};
     redisContext *rc = store_redis(st);
-    char k[4][64];
+    char k[4][STORE_KEY_MAX];
     const char *argv[5] = {"DEL"};
     redisReply *r;
     int err;
@@ -156,7 +162,7 @@ int store_waitroom_forget(struct store *st, int64_t voucher_id)
     if (!rc)
         return -ENOTCONN;
     for (int i = 0; i < 4; i++) {
-        wr_key(k[i], sizeof(k[i]), voucher_id, names[i]);
+        store_waitroom_key(k[i], voucher_id, names[i]);
         argv[1 + i] = k[i];
     }
     r = redisCommandArgv(rc, 5, argv, NULL);
@@ -171,12 +177,12 @@ int store_waitroom_marked(struct store *st, int64_t voucher_id)
 {
     redisContext *rc = store_redis(st);
     redisReply *r;
-    char k[64];
+    char k[STORE_KEY_MAX];
     int ret;
 
     if (!rc)
         return -ENOTCONN;
-    wr_key(k, sizeof(k), voucher_id, "queue");
+    store_waitroom_key(k, voucher_id, "queue");
     r = redisCommand(rc, "EXISTS %s", k);
     if (!r)
         return -ENOTCONN;
@@ -190,15 +196,15 @@ int store_waitroom_counts(struct store *st, int64_t voucher_id,
                           int64_t *admitted)
 {
     redisContext *rc = store_redis(st);
-    char k1[64], k2[64];
+    char k1[STORE_KEY_MAX], k2[STORE_KEY_MAX];
     redisReply *r;
     int64_t now = util_now_ms();
 
     *joined = *admitted = 0;
     if (!rc)
         return -ENOTCONN;
-    wr_key(k1, sizeof(k1), voucher_id, "pre");
-    wr_key(k2, sizeof(k2), voucher_id, "late");
+    store_waitroom_key(k1, voucher_id, "pre");
+    store_waitroom_key(k2, voucher_id, "late");
     for (int i = 0; i < 2; i++) {
         r = redisCommand(rc, "ZCARD %s", i ? k2 : k1);
         if (!r)

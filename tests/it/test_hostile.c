@@ -1843,6 +1843,62 @@ static void test_rate_limit_ip(void **state)
     assert_int_equal(0, it_server_stop(&s));
 }
 
+/*
+ * Every bucket or none: each bucket is its own script (a user's and an
+ * address's are in different Redis Cluster slots), and a request refused
+ * by its user's bucket gives back the token its address's bucket took, so
+ * a user over its limit does not drain the address for the others behind
+ * it.
+ */
+static void test_rate_limit_gives_back(void **state)
+{
+    const char *env[] = {"SECKILL_RATE_IP=0.01,4", "SECKILL_RATE_USER=0.01,1",
+                         NULL};
+    redisContext *rc = it_redis_connect();
+    char tok[TOKEN_STR_LEN], key[64];
+    struct it_server s;
+    struct it_resp resp;
+    int i;
+
+    (void)state;
+    redis_del(rc, "rate:ip:127.0.0.1");
+    assert_int_equal(0, it_server_start(&s, "hostile-rate-back", env));
+    redis_del(rc, "rate:ip:127.0.0.1"); /* the start-up probes */
+    for (i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "rate:user:%lld", (long long)uid(43 + i));
+        redis_del(rc, key);
+    }
+    user_token(uid(43), tok);
+    it_http(&s, "GET", "/api/vouchers", NULL, tok, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+    /* The user's bucket is empty now: refused, and the address keeps the
+     * three tokens it has left. */
+    for (i = 0; i < 5; i++) {
+        it_http(&s, "GET", "/api/vouchers", NULL, tok, &resp);
+        it_assert_error(&resp, 429, "RATE_LIMITED");
+        it_resp_free(&resp);
+    }
+    for (i = 0; i < 3; i++) {
+        user_token(uid(44 + i), tok);
+        it_http(&s, "GET", "/api/vouchers", NULL, tok, &resp);
+        it_assert_status(&resp, 200);
+        it_resp_free(&resp);
+    }
+    /* Now the address is out of tokens. */
+    it_http(&s, "GET", "/api/vouchers", NULL, NULL, &resp);
+    it_assert_error(&resp, 429, "RATE_LIMITED");
+    it_resp_free(&resp);
+    assert_rate_keys_expire(rc);
+    redis_del(rc, "rate:ip:127.0.0.1");
+    for (i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "rate:user:%lld", (long long)uid(43 + i));
+        redis_del(rc, key);
+    }
+    redisFree(rc);
+    assert_int_equal(0, it_server_stop(&s));
+}
+
 /* Redis down: the limiter fails open (logged), MySQL-only routes serve. */
 static void test_rate_limit_fails_open(void **state)
 {
@@ -1906,6 +1962,7 @@ int main(void)
         cmocka_unit_test(test_rate_limit_user_bot),
         cmocka_unit_test(test_rate_limit_retry_after),
         cmocka_unit_test(test_rate_limit_ip),
+        cmocka_unit_test(test_rate_limit_gives_back),
         cmocka_unit_test(test_rate_limit_behind_proxy),
         cmocka_unit_test(test_rate_limit_fails_open),
     };

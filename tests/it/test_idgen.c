@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/redis.h"
 #include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
@@ -187,8 +188,44 @@ static void test_keys(void **state)
     r = cmd(rc, "TTL %s", key);
     assert_true(r->integer > 0 && r->integer <= IDGEN_KEY_TTL_S);
     freeReplyObject(r);
-    r = cmd(rc, "TTL icr:%s:clock", prefix);
+    assert_int_equal(0, idgen_clock_key(prefix, key, sizeof(key)));
+    r = cmd(rc, "TTL %s", key);
     assert_int_equal(-1, r->integer);
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
+/*
+ * Before the hash tag a day's counter was icr:<prefix>:<day>. An older
+ * instance still counting there (a rolling upgrade) and this one never
+ * hand out the same value: each reservation here counts on both and
+ * leaves both at the larger.
+ */
+static void test_legacy_counter(void **state)
+{
+    redisContext *rc = it_redis_connect();
+    char key[IDGEN_KEY_MAX], old[IDGEN_KEY_MAX];
+    int64_t t, t2, id = next_id(rc);
+    uint32_t seq, seq2;
+    redisReply *r;
+    (void)state;
+
+    idgen_decode(id, &t, &seq);
+    assert_int_equal(0, idgen_day_key(prefix, t, key, sizeof(key)));
+    assert_int_equal(0, idgen_legacy_day_key(prefix, t, old, sizeof(old)));
+    /* The older instance is far ahead: the next block starts above it. */
+    freeReplyObject(cmd(rc, "SET %s %u EX 600", old, seq + 100000));
+    idgen_discard(prefix);
+    id = next_id(rc);
+    idgen_decode(id, &t2, &seq2);
+    if (t2 / 86400 == t / 86400)
+        assert_true(seq2 > seq + 100000);
+    /* And it goes on above every value this instance reserved. */
+    idgen_decode(id, &t, &seq);
+    assert_int_equal(0, idgen_legacy_day_key(prefix, t, old, sizeof(old)));
+    r = cmd(rc, "INCRBY %s 1", old);
+    assert_int_equal(REDIS_REPLY_INTEGER, r->type);
+    assert_true(r->integer > (long long)seq);
     freeReplyObject(r);
     redisFree(rc);
 }
@@ -210,10 +247,13 @@ static void lose_counter(redisContext *rc, int64_t before, bool flush_hash)
     idgen_decode(before, &t, &seq);
     assert_int_equal(0, idgen_day_key(prefix, t, key, sizeof(key)));
     freeReplyObject(cmd(rc, "DEL %s", key));
+    assert_int_equal(0, idgen_legacy_day_key(prefix, t, key, sizeof(key)));
+    freeReplyObject(cmd(rc, "DEL %s", key));
+    assert_int_equal(0, idgen_clock_key(prefix, key, sizeof(key)));
     if (flush_hash)
-        freeReplyObject(cmd(rc, "DEL icr:%s:clock", prefix));
+        freeReplyObject(cmd(rc, "DEL %s", key));
     else
-        freeReplyObject(cmd(rc, "HSET icr:%s:clock run 0000", prefix));
+        freeReplyObject(cmd(rc, "HSET %s run 0000", key));
     /* Right after the loss: from the held block, or a new reservation;
      * unique either way. */
     for (int i = 0; i < 8; i++) {
@@ -263,11 +303,13 @@ static void test_clock_behind(void **state)
     redisContext *rc = it_redis_connect();
     int64_t id = next_id(rc), t, t1;
     uint32_t seq, seq1;
+    char key[IDGEN_KEY_MAX];
     redisReply *r;
     (void)state;
 
     idgen_decode(id, &t, &seq);
-    r = cmd(rc, "HSET icr:%s:clock last %lld", prefix, (long long)(t + 30));
+    assert_int_equal(0, idgen_clock_key(prefix, key, sizeof(key)));
+    r = cmd(rc, "HSET %s last %lld", key, (long long)(t + 30));
     freeReplyObject(r);
     /* Else the block in memory would hand out ids of second t first. */
     idgen_discard(prefix);
@@ -292,15 +334,25 @@ static void test_bad_prefix(void **state)
     redisFree(rc);
 }
 
+/* Every script call above had its keys in one hash slot (the names from
+ * before the hash tag go as arguments, not keys). */
+static void test_one_slot(void **state)
+{
+    (void)state;
+    assert_int_equal(0, redis_script_crossslot_calls());
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unique_across_threads),
         cmocka_unit_test(test_blocks),
         cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_legacy_counter),
         cmocka_unit_test(test_restart_never_repeats),
         cmocka_unit_test(test_clock_behind),
         cmocka_unit_test(test_bad_prefix),
+        cmocka_unit_test(test_one_slot),
     };
     return cmocka_run_group_tests_name("idgen", tests, group_setup, NULL);
 }

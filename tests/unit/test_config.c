@@ -663,6 +663,37 @@ static void test_soldout_default_and_values(void **state)
     config_free(&c);
 }
 
+/* SECKILL_REDIS_PREFIX: none by default; letters, digits and "_:.-" up to
+ * 32 bytes; no brace (it would move keys between hash slots) and no glob
+ * character. */
+static void test_redis_prefix(void **state)
+{
+    static const char *const bad[] = {
+        "{x}", "a}", "a*", "a b", "ä", "123456789012345678901234567890123"};
+    struct config c;
+    char err[256];
+
+    (void)state;
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_null(c.http.redis_prefix);
+    config_free(&c);
+    setenv("SECKILL_REDIS_PREFIX", "shop-1.eu_west:", 1);
+    assert_int_equal(parse_argv(&c, err, 1, NULL), 0);
+    assert_string_equal(c.http.redis_prefix, "shop-1.eu_west:");
+    config_free(&c);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SECKILL_REDIS_PREFIX", bad[i], 1);
+        err[0] = '\0';
+        if (parse_argv(&c, err, 1, NULL) == 0) {
+            print_error("SECKILL_REDIS_PREFIX=\"%s\" was accepted\n", bad[i]);
+            fail();
+        }
+        assert_non_null(strstr(err, "SECKILL_REDIS_PREFIX"));
+        config_free(&c);
+    }
+    unsetenv("SECKILL_REDIS_PREFIX");
+}
+
 static void test_soldout_bad_values(void **state)
 {
     static const char *const bad[] = {"", "-1", "60001", "1s", "1.5", "x"};
@@ -973,6 +1004,7 @@ int main(void)
         cmocka_unit_test_setup(test_async_confirm, reset_env),
         cmocka_unit_test_setup(test_soldout_default_and_values, reset_env),
         cmocka_unit_test_setup(test_soldout_bad_values, reset_env),
+        cmocka_unit_test_setup(test_redis_prefix, reset_env),
         cmocka_unit_test_setup(test_cors_default_and_values, reset_env),
         cmocka_unit_test_setup(test_cors_bad_values, reset_env),
         cmocka_unit_test_setup(test_sms_and_currency, reset_env),

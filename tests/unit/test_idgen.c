@@ -34,21 +34,21 @@ static void test_window(void **state)
 {
     (void)state;
     /* The day before, the day of the guess, the day after. */
-    expect_window(MIDNIGHT, MIDNIGHT / 86400 - 1, "icr:order:2026:11:20",
-                  "icr:order:2026:11:21", "icr:order:2026:11:22");
+    expect_window(MIDNIGHT, MIDNIGHT / 86400 - 1, "icr:{order}:2026:11:20",
+                  "icr:{order}:2026:11:21", "icr:{order}:2026:11:22");
     /* One second earlier is the previous day's window. */
-    expect_window(MIDNIGHT - 1, MIDNIGHT / 86400 - 2, "icr:order:2026:11:19",
-                  "icr:order:2026:11:20", "icr:order:2026:11:21");
+    expect_window(MIDNIGHT - 1, MIDNIGHT / 86400 - 2, "icr:{order}:2026:11:19",
+                  "icr:{order}:2026:11:20", "icr:{order}:2026:11:21");
     expect_window(MIDNIGHT + 86399, MIDNIGHT / 86400 - 1,
-                  "icr:order:2026:11:20", "icr:order:2026:11:21",
-                  "icr:order:2026:11:22");
+                  "icr:{order}:2026:11:20", "icr:{order}:2026:11:21",
+                  "icr:{order}:2026:11:22");
     /* Across a year and a leap day. */
     expect_window(1830297600LL /* 2028-01-01 */, 1830297600LL / 86400 - 1,
-                  "icr:order:2027:12:31", "icr:order:2028:01:01",
-                  "icr:order:2028:01:02");
+                  "icr:{order}:2027:12:31", "icr:{order}:2028:01:01",
+                  "icr:{order}:2028:01:02");
     expect_window(1835395200LL /* 2028-02-29 */, 1835395200LL / 86400 - 1,
-                  "icr:order:2028:02:28", "icr:order:2028:02:29",
-                  "icr:order:2028:03:01");
+                  "icr:{order}:2028:02:28", "icr:{order}:2028:02:29",
+                  "icr:{order}:2028:03:01");
 }
 
 /* The script picks key i for a server time t when t's day is

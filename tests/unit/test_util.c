@@ -99,9 +99,12 @@ static void test_day_key(void **state)
     (void)state;
 
     assert_int_equal(idgen_day_key("order", 1640995200, key, sizeof(key)), 0);
-    assert_string_equal(key, "icr:order:2022:01:01");
+    assert_string_equal(key, "icr:{order}:2022:01:01");
     /* UTC day: one second before midnight is still the old day. */
     assert_int_equal(idgen_day_key("order", 1640995199, key, sizeof(key)), 0);
+    assert_string_equal(key, "icr:{order}:2021:12:31");
+    assert_int_equal(
+        idgen_legacy_day_key("order", 1640995199, key, sizeof(key)), 0);
     assert_string_equal(key, "icr:order:2021:12:31");
     assert_int_equal(idgen_day_key("order", 1640995200, key, 8), -ENAMETOOLONG);
 }
