@@ -222,23 +222,35 @@ check() {
     say "invariant $name: voucher $v front: stock $s_front orders $o_front; b0: stock $s_b0 orders $o_b0 -> $verdict"
 }
 
+# cpu_ticks PID: utime + stime of the process (all threads), in ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
 runs=0
-# sb NAME SERVER VOUCHER C: purchase.lua on SERVER with C threads; sets RATE P99 ERR.
+# sb NAME SERVER VOUCHER C: purchase.lua on SERVER with C threads; sets
+# RATE P99 ERR, and B0_US and FRONT_US: the CPU microseconds per
+# transaction of b0 and of the front over the run (coarse: clock ticks).
 sb() {
-    local name=$1 n=$2 v=$3 c=$4 f id_base
+    local name=$1 n=$2 v=$3 c=$4 f id_base b0_0 fr_0 tx
     runs=$((runs + 1))
     id_base=$((1000000000000000 + runs * 10000000000))
     f=$RAW/sysbench-$name-c$c.txt
+    b0_0=$(cpu_ticks "${PID_OF[b0]}")
+    fr_0=$(cpu_ticks "${PID_OF[front]}")
     sysbench "$SB_LUA" --db-driver=mysql --mysql-host=127.0.0.1 \
         --mysql-port="${PORT_OF[$n]}" --mysql-user=bench \
         --mysql-password="$USER_PW" --mysql-db="$DB" \
         --mysql-ignore-errors=1205,1213 --voucher="$v" \
         --id-base="$id_base" --threads="$c" --time="$SECS" --percentile=99 \
         run >"$f" 2>&1 || { tail -20 "$f" >&2; die "sysbench $name at $c threads failed"; }
+    tx=$(sed -n 's/.*transactions: *\([0-9]*\) .*/\1/p' "$f")
+    ((tx > 0)) || tx=1
+    B0_US=$(( ($(cpu_ticks "${PID_OF[b0]}") - b0_0) * 1000000 / HZ / tx ))
+    FRONT_US=$(( ($(cpu_ticks "${PID_OF[front]}") - fr_0) * 1000000 / HZ / tx ))
     RATE=$(sed -n 's/.*transactions: *[0-9]* *(\([0-9.]*\) per sec.*/\1/p' "$f" | awk '{ printf "%.0f", $1 }')
     P99=$(sed -n 's/.*99th percentile: *\([0-9.]*\).*/\1/p' "$f")
     ERR=$(sed -n 's/.*ignored errors: *\([0-9]*\).*/\1/p' "$f")
-    say "sysbench $name: $c threads: $RATE tx/s, p99 $P99 ms, ignored errors $ERR"
+    say "sysbench $name: $c threads: $RATE tx/s, p99 $P99 ms, ignored errors $ERR; CPU per transaction b0 $B0_US us, front $FRONT_US us"
     check "$name-c$c" "$v"
 }
 
@@ -252,16 +264,16 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
     echo "whose tables are partitioned over b0 and b1 (the row on b0);"
     echo "spider_internal_xa=$XA. $(nproc) cores, $(uname -r)."
     echo
-    echo "| threads | direct tx/s | direct p99 ms | Spider tx/s | Spider p99 ms | Spider / direct |"
-    echo "|---|---|---|---|---|---|"
+    echo "| threads | direct tx/s | direct p99 ms | Spider tx/s | Spider p99 ms | Spider / direct | CPU µs per tx direct (b0) | CPU µs per tx via Spider (b0 + front) |"
+    echo "|---|---|---|---|---|---|---|---|"
 } >"$OUT/summary.md"
 line=""
 for c in $THREADS; do
     sb direct b0 "$V_DIRECT" "$c"
-    d_rate=$RATE d_p99=$P99
+    d_rate=$RATE d_p99=$P99 d_cpu=$B0_US
     sb spider front "$V_SPIDER" "$c"
     r=$(ratio "$RATE" "$d_rate")
-    echo "| $c | $d_rate | $d_p99 | $RATE | $P99 | $r |" >>"$OUT/summary.md"
+    echo "| $c | $d_rate | $d_p99 | $RATE | $P99 | $r | $d_cpu | $B0_US + $FRONT_US |" >>"$OUT/summary.md"
     line+=" c$c: direct=$d_rate spider=$RATE ratio=$r"
 done
 {
