@@ -23,7 +23,8 @@
 # Settings: BENCH_SPIDER_SECONDS (5) per run, BENCH_SPIDER_THREADS
 # ("16 64"), BENCH_SPIDER_XA (0: spider_internal_xa on the front, 1 turns
 # it on).
-# Results: bench/results/spider-<time>/ (summary.md; sysbench's output,
+# Each run starts from fresh copies of one mariadb-install-db, removed on
+# exit. Results: bench/results/spider-<time>/ (summary.md; sysbench's output,
 # the servers' logs and the statements b0 received for one purchase
 # through the front in raw/).
 set -euo pipefail
@@ -75,7 +76,7 @@ cleanup() {
     local n pid
     for n in "${NAMES[@]}"; do
         pid=${PID_OF[$n]:-}
-        [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+        if [[ -n $pid ]]; then kill -TERM "$pid" 2>/dev/null || true; fi
     done
     for n in "${NAMES[@]}"; do
         pid=${PID_OF[$n]:-}
@@ -84,6 +85,8 @@ cleanup() {
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
+        # The run's data goes with its server (the template stays).
+        kill -0 "$pid" 2>/dev/null || rm -rf "${WORK:?}/$n"
     done
 }
 trap cleanup EXIT
@@ -155,7 +158,9 @@ table_ddl() {
 # spider_ddl NAME: the front's Spider table over b0 and b1. Partitioning
 # wants every unique key to hold voucher_id: the primary key gets it, the
 # other unique keys become plain ones (the backends still enforce them),
-# and the generated column stays the backends' to compute.
+# and the generated column stays the backends' to compute. (The
+# backquotes in single quotes are SQL's.)
+# shellcheck disable=SC2016
 spider_ddl() {
     table_ddl "$1" | sed -e '/`active_user`/d' \
         -e 's/PRIMARY KEY (`id`)/PRIMARY KEY (`id`,`voucher_id`)/' \
