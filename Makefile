@@ -15,6 +15,8 @@
 #                  the bots' share of the orders (docs/performance.md)
 #   make bench-paystorm  every buyer of a sale pays at once: payments/s
 #                  next to the sale's purchases/s (docs/performance.md)
+#   make bench-spider  the purchase transaction through MariaDB's Spider
+#                  engine beside the same on one MariaDB (docs/scaling.md)
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make soak      the nemesis: a randomized, history-checked run of three
 #                  instances behind haproxy (tests/soak; SOAK_MINUTES,
@@ -138,7 +140,7 @@ IT_HELPER_OBJ := $(IT_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
         test-san test-web web-deps openapi bench-lock bench bench-jmeter \
         faults test-faults format check-dockerfile stress bench-profile \
         cluster cluster-roll cluster-stop test-compose bench-scale test-cluster \
-        bench-fairness bench-crowd bench-paystorm \
+        bench-fairness bench-crowd bench-paystorm bench-spider \
         format-check clean soak soak-build layering config-docs test-docs \
         schema schema-check
 
@@ -598,6 +600,15 @@ bench-fairness: services
 bench-paystorm: services
 	@$(MAKE) --no-print-directory build
 	@bench/paystorm.sh $(BUILD)
+
+# The purchase transaction through MariaDB's Spider engine (two backends,
+# one front, private servers on BENCH_SPIDER_PORT 53307..53309) beside the
+# same transaction on a backend directly (bench/spider.sh, under a
+# minute); ends "bench-spider c16: direct= spider= ratio= ...". Needs no
+# seckilld and no make services. Not part of make test.
+bench-spider:
+	@scripts/deps.sh bench spider
+	@bench/spider.sh
 
 # The same scenario as a JMeter test plan (bench/jmeter/seckill.jmx).
 bench-jmeter: services

@@ -18,7 +18,7 @@
 # systemd-analyze (systemd), groff and man (groff-base, man-db), and the
 # alert rules with promtool (prometheus ships it).
 #
-#   scripts/deps.sh [bench] [jmeter] [web] [containers] [deb]
+#   scripts/deps.sh [bench] [jmeter] [web] [containers] [deb] [spider]
 set -euo pipefail
 
 PACKAGES=(
@@ -49,6 +49,8 @@ die() { echo "deps.sh: error: $*" >&2; exit 1; }
 # OCI runtime runc, netavark and aardvark-dns (container networks with name
 # resolution, which compose's service names need) and mmdebstrap (the
 # base image: no registry is reached for images).
+# `spider` (make bench-spider) adds MariaDB's Spider storage engine, the
+# one sharding engine Debian packages (bench/spider.sh).
 # `deb` (make deb) adds debhelper (dpkg-buildpackage comes with
 # build-essential) and lintian, which checks the packages.
 for group in "$@"; do
@@ -66,7 +68,8 @@ for group in "$@"; do
             uidmap mmdebstrap)
         ;;
     deb) PACKAGES+=(debhelper lintian) ;;
-    *) die "unknown package group '$group' (known: bench, jmeter, web, containers, deb)" ;;
+    spider) PACKAGES+=(mariadb-plugin-spider) ;;
+    *) die "unknown package group '$group' (known: bench, jmeter, web, containers, deb, spider)" ;;
     esac
 done
 
