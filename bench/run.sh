@@ -302,9 +302,14 @@ c_string() { # FILE START_PATTERN: the C string literal from START to ';'
         index($0, want) { started = 1 } started { print }' "$1" |
         grep -o '"\([^"\\]\|\\.\)*"' | sed 's/^"//; s/"$//' | tr -d '\n'
 }
-lock_script() { # the RCONN_X entry of lock/rconn.c
-    awk -v want="[$1] =" 'index($0, "[RCONN_") && started { exit }
-        index($0, want) { started = 1 } started { print }' "$ROOT/lock/rconn.c" |
+lock_script() { # the RCONN_X entry of lock/rconn.c, its FENCE_FN expanded
+    awk -v want="[$1] =" '
+        /^#define FENCE_FN/ { in_fn = 1 }
+        in_fn { fn = fn $0 "\n"; if ($0 !~ /\\$/) in_fn = 0; next }
+        index($0, "[RCONN_") && started { exit }
+        index($0, want) { started = 1 }
+        started && /FENCE_FN/ { printf "%s", fn; next }
+        started { print }' "$ROOT/lock/rconn.c" |
         grep -o '"[^"]*"' | sed 's/^"//; s/"$//' | tr -d '\n'
 }
 declare -A rb_rate
@@ -326,7 +331,7 @@ redis_rate() {
     rb_rate[$name]=${r:-0}
 }
 redis_rate lock_acquire "$(lock_script RCONN_ACQUIRE)" 2 \
-    "bench:raw:lock:__rand_int__" bench:raw:fence \
+    "bench:raw:lock:__rand_int__" "bench:raw:fence:__rand_int__" \
     0123456789abcdef0123456789abcdef 10000
 redis_rate lock_release "$(lock_script RCONN_RELEASE)" 2 \
     "bench:raw:lock:__rand_int__" lock-ch:bench \
