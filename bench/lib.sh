@@ -159,34 +159,6 @@ ensure_users() {
     tokens_have=$1
 }
 
-# run_wrk NAME CONNS SECONDS HOSTS PATH [STOP_AT_SOLD_OUT] [METHOD]: one wrk
-# run, its JSON report in $RAW/NAME.json and its output in $RAW/NAME.txt.
-# With STOP_AT_SOLD_OUT=1 wrk is stopped at the first SOLD_OUT reply: the
-# script signals itself, and since wrk's main thread sleeps through -d
-# unless that signal lands on it, it is also signalled from here until it
-# exits (once its workers have stopped, a signal can only reach main).
-run_wrk() {
-    local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
-    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
-    rm -f "$marker"
-    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
-        BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
-        BUY_REPORT=$RAW/$name.json \
-        wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
-        "http://$first/" >"$RAW/$name.txt" 2>&1 &
-    pid=$!
-    if ((stop)); then
-        while kill -0 "$pid" 2>/dev/null; do
-            [[ -e $marker ]] && kill -INT "$pid" 2>/dev/null
-            sleep 0.1
-        done
-    fi
-    wait "$pid" || rc=$?
-    rm -f "$marker"
-    ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
-    [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
-}
-
 # j FILE EXPR: one number from a JSON file.
 j() { jq -r "$2" "$1"; }
 
@@ -251,19 +223,14 @@ profile_measure() {
     local name=$1 pid=$2 port=$3 secs=$4 rpid=${5:-} mpid=${6:-} v c0 c1 s0 s1
     local r0=0 r1=0 m0=0 m1=0
     v=$(VOUCHER_PORT=$port new_voucher 2000000)
-    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
-        BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/warm-$name.json \
-        wrk -t2 -c256 -d2s --timeout 10s -s "$LUA" "http://127.0.0.1:$port/" >/dev/null 2>&1
+    run_wrk "warm-$name" 256 2 "127.0.0.1:$port,127.0.0.1:$port" "/api/vouchers/$v/seckill"
     v=$(VOUCHER_PORT=$port new_voucher 2000000)
     echo "$v" >"$RAW/profile-$name.voucher"
     c0=$(cpu_ticks "$pid")
     s0=$(ctx_switches "$pid")
     [[ -n $rpid ]] && r0=$(cpu_ticks "$rpid")
     [[ -n $mpid ]] && m0=$(cpu_ticks "$mpid")
-    USERS_CSV=$TOKENS BUY_PATH=/api/vouchers/$v/seckill BUY_THREADS=2 \
-        BUY_HOSTS=127.0.0.1:$port,127.0.0.1:$port BUY_REPORT=$RAW/profile-$name.json \
-        wrk -t2 -c256 -d"${secs}s" --timeout 10s --latency -s "$LUA" \
-        "http://127.0.0.1:$port/" >"$RAW/profile-$name.txt" 2>&1
+    run_wrk "profile-$name" 256 "$secs" "127.0.0.1:$port,127.0.0.1:$port" "/api/vouchers/$v/seckill"
     c1=$(cpu_ticks "$pid")
     s1=$(ctx_switches "$pid")
     [[ -n $rpid ]] && r1=$(cpu_ticks "$rpid")
