@@ -140,17 +140,18 @@ static int serve(const struct config *cfg)
     sigaddset(&set, SIGINT);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    raise_fd_limit(cfg->http.max_conn);
     if (mysql_library_init(0, NULL, NULL)) {
         log_error("mysql library init failed", NULL);
         return 1;
     }
     /* Once, before anything starts: a binary newer than its database's
-     * schema would fail request by request. */
+     * schema would fail request by request. Its refusal is the one line
+     * the service prints, so the descriptor limit's warning comes after. */
     if (migrate_check(&cfg->http.store) == -ESTALE) {
         mysql_library_end();
         return 2;
     }
+    raise_fd_limit(cfg->http.max_conn);
 
     err = server_start(&cfg->http, &srv);
     if (err == -EPERM) {
