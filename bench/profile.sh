@@ -76,7 +76,7 @@ for spec in "${specs[@]}"; do
     if ((ASYNC)); then
         stats+=("$label: $(redis-cli -p "$AR_PORT" INFO commandstats | tr -d '\r' |
             awk -F'[:,=]' '/^cmdstat_/ { printf "%s %d %d\n", substr($1, 9), $3, $5 }' |
-            sort -k3 -nr | head -8 | awk '{ printf "%s%s %d calls %.0f ms", NR > 1 ? "; " : "", $1, $2, $3 / 1000 }')")
+            sort -k3 -nr | head -8 | awk '{ printf "%s%s %d calls %.0f ms", (NR > 1 ? "; " : ""), $1, $2, $3 / 1000 }')")
     fi
     rows+=("$row")
     say "profile $label: $row"
