@@ -204,6 +204,24 @@ ctx_switches() {
         awk '/^(non)?voluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'
 }
 
+# start_durable_redis NAME PORT: a private Redis on 127.0.0.1:PORT with
+# appendonly yes and appendfsync always (what async mode sells on without
+# SECKILL_ASYNC_ACCEPT_LOSS), its data in $WORK/NAME and its log in
+# $OUT/NAME.log; waits for it, sets DURABLE_PID and adds it to PIDS.
+start_durable_redis() {
+    local name=$1 port=$2
+    port_check "$port"
+    rm -rf "${WORK:?}/$name"
+    mkdir -p "$WORK/$name"
+    setsid redis-server --bind 127.0.0.1 --port "$port" --dir "$WORK/$name" \
+        --appendonly yes --appendfsync always --save '' \
+        </dev/null >"$OUT/$name.log" 2>&1 &
+    DURABLE_PID=$!
+    PIDS+=("$DURABLE_PID")
+    for _ in $(seq 50); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-cli -p "$port" PING >/dev/null 2>&1 || die "the Redis $name on :$port did not start"
+}
+
 # port_pid PORT: the pid of the process listening on 127.0.0.1:PORT (empty
 # when none, or when it is not ours to see).
 port_pid() { ss -Hltnp "( sport = :$1 )" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\),.*/\1/p' | head -1; }

@@ -41,15 +41,8 @@ RPID=$(port_pid "$R_PORT")
 ASYNC=${BENCH_PROFILE_ASYNC:-0}
 if ((ASYNC)); then
     AR_PORT=$((PORT + 6))
-    port_check "$AR_PORT"
-    rm -rf "$WORK/redis-profile"
-    mkdir -p "$WORK/redis-profile"
-    setsid redis-server --bind 127.0.0.1 --port "$AR_PORT" --dir "$WORK/redis-profile" \
-        --appendonly yes --appendfsync always --save '' \
-        </dev/null >"$OUT/redis-profile.log" 2>&1 &
-    RPID=$!
-    PIDS+=("$RPID")
-    for _ in $(seq 50); do redis-cli -p "$AR_PORT" PING >/dev/null 2>&1 && break; sleep 0.1; done
+    start_durable_redis redis-profile "$AR_PORT"
+    RPID=$DURABLE_PID
     export SECKILL_REDIS_URL=redis://127.0.0.1:$AR_PORT/0 SECKILL_LOCK_URL= \
         SECKILL_PURCHASE_MODE=async SECKILL_ASYNC_ACCEPT_LOSS=0
 fi

@@ -544,16 +544,8 @@ done
 AR_PORT=$((PORT + 6))
 ASYNC_PORT_E=$((PORT + 4))
 ASYNC_PORT_F=$((PORT + 5))
-port_check "$AR_PORT"
-rm -rf "$WORK/redis-async"
-mkdir -p "$WORK/redis-async"
-setsid redis-server --bind 127.0.0.1 --port "$AR_PORT" --dir "$WORK/redis-async" \
-    --appendonly yes --appendfsync always --save '' \
-    </dev/null >"$OUT/redis-async.log" 2>&1 &
-PIDS+=("$!")
+start_durable_redis redis-async "$AR_PORT"
 arcli() { redis-cli -h 127.0.0.1 -p "$AR_PORT" "$@"; }
-for _ in $(seq 50); do arcli PING >/dev/null 2>&1 && break; sleep 0.1; done
-arcli PING >/dev/null || die "the async phase's Redis on :$AR_PORT did not start"
 AR_URL=redis://127.0.0.1:$AR_PORT/0
 async_instance() { # NAME PORT: an async-mode instance on the durable Redis
     SECKILL_REDIS_URL=$AR_URL SECKILL_LOCK_URL= SECKILL_PURCHASE_MODE=async \
