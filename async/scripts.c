@@ -52,7 +52,10 @@ static struct redis_script preheat_script = REDIS_SCRIPT(
 /* KEYS info, stock, buyers, stream, pending, frozen, holders; ARGV
  * backlog_max, then (order, user) pairs. {ms, code...}: a code per pair
  * (1 sold, 2 sold out, 3 duplicate), or {-n} for the whole batch (-6:
- * paused; a stopped sale is ended). */
+ * paused; a stopped sale is ended). Each sold unit costs one command of
+ * its own, the stream's entry; the buyers are looked up and the buyer
+ * set and both hashes written once for the batch (a user twice in one
+ * batch is a duplicate the second time, as across batches). */
 static struct redis_script purchase_script = REDIS_SCRIPT(
     "if redis.call('exists', KEYS[6]) == 1 then return {-1} end "
     "local info = redis.call('hmget', KEYS[1], 'begin', 'end', 'halt') "
@@ -68,24 +71,35 @@ static struct redis_script purchase_script = REDIS_SCRIPT(
     "local ms = now * 1000 + math.floor(tonumber(t[2]) / 1000) "
     "local out = {ms} "
     "local stock = tonumber(redis.call('get', KEYS[2]) or '0') "
-    "local sold = 0 "
-    "for i = 2, #ARGV, 2 do "
-    "  local o, u = ARGV[i], ARGV[i + 1] "
-    "  if redis.call('sismember', KEYS[3], u) == 1 then "
-    "    out[#out + 1] = 3 "
+    "local users = {} "
+    "for i = 3, #ARGV, 2 do users[#users + 1] = ARGV[i] end "
+    "if #users == 0 then return out end "
+    "local had = redis.call('smismember', KEYS[3], unpack(users)) "
+    "local sold, pend, hold, taken = {}, {}, {}, {} "
+    "for j = 1, #users do "
+    "  local o, u = ARGV[2 * j], users[j] "
+    "  if had[j] == 1 or taken[u] then "
+    "    out[j + 1] = 3 "
     "  elseif stock <= 0 then "
-    "    out[#out + 1] = 2 "
+    "    out[j + 1] = 2 "
     "  else "
     "    stock = stock - 1 "
-    "    sold = sold + 1 "
-    "    redis.call('sadd', KEYS[3], u) "
+    "    taken[u] = true "
+    "    sold[#sold + 1] = u "
     "    redis.call('xadd', KEYS[4], '*', 'o', o, 'u', u, 't', ms) "
-    "    redis.call('hset', KEYS[5], o, u .. ':' .. ms) "
-    "    redis.call('hset', KEYS[7], u, o) "
-    "    out[#out + 1] = 1 "
+    "    pend[#pend + 1] = o "
+    "    pend[#pend + 1] = u .. ':' .. ms "
+    "    hold[#hold + 1] = u "
+    "    hold[#hold + 1] = o "
+    "    out[j + 1] = 1 "
     "  end "
     "end "
-    "if sold > 0 then redis.call('decrby', KEYS[2], sold) end "
+    "if #sold > 0 then "
+    "  redis.call('sadd', KEYS[3], unpack(sold)) "
+    "  redis.call('hset', KEYS[5], unpack(pend)) "
+    "  redis.call('hset', KEYS[7], unpack(hold)) "
+    "  redis.call('decrby', KEYS[2], #sold) "
+    "end "
     "return out");
 
 /* KEYS info, stock, frozen; ARGV revision, begin, end, halt, restocked.
