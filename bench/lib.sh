@@ -176,9 +176,11 @@ LUA=${LUA:-$ROOT/bench/wrk/buy.lua}
 # exits (once its workers have stopped, a signal can only reach main).
 run_wrk() {
     local name=$1 conns=$2 secs=$3 hosts=$4 path=$5 stop=${6:-0} method=${7:-POST}
-    local first=${hosts%%,*} marker=$WORK/sold-out.$$ pid rc=0
+    local first=${hosts%%,*} marker=$WORK/sold-out.$$ start=$WORK/start.$$ pid rc=0
     rm -f "$marker"
-    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts \
+    rm -rf "$start"
+    mkdir -p "$start"
+    USERS_CSV=$TOKENS BUY_PATH=$path BUY_THREADS=2 BUY_HOSTS=$hosts BUY_START_DIR=$start \
         BUY_STOP_SOLD_OUT=$stop BUY_SOLD_OUT_FILE=$marker BUY_METHOD=$method \
         BUY_REPORT=$RAW/$name.json \
         wrk -t2 -c"$conns" -d"${secs}s" --timeout 10s --latency -s "$LUA" \
@@ -192,6 +194,7 @@ run_wrk() {
     fi
     wait "$pid" || rc=$?
     rm -f "$marker"
+    rm -rf "$start"
     ((rc == 0)) || { cat "$RAW/$name.txt" >&2; die "wrk $name failed"; }
     [[ -s $RAW/$name.json ]] || { cat "$RAW/$name.txt" >&2; die "wrk $name wrote no report"; }
 }

@@ -20,6 +20,15 @@
 --                   (make bench also signals it from outside)
 --   BUY_SOLD_OUT_FILE=F  the first 409 SOLD_OUT creates the file F
 --   BUY_METHOD=GET  another method (default POST)
+--   BUY_START_DIR=D  a fresh, empty directory: all threads start together.
+--                   wrk builds its threads one after the other, each
+--                   reading users.csv (seconds for a few hundred thousand
+--                   users), and starts each one as soon as it is built, so
+--                   its first thread would buy alone until the last one is
+--                   built. With D (and BUY_THREADS), each thread's first
+--                   request marks D/<thread> and waits until every thread's
+--                   mark is there (at most a minute); the request wrk asks
+--                   for in its main thread to check the script is not held
 --   BUY_PAY_PERCENT=P  after a 201, pay the order with probability P%:
 --                   the thread's next request is the payment provider's
 --                   POST /api/payments/notify for it, signed with
@@ -34,7 +43,8 @@
 --                   503, other), wrk's socket errors, p50/p90/p99/max
 --                   latency in ms, and sold_out_after_s: from the first
 --                   request sent to the first SOLD_OUT received (wall
---                   clock, any thread; -1 if none)
+--                   clock, any thread, after the start line when there is
+--                   one; -1 if none)
 --
 -- Counting replies needs their bodies (409 SOLD_OUT or ALREADY_PURCHASED),
 -- so wrk runs this script's response() on every reply; the nginx raw limit
@@ -43,6 +53,8 @@ local ffi = require("ffi")
 ffi.cdef [[
 typedef struct { long tv_sec; long tv_nsec; } buy_timespec;
 int clock_gettime(int clk, buy_timespec *ts);
+unsigned long pthread_self(void);
+int poll(void *fds, unsigned long nfds, int timeout);
 ]]
 local ts = ffi.new("buy_timespec")
 -- Wall-clock seconds (CLOCK_REALTIME), comparable across threads.
@@ -120,10 +132,38 @@ function init(args)
   n_paid, n_pay_late = 0, 0
   to_pay = {}
   math.randomseed(offset + 1)
+  -- init() runs in wrk's main thread; so does its check of request().
+  main_thread = ffi.C.pthread_self()
+  start_dir = os.getenv("BUY_START_DIR")
+end
+
+local function exists(name)
+  local f = io.open(name, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- The start line: mark this thread, then wait for every thread's mark.
+local function start_line()
+  local n = stride > 1 and stride or 1
+  io.open(start_dir .. "/" .. offset, "w"):close()
+  local give_up = now() + 60
+  for k = 0, n - 1 do
+    while not exists(start_dir .. "/" .. k) do
+      if now() > give_up then
+        io.stderr:write("buy.lua: not every thread reached the start line\n")
+        return
+      end
+      ffi.C.poll(nil, 0, 5)
+    end
+  end
 end
 
 request = function()
-  if t_first < 0 then t_first = now() end
+  if t_first < 0 and ffi.C.pthread_self() ~= main_thread then
+    if start_dir and start_dir ~= "" then start_line() end
+    t_first = now()
+  end
   if #to_pay > 0 then
     local id = table.remove(to_pay)
     local body = string.format(
