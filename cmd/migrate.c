@@ -100,7 +100,12 @@ static int migrate_shard(const struct config *cfg, unsigned i)
              sc->mysql_port, sc->mysql_db);
     if (err) {
         print_failure(where, where, err, &r);
-        if (i + 1 < cfg->nshards)
+        if (i + 2 == cfg->nshards)
+            fprintf(stderr,
+                    "seckilld: migrate: stopped there: shard %u not "
+                    "migrated\n",
+                    i + 1);
+        else if (i + 1 < cfg->nshards)
             fprintf(stderr,
                     "seckilld: migrate: stopped there: shards %u to %u not "
                     "migrated\n",
