@@ -1242,9 +1242,11 @@ static void test_sms_and_currency(void **state)
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be set unless "
                                 "SECKILL_DEV=1"));
+    config_free(&c);
     setenv("SECKILL_SMS_WEBHOOK", "https://sms.example.com/send", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be set with"));
+    config_free(&c);
     setenv("SECKILL_SMS_SECRET", SECRET, 1);
     assert_int_equal(parse(&c, err, 1), 0);
     assert_string_equal(c.http.sms_webhook, "https://sms.example.com/send");
@@ -1254,14 +1256,17 @@ static void test_sms_and_currency(void **state)
     setenv("SECKILL_SMS_WEBHOOK", "ftp://sms.example.com/", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be an http://"));
+    config_free(&c);
     setenv("SECKILL_SMS_WEBHOOK", "http://127.0.0.1:9/", 1);
     setenv("SECKILL_SMS_SECRET", "abc", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be 64 hex"));
+    config_free(&c);
     setenv("SECKILL_SMS_SECRET", SECRET, 1);
     setenv("SECKILL_CURRENCY", "cny", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_CURRENCY: must be an ISO 4217"));
+    config_free(&c);
     assert_int_equal(parse(&c, err, 3, "--currency", "EUR"), 0);
     assert_string_equal(c.http.currency, "EUR");
     config_free(&c);
