@@ -97,8 +97,8 @@ static MYSQL *shard_connect(int i)
     assert_non_null(m);
     mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
     if (!mysql_real_connect(m, shard_url[i].hosts[0].host, shard_url[i].user,
-                            shard_url[i].pass, NULL,
-                            shard_url[i].hosts[0].port, NULL, 0)) {
+                            shard_url[i].pass, NULL, shard_url[i].hosts[0].port,
+                            NULL, 0)) {
         print_error("shard %d: %s\n", i, mysql_error(m));
         mysql_close(m);
         fail();
@@ -339,9 +339,8 @@ static bool has_schema_version(int i, const char *name)
 /* The line shard i of database name starts with in migrate's output. */
 static const char *shard_line(int i, const char *name, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "shard %d (%s:%u/%s%s): ", i,
-             shard_url[i].hosts[0].host, shard_url[i].hosts[0].port, db_prefix,
-             name);
+    snprintf(buf, cap, "shard %d (%s:%u/%s%s): ", i, shard_url[i].hosts[0].host,
+             shard_url[i].hosts[0].port, db_prefix, name);
     return buf;
 }
 
@@ -349,7 +348,8 @@ static const char *shard_line(int i, const char *name, char *buf, size_t cap)
  * nothing. Checked in each server's own schema_version. */
 static void test_migrate_every_shard(void **state)
 {
-    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], want[LINE_CAP], *out, *second;
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], want[LINE_CAP], *out,
+        *second;
     char datadir0[512], datadir1[512];
     (void)state;
 
@@ -396,7 +396,8 @@ static void test_migrate_every_shard(void **state)
  * it are migrated, the ones after it untouched, and the line names it. */
 static void test_migrate_stops_at_failing_shard(void **state)
 {
-    char u0[URL_CAP], u1[URL_CAP], dead[URL_CAP], shards[ENV_CAP], want[LINE_CAP], *out;
+    char u0[URL_CAP], u1[URL_CAP], dead[URL_CAP], shards[ENV_CAP],
+        want[LINE_CAP], *out;
     uint16_t port = it_free_port();
     (void)state;
 
@@ -415,9 +416,9 @@ static void test_migrate_stops_at_failing_shard(void **state)
              "\nseckilld: migrate: shard 1 (127.0.0.1:%u/%sstop): ", port,
              db_prefix);
     assert_non_null(strstr(out, want));
-    assert_non_null(
-        strstr(out, "\nseckilld: migrate: stopped there: shard 2 not "
-                    "migrated\n"));
+    assert_non_null(strstr(out,
+                           "\nseckilld: migrate: stopped there: shard 2 not "
+                           "migrated\n"));
     assert_int_equal(line_count(out), 3);
     assert_latest(0, "stop");
     assert_false(has_schema_version(1, "stop"));
@@ -489,8 +490,8 @@ static void test_refuses_both_urls(void **state)
         char replica[ENV_CAP], replicas[ENV_CAP];
 
         snprintf(replica, sizeof(replica), "SECKILL_MYSQL_REPLICA_URL=%s", u0);
-        snprintf(replicas, sizeof(replicas),
-                 "SECKILL_MYSQL_SHARD_REPLICAS=%s", u1);
+        snprintf(replicas, sizeof(replicas), "SECKILL_MYSQL_SHARD_REPLICAS=%s",
+                 u1);
         const char *const env[] = {BASE_ENV(redis_env), shards, replica,
                                    replicas, NULL};
 
@@ -525,10 +526,9 @@ static void test_service_on_shards(void **state)
         assert_int_equal(run("serve-migrate", "migrate", env, &out), 0);
         free(out);
         assert_int_equal(run("serve-two", NULL, env, &out), 2);
-        assert_one_line(out,
-                        "seckilld: SECKILL_MYSQL_SHARDS: 2 shards given, "
-                        "but sharding sales over several primaries is not "
-                        "served yet");
+        assert_one_line(out, "seckilld: SECKILL_MYSQL_SHARDS: 2 shards given, "
+                             "but sharding sales over several primaries is not "
+                             "served yet");
         free(out);
     }
 
@@ -557,7 +557,8 @@ static void test_service_on_shards(void **state)
         char want[LINE_CAP], db[96];
 
         assert_int_equal(run("serve-unmigrated", NULL, env, &out), 2);
-        snprintf(want, sizeof(want), "seckilld: database %s has no "
+        snprintf(want, sizeof(want),
+                 "seckilld: database %s has no "
                  "schema_version",
                  db_name("one", db, sizeof(db)));
         assert_one_line(out, want);
