@@ -76,6 +76,9 @@ done
 
 # ---- helpers ----
 
+# live_pid, await and wait_gone, which the Redis and ZooKeeper parts use
+# too, are scripts/lib/mariadb.sh's.
+
 # rcli_at PORT ARGS...: redis-cli 7.0 has no timeout option; a stopped
 # server must not hang us.
 rcli_at() { timeout 5 redis-cli -h 127.0.0.1 -p "$@"; }
