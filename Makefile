@@ -26,7 +26,9 @@
 #                  make cluster-roll restarts them in turn, make cluster-stop
 #   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
 #                  (scripts/redis-cluster.sh) and the routing's test against
-#                  it (tests/it/test_redis_cluster.c; not in make test)
+#                  it (tests/it/test_redis_cluster.c); two MariaDB primaries
+#                  (scripts/mysql-shards.sh) and the shards' test
+#                  (tests/it/test_mysql_shards.c; neither in make test)
 #   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
@@ -129,8 +131,9 @@ MAIN_OBJ := $(BUILD)/obj/cmd/main.o
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit_%)
-# The Redis Cluster test runs on a cluster of its own: make test-cluster.
-IT_CLUSTER_SRC := tests/it/test_redis_cluster.c
+# The Redis Cluster and MariaDB shards tests run on servers of their own:
+# make test-cluster.
+IT_CLUSTER_SRC := tests/it/test_redis_cluster.c tests/it/test_mysql_shards.c
 IT_SRC := $(filter-out $(IT_CLUSTER_SRC),$(wildcard tests/it/test_*.c))
 IT_BIN := $(IT_SRC:tests/it/%.c=$(BUILD)/tests/it_%)
 IT_HELPER_SRC := $(filter-out $(IT_SRC) $(IT_CLUSTER_SRC),$(wildcard tests/it/*.c))
@@ -510,9 +513,22 @@ $(BUILD)/tests/cluster_test_redis_cluster: \
 	@echo "  LD  $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
-test-cluster: $(BUILD)/tests/cluster_test_redis_cluster
+# Two MariaDB primaries (scripts/mysql-shards.sh, left running;
+# scripts/mysql-shards.sh down stops them; the test runs its up too, a
+# no-op by then), then seckilld migrate and the start-up checks on them.
+$(BUILD)/tests/cluster_test_mysql_shards: \
+        $(BUILD)/obj/tests/it/test_mysql_shards.o $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
+test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
+              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld
 	@scripts/redis-cluster.sh up
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
+	@scripts/mysql-shards.sh up
+	@CMOCKA_MESSAGE_OUTPUT=STDOUT SECKILL_BIN=$(BUILD)/seckilld \
+	    $(BUILD)/tests/cluster_test_mysql_shards
 
 # ---- containers: its own target, not part of make test ----
 

@@ -45,6 +45,9 @@ void config_free(struct config *cfg)
 
     redis_server_release(&rs);
     cfg->http.store.redis_sentinel = NULL;
+    free(cfg->shards);
+    cfg->shards = NULL;
+    cfg->nshards = 0;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -403,12 +406,121 @@ int config_redis_url(struct config *cfg, const char *url,
     return redis_url("SECKILL_REDIS_URL", cfg, url, sc, err, errlen);
 }
 
+/* Empty: the primaries are SECKILL_MYSQL_SHARDS's (set_mysql_shards()
+ * says when neither is set). */
 static int set_mysql_url(struct config *cfg, const struct config_setting *s,
                          const char *name, const char *v, char *err,
                          size_t errlen)
 {
     (void)s;
+    if (!v[0])
+        return 0;
     return mysql_url(name, &cfg->mysql_url, v, &cfg->http.store, err, errlen);
+}
+
+/* One entry of a comma-separated list: n bytes at p, spaces around it
+ * dropped. */
+struct list_item {
+    const char *p;
+    size_t n;
+};
+
+/*
+ * Split v at its commas into items (at most max of them; spaces around an
+ * item dropped, an item may be empty). Returns how many, or -E2BIG when v
+ * has more than max.
+ */
+static int list_split(const char *v, struct list_item *items, int max)
+{
+    int n = 0;
+
+    for (const char *p = v;; p++) {
+        size_t len = strcspn(p, ",");
+        const char *q = p;
+
+        if (n == max)
+            return -E2BIG;
+        while (len && *q == ' ')
+            q++, len--;
+        while (len && q[len - 1] == ' ')
+            len--;
+        items[n].p = q;
+        items[n].n = len;
+        n++;
+        p += strcspn(p, ",");
+        if (!*p)
+            return n;
+    }
+}
+
+/* Item i of setting name, a mysql:// URL, into u and sc's mysql_*. */
+static int mysql_url_item(const char *name, int i, const struct list_item *it,
+                          struct url *u, struct store_config *sc, char *err,
+                          size_t errlen)
+{
+    char label[64], *one = xstrndup(it->p, it->n);
+    int ret;
+
+    snprintf(label, sizeof(label), "%s, shard %d", name, i);
+    ret = mysql_url(label, u, one, sc, err, errlen);
+    free(one);
+    return ret;
+}
+
+/*
+ * SECKILL_MYSQL_SHARDS: the primaries the sales are sharded over, as
+ * mysql:// URLs separated by commas (a comma of a password is written
+ * %2C), shard 0 first; shard 0 is also http.store's primary. Empty: the
+ * one primary is SECKILL_MYSQL_URL's, which this setting, parsed right
+ * after it, then requires.
+ */
+static int set_mysql_shards(struct config *cfg, const struct config_setting *s,
+                            const char *name, const char *v, char *err,
+                            size_t errlen)
+{
+    struct list_item items[CONFIG_SHARDS_MAX];
+    int n;
+
+    (void)s;
+    if (!v[strspn(v, " ")]) {
+        if (!cfg->http.store.mysql_host)
+            return fail(err, errlen,
+                        "SECKILL_MYSQL_URL (--mysql-url) is required, or "
+                        "SECKILL_MYSQL_SHARDS");
+        return 0;
+    }
+    if ((n = list_split(v, items, CONFIG_SHARDS_MAX)) < 0)
+        return fail(err, errlen, "%s: at most %d shards", name,
+                    CONFIG_SHARDS_MAX);
+    cfg->shards = xcalloc((size_t)n, sizeof(*cfg->shards));
+    cfg->nshards = (unsigned)n;
+    for (int i = 0; i < n; i++) {
+        struct config_shard *sh = &cfg->shards[i];
+
+        if (!items[i].n)
+            return fail(err, errlen, "%s: shard %d has no URL", name, i);
+        if (mysql_url_item(name, i, &items[i], &sh->url, &sh->store, err,
+                           errlen))
+            return -EINVAL;
+        for (int j = 0; j < i; j++) {
+            const struct store_config *a = &cfg->shards[j].store;
+
+            if (strcmp(a->mysql_host, sh->store.mysql_host) == 0 &&
+                a->mysql_port == sh->store.mysql_port &&
+                strcmp(a->mysql_db, sh->store.mysql_db) == 0)
+                return fail(err, errlen,
+                            "%s: shards %d and %d are the same database "
+                            "(%s:%u/%s)",
+                            name, j, i, a->mysql_host, a->mysql_port,
+                            a->mysql_db);
+        }
+    }
+    cfg->http.store.mysql_host = cfg->shards[0].store.mysql_host;
+    cfg->http.store.mysql_port = cfg->shards[0].store.mysql_port;
+    cfg->http.store.mysql_user = cfg->shards[0].store.mysql_user;
+    cfg->http.store.mysql_pass = cfg->shards[0].store.mysql_pass;
+    cfg->http.store.mysql_db = cfg->shards[0].store.mysql_db;
+    return 0;
 }
 
 static int set_redis_url(struct config *cfg, const struct config_setting *s,
@@ -430,6 +542,44 @@ static int set_replica_url(struct config *cfg, const struct config_setting *s,
         return 0;
     return mysql_url(name, &cfg->mysql_replica_url, v, &cfg->replica_store, err,
                      errlen);
+}
+
+/*
+ * SECKILL_MYSQL_SHARD_REPLICAS: the shards' read replicas in the order of
+ * SECKILL_MYSQL_SHARDS (parsed before it), an empty entry for a shard
+ * without one, and none for the shards past the last entry. Shard 0's is
+ * the replica of http.store, as SECKILL_MYSQL_REPLICA_URL's would be.
+ */
+static int set_shard_replicas(struct config *cfg,
+                              const struct config_setting *s, const char *name,
+                              const char *v, char *err, size_t errlen)
+{
+    struct list_item items[CONFIG_SHARDS_MAX];
+    int n;
+
+    (void)s;
+    if (!v[strspn(v, " ")])
+        return 0;
+    if (!cfg->nshards)
+        return fail(err, errlen,
+                    "%s: only with SECKILL_MYSQL_SHARDS (the replica of "
+                    "SECKILL_MYSQL_URL is SECKILL_MYSQL_REPLICA_URL)",
+                    name);
+    n = list_split(v, items, (int)cfg->nshards);
+    if (n < 0)
+        return fail(err, errlen,
+                    "%s: more entries than SECKILL_MYSQL_SHARDS has shards "
+                    "(%u)",
+                    name, cfg->nshards);
+    for (int i = 0; i < n; i++) {
+        struct config_shard *sh = &cfg->shards[i];
+
+        if (items[i].n && mysql_url_item(name, i, &items[i], &sh->replica_url,
+                                         &sh->replica, err, errlen))
+            return -EINVAL;
+    }
+    cfg->replica_store = cfg->shards[0].replica;
+    return 0;
 }
 /*
  * One origin as a browser writes it in its Origin header: scheme "http" or
@@ -616,14 +766,36 @@ const struct config_setting config_settings[] = {
     {.flag = "mysql-url",
      .env = "SECKILL_MYSQL_URL",
      .arg = "URL",
-     .def = NULL,
+     .def = "",
+     .def_doc = "required, unless `SECKILL_MYSQL_SHARDS`",
      .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
               CONFIG_FOR_USERS_NORMALIZE | CONFIG_FOR_MIGRATE,
      .parse = set_mysql_url,
      FIELD(http.store),
      .help = "mysql://user:pass@host:port/db",
      .doc = "`mysql://user:pass@host:port/db` (user and password may be "
-            "%-encoded)"},
+            "%-encoded): the one MySQL/MariaDB primary"},
+    /* After mysql-url: it tells when neither is set. */
+    {.flag = "mysql-shards",
+     .env = "SECKILL_MYSQL_SHARDS",
+     .arg = "URLS",
+     .def = "",
+     .def_doc = "none: `SECKILL_MYSQL_URL`",
+     .scope = CONFIG_FOR_SERVE | CONFIG_FOR_ADMIN_ADD |
+              CONFIG_FOR_USERS_NORMALIZE | CONFIG_FOR_MIGRATE,
+     .parse = set_mysql_shards,
+     .min = 1,
+     .max = CONFIG_SHARDS_MAX,
+     FIELD(nshards),
+     .help = "the MariaDB primaries of sharded sales, url1,url2,...",
+     .doc = "the MariaDB primaries that sales are sharded over: {range} "
+            "`mysql://` URLs separated by commas (a comma in a password "
+            "written `%2C`), shard 0 first, instead of `SECKILL_MYSQL_URL` "
+            "(both set is refused). Shard 0 holds users, logins and "
+            "everything that is not a sale. `seckilld migrate` migrates "
+            "every shard; the service does not route sales by shard yet, "
+            "and refuses to start with more than one ([MariaDB "
+            "shards](scaling.md#mariadb-shards-configuration))"},
     {.flag = "redis-url",
      .env = "SECKILL_REDIS_URL",
      .arg = "URL",
@@ -1335,6 +1507,21 @@ const struct config_setting config_settings[] = {
      .doc = "a replica further behind than this ({range} s of "
             "`Seconds_Behind_Master`), or not replicating, or down, is "
             "skipped: reads go to the primary"},
+    {.flag = "mysql-shard-replicas",
+     .env = "SECKILL_MYSQL_SHARD_REPLICAS",
+     .arg = "URLS",
+     .def = "",
+     .def_doc = "none",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_shard_replicas,
+     FIELD(nshards),
+     .help = "the shards' read replicas, in their order (empty: none)",
+     .doc = "the read replicas of the shards of `SECKILL_MYSQL_SHARDS`, in "
+            "the same order, separated by commas; an empty entry (or none "
+            "past the last) is a shard without one, and more entries than "
+            "shards are refused. Instead of `SECKILL_MYSQL_REPLICA_URL` "
+            "(both set is refused): shard 0's replica is the one it would "
+            "name"},
     /* The token commands' options: flags only. */
     {.flag = "user",
      .arg = "ID",
@@ -1602,6 +1789,76 @@ static int apply_all(struct config *cfg, const struct values *vals, char *err,
     return 0;
 }
 
+/* The pairs of settings that name one thing two ways: the one server,
+ * or a list of shards. */
+static const struct {
+    const char *one, *many, *hint;
+} exclusive[] = {
+    {"mysql-url", "mysql-shards", "the first URL of the list is shard 0"},
+    {"mysql-replica-url", "mysql-shard-replicas",
+     "the first entry of the list is shard 0's replica"},
+};
+
+/* Both settings of such a pair given (in the environment or as flags,
+ * not empty) is refused, rather than one silently winning. */
+static int check_exclusive(const struct config *cfg, const struct values *vals,
+                           char *err, size_t errlen)
+{
+    unsigned scope = command_scope(cfg->cmd);
+
+    for (size_t i = 0; i < sizeof(exclusive) / sizeof(exclusive[0]); i++) {
+        const struct config_setting *a =
+            setting_find(exclusive[i].one, strlen(exclusive[i].one));
+        const struct config_setting *b =
+            setting_find(exclusive[i].many, strlen(exclusive[i].many));
+        size_t ai = (size_t)(a - config_settings),
+               bi = (size_t)(b - config_settings);
+        const char *av = vals->v[ai], *bv = vals->v[bi];
+
+        if (!(a->scope & b->scope & scope) || !av || !av[strspn(av, " ")] ||
+            !bv || !bv[strspn(bv, " ")])
+            continue;
+        return fail(err, errlen, "%s%s and %s%s are both set: set one (%s)",
+                    vals->by_flag[ai] ? "--" : "",
+                    vals->by_flag[ai] ? a->flag : a->env,
+                    vals->by_flag[bi] ? "--" : "",
+                    vals->by_flag[bi] ? b->flag : b->env, exclusive[i].hint);
+    }
+    return 0;
+}
+
+/*
+ * Each shard's store config, once every setting is in: the service's
+ * settings (timeouts, batching, ...) with the shard's own primary and
+ * replica. With SECKILL_MYSQL_URL the one shard is http.store's.
+ */
+static void shards_finish(struct config *cfg)
+{
+    if (!cfg->shards) {
+        cfg->shards = xcalloc(1, sizeof(*cfg->shards));
+        cfg->nshards = 1;
+    }
+    cfg->shards[0].replica = cfg->replica_store;
+    for (unsigned i = 0; i < cfg->nshards; i++) {
+        struct config_shard *sh = &cfg->shards[i];
+        struct store_config own = i ? sh->store : cfg->http.store;
+
+        sh->store = cfg->http.store;
+        sh->store.mysql_host = own.mysql_host;
+        sh->store.mysql_port = own.mysql_port;
+        sh->store.mysql_user = own.mysql_user;
+        sh->store.mysql_pass = own.mysql_pass;
+        sh->store.mysql_db = own.mysql_db;
+        sh->store.replica = NULL;
+        if (sh->replica.mysql_host) {
+            sh->replica.connect_timeout_ms = cfg->http.store.connect_timeout_ms;
+            sh->replica.io_timeout_ms = cfg->http.store.io_timeout_ms;
+            sh->replica.read_only = true;
+            sh->store.replica = &sh->replica;
+        }
+    }
+}
+
 int config_parse(struct config *cfg, int argc, char **argv, char *err,
                  size_t errlen)
 {
@@ -1625,11 +1882,30 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
         return ret;
     if (cfg->cmd == CMD_HELP)
         return 0;
+    if ((ret = check_exclusive(cfg, &vals, err, errlen)))
+        return ret;
     if ((ret = apply_all(cfg, &vals, err, errlen)))
         return ret;
+    if (cfg->replica_store.mysql_host) {
+        struct store_config *r = &cfg->replica_store;
+
+        r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;
+        r->io_timeout_ms = cfg->http.store.io_timeout_ms;
+        r->read_only = true;
+        cfg->http.store.replica = r;
+    }
+    if (cfg->http.store.mysql_host)
+        shards_finish(cfg);
 
     if (cfg->cmd != CMD_SERVE)
         return 0;
+    /* Until purchases, orders and lists are routed by shard, the service
+     * runs on one primary; seckilld migrate already takes them all. */
+    if (cfg->nshards > 1)
+        return fail(err, errlen,
+                    "SECKILL_MYSQL_SHARDS: %u shards given, but sharding sales "
+                    "over several primaries is not served yet (give one)",
+                    cfg->nshards);
     /* A login code must go somewhere: to the buyer's phone, or (dev mode)
      * back in the answer. */
     if (!cfg->http.dev && !(cfg->http.sms_webhook && cfg->http.sms_webhook[0]))
@@ -1644,13 +1920,5 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
     /* The lock is on the Redis URL unless it has its own. */
     if (!cfg->http.lock_url)
         cfg->http.lock_url = value_of(&vals, "redis-url");
-    if (cfg->replica_store.mysql_host) {
-        struct store_config *r = &cfg->replica_store;
-
-        r->connect_timeout_ms = cfg->http.store.connect_timeout_ms;
-        r->io_timeout_ms = cfg->http.store.io_timeout_ms;
-        r->read_only = true;
-        cfg->http.store.replica = r;
-    }
     return 0;
 }

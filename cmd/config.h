@@ -27,6 +27,21 @@ enum config_cmd {
     CMD_HELP
 };
 
+/* The most MariaDB primaries SECKILL_MYSQL_SHARDS may name. */
+#define CONFIG_SHARDS_MAX 64
+
+/*
+ * One MariaDB primary of the sales, with its read replica: the URLs as
+ * parsed (the store configs' strings point into them), and store configs
+ * that carry the rest of the service's settings.
+ */
+struct config_shard {
+    struct url url;
+    struct url replica_url;
+    struct store_config store;   /* .replica is &replica, or NULL: none */
+    struct store_config replica; /* mysql_host NULL: no replica */
+};
+
 /* The documents of the settings: --help, --help-markdown, --help-man. */
 enum config_doc { CONFIG_DOC_HELP, CONFIG_DOC_MARKDOWN, CONFIG_DOC_MAN };
 
@@ -52,6 +67,17 @@ struct config {
     struct url mysql_replica_url;
     /* The replica's store config (http.store.replica points here). */
     struct store_config replica_store;
+    /*
+     * The MariaDB primaries, shard 0 first: the URLs of
+     * SECKILL_MYSQL_SHARDS, or the one of SECKILL_MYSQL_URL. Set for
+     * the commands that read a MySQL URL (nshards >= 1), NULL and 0 for
+     * the others. Shard 0 is what http.store names (users, logins and
+     * everything that is not a sale live there), and shards[0].store is
+     * a copy of http.store; the others differ from it only in their
+     * mysql_* and their replica. Owned by cfg (config_free()).
+     */
+    unsigned nshards;
+    struct config_shard *shards;
 };
 
 /*

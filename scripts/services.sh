@@ -20,6 +20,8 @@ say() { echo "services.sh: $*"; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 RUN=$(realpath -m "${SECKILL_RUN_DIR:-$ROOT/.run}")
+# shellcheck source=scripts/lib/mariadb.sh
+. "$ROOT/scripts/lib/mariadb.sh"
 MYSQL_PORT=${SECKILL_MYSQL_PORT:-13306}
 REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
 ZK_PORT=${SECKILL_ZK_PORT:-12181}
@@ -40,13 +42,14 @@ for p in "$((10#$MYSQL_PORT))" "$REDIS_PORT" "${REDLOCK_PORTS[@]}" "$((10#$ZK_PO
     seen_port[$p]=1
 done
 
-DATADIR=$RUN/mysql
+# The server itself: scripts/lib/mariadb.sh, with these names.
+MYSQL_NAME=MariaDB
+MYSQL_DATADIR=$RUN/mysql
 MYSQL_PID=$RUN/mysql.pid
 MYSQL_LOG=$RUN/mysql.err
-SOCK=$RUN/mysql.sock
-if ((${#SOCK} >= 100)); then # sun_path is 108 bytes; keep well inside it
-    SOCK=/tmp/seckill-mysql-$(printf '%s' "$RUN" | sha256sum | cut -c1-16).sock
-fi
+MYSQL_INSTALL_LOG=$RUN/mysql-install.log
+MYSQL_SOCK=$(mysql_socket_for "$RUN")
+MYSQL_PORT_VAR=SECKILL_MYSQL_PORT
 REDIS_DIR=$RUN/redis
 REDIS_PID=$RUN/redis.pid
 REDIS_LOG=$RUN/redis.log
@@ -66,18 +69,6 @@ MYSQL_WAIT=${SECKILL_MYSQL_WAIT:-60} # seconds
 REDIS_WAIT=${SECKILL_REDIS_WAIT:-30}
 ZK_WAIT=${SECKILL_ZK_WAIT:-60}
 
-# mariadb-install-db creates root and the current OS user, both unix_socket;
-# we administer through the socket as whichever of them we are.
-if ((EUID == 0)); then
-    ADMIN=root
-    AS_USER=(--user=root)
-else
-    ADMIN=$(id -un)
-    AS_USER=()
-fi
-# Name the second admin explicitly: mariadb-install-db would take it from $USER.
-INSTALL_ARGS=(--auth-root-authentication-method=socket --auth-root-socket-user="$ADMIN")
-
 for tool in mariadbd mariadb mariadb-admin mariadb-install-db redis-server redis-cli java; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found; run scripts/deps.sh"
 done
@@ -85,57 +76,8 @@ done
 
 # ---- helpers ----
 
-# live_pid COMM PIDFILE: print the pid in PIDFILE if that process is alive
-# and is COMM (so a stale pid file recycled by another process is ignored).
-live_pid() {
-    local pid comm state
-    [[ -r $2 ]] || return 1
-    pid=$(<"$2") || return 1
-    pid=${pid//[^0-9]/}
-    [[ -n $pid ]] || return 1
-    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [[ $comm == "$1" ]] || return 1
-    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) || return 1
-    [[ $state != [ZX] ]] || return 1 # killed, waiting to be reaped
-    echo "$pid"
-}
-
-# await WHAT PING COMM PIDFILE PID SECONDS: wait until PING (a command and
-# its arguments, split on spaces) succeeds (0), the server dies (1) or time
-# runs out (2).
-await() {
-    local deadline=$((SECONDS + $6)) ping
-    read -ra ping <<<"$2"
-    while ((SECONDS < deadline)); do
-        "${ping[@]}" && return 0
-        if ! live_pid "$3" "$4" >/dev/null; then
-            # No pid file yet (early start-up): trust the pid we launched.
-            [[ -n $5 ]] && kill -0 "$5" 2>/dev/null && [[ ! -s $4 ]] || return 1
-        fi
-        sleep 0.2
-    done
-    return 2
-}
-
-# wait_gone PID SECONDS: wait until PID has exited (a zombie counts as exited).
-wait_gone() {
-    local deadline=$((SECONDS + $2)) state
-    while ((SECONDS < deadline)); do
-        state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 0
-        [[ $state != [ZX] ]] || return 0
-        sleep 0.2
-    done
-    return 1
-}
-
-mysql_admin() {
-    mariadb --no-defaults --protocol=socket -S "$SOCK" -u "$ADMIN" "$@"
-}
-
-mysql_ping() {
-    [[ -S $SOCK ]] && mariadb-admin --no-defaults --protocol=socket -S "$SOCK" \
-        -u "$ADMIN" --connect-timeout=2 ping >/dev/null 2>&1
-}
+# live_pid, await and wait_gone, which the Redis and ZooKeeper parts use
+# too, are scripts/lib/mariadb.sh's.
 
 # rcli_at PORT ARGS...: redis-cli 7.0 has no timeout option; a stopped
 # server must not hang us.
@@ -155,84 +97,11 @@ take_lock() {
     flock -w 300 9 || die "timed out waiting for $RUN/.lock (another services.sh?)"
 }
 
-# ---- MariaDB ----
-
-mysql_init() {
-    [[ -d $DATADIR/mysql ]] && return 0
-    if [[ -d $DATADIR && -n $(ls -A "$DATADIR") ]]; then
-        die "$DATADIR is not empty but has no system database; move it away"
-    fi
-    # Initialise next door and rename, so a failed run never leaves a
-    # half-made data directory that would look initialised next time.
-    local tmp=$DATADIR.init log=$RUN/mysql-install.log
-    rm -rf "$tmp"
-    mkdir -p "$tmp"
-    say "initialising MariaDB data directory $DATADIR"
-    if ! mariadb-install-db --no-defaults --datadir="$tmp" \
-        "${INSTALL_ARGS[@]}" --skip-test-db "${AS_USER[@]}" >"$log" 2>&1; then
-        tail -n 20 "$log" >&2
-        die "mariadb-install-db failed (full log: $log)"
-    fi
-    rm -rf "$DATADIR"
-    mv "$tmp" "$DATADIR"
-}
-
-mysql_start() {
-    mysql_ping && return 0
-    local pid="" rc=0
-    if pid=$(live_pid mariadbd "$MYSQL_PID"); then
-        say "MariaDB (pid $pid) is running but not answering yet; waiting"
-        await MariaDB mysql_ping mariadbd "$MYSQL_PID" "" "$MYSQL_WAIT" || rc=$?
-        ((rc != 0)) || return 0
-        ((rc == 1)) || die "MariaDB (pid $pid) did not answer within ${MYSQL_WAIT}s (log: $MYSQL_LOG)"
-        say "MariaDB (pid $pid) went away; starting afresh"
-    fi
-    rm -f "$MYSQL_PID" "$SOCK" # stale after a crash
-    mysql_init
-    say "starting MariaDB on 127.0.0.1:$MYSQL_PORT"
-    setsid mariadbd --no-defaults "${AS_USER[@]}" \
-        --datadir="$DATADIR" \
-        --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
-        --socket="$SOCK" --pid-file="$MYSQL_PID" --log-error="$MYSQL_LOG" \
-        --skip-name-resolve \
-        --character-set-server=utf8mb4 --collation-server=utf8mb4_bin \
-        --innodb-buffer-pool-size=256M --max-connections=1000 \
-        </dev/null >>"$MYSQL_LOG" 2>&1 9>&- &
-    rc=0
-    await MariaDB mysql_ping mariadbd "$MYSQL_PID" "$!" "$MYSQL_WAIT" || rc=$?
-    ((rc != 0)) || return 0
-    tail -n 20 "$MYSQL_LOG" >&2 || true
-    ((rc == 1)) && die "MariaDB exited during start-up (log: $MYSQL_LOG)"
-    die "MariaDB did not answer on $SOCK within ${MYSQL_WAIT}s (log: $MYSQL_LOG)"
-}
+# ---- MariaDB (the server: scripts/lib/mariadb.sh) ----
 
 mysql_provision() {
-    local sql="" host db
-    for db in seckill seckill_test; do
-        sql+="CREATE DATABASE IF NOT EXISTS $db CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;"$'\n'
-    done
-    for host in 127.0.0.1 localhost %; do
-        sql+="CREATE USER IF NOT EXISTS 'seckill'@'$host' IDENTIFIED BY 'seckill';"$'\n'
-        sql+="ALTER USER 'seckill'@'$host' IDENTIFIED BY 'seckill';"$'\n'
-        sql+="GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'$host';"$'\n'
-        sql+="GRANT ALL PRIVILEGES ON seckill_test.* TO 'seckill'@'$host';"$'\n'
-        # Scratch databases of the migration tests (seckill_mig_<pid>).
-        sql+="GRANT ALL PRIVILEGES ON \`seckill\\_mig\\_%\`.* TO 'seckill'@'$host';"$'\n'
-        sql+="GRANT PROCESS ON *.* TO 'seckill'@'$host';"$'\n'
-    done
-    mysql_admin <<<"$sql" || die "provisioning MariaDB (databases, user seckill) failed"
-    # The apps connect over TCP as seckill: check exactly that.
-    mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
-        -u seckill -pseckill seckill -e 'SELECT 1' >/dev/null ||
-        die "cannot log in as seckill@127.0.0.1:$MYSQL_PORT"
-    # The migrations go over TCP: the port must be this server's (another
-    # checkout's MariaDB may answer there with the same user).
-    local ours theirs
-    ours=$(mysql_admin -N -B -e 'SELECT @@datadir') || die "asking MariaDB for its datadir failed"
-    theirs=$(mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$MYSQL_PORT" \
-        -u seckill -pseckill -N -B -e 'SELECT @@datadir') || die "asking 127.0.0.1:$MYSQL_PORT for its datadir failed"
-    [[ $ours == "$theirs" ]] ||
-        die "127.0.0.1:$MYSQL_PORT is another MariaDB ($theirs, not $ours); pick SECKILL_MYSQL_PORT"
+    local db
+    mysql_provision_user seckill seckill_test
     build_bin
     for db in seckill seckill_test; do migrate "$db"; done
 }
@@ -245,30 +114,12 @@ build_bin() {
 }
 
 # migrate DATABASE: apply what it lacks (quietly unless something fails).
+# A list of shards in the caller's environment would be refused beside
+# the URL.
 migrate() {
     local out
     out=$(SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:$MYSQL_PORT/$1 \
-        "$BIN" migrate 2>&1) || { echo "$out" >&2; die "seckilld migrate of $1 failed"; }
-}
-
-mysql_stop() {
-    local pid
-    if pid=$(live_pid mariadbd "$MYSQL_PID"); then
-        kill -TERM "$pid" 2>/dev/null || true # mariadbd: SIGTERM = clean shutdown
-    elif mysql_ping; then
-        mariadb-admin --no-defaults --protocol=socket -S "$SOCK" -u "$ADMIN" \
-            shutdown || die "mariadb-admin shutdown failed"
-        pid=""
-    else
-        rm -f "$MYSQL_PID" "$SOCK"
-        say "MariaDB: already stopped"
-        return 0
-    fi
-    if [[ -n $pid ]] && ! wait_gone "$pid" 120; then
-        die "MariaDB (pid $pid) still running after 120s; see $MYSQL_LOG"
-    fi
-    rm -f "$MYSQL_PID" "$SOCK"
-    say "MariaDB: stopped"
+        env -u SECKILL_MYSQL_SHARDS "$BIN" migrate 2>&1) || { echo "$out" >&2; die "seckilld migrate of $1 failed"; }
 }
 
 # ---- Redis (the main one and the RedLock masters) ----
@@ -559,7 +410,7 @@ ensure_up() {
 
 cmd_up() {
     ensure_up
-    say "mariadb up on 127.0.0.1:$MYSQL_PORT (socket $SOCK, data $DATADIR)"
+    say "mariadb up on 127.0.0.1:$MYSQL_PORT (socket $MYSQL_SOCK, data $MYSQL_DATADIR)"
     say "redis   up on 127.0.0.1:$REDIS_PORT (data $REDIS_DIR)"
     say "redlock up on 127.0.0.1:${REDLOCK_PORTS[0]},${REDLOCK_PORTS[1]},${REDLOCK_PORTS[2]} (no persistence)"
     say "zookeeper up on 127.0.0.1:$ZK_PORT (data $ZK_DIR/data)"
@@ -597,7 +448,7 @@ cmd_status() {
     if mysql_ping; then
         pid=$(live_pid mariadbd "$MYSQL_PID" || echo '?')
         port=$(mysql_admin -N -B -e 'SELECT @@port' 2>/dev/null || echo "$MYSQL_PORT")
-        echo "mariadb: up   pid $pid, 127.0.0.1:$port, socket $SOCK, data $DATADIR"
+        echo "mariadb: up   pid $pid, 127.0.0.1:$port, socket $MYSQL_SOCK, data $MYSQL_DATADIR"
     elif pid=$(live_pid mariadbd "$MYSQL_PID"); then
         echo "mariadb: not answering (pid $pid running; log $MYSQL_LOG)"
         rc=3

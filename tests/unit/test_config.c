@@ -398,6 +398,290 @@ static void test_token_reads_only_the_secret(void **state)
     config_free(&c);
 }
 
+/* ---- MariaDB shards ---- */
+
+#define SHARD_A "mysql://u:p@10.0.0.1:3306/sales"
+#define SHARD_B "mysql://u:p@10.0.0.2:3307/sales"
+#define SHARD_C "mysql://v:q@10.0.0.3/other"
+
+/*
+ * SECKILL_MYSQL_SHARDS instead of SECKILL_MYSQL_URL: shard 0 is the
+ * primary of everything that is not a sale (http.store), each shard's
+ * store config carries the service's settings with its own server, and
+ * SECKILL_MYSQL_URL alone is one shard.
+ */
+static void test_shards(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    /* The one primary of SECKILL_MYSQL_URL is shard 0 of one. */
+    assert_int_equal(parse(&c, err, 2, "--batch-max=7"), 0);
+    assert_int_equal(c.nshards, 1);
+    assert_string_equal(c.shards[0].store.mysql_host, "127.0.0.1");
+    assert_int_equal(c.shards[0].store.mysql_port, 13306);
+    assert_string_equal(c.shards[0].store.mysql_db, "db");
+    assert_int_equal(c.shards[0].store.batch_max, 7);
+    assert_null(c.shards[0].store.replica);
+    config_free(&c);
+    assert_null(c.shards);
+
+    /* Several, for migrate: in their order, spaces around them dropped. */
+    unsetenv("SECKILL_MYSQL_URL");
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A ", " SHARD_B " ," SHARD_C, 1);
+    assert_int_equal(parse(&c, err, 3, "migrate", "--lock-wait=5"), 0);
+    assert_int_equal(c.nshards, 3);
+    assert_string_equal(c.http.store.mysql_host, "10.0.0.1");
+    assert_string_equal(c.shards[0].store.mysql_host, "10.0.0.1");
+    assert_string_equal(c.shards[1].store.mysql_host, "10.0.0.2");
+    assert_int_equal(c.shards[1].store.mysql_port, 3307);
+    assert_string_equal(c.shards[2].store.mysql_host, "10.0.0.3");
+    assert_int_equal(c.shards[2].store.mysql_port, 3306);
+    assert_string_equal(c.shards[2].store.mysql_user, "v");
+    assert_string_equal(c.shards[2].store.mysql_pass, "q");
+    assert_string_equal(c.shards[2].store.mysql_db, "other");
+    assert_int_equal(c.shards[2].store.connect_timeout_ms,
+                     c.http.store.connect_timeout_ms);
+    config_free(&c);
+    assert_null(c.shards);
+    assert_int_equal(c.nshards, 0);
+
+    /* The service runs on a list of one, as on SECKILL_MYSQL_URL; the
+     * other commands that read MySQL take shard 0. */
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_B, 1);
+    assert_int_equal(parse(&c, err, 2, "--batch-max=9"), 0);
+    assert_int_equal(c.nshards, 1);
+    assert_string_equal(c.http.store.mysql_host, "10.0.0.2");
+    assert_int_equal(c.http.store.mysql_port, 3307);
+    assert_string_equal(c.shards[0].store.mysql_host, "10.0.0.2");
+    assert_int_equal(c.shards[0].store.batch_max, 9);
+    config_free(&c);
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A "," SHARD_B, 1);
+    assert_int_equal(parse(&c, err, 4, "admin", "add", "--username=root"), 0);
+    assert_string_equal(c.http.store.mysql_host, "10.0.0.1");
+    config_free(&c);
+
+    /* ...but not yet on several: one line, and main() exits 2. */
+    err[0] = '\0';
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_MYSQL_SHARDS: 2 shards"));
+    assert_non_null(strstr(err, "not served yet"));
+    assert_null(strchr(err, '\n'));
+    config_free(&c);
+
+    /* Neither set: the one that was always required is named. */
+    unsetenv("SECKILL_MYSQL_SHARDS");
+    assert_int_equal(parse(&c, err, 2, "migrate"), -EINVAL);
+    assert_non_null(strstr(err, "SECKILL_MYSQL_URL"));
+    assert_non_null(strstr(err, "SECKILL_MYSQL_SHARDS"));
+    config_free(&c);
+    /* An empty SECKILL_MYSQL_URL is not set. */
+    setenv("SECKILL_MYSQL_URL", "", 1);
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A, 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.mysql_host, "10.0.0.1");
+    config_free(&c);
+    reset_env(NULL);
+}
+
+/* The list's bounds and bad entries: one line naming the setting (and the
+ * shard) as given. */
+static void test_shards_bad(void **state)
+{
+    struct config c;
+    char err[256], many[66 * 40];
+    (void)state;
+
+    static const struct {
+        const char *val, *expect;
+    } cases[] = {
+        {SHARD_A ",," SHARD_B, "SECKILL_MYSQL_SHARDS: shard 1 has no URL"},
+        {SHARD_A ",", "SECKILL_MYSQL_SHARDS: shard 1 has no URL"},
+        {SHARD_A ",mysql://h/db", "SECKILL_MYSQL_SHARDS, shard 1: expected"},
+        {"redis://h:1/0", "SECKILL_MYSQL_SHARDS, shard 0: expected"},
+        {SHARD_A ",mysql://u:p%4@h/db", "SECKILL_MYSQL_SHARDS, shard 1: "},
+        {SHARD_A "," SHARD_B ",mysql://x:y@10.0.0.1:3306/sales",
+         "shards 0 and 2 are the same database (10.0.0.1:3306/sales)"},
+    };
+    unsetenv("SECKILL_MYSQL_URL");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("SECKILL_MYSQL_SHARDS", cases[i].val, 1);
+        err[0] = '\0';
+        assert_int_equal(parse(&c, err, 2, "migrate"), -EINVAL);
+        if (!strstr(err, cases[i].expect)) {
+            print_error("%s: got \"%s\"\n", cases[i].val, err);
+            fail();
+        }
+        assert_null(strchr(err, '\n'));
+        config_free(&c);
+    }
+
+    /* 64 shards, and not one more; the flag's name when given as one. */
+    many[0] = '\0';
+    for (int i = 0; i < 64; i++)
+        snprintf(many + strlen(many), sizeof(many) - strlen(many),
+                 "%smysql://u:p@h:%d/d", i ? "," : "", 1000 + i);
+    setenv("SECKILL_MYSQL_SHARDS", many, 1);
+    assert_int_equal(parse(&c, err, 2, "migrate"), 0);
+    assert_int_equal(c.nshards, 64);
+    assert_int_equal(c.shards[63].store.mysql_port, 1063);
+    config_free(&c);
+    strcat(many, ",mysql://u:p@h:2000/d");
+    unsetenv("SECKILL_MYSQL_SHARDS");
+    {
+        char flag[sizeof(many) + 32];
+
+        snprintf(flag, sizeof(flag), "--mysql-shards=%s", many);
+        assert_int_equal(parse(&c, err, 3, "migrate", flag), -EINVAL);
+        assert_string_equal(err, "--mysql-shards: at most 64 shards");
+        config_free(&c);
+    }
+    reset_env(NULL);
+}
+
+/* The shards' replicas: in the shards' order, an empty entry a shard
+ * without one, never more entries than shards. */
+static void test_shard_replicas(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    unsetenv("SECKILL_MYSQL_URL");
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A "," SHARD_B "," SHARD_C, 1);
+    setenv("SECKILL_MYSQL_SHARD_REPLICAS",
+           "mysql://r:s@10.0.1.1/sales, ,mysql://r:s@10.0.1.3/other", 1);
+    assert_int_equal(parse(&c, err, 2, "migrate"), 0);
+    /* migrate reads no replica. */
+    assert_null(c.shards[0].store.replica);
+    assert_null(c.shards[2].store.replica);
+    config_free(&c);
+    /* The service does: shard 0's replica is the one of http.store. */
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A, 1);
+    setenv("SECKILL_MYSQL_SHARD_REPLICAS", "mysql://r:s@10.0.1.1/sales", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_non_null(c.http.store.replica);
+    assert_string_equal(c.http.store.replica->mysql_host, "10.0.1.1");
+    assert_true(c.http.store.replica->read_only);
+    assert_non_null(c.shards[0].store.replica);
+    assert_string_equal(c.shards[0].store.replica->mysql_user, "r");
+    config_free(&c);
+    setenv("SECKILL_MYSQL_SHARD_REPLICAS", " ", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_null(c.http.store.replica);
+    config_free(&c);
+
+    static const struct {
+        const char *shards, *replicas, *expect;
+    } bad[] = {
+        /* More entries than shards, even empty ones. */
+        {SHARD_A, "mysql://r:s@h/d,mysql://r:s@h2/d",
+         "SECKILL_MYSQL_SHARD_REPLICAS: more entries than "
+         "SECKILL_MYSQL_SHARDS has shards (1)"},
+        {SHARD_A, ",", "more entries than SECKILL_MYSQL_SHARDS has shards"},
+        {SHARD_A, "mysql://r@/d", "SECKILL_MYSQL_SHARD_REPLICAS, shard 0: "},
+        /* With the one URL, the replica has its own setting. */
+        {NULL, "mysql://r:s@h/d", "only with SECKILL_MYSQL_SHARDS"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        reset_env(NULL);
+        if (bad[i].shards) {
+            unsetenv("SECKILL_MYSQL_URL");
+            setenv("SECKILL_MYSQL_SHARDS", bad[i].shards, 1);
+        }
+        setenv("SECKILL_MYSQL_SHARD_REPLICAS", bad[i].replicas, 1);
+        err[0] = '\0';
+        assert_int_equal(parse(&c, err, 1), -EINVAL);
+        if (!strstr(err, bad[i].expect)) {
+            print_error("%s: got \"%s\"\n", bad[i].replicas, err);
+            fail();
+        }
+        config_free(&c);
+    }
+
+    /* Three shards' replicas for the service: the service refuses the
+     * shards only once every setting is read and each shard is wired
+     * to its replica, which the routing by shard will use. */
+    reset_env(NULL);
+    unsetenv("SECKILL_MYSQL_URL");
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A "," SHARD_B "," SHARD_C, 1);
+    setenv("SECKILL_MYSQL_SHARD_REPLICAS", ",,mysql://r:s@10.0.1.3/other", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_non_null(strstr(err, "not served yet"));
+    assert_int_equal(c.nshards, 3);
+    assert_null(c.shards[0].store.replica);
+    assert_null(c.http.store.replica);
+    assert_null(c.shards[1].store.replica);
+    assert_non_null(c.shards[2].store.replica);
+    assert_string_equal(c.shards[2].store.replica->mysql_host, "10.0.1.3");
+    assert_string_equal(c.shards[2].store.replica->mysql_db, "other");
+    assert_true(c.shards[2].store.replica->read_only);
+    assert_int_equal(c.shards[2].store.replica->io_timeout_ms,
+                     c.http.store.io_timeout_ms);
+    config_free(&c);
+    reset_env(NULL);
+}
+
+/*
+ * The one server and the list name the same thing: both given (in the
+ * environment or as flags) is one line naming both as given, for the
+ * commands that read them; an empty one is not given.
+ */
+static void test_shards_exclusive(void **state)
+{
+    struct config c;
+    char err[256];
+    (void)state;
+
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_A, 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_string_equal(err, "SECKILL_MYSQL_URL and SECKILL_MYSQL_SHARDS are "
+                             "both set: set one (the first URL of the list "
+                             "is shard 0)");
+    config_free(&c);
+    assert_int_equal(parse(&c, err, 2, "migrate"), -EINVAL);
+    assert_non_null(strstr(err, "are both set"));
+    config_free(&c);
+    unsetenv("SECKILL_MYSQL_URL");
+    assert_int_equal(parse(&c, err, 3, "migrate", "--mysql-url=" SHARD_B),
+                     -EINVAL);
+    assert_string_equal(err, "--mysql-url and SECKILL_MYSQL_SHARDS are both "
+                             "set: set one (the first URL of the list is "
+                             "shard 0)");
+    config_free(&c);
+    unsetenv("SECKILL_MYSQL_SHARDS");
+    assert_int_equal(parse(&c, err, 4, "migrate", "--mysql-url=" SHARD_B,
+                           "--mysql-shards=" SHARD_A),
+                     -EINVAL);
+    assert_non_null(strstr(err, "--mysql-url and --mysql-shards are both set"));
+    config_free(&c);
+    /* The token commands read neither. */
+    setenv("SECKILL_MYSQL_URL", SHARD_A, 1);
+    setenv("SECKILL_MYSQL_SHARDS", SHARD_B, 1);
+    assert_int_equal(parse(&c, err, 4, "token", "--user", "5"), 0);
+    config_free(&c);
+
+    /* The replica and the replicas' list. */
+    unsetenv("SECKILL_MYSQL_URL");
+    setenv("SECKILL_MYSQL_REPLICA_URL", "mysql://r:s@h/d", 1);
+    setenv("SECKILL_MYSQL_SHARD_REPLICAS", "mysql://r:s@h/d", 1);
+    assert_int_equal(parse(&c, err, 1), -EINVAL);
+    assert_string_equal(err,
+                        "SECKILL_MYSQL_REPLICA_URL and "
+                        "SECKILL_MYSQL_SHARD_REPLICAS are both set: set one "
+                        "(the first entry of the list is shard 0's replica)");
+    config_free(&c);
+    /* migrate reads neither. */
+    assert_int_equal(parse(&c, err, 2, "migrate"), 0);
+    config_free(&c);
+    setenv("SECKILL_MYSQL_REPLICA_URL", "", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_string_equal(c.http.store.replica->mysql_host, "h");
+    config_free(&c);
+    reset_env(NULL);
+}
+
 /* ---- abuse limits ---- */
 
 /* The defaults keep loopback load tests working: per-user on, per-address
@@ -958,9 +1242,11 @@ static void test_sms_and_currency(void **state)
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be set unless "
                                 "SECKILL_DEV=1"));
+    config_free(&c);
     setenv("SECKILL_SMS_WEBHOOK", "https://sms.example.com/send", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be set with"));
+    config_free(&c);
     setenv("SECKILL_SMS_SECRET", SECRET, 1);
     assert_int_equal(parse(&c, err, 1), 0);
     assert_string_equal(c.http.sms_webhook, "https://sms.example.com/send");
@@ -970,14 +1256,17 @@ static void test_sms_and_currency(void **state)
     setenv("SECKILL_SMS_WEBHOOK", "ftp://sms.example.com/", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_WEBHOOK: must be an http://"));
+    config_free(&c);
     setenv("SECKILL_SMS_WEBHOOK", "http://127.0.0.1:9/", 1);
     setenv("SECKILL_SMS_SECRET", "abc", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_SMS_SECRET: must be 64 hex"));
+    config_free(&c);
     setenv("SECKILL_SMS_SECRET", SECRET, 1);
     setenv("SECKILL_CURRENCY", "cny", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "SECKILL_CURRENCY: must be an ISO 4217"));
+    config_free(&c);
     assert_int_equal(parse(&c, err, 3, "--currency", "EUR"), 0);
     assert_string_equal(c.http.currency, "EUR");
     config_free(&c);
@@ -995,6 +1284,10 @@ int main(void)
         cmocka_unit_test_setup(test_flags_whole, reset_env),
         cmocka_unit_test_setup(test_errors_name_the_source, reset_env),
         cmocka_unit_test_setup(test_token_reads_only_the_secret, reset_env),
+        cmocka_unit_test_setup(test_shards, reset_env),
+        cmocka_unit_test_setup(test_shards_bad, reset_env),
+        cmocka_unit_test_setup(test_shard_replicas, reset_env),
+        cmocka_unit_test_setup(test_shards_exclusive, reset_env),
         cmocka_unit_test_setup(test_limits_defaults, reset_env),
         cmocka_unit_test_setup(test_limits_values, reset_env),
         cmocka_unit_test_setup(test_limits_bad_values, reset_env),
