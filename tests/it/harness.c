@@ -1348,6 +1348,24 @@ long it_purchase(const struct it_server *srv, int64_t voucher_id,
 
 /* ---- faults ---- */
 
+char *it_file_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *s;
+    long n;
+
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    s = xcalloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
 pid_t it_pidfile_read(const char *path)
 {
     char buf[32] = "";

@@ -428,6 +428,10 @@ long it_purchase(const struct it_server *srv, int64_t voucher_id,
  */
 pid_t it_pidfile_read(const char *path);
 
+/* The whole file at path, NUL-terminated (free(3) it); NULL if it cannot
+ * be opened, "" if it cannot be read whole. Does not use cmocka. */
+char *it_file_read(const char *path);
+
 /*
  * A loopback TCP socket that listens but never accepts: connecting to it
  * succeeds (the kernel completes the handshake) and nothing ever answers,

@@ -387,25 +387,6 @@ static void test_users_normalize(void **state)
 #define OTHER_SECRET                                                           \
     "0000000000000000000000000000000000000000000000000000000000000001"
 
-/* The whole of file path (a new string), or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *s;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s = calloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* The code the sink printed for phone, within 5 s, into code; false when
  * none came. */
 static bool sink_code(const char *log, const char *phone, char code[8])
@@ -414,7 +395,7 @@ static bool sink_code(const char *log, const char *phone, char code[8])
 
     snprintf(want, sizeof(want), "to %s: your login code is ", phone);
     for (int i = 0; i < 50; i++) {
-        char *s = slurp(log), *at = s ? strstr(s, want) : NULL;
+        char *s = it_file_read(log), *at = s ? strstr(s, want) : NULL;
 
         if (at) {
             snprintf(code, 7, "%s", at + strlen(want));
@@ -495,7 +476,7 @@ static void test_sms_webhook(void **state)
     }
     assert_int_equal(0, redis_int("ZCARD login:{p:%s}:codes", phone));
     assert_int_equal(0, redis_int("ZCARD login:{p:%s}:sent", phone));
-    log = slurp(sink_log);
+    log = it_file_read(sink_log);
     assert_non_null(strstr(log, "refused: X-Signature missing or wrong"));
     assert_null(strstr(log, phone));
     free(log);
@@ -525,7 +506,7 @@ static void test_sms_webhook(void **state)
         it_env_free(env);
         assert_int_equal(0, it_wait_exit(p, 5000, &st));
         assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-        log = slurp(path);
+        log = it_file_read(path);
         assert_non_null(strstr(log, "SECKILL_SMS_WEBHOOK: must be set"));
         free(log);
     }

@@ -37,25 +37,6 @@
 static char db_old[64], db_fresh[64], db_file[64];
 static int64_t first_user;
 
-/* The file at path, NUL-terminated (free(3) it), or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *s;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s = xcalloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* SECKILL_MYSQL_URL=... of database db on the test MariaDB, into buf. */
 static const char *url_of(const char *db, char *buf, size_t cap)
 {
@@ -102,7 +83,7 @@ static int migrate(const char *db, const char *tag, char **out)
     char log[IT_PATH_MAX];
     int rc = exit_status(spawn_on(db, tag, log, sizeof(log), "migrate"));
 
-    *out = slurp(log);
+    *out = it_file_read(log);
     assert_non_null(*out);
     return rc;
 }
@@ -275,8 +256,8 @@ static void test_two_at_once(void **state)
     pb = spawn_on(db_old, "concurrent-b", log_b, sizeof(log_b), "migrate");
     assert_int_equal(0, exit_status(pa));
     assert_int_equal(0, exit_status(pb));
-    a = slurp(log_a);
-    b = slurp(log_b);
+    a = it_file_read(log_a);
+    b = it_file_read(log_b);
     assert_int_equal((int)n, lines_starting(a, "applied ") +
                                  lines_starting(b, "applied "));
     free(a);
@@ -376,7 +357,7 @@ static void assert_refused(const char *tag)
 
     assert_int_equal(
         2, exit_status(spawn_on(db_old, tag, log, sizeof(log), "serve")));
-    out = slurp(log);
+    out = it_file_read(log);
     assert_non_null(out);
     line = strstr(out, "seckilld: database ");
     assert_non_null(line);

@@ -52,25 +52,6 @@ static char db_prefix[48];
 static pid_t redis_pid;
 static uint16_t redis_port;
 
-/* The file at path, NUL-terminated (free(3) it), or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *s;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    s = xcalloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n)
-        s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* How many lines s has. */
 static int line_count(const char *s)
 {
@@ -211,7 +192,7 @@ static int run(const char *tag, const char *arg, const char *const *env,
         fail();
     }
     assert_true(WIFEXITED(st));
-    *out = slurp(log);
+    *out = it_file_read(log);
     assert_non_null(*out);
     return WEXITSTATUS(st);
 }
