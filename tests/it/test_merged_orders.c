@@ -408,8 +408,10 @@ static void test_pay_batch_outcomes(void **state)
     }
     before = commits();
     {
-        /* Sent while o[0]'s payment waits; let go once they are queued. */
-        struct later l = {.locker = locker, .after_ms = 700};
+        /* Sent while o[0]'s payment waits; let go once they are queued
+         * (2 s: under ASan on a loaded machine 700 ms was not always
+         * enough for nine requests to arrive, and each then paid alone). */
+        struct later l = {.locker = locker, .after_ms = 2000};
 
         later_start(&l);
         it_http_run_all(reqs, to, resps, K);
