@@ -207,6 +207,7 @@ LOCK_LIBS := -lzookeeper_mt -lpthread
 # log_write or url_parse of its own links. seckilld links the same objects
 # directly, sharing the helpers with the rest of the service.
 LOCK_LIB_SRC := $(wildcard lock/*.c) common/redis_conn.c common/redis_keys.c \
+                common/redis_cluster.c common/metrics.c \
                 common/redis_slot.c common/sqlflavour.c \
                 common/url.c common/util.c
 LOCK_LIB_OBJ := $(LOCK_LIB_SRC:%.c=$(BUILD)/obj/%.o)
