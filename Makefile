@@ -514,6 +514,22 @@ $(BUILD)/tests/cluster_test_redis_cluster: \
 	@echo "  LD  $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
+# The lock contract suite again (tests/it/test_lock.c with
+# LOCK_TEST_CLUSTER): the redis backend on the cluster's URL, plus a slot
+# moved under a held lock and the scripts' spread over the primaries. It
+# also needs the servers of make services (MariaDB for the fencing test,
+# Redis for a multi-lock across clients).
+$(BUILD)/obj/tests/it/test_lock_cluster.o: tests/it/test_lock.c
+	@mkdir -p $(@D)
+	@echo "  CC  $< (LOCK_TEST_CLUSTER)"
+	$(Q)$(CC) $(ALL_CFLAGS) -DLOCK_TEST_CLUSTER -c -o $@ $<
+
+$(BUILD)/tests/cluster_test_lock: $(BUILD)/obj/tests/it/test_lock_cluster.o \
+                                  $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
 # Two MariaDB primaries (scripts/mysql-shards.sh, left running;
 # scripts/mysql-shards.sh down stops them; the test runs its up too, a
 # no-op by then), then seckilld migrate and the start-up checks on them.
@@ -524,9 +540,14 @@ $(BUILD)/tests/cluster_test_mysql_shards: \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
 
 test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
-              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld
+              $(BUILD)/tests/cluster_test_lock \
+              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld services
 	@scripts/redis-cluster.sh up
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
+	@scripts/services.sh reset-test
+	@set -a; . .run/env.test; set +a; \
+	    SECKILL_LOCK_CLUSTER_URL=$$(scripts/redis-cluster.sh url) \
+	    CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_lock
 	@scripts/mysql-shards.sh up
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT SECKILL_BIN=$(BUILD)/seckilld \
 	    $(BUILD)/tests/cluster_test_mysql_shards
