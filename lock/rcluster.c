@@ -36,7 +36,7 @@ struct rnode {
 };
 
 struct rconn_cluster {
-    pthread_mutex_t mu; /* guards the node table and the map */
+    pthread_mutex_t mu;         /* guards the node table and the map */
     pthread_mutex_t refresh_mu; /* one map refresh at a time */
     struct redis_server seeds[URL_HOSTS_MAX];
     int nseeds;
@@ -296,8 +296,8 @@ redisReply *rconn_cluster_wait(struct rconn_cluster *cl,
         }
         rd = call->rd;
         if (++call->redirects > REDIRECTS_MAX) {
-            log_warn("lock cluster redirections without end",
-                     "slot=%u kind=%d", call->cslot, (int)rd.kind);
+            log_warn("lock cluster redirections without end", "slot=%u kind=%d",
+                     call->cslot, (int)rd.kind);
             *err = -EIO;
             return NULL;
         }
@@ -369,7 +369,7 @@ struct rconn_psub *rconn_cluster_psub(struct rconn_cluster *cl, unsigned slot)
 int rconn_cluster_ping(struct rconn_cluster *cl)
 {
     struct rconn_mux *mux[NODES_MAX];
-    int n = 0, err = map_refresh(cl, 1);
+    int n = 0, err = map_refresh(cl, 0); /* only when missing or stale */
 
     if (err)
         return err;

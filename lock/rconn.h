@@ -2,7 +2,11 @@
  * rconn.h - Redis plumbing shared by the redis and redlock backends: one
  * multiplexed connection per server, the lock scripts (loaded once per
  * connection, run with EVALSHA, EVAL again after NOSCRIPT), and a pub/sub
- * listener per server that wakes waiters when a lock is released.
+ * listener per server that wakes waiters when a lock is released. On a
+ * Redis Cluster (the redis backend with a redis-cluster:// URL) there is
+ * one of each per primary, and struct rconn_cluster (rcluster.c, at the
+ * end of this file) routes each call to the owner of its slot; the
+ * scripts then publish with SPUBLISH and the listeners SSUBSCRIBE.
  * Internal to lock/.
  *
  * Keys and channels. Every name starts with the client's prefix P (none
@@ -23,7 +27,8 @@
  *                      as long as the server's clock does not step back
  *                      (two holders of one name are at least a script
  *                      apart: more than a microsecond)
- *   P lock-ch:{T}      the channel the release publishes on
+ *   P lock-ch:{T}      the channel the release publishes on (SPUBLISH
+ *                      on a cluster: sharded pub/sub, in T's slot)
  *   P lock-rel:{T}:OWNER  the last release's receipt: the hold's token,
  *                      for 5 * timeout_ms, so that a release asked again
  *                      after a lost answer answers the same
@@ -351,8 +356,8 @@ void rconn_cluster_send_detached(struct rconn_cluster *cl, unsigned slot,
  * asks again at each wake-up), or NULL when no map could be had. */
 struct rconn_psub *rconn_cluster_psub(struct rconn_cluster *cl, unsigned slot);
 
-/* Ask for the map, then check every primary that owns slots answers
- * scripts. 0 or an errno. */
+/* Check every primary that owns slots answers scripts (asking for the
+ * map first when there is none yet, or it is stale). 0 or an errno. */
 int rconn_cluster_ping(struct rconn_cluster *cl);
 
 struct rconn_cluster_stats rconn_cluster_stats(struct rconn_cluster *cl);
