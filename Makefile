@@ -26,9 +26,11 @@
 #                  make cluster-roll restarts them in turn, make cluster-stop
 #   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
 #                  (scripts/redis-cluster.sh) and the routing's test against
-#                  it (tests/it/test_redis_cluster.c); two MariaDB primaries
+#                  it (tests/it/test_redis_cluster.c, ~9 s); the lock
+#                  contract suite on it (test_lock.c with LOCK_TEST_CLUSTER,
+#                  ~47 s; also starts make services); two MariaDB primaries
 #                  (scripts/mysql-shards.sh) and the shards' test
-#                  (tests/it/test_mysql_shards.c; neither in make test)
+#                  (tests/it/test_mysql_shards.c; none in make test)
 #   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)

@@ -5,7 +5,10 @@
  * the watchdog. A waiter subscribes to the channel before it retries, so a
  * release between its try and its sleep still wakes it; it also wakes when
  * the holder's TTL runs out, and after a jittered fallback interval. The
- * server is named by its address or by its sentinels (common/redis.h).
+ * server is named by its address or by its sentinels (common/redis.h); or
+ * the backend runs on a Redis Cluster (rconn.h: struct rconn_cluster),
+ * each call at the owner of its lock's slot and each waiter listening
+ * there (sharded pub/sub).
  *
  * The other kinds (fair.c, rwlock.c, semaphore.c) bring their own scripts
  * through struct redis_kind and share this file's wait loop.
