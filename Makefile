@@ -30,7 +30,8 @@
 #                  contract suite on it (test_lock.c with LOCK_TEST_CLUSTER,
 #                  ~47 s; also starts make services); two MariaDB primaries
 #                  (scripts/mysql-shards.sh) and the shards' test
-#                  (tests/it/test_mysql_shards.c; none in make test)
+#                  (tests/it/test_mysql_shards.c; none in make test). About
+#                  a minute in all, the cluster and the shards started cold
 #   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
