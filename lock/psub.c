@@ -129,11 +129,14 @@ static void handle_reply(struct rconn_psub *ps, redisReply *r)
     if (strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) {
         ch->gen++;
         pthread_cond_broadcast(&ps->hub->cond);
-    } else if (strcmp(kind, "sunsubscribe") == 0 && ch->refs > 0 && ch->sent) {
+    } else if (strcmp(kind, "sunsubscribe") == 0 && ch->refs > 0 && ch->sent &&
+               ch->confirmed) {
         /* The node gave the channel's slot away (a slot move, a
          * failover) and dropped the subscription: wake the waiters, who
          * subscribe again at the slot's new owner (a release in between
-         * costs them their fallback interval, no more). */
+         * costs them their fallback interval, no more). Before the
+         * confirmation it is the answer to our own SUNSUBSCRIBE of an
+         * earlier incarnation of the channel (replies come in order). */
         ch->sent = ch->confirmed = 0;
         ch->gen++;
         pthread_cond_broadcast(&ps->hub->cond);

@@ -25,7 +25,7 @@
  * doubles up to PAUSE_MAX_MS while the call's timeout lasts. */
 #define PAUSE_MS 10
 #define PAUSE_MAX_MS 200
-/* Redirections followed by one call at most. */
+/* MOVED and ASK replies followed by one call at most. */
 #define REDIRECTS_MAX 16
 
 struct rnode {
@@ -295,7 +295,10 @@ redisReply *rconn_cluster_wait(struct rconn_cluster *cl,
             return r;
         }
         rd = call->rd;
-        if (++call->redirects > REDIRECTS_MAX) {
+        /* TRYAGAIN is bounded by the timeout; a chain of MOVED and ASK
+         * by this count. */
+        if (rd.kind != REDIS_CLUSTER_TRYAGAIN &&
+            ++call->redirects > REDIRECTS_MAX) {
             log_warn("lock cluster redirections without end", "slot=%u kind=%d",
                      call->cslot, (int)rd.kind);
             *err = -EIO;
