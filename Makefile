@@ -26,9 +26,12 @@
 #                  make cluster-roll restarts them in turn, make cluster-stop
 #   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
 #                  (scripts/redis-cluster.sh) and the routing's test against
-#                  it (tests/it/test_redis_cluster.c); two MariaDB primaries
+#                  it (tests/it/test_redis_cluster.c, ~9 s); the lock
+#                  contract suite on it (test_lock.c with LOCK_TEST_CLUSTER,
+#                  ~47 s; also starts make services); two MariaDB primaries
 #                  (scripts/mysql-shards.sh) and the shards' test
-#                  (tests/it/test_mysql_shards.c; neither in make test)
+#                  (tests/it/test_mysql_shards.c; none in make test). About
+#                  a minute in all, the cluster and the shards started cold
 #   make test-compose the Dockerfile and docker-compose.yml for real (podman)
 #   make fuzz      libFuzzer harnesses (clang), FUZZ_SECONDS (60) each;
 #                  make fuzz-smoke is the same for 5 s each (part of make test)
@@ -207,6 +210,7 @@ LOCK_LIBS := -lzookeeper_mt -lpthread
 # log_write or url_parse of its own links. seckilld links the same objects
 # directly, sharing the helpers with the rest of the service.
 LOCK_LIB_SRC := $(wildcard lock/*.c) common/redis_conn.c common/redis_keys.c \
+                common/redis_cluster.c common/metrics.c \
                 common/redis_slot.c common/sqlflavour.c \
                 common/url.c common/util.c
 LOCK_LIB_OBJ := $(LOCK_LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -513,6 +517,22 @@ $(BUILD)/tests/cluster_test_redis_cluster: \
 	@echo "  LD  $@"
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
 
+# The lock contract suite again (tests/it/test_lock.c with
+# LOCK_TEST_CLUSTER): the redis backend on the cluster's URL, plus a slot
+# moved under a held lock and the scripts' spread over the primaries. It
+# also needs the servers of make services (MariaDB for the fencing test,
+# Redis for a multi-lock across clients).
+$(BUILD)/obj/tests/it/test_lock_cluster.o: tests/it/test_lock.c
+	@mkdir -p $(@D)
+	@echo "  CC  $< (LOCK_TEST_CLUSTER)"
+	$(Q)$(CC) $(ALL_CFLAGS) -DLOCK_TEST_CLUSTER -c -o $@ $<
+
+$(BUILD)/tests/cluster_test_lock: $(BUILD)/obj/tests/it/test_lock_cluster.o \
+                                  $(IT_HELPER_OBJ) $(LIB_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD  $@"
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
+
 # Two MariaDB primaries (scripts/mysql-shards.sh, left running;
 # scripts/mysql-shards.sh down stops them; the test runs its up too, a
 # no-op by then), then seckilld migrate and the start-up checks on them.
@@ -523,9 +543,14 @@ $(BUILD)/tests/cluster_test_mysql_shards: \
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
 
 test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
-              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld
+              $(BUILD)/tests/cluster_test_lock \
+              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld services
 	@scripts/redis-cluster.sh up
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
+	@scripts/services.sh reset-test
+	@set -a; . .run/env.test; set +a; \
+	    SECKILL_LOCK_CLUSTER_URL=$$(scripts/redis-cluster.sh url) \
+	    CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_lock
 	@scripts/mysql-shards.sh up
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT SECKILL_BIN=$(BUILD)/seckilld \
 	    $(BUILD)/tests/cluster_test_mysql_shards

@@ -898,11 +898,12 @@ const struct config_setting config_settings[] = {
      .scope = CONFIG_FOR_SERVE,
      .parse = set_text,
      FIELD(http.lock_url),
-     .help = "lock backend: redis://, redis-sentinel://, redlock://, mysql://, "
-             "zookeeper://",
+     .help = "lock backend: redis://, redis-sentinel://, redis-cluster://, "
+             "redlock://, mysql://, zookeeper://",
      .doc = "backend of the purchase lock: `redis://…` or `redis-sentinel://…` "
             "(add `?replicas=N` to wait for N replicas at each acquire), "
-            "`redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
+            "`redis-cluster://h1:p1,h2:p2,h3:p3` (a Redis Cluster, named by "
+            "some of its nodes), `redlock://h1:p1,h2:p2,h3:p3`, `mysql://…`, "
             "`zookeeper://host:port/path` (see [locks.md](locks.md))"},
     {.flag = "redis-prefix",
      .env = "SECKILL_REDIS_PREFIX",

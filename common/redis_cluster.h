@@ -49,10 +49,11 @@
  * must hold on every primary (the async mode's appendonly/appendfsync,
  * CLUSTER INFO for readiness) goes through redis_cluster_primaries() and
  * redis_cluster_primary_command(). The lock's multiplexed connections
- * keep their own event loop and would take only the map and the reading
- * of redirections from here (redis_cluster_map_parse(),
- * redis_cluster_redirect_parse()). Sharded pub/sub (SSUBSCRIBE on a
- * channel's slot owner) is not covered here.
+ * keep their own event loop and take only the map and the reading of
+ * redirections from here (redis_cluster_map_parse(),
+ * redis_cluster_redirect_parse(); lock/rcluster.c). Sharded pub/sub
+ * (SSUBSCRIBE on a channel's slot owner) is not covered here; the lock's
+ * listeners do their own (lock/psub.c).
  *
  * On a newer base (hiredis 1.x) this module would give way to
  * hiredis-cluster, or its successor libvalkey's cluster API (valkeyCluster*),

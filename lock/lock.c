@@ -29,6 +29,7 @@ static const struct {
 } schemes[] = {
     {"redis", &lock__redis_backend},
     {REDIS_SENTINEL_SCHEME, &lock__redis_backend},
+    {REDIS_CLUSTER_SCHEME, &lock__redis_backend},
     {"redlock", &lock__redlock_backend},
     {"mysql", &lock__mysql_backend},
     {"zookeeper", &lock__zk_backend},

@@ -10,6 +10,12 @@
  *                                              the same, its master found
  *                                              through its sentinels (and
  *                                              followed over a failover)
+ *   redis-cluster://[[user]:pass@]h1:p1,h2:p2,...
+ *                                              the same on a Redis Cluster
+ *                                              named by some of its nodes:
+ *                                              each lock on the primary
+ *                                              that owns its slot, wake-ups
+ *                                              by sharded pub/sub
  *   redlock://[[user]:pass@]h1:p1,h2:p2,h3:p3[/db]
  *                                              RedLock over N independent
  *                                              Redis masters, 3 <= N <= 9
@@ -25,7 +31,10 @@
  * redis-sentinel:// URL takes &replicas=N (0..64): every acquire (and
  * watchdog renewal) then waits, with WAIT, until N replicas have the lock,
  * and fails with -EIO if they do not within half of timeout_ms (the lock
- * is released again first).
+ * is released again first). A redis-cluster:// URL takes no database and
+ * no replicas (there is no one server to WAIT on); every kind, the
+ * fencing tokens, reentrancy and the watchdog work there as on one Redis
+ * (docs/locks.md, "On a Redis Cluster").
  *
  * Lock kinds (each a struct lock, with the same acquire/release calls):
  *

@@ -39,6 +39,7 @@ struct rconn_psub {
     struct chan *chans;
     int dirty; /* subscriptions to send */
     int stop;
+    int sharded; /* a cluster node: SSUBSCRIBE, on the channel's slot */
     int wake[2]; /* a pipe: wakes the thread out of poll() */
     pthread_t thread;
 };
@@ -93,14 +94,16 @@ static int send_changes(struct rconn_psub *ps, redisContext *rc)
         struct chan *ch = *pp;
         if (ch->refs == 0) {
             if (ch->sent)
-                redisAppendCommand(rc, "UNSUBSCRIBE %s", ch->name);
+                redisAppendCommand(rc, "%sUNSUBSCRIBE %s",
+                                   ps->sharded ? "S" : "", ch->name);
             *pp = ch->next;
             free(ch->name);
             free(ch);
             continue;
         }
         if (!ch->sent) {
-            redisAppendCommand(rc, "SUBSCRIBE %s", ch->name);
+            redisAppendCommand(rc, "%sSUBSCRIBE %s", ps->sharded ? "S" : "",
+                               ch->name);
             ch->sent = 1;
         }
         pp = &ch->next;
@@ -123,10 +126,22 @@ static void handle_reply(struct rconn_psub *ps, redisReply *r)
     struct chan *ch = chan_find(ps, r->element[1]->str, r->element[1]->len);
     if (!ch)
         return;
-    if (strcmp(kind, "message") == 0) {
+    if (strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) {
         ch->gen++;
         pthread_cond_broadcast(&ps->hub->cond);
-    } else if (strcmp(kind, "subscribe") == 0) {
+    } else if (strcmp(kind, "sunsubscribe") == 0 && ch->refs > 0 && ch->sent &&
+               ch->confirmed) {
+        /* The node gave the channel's slot away (a slot move, a
+         * failover) and dropped the subscription: wake the waiters, who
+         * subscribe again at the slot's new owner (a release in between
+         * costs them their fallback interval, no more). Before the
+         * confirmation it is the answer to our own SUNSUBSCRIBE of an
+         * earlier incarnation of the channel (replies come in order). */
+        ch->sent = ch->confirmed = 0;
+        ch->gen++;
+        pthread_cond_broadcast(&ps->hub->cond);
+    } else if (strcmp(kind, "subscribe") == 0 ||
+               strcmp(kind, "ssubscribe") == 0) {
         /* A confirmation from an earlier, since unsubscribed, incarnation
          * of this channel can land here; the waiter's timer covers the
          * short window that leaves. */
@@ -239,10 +254,11 @@ static void *listener_main(void *arg)
 
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
                                   const struct redis_server *srv,
-                                  uint32_t timeout_ms)
+                                  uint32_t timeout_ms, int sharded)
 {
     struct rconn_psub *ps = xcalloc(1, sizeof(*ps));
 
+    ps->sharded = sharded;
     ps->hub = hub;
     ps->srv = *srv;
     ps->timeout_ms = timeout_ms;

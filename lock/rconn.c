@@ -208,6 +208,47 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
                                   "return 1"),
 };
 
+/*
+ * The same scripts for a client of a Redis Cluster: their releases publish
+ * with SPUBLISH (sharded pub/sub, on the slot of the lock's channel), so
+ * that only the node that owns the lock's slot carries the message. Made
+ * once from scripts[] by rewriting every call of 'publish'.
+ */
+static struct redis_script sharded_scripts[RCONN_NSCRIPTS];
+static pthread_once_t sharded_once = PTHREAD_ONCE_INIT;
+
+static void sharded_make(void)
+{
+    static const char from[] = "redis.call('publish'";
+    static const char to[] = "redis.call('spublish'";
+
+    for (int i = 0; i < RCONN_NSCRIPTS; i++) {
+        const char *src = scripts[i].src;
+        size_t n = 0;
+
+        for (const char *p = src; (p = strstr(p, from)); p += sizeof(from) - 1)
+            n++;
+        char *out = xmalloc(strlen(src) + n + 1), *o = out;
+        for (const char *p = src, *q; *p; p = q + sizeof(from) - 1) {
+            q = strstr(p, from);
+            if (!q) {
+                strcpy(o, p);
+                o += strlen(p);
+                break;
+            }
+            memcpy(o, p, (size_t)(q - p));
+            o += q - p;
+            memcpy(o, to, sizeof(to) - 1);
+            o += sizeof(to) - 1;
+        }
+        *o = '\0';
+        sharded_scripts[i].src = out; /* kept for the process's life */
+    }
+}
+
+/* The script table of m: scripts[], or its sharded copy. */
+static struct redis_script *script_table(const struct rconn_mux *m);
+
 int rconn_lock_prepare(struct lock *l)
 {
     static const char *const kinds[] = {
@@ -298,13 +339,23 @@ struct rconn_mux {
     int backoff_err;     /* what calls get until then */
     int64_t used_ms;     /* last reply or send */
     int64_t rx_ms;       /* last bytes read, or when replies became owed */
+    int sharded;         /* a cluster node: the SPUBLISH scripts */
 };
 
+static struct redis_script *script_table(const struct rconn_mux *m)
+{
+    if (!m->sharded)
+        return scripts;
+    pthread_once(&sharded_once, sharded_make);
+    return sharded_scripts;
+}
+
 struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
-                                uint32_t timeout_ms)
+                                uint32_t timeout_ms, int sharded)
 {
     struct rconn_mux *m = xcalloc(1, sizeof(*m));
 
+    m->sharded = sharded;
     pthread_mutex_init(&m->mu, NULL);
     m->srv = *srv;
     m->timeout_ms = timeout_ms;
@@ -442,7 +493,7 @@ static redisContext *connect_one(struct rconn_mux *m, int *err)
     if (!rc)
         return NULL;
     for (int i = 0; i < RCONN_NSCRIPTS; i++) {
-        *err = redis_script_load(rc, &scripts[i]);
+        *err = redis_script_load(rc, &script_table(m)[i]);
         if (*err) {
             redisFree(rc);
             return NULL;
@@ -579,9 +630,9 @@ static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
         if (len < 0)
             abort(); /* only out of memory */
     } else {
-        len =
-            redis_script_format(&scripts[call->script], call->eval, call->nkeys,
-                                call->argc, call->argv, call->lens, &cmd);
+        len = redis_script_format(&script_table(m)[call->script], call->eval,
+                                  call->nkeys, call->argc, call->argv,
+                                  call->lens, &cmd);
     }
 
     pthread_mutex_lock(&m->mu);
@@ -594,6 +645,15 @@ static int mux_send_cmd(struct rconn_mux *m, struct rconn_call *call)
         call->slot = s;
         s->call = call;
         s->script = call->script;
+        if (call->asking) {
+            /* ASKING holds for the next command only: written right in
+             * front of it, in the same critical section. Its +OK is
+             * dropped. */
+            struct rconn_slot *a = xcalloc(1, sizeof(*a));
+            a->script = RCONN_COMMAND;
+            queue_push(m, a);
+            obuf_append(m, "*1\r\n$6\r\nASKING\r\n", 16);
+        }
         queue_push(m, s);
         obuf_append(m, cmd, (size_t)len);
         mux_flush(m);
@@ -617,8 +677,29 @@ int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
     call->eval = 0;
     call->err = 0;
     call->slot = NULL;
+    call->mux = m;
+    call->redirect = NULL;
+    call->asking = 0;
     pthread_cond_init(&call->cv, NULL);
     int err = mux_send_cmd(m, call);
+    if (err)
+        pthread_cond_destroy(&call->cv);
+    return err;
+}
+
+int rconn_mux_resend(struct rconn_mux *m, struct rconn_call *call, int asking)
+{
+    struct redis_cluster_redirect *rd = call->redirect;
+    int err;
+
+    call->eval = 0;
+    call->err = 0;
+    call->slot = NULL;
+    call->mux = m;
+    call->redirect = rd;
+    call->asking = asking;
+    pthread_cond_init(&call->cv, NULL);
+    err = mux_send_cmd(m, call);
     if (err)
         pthread_cond_destroy(&call->cv);
     return err;
@@ -637,8 +718,8 @@ void rconn_mux_send_detached(struct rconn_mux *m, enum rconn_script script,
     struct rconn_slot *s = xcalloc(1, sizeof(*s));
     char *cmd = NULL;
     /* EVAL, not EVALSHA: nobody is there to answer a NOSCRIPT. */
-    int len = redis_script_format(&scripts[script], true, nkeys, argc, argv,
-                                  lens, &cmd);
+    int len = redis_script_format(&script_table(m)[script], true, nkeys, argc,
+                                  argv, lens, &cmd);
 
     s->cmd = xmalloc((size_t)len);
     memcpy(s->cmd, cmd, (size_t)len);
@@ -822,6 +903,13 @@ redisReply *rconn_mux_wait(struct rconn_mux *m, struct rconn_call *call,
     r = call->err ? NULL : call->reply;
     if (call->err) {
         freeReplyObject(call->reply);
+    } else if (r && r->type == REDIS_REPLY_ERROR && call->redirect &&
+               redis_cluster_redirect_parse(r->str, call->redirect) !=
+                   REDIS_CLUSTER_NOT_REDIRECT) {
+        /* The cluster layer follows it (rcluster.c). */
+        *err = -EAGAIN;
+        freeReplyObject(r);
+        r = NULL;
     } else if (r && r->type == REDIS_REPLY_ERROR) {
         log_warn("redis lock script failed", "script=%d reply=\"%.*s\"",
                  (int)call->script, (int)r->len, r->str);

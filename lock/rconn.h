@@ -2,7 +2,11 @@
  * rconn.h - Redis plumbing shared by the redis and redlock backends: one
  * multiplexed connection per server, the lock scripts (loaded once per
  * connection, run with EVALSHA, EVAL again after NOSCRIPT), and a pub/sub
- * listener per server that wakes waiters when a lock is released.
+ * listener per server that wakes waiters when a lock is released. On a
+ * Redis Cluster (the redis backend with a redis-cluster:// URL) there is
+ * one of each per primary, and struct rconn_cluster (rcluster.c, at the
+ * end of this file) routes each call to the owner of its slot; the
+ * scripts then publish with SPUBLISH and the listeners SSUBSCRIBE.
  * Internal to lock/.
  *
  * Keys and channels. Every name starts with the client's prefix P (none
@@ -23,7 +27,8 @@
  *                      as long as the server's clock does not step back
  *                      (two holders of one name are at least a script
  *                      apart: more than a microsecond)
- *   P lock-ch:{T}      the channel the release publishes on
+ *   P lock-ch:{T}      the channel the release publishes on (SPUBLISH
+ *                      on a cluster: sharded pub/sub, in T's slot)
  *   P lock-rel:{T}:OWNER  the last release's receipt: the hold's token,
  *                      for 5 * timeout_ms, so that a release asked again
  *                      after a lost answer answers the same
@@ -48,6 +53,7 @@
 #include <hiredis/hiredis.h>
 
 #include "common/redis.h"
+#include "common/redis_cluster.h"
 #include "lock/internal.h"
 
 /* The kinds' key prefixes (after the client's). */
@@ -161,9 +167,11 @@ struct rconn_mux;
 
 #define RCONN_DEAD_TIMEOUTS 4
 
-/* A mux for srv (its strings must outlive the mux). Never NULL. */
+/* A mux for srv (its strings must outlive the mux). sharded: srv is a
+ * node of a Redis Cluster, and the scripts publish with SPUBLISH instead
+ * of PUBLISH (sharded pub/sub). Never NULL. */
 struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
-                                uint32_t timeout_ms);
+                                uint32_t timeout_ms, int sharded);
 void rconn_mux_free(struct rconn_mux *m);
 
 /* One call in flight: the caller's, usually on its stack, until
@@ -177,6 +185,17 @@ struct rconn_call {
     redisReply *reply;
     int err, done;
     pthread_cond_t cv;
+    struct rconn_mux *mux; /* where it was sent */
+    /* Not NULL (set by the caller after sending): a MOVED, ASK, TRYAGAIN
+     * or CLUSTERDOWN reply is read into it and rconn_mux_wait() fails
+     * with -EAGAIN, without logging, for the caller to follow. */
+    struct redis_cluster_redirect *redirect;
+    int asking; /* ASKING is written right in front of the command */
+    /* rcluster.c's: where a redirection is read, the call's slot, how
+     * many redirections it followed. */
+    struct redis_cluster_redirect rd;
+    unsigned cslot;
+    int redirects;
 };
 
 /*
@@ -190,6 +209,14 @@ struct rconn_call {
 int rconn_mux_send(struct rconn_mux *m, struct rconn_call *call,
                    enum rconn_script s, int nkeys, int argc, const char **argv,
                    const size_t *lens);
+
+/*
+ * Send a call again, as it was set up by rconn_mux_send() (its script,
+ * keys and args, its redirect), on m, with ASKING in front when asking:
+ * after a cluster redirection, whose rconn_mux_wait() has returned. As
+ * rconn_mux_send().
+ */
+int rconn_mux_resend(struct rconn_mux *m, struct rconn_call *call, int asking);
 
 /*
  * Send a plain command (argc strings with lengths, at most
@@ -252,10 +279,14 @@ void rconn_hub_init(struct rconn_hub *h);
 void rconn_hub_destroy(struct rconn_hub *h);
 
 /* Start a listener for srv (its strings must outlive the listener; its
- * thread connects lazily). */
+ * thread connects lazily). sharded: srv is a node of a Redis Cluster, and
+ * channels are subscribed with SSUBSCRIBE (sharded pub/sub: only the
+ * owner of a channel's slot accepts it; when the slot leaves the node the
+ * subscription ends, and its waiters are woken to subscribe again where
+ * it went). */
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
                                   const struct redis_server *srv,
-                                  uint32_t timeout_ms);
+                                  uint32_t timeout_ms, int sharded);
 void rconn_psub_free(struct rconn_psub *ps);
 
 /*
@@ -274,5 +305,61 @@ void rconn_psub_unsubscribe(struct rconn_psub *ps, const char *name);
  * may have lost one) since *gen? If so, returns 1 and moves *gen on.
  */
 int rconn_psub_changed(struct rconn_psub *ps, const char *name, uint64_t *gen);
+
+/*
+ * The redis backend on a Redis Cluster (rcluster.c): one multiplexed
+ * connection (sharded scripts) and one sharded listener per primary, made
+ * as the slot map (CLUSTER SHARDS, asked of the seeds and then of the
+ * known primaries) names them, and kept until the client closes. A call
+ * goes to the primary that owns its slot (its first key's, which carries
+ * the lock's hash tag); rconn_cluster_wait() follows a MOVED reply (the
+ * slot's owner is updated at once, the whole map asked for again before
+ * the next call), an ASK (sent once more to the target behind ASKING),
+ * and TRYAGAIN or CLUSTERDOWN (sent again after a short, growing pause)
+ * within the client's timeout. A call that cannot be sent (the owner is
+ * down) asks for the map again and tries the new owner within the
+ * timeout; a connection that breaks under a call marks the map stale,
+ * and the call fails as on one server (its outcome is unknown).
+ * Thread-safe.
+ */
+struct rconn_cluster;
+
+/* What a cluster client has followed since it was made. */
+struct rconn_cluster_stats {
+    uint64_t moved, ask, tryagain, refresh;
+};
+
+/* A client of the cluster with seeds[0..nseeds) (copied; their strings,
+ * the credentials of seeds[0] for every node, must outlive it); its
+ * listeners share hub. Nothing connects before the first call. */
+struct rconn_cluster *rconn_cluster_new(const struct redis_server *seeds,
+                                        int nseeds, struct rconn_hub *hub,
+                                        uint32_t timeout_ms);
+void rconn_cluster_free(struct rconn_cluster *cl);
+
+/* As rconn_mux_send(), on the owner of slot. */
+int rconn_cluster_send(struct rconn_cluster *cl, struct rconn_call *call,
+                       unsigned slot, enum rconn_script s, int nkeys, int argc,
+                       const char **argv, const size_t *lens);
+
+/* As rconn_mux_wait(), following the cluster's redirections. */
+redisReply *rconn_cluster_wait(struct rconn_cluster *cl,
+                               struct rconn_call *call, int *err);
+
+/* As rconn_mux_send_detached(), on the owner of slot (dropped when the
+ * map names none). */
+void rconn_cluster_send_detached(struct rconn_cluster *cl, unsigned slot,
+                                 enum rconn_script s, int nkeys, int argc,
+                                 const char **argv, const size_t *lens);
+
+/* The listener of slot's owner (it changes when the slot moves: a waiter
+ * asks again at each wake-up), or NULL when no map could be had. */
+struct rconn_psub *rconn_cluster_psub(struct rconn_cluster *cl, unsigned slot);
+
+/* Check every primary that owns slots answers scripts (asking for the
+ * map first when there is none yet, or it is stale). 0 or an errno. */
+int rconn_cluster_ping(struct rconn_cluster *cl);
+
+struct rconn_cluster_stats rconn_cluster_stats(struct rconn_cluster *cl);
 
 #endif

@@ -5,7 +5,10 @@
  * the watchdog. A waiter subscribes to the channel before it retries, so a
  * release between its try and its sleep still wakes it; it also wakes when
  * the holder's TTL runs out, and after a jittered fallback interval. The
- * server is named by its address or by its sentinels (common/redis.h).
+ * server is named by its address or by its sentinels (common/redis.h); or
+ * the backend runs on a Redis Cluster (rconn.h: struct rconn_cluster),
+ * each call at the owner of its lock's slot and each waiter listening
+ * there (sharded pub/sub).
  *
  * The other kinds (fair.c, rwlock.c, semaphore.c) bring their own scripts
  * through struct redis_kind and share this file's wait loop.
@@ -41,19 +44,27 @@
 static int redis_open(struct lock_client *c)
 {
     struct redis_impl *ri;
-    struct redis_server srv;
+    int cluster = strcmp(c->url.scheme, REDIS_CLUSTER_SCHEME) == 0;
+    int nsrv = cluster ? c->url.nhosts : 1;
 
     /* One server: by its address, or by its sentinels (then every host
-     * is a sentinel). */
-    if (c->url.nhosts != 1 && strcmp(c->url.scheme, REDIS_SENTINEL_SCHEME) != 0)
-        return -EINVAL;
-    if (rconn_url_servers(&c->url, &srv))
+     * is a sentinel); or the seeds of a cluster. */
+    if (!cluster && c->url.nhosts != 1 &&
+        strcmp(c->url.scheme, REDIS_SENTINEL_SCHEME) != 0)
         return -EINVAL;
     ri = xcalloc(1, sizeof(*ri));
-    ri->srv = srv;
-    ri->mux = rconn_mux_new(&ri->srv, c->timeout_ms);
+    if (rconn_url_servers(&c->url, ri->srv)) {
+        free(ri);
+        return -EINVAL;
+    }
+    ri->nsrv = nsrv;
     rconn_hub_init(&ri->hub);
-    ri->ps = rconn_psub_new(&ri->hub, &ri->srv, c->timeout_ms);
+    if (cluster) {
+        ri->cl = rconn_cluster_new(ri->srv, nsrv, &ri->hub, c->timeout_ms);
+    } else {
+        ri->mux = rconn_mux_new(&ri->srv[0], c->timeout_ms, 0);
+        ri->ps = rconn_psub_new(&ri->hub, &ri->srv[0], c->timeout_ms, 0);
+    }
     ri->replicas = c->replicas;
     ri->receipt_ms = c->timeout_ms * RECEIPT_TIMEOUTS;
     if (ri->receipt_ms < RECEIPT_MIN_MS)
@@ -66,18 +77,56 @@ static int redis_ping(struct lock_client *c)
 {
     struct redis_impl *ri = c->impl;
 
-    return rconn_mux_ping(ri->mux);
+    return ri->cl ? rconn_cluster_ping(ri->cl) : rconn_mux_ping(ri->mux);
 }
 
 static void redis_close(struct lock_client *c)
 {
     struct redis_impl *ri = c->impl;
 
+    rconn_cluster_free(ri->cl);
     rconn_psub_free(ri->ps);
     rconn_hub_destroy(&ri->hub);
     rconn_mux_free(ri->mux);
-    redis_server_release(&ri->srv);
+    for (int i = 0; i < ri->nsrv; i++)
+        redis_server_release(&ri->srv[i]);
     free(ri);
+}
+
+/* ---- one server, or the owner of the call's slot in a cluster ---- */
+
+/* The slot of a call: its first key's (every script keeps its keys, and
+ * its channels, in the slot of the lock's hash tag). */
+static unsigned call_slot(int nkeys, const char **argv, const size_t *lens)
+{
+    return nkeys > 0 ? redis_key_slot(argv[0], lens[0]) : 0;
+}
+
+static int ri_send(struct redis_impl *ri, struct rconn_call *call,
+                   enum rconn_script s, int nkeys, int argc, const char **argv,
+                   const size_t *lens)
+{
+    if (ri->cl)
+        return rconn_cluster_send(ri->cl, call, call_slot(nkeys, argv, lens), s,
+                                  nkeys, argc, argv, lens);
+    return rconn_mux_send(ri->mux, call, s, nkeys, argc, argv, lens);
+}
+
+static redisReply *ri_wait(struct redis_impl *ri, struct rconn_call *call,
+                           int *err)
+{
+    if (ri->cl)
+        return rconn_cluster_wait(ri->cl, call, err);
+    return rconn_mux_wait(ri->mux, call, err);
+}
+
+/* The listener that carries chan's messages: the one server's, or the
+ * current owner of the channel's slot (NULL: none known). */
+static struct rconn_psub *ri_psub(struct redis_impl *ri, const char *chan)
+{
+    if (ri->cl)
+        return rconn_cluster_psub(ri->cl, redis_key_slot_str(chan));
+    return ri->ps;
 }
 
 /* ---- helpers for every kind ---- */
@@ -93,7 +142,7 @@ redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
 
     if (unknown)
         *unknown = 0;
-    *err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
+    *err = ri_send(ri, &call, s, nkeys, argc, argv, lens);
     if (*err) {
         /* Never sent; but a connection reset under us is worth asking
          * again on a fresh one. */
@@ -101,7 +150,7 @@ redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
             *unknown = *err == -ECONNRESET;
         return NULL;
     }
-    r = rconn_mux_wait(ri->mux, &call, err);
+    r = ri_wait(ri, &call, err);
     if (!r && unknown)
         *unknown = *err == -ETIMEDOUT || *err == -ECONNRESET;
     return r;
@@ -110,14 +159,18 @@ redisReply *lock__redis_run(struct redis_impl *ri, enum rconn_script s,
 void lock__redis_detach(struct redis_impl *ri, enum rconn_script s, int nkeys,
                         int argc, const char **argv, const size_t *lens)
 {
-    rconn_mux_send_detached(ri->mux, s, nkeys, argc, argv, lens);
+    if (ri->cl)
+        rconn_cluster_send_detached(ri->cl, call_slot(nkeys, argv, lens), s,
+                                    nkeys, argc, argv, lens);
+    else
+        rconn_mux_send_detached(ri->mux, s, nkeys, argc, argv, lens);
 }
 
 int lock__redis_take_answer(struct redis_impl *ri, struct lock *l,
                             struct rconn_call *call, int *taken, int64_t *pttl)
 {
     int err = 0;
-    redisReply *r = rconn_mux_wait(ri->mux, call, &err);
+    redisReply *r = ri_wait(ri, call, &err);
 
     if (!r) {
         if (err == -ETIMEDOUT || err == -ECONNRESET)
@@ -147,7 +200,7 @@ int lock__redis_run_take(struct redis_impl *ri, struct lock *l,
                          int64_t *pttl)
 {
     struct rconn_call call;
-    int err = rconn_mux_send(ri->mux, &call, s, nkeys, argc, argv, lens);
+    int err = ri_send(ri, &call, s, nkeys, argc, argv, lens);
 
     if (err)
         return err; /* never sent: nothing to undo */
@@ -245,17 +298,18 @@ void lock__redis_zset_undo(struct redis_impl *ri, const struct lock *l,
 }
 
 /*
- * Sleep until the channel has a message since *gen, or until wake_at
- * (monotonic ms).
+ * Sleep until the channel has a message since *gen on ps (NULL: no
+ * listener, only the timer), or until wake_at (monotonic ms).
  */
-static void wait_message(struct redis_impl *ri, const char *chan, uint64_t *gen,
-                         int64_t wake_at)
+static void wait_message(struct redis_impl *ri, struct rconn_psub *ps,
+                         const char *chan, uint64_t *gen, int64_t wake_at)
 {
     struct timespec ts = {(time_t)(wake_at / 1000),
                           (long)(wake_at % 1000) * 1000000L};
 
     pthread_mutex_lock(&ri->hub.mu);
-    while (!rconn_psub_changed(ri->ps, chan, gen) && lock__mono_ms() < wake_at)
+    while (!(ps && rconn_psub_changed(ps, chan, gen)) &&
+           lock__mono_ms() < wake_at)
         pthread_cond_timedwait(&ri->hub.cond, &ri->hub.mu, &ts);
     pthread_mutex_unlock(&ri->hub.mu);
 }
@@ -453,20 +507,35 @@ static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
     int64_t deadline = now + wait_ms;
     int64_t confirm_by = now + l->c->timeout_ms;
     k->channel(l, chan);
-    uint64_t gen = rconn_psub_subscribe(
-        ri->ps, chan, confirm_by < deadline ? confirm_by : deadline);
+    struct rconn_psub *ps = ri_psub(ri, chan);
+    uint64_t gen = 0;
+    if (ps)
+        gen = rconn_psub_subscribe(
+            ps, chan, confirm_by < deadline ? confirm_by : deadline);
     for (;;) {
         err = k->try_once(ri, l, lease, 1, &taken, &pttl);
         now = lock__mono_ms();
         if (err || taken || now >= deadline)
             break;
+        /* In a cluster the channel's slot may have moved (the try just
+         * made learnt it from a MOVED): listen at its new owner. */
+        struct rconn_psub *owner = ri_psub(ri, chan);
+        if (owner != ps) {
+            if (ps)
+                rconn_psub_unsubscribe(ps, chan);
+            ps = owner;
+            if (ps)
+                gen = rconn_psub_subscribe(ps, chan, now + l->c->timeout_ms);
+            continue; /* a release may have gone by meanwhile */
+        }
         /* The holder's TTL ending publishes nothing: wake for it too. */
         int64_t sleep_ms = lock__jitter_ms(REDIS_FALLBACK_MS, deadline - now);
         if (pttl >= 0 && pttl + 1 < sleep_ms)
             sleep_ms = pttl + 1;
-        wait_message(ri, chan, &gen, now + sleep_ms);
+        wait_message(ri, ps, chan, &gen, now + sleep_ms);
     }
-    rconn_psub_unsubscribe(ri->ps, chan);
+    if (ps)
+        rconn_psub_unsubscribe(ps, chan);
     /* A lost answer was undone already; a plain give-up leaves the
      * queue here. */
     if (!taken && !err && k->queues)
@@ -500,8 +569,8 @@ static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
 
     for (size_t i = 0; i < n; i++) {
         acquire_args(l[i], lease, &a[i]);
-        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_ACQUIRE, 2, 4,
-                                a[i].argv, a[i].lens);
+        err[i] =
+            ri_send(ri, &call[i], RCONN_ACQUIRE, 2, 4, a[i].argv, a[i].lens);
     }
     for (size_t i = 0; i < n; i++) {
         int taken = 0;
@@ -546,14 +615,14 @@ static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
 
     for (size_t i = 0; i < n; i++) {
         release_args(ri, l[i], &a[i]);
-        err[i] = rconn_mux_send(ri->mux, &call[i], RCONN_RELEASE_ONCE, 3, 6,
-                                a[i].argv, a[i].lens);
+        err[i] = ri_send(ri, &call[i], RCONN_RELEASE_ONCE, 3, 6, a[i].argv,
+                         a[i].lens);
     }
     for (size_t i = 0; i < n; i++) {
         redisReply *r = NULL;
 
         if (!err[i])
-            r = rconn_mux_wait(ri->mux, &call[i], &err[i]);
+            r = ri_wait(ri, &call[i], &err[i]);
         if (!r && (err[i] == -ECONNRESET || err[i] == -ETIMEDOUT ||
                    err[i] == -ECONNREFUSED)) {
             err[i] = mutex_release(ri, l[i], &held[i]);

@@ -16,12 +16,16 @@
 
 /* The backend's state (c->impl). */
 struct redis_impl {
-    struct redis_server srv; /* its strings: the client's URL */
-    struct rconn_mux *mux;
+    /* Its strings: the client's URL. The one server, or a cluster's
+     * seeds. */
+    struct redis_server srv[URL_HOSTS_MAX];
+    int nsrv;
+    struct rconn_mux *mux; /* one server; NULL on a cluster */
     struct rconn_hub hub;
-    struct rconn_psub *ps;
-    uint32_t replicas;   /* WAIT for this many after each acquire; 0: no */
-    uint32_t receipt_ms; /* how long a release's receipt is kept */
+    struct rconn_psub *ps;    /* one server; NULL on a cluster */
+    struct rconn_cluster *cl; /* a cluster; NULL on one server */
+    uint32_t replicas;        /* WAIT for this many after each acquire; 0: no */
+    uint32_t receipt_ms;      /* how long a release's receipt is kept */
 };
 
 /* A waiter retries at least this often (jittered down to half) even if no

@@ -55,8 +55,8 @@ static int redlock_open(struct lock_client *c)
     ri->quorum = ri->n / 2 + 1;
     rconn_hub_init(&ri->hub);
     for (int i = 0; i < ri->n; i++) {
-        ri->mux[i] = rconn_mux_new(&ri->srv[i], c->timeout_ms);
-        ri->ps[i] = rconn_psub_new(&ri->hub, &ri->srv[i], c->timeout_ms);
+        ri->mux[i] = rconn_mux_new(&ri->srv[i], c->timeout_ms, 0);
+        ri->ps[i] = rconn_psub_new(&ri->hub, &ri->srv[i], c->timeout_ms, 0);
     }
     c->impl = ri;
     return 0;

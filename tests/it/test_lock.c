@@ -9,6 +9,13 @@
  *   mysql      SECKILL_MYSQL_URL
  *   zookeeper  SECKILL_LOCK_ZK_URL
  *
+ * Compiled again with LOCK_TEST_CLUSTER (make test-cluster), it has one
+ * group, "cluster": the redis backend on SECKILL_LOCK_CLUSTER_URL (the
+ * redis-cluster:// URL of scripts/redis-cluster.sh; the test's own access
+ * goes to the primaries the cluster names, whichever nodes the URL has),
+ * with the tests of a slot moved under a held lock and of the scripts'
+ * spread over the primaries.
+ *
  * A missing URL fails every test of its group: `make test` must cover all
  * four. Checked: mutual exclusion across processes and threads, owner-only
  * release, reentrancy, a SIGKILLed holder, the watchdog, fencing tokens
@@ -55,7 +62,9 @@
 #define THREADED
 #include <zookeeper/zookeeper.h>
 
-#include "common/redis.h"  /* redis_script_crossslot_calls() */
+#include "common/redis.h"         /* redis_script_crossslot_calls() */
+#include "common/redis_cluster.h" /* the map: who owns a slot */
+#include "common/redis_slot.h"
 #include "lock/internal.h" /* lock__url_parse(): where the servers are */
 #include "lock/lock.h"
 #include "tests/it/harness.h"
@@ -103,14 +112,32 @@ struct backend {
     const char *name; /* lock_client_backend() and the group name */
     const char *env;  /* the variable holding its URL */
     int all_kinds;    /* fair, read-write and semaphore, or -ENOTSUP */
+    /* The redis backend on a Redis Cluster (redis-cluster:// URL, its
+     * seeds the primaries): the group is called "cluster". */
+    int cluster;
 };
 
+#ifdef LOCK_TEST_CLUSTER
+/* Built a second time for make test-cluster: the redis backend on the
+ * cluster of scripts/redis-cluster.sh, whose URL is in
+ * SECKILL_LOCK_CLUSTER_URL. */
 static struct backend backends[] = {
-    {BK_REDIS, "redis", "SECKILL_REDIS_URL", 1},
-    {BK_REDLOCK, "redlock", "SECKILL_LOCK_REDLOCK_URL", 0},
-    {BK_MYSQL, "mysql", "SECKILL_MYSQL_URL", 0},
-    {BK_ZK, "zookeeper", "SECKILL_LOCK_ZK_URL", 1},
+    {BK_REDIS, "redis", "SECKILL_LOCK_CLUSTER_URL", 1, 1},
 };
+#else
+static struct backend backends[] = {
+    {BK_REDIS, "redis", "SECKILL_REDIS_URL", 1, 0},
+    {BK_REDLOCK, "redlock", "SECKILL_LOCK_REDLOCK_URL", 0, 0},
+    {BK_MYSQL, "mysql", "SECKILL_MYSQL_URL", 0, 0},
+    {BK_ZK, "zookeeper", "SECKILL_LOCK_ZK_URL", 1, 0},
+};
+#endif
+
+/* The name of b's cmocka group and tests. */
+static const char *group_name(const struct backend *b)
+{
+    return b->cluster ? "cluster" : b->name;
+}
 
 /* A lock of one kind: its name in messages, and for a semaphore how many
  * permits. */
@@ -499,6 +526,8 @@ struct fx {
 
 static unsigned fx_seq;
 
+static void fx_cluster_primaries(struct fx *f);
+
 static int fx_setup(void **state)
 {
     const struct backend *b = *state;
@@ -530,8 +559,63 @@ static int fx_setup(void **state)
         else if (url_parse(f->url, &f->u, err, sizeof(err)) != 0)
             snprintf(f->why_not, sizeof(f->why_not), "%s: %s", b->env, err);
     }
+    if (b->cluster && !f->why_not[0])
+        fx_cluster_primaries(f);
     *state = f;
     return 0;
+}
+
+/*
+ * On a cluster the test reaches behind the API on every primary (to count,
+ * break and clean up a lock's keys; to move slots): the URL's hosts in
+ * f->u are replaced by the primaries of the map that the first seed to
+ * answer gives, since a seed may be a replica by now (a failover, such as
+ * the one make test-cluster's routing test causes). No cmocka: a failure
+ * goes to f->why_not.
+ */
+static void fx_cluster_primaries(struct fx *f)
+{
+    struct redis_cluster_map *m = calloc(1, sizeof(*m));
+    char why[160] = "no seed answered CLUSTER SHARDS";
+    int i, got = 0;
+
+    if (!m)
+        abort();
+    for (i = 0; i < f->u.nhosts && !got; i++) {
+        struct timeval tv = {.tv_sec = 2};
+        redisContext *rc = redisConnectWithTimeout(f->u.hosts[i].host,
+                                                   (int)f->u.hosts[i].port, tv);
+        redisReply *r = NULL;
+
+        if (rc && !rc->err) {
+            redisSetTimeout(rc, tv);
+            if (f->u.has_pass)
+                freeReplyObject(
+                    f->u.user[0]
+                        ? redisCommand(rc, "AUTH %s %s", f->u.user, f->u.pass)
+                        : redisCommand(rc, "AUTH %s", f->u.pass));
+            r = redisCommand(rc, "CLUSTER SHARDS");
+        }
+        if (r && redis_cluster_map_parse(r, m, why, sizeof(why)) == 0)
+            got = 1;
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    if (got && m->nnodes > URL_HOSTS_MAX) {
+        snprintf(why, sizeof(why), "%d primaries", m->nnodes);
+        got = 0;
+    }
+    if (!got) {
+        snprintf(f->why_not, sizeof(f->why_not), "%s: %s", f->b->env, why);
+    } else {
+        for (i = 0; i < m->nnodes; i++) {
+            snprintf(f->u.hosts[i].host, sizeof(f->u.hosts[i].host), "%s",
+                     m->nodes[i].host);
+            f->u.hosts[i].port = m->nodes[i].port;
+        }
+        f->u.nhosts = m->nnodes;
+    }
+    free(m);
 }
 
 /* Every test starts here: the backend's URL must be there. */
@@ -2067,6 +2151,7 @@ static void test_urls_checked(void **state)
         f->b->kind == BK_REDLOCK ? "127.0.0.1:1,127.0.0.1:2," : "";
     const char *tail = f->b->kind == BK_ZK      ? "/locks"
                        : f->b->kind == BK_MYSQL ? "/db"
+                       : f->b->cluster          ? ""
                                                 : "/0";
     char url[1024];
 
@@ -2103,6 +2188,15 @@ static void test_urls_checked(void **state)
     url_accepted(url);
     switch (f->b->kind) {
     case BK_REDIS:
+        if (f->b->cluster) {
+            /* A cluster has only database 0, and no one server to WAIT
+             * for. */
+            url_refused("redis-cluster://127.0.0.1:1,127.0.0.1:2/1");
+            url_refused("redis-cluster://127.0.0.1:1?replicas=1");
+            url_accepted("redis-cluster://127.0.0.1:1,127.0.0.1:2,"
+                         "127.0.0.1:3?timeout_ms=100");
+            break;
+        }
         url_refused("redis://127.0.0.1:1/notadb");
         url_refused("redis://127.0.0.1:1,127.0.0.1:2/0");
         break;
@@ -3238,6 +3332,321 @@ static void test_lost_acquire_undone(void **state)
     }
 }
 
+/* ---- 18. on a Redis Cluster ---- */
+
+/* A waiter whose wake-up was lost retries within its fallback interval
+ * (500 ms, redis_kind.h), plus room for a loaded machine. */
+#define REDIS_POLL_BOUND_MS 1500
+
+/*
+ * The port of the primary that owns slot, as the node of f's first seed
+ * reads the map (CLUSTER SHARDS).
+ */
+static unsigned cluster_owner(struct fx *f, unsigned slot)
+{
+    redisContext **rc = fx_redis(f);
+    redisReply *r = redisCommand(rc[0], "CLUSTER SHARDS");
+    struct redis_cluster_map *m = calloc(1, sizeof(*m));
+    char why[160];
+    unsigned port = 0;
+
+    assert_non_null(r);
+    assert_non_null(m);
+    if (redis_cluster_map_parse(r, m, why, sizeof(why)) != 0)
+        fail_msg("CLUSTER SHARDS: %s", why);
+    if (m->slot_node[slot] != REDIS_CLUSTER_NO_NODE)
+        port = m->nodes[m->slot_node[slot]].port;
+    freeReplyObject(r);
+    free(m);
+    assert_true(port > 0);
+    return port;
+}
+
+/* The test's connection to the primary on port (f->u holds the
+ * primaries: fx_cluster_primaries()). */
+static redisContext *cluster_node(struct fx *f, unsigned port)
+{
+    redisContext **rc = fx_redis(f);
+
+    for (int i = 0; i < f->u.nhosts; i++)
+        if (fx_port(f, i) == port)
+            return rc[i];
+    fail_msg("%u is not a primary", port);
+    return NULL;
+}
+
+/* calls= of cmdstat_<cmd> in INFO commandstats of rc (0 if absent). */
+static long long cmd_calls(redisContext *rc, const char *cmd)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    char needle[64];
+    long long n = 0;
+
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    snprintf(needle, sizeof(needle), "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(r->str, needle);
+    if (p)
+        n = strtoll(p + strlen(needle), NULL, 10);
+    freeReplyObject(r);
+    return n;
+}
+
+/*
+ * Locks whose names hash to every primary's slots: each one's scripts
+ * run on the primary that owns its slot (INFO commandstats of each
+ * primary counts them), and its release publishes there with SPUBLISH,
+ * never PUBLISH.
+ */
+static void test_cluster_spread(void **state)
+{
+    struct fx *f = fx_begin(state);
+    long long scripts0[URL_HOSTS_MAX], spub0[URL_HOSTS_MAX],
+        pub0[URL_HOSTS_MAX];
+    int got[URL_HOSTS_MAX] = {0};
+    char name[LOCK_NAME_MAX + 1], suffix[32];
+    redisContext **rc = fx_redis(f);
+    int i, n, todo = f->u.nhosts;
+
+    for (i = 0; i < f->u.nhosts; i++) {
+        scripts0[i] = cmd_calls(rc[i], "evalsha") + cmd_calls(rc[i], "eval");
+        spub0[i] = cmd_calls(rc[i], "spublish");
+        pub0[i] = cmd_calls(rc[i], "publish");
+    }
+    /* Names until each primary has had one. */
+    for (n = 0; todo > 0 && n < 1000; n++) {
+        snprintf(suffix, sizeof(suffix), "spread-%d", n);
+        fx_name(f, suffix, name);
+        unsigned port = cluster_owner(f, redis_key_slot_str(name));
+        for (i = 0; i < f->u.nhosts; i++)
+            if (fx_port(f, i) == port && !got[i]) {
+                struct lock *l;
+                int held = 0;
+
+                assert_int_equal(lock_new(fx_client(f), name, &l), 0);
+                acquire_expect(l, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+                assert_int_equal(lock_release(l, &held), 0);
+                assert_int_equal(held, 1);
+                lock_free(l);
+                got[i] = 1;
+                todo--;
+            }
+    }
+    assert_int_equal(todo, 0);
+    for (i = 0; i < f->u.nhosts; i++) {
+        long long scripts = cmd_calls(rc[i], "evalsha") +
+                            cmd_calls(rc[i], "eval") - scripts0[i];
+        long long spub = cmd_calls(rc[i], "spublish") - spub0[i];
+        long long pub = cmd_calls(rc[i], "publish") - pub0[i];
+
+        print_message("      primary %u: %lld scripts, %lld SPUBLISH, %lld "
+                      "PUBLISH\n",
+                      fx_port(f, i), scripts, spub, pub);
+        assert_true(scripts >= 2); /* the acquire and the release */
+        assert_true(spub >= 1);
+        assert_int_equal(pub, 0);
+    }
+}
+
+/* What finishes a slot's move: the slot given to the target (node id)
+ * on every primary. Runs on a thread of its own, beside a lock call that
+ * waits for it: no cmocka there. */
+struct slot_finish {
+    redisContext **rc;
+    int n;
+    unsigned slot;
+    char id[41];
+    int64_t delay_ms;
+    int failed;
+};
+
+static void *slot_finish_main(void *arg)
+{
+    struct slot_finish *sf = arg;
+
+    sleep_ms(sf->delay_ms);
+    for (int i = 0; i < sf->n; i++) {
+        redisReply *r = redisCommand(sf->rc[i], "CLUSTER SETSLOT %u NODE %s",
+                                     sf->slot, sf->id);
+        if (!r || r->type != REDIS_REPLY_STATUS)
+            sf->failed = 1;
+        freeReplyObject(r);
+    }
+    return NULL;
+}
+
+/* Move slot from the primary on port from to the one on port to, keys and
+ * all, as redis-cli --cluster reshard does. stop_after_keys: leave it
+ * half-way (IMPORTING/MIGRATING, the keys at the target), for
+ * struct slot_finish to end; the target's node id into idb. */
+static void cluster_move_slot(struct fx *f, unsigned slot, unsigned from,
+                              unsigned to, int stop_after_keys, char idb[41])
+{
+    redisContext *ra = cluster_node(f, from), *rb = cluster_node(f, to);
+    char ida[41];
+    redisReply *r;
+
+    r = redisCommand(ra, "CLUSTER MYID");
+    assert_true(r && r->len == 40);
+    memcpy(ida, r->str, 41);
+    freeReplyObject(r);
+    r = redisCommand(rb, "CLUSTER MYID");
+    assert_true(r && r->len == 40);
+    memcpy(idb, r->str, 41);
+    freeReplyObject(r);
+
+    r = redisCommand(rb, "CLUSTER SETSLOT %u IMPORTING %s", slot, ida);
+    assert_true(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(ra, "CLUSTER SETSLOT %u MIGRATING %s", slot, idb);
+    assert_true(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    for (;;) {
+        r = redisCommand(ra, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        assert_true(r && r->type == REDIS_REPLY_ARRAY);
+        if (r->elements == 0) {
+            freeReplyObject(r);
+            break;
+        }
+        for (size_t k = 0; k < r->elements; k++) {
+            redisReply *m =
+                redisCommand(ra, "MIGRATE 127.0.0.1 %u %b 0 5000", to,
+                             r->element[k]->str, r->element[k]->len);
+            assert_non_null(m);
+            if (m->type == REDIS_REPLY_ERROR)
+                fail_msg("MIGRATE: %s", m->str);
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+    }
+    if (stop_after_keys)
+        return;
+    for (int i = 0; i < f->u.nhosts; i++) {
+        r = redisCommand(fx_redis(f)[i], "CLUSTER SETSLOT %u NODE %s", slot,
+                         idb);
+        assert_true(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+    }
+}
+
+/*
+ * A held lock's slot moved to another primary by hand, mid-hold: while
+ * the slot is half-way (its keys at the target, ASK), another client
+ * still finds it busy, the holder's release finds it there, and a waiter
+ * in another process gets it (its wake-up, published at the target while
+ * it listens at the source, may be lost: then its poll interval). After
+ * the move (MOVED to clients with the old map) the lock still excludes,
+ * tokens still grow, and a release wakes a waiter by SPUBLISH at the new
+ * owner within the hand-over bound. The slot goes back at the end.
+ */
+static void test_cluster_slot_moved(void **state)
+{
+    struct fx *f = fx_begin(state);
+    char name[LOCK_NAME_MAX + 1];
+    struct lock_client *c2;
+    struct lock *a, *b;
+    struct agent *w;
+    struct agent_reply r;
+    struct slot_finish sf = {0};
+    pthread_t th;
+    unsigned slot, from, to = 0;
+    uint64_t fence;
+    int64_t t0, ms;
+    int i;
+
+    fx_name(f, "moved", name);
+    slot = redis_key_slot_str(name);
+    from = cluster_owner(f, slot);
+    for (i = 0; i < f->u.nhosts && !to; i++)
+        if (fx_port(f, i) != from)
+            to = fx_port(f, i);
+    assert_int_equal(lock_client_open(f->url, &f->opt, &c2), 0);
+    assert_true(f->nclients < FX_CLIENTS_MAX);
+    f->clients[f->nclients++] = c2;
+    a = fx_lock(f, name);
+    b = fx_lock_on(f, c2, name);
+    w = agent_start(f, name);
+
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    fence = lock_fence(a);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+
+    /* Half-way: the lock's keys are at the target, the slot still the
+     * source's. The lock is busy there (ASK), and a waiter waits. */
+    cluster_move_slot(f, slot, from, to, 1, sf.id);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+    agent_send(w, AG_ACQUIRE, 5000, LONG_LEASE_MS, 0);
+    sleep_ms(200);
+    /* A script on the half-moved slot whose keys are not all there (the
+     * release's channel and receipt never are) gets TRYAGAIN until the
+     * move ends: the release waits it out, as long as the move takes
+     * less than its timeout. */
+    sf.rc = fx_redis(f);
+    sf.n = f->u.nhosts;
+    sf.slot = slot;
+    sf.delay_ms = TIMEOUT_MS / 4;
+    assert_int_equal(pthread_create(&th, NULL, slot_finish_main, &sf), 0);
+    t0 = mono_us();
+    release_held(a);
+    ms = (mono_us() - t0) / 1000;
+    pthread_join(th, NULL);
+    assert_int_equal(sf.failed, 0);
+    print_message("      release while the slot moved: %lld ms\n",
+                  (long long)ms);
+    r = agent_recv(w, AGENT_REPLY_MS);
+    assert_agent_acquired(r);
+    ms = (r.t_us - t0) / 1000;
+    print_message("      waiter in another process in %lld ms\n",
+                  (long long)ms);
+    /* Its wake-up may have been lost (it listened at the source): then
+     * its poll interval, no more. */
+    assert_true(ms < REDIS_POLL_BOUND_MS);
+    assert_true(r.fence > fence);
+    fence = r.fence;
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_BUSY);
+    r = agent_call(w, AG_RELEASE, 0, 0, 0);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(r.held, 1);
+
+    /* The slot is the target's now. */
+    assert_int_equal(cluster_owner(f, slot), to);
+    acquire_expect(b, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    assert_true(lock_fence(b) > fence);
+    fence = lock_fence(b);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_BUSY);
+    for (i = 0; i < 3; i++) {
+        agent_send(w, AG_ACQUIRE, 5000, LONG_LEASE_MS, 0);
+        sleep_ms(200);
+        t0 = mono_us();
+        release_held(b);
+        r = agent_recv(w, AGENT_REPLY_MS);
+        assert_agent_acquired(r);
+        ms = (r.t_us - t0) / 1000;
+        print_message("      after the move: waiter woken in %lld ms\n",
+                      (long long)ms);
+        /* The first wait may have begun at the source (its try learnt the
+         * MOVED, its subscription follows at the next wake-up); after
+         * that, only SPUBLISH at the new owner is fast enough. */
+        if (i > 0)
+            assert_true(ms < HANDOVER_MAX_MS);
+        assert_true(r.fence > fence);
+        fence = r.fence;
+        r = agent_call(w, AG_RELEASE, 0, 0, 0);
+        assert_int_equal(r.held, 1);
+        acquire_expect(b, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+        assert_true(lock_fence(b) > fence);
+        fence = lock_fence(b);
+    }
+    release_held(b);
+    agent_finish(w, 10000);
+
+    /* Back where it was, for the tests after. */
+    cluster_move_slot(f, slot, to, from, 0, sf.id);
+    acquire_expect(a, 0, LONG_LEASE_MS, LOCK_ACQUIRED);
+    assert_true(lock_fence(a) > fence);
+    release_held(a);
+}
+
 /* ---- main ---- */
 
 struct test_def {
@@ -3247,39 +3656,46 @@ struct test_def {
     /* 1: only where the fair, read-write and semaphore kinds are offered;
      * -1: only where they are not; 0: everywhere. */
     int kinds;
+    /* 1: only on a Redis Cluster; -1: never there; 0: everywhere. */
+    int cluster;
 };
 
 static const struct test_def test_defs[] = {
-    {"input: names", test_names_checked, -1, 0},
-    {"input: urls", test_urls_checked, -1, 0},
-    {"mutual exclusion", test_mutual_exclusion, -1, 0},
-    {"only the owner releases", test_only_owner_releases, -1, 0},
-    {"reentrancy", test_reentrancy, -1, 0},
-    {"killed holder frees the lock", test_killed_holder_frees, -1, 0},
+    {"input: names", test_names_checked, -1, 0, 0},
+    {"input: urls", test_urls_checked, -1, 0, 0},
+    {"mutual exclusion", test_mutual_exclusion, -1, 0, 0},
+    {"only the owner releases", test_only_owner_releases, -1, 0, 0},
+    {"reentrancy", test_reentrancy, -1, 0, 0},
+    {"killed holder frees the lock", test_killed_holder_frees, -1, 0, 0},
     {"watchdog keeps the lock, then stops", test_watchdog_keeps_then_stops, -1,
-     0},
-    {"watchdog detects a lost lock", test_watchdog_detects_loss, -1, 0},
+     0, 0},
+    {"watchdog detects a lost lock", test_watchdog_detects_loss, -1, 0, 0},
     {"fencing rejects a paused holder", test_fencing_rejects_stale_holder, -1,
-     0},
-    {"redlock quorum", test_redlock_quorum, BK_REDLOCK, 0},
-    {"release wakes a waiter", test_release_wakes_waiter, -1, 0},
-    {"backend down fails fast", test_backend_down_fails_fast, -1, 0},
-    {"release is idempotent", test_release_idempotent, -1, 0},
+     0, 0},
+    {"redlock quorum", test_redlock_quorum, BK_REDLOCK, 0, 0},
+    {"release wakes a waiter", test_release_wakes_waiter, -1, 0, 0},
+    {"backend down fails fast", test_backend_down_fails_fast, -1, 0, 0},
+    {"release is idempotent", test_release_idempotent, -1, 0, -1},
+    /* Their proxies sit in front of the URL's hosts, which a cluster
+     * client leaves for the addresses the cluster names. */
     {"an acquire whose answer is lost is undone", test_lost_acquire_undone,
-     BK_REDIS, 1},
+     BK_REDIS, 1, -1},
     {"multi-lock: opposite orders both finish", test_multi_opposite_orders, -1,
-     0},
-    {"multi-lock: all or none", test_multi_all_or_none, -1, 0},
-    {"kinds: refused with -ENOTSUP", test_kinds_refused, -1, -1},
-    {"fair: FIFO, also past a killed waiter", test_fair_order, -1, 1},
-    {"read-write: readers share, writers exclude", test_rw_exclusion, -1, 1},
+     0, 0},
+    {"multi-lock: all or none", test_multi_all_or_none, -1, 0, 0},
+    {"kinds: refused with -ENOTSUP", test_kinds_refused, -1, -1, 0},
+    {"fair: FIFO, also past a killed waiter", test_fair_order, -1, 1, 0},
+    {"read-write: readers share, writers exclude", test_rw_exclusion, -1, 1, 0},
     {"read-write: a writer waits only for readers inside",
-     test_rw_writer_not_starved, -1, 1},
+     test_rw_writer_not_starved, -1, 1, 0},
     {"read-write: reentrancy, downgrade, no upgrade, watchdog",
-     test_rw_semantics, -1, 1},
-    {"semaphore: never more than N holders", test_semaphore_limit, -1, 1},
+     test_rw_semantics, -1, 1, 0},
+    {"semaphore: never more than N holders", test_semaphore_limit, -1, 1, 0},
     {"kinds: a killed holder's lock comes back", test_kinds_killed_holder, -1,
-     1},
+     1, 0},
+    {"scripts run on every primary, releases SPUBLISH", test_cluster_spread,
+     BK_REDIS, 0, 1},
+    {"a slot moved under a held lock", test_cluster_slot_moved, BK_REDIS, 0, 1},
 };
 enum { NTESTS = sizeof(test_defs) / sizeof(test_defs[0]) };
 
@@ -3308,8 +3724,11 @@ int main(int argc, char **argv)
             if ((test_defs[k].kinds > 0 && !backends[i].all_kinds) ||
                 (test_defs[k].kinds < 0 && backends[i].all_kinds))
                 continue;
-            snprintf(names[n], sizeof(names[n]), "%s: %s", backends[i].name,
-                     test_defs[k].name);
+            if ((test_defs[k].cluster > 0 && !backends[i].cluster) ||
+                (test_defs[k].cluster < 0 && backends[i].cluster))
+                continue;
+            snprintf(names[n], sizeof(names[n]), "%s: %s",
+                     group_name(&backends[i]), test_defs[k].name);
             tests[n] = (struct CMUnitTest){
                 .name = names[n],
                 .test_func = test_defs[k].fn,
@@ -3319,8 +3738,8 @@ int main(int argc, char **argv)
             };
             n++;
         }
-        failed +=
-            _cmocka_run_group_tests(backends[i].name, tests, n, NULL, NULL);
+        failed += _cmocka_run_group_tests(group_name(&backends[i]), tests, n,
+                                          NULL, NULL);
     }
     it_sql_close();
     return failed;

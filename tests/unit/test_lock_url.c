@@ -48,6 +48,9 @@ static void test_settings(void **state)
         {"redis://h?timeout_ms=10&replicas=2&replicas", 0, 0, 0, 0},
         /* Replica confirmation is a single Redis server's. */
         {"redlock://a:1,b:2,c:3/0?replicas=1", 0, 0, 0, 0},
+        /* A cluster: no one server to WAIT for either. */
+        {"redis-cluster://a:1,b:2,c:3?timeout_ms=50", 1, 50, 0, 0},
+        {"redis-cluster://a:1,b:2,c:3?replicas=1", 0, 0, 0, 0},
         {"mysql://u:p@h:1/db?replicas=0", 0, 0, 0, 0},
         {"zookeeper://h:1/locks?replicas=1", 0, 0, 0, 0},
     };
@@ -82,21 +85,20 @@ static void test_settings(void **state)
 static void test_client_open_refuses(void **state)
 {
     static const char *const bad[] = {
-        "nosuch://h:1",
-        "redis://h:1/notadb",
+        "nosuch://h:1", "redis://h:1/notadb",
         "redis://a:1,b:2",         /* one server only */
         "redlock://a:1,b:2",       /* RedLock needs at least three */
         "redlock://a:1,b:2,c:3/x", /* database must be a number */
         "redis://:p%4@h",          /* a bad percent-escape */
-        "redis://h?timeout_ms=0",
-        "zookeeper://h?bogus=1",
+        "redis://h?timeout_ms=0", "zookeeper://h?bogus=1",
         "redis-sentinel://s1,s2,s3",     /* no master's name */
         "redis-sentinel://s1/m/99",      /* no such database */
         "redis-sentinel://s1/m?bogus=1", /* an unknown setting */
         /* Replica confirmation is a single Redis server's. */
-        "redlock://a:1,b:2,c:3/0?replicas=1",
-        "mysql://u:p@h:1/db?replicas=1",
+        "redlock://a:1,b:2,c:3/0?replicas=1", "mysql://u:p@h:1/db?replicas=1",
         "zookeeper://h:1/locks?replicas=1",
+        "redis-cluster://a:1,b:2?replicas=1",
+        "redis-cluster://a:1,b:2/1", /* a cluster has only database 0 */
     };
     struct lock_client *c = NULL;
 
@@ -130,6 +132,15 @@ static void test_client_open_refuses(void **state)
                                          "127.0.0.1:2,127.0.0.1:3/main/1",
                                          NULL, &c));
     assert_string_equal("redis", lock_client_backend(c));
+    lock_client_close(c);
+
+    /* So is a Redis Cluster named by some of its nodes. */
+    assert_int_equal(0, lock_client_open("redis-cluster://127.0.0.1:1,"
+                                         "127.0.0.1:2,127.0.0.1:3",
+                                         NULL, &c));
+    assert_string_equal("redis", lock_client_backend(c));
+    assert_int_equal(0, lock_new(c, "x", &l));
+    lock_free(l);
     lock_client_close(c);
 }
 
