@@ -643,7 +643,7 @@ bench-paystorm: services
 	@bench/paystorm.sh $(BUILD)
 
 # The purchase transaction through MariaDB's Spider engine (two backends,
-# one front, private servers on BENCH_SPIDER_PORT 53307..53309) beside the
+# one front, private servers on BENCH_SPIDER_PORT 13331..13333) beside the
 # same transaction on a backend directly (bench/spider.sh, under a
 # minute); ends "bench-spider c16: direct= spider= ratio= ...". Needs no
 # seckilld and no make services. Not part of make test.

@@ -19,7 +19,9 @@
 # checked after each run, through the front and on b0. Prints tx/s and
 # p99 for each and the ratio; the servers are stopped on exit.
 #
-# Ports: BENCH_SPIDER_PORT (53307) for b0, +1 b1, +2 the front.
+# Ports: BENCH_SPIDER_PORT (13331) for b0, +1 b1, +2 the front: below
+# the kernel's ephemeral range (32768-60999), where an outgoing
+# connection can hold the port and a server then fails to bind it.
 # Settings: BENCH_SPIDER_SECONDS (5) per run, BENCH_SPIDER_THREADS
 # ("16 64"), BENCH_SPIDER_XA (0: spider_internal_xa on the front, 1 turns
 # it on).
@@ -30,7 +32,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-BASE_PORT=${BENCH_SPIDER_PORT:-53307}
+BASE_PORT=${BENCH_SPIDER_PORT:-13331}
 SECS=${BENCH_SPIDER_SECONDS:-5}
 THREADS=${BENCH_SPIDER_THREADS:-16 64}
 XA=${BENCH_SPIDER_XA:-0}
@@ -58,13 +60,9 @@ mkdir -p "$RAW"
 WORK=$ROOT/.run/bench/spider
 mkdir -p "$WORK"
 
-if ((EUID == 0)); then
-    ADMIN=root
-    AS_USER=(--user=root)
-else
-    ADMIN=$(id -un)
-    AS_USER=()
-fi
+# The admin identity (ADMIN, AS_USER) of the project's MariaDB servers.
+# shellcheck source=scripts/lib/mariadb.sh
+. "$ROOT/scripts/lib/mariadb.sh"
 
 NAMES=(b0 b1 front)
 declare -A PORT_OF PID_OF
