@@ -617,6 +617,10 @@ int sale_refund_done(struct sale *s, int64_t id, const struct sale_actor *who,
 /* The backends a sale needs, as /readyz reports them. */
 struct sale_health {
     bool mysql_ok, redis_ok;
+    /* On a Redis Cluster: "ok" when every primary says cluster_state:ok,
+     * else "fail" or "unreachable" (redis_ok is then false); NULL on one
+     * Redis. */
+    const char *redis_cluster;
     int lock_err;             /* 0, or the lock backend's ping error */
     const char *lock_backend; /* "redis", "zookeeper", ... ("none") */
     bool replica;             /* a read replica is configured */
