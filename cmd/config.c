@@ -818,12 +818,17 @@ const struct config_setting config_settings[] = {
      .scope = CONFIG_FOR_SERVE | CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_redis_url,
      FIELD(http.store),
-     .help = "redis://[:pass@]host[:port][/db] or "
-             "redis-sentinel://h1:p1,h2:p2/name/db",
+     .help = "redis://[:pass@]host[:port][/db], "
+             "redis-sentinel://h1:p1,h2:p2/name/db or "
+             "redis-cluster://h1:p1,h2:p2,...",
      .doc = "`redis://[[user]:pass@]host[:port][/db]`, or "
             "`redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../<master>[/"
             "db]` to find the master through Sentinel (sentinel port 26379 by "
-            "default; see [Redis Sentinel](operations.md#redis-sentinel))"},
+            "default; see [Redis Sentinel](operations.md#redis-sentinel)), or "
+            "`redis-cluster://[[user]:pass@]h1[:p1],h2[:p2],...` for a Redis "
+            "Cluster (7.0 or later) reached first through those nodes, with "
+            "`SECKILL_PURCHASE_MODE=sync` only: the async mode refuses it "
+            "([Redis Cluster](scaling.md#redis-cluster-what-runs-on-it))"},
     {.flag = "secret",
      .env = "SECKILL_SECRET",
      .arg = "HEX",
@@ -1109,7 +1114,9 @@ const struct config_setting config_settings[] = {
             "orders)). "
             "With `async` the service refuses to start, with one line and exit "
             "status 2, unless its Redis has `appendonly yes` and `appendfsync "
-            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`"},
+            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`; it refuses `async` "
+            "on a `redis-cluster://` URL the same way, and with `sync` there "
+            "a voucher created with `purchaseMode` `async` is refused"},
     {.flag = "async-accept-loss",
      .env = "SECKILL_ASYNC_ACCEPT_LOSS",
      .arg = "0|1",

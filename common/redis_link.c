@@ -10,16 +10,16 @@
 #include "common/redis_slot.h"
 
 redisReply *redis_link_command(struct redis_link *l, const char *key, int argc,
-                               const char **argv, const size_t *lens,
-                               int *err)
+                               const char **argv, const size_t *lens, int *err)
 {
     redisReply *r;
 
     *err = 0;
     if (l->cluster)
-        return redis_cluster_command(
-            l->cluster, key ? (int)redis_key_slot_str(key) : REDIS_CLUSTER_ANY_SLOT,
-            argc, argv, lens, l->budget_ms, err);
+        return redis_cluster_command(l->cluster,
+                                     key ? (int)redis_key_slot_str(key)
+                                         : REDIS_CLUSTER_ANY_SLOT,
+                                     argc, argv, lens, l->budget_ms, err);
     r = redisCommandArgv(l->rc, argc, argv, lens);
     if (!r)
         *err = redis_errno(l->rc);
@@ -77,8 +77,8 @@ static int pipeline_one(redisContext *rc, const struct redis_cluster_cmd *cmds,
         if (!c->script || !redis_reply_is_noscript(replies[i]))
             continue;
         freeReplyObject(replies[i]);
-        replies[i] = redis_script_run(rc, c->script, c->nkeys, c->argc,
-                                      c->argv, c->lens, &err);
+        replies[i] = redis_script_run(rc, c->script, c->nkeys, c->argc, c->argv,
+                                      c->lens, &err);
         if (!replies[i])
             first = err;
     }

@@ -23,9 +23,9 @@
 #include "common/redis_cluster.h"
 
 struct redis_link {
-    redisContext *rc;             /* one server; NULL on a cluster */
+    redisContext *rc;              /* one server; NULL on a cluster */
     struct redis_cluster *cluster; /* a cluster; NULL on one server */
-    unsigned budget_ms;           /* a cluster call's time for redirections */
+    unsigned budget_ms;            /* a cluster call's time for redirections */
 };
 
 /* True when l is a cluster's. */
@@ -43,8 +43,7 @@ static inline bool redis_link_is_cluster(const struct redis_link *l)
  * unusable); on a cluster as redis_cluster_command().
  */
 redisReply *redis_link_command(struct redis_link *l, const char *key, int argc,
-                               const char **argv, const size_t *lens,
-                               int *err);
+                               const char **argv, const size_t *lens, int *err);
 
 /*
  * Run script s with nkeys keys first in argv (argc strings in all), as

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "common/metrics.h"
@@ -1088,6 +1089,53 @@ static void test_service_notices_follow_slot(void **state)
     }
 }
 
+/*
+ * The async mode is not served on a cluster: the binary started with
+ * SECKILL_PURCHASE_MODE=async exits 2 with one line naming the setting,
+ * and a sync instance refuses a voucher created with purchaseMode async
+ * (400), writing nothing.
+ */
+static void test_service_async_refused(void **state)
+{
+    const char *over[] = {cluster_env, "SECKILL_PURCHASE_MODE=async", NULL};
+    char log[IT_PATH_MAX], admin[TOKEN_STR_LEN], begin[UTIL_TIME_LEN],
+        end[UTIL_TIME_LEN];
+    char *argv[] = {(char *)it_bin(), "--port", "1", NULL};
+    char **env = it_env_build(over), *out, *body;
+    struct it_resp r;
+    int status = 0;
+    int64_t shop = it_unique();
+    pid_t pid;
+
+    (void)state;
+    snprintf(log, sizeof(log), "%s/cluster-async-%d.log", it_log_dir(),
+             (int)getpid());
+    pid = it_spawn(argv, env, log);
+    it_env_free(env);
+    assert_true(pid > 0);
+    assert_int_equal(0, it_wait_exit(pid, 10000, &status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(2, WEXITSTATUS(status));
+    out = it_file_read(log);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "SECKILL_PURCHASE_MODE=sync only"));
+    free(out);
+
+    body = xasprintf("{\"shopId\":%lld,\"title\":\"it async\","
+                     "\"payValue\":4750,\"actualValue\":5000,"
+                     "\"type\":\"seckill\",\"stock\":5,\"purchaseMode\":"
+                     "\"async\",\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                     (long long)shop, it_time(-60, begin), it_time(3600, end));
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    it_http(&srvs[SRV_CROWD], "POST", "/api/vouchers", body, admin, &r);
+    it_assert_error(&r, 400, "BAD_REQUEST");
+    it_resp_free(&r);
+    free(body);
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM vouchers WHERE "
+                                      "shop_id = %lld",
+                                      (long long)shop));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1103,6 +1151,7 @@ int main(void)
         cmocka_unit_test(test_service_crowd),
         cmocka_unit_test(test_service_rate_all_or_none),
         cmocka_unit_test(test_service_notices_follow_slot),
+        cmocka_unit_test(test_service_async_refused),
     };
     int failed;
 
