@@ -26,7 +26,8 @@
 #                  make cluster-roll restarts them in turn, make cluster-stop
 #   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
 #                  (scripts/redis-cluster.sh) and the routing's test against
-#                  it (tests/it/test_redis_cluster.c, ~9 s); the lock
+#                  it, and the service on it (tests/it/test_redis_cluster.c,
+#                  ~15 s); the lock
 #                  contract suite on it (test_lock.c with LOCK_TEST_CLUSTER,
 #                  ~47 s; also starts make services); two MariaDB primaries
 #                  (scripts/mysql-shards.sh) and the shards' test
