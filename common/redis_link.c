@@ -5,6 +5,7 @@
 #include "common/redis_link.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/redis_slot.h"
@@ -52,8 +53,13 @@ static int pipeline_one(redisContext *rc, const struct redis_cluster_cmd *cmds,
             int len = redis_script_format(c->script, false, c->nkeys, c->argc,
                                           c->argv, c->lens, &buf);
 
-            if (len < 0)
+            if (len < 0) {
+                /* Commands appended before it would leave their replies
+                 * unread: the connection is given up. */
+                rc->err = REDIS_ERR_OOM;
+                snprintf(rc->errstr, sizeof(rc->errstr), "out of memory");
                 return -ENOMEM;
+            }
             redisAppendFormattedCommand(rc, buf, (size_t)len);
             redisFreeCommand(buf);
         } else {
