@@ -723,8 +723,8 @@ static void test_primary_killed(void **state)
 #define CROWD_USER_BASE 700000000000LL
 
 /* The service's instances: one for the crowd, one with tight rate
- * limits. */
-enum { SRV_CROWD, SRV_RATE, SRV_COUNT };
+ * limits, and another plain one. */
+enum { SRV_CROWD, SRV_RATE, SRV_B, SRV_COUNT };
 static struct it_server srvs[SRV_COUNT];
 
 /* SECKILL_REDIS_URL=redis-cluster://... of the first three nodes. */
@@ -746,7 +746,8 @@ static int service_setup(void **state)
              "127.0.0.1:%u",
              base_port, base_port + 1, base_port + 2);
     if (it_server_start(&srvs[SRV_CROWD], "cluster-crowd", crowd) ||
-        it_server_start(&srvs[SRV_RATE], "cluster-rate", rate))
+        it_server_start(&srvs[SRV_RATE], "cluster-rate", rate) ||
+        it_server_start(&srvs[SRV_B], "cluster-b", crowd))
         return -1;
     return 0;
 }
@@ -1136,6 +1137,46 @@ static void test_service_async_refused(void **state)
                                       (long long)shop));
 }
 
+/* GET /api/orders with tok on srv: the status. */
+static long orders_status(const struct it_server *srv, const char *tok)
+{
+    struct it_resp r;
+    long st = it_http(srv, "GET", "/api/orders", NULL, tok, &r);
+
+    it_resp_free(&r);
+    return st;
+}
+
+/*
+ * A token logged out on one instance is refused on another within a
+ * second: the denylist script runs at its key's slot owner, and its
+ * notice (a separate SPUBLISH on a cluster: the channel is in another
+ * slot) reaches the other instance's sessions listener.
+ */
+static void test_service_logout_spreads(void **state)
+{
+    const struct it_server *a = &srvs[SRV_CROWD], *b = &srvs[SRV_B];
+    char tok[TOKEN_STR_LEN];
+    int64_t t0;
+    struct it_resp r;
+
+    (void)state;
+    it_token(CROWD_USER_BASE + it_unique(), TOKEN_ROLE_USER, 3600, tok);
+    assert_int_equal(200, orders_status(b, tok));
+    it_http(a, "POST", "/api/auth/logout", NULL, tok, &r);
+    it_assert_status(&r, 204);
+    it_resp_free(&r);
+    assert_int_equal(401, orders_status(a, tok));
+    t0 = util_mono_ms();
+    while (orders_status(b, tok) != 401) {
+        if (util_mono_ms() - t0 > 1000)
+            fail_msg("the other instance still takes the token after 1 s");
+        usleep(20 * 1000);
+    }
+    print_message("refused on the other instance after %lld ms\n",
+                  (long long)(util_mono_ms() - t0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1152,6 +1193,7 @@ int main(void)
         cmocka_unit_test(test_service_rate_all_or_none),
         cmocka_unit_test(test_service_notices_follow_slot),
         cmocka_unit_test(test_service_async_refused),
+        cmocka_unit_test(test_service_logout_spreads),
     };
     int failed;
 
