@@ -908,6 +908,20 @@ static void test_service_crowd(void **state)
         print_message("primary %u: %lld script calls\n", prim[i], n);
         assert_true(n > 0);
     }
+    /* The store's threads each read the slot map (and, outside a slot
+     * move, were never redirected). */
+    {
+        const char *name =
+            "seckill_redis_cluster_redirections_total{kind=\"refresh\"} ";
+        struct it_resp m;
+        const char *at;
+
+        assert_int_equal(200, it_http(srv, "GET", "/metrics", NULL, NULL, &m));
+        at = strstr(m.body, name);
+        assert_non_null(at);
+        assert_true(strtoll(at + strlen(name), NULL, 10) >= 1);
+        it_resp_free(&m);
+    }
     assert_int_equal(200, it_http(srv, "GET", "/readyz", NULL, NULL, &ready));
     assert_string_equal("ok", it_json_str(json_object_get(ready.json, "checks"),
                                           "redisCluster"));
