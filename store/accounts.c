@@ -172,7 +172,7 @@ int store_token_deny(struct store *st, uint64_t jti, int64_t exp_s,
     char id[20], exp[24], key[STORE_KEY_MAX];
     /* On a cluster the script's channel would be in another slot than
      * its key: it publishes nothing there, and the notice follows it
-     * (store_redis_publish(): sharded pub/sub). */
+     * (store_publish(): sharded pub/sub). */
     bool cluster = store_redis_is_cluster(st->cfg);
     const char *argv[5] = {key, id, exp, cluster ? "" : channel, msg};
     redisReply *r;
