@@ -26,7 +26,8 @@
 #                  make cluster-roll restarts them in turn, make cluster-stop
 #   make test-cluster a Redis Cluster of 3 primaries + 3 replicas on loopback
 #                  (scripts/redis-cluster.sh) and the routing's test against
-#                  it (tests/it/test_redis_cluster.c, ~9 s); the lock
+#                  it, and the service on it (tests/it/test_redis_cluster.c,
+#                  ~15 s); the lock
 #                  contract suite on it (test_lock.c with LOCK_TEST_CLUSTER,
 #                  ~47 s; also starts make services); two MariaDB primaries
 #                  (scripts/mysql-shards.sh) and the shards' test
@@ -512,10 +513,10 @@ cluster-stop:
 # test against them (common/redis_cluster.h). SANITIZE=address,undefined
 # runs the sanitizer build of the test.
 $(BUILD)/tests/cluster_test_redis_cluster: \
-        $(BUILD)/obj/tests/it/test_redis_cluster.o $(LIB_OBJ)
+        $(BUILD)/obj/tests/it/test_redis_cluster.o $(IT_HELPER_OBJ) $(LIB_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LD  $@"
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS) -lcmocka -lcurl
 
 # The lock contract suite again (tests/it/test_lock.c with
 # LOCK_TEST_CLUSTER): the redis backend on the cluster's URL, plus a slot
@@ -546,7 +547,9 @@ test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
               $(BUILD)/tests/cluster_test_lock \
               $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld services
 	@scripts/redis-cluster.sh up
-	@CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
+	@scripts/services.sh reset-test
+	@set -a; . .run/env.test; set +a; SECKILL_BIN=$(BUILD)/seckilld \
+	    CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
 	@scripts/services.sh reset-test
 	@set -a; . .run/env.test; set +a; \
 	    SECKILL_LOCK_CLUSTER_URL=$$(scripts/redis-cluster.sh url) \

@@ -348,8 +348,9 @@ static int mysql_url(const char *name, struct url *u, const char *url,
     return 0;
 }
 
-/* A redis:// or redis-sentinel:// URL of setting name, parsed into cfg's
- * redis_url, into sc's redis_*. */
+/* A redis://, redis-sentinel:// or redis-cluster:// URL of setting name,
+ * parsed into cfg's redis_url (and a cluster's seeds into redis_seeds),
+ * into sc's redis_*. */
 static int redis_url(const char *name, struct config *cfg, const char *url,
                      struct store_config *sc, char *err, size_t errlen)
 {
@@ -359,16 +360,30 @@ static int redis_url(const char *name, struct config *cfg, const char *url,
 
     if (url_parse(url, u, why, sizeof(why)))
         return fail(err, errlen, "%s: %s", name, why);
+    sc->redis_cluster_seeds = NULL;
+    sc->redis_cluster_nseeds = 0;
     if (strcmp(u->scheme, REDIS_CLUSTER_SCHEME) == 0) {
-        /* The URL is read as a cluster's anywhere (a database number
-         * refused), but the store still talks to one server. */
+        /* Each host a seed node (a database number refused); the
+         * async purchase mode is refused later (config_parse()). */
+        if (u->nquery)
+            return fail(err, errlen,
+                        "%s: expected "
+                        "redis-cluster://[[user]:pass@]h1[:p1],h2[:p2],...",
+                        name);
         for (int i = 0; i < u->nhosts; i++)
-            if (redis_server_from_url(u, i, &rs, why, sizeof(why)))
+            if (redis_server_from_url(u, i, &cfg->redis_seeds[i], why,
+                                      sizeof(why)))
                 return fail(err, errlen, "%s: %s", name, why);
-        return fail(err, errlen,
-                    "%s: redis-cluster:// is not supported by the store "
-                    "yet; use redis:// or redis-sentinel://",
-                    name);
+        rs = cfg->redis_seeds[0];
+        sc->redis_host = rs.host;
+        sc->redis_port = rs.port;
+        sc->redis_user = rs.user;
+        sc->redis_pass = rs.pass;
+        sc->redis_db = 0;
+        sc->redis_sentinel = NULL;
+        sc->redis_cluster_seeds = cfg->redis_seeds;
+        sc->redis_cluster_nseeds = u->nhosts;
+        return 0;
     }
     if (strcmp(u->scheme, REDIS_SENTINEL_SCHEME) == 0) {
         if (u->nquery || redis_server_from_url(u, 0, &rs, why, sizeof(why)))
@@ -803,12 +818,17 @@ const struct config_setting config_settings[] = {
      .scope = CONFIG_FOR_SERVE | CONFIG_FOR_USERS_NORMALIZE,
      .parse = set_redis_url,
      FIELD(http.store),
-     .help = "redis://[:pass@]host[:port][/db] or "
-             "redis-sentinel://h1:p1,h2:p2/name/db",
+     .help = "redis://[:pass@]host[:port][/db], "
+             "redis-sentinel://h1:p1,h2:p2/name/db or "
+             "redis-cluster://h1:p1,h2:p2,...",
      .doc = "`redis://[[user]:pass@]host[:port][/db]`, or "
             "`redis-sentinel://[[user]:pass@]h1[:p1],h2[:p2],.../<master>[/"
             "db]` to find the master through Sentinel (sentinel port 26379 by "
-            "default; see [Redis Sentinel](operations.md#redis-sentinel))"},
+            "default; see [Redis Sentinel](operations.md#redis-sentinel)), or "
+            "`redis-cluster://[[user]:pass@]h1[:p1],h2[:p2],...` for a Redis "
+            "Cluster (7.0 or later) reached first through those nodes, with "
+            "`SECKILL_PURCHASE_MODE=sync` only: the async mode refuses it "
+            "([Redis Cluster](scaling.md#redis-cluster-what-runs-on-it))"},
     {.flag = "secret",
      .env = "SECKILL_SECRET",
      .arg = "HEX",
@@ -1102,7 +1122,9 @@ const struct config_setting config_settings[] = {
             "orders)). "
             "With `async` the service refuses to start, with one line and exit "
             "status 2, unless its Redis has `appendonly yes` and `appendfsync "
-            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`"},
+            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`; it refuses `async` "
+            "on a `redis-cluster://` URL the same way, and with `sync` there "
+            "a voucher created with `purchaseMode` `async` is refused"},
     {.flag = "async-accept-loss",
      .env = "SECKILL_ASYNC_ACCEPT_LOSS",
      .arg = "0|1",
@@ -1915,6 +1937,15 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
                     "SECKILL_MYSQL_SHARDS: %u shards given, but sharding sales "
                     "over several primaries is not served yet (give one)",
                     cfg->nshards);
+    /* The async mode's scripts, stream writer and reconciliation are
+     * written for one Redis (or one behind Sentinel): not for a cluster
+     * yet. */
+    if (cfg->http.store.redis_cluster_nseeds &&
+        cfg->http.purchase_mode == PURCHASE_ASYNC)
+        return fail(err, errlen,
+                    "SECKILL_REDIS_URL: a redis-cluster:// URL is served with "
+                    "SECKILL_PURCHASE_MODE=sync only; the async mode needs "
+                    "redis:// or redis-sentinel://");
     /* A login code must go somewhere: to the buyer's phone, or (dev mode)
      * back in the answer. */
     if (!cfg->http.dev && !(cfg->http.sms_webhook && cfg->http.sms_webhook[0]))

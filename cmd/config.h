@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/redis.h"
 #include "common/url.h"
 #include "cmd/server.h"
 
@@ -64,6 +65,9 @@ struct config {
     /* the parsed URLs (common/url.h), decoded */
     struct url mysql_url;
     struct url redis_url;
+    /* A redis-cluster:// URL's seed nodes (http.store's
+     * redis_cluster_seeds point here; strings in redis_url). */
+    struct redis_server redis_seeds[URL_HOSTS_MAX];
     struct url mysql_replica_url;
     /* The replica's store config (http.store.replica points here). */
     struct store_config replica_store;

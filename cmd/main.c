@@ -174,7 +174,9 @@ static int serve(const struct config *cfg)
              cfg->http.bind, server_port(srv), cfg->http.threads,
              cfg->http.store.mysql_host, cfg->http.store.mysql_port,
              cfg->http.store.mysql_db,
-             cfg->http.store.redis_sentinel ? "sentinel:" : "",
+             cfg->http.store.redis_sentinel         ? "sentinel:"
+             : cfg->http.store.redis_cluster_nseeds ? "cluster:"
+                                                    : "",
              cfg->http.store.redis_host, cfg->http.store.redis_port,
              cfg->http.store.redis_db, cfg->http.dev, cfg->http.drain_s,
              cfg->http.head_max);

@@ -52,6 +52,10 @@ unsigned ready_get(struct request *req)
      * unready. */
     if (h.replica)
         json_object_set_new(checks, "mysqlReplica", json_string(h.replica_why));
+    /* Only on a Redis Cluster: every primary's cluster_state. */
+    if (h.redis_cluster)
+        json_object_set_new(checks, "redisCluster",
+                            json_string(h.redis_cluster));
     if (h.mysql_ok && h.redis_ok && !h.lock_err) {
         json_t *body =
             json_pack("{s:s,s:s,s:s,s:s,s:o}", "status", "ok", "mysql", "ok",
@@ -60,7 +64,9 @@ unsigned ready_get(struct request *req)
     }
     snprintf(msg, sizeof(msg), "not ready:%s%s%s%s%s%s",
              h.mysql_ok ? "" : " mysql is down;",
-             h.redis_ok ? "" : " redis is down;",
+             h.redis_ok        ? ""
+             : h.redis_cluster ? " the redis cluster is not ok;"
+                               : " redis is down;",
              h.lock_err ? " the purchase lock backend (" : "",
              h.lock_err ? h.lock_backend : "", h.lock_err ? ") is " : "",
              h.lock_err ? lock_ok : "");

@@ -2,9 +2,10 @@
  * ratelimit.c - which token buckets a request counts against (see
  * ratelimit.h): its client's address (IPv4 per address, IPv6 per /64)
  * and its user. The buckets themselves are in Redis (store_rate_take(),
- * charged through sale_limit_take()); the script takes from every bucket
- * of the request or from none, so a client refused by its address does
- * not also drain its user's bucket.
+ * charged through sale_limit_take()); the store takes from every bucket
+ * of the request or from none (one script per bucket, the earlier ones
+ * given back when a later one refuses), so a client refused by its user's
+ * bucket does not also drain its address's.
  */
 #include "handlers/ratelimit.h"
 

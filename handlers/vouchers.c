@@ -143,6 +143,12 @@ unsigned vouchers_post(struct request *req)
                   "always) or SECKILL_ASYNC_ACCEPT_LOSS=1");
         goto out;
     }
+    if (err == -EOPNOTSUPP) {
+        req_error(req, ERR_BAD_REQUEST,
+                  "purchaseMode: async is not served on a Redis Cluster "
+                  "(SECKILL_REDIS_URL=redis-cluster://...)");
+        goto out;
+    }
     if (err) {
         req_backend_error(req, err, "voucher_insert");
         goto out;

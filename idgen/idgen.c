@@ -19,6 +19,7 @@
 
 #include "common/redis.h"
 #include "common/redis_keys.h"
+#include "common/redis_link.h"
 #include "common/util.h"
 
 /*
@@ -188,7 +189,7 @@ int idgen_script_args(const char *prefix, int64_t hint_s, uint32_t count,
     return argc;
 }
 
-static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
+static int run_script(struct redis_link *l, const char *prefix, int64_t hint_s,
                       uint32_t count, long long *a, long long *b)
 {
     struct idgen_args bufs;
@@ -199,10 +200,10 @@ static int run_script(redisContext *rc, const char *prefix, int64_t hint_s,
     argc = idgen_script_args(prefix, hint_s, count, &bufs, argv, &nkeys);
     if (argc < 0)
         return -EINVAL;
-    r = redis_script_run(rc, &id_script, nkeys, argc, argv, NULL, &err);
+    r = redis_link_script(l, &id_script, nkeys, argc, argv, NULL, &err);
     if (!r) {
         log_warn("redis command failed", "op=idgen_next err=\"%s\"",
-                 rc->errstr);
+                 redis_link_errstr(l, err));
         return -ECONNRESET;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -232,7 +233,7 @@ struct range {
  * Returns 0 with *out set (it may hold fewer than count values at the top
  * of the counter's range), or as idgen_next().
  */
-static int reserve(redisContext *rc, const char *prefix, uint32_t count,
+static int reserve(struct redis_link *l, const char *prefix, uint32_t count,
                    struct range *out)
 {
     int64_t deadline = util_mono_ms() + IDGEN_WAIT_MAX_MS;
@@ -243,7 +244,7 @@ static int reserve(redisContext *rc, const char *prefix, uint32_t count,
         int64_t local = util_now_ms() / 1000;
 
         err =
-            run_script(rc, prefix, local + atomic_load(&skew_s), count, &a, &b);
+            run_script(l, prefix, local + atomic_load(&skew_s), count, &a, &b);
         if (err)
             return err;
         if (a == -2 && misses++ < 2) {
@@ -371,7 +372,7 @@ static uint32_t block_next_size(const struct block *b, int64_t now_ms)
     return size < IDGEN_BLOCK_MAX ? size : IDGEN_BLOCK_MAX;
 }
 
-int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
+int idgen_next(struct redis_link *l, const char *prefix, int64_t *id)
 {
     struct block *b;
     struct range r;
@@ -382,7 +383,7 @@ int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
         return -EINVAL;
     b = block_of(prefix);
     if (!b) {
-        err = reserve(rc, prefix, 1, &r);
+        err = reserve(l, prefix, 1, &r);
         if (!err)
             *id = idgen_compose(r.t, r.next);
         return err;
@@ -395,7 +396,7 @@ int idgen_next(redisContext *rc, const char *prefix, int64_t *id)
 
         /* Under the mutex: the other threads would only wait for the
          * same round trip (or the same pause after a change of server). */
-        err = reserve(rc, prefix, size, &r);
+        err = reserve(l, prefix, size, &r);
         if (err)
             goto unlock;
         b->r = r;

@@ -97,18 +97,21 @@
 /*
  * Take the next id for prefix (a short [a-z0-9_] name such as "order").
  * Usually from the process's block in memory, without I/O; otherwise one
- * round trip (EVALSHA) on rc reserves a new block, during which the
- * process's other callers for prefix wait; after a Redis restart it sleeps
- * until the server's clock has passed the restart second (at most
- * IDGEN_WAIT_MAX_MS). rc is the caller's connected context, not kept.
- * Thread-safe (each thread with its own rc).
+ * round trip (EVALSHA) on l reserves a new block (on a cluster at the
+ * owner of the {<prefix>} slot), during which the process's other callers
+ * for prefix wait; after a Redis restart it sleeps until the server's
+ * clock has passed the restart second (at most IDGEN_WAIT_MAX_MS). l is
+ * the caller's connection or cluster client (common/redis_link.h), not
+ * kept. Thread-safe (each thread with its own l).
  * Returns 0 and stores the id, -EINVAL for a bad prefix or a server time
  * outside the id range, -EOVERFLOW when the day's counter passed
  * 2^32 - 1, -ETIMEDOUT when the wait after a restart ran out (the server
  * clock is behind the last second used), -EIO on a Redis error,
- * -ECONNRESET when the connection failed (rc->err is then set).
+ * -ECONNRESET when the connection failed (on one server l->rc->err
+ * is then set).
  */
-int idgen_next(redisContext *rc, const char *prefix, int64_t *id);
+struct redis_link;
+int idgen_next(struct redis_link *l, const char *prefix, int64_t *id);
 
 /*
  * Drop the process's block for prefix (its unused values are wasted) and

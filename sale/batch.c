@@ -131,13 +131,13 @@ static void locks_release(struct sale_purchase **m, size_t n)
 static void ids_take(struct store *st, struct sale_purchase **m, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        redisContext *rc;
+        struct redis_link *l;
         int err;
 
         if (m[i]->settled || m[i]->item.order_id)
             continue;
-        rc = store_redis(st);
-        err = rc ? idgen_next(rc, "order", &m[i]->item.order_id) : -ENOTCONN;
+        l = store_redis_link(st);
+        err = l ? idgen_next(l, "order", &m[i]->item.order_id) : -ENOTCONN;
         if (err)
             settle(m[i], SALE_FAILED, err);
     }

@@ -55,8 +55,9 @@ static int pending_find(const struct sale *s, struct store *st,
     int64_t accepted_ms = 0;
     int err;
 
+    /* A cluster runs no async sale (cmd/config.c): none is pending. */
     if (!rc)
-        return -ENOTCONN;
+        return store_redis_is_cluster(s->cfg.store) ? -ENOENT : -ENOTCONN;
     memset(o, 0, sizeof(*o));
     o->id = order_id;
     err = async_pending_find(rc, order_id, &o->voucher_id, &o->user_id,

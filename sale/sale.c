@@ -136,6 +136,9 @@ void sale_health_check(struct sale *s, struct sale_health *h)
 
     memset(h, 0, sizeof(*h));
     store_ping(sale__store(s), &h->mysql_ok, &h->redis_ok);
+    h->redis_cluster = store_redis_cluster_check(sale__store(s));
+    if (h->redis_cluster && strcmp(h->redis_cluster, "ok") != 0)
+        h->redis_ok = false;
     h->lock_backend = "none";
     if (s->cfg.locks) {
         h->lock_err = lock_client_ping(s->cfg.locks);

@@ -272,7 +272,8 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
  * in the same transaction), and put an async sale's state into Redis;
  * every instance's cache hears of the new id. Sets v->id. 0; -EPERM, an
  * async sale this instance may not sell (its Redis may lose acknowledged
- * writes), nothing written; or -errno. Waits.
+ * writes), or -EOPNOTSUPP, an async sale on a Redis Cluster (no writer),
+ * nothing written; or -errno. Waits.
  */
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
                         bool mode_given, const struct sale_actor *who);
@@ -617,6 +618,10 @@ int sale_refund_done(struct sale *s, int64_t id, const struct sale_actor *who,
 /* The backends a sale needs, as /readyz reports them. */
 struct sale_health {
     bool mysql_ok, redis_ok;
+    /* On a Redis Cluster: "ok" when every primary says cluster_state:ok,
+     * else "fail" or "unreachable" (redis_ok is then false); NULL on one
+     * Redis. */
+    const char *redis_cluster;
     int lock_err;             /* 0, or the lock backend's ping error */
     const char *lock_backend; /* "redis", "zookeeper", ... ("none") */
     bool replica;             /* a read replica is configured */

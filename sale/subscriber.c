@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/redis.h"
+#include "common/redis_cluster.h"
 #include "common/util.h"
 
 /* Reconnects: from MIN doubling up to MAX. */
@@ -107,19 +108,56 @@ static bool reply_ok(struct subscriber *s, redisContext *rc, redisReply *r)
     return ok;
 }
 
+/*
+ * On a cluster: the primary that owns the channel's slot now, from a
+ * fresh slot map (asked of the seeds at each subscription: a rare event),
+ * into rs (host in host, cap bytes), with the seeds' credentials. 0 or
+ * -errno (logged).
+ */
+static int channel_owner(struct subscriber *s, struct redis_server *rs,
+                         char *host, size_t cap)
+{
+    const struct store_config *c = s->cfg.store;
+    struct redis_cluster *cl =
+        redis_cluster_new(c->redis_cluster_seeds, c->redis_cluster_nseeds,
+                          c->connect_timeout_ms, c->io_timeout_ms, s->cfg.what);
+    unsigned port = 0;
+    int err = redis_cluster_slot_owner(cl, redis_key_slot_str(s->channel), host,
+                                       cap, &port);
+
+    redis_cluster_free(cl);
+    if (err) {
+        log_warn("subscriber failed",
+                 "what=\"%s\" step=slot_owner channel=%s err=%d", s->cfg.what,
+                 s->channel, err);
+        return err;
+    }
+    *rs = c->redis_cluster_seeds[0];
+    rs->host = host;
+    rs->port = port;
+    return 0;
+}
+
 /* Connect (common/redis.h: one log line per streak of failures) and
- * SUBSCRIBE, with the store's timeouts. NULL: failed. */
+ * SUBSCRIBE, with the store's timeouts; on a cluster SSUBSCRIBE at the
+ * channel's slot owner (sharded pub/sub: the publisher's SPUBLISH reaches
+ * that node and its replicas only). NULL: failed. */
 static redisContext *subscribe(struct subscriber *s,
                                struct redis_connect_log *log)
 {
     const struct store_config *c = s->cfg.store;
+    bool sharded = store_redis_is_cluster(c);
     int on = 1, idle = KEEPALIVE_IDLE_S, intvl = KEEPALIVE_INTVL_S,
         cnt = KEEPALIVE_CNT, err;
+    char host[REDIS_CLUSTER_HOST_LEN];
     struct redis_server rs;
     redisContext *rc;
     redisReply *r;
 
-    store_redis_server(c, &rs);
+    if (!sharded)
+        store_redis_server(c, &rs);
+    else if (channel_owner(s, &rs, host, sizeof(host)))
+        return NULL;
     rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
                        s->cfg.what, log, &err);
     if (!rc)
@@ -130,7 +168,7 @@ static redisContext *subscribe(struct subscriber *s,
     setsockopt(rc->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
     /* The reply is the subscription's confirmation: from here on no
      * message is missed. */
-    r = redisCommand(rc, "SUBSCRIBE %s", s->channel);
+    r = redisCommand(rc, "%sSUBSCRIBE %s", sharded ? "S" : "", s->channel);
     if (!reply_ok(s, rc, r)) {
         redisFree(rc);
         return NULL;
@@ -138,14 +176,23 @@ static redisContext *subscribe(struct subscriber *s,
     return rc;
 }
 
-static void on_reply(struct subscriber *s, redisReply *r)
+/* One message to the owner. False when the node ended the subscription
+ * (a cluster node that gave the channel's slot away sends SUNSUBSCRIBE):
+ * subscribe again, at the slot's new owner. */
+static bool on_reply(struct subscriber *s, redisReply *r)
 {
+    const char *kind;
+
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        strcmp(r->element[0]->str, "message") != 0 ||
-        r->element[2]->type != REDIS_REPLY_STRING)
-        return;
-    s->cfg.on_message(s->cfg.ctx, r->element[2]->str, r->element[2]->len);
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return true;
+    kind = r->element[0]->str;
+    if (strcmp(kind, "sunsubscribe") == 0)
+        return false;
+    if ((strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0) &&
+        r->element[2]->type == REDIS_REPLY_STRING)
+        s->cfg.on_message(s->cfg.ctx, r->element[2]->str, r->element[2]->len);
+    return true;
 }
 
 /* Handle messages until the connection fails, the Redis master changes
@@ -163,9 +210,15 @@ static bool listen_until_error(struct subscriber *s, redisContext *rc,
         int ms, t, w;
 
         while (redisGetReplyFromReader(rc, &reply) == REDIS_OK && reply) {
-            on_reply(s, reply);
+            bool still = on_reply(s, reply);
+
             freeReplyObject(reply);
             reply = NULL;
+            if (!still) {
+                log_info("subscriber follows the channel's new slot owner",
+                         "what=\"%s\" channel=%s", s->cfg.what, s->channel);
+                return false;
+            }
         }
         if (rc->err)
             break;

@@ -1,7 +1,9 @@
 /*
  * subscriber.h - a thread that listens to one Redis pub/sub channel for
  * as long as it runs: it connects (with the store's Redis settings, and to
- * the new master after a Sentinel failover), subscribes, hands each
+ * the new master after a Sentinel failover; on a Redis Cluster with
+ * SSUBSCRIBE at the owner of the channel's slot, and again at the new
+ * owner when that node gives the slot away), subscribes, hands each
  * message to its owner, and starts over after any failure, with a
  * back-off. Used by the caches that other instances' changes invalidate:
  * the voucher cache (sale/vcache.c) and the sessions' view

@@ -448,8 +448,6 @@ static void flush(struct vcache *vc)
 
 void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id)
 {
-    redisContext *rc;
-    redisReply *r;
     char msg[24];
 
     if (!vc)
@@ -458,21 +456,11 @@ void vcache_voucher_changed(struct vcache *vc, struct store *st, int64_t id)
     store_voucher_stocked(id);
     if (vc->ttl_ms)
         invalidate(vc, id);
-    rc = store_redis(st);
-    if (!rc) {
-        log_warn("voucher change not published",
-                 "id=%lld why=\"redis "
-                 "unreachable\" heals_within_ms=%u",
-                 (long long)id, vc->ttl_ms);
-        return;
-    }
     snprintf(msg, sizeof(msg), "%lld", (long long)id);
-    r = redisCommand(rc, "PUBLISH %s %s", vc->channel, msg);
-    if (!r || r->type == REDIS_REPLY_ERROR)
-        log_warn("voucher change not published",
-                 "id=%lld err=\"%s\" heals_within_ms=%u", (long long)id,
-                 r ? r->str : rc->errstr, vc->ttl_ms);
-    freeReplyObject(r);
+    /* PUBLISH, or SPUBLISH at the channel's owner on a cluster. */
+    if (store_publish(st, vc->channel, msg))
+        log_warn("voucher change not published", "id=%lld heals_within_ms=%u",
+                 (long long)id, vc->ttl_ms);
 }
 
 /* ---- what the subscriber hears ---- */

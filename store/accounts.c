@@ -154,7 +154,8 @@ int store_accounts_load(struct store *st,
 
 /* ---- Redis: the denylist and the messages ---- */
 
-/* KEYS[1] the denylist; ARGV: token id, its expiry (s), channel, message.
+/* KEYS[1] the denylist; ARGV: token id, its expiry (s), channel (empty:
+ * publish nothing), message.
  * The expired entries go; the key lives as long as its last entry. */
 static struct redis_script deny_script = REDIS_SCRIPT(
     "local now = tonumber(redis.call('time')[1]) "
@@ -162,33 +163,35 @@ static struct redis_script deny_script = REDIS_SCRIPT(
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
     "local last = redis.call('zrange', KEYS[1], -1, -1, 'withscores') "
     "if last[2] then redis.call('expireat', KEYS[1], last[2] + 1) end "
-    "redis.call('publish', ARGV[3], ARGV[4]) "
+    "if ARGV[3] ~= '' then redis.call('publish', ARGV[3], ARGV[4]) end "
     "return 1");
 
 int store_token_deny(struct store *st, uint64_t jti, int64_t exp_s,
                      const char *channel, const char *msg)
 {
     char id[20], exp[24], key[STORE_KEY_MAX];
-    const char *argv[5] = {key, id, exp, channel, msg};
-    redisContext *rc = store_redis(st);
+    /* On a cluster the script's channel would be in another slot than
+     * its key: it publishes nothing there, and the notice follows it
+     * (store_publish(): sharded pub/sub). */
+    bool cluster = store_redis_is_cluster(st->cfg);
+    const char *argv[5] = {key, id, exp, cluster ? "" : channel, msg};
     redisReply *r;
     int err = 0;
 
-    if (!rc)
-        return -ENOTCONN;
     redis_key(key, sizeof(key), DENIED_KEY);
     snprintf(id, sizeof(id), "%016" PRIx64, jti);
     snprintf(exp, sizeof(exp), "%lld", (long long)exp_s);
-    r = redis_script_run(rc, &deny_script, 1, 5, argv, NULL, &err);
-    if (!r) {
-        log_warn("redis command failed", "op=token_deny err=\"%s\"",
-                 rc->errstr);
+    r = store_redis_script(st, &deny_script, 1, 5, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    }
     err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
     if (err)
         log_error("redis command failed", "op=token_deny err=\"%s\"", r->str);
     freeReplyObject(r);
+    /* Denied already; a notice lost here is healed by the sessions'
+     * periodic reload (sale/sessions.c). */
+    if (!err && cluster && store_publish(st, channel, msg))
+        log_warn("token denial not published", NULL);
     return err;
 }
 
@@ -197,21 +200,16 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
                                          int64_t exp_s),
                              void *ctx)
 {
-    redisContext *rc = store_redis(st);
-    char key[STORE_KEY_MAX];
+    char key[STORE_KEY_MAX], min[24];
+    const char *argv[5] = {"ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES"};
     redisReply *r;
     int err = 0;
 
-    if (!rc)
-        return -ENOTCONN;
     redis_key(key, sizeof(key), DENIED_KEY);
-    r = redisCommand(rc, "ZRANGEBYSCORE %s (%lld +inf WITHSCORES", key,
-                     (long long)now_s);
-    if (!r) {
-        log_warn("redis command failed", "op=tokens_denied err=\"%s\"",
-                 rc->errstr);
+    snprintf(min, sizeof(min), "(%lld", (long long)now_s);
+    r = store_redis_command(st, key, 5, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
         log_error("redis reply unexpected", "op=tokens_denied type=%d",
                   r->type);
@@ -236,21 +234,17 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
 
 int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
 {
-    redisContext *rc = store_redis(st);
-    char key[STORE_KEY_MAX];
+    char key[STORE_KEY_MAX], at[24];
+    const char *argv[6] = {"SET", key, "1", "NX", "PXAT", at};
     redisReply *r;
     int err;
 
-    if (!rc)
-        return -ENOTCONN;
     if (redis_key(key, sizeof(key), "pow:spent:%s", challenge) < 0)
         return -EINVAL;
-    r = redisCommand(rc, "SET %s 1 NX PXAT %lld", key,
-                     (long long)expires_s * 1000 + 1000);
-    if (!r) {
-        log_warn("redis command failed", "op=pow_spend err=\"%s\"", rc->errstr);
+    snprintf(at, sizeof(at), "%lld", (long long)expires_s * 1000 + 1000);
+    r = store_redis_command(st, key, 6, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    }
     err = r->type == REDIS_REPLY_NIL ? -EALREADY
           : r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING
               ? 0
@@ -261,18 +255,20 @@ int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s)
 
 int store_publish(struct store *st, const char *channel, const char *msg)
 {
-    redisContext *rc = store_redis(st);
+    /* A cluster's sharded pub/sub: the message goes to the channel's
+     * slot owner and its replicas only, where the subscribers listen,
+     * not over the whole cluster bus. */
+    const char *argv[3] = {
+        store_redis_is_cluster(st->cfg) ? "SPUBLISH" : "PUBLISH", channel, msg};
     redisReply *r;
     int err;
 
-    if (!rc)
+    r = store_redis_command(st, channel, 3, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    r = redisCommand(rc, "PUBLISH %s %s", channel, msg);
-    if (!r) {
-        log_warn("redis command failed", "op=publish err=\"%s\"", rc->errstr);
-        return -ENOTCONN;
-    }
     err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
+    if (err)
+        log_warn("redis command failed", "op=publish err=\"%s\"", r->str);
     freeReplyObject(r);
     return err;
 }

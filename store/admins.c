@@ -118,18 +118,12 @@ void store_admin_fail_keys(const char *name, const char *addr, char *kn,
 static int fails_eval(struct store *st, struct redis_script *script,
                       const char **argv, int argc, long long *out)
 {
-    redisContext *rc = store_redis(st);
     redisReply *r;
     int err = 0;
 
-    if (!rc)
+    r = store_redis_script(st, script, 1, argc, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    r = redis_script_run(rc, script, 1, argc, argv, NULL, &err);
-    if (!r) {
-        log_warn("redis command failed", "op=admin_fails err=\"%s\"",
-                 rc->errstr);
-        return -ENOTCONN;
-    }
     if (r->type != REDIS_REPLY_INTEGER) {
         log_error("redis reply unexpected", "op=admin_fails type=%d err=\"%s\"",
                   r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -181,14 +175,13 @@ int store_admin_fails_add(struct store *st, const char *name, const char *addr,
 
 int store_admin_fails_clear(struct store *st, const char *name)
 {
-    redisContext *rc = store_redis(st);
     char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX];
+    const char *argv[2] = {"DEL", kn};
     redisReply *r;
+    int err;
 
-    if (!rc)
-        return -ENOTCONN;
     store_admin_fail_keys(name, "", kn, ka, sizeof(kn));
-    r = redisCommand(rc, "DEL %s", kn);
+    r = store_redis_command(st, kn, 2, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     freeReplyObject(r);

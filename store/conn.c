@@ -467,8 +467,9 @@ void store_free(struct store *st)
     if (!st)
         return;
     mysql_drop(st);
-    if (st->rc)
-        redisFree(st->rc);
+    if (st->link.rc)
+        redisFree(st->link.rc);
+    redis_cluster_free(st->link.cluster);
     store_free(st->replica);
     free(st);
 }
@@ -792,39 +793,162 @@ void store_redis_server(const struct store_config *c, struct redis_server *out)
     out->sentinel = c->redis_sentinel;
 }
 
-redisContext *store_redis(struct store *st)
+/* One server: the thread's connection, reconnected when it broke or the
+ * sentinels named a new master. NULL while the server is unreachable. */
+static redisContext *redis_one(struct store *st)
 {
     const struct store_config *c = st->cfg;
     int64_t now = util_mono_ms();
     struct redis_server rs;
+    redisContext *rc = st->link.rc;
     int err;
 
     store_redis_server(c, &rs);
-    if (st->rc && (st->rc->err || idle_conn_dead(st->rc->fd))) {
+    if (rc && (rc->err || idle_conn_dead(rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
-                 st->rc->err ? st->rc->errstr : "closed while idle");
+                 rc->err ? rc->errstr : "closed while idle");
         metrics_count(METRIC_CONN_ERROR_REDIS, 1);
-        redisFree(st->rc);
-        st->rc = NULL;
+        redisFree(rc);
+        rc = st->link.rc = NULL;
     }
     /* The sentinels named a new master since this connection was made. */
-    if (st->rc && redis_server_epoch(&rs) != st->rc_epoch) {
-        redisFree(st->rc);
-        st->rc = NULL;
+    if (rc && redis_server_epoch(&rs) != st->rc_epoch) {
+        redisFree(rc);
+        rc = st->link.rc = NULL;
         st->rc_next_try_ms = 0;
     }
-    if (st->rc)
-        return st->rc;
+    if (rc)
+        return rc;
     if (now < st->rc_next_try_ms)
         return NULL;
     st->rc_epoch = redis_server_epoch(&rs);
-    st->rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
-                           "store", &st->rc_log, &err);
-    if (!st->rc) {
+    st->link.rc = redis_connect(&rs, c->connect_timeout_ms, c->io_timeout_ms,
+                                "store", &st->rc_log, &err);
+    if (!st->link.rc) {
         metrics_count(METRIC_CONN_ERROR_REDIS, 1);
         st->rc_next_try_ms = now + RETRY_BACKOFF_MS;
     }
-    return st->rc;
+    return st->link.rc;
+}
+
+struct redis_link *store_redis_link(struct store *st)
+{
+    const struct store_config *c = st->cfg;
+
+    if (!c->redis_cluster_nseeds)
+        return redis_one(st) ? &st->link : NULL;
+    if (!st->link.cluster) {
+        st->link.cluster =
+            redis_cluster_new(c->redis_cluster_seeds, c->redis_cluster_nseeds,
+                              c->connect_timeout_ms, c->io_timeout_ms, "store");
+        st->link.budget_ms = c->io_timeout_ms;
+    }
+    return &st->link;
+}
+
+redisContext *store_redis(struct store *st)
+{
+    return st->cfg->redis_cluster_nseeds ? NULL : redis_one(st);
+}
+
+bool store_redis_is_cluster(const struct store_config *cfg)
+{
+    return cfg->redis_cluster_nseeds > 0;
+}
+
+redisReply *store_redis_command(struct store *st, const char *key, int argc,
+                                const char **argv, const size_t *lens, int *err)
+{
+    struct redis_link *l = store_redis_link(st);
+    redisReply *r;
+
+    if (!l) {
+        *err = -ENOTCONN;
+        return NULL;
+    }
+    r = redis_link_command(l, key, argc, argv, lens, err);
+    if (!r)
+        log_warn("redis command failed", "op=%s err=\"%s\"", argv[0],
+                 redis_link_errstr(l, *err));
+    return r;
+}
+
+redisReply *store_redis_script(struct store *st, struct redis_script *s,
+                               int nkeys, int argc, const char **argv,
+                               const size_t *lens, int *err)
+{
+    struct redis_link *l = store_redis_link(st);
+    redisReply *r;
+
+    if (!l) {
+        *err = -ENOTCONN;
+        return NULL;
+    }
+    r = redis_link_script(l, s, nkeys, argc, argv, lens, err);
+    if (!r)
+        log_warn("redis command failed", "op=script key=%s err=\"%s\"",
+                 nkeys ? argv[0] : "", redis_link_errstr(l, *err));
+    return r;
+}
+
+int store_redis_pipeline(struct store *st, const struct redis_cluster_cmd *cmds,
+                         size_t n, redisReply **replies)
+{
+    struct redis_link *l = store_redis_link(st);
+    int err;
+
+    if (!l) {
+        for (size_t i = 0; i < n; i++)
+            replies[i] = NULL;
+        return -ENOTCONN;
+    }
+    err = redis_link_pipeline(l, cmds, n, replies);
+    if (err)
+        log_warn("redis pipeline failed", "commands=%zu err=\"%s\"", n,
+                 redis_link_errstr(l, err));
+    return err;
+}
+
+/* Whether CLUSTER INFO (r) says cluster_state:ok. */
+static bool cluster_info_ok(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "cluster_state:ok") != NULL;
+}
+
+const char *store_redis_cluster_check(struct store *st)
+{
+    const char *argv[2] = {"CLUSTER", "INFO"};
+    struct redis_link *l;
+    const char *state = "ok";
+    int n;
+
+    if (!store_redis_is_cluster(st->cfg))
+        return NULL;
+    l = store_redis_link(st);
+    n = redis_cluster_primaries(l->cluster);
+    if (n <= 0)
+        return "unreachable";
+    for (int i = 0; i < n; i++) {
+        int err;
+        redisReply *r =
+            redis_cluster_primary_command(l->cluster, i, 2, argv, NULL, &err);
+
+        if (!r) {
+            char host[REDIS_CLUSTER_HOST_LEN];
+            unsigned port;
+
+            redis_cluster_primary_addr(l->cluster, i, host, sizeof(host),
+                                       &port);
+            log_warn("redis cluster node unreachable", "node=%s:%u err=%d",
+                     host, port, err);
+            return "unreachable";
+        }
+        if (!cluster_info_ok(r))
+            state = "fail";
+        freeReplyObject(r);
+    }
+    return state;
 }
 
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
@@ -843,10 +967,13 @@ void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
 
     *redis_ok = false;
     for (int i = 0; i < 2 && !*redis_ok; i++) {
-        redisContext *rc = store_redis(st);
-        if (!rc)
+        const char *argv[1] = {"PING"};
+        struct redis_link *l = store_redis_link(st);
+        int err;
+
+        if (!l)
             break;
-        redisReply *r = redisCommand(rc, "PING");
+        redisReply *r = redis_link_command(l, NULL, 1, argv, NULL, &err);
         *redis_ok = r && r->type == REDIS_REPLY_STATUS;
         freeReplyObject(r);
     }

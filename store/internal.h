@@ -11,6 +11,7 @@
 
 #include "common/redis.h"
 #include "common/redis_keys.h"
+#include "common/redis_link.h"
 #include "store/store.h"
 
 /*
@@ -201,9 +202,12 @@ struct store {
     MYSQL *my;                     /* NULL while disconnected */
     MYSQL_STMT *stmts[STMT_COUNT]; /* prepared on first use */
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
-    redisContext *rc;              /* NULL while disconnected */
+    /* Redis: link.rc on one server (NULL while disconnected), or
+     * link.cluster on a cluster (made on first use; it connects to each
+     * primary itself). */
+    struct redis_link link;
     int64_t rc_next_try_ms;
-    unsigned rc_epoch; /* redis_server_epoch() when rc was made */
+    unsigned rc_epoch; /* redis_server_epoch() when link.rc was made */
     struct redis_connect_log rc_log;
     /* The thread's connection to the read replica (replica.c), made on
      * its first voucher read there; skipped until this after a failure. */

@@ -67,7 +67,7 @@ static struct redis_script give_script = REDIS_SCRIPT(
 #define KEY_MAX (REDIS_PREFIX_MAX + 128)
 
 /* Run script on one bucket; the reply's two integers into a and c. */
-static int bucket_run(redisContext *rc, struct redis_script *script,
+static int bucket_run(struct redis_link *l, struct redis_script *script,
                       const struct store_rate_bucket *b, int argc, long long *a,
                       long long *c, char *why, size_t why_len)
 {
@@ -83,9 +83,9 @@ static int bucket_run(redisContext *rc, struct redis_script *script,
     }
     snprintf(iv, sizeof(iv), "%.0f", us < 1 ? 1 : us);
     snprintf(burst, sizeof(burst), "%u", b->burst);
-    r = redis_script_run(rc, script, 1, argc, argv, NULL, &err);
+    r = redis_link_script(l, script, 1, argc, argv, NULL, &err);
     if (!r) {
-        snprintf(why, why_len, "redis failed: %s", rc->errstr);
+        snprintf(why, why_len, "redis failed: %s", redis_link_errstr(l, err));
         return err ? err : -EIO;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -109,7 +109,7 @@ static int bucket_run(redisContext *rc, struct redis_script *script,
 int store_rate_take(struct store *st, const struct store_rate_bucket *b,
                     size_t n, int64_t *retry_ms, char *why, size_t why_len)
 {
-    redisContext *rc;
+    struct redis_link *l;
     long long taken = 0, wait = 0, one;
     int err = 0;
     size_t i;
@@ -121,14 +121,14 @@ int store_rate_take(struct store *st, const struct store_rate_bucket *b,
         return 0;
     if (n > STORE_RATE_BUCKETS_MAX)
         return -EINVAL;
-    rc = store_redis(st);
-    if (!rc) {
+    l = store_redis_link(st);
+    if (!l) {
         snprintf(why, why_len, "redis unreachable");
         return -ENOTCONN;
     }
     for (i = 0; i < n; i++) {
         err =
-            bucket_run(rc, &take_script, &b[i], 3, &taken, &wait, why, why_len);
+            bucket_run(l, &take_script, &b[i], 3, &taken, &wait, why, why_len);
         if (err || !taken)
             break;
     }
@@ -142,7 +142,7 @@ int store_rate_take(struct store *st, const struct store_rate_bucket *b,
     while (i-- > 0) {
         char w[96];
 
-        if (bucket_run(rc, &give_script, &b[i], 2, &one, NULL, w, sizeof(w)))
+        if (bucket_run(l, &give_script, &b[i], 2, &one, NULL, w, sizeof(w)))
             log_warn("rate limit token not given back", "why=\"%s\"", w);
     }
     return 0;

@@ -34,6 +34,11 @@ struct store_config {
     /* Not NULL: redis_host is the master's name and its address is asked
      * of these sentinels at each connect (common/redis.h). */
     struct redis_sentinel *redis_sentinel;
+    /* Not 0: the Redis is a Redis Cluster, reached first through these
+     * seed nodes (redis_cluster_seeds[0..n), common/redis_cluster.h; the
+     * one-server redis_* fields above are then unused). */
+    const struct redis_server *redis_cluster_seeds;
+    int redis_cluster_nseeds;
     unsigned connect_timeout_ms;
     unsigned io_timeout_ms;
     /* The purchase (README, Configuration; 0 reads as the default): */
@@ -72,12 +77,52 @@ struct store *store_new(const struct store_config *cfg);
 void store_free(struct store *st);
 
 /*
- * This thread's Redis connection, connected (AUTH and SELECT done), or NULL
- * when Redis is unreachable. Borrowed: valid until the next store call;
- * never free it, never share it. After an error on it (err set) the next
- * call reconnects.
+ * This thread's Redis: one server's connection or a cluster client
+ * (common/redis_link.h), for redis_link_command(), redis_link_script()
+ * and redis_link_pipeline(), which route each call by its key's slot on a
+ * cluster. NULL when one server is unreachable (a cluster's client is
+ * always there; its calls fail instead). Borrowed: valid until the next
+ * store call; never free it, never share it. After an error on it the
+ * next call reconnects.
+ */
+struct redis_link;
+struct redis_link *store_redis_link(struct store *st);
+
+/*
+ * The one server's connection of store_redis_link(), for what only runs
+ * on one Redis (the async mode, which a cluster does not run): NULL when
+ * unreachable, and always NULL on a cluster.
  */
 redisContext *store_redis(struct store *st);
+
+/* True when cfg's Redis is a Redis Cluster. */
+bool store_redis_is_cluster(const struct store_config *cfg);
+
+/*
+ * The calls of redis_link.h on this thread's Redis (store_redis_link()),
+ * each logging a failure once: a command (key: the key whose slot it
+ * goes to on a cluster, NULL for any node), a script (its first key's
+ * slot), a batch. Replies are the caller's to free (freeReplyObject());
+ * NULL with *err -ENOTCONN when Redis is unreachable, else as
+ * redis_link_command().
+ */
+struct redis_script;
+struct redis_cluster_cmd;
+redisReply *store_redis_command(struct store *st, const char *key, int argc,
+                                const char **argv, const size_t *lens,
+                                int *err);
+redisReply *store_redis_script(struct store *st, struct redis_script *s,
+                               int nkeys, int argc, const char **argv,
+                               const size_t *lens, int *err);
+int store_redis_pipeline(struct store *st, const struct redis_cluster_cmd *cmds,
+                         size_t n, redisReply **replies);
+
+/*
+ * On a cluster, CLUSTER INFO of every primary (for /readyz): "ok" when
+ * each says cluster_state:ok, "fail" when one does not, "unreachable"
+ * when one (or the map) cannot be had. NULL on one server.
+ */
+const char *store_redis_cluster_check(struct store *st);
 
 /* The Redis server of cfg, for connections of their own. */
 struct redis_server;
@@ -352,7 +397,11 @@ int store_tokens_denied_load(struct store *st, int64_t now_s,
  */
 int store_pow_spend(struct store *st, const char *challenge, int64_t expires_s);
 
-/* PUBLISH msg on channel. */
+/*
+ * Publish msg on channel: PUBLISH on one server, SPUBLISH at the
+ * channel's slot owner on a cluster (sale/subscriber.c listens there with
+ * SSUBSCRIBE). Returns 0, -ENOTCONN or -EIO (an error reply, logged).
+ */
 int store_publish(struct store *st, const char *channel, const char *msg);
 
 /* ---- admins (admins.c) ---- */

@@ -252,11 +252,8 @@ static int code_eval(struct store *st, struct redis_script *script,
 {
     char k1[STORE_KEY_MAX], k2[STORE_KEY_MAX], k3[STORE_KEY_MAX];
     const char *argv[8];
-    redisContext *rc = store_redis(st);
     int nkeys = addr ? 3 : 2, argc = 0, err = 0;
 
-    if (!rc)
-        return -ENOTCONN;
     store_code_keys(phone, addr, k1, k2, k3);
     argv[argc++] = k1;
     argv[argc++] = k2;
@@ -264,12 +261,10 @@ static int code_eval(struct store *st, struct redis_script *script,
         argv[argc++] = k3;
     for (int i = 0; i < nargs; i++)
         argv[argc++] = args[i];
-    redisReply *r = redis_script_run(rc, script, nkeys, argc, argv, NULL, &err);
-    if (!r) {
-        log_warn("redis command failed", "op=login_code err=\"%s\"",
-                 rc->errstr);
+    redisReply *r =
+        store_redis_script(st, script, nkeys, argc, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER) {

@@ -77,14 +77,11 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
 {
     char k[4][STORE_KEY_MAX], user[24], score[24], a[7][24];
     const char *argv[13];
-    redisContext *rc = store_redis(st);
     redisReply *r;
     uint64_t rnd;
     int err = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!rc)
-        return -ENOTCONN;
     store_waitroom_key(k[0], voucher_id, "pre");
     store_waitroom_key(k[1], voucher_id, "late");
     store_waitroom_key(k[2], voucher_id, "seq");
@@ -103,11 +100,9 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     const char *v[] = {k[0], k[1], k[2], k[3], user, score, a[0],
                        a[1], a[2], a[3], a[4], a[5], a[6]};
     memcpy(argv, v, sizeof(argv));
-    r = redis_script_run(rc, &place_script, 4, 13, argv, NULL, &err);
-    if (!r) {
-        log_warn("redis command failed", "op=waitroom err=\"%s\"", rc->errstr);
+    r = store_redis_script(st, &place_script, 4, 13, argv, NULL, &err);
+    if (!r)
         return -ENOTCONN;
-    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
         log_error("redis reply unexpected", "op=waitroom type=%d err=\"%s\"",
                   r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -133,16 +128,14 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
 int store_waitroom_mark(struct store *st, int64_t voucher_id,
                         int64_t expire_at_ms)
 {
-    redisContext *rc = store_redis(st);
     redisReply *r;
-    char k[STORE_KEY_MAX];
+    char k[STORE_KEY_MAX], at[24];
+    const char *argv[5] = {"SET", k, "1", "PXAT", at};
     int err;
 
-    if (!rc)
-        return -ENOTCONN;
     store_waitroom_key(k, voucher_id, "queue");
-    r = redisCommand(rc, "SET %s 1 PXAT %lld", k,
-                     (long long)(expire_at_ms + KEEP_MS));
+    snprintf(at, sizeof(at), "%lld", (long long)(expire_at_ms + KEEP_MS));
+    r = store_redis_command(st, k, 5, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
@@ -153,19 +146,17 @@ int store_waitroom_mark(struct store *st, int64_t voucher_id,
 int store_waitroom_forget(struct store *st, int64_t voucher_id)
 {
     static const char *const names[4] = {"pre", "late", "seq", "queue"};
-    redisContext *rc = store_redis(st);
     char k[4][STORE_KEY_MAX];
     const char *argv[5] = {"DEL"};
     redisReply *r;
     int err;
 
-    if (!rc)
-        return -ENOTCONN;
     for (int i = 0; i < 4; i++) {
         store_waitroom_key(k[i], voucher_id, names[i]);
         argv[1 + i] = k[i];
     }
-    r = redisCommandArgv(rc, 5, argv, NULL);
+    /* One DEL of four keys: they share the sale's hash tag. */
+    r = store_redis_command(st, k[0], 5, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
@@ -175,15 +166,13 @@ int store_waitroom_forget(struct store *st, int64_t voucher_id)
 
 int store_waitroom_marked(struct store *st, int64_t voucher_id)
 {
-    redisContext *rc = store_redis(st);
     redisReply *r;
     char k[STORE_KEY_MAX];
+    const char *argv[2] = {"EXISTS", k};
     int ret;
 
-    if (!rc)
-        return -ENOTCONN;
     store_waitroom_key(k, voucher_id, "queue");
-    r = redisCommand(rc, "EXISTS %s", k);
+    r = store_redis_command(st, k, 2, argv, NULL, &ret);
     if (!r)
         return -ENOTCONN;
     ret = r->type == REDIS_REPLY_INTEGER ? (r->integer ? 1 : 0) : -EIO;
@@ -195,24 +184,30 @@ int store_waitroom_counts(struct store *st, int64_t voucher_id,
                           const struct store_waitroom *w, int64_t *joined,
                           int64_t *admitted)
 {
-    redisContext *rc = store_redis(st);
     char k1[STORE_KEY_MAX], k2[STORE_KEY_MAX];
-    redisReply *r;
+    const char *a1[2] = {"ZCARD", k1}, *a2[2] = {"ZCARD", k2};
+    unsigned slot;
+    redisReply *r[2];
     int64_t now = util_now_ms();
+    int err;
 
     *joined = *admitted = 0;
-    if (!rc)
-        return -ENOTCONN;
     store_waitroom_key(k1, voucher_id, "pre");
     store_waitroom_key(k2, voucher_id, "late");
+    /* Both counts in one round trip (the sale's tag: one slot). */
+    slot = redis_key_slot_str(k1);
+    err = store_redis_pipeline(st,
+                               (struct redis_cluster_cmd[2]){
+                                   {.slot = (int)slot, .argc = 2, .argv = a1},
+                                   {.slot = (int)slot, .argc = 2, .argv = a2}},
+                               2, r);
     for (int i = 0; i < 2; i++) {
-        r = redisCommand(rc, "ZCARD %s", i ? k2 : k1);
-        if (!r)
-            return -ENOTCONN;
-        if (r->type == REDIS_REPLY_INTEGER)
-            *joined += r->integer;
-        freeReplyObject(r);
+        if (r[i] && r[i]->type == REDIS_REPLY_INTEGER)
+            *joined += r[i]->integer;
+        freeReplyObject(r[i]);
     }
+    if (err)
+        return -ENOTCONN;
     if (now > w->begin_ms && w->rate) {
         int64_t a = (now - w->begin_ms) * (int64_t)w->rate / 1000;
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "async/async.h"
+#include "common/redis_link.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -51,6 +52,7 @@ struct lock {
 static struct store fake_store;
 static struct lock_client fake_locks;
 static redisContext fake_redis;
+static struct redis_link fake_link = {.rc = &fake_redis};
 
 static char script[256];
 static size_t script_len, script_pos;
@@ -236,6 +238,26 @@ redisContext *store_redis(struct store *st)
 
     check_store(st);
     return step(&variant) ? NULL : &fake_redis;
+}
+
+struct redis_link *store_redis_link(struct store *st)
+{
+    unsigned variant;
+
+    check_store(st);
+    return step(&variant) ? NULL : &fake_link;
+}
+
+bool store_redis_is_cluster(const struct store_config *cfg)
+{
+    (void)cfg;
+    return false;
+}
+
+const char *store_redis_cluster_check(struct store *st)
+{
+    check_store(st);
+    return NULL;
 }
 
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
@@ -901,12 +923,12 @@ int lock_release_many(struct lock **ls, size_t n, int *held, int *err)
     return 0;
 }
 
-int idgen_next(redisContext *rc, const char *name, int64_t *id)
+int idgen_next(struct redis_link *l, const char *name, int64_t *id)
 {
     unsigned variant;
     int err;
 
-    FUZZ_CHECK(rc == &fake_redis, "an id from another connection");
+    FUZZ_CHECK(l == &fake_link, "an id from another connection");
     FUZZ_CHECK(strcmp(name, "order") == 0, "an id of %s", name);
     if ((err = step(&variant)))
         return err;

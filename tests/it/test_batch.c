@@ -32,6 +32,7 @@
 #include <mysql.h>
 
 #include "common/metrics.h"
+#include "common/redis_link.h"
 #include "idgen/idgen.h"
 #include "tests/it/harness.h"
 #include "tests/it/promtext.h"
@@ -424,7 +425,7 @@ static void buyers_run(struct buyer *b, size_t n, const struct store_config *c)
             if (attempt > 0 || !items[i].order_id) {
                 if (attempt > 0)
                     idgen_discard("order");
-                assert_int_equal(0, idgen_next(store_redis(st), "order",
+                assert_int_equal(0, idgen_next(store_redis_link(st), "order",
                                                &items[i].order_id));
             }
             pending[k++] = &items[i];
@@ -627,7 +628,8 @@ static void test_store_id_clash(void **state)
     redisContext *rc = it_redis_connect();
 
     (void)state;
-    assert_int_equal(0, idgen_next(rc, "order", &taken));
+    assert_int_equal(
+        0, idgen_next(&(struct redis_link){.rc = rc}, "order", &taken));
     redisFree(rc);
     assert_int_equal(0, it_sql_exec("INSERT INTO voucher_orders (id, "
                                     "user_id, voucher_id) VALUES (%lld, "

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "common/redis.h"
+#include "common/redis_link.h"
 #include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
@@ -52,7 +53,8 @@ static int64_t next_id(redisContext *rc)
 {
     int64_t id = 0;
 
-    assert_int_equal(0, idgen_next(rc, prefix, &id));
+    assert_int_equal(0,
+                     idgen_next(&(struct redis_link){.rc = rc}, prefix, &id));
     assert_true(id > 0);
     return id;
 }
@@ -72,7 +74,7 @@ static void *worker_run(void *arg)
         return NULL;
     }
     for (int i = 0; i < PER_THREAD && !w->err; i++)
-        w->err = idgen_next(rc, prefix, &w->ids[i]);
+        w->err = idgen_next(&(struct redis_link){.rc = rc}, prefix, &w->ids[i]);
     redisFree(rc);
     return NULL;
 }
@@ -329,8 +331,10 @@ static void test_bad_prefix(void **state)
     int64_t id;
     (void)state;
 
-    assert_int_equal(-EINVAL, idgen_next(rc, "Order", &id));
-    assert_int_equal(-EINVAL, idgen_next(rc, "", &id));
+    assert_int_equal(-EINVAL,
+                     idgen_next(&(struct redis_link){.rc = rc}, "Order", &id));
+    assert_int_equal(-EINVAL,
+                     idgen_next(&(struct redis_link){.rc = rc}, "", &id));
     redisFree(rc);
 }
 

@@ -9,6 +9,15 @@
  * and a primary killed (its replica takes over; the map is asked for
  * again).
  *
+ * Then the service itself on the cluster (the binary, SECKILL_BIN, with
+ * SECKILL_REDIS_URL=redis-cluster://... and the MariaDB of make services,
+ * .run/env.test): a crowd buying three vouchers whose {v:ID} slots sit on
+ * three primaries, checked in MySQL and in every primary's INFO
+ * commandstats; the rate limiter's "every bucket or none" with its two
+ * buckets on two primaries; /readyz's checks.redisCluster; and the
+ * voucher-change subscription following its channel's slot to another
+ * primary.
+ *
  * The nodes listen on SECKILL_REDIS_CLUSTER_PORT (17001) to that plus 5.
  * Each test checks what it routed by asking the owning node directly.
  * Not part of make test: make test-cluster.
@@ -23,13 +32,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "common/metrics.h"
 #include "common/redis.h"
 #include "common/redis_cluster.h"
+#include "common/redis_keys.h"
 #include "common/redis_slot.h"
 #include "common/util.h"
+#include "tests/it/harness.h"
 
 #define NODES 6
 #define BUDGET_MS 2000
@@ -699,6 +711,486 @@ static void test_primary_killed(void **state)
     assert_int_equal(0, system("scripts/redis-cluster.sh up >/dev/null"));
 }
 
+/* ---- the service on the cluster ---- */
+
+/* The crowd: users, each sending PER_USER purchases of one of VOUCHERS
+ * vouchers of STOCK units each (user u buys voucher u % VOUCHERS). */
+#define CROWD_USERS 500
+#define CROWD_PER_USER 3
+#define CROWD_VOUCHERS 3
+#define CROWD_STOCK 100
+#define CROWD_REQUESTS (CROWD_USERS * CROWD_PER_USER)
+#define CROWD_USER_BASE 700000000000LL
+
+/* The service's instances: one for the crowd, one with tight rate
+ * limits, and another plain one. */
+enum { SRV_CROWD, SRV_RATE, SRV_B, SRV_COUNT };
+static struct it_server srvs[SRV_COUNT];
+
+/* SECKILL_REDIS_URL=redis-cluster://... of the first three nodes. */
+static char cluster_env[256];
+
+static int service_setup(void **state)
+{
+    const char *crowd[] = {cluster_env, "SECKILL_LOCK_URL", NULL};
+    /* The address's bucket holds 3 tokens, each user's 1; neither
+     * refills within the test (one token per 1000 s). */
+    const char *rate[] = {cluster_env, "SECKILL_LOCK_URL",
+                          "SECKILL_RATE_IP=0.001,3",
+                          "SECKILL_RATE_USER=0.001,1", NULL};
+
+    (void)state;
+    it_init();
+    snprintf(cluster_env, sizeof(cluster_env),
+             "SECKILL_REDIS_URL=redis-cluster://127.0.0.1:%u,127.0.0.1:%u,"
+             "127.0.0.1:%u",
+             base_port, base_port + 1, base_port + 2);
+    if (it_server_start(&srvs[SRV_CROWD], "cluster-crowd", crowd) ||
+        it_server_start(&srvs[SRV_RATE], "cluster-rate", rate) ||
+        it_server_start(&srvs[SRV_B], "cluster-b", crowd))
+        return -1;
+    return 0;
+}
+
+static int service_teardown(void **state)
+{
+    (void)state;
+    return it_group_teardown(srvs, SRV_COUNT);
+}
+
+/* Script calls (EVAL and EVALSHA) the node on port ran since its last
+ * CONFIG RESETSTAT, from INFO commandstats. */
+static long long script_calls(unsigned port)
+{
+    redisContext *rc = direct(port);
+    redisReply *r = cmd(rc, "INFO commandstats");
+    long long n = 0;
+
+    assert_int_equal(REDIS_REPLY_STRING, r->type);
+    for (const char *name = "cmdstat_eval:calls="; name;
+         name = strcmp(name, "cmdstat_eval:calls=") == 0
+                    ? "cmdstat_evalsha:calls="
+                    : NULL) {
+        const char *at = strstr(r->str, name);
+
+        if (at)
+            n += strtoll(at + strlen(name), NULL, 10);
+    }
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* The owner of the slot of "{v:ID}", the hash tag of voucher id's keys. */
+static unsigned voucher_owner(int64_t id)
+{
+    char key[64];
+
+    snprintf(key, sizeof(key), "{v:%lld}", (long long)id);
+    return owner_of(redis_key_slot_str(key));
+}
+
+/*
+ * A crowd of CROWD_USERS users, CROWD_PER_USER purchases each, all in
+ * flight at once, on CROWD_VOUCHERS vouchers of CROWD_STOCK whose sale
+ * slots are on three different primaries: each sells out exactly; in
+ * MySQL orders = initial - stock, no user has two orders of one voucher,
+ * every 201 is an order of that user and voucher; every primary ran
+ * scripts (the purchase locks, the id worker and the rate buckets are
+ * spread over slots); /readyz reports the cluster ok.
+ */
+static void test_service_crowd(void **state)
+{
+    const struct it_server *srv = &srvs[SRV_CROWD];
+    struct it_req *reqs = xcalloc(CROWD_REQUESTS, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(CROWD_REQUESTS, sizeof(*resps));
+    const struct it_server **to = xcalloc(CROWD_REQUESTS, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(CROWD_USERS, sizeof(*tokens));
+    int64_t v[CROWD_VOUCHERS], user_base, shop = it_unique();
+    unsigned prim[3], vport[CROWD_VOUCHERS];
+    size_t created[CROWD_VOUCHERS] = {0}, n_sold_out = 0, n_dup = 0, n_busy = 0;
+    char paths[CROWD_VOUCHERS][96];
+    struct it_resp ready;
+    int found = 0;
+
+    (void)state;
+    user_base = CROWD_USER_BASE + util_now_ms() % 100000000 * 1000;
+    primaries(prim);
+    /* Vouchers until one sale slot on each primary. */
+    for (int tries = 0; found < CROWD_VOUCHERS && tries < 60; tries++) {
+        int64_t id = it_seckill_create(srv, shop, CROWD_STOCK, -60, 3600);
+        unsigned port = voucher_owner(id);
+        bool taken = false;
+
+        for (int i = 0; i < found; i++)
+            taken |= vport[i] == port;
+        if (taken)
+            continue;
+        vport[found] = port;
+        v[found++] = id;
+    }
+    assert_int_equal(CROWD_VOUCHERS, found);
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+
+        freeReplyObject(cmd(rc, "CONFIG RESETSTAT"));
+        redisFree(rc);
+    }
+    for (int i = 0; i < CROWD_VOUCHERS; i++)
+        snprintf(paths[i], sizeof(paths[i]), "/api/vouchers/%lld/seckill",
+                 (long long)v[i]);
+    for (size_t u = 0; u < CROWD_USERS; u++)
+        it_token(user_base + (int64_t)u, TOKEN_ROLE_USER, 3600, tokens[u]);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        size_t u = i % CROWD_USERS;
+
+        reqs[i].method = "POST";
+        reqs[i].path = paths[u % CROWD_VOUCHERS];
+        reqs[i].token = tokens[u];
+        to[i] = srv;
+    }
+    it_http_run_all(reqs, to, resps, CROWD_REQUESTS);
+
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        struct it_resp *r = &resps[i];
+        size_t u = i % CROWD_USERS, k = u % CROWD_VOUCHERS;
+        const char *code;
+
+        assert_int_equal(CURLE_OK, r->curl_rc);
+        if (r->status == 201) {
+            int64_t id = it_json_id(r->json, "orderId");
+
+            created[k]++;
+            assert_int_equal(1,
+                             it_sql_scalar("SELECT COUNT(*) FROM "
+                                           "voucher_orders WHERE id = %lld "
+                                           "AND user_id = %lld AND "
+                                           "voucher_id = %lld",
+                                           (long long)id,
+                                           (long long)(user_base + (int64_t)u),
+                                           (long long)v[k]));
+            continue;
+        }
+        code = it_json_str(json_object_get(r->json, "error"), "code");
+        if (!code) {
+            print_error("request %zu: status %ld without an error code\n", i,
+                        r->status);
+            fail();
+        }
+        if (r->status == 409 && strcmp(code, "SOLD_OUT") == 0)
+            n_sold_out++;
+        else if (r->status == 409 && strcmp(code, "ALREADY_PURCHASED") == 0)
+            n_dup++;
+        else if (r->status == 429 && strcmp(code, "BUSY") == 0)
+            n_busy++;
+        else
+            fail_msg("request %zu: %ld %s", i, r->status, code);
+    }
+    print_message("201: %zu %zu %zu, SOLD_OUT: %zu, ALREADY_PURCHASED: %zu, "
+                  "BUSY: %zu\n",
+                  created[0], created[1], created[2], n_sold_out, n_dup,
+                  n_busy);
+    for (int k = 0; k < CROWD_VOUCHERS; k++) {
+        int64_t stock = it_sql_stock(v[k]);
+
+        assert_int_equal(CROWD_STOCK, created[k]);
+        assert_int_equal(0, stock);
+        assert_int_equal(CROWD_STOCK - stock, it_sql_order_count(v[k]));
+        assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM (SELECT "
+                                          "user_id FROM voucher_orders WHERE "
+                                          "voucher_id = %lld GROUP BY user_id "
+                                          "HAVING COUNT(*) > 1) d",
+                                          (long long)v[k]));
+    }
+    for (int i = 0; i < 3; i++) {
+        long long n = script_calls(prim[i]);
+
+        print_message("primary %u: %lld script calls\n", prim[i], n);
+        assert_true(n > 0);
+    }
+    /* The store's threads each read the slot map (and, outside a slot
+     * move, were never redirected). */
+    {
+        const char *name =
+            "seckill_redis_cluster_redirections_total{kind=\"refresh\"} ";
+        struct it_resp m;
+        const char *at;
+
+        assert_int_equal(200, it_http(srv, "GET", "/metrics", NULL, NULL, &m));
+        at = strstr(m.body, name);
+        assert_non_null(at);
+        assert_true(strtoll(at + strlen(name), NULL, 10) >= 1);
+        it_resp_free(&m);
+    }
+    assert_int_equal(200, it_http(srv, "GET", "/readyz", NULL, NULL, &ready));
+    assert_string_equal("ok", it_json_str(json_object_get(ready.json, "checks"),
+                                          "redisCluster"));
+    it_resp_free(&ready);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++)
+        it_resp_free(&resps[i]);
+    free(reqs);
+    free(resps);
+    free(to);
+    free(tokens);
+}
+
+/* One purchase of voucher by user on the rate-limited instance: its
+ * status, and its error code in code (cap bytes; "" for none). */
+static long rate_buy(int64_t voucher, int64_t user, char *code, size_t cap)
+{
+    struct it_resp r;
+    const char *c;
+    long status = it_purchase(&srvs[SRV_RATE], voucher, user, &r);
+
+    c = it_json_str(json_object_get(r.json, "error"), "code");
+    snprintf(code, cap, "%s", c ? c : "");
+    it_resp_free(&r);
+    return status;
+}
+
+/*
+ * The rate limiter on a cluster: the address's bucket and a user's are
+ * in two slots on two primaries, each taken by its own script; a request
+ * the user's bucket refuses gives the address's token back, so buckets
+ * are charged all or none. The address holds 3 tokens and each user 1:
+ * user A buys (address 2 left), is refused three times by its own bucket
+ * (the address keeps 2), then B and C buy (0 left) and D is refused by
+ * the address. Without the give-back, B would already be refused.
+ */
+static void test_service_rate_all_or_none(void **state)
+{
+    char ip_key[64], code[64];
+    unsigned ip_port;
+    int64_t users[4],
+        base = CROWD_USER_BASE + 900000000LL + util_now_ms() % 100000000 * 100;
+    int64_t voucher =
+        it_seckill_create(&srvs[SRV_CROWD], it_unique(), 10, -60, 3600);
+    int n = 0;
+
+    (void)state;
+    snprintf(ip_key, sizeof(ip_key), "rate:ip:127.0.0.1");
+    ip_port = owner_of(redis_key_slot_str(ip_key));
+    /* Four users whose buckets are not on the address's primary. */
+    for (int64_t u = base; n < 4; u++) {
+        char k[64];
+
+        snprintf(k, sizeof(k), "rate:user:%lld", (long long)u);
+        if (owner_of(redis_key_slot_str(k)) != ip_port)
+            users[n++] = u;
+    }
+    {
+        /* A fresh address bucket: earlier runs' tokens are gone. */
+        redisContext *rc = direct(ip_port);
+
+        freeReplyObject(cmd(rc, "DEL %s", ip_key));
+        redisFree(rc);
+    }
+    assert_int_equal(201, rate_buy(voucher, users[0], code, sizeof(code)));
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(429, rate_buy(voucher, users[0], code, sizeof(code)));
+        assert_string_equal("RATE_LIMITED", code);
+    }
+    assert_int_equal(201, rate_buy(voucher, users[1], code, sizeof(code)));
+    assert_int_equal(201, rate_buy(voucher, users[2], code, sizeof(code)));
+    assert_int_equal(429, rate_buy(voucher, users[3], code, sizeof(code)));
+    assert_string_equal("RATE_LIMITED", code);
+    /* D's own bucket was not charged either: it is untouched. */
+    {
+        char k[64];
+        redisContext *rc;
+        redisReply *r;
+
+        snprintf(k, sizeof(k), "rate:user:%lld", (long long)users[3]);
+        rc = direct(owner_of(redis_key_slot_str(k)));
+        r = cmd(rc, "EXISTS %s", k);
+        assert_int_equal(0, r->integer);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+}
+
+/* Subscribers of channel on the node on port (PUBSUB SHARDNUMSUB). */
+static long long shard_subscribers(unsigned port, const char *channel)
+{
+    redisContext *rc = direct(port);
+    redisReply *r = cmd(rc, "PUBSUB SHARDNUMSUB %s", channel);
+    long long n = -1;
+
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        n = r->element[1]->integer;
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* Give slot from the primary on port from to the one on port to, keys
+ * and all, on every primary (as test_slot_moved does, without pauses). */
+static void slot_give(unsigned slot, unsigned from, unsigned to,
+                      const unsigned prim[3])
+{
+    char ida[41], idb[41];
+    redisContext *ra = direct(from), *rb = direct(to);
+    redisReply *r;
+
+    node_id(from, ida);
+    node_id(to, idb);
+    freeReplyObject(cmd(rb, "CLUSTER SETSLOT %u IMPORTING %s", slot, ida));
+    freeReplyObject(cmd(ra, "CLUSTER SETSLOT %u MIGRATING %s", slot, idb));
+    for (;;) {
+        r = cmd(ra, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        size_t n = r->elements;
+
+        for (size_t i = 0; i < n; i++)
+            freeReplyObject(cmd(ra, "MIGRATE 127.0.0.1 %u %s 0 5000", to,
+                                r->element[i]->str));
+        freeReplyObject(r);
+        if (n == 0)
+            break;
+    }
+    /* The importing node first, the one giving it away last. */
+    freeReplyObject(cmd(rb, "CLUSTER SETSLOT %u NODE %s", slot, idb));
+    for (int i = 0; i < 3; i++) {
+        if (prim[i] == from || prim[i] == to)
+            continue;
+        redisContext *rc = direct(prim[i]);
+
+        freeReplyObject(cmd(rc, "CLUSTER SETSLOT %u NODE %s", slot, idb));
+        redisFree(rc);
+    }
+    freeReplyObject(cmd(ra, "CLUSTER SETSLOT %u NODE %s", slot, idb));
+    redisFree(ra);
+    redisFree(rb);
+}
+
+/* Wait up to 10 s for the channel to have subscribers on port. */
+static bool subscribed_at(unsigned port, const char *channel)
+{
+    for (int i = 0; i < 200; i++) {
+        if (shard_subscribers(port, channel) >= SRV_COUNT)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+/*
+ * The voucher-change notices on a cluster: each instance's voucher cache
+ * listens with SSUBSCRIBE at the owner of the channel's slot; when that
+ * primary gives the slot away it ends the subscription and the instances
+ * subscribe at the new owner (and again when it comes back).
+ */
+static void test_service_notices_follow_slot(void **state)
+{
+    const char *channel = "seckill:voucher-changed:0";
+    unsigned slot = redis_key_slot_str(channel), prim[3], from, to;
+
+    (void)state;
+    primaries(prim);
+    from = owner_of(slot);
+    to = prim[0] == from ? prim[1] : prim[0];
+    assert_true(subscribed_at(from, channel));
+    slot_give(slot, from, to, prim);
+    assert_true(subscribed_at(to, channel));
+    assert_int_equal(0, shard_subscribers(from, channel));
+    slot_give(slot, to, from, prim);
+    assert_true(subscribed_at(from, channel));
+    /* The service kept answering throughout. */
+    {
+        struct it_resp r;
+
+        assert_int_equal(
+            200, it_http(&srvs[SRV_CROWD], "GET", "/readyz", NULL, NULL, &r));
+        it_resp_free(&r);
+    }
+}
+
+/*
+ * The async mode is not served on a cluster: the binary started with
+ * SECKILL_PURCHASE_MODE=async exits 2 with one line naming the setting,
+ * and a sync instance refuses a voucher created with purchaseMode async
+ * (400), writing nothing.
+ */
+static void test_service_async_refused(void **state)
+{
+    const char *over[] = {cluster_env, "SECKILL_PURCHASE_MODE=async", NULL};
+    char log[IT_PATH_MAX], admin[TOKEN_STR_LEN], begin[UTIL_TIME_LEN],
+        end[UTIL_TIME_LEN];
+    char *argv[] = {(char *)it_bin(), "--port", "1", NULL};
+    char **env = it_env_build(over), *out, *body;
+    struct it_resp r;
+    int status = 0;
+    int64_t shop = it_unique();
+    pid_t pid;
+
+    (void)state;
+    snprintf(log, sizeof(log), "%s/cluster-async-%d.log", it_log_dir(),
+             (int)getpid());
+    pid = it_spawn(argv, env, log);
+    it_env_free(env);
+    assert_true(pid > 0);
+    assert_int_equal(0, it_wait_exit(pid, 10000, &status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(2, WEXITSTATUS(status));
+    out = it_file_read(log);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "SECKILL_PURCHASE_MODE=sync only"));
+    free(out);
+
+    body = xasprintf("{\"shopId\":%lld,\"title\":\"it async\","
+                     "\"payValue\":4750,\"actualValue\":5000,"
+                     "\"type\":\"seckill\",\"stock\":5,\"purchaseMode\":"
+                     "\"async\",\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                     (long long)shop, it_time(-60, begin), it_time(3600, end));
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    it_http(&srvs[SRV_CROWD], "POST", "/api/vouchers", body, admin, &r);
+    it_assert_error(&r, 400, "BAD_REQUEST");
+    it_resp_free(&r);
+    free(body);
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM vouchers WHERE "
+                                      "shop_id = %lld",
+                                      (long long)shop));
+}
+
+/* GET /api/orders with tok on srv: the status. */
+static long orders_status(const struct it_server *srv, const char *tok)
+{
+    struct it_resp r;
+    long st = it_http(srv, "GET", "/api/orders", NULL, tok, &r);
+
+    it_resp_free(&r);
+    return st;
+}
+
+/*
+ * A token logged out on one instance is refused on another within a
+ * second: the denylist script runs at its key's slot owner, and its
+ * notice (a separate SPUBLISH on a cluster: the channel is in another
+ * slot) reaches the other instance's sessions listener.
+ */
+static void test_service_logout_spreads(void **state)
+{
+    const struct it_server *a = &srvs[SRV_CROWD], *b = &srvs[SRV_B];
+    char tok[TOKEN_STR_LEN];
+    int64_t t0;
+    struct it_resp r;
+
+    (void)state;
+    it_token(CROWD_USER_BASE + it_unique(), TOKEN_ROLE_USER, 3600, tok);
+    assert_int_equal(200, orders_status(b, tok));
+    it_http(a, "POST", "/api/auth/logout", NULL, tok, &r);
+    it_assert_status(&r, 204);
+    it_resp_free(&r);
+    assert_int_equal(401, orders_status(a, tok));
+    t0 = util_mono_ms();
+    while (orders_status(b, tok) != 401) {
+        if (util_mono_ms() - t0 > 1000)
+            fail_msg("the other instance still takes the token after 1 s");
+        usleep(20 * 1000);
+    }
+    print_message("refused on the other instance after %lld ms\n",
+                  (long long)(util_mono_ms() - t0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -710,7 +1202,19 @@ int main(void)
         cmocka_unit_test(test_primary_killed),
     };
 
+    const struct CMUnitTest service[] = {
+        cmocka_unit_test(test_service_crowd),
+        cmocka_unit_test(test_service_rate_all_or_none),
+        cmocka_unit_test(test_service_notices_follow_slot),
+        cmocka_unit_test(test_service_async_refused),
+        cmocka_unit_test(test_service_logout_spreads),
+    };
+    int failed;
+
     ports_init();
     signal(SIGPIPE, SIG_IGN);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    failed = cmocka_run_group_tests(tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("service on the cluster", service,
+                                          service_setup, service_teardown);
+    return it_exit_status(failed);
 }

@@ -235,15 +235,29 @@ static void test_urls(void **state)
     setenv("SECKILL_REDIS_URL", "redis://a:1,b:2/0", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     config_free(&c);
-    /* A cluster URL is read as one (a database number refused), and
-     * refused by the store with one line that says so. */
+    /* A cluster URL is read as one (a database number refused): its
+     * hosts are the store's seeds, and the lock follows it. The async
+     * purchase mode is refused on it with one line that says so. */
     setenv("SECKILL_REDIS_URL", "redis-cluster://a:1,b:2/1", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
     assert_non_null(strstr(err, "only database 0"));
     config_free(&c);
-    setenv("SECKILL_REDIS_URL", "redis-cluster://a:1,b:2", 1);
+    setenv("SECKILL_REDIS_URL", "redis-cluster://:pw@a:1,b:2", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.store.redis_cluster_nseeds, 2);
+    assert_string_equal(c.http.store.redis_cluster_seeds[0].host, "a");
+    assert_int_equal(c.http.store.redis_cluster_seeds[1].port, 2);
+    assert_string_equal(c.http.store.redis_cluster_seeds[1].pass, "pw");
+    assert_string_equal(c.http.lock_url, "redis-cluster://:pw@a:1,b:2");
+    config_free(&c);
+    setenv("SECKILL_PURCHASE_MODE", "async", 1);
     assert_int_equal(parse(&c, err, 1), -EINVAL);
-    assert_non_null(strstr(err, "not supported by the store"));
+    assert_non_null(strstr(err, "SECKILL_PURCHASE_MODE=sync only"));
+    config_free(&c);
+    unsetenv("SECKILL_PURCHASE_MODE");
+    setenv("SECKILL_REDIS_URL", "redis://h/2", 1);
+    assert_int_equal(parse(&c, err, 1), 0);
+    assert_int_equal(c.http.store.redis_cluster_nseeds, 0);
     config_free(&c);
 
     /* A bad escape is a start-up error naming the setting. */

@@ -12,8 +12,10 @@
  *   async/   every script of an async sale and its DEL, all on the
  *            sale's {v:ID} keys (the index of sales with work is written
  *            by its own single-key commands);
- *   store/   the login-code scripts, the waiting room's script; the rate
- *            limiter and the admin login failures run one call per key.
+ *   store/   the login-code scripts, the waiting room's script, its DEL
+ *            and its two counts (one pipelined call to the slot of the
+ *            first); the rate limiter, the token denylist and the admin
+ *            login failures run one call per key.
  * No server is needed: the lock clients never connect.
  */
 #include <errno.h>
@@ -363,6 +365,7 @@ static void test_store_keys(void **state)
         store_waitroom_key(w[4], 12345, "queue");
         ONE_SLOT("waiting room place", p, w[0], w[1], w[2], w[3]);
         ONE_SLOT("waiting room DEL", p, w[0], w[1], w[2], w[4]);
+        ONE_SLOT("waiting room counts", p, w[0], w[1]);
         /* The admin login failures: two sets, each its own call. */
         store_admin_fail_keys("root", "192.0.2.1", c1, c2, STORE_FAIL_KEY_MAX);
         ONE_SLOT("admin fails by name", p, c1);
