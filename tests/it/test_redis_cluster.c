@@ -23,10 +23,12 @@
  * Not part of make test: make test-cluster.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1191,6 +1193,284 @@ static void test_service_logout_spreads(void **state)
                   (long long)(util_mono_ms() - t0));
 }
 
+/* ---- a sale through a failover and a reshard ---- */
+
+#define FAULT_USERS 1000
+#define FAULT_PER_USER 2
+#define FAULT_REQUESTS (FAULT_USERS * FAULT_PER_USER)
+#define FAULT_WAVE 100
+/* The voucher on the killed primary sells out; the one whose slot is
+ * resharded never does, so it is bought (and its keys used) throughout. */
+#define FAULT_KILL_STOCK 300
+#define FAULT_MOVE_STOCK 5000
+/* The slots redis-cli --cluster reshard moves: the source's lowest. */
+#define FAULT_MOVE_SLOTS 300
+#define FAULT_USER_BASE 800000000000LL
+
+/* The slot map as the first node that answers tells it (asserts). */
+static void map_read(struct redis_cluster_map *m)
+{
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = redisConnectWithTimeout("127.0.0.1", (int)p,
+                                                   (struct timeval){1, 0});
+        redisReply *r =
+            rc && !rc->err ? redisCommand(rc, "CLUSTER SHARDS") : NULL;
+        char err[160];
+        int ok = r && r->type == REDIS_REPLY_ARRAY &&
+                 redis_cluster_map_parse(r, m, err, sizeof(err)) == 0;
+
+        freeReplyObject(r);
+        redisFree(rc);
+        if (ok)
+            return;
+    }
+    fail_msg("no node answered CLUSTER SHARDS");
+}
+
+/* Whether slot is among the n lowest slots that port owns in m. */
+static bool among_lowest(const struct redis_cluster_map *m, unsigned port,
+                         unsigned slot, unsigned n)
+{
+    for (unsigned s = 0, seen = 0; s < REDIS_SLOTS && seen < n; s++) {
+        uint16_t k = m->slot_node[s];
+
+        if (k == REDIS_CLUSTER_NO_NODE || m->nodes[k].port != port)
+            continue;
+        if (s == slot)
+            return true;
+        seen++;
+    }
+    return false;
+}
+
+struct reshard_job {
+    unsigned from, to;
+    int status;
+};
+
+/* redis-cli --cluster reshard: FAULT_MOVE_SLOTS slots from one primary
+ * to another, the way an operator moves them. */
+static void *reshard_main(void *arg)
+{
+    struct reshard_job *j = arg;
+    char from[41], to[41], *line;
+
+    node_id(j->from, from);
+    node_id(j->to, to);
+    line = xasprintf("redis-cli --cluster reshard 127.0.0.1:%u "
+                     "--cluster-from %s --cluster-to %s --cluster-slots %u "
+                     "--cluster-yes >%s/cluster-reshard.log 2>&1",
+                     j->from, from, to, FAULT_MOVE_SLOTS, it_log_dir());
+    j->status = system(line);
+    free(line);
+    return NULL;
+}
+
+/* The counter of kind in the instance's /metrics. */
+static long long redirections(const struct it_server *srv, const char *kind)
+{
+    char name[96];
+    struct it_resp m;
+    const char *at;
+    long long n = 0;
+
+    snprintf(name, sizeof(name),
+             "seckill_redis_cluster_redirections_total{kind=\"%s\"} ", kind);
+    assert_int_equal(200, it_http(srv, "GET", "/metrics", NULL, NULL, &m));
+    at = strstr(m.body, name);
+    if (at)
+        n = strtoll(at + strlen(name), NULL, 10);
+    it_resp_free(&m);
+    return n;
+}
+
+/*
+ * A sale through faults: the crowd buys two vouchers in waves while the
+ * primary that owns one voucher's sale slot is killed (its replica takes
+ * over) and, once the cluster is whole again, while redis-cli --cluster
+ * reshard moves the other voucher's slot to another primary. Every answer
+ * is a 201 or a definite error of the table (never a 500); in MySQL each
+ * voucher keeps orders = initial - stock, no user has two orders of one
+ * voucher, every 201 is that user's order with the id it said, and a
+ * user who got no 201 has no order.
+ */
+static void test_service_sale_through_faults(void **state)
+{
+    const struct it_server *srv = &srvs[SRV_CROWD];
+    struct it_req *reqs = xcalloc(FAULT_REQUESTS, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(FAULT_REQUESTS, sizeof(*resps));
+    const struct it_server **to = xcalloc(FAULT_REQUESTS, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(FAULT_USERS, sizeof(*tokens));
+    int64_t *said = xcalloc(FAULT_USERS, sizeof(*said));
+    struct redis_cluster_map *m = xcalloc(1, sizeof(*m));
+    int64_t v[2] = {0, 0}, user_base, shop = it_unique();
+    int64_t stock0[2] = {FAULT_KILL_STOCK, FAULT_MOVE_STOCK};
+    unsigned prim[3], victim, src = 0, kill_slot;
+    char paths[2][96], key[64];
+    size_t n201 = 0, n_sold = 0, n_dup = 0, n_busy = 0, n_503 = 0;
+    struct reshard_job job = {0};
+    pthread_t reshard;
+    bool resharding = false;
+    long long moved0 = redirections(srv, "moved"),
+              ask0 = redirections(srv, "ask");
+
+    (void)state;
+    user_base = FAULT_USER_BASE + util_now_ms() % 100000000 * 1000;
+    primaries(prim);
+    victim = prim[1];
+    /* The first voucher's sale slot on the victim; the second's among the
+     * lowest slots of another primary (what reshard moves first). */
+    for (int tries = 0; !v[0] && tries < 60; tries++) {
+        int64_t id = it_seckill_create(srv, shop, FAULT_KILL_STOCK, -60, 3600);
+
+        if (voucher_owner(id) == victim)
+            v[0] = id;
+    }
+    map_read(m);
+    for (int tries = 0; !v[1] && tries < 400; tries++) {
+        int64_t id = it_seckill_create(srv, shop, FAULT_MOVE_STOCK, -60, 3600);
+        unsigned slot, owner;
+
+        snprintf(key, sizeof(key), "{v:%lld}", (long long)id);
+        slot = redis_key_slot_str(key);
+        owner = m->nodes[m->slot_node[slot]].port;
+        if (owner != victim && among_lowest(m, owner, slot, FAULT_MOVE_SLOTS)) {
+            v[1] = id;
+            src = owner;
+        }
+    }
+    assert_true(v[0] && v[1]);
+    snprintf(key, sizeof(key), "{v:%lld}", (long long)v[0]);
+    kill_slot = redis_key_slot_str(key);
+    for (int k = 0; k < 2; k++)
+        snprintf(paths[k], sizeof(paths[k]), "/api/vouchers/%lld/seckill",
+                 (long long)v[k]);
+    for (size_t u = 0; u < FAULT_USERS; u++)
+        it_token(user_base + (int64_t)u, TOKEN_ROLE_USER, 3600, tokens[u]);
+    for (size_t i = 0; i < FAULT_REQUESTS; i++) {
+        size_t u = i % FAULT_USERS;
+
+        reqs[i].method = "POST";
+        reqs[i].path = paths[u % 2];
+        reqs[i].token = tokens[u];
+        to[i] = srv;
+    }
+    {
+        /* The victim's replica has its copy before the kill. */
+        redisContext *rc = direct(victim);
+        redisReply *r = cmd(rc, "WAIT 1 10000");
+
+        assert_int_equal(1, r->integer);
+        freeReplyObject(r);
+        redisFree(rc);
+    }
+    for (size_t w = 0; w * FAULT_WAVE < FAULT_REQUESTS; w++) {
+        if (w == 2) {
+            print_message("killing primary %u (voucher %lld's slot %u)\n",
+                          victim, (long long)v[0], kill_slot);
+            assert_int_equal(0, kill(node_pid(victim), SIGKILL));
+        }
+        if (w == 6) {
+            int64_t t0 = util_mono_ms();
+            unsigned now[3];
+
+            while (owner_of(kill_slot) == victim) {
+                assert_true(util_mono_ms() - t0 < FAILOVER_BUDGET_MS);
+                usleep(100 * 1000);
+            }
+            assert_int_equal(0,
+                             system("scripts/redis-cluster.sh up >/dev/null"));
+            primaries(now);
+            job.from = src;
+            for (int i = 0; i < 3; i++)
+                if (now[i] != src)
+                    job.to = now[i];
+            print_message("resharding %u slots from %u to %u\n",
+                          FAULT_MOVE_SLOTS, job.from, job.to);
+            assert_int_equal(
+                0, pthread_create(&reshard, NULL, reshard_main, &job));
+            resharding = true;
+        }
+        it_http_run_all(reqs + w * FAULT_WAVE, to + w * FAULT_WAVE,
+                        resps + w * FAULT_WAVE, FAULT_WAVE);
+    }
+    if (resharding)
+        pthread_join(reshard, NULL);
+    assert_int_equal(0, job.status);
+
+    for (size_t i = 0; i < FAULT_REQUESTS; i++) {
+        struct it_resp *r = &resps[i];
+        size_t u = i % FAULT_USERS;
+        const char *code;
+
+        assert_int_equal(CURLE_OK, r->curl_rc);
+        if (r->status == 201) {
+            int64_t id = it_json_id(r->json, "orderId");
+
+            /* One order a user: a second 201 would be a second order. */
+            assert_int_equal(0, said[u]);
+            said[u] = id;
+            n201++;
+            continue;
+        }
+        code = it_json_str(json_object_get(r->json, "error"), "code");
+        if (!code)
+            fail_msg("request %zu: status %ld without an error code", i,
+                     r->status);
+        if (r->status == 409 && strcmp(code, "SOLD_OUT") == 0)
+            n_sold++;
+        else if (r->status == 409 && strcmp(code, "ALREADY_PURCHASED") == 0)
+            n_dup++;
+        else if (r->status == 429 && strcmp(code, "BUSY") == 0)
+            n_busy++;
+        else if (r->status == 503 && strcmp(code, "UNAVAILABLE") == 0)
+            n_503++;
+        else
+            fail_msg("request %zu: %ld %s", i, r->status, code);
+    }
+    print_message("201: %zu, SOLD_OUT: %zu, ALREADY_PURCHASED: %zu, BUSY: "
+                  "%zu, 503: %zu; redirections moved %lld ask %lld\n",
+                  n201, n_sold, n_dup, n_busy, n_503,
+                  redirections(srv, "moved") - moved0,
+                  redirections(srv, "ask") - ask0);
+    for (int k = 0; k < 2; k++) {
+        int64_t stock = it_sql_stock(v[k]);
+
+        assert_true(stock >= 0);
+        assert_int_equal(stock0[k] - stock, it_sql_order_count(v[k]));
+        assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM (SELECT "
+                                          "user_id FROM voucher_orders WHERE "
+                                          "voucher_id = %lld GROUP BY user_id "
+                                          "HAVING COUNT(*) > 1) d",
+                                          (long long)v[k]));
+    }
+    assert_int_equal(0, it_sql_stock(v[0])); /* it sold out */
+    for (size_t u = 0; u < FAULT_USERS; u++) {
+        long long uid = (long long)(user_base + (int64_t)u);
+        long long vid = (long long)v[u % 2];
+
+        if (said[u])
+            assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM "
+                                              "voucher_orders WHERE id = %lld "
+                                              "AND user_id = %lld AND "
+                                              "voucher_id = %lld",
+                                              (long long)said[u], uid, vid));
+        else
+            assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM "
+                                              "voucher_orders WHERE user_id = "
+                                              "%lld AND voucher_id = %lld",
+                                              uid, vid));
+    }
+    for (size_t i = 0; i < FAULT_REQUESTS; i++)
+        it_resp_free(&resps[i]);
+    free(reqs);
+    free(resps);
+    free(to);
+    free(tokens);
+    free(said);
+    free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1208,6 +1488,7 @@ int main(void)
         cmocka_unit_test(test_service_notices_follow_slot),
         cmocka_unit_test(test_service_async_refused),
         cmocka_unit_test(test_service_logout_spreads),
+        cmocka_unit_test(test_service_sale_through_faults),
     };
     int failed;
 
