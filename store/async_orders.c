@@ -212,6 +212,7 @@ int store_async_write(struct store *st, int64_t voucher_id,
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         o[i].result = 0;
+    st = store_by_id(st, voucher_id);
     err = write_retry(st, &a);
     if (err == -EEXIST || err == -ERANGE) {
         /* Someone is refused: one at a time, to know who. */
@@ -353,7 +354,7 @@ int store_async_sale_read(struct store *st, int64_t voucher_id,
     struct sale_args a = {.id = voucher_id, .out = out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, sale_once, &a);
+    return store_retry(store_by_id(st, voucher_id), sale_once, &a);
 }
 
 struct counts_args {
@@ -387,7 +388,7 @@ int store_async_counts_read(struct store *st, int64_t voucher_id,
     struct counts_args a = {voucher_id, pos_max, out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, counts_once, &a);
+    return store_retry(store_by_id(st, voucher_id), counts_once, &a);
 }
 
 struct stamp_args {
@@ -412,5 +413,5 @@ int store_async_stamp_read(struct store *st, int64_t voucher_id, int64_t *stamp)
     struct stamp_args a = {voucher_id, stamp};
 
     *stamp = 0;
-    return store_retry(st, stamp_once, &a);
+    return store_retry(store_by_id(st, voucher_id), stamp_once, &a);
 }

@@ -237,7 +237,9 @@ void store_replica_state_get(struct store_replica_state *out)
 
 struct store *store_reader(struct store *st)
 {
-    if (!st->cfg->replica || !atomic_load(&running) ||
+    /* The monitor watches shard 0's replica: the other shards read
+     * their primaries. */
+    if (st->home || !st->cfg->replica || !atomic_load(&running) ||
         atomic_load(&verdict) != VERDICT_OK ||
         util_mono_ms() < st->replica_skip_until_ms)
         return st;

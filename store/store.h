@@ -47,6 +47,16 @@ struct store_config {
     const struct store_config *replica;
     unsigned replica_max_lag_s; /* a replica further behind is skipped */
     bool read_only; /* this config's sessions are READ ONLY (a replica) */
+    /*
+     * The MySQL primaries sales are sharded over (nshards > 1), or none
+     * (nshards 0 or 1: this config's primary holds everything). shards[i]
+     * is shard i's config (its primary and its replica; the rest as this
+     * one's) for i >= 1; shard 0 is this config itself, and holds users,
+     * logins, admins, bans, the audit log and refunds besides its sales.
+     * Only the config a store is made with carries the list.
+     */
+    const struct store_config *const *shards;
+    unsigned nshards;
 };
 
 /* Bounds of the purchase settings above. */
@@ -83,6 +93,36 @@ redisContext *store_redis(struct store *st);
 struct redis_server;
 void store_redis_server(const struct store_config *cfg,
                         struct redis_server *out);
+
+/* ---- shards (shard.c) ----
+ *
+ * With several primaries (cfg->nshards > 1) a voucher, its stock and its
+ * orders live on one shard, named by the voucher's id and by each of its
+ * orders' ids (idgen/idgen.h, "Sharded ids"); a store call about a voucher
+ * or an order runs on that shard, on the thread's connection to it (made
+ * on first use, one per shard per thread), and lists that span vouchers
+ * or a user's orders read every shard and merge. A new voucher goes to
+ * the shards in turn (store_voucher_insert()).
+ */
+
+/* How many shards the store's config names (1 without sharding). */
+unsigned store_shard_count(const struct store *st);
+
+/*
+ * The shard a voucher or order id lives on: its shard bits when it has
+ * the sharded layout and that shard is configured, else 0 (ids from
+ * before sharding, and ids of a shard that is not configured, which are
+ * then looked up on shard 0 and not found). Always 0 with one shard.
+ */
+unsigned store_shard_of(const struct store *st, int64_t id);
+
+/*
+ * A new order's id for a worker id of idgen_next(): with several shards
+ * the sharded id of voucher_id's shard (idgen_shard_compose()), with one
+ * *id unchanged. 0, or as idgen_shard_compose().
+ */
+int store_order_id_place(const struct store *st, int64_t voucher_id,
+                         int64_t *id);
 
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
@@ -889,9 +929,10 @@ struct store_expired {
  * instance is expiring are left to it, never waited for), each becomes
  * expired, and each voucher (each segment) gets its units back in one
  * UPDATE stock = stock + k. Returns 0 with *out filled (out->orders == max
- * means there may be more), or an error (nothing closed).
+ * means there may be more), or an error (nothing closed). On shard
+ * shard (< store_shard_count()): each shard has its own orders to expire.
  */
-int store_orders_expire(struct store *st, unsigned max,
+int store_orders_expire(struct store *st, unsigned shard, unsigned max,
                         struct store_expired *out);
 
 /* ---- the asynchronous mode (async_orders.c): the orders to MySQL ---- */
