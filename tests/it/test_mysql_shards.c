@@ -659,10 +659,11 @@ static void assert_voucher_whole(int64_t v, int i, int64_t initial)
                                          "SELECT COUNT(*) FROM voucher_orders "
                                          "WHERE voucher_id = %lld",
                                          (long long)v));
-        assert_int_equal(0, sales_scalar(j,
-                                         "SELECT COUNT(*) FROM seckill_vouchers "
-                                         "WHERE voucher_id = %lld",
-                                         (long long)v));
+        assert_int_equal(0,
+                         sales_scalar(j,
+                                      "SELECT COUNT(*) FROM seckill_vouchers "
+                                      "WHERE voucher_id = %lld",
+                                      (long long)v));
     }
 }
 
@@ -817,8 +818,8 @@ static void test_sales_on_shards(void **state)
         *out;
     struct it_server srv = {0}, quick = {0};
     struct it_resp resp = {0};
-    int64_t shop = it_unique(), old_v, old_o, v[4], crowd_v[2], mine[8],
-            got[8], o;
+    int64_t shop = it_unique(), old_v, old_o, v[4], crowd_v[2], mine[8], got[8],
+            o;
     int on[4], crowd_on[2], used[SHARDS] = {0};
     int64_t buyer = SHARD_USER_BASE + 1000 + it_unique() % 1000;
     (void)state;
@@ -857,8 +858,7 @@ static void test_sales_on_shards(void **state)
                                          "SECKILL_PAY_TIMEOUT_S=2", NULL};
 
         assert_int_equal(it_server_start(&srv, "shards-two", env), 0);
-        assert_int_equal(it_server_start(&quick, "shards-quick", env_quick),
-                         0);
+        assert_int_equal(it_server_start(&quick, "shards-quick", env_quick), 0);
     }
 
     /* New vouchers: sharded ids, on both shards, each on the one its id
@@ -872,8 +872,8 @@ static void test_sales_on_shards(void **state)
         snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v[k]);
         assert_int_equal(200, get_as(&srv, path, buyer, &resp));
         assert_int_equal(v[k], it_json_id(resp.json, "id"));
-        assert_int_equal(10, json_integer_value(
-                                 json_object_get(resp.json, "stock")));
+        assert_int_equal(
+            10, json_integer_value(json_object_get(resp.json, "stock")));
         it_resp_free(&resp);
     }
     for (int i = 0; i < SHARDS; i++)
@@ -900,9 +900,8 @@ static void test_sales_on_shards(void **state)
 
         assert_int_equal(5, json_array_size(items));
         for (int k = 0; k < 4; k++)
-            assert_int_equal(v[3 - k],
-                             it_json_id(json_array_get(items, (size_t)k),
-                                        "id"));
+            assert_int_equal(
+                v[3 - k], it_json_id(json_array_get(items, (size_t)k), "id"));
         assert_int_equal(old_v, it_json_id(json_array_get(items, 4), "id"));
     }
     it_resp_free(&resp);
