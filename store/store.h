@@ -59,6 +59,10 @@ struct store_config {
     unsigned nshards;
 };
 
+/* The most shards (cfg->nshards): the shard bits of an id
+ * (idgen/idgen.h). */
+#define STORE_SHARDS_MAX 64
+
 /* Bounds of the purchase settings above. */
 #define STORE_BATCH_MAX 256
 #define STORE_BATCH_DEFAULT 64
@@ -131,24 +135,26 @@ void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
 
 /*
  * The replica monitor: one thread with its own connection to the replica
- * of cfg (cfg->replica), which reads the replica's lag every second
+ * of cfg (cfg->replica), and one for each other shard's that has one
+ * (cfg->shards[i]->replica), which reads the replica's lag every second
  * (SHOW REPLICA STATUS, Seconds_Behind_Master; SHOW SLAVE STATUS on
  * servers that predate it) and decides for the whole process whether
- * voucher reads may go there: only while it answers, replicates (both
- * replication threads running) and lags no more than
+ * voucher reads of its shard may go there: only while it answers, replicates
+ * (both replication threads running) and lags no more than
  * cfg->replica_max_lag_s. Until its first look, and whenever it cannot
  * tell, reads go to the primary. Its MySQL user needs the REPLICA MONITOR
  * privilege (SLAVE MONITOR; REPLICATION CLIENT on MySQL) besides SELECT.
  *
- * Start it once per process after cfg is final; NULL when cfg has no
- * replica. Stop accepts NULL.
+ * Start it once per process after cfg is final; NULL when no shard of cfg
+ * has a replica. Stop accepts NULL.
  */
 struct store_replica_monitor;
 struct store_replica_monitor *
 store_replica_monitor_start(const struct store_config *cfg);
 void store_replica_monitor_stop(struct store_replica_monitor *m);
 
-/* What the monitor knows, for /metrics and /readyz. */
+/* What the monitor knows of shard 0's replica, for /metrics and /readyz
+ * (the other shards' are in the log only). */
 struct store_replica_state {
     bool configured; /* the process has a monitor running */
     bool usable;     /* voucher reads go to the replica */
