@@ -1,7 +1,9 @@
 /*
  * conn.c - the store's connections: MySQL (Connector/C, prepared
  * statements, no auto-reconnect) and Redis (hiredis), each opened lazily,
- * dropped on a connection error and reopened on next use. Also every SQL
+ * dropped on a connection error and reopened on next use; with sales
+ * sharded over several primaries, the thread's store of each other shard
+ * (its own MySQL connection, made on first use). Also every SQL
  * statement the service runs, in one table.
  */
 #include "store/internal.h"

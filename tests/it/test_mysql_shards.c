@@ -14,8 +14,8 @@
  *   - SECKILL_MYSQL_URL and SECKILL_MYSQL_SHARDS together (and the two
  *     replica settings together) are refused with one line, exit 2;
  *   - the service serves a list of one from that shard's server, whose
- *     schema it checks at start-up, and refuses async purchases on two
- *     (exit 2, one line);
+ *     schema it checks at start-up (every shard's, on two), and refuses
+ *     async purchases on two (exit 2, one line);
  *   - sales routed over two shards (test_sales_on_shards): new vouchers
  *     land on both, each on the shard its id names and on no other; a
  *     crowd on a voucher of each shard at once keeps every invariant in
@@ -557,6 +557,23 @@ static void test_service_on_shards(void **state)
         snprintf(want, sizeof(want),
                  "seckilld: database %s has no "
                  "schema_version",
+                 db_name("one", db, sizeof(db)));
+        assert_one_line(out, want);
+        free(out);
+    }
+
+    /* Two shards, the second without the schema: every shard's is
+     * checked. */
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "serve", u0, sizeof(u0)),
+             url_on(1, "one", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+        char want[LINE_CAP], db[96];
+
+        assert_int_equal(run("serve-unmigrated-1", NULL, env, &out), 2);
+        snprintf(want, sizeof(want),
+                 "seckilld: database %s has no schema_version",
                  db_name("one", db, sizeof(db)));
         assert_one_line(out, want);
         free(out);
