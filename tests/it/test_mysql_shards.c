@@ -21,7 +21,8 @@
  *     crowd on a voucher of each shard at once keeps every invariant in
  *     each shard's own tables; a voucher and an order read back by id;
  *     a buyer's orders merged across the shards newest first, page by
- *     page; pay, cancel and expiry of orders on shard 1, there; a
+ *     page; pay, cancel and expiry of orders on shard 1, there, and the
+ *     refund and audit record they make, on shard 0; a
  *     voucher made before sharding (an AUTO_INCREMENT id) still sells,
  *     on shard 0.
  *
@@ -40,6 +41,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 #include <mysql.h>
+#include <sodium.h>
 
 #include "common/url.h"
 #include "common/util.h"
@@ -585,7 +587,8 @@ static void test_service_on_shards(void **state)
 /* The service's settings on the "sales" databases: BASE_ENV's (whose
  * secret the tests' tokens use), no rate limits. */
 #define SERVE_ENV(redis)                                                       \
-    BASE_ENV(redis), "SECKILL_RATE_USER=0", "SECKILL_RATE_IP=0"
+    BASE_ENV(redis), "SECKILL_RATE_USER=0", "SECKILL_RATE_IP=0",               \
+        "SECKILL_PAY_SECRET=" SECRET
 
 #define CROWD_USERS 300
 #define CROWD_PER_USER 3
@@ -718,6 +721,33 @@ static long order_act(const struct it_server *s, int64_t o, const char *what,
     it_token(user, TOKEN_ROLE_USER, 3600, tok);
     snprintf(path, sizeof(path), "/api/orders/%lld/%s", (long long)o, what);
     st = it_http(s, "POST", path, NULL, tok, &resp);
+    it_resp_free(&resp);
+    return st;
+}
+
+/* A payment notification of amount with txn for order o on s, signed
+ * with the pay secret: the status. */
+static long notify(const struct it_server *s, int64_t o, int64_t amount,
+                   const char *txn)
+{
+    unsigned char key[32], mac[crypto_auth_hmacsha256_BYTES];
+    char body[256], hex[2 * sizeof(mac) + 1], header[160];
+    struct it_resp resp;
+    long st;
+
+    snprintf(body, sizeof(body),
+             "{\"orderId\":\"%lld\",\"amount\":%lld,\"txnId\":\"%s\"}",
+             (long long)o, (long long)amount, txn);
+    assert_int_equal(
+        0, sodium_hex2bin(key, sizeof(key), SECRET, 64, NULL, NULL, NULL));
+    crypto_auth_hmacsha256(mac, (const unsigned char *)body, strlen(body), key);
+    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+    snprintf(header, sizeof(header), "X-Signature: %s", hex);
+    struct it_req req = {.method = "POST",
+                         .path = "/api/payments/notify",
+                         .body = body,
+                         .header = header};
+    st = it_http_do(s, &req, &resp);
     it_resp_free(&resp);
     return st;
 }
@@ -951,6 +981,27 @@ static void test_sales_on_shards(void **state)
         assert_int_equal(200, order_act(&srv, gone, "cancel", buyer + 3));
         assert_int_equal(4, order_status(1, gone));
         assert_voucher_whole(v[k1], 1, 10);
+
+        /* Shard 0's rows that shard 1's transactions decided on: the
+         * refund of a payment for the cancelled order, the voucher's
+         * audit record. */
+        snprintf(path, sizeof(path), "late-%lld", (long long)gone);
+        assert_int_equal(409, notify(&srv, gone, 4750, path));
+        assert_int_equal(4, order_status(1, gone));
+        assert_int_equal(1, sales_scalar(0,
+                                         "SELECT COUNT(*) FROM refunds WHERE "
+                                         "order_id = %lld AND txn_id = '%s'",
+                                         (long long)gone, path));
+        assert_int_equal(0, sales_scalar(1,
+                                         "SELECT COUNT(*) FROM refunds WHERE "
+                                         "order_id = %lld",
+                                         (long long)gone));
+        assert_int_equal(1, sales_scalar(0,
+                                         "SELECT COUNT(*) FROM audit_log "
+                                         "WHERE action = 'voucher.create' "
+                                         "AND target_id = %lld",
+                                         (long long)v[k1]));
+        assert_int_equal(0, sales_scalar(1, "SELECT COUNT(*) FROM audit_log"));
 
         /* Expiry on shard 1: an order of the quick instance, unpaid. */
         o = buy_on(&quick, v[k1], buyer + 4);
