@@ -540,6 +540,12 @@ struct store_voucher {
  * Either way a voucher's stock is its seckill_vouchers.stock plus the sum
  * of its segments, which is what every read below reports. audit (NULL:
  * none) is recorded in the same transaction, its target_id the new id.
+ *
+ * With several shards the voucher goes to the next shard in turn (each
+ * process its own turn), with an id from the ID worker (prefix "voucher",
+ * one Redis round trip) that names that shard; its audit record is shard
+ * 0's, written there right after the commit (store/internal.h, "rows of
+ * shard 0"). -ENOTCONN also when Redis is unreachable.
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v,
                          const struct store_audit *audit);
@@ -567,6 +573,8 @@ int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
  * a new array of *count entries that the caller releases with free(3)
  * (NULL when empty). From the replica as store_voucher_get() says (a
  * voucher created moments ago may be missing for up to the lag bound).
+ * With several shards, every shard's page, one after the other, merged
+ * by id (sharded ids sort by time across shards).
  */
 int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
                        unsigned limit, struct store_voucher **items,
@@ -771,7 +779,9 @@ int store_order_get(struct store *st, int64_t id, struct store_order *o);
 /*
  * A user's orders, newest first (by id), with id < before (0: from the
  * newest), at most limit (1..STORE_LIST_MAX). *items as in
- * store_voucher_list().
+ * store_voucher_list(). With several shards, every shard's page below
+ * before, one after the other on the calling thread, merged by id: the
+ * cursor (the last id) pages through all shards as through one.
  */
 int store_order_list(struct store *st, int64_t user_id, int64_t before,
                      unsigned limit, struct store_order **items, size_t *count);
@@ -886,6 +896,12 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
  * batch as store_order_pay(): nothing was written, except -EINPROGRESS
  * (the COMMIT went unanswered) and an error of the read after the COMMIT.
  * n <= STORE_ORDER_BATCH_MAX. Items' strings are the caller's.
+ *
+ * With several shards a batch is one transaction on its orders' shard;
+ * items on several shards run as one transaction per shard, so an error
+ * then says nothing of the shards before it: callers keep a batch to
+ * one shard (sale/orders.c's lanes). A refund a shard other than 0
+ * decides is written to shard 0 after its commit.
  */
 #define STORE_ORDER_BATCH_MAX 256
 
