@@ -799,8 +799,7 @@ const struct config_setting config_settings[] = {
             "everything that is not a sale; a voucher, its stock and its "
             "orders live on one shard, named by their ids, and new "
             "vouchers go to the shards in turn. `seckilld migrate` "
-            "migrates every shard. With more than one, "
-            "`SECKILL_PURCHASE_MODE=async` is refused ([MariaDB "
+            "migrates every shard ([MariaDB "
             "shards](scaling.md#mariadb-shards-configuration))"},
     {.flag = "redis-url",
      .env = "SECKILL_REDIS_URL",
@@ -1916,13 +1915,6 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
 
     if (cfg->cmd != CMD_SERVE)
         return 0;
-    /* The async writer writes every order to shard 0 (its unit returns
-     * and its list of sales are read there): not with shards yet. */
-    if (cfg->nshards > 1 && cfg->http.purchase_mode == PURCHASE_ASYNC)
-        return fail(err, errlen,
-                    "SECKILL_PURCHASE_MODE: async is not served with %u "
-                    "MySQL shards yet (SECKILL_MYSQL_SHARDS): use sync",
-                    cfg->nshards);
     /* A login code must go somewhere: to the buyer's phone, or (dev mode)
      * back in the answer. */
     if (!cfg->http.dev && !(cfg->http.sms_webhook && cfg->http.sms_webhook[0]))

@@ -136,12 +136,6 @@ unsigned vouchers_post(struct request *req)
 
     req_actor(req, &who);
     err = sale_voucher_create(req->sale, v, mode_given, &who);
-    if (err == -EOPNOTSUPP) {
-        req_error(req, ERR_BAD_REQUEST,
-                  "purchaseMode: async is not served while sales are "
-                  "sharded over several MySQL primaries");
-        goto out;
-    }
     if (err == -EPERM) {
         req_error(req, ERR_BAD_REQUEST,
                   "purchaseMode: async needs a Redis that keeps "

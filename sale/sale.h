@@ -272,9 +272,7 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
  * in the same transaction), and put an async sale's state into Redis;
  * every instance's cache hears of the new id. Sets v->id. 0; -EPERM, an
  * async sale this instance may not sell (its Redis may lose acknowledged
- * writes), nothing written; -EOPNOTSUPP, an async sale while sales are
- * sharded over several MySQL primaries (not served yet), nothing
- * written; or -errno. Waits.
+ * writes), nothing written; or -errno. Waits.
  */
 int sale_voucher_create(struct sale *s, struct store_voucher *v,
                         bool mode_given, const struct sale_actor *who);

@@ -47,9 +47,6 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
     if (v->type == VOUCHER_SECKILL) {
         if (!mode_given)
             v->mode = s->cfg.mode;
-        /* The async writer does not write to shards yet. */
-        if (v->mode == PURCHASE_ASYNC && store_shard_count(st) > 1)
-            return -EOPNOTSUPP;
         if (v->mode == PURCHASE_ASYNC && !async_may_sell(s->cfg.async))
             return -EPERM;
     } else {

@@ -14,8 +14,7 @@
  *   - SECKILL_MYSQL_URL and SECKILL_MYSQL_SHARDS together (and the two
  *     replica settings together) are refused with one line, exit 2;
  *   - the service serves a list of one from that shard's server, whose
- *     schema it checks at start-up (every shard's, on two), and refuses
- *     async purchases on two (exit 2, one line);
+ *     schema it checks at start-up (every shard's, on two);
  *   - sales routed over two shards (test_sales_on_shards): new vouchers
  *     land on both, each on the shard its id names and on no other; a
  *     crowd on a voucher of each shard at once keeps every invariant in
@@ -24,7 +23,10 @@
  *     page; pay, cancel and expiry of orders on shard 1, there, and the
  *     refund and audit record they make, on shard 0; a
  *     voucher made before sharding (an AUTO_INCREMENT id) still sells,
- *     on shard 0.
+ *     on shard 0;
+ *   - async sales on two shards (test_async_on_shards): the writer puts
+ *     each sale's orders on its shard, and a unit a cancel on shard 1
+ *     gives back reaches Redis again (its record there dropped).
  *
  * Not part of make test: make test-cluster.
  */
@@ -269,8 +271,8 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    static const char *const names[] = {"every", "stop", "one", "serve",
-                                        "sales"};
+    static const char *const names[] = {"every", "stop",  "one",
+                                        "serve", "sales", "async"};
     (void)state;
 
     for (int i = 0; i < SHARDS; i++) {
@@ -499,10 +501,9 @@ static void test_refuses_both_urls(void **state)
 }
 
 /*
- * The service on the shards: async purchases on two are refused (one
- * line, exit 2, although both are migrated); a list of one is
- * served from that shard's server, whose schema is checked at start-up
- * as SECKILL_MYSQL_URL's is.
+ * The service on the shards: a list of one is served from that shard's
+ * server, whose schema is checked at start-up as SECKILL_MYSQL_URL's is;
+ * on two, every shard's is.
  */
 static void test_service_on_shards(void **state)
 {
@@ -519,15 +520,7 @@ static void test_service_on_shards(void **state)
     {
         const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
 
-        const char *const async_env[] = {BASE_ENV(redis_env), shards,
-                                         "SECKILL_PURCHASE_MODE=async", NULL};
-
         assert_int_equal(run("serve-migrate", "migrate", env, &out), 0);
-        free(out);
-        /* The async writer does not write to shards yet. */
-        assert_int_equal(run("serve-two-async", NULL, async_env, &out), 2);
-        assert_one_line(out, "seckilld: SECKILL_PURCHASE_MODE: async is not "
-                             "served with 2 MySQL shards yet");
         free(out);
     }
 
@@ -597,8 +590,11 @@ static void test_service_on_shards(void **state)
 #define CROWD_REQUESTS (CROWD_USERS * CROWD_PER_USER * CROWD_VOUCHERS)
 #define SHARD_USER_BASE 9300000000LL
 
-/* A number of shard i's "sales" database: the first column of the first
- * row of the query (a printf format; `D` stands for the database). */
+/* The scratch database sales_scalar() reads. */
+static const char *sales_db = "sales";
+
+/* A number of shard i's sales_db database: the first column of the first
+ * row of the query (a printf format). */
 static int64_t sales_scalar(int i, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int64_t sales_scalar(int i, const char *fmt, ...)
@@ -613,7 +609,7 @@ static int64_t sales_scalar(int i, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(sql, sizeof(sql), fmt, ap);
     va_end(ap);
-    snprintf(use, sizeof(use), "USE `%s`", db_name("sales", db, sizeof(db)));
+    snprintf(use, sizeof(use), "USE `%s`", db_name(sales_db, db, sizeof(db)));
     if (mysql_query(m, use) || mysql_query(m, sql) ||
         !(res = mysql_store_result(m))) {
         print_error("shard %d: %s: %s\n", i, sql, mysql_error(m));
@@ -1028,6 +1024,127 @@ static void test_sales_on_shards(void **state)
     assert_int_equal(it_server_stop(&srv), 0);
 }
 
+/* How many orders of voucher v shard i has, of any status. */
+static int64_t orders_of(int i, int64_t v)
+{
+    return sales_scalar(i,
+                        "SELECT COUNT(*) FROM voucher_orders WHERE "
+                        "voucher_id = %lld",
+                        (long long)v);
+}
+
+/* Wait up to 15 s for shard i to have n orders of voucher v and no unit
+ * of it owed to Redis; asserts. */
+static void await_written(int i, int64_t v, int64_t n)
+{
+    int64_t until = util_mono_ms() + 15000;
+
+    while ((orders_of(i, v) != n ||
+            sales_scalar(i,
+                         "SELECT COUNT(*) FROM async_unit_returns WHERE "
+                         "voucher_id = %lld",
+                         (long long)v) != 0) &&
+           util_mono_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(n, orders_of(i, v));
+    assert_int_equal(0, sales_scalar(i,
+                                     "SELECT COUNT(*) FROM async_unit_returns "
+                                     "WHERE voucher_id = %lld",
+                                     (long long)v));
+}
+
+/* Buy async voucher v as user on s: the pending order's id (202). */
+static int64_t buy_pending(const struct it_server *s, int64_t v, int64_t user)
+{
+    struct it_resp resp;
+    int64_t id;
+
+    it_purchase(s, v, user, &resp);
+    it_assert_status(&resp, 202);
+    id = it_json_id(resp.json, "orderId");
+    it_resp_free(&resp);
+    return id;
+}
+
+static void test_async_on_shards(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], *out;
+    struct it_server srv = {0};
+    struct it_resp resp = {0};
+    int64_t shop = it_unique(), v[2], o[2][3];
+    int64_t user = SHARD_USER_BASE + 5000 + (it_unique() % 1000) * 10;
+    int on[2];
+    (void)state;
+
+    sales_db = "async";
+    make_db("async");
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "async", u0, sizeof(u0)),
+             url_on(1, "async", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run("async-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards,
+                                   "SECKILL_PURCHASE_MODE=async",
+                                   "SECKILL_ASYNC_ACCEPT_LOSS=1", NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-async", env), 0);
+    }
+    /* A sale on each shard. */
+    for (int k = 0; k < 2;) {
+        int64_t c = it_seckill_create(&srv, shop, 3, -60, 3600);
+        int i = voucher_shard(c);
+
+        assert_int_equal(1, sales_scalar(i,
+                                         "SELECT purchase_mode FROM "
+                                         "seckill_vouchers WHERE voucher_id = "
+                                         "%lld",
+                                         (long long)c));
+        if (k == 0 || i != on[0]) {
+            v[k] = c;
+            on[k++] = i;
+        }
+    }
+    /* Each sold out in Redis; the writer puts its orders on its shard. */
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) {
+            o[k][j] = buy_pending(&srv, v[k], user + j);
+            assert_int_equal(on[k], (int)idgen_shard_of(o[k][j]));
+        }
+        it_purchase(&srv, v[k], user + 3, &resp);
+        it_assert_error(&resp, 409, "SOLD_OUT");
+        it_resp_free(&resp);
+    }
+    for (int k = 0; k < 2; k++) {
+        await_written(on[k], v[k], 3);
+        for (int j = 0; j < 3; j++)
+            assert_int_equal(1, order_status(on[k], o[k][j]));
+        assert_voucher_whole(v[k], on[k], 3);
+    }
+
+    /* A cancel on shard 1 gives its unit back to Redis: another buyer
+     * gets it, written on shard 1. */
+    {
+        int k = on[0] == 1 ? 0 : 1;
+        int64_t again;
+
+        assert_int_equal(200, order_act(&srv, o[k][0], "cancel", user));
+        assert_int_equal(4, order_status(1, o[k][0]));
+        await_written(1, v[k], 3);
+        again = buy_pending(&srv, v[k], user + 4);
+        assert_int_equal(1, (int)idgen_shard_of(again));
+        await_written(1, v[k], 4);
+        assert_int_equal(1, order_status(1, again));
+        assert_voucher_whole(v[k], 1, 3);
+    }
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1037,6 +1154,7 @@ int main(void)
         cmocka_unit_test(test_refuses_both_urls),
         cmocka_unit_test(test_service_on_shards),
         cmocka_unit_test(test_sales_on_shards),
+        cmocka_unit_test(test_async_on_shards),
     };
     int failed;
 
