@@ -291,7 +291,7 @@ int store_async_vouchers(struct store *st, unsigned lookback_s, int64_t **out,
         a.base = a.n;
         err = store_retry(store_shard(st, i), vouchers_once, &a);
     }
-    if (!err && store_shard_count(st) > 1)
+    if (!err && a.n > 1 && store_shard_count(st) > 1)
         qsort(a.out, a.n, sizeof(*a.out), id_newer_first);
     if (err) {
         free(a.out);
