@@ -48,6 +48,10 @@ void config_free(struct config *cfg)
     free(cfg->shards);
     cfg->shards = NULL;
     cfg->nshards = 0;
+    free(cfg->shard_stores);
+    cfg->shard_stores = NULL;
+    cfg->http.store.shards = NULL;
+    cfg->http.store.nshards = 0;
 }
 
 /* Whole-string integer in [min, max]. */
@@ -807,9 +811,10 @@ const struct config_setting config_settings[] = {
             "`mysql://` URLs separated by commas (a comma in a password "
             "written `%2C`), shard 0 first, instead of `SECKILL_MYSQL_URL` "
             "(both set is refused). Shard 0 holds users, logins and "
-            "everything that is not a sale. `seckilld migrate` migrates "
-            "every shard; the service does not route sales by shard yet, "
-            "and refuses to start with more than one ([MariaDB "
+            "everything that is not a sale; a voucher, its stock and its "
+            "orders live on one shard, named by their ids, and new "
+            "vouchers go to the shards in turn. `seckilld migrate` "
+            "migrates every shard ([MariaDB "
             "shards](scaling.md#mariadb-shards-configuration))"},
     {.flag = "redis-url",
      .env = "SECKILL_REDIS_URL",
@@ -1888,6 +1893,16 @@ static void shards_finish(struct config *cfg)
             sh->store.replica = &sh->replica;
         }
     }
+    /* The service's store reaches the other shards through http.store
+     * (store.h): only it carries the list. */
+    if (cfg->nshards > 1) {
+        cfg->shard_stores = xcalloc(cfg->nshards, sizeof(*cfg->shard_stores));
+        cfg->shard_stores[0] = &cfg->http.store;
+        for (unsigned i = 1; i < cfg->nshards; i++)
+            cfg->shard_stores[i] = &cfg->shards[i].store;
+        cfg->http.store.shards = cfg->shard_stores;
+        cfg->http.store.nshards = cfg->nshards;
+    }
 }
 
 int config_parse(struct config *cfg, int argc, char **argv, char *err,
@@ -1930,13 +1945,6 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
 
     if (cfg->cmd != CMD_SERVE)
         return 0;
-    /* Until purchases, orders and lists are routed by shard, the service
-     * runs on one primary; seckilld migrate already takes them all. */
-    if (cfg->nshards > 1)
-        return fail(err, errlen,
-                    "SECKILL_MYSQL_SHARDS: %u shards given, but sharding sales "
-                    "over several primaries is not served yet (give one)",
-                    cfg->nshards);
     /* The async mode's scripts, stream writer and reconciliation are
      * written for one Redis (or one behind Sentinel): not for a cluster
      * yet. */

@@ -82,6 +82,9 @@ struct config {
      */
     unsigned nshards;
     struct config_shard *shards;
+    /* With several shards, what http.store.shards points at: each
+     * shard's store config, [0] http.store itself. Owned by cfg. */
+    const struct store_config **shard_stores;
 };
 
 /*

@@ -147,9 +147,13 @@ static int serve(const struct config *cfg)
     /* Once, before anything starts: a binary newer than its database's
      * schema would fail request by request. Its refusal is the one line
      * the service prints, so the descriptor limit's warning comes after. */
-    if (migrate_check(&cfg->http.store) == -ESTALE) {
-        mysql_library_end();
-        return 2;
+    for (unsigned i = 0; i < cfg->nshards; i++) {
+        /* Every shard's schema: shard 0's config is http.store. */
+        if (migrate_check(i ? &cfg->shards[i].store : &cfg->http.store) ==
+            -ESTALE) {
+            mysql_library_end();
+            return 2;
+        }
     }
     raise_fd_limit(cfg->http.max_conn);
 

@@ -106,8 +106,38 @@ int64_t idgen_compose(int64_t now_s, uint32_t seq)
 
 void idgen_decode(int64_t id, int64_t *epoch_s, uint32_t *seq)
 {
+    bool sharded = idgen_is_sharded(id);
+
+    if (sharded)
+        id &= ~(INT64_C(1) << IDGEN_SHARDED_BIT);
     *epoch_s = (id >> IDGEN_SEQ_BITS) + IDGEN_EPOCH;
     *seq = (uint32_t)(id & 0xffffffffLL);
+    if (sharded)
+        *seq >>= IDGEN_SHARD_BITS;
+}
+
+bool idgen_is_sharded(int64_t id)
+{
+    return id > 0 && (id >> IDGEN_SHARDED_BIT) == 1;
+}
+
+unsigned idgen_shard_of(int64_t id)
+{
+    return idgen_is_sharded(id) ? (unsigned)(id & (IDGEN_SHARDS_MAX - 1)) : 0;
+}
+
+int idgen_shard_compose(int64_t id, unsigned shard, int64_t *out)
+{
+    uint32_t seq = (uint32_t)(id & 0xffffffffLL);
+
+    if (shard >= IDGEN_SHARDS_MAX || id <= 0 || id >> IDGEN_SHARDED_BIT != 0)
+        return -EINVAL;
+    if (seq > IDGEN_SHARDED_SEQ_MAX)
+        return -EOVERFLOW;
+    *out = INT64_C(1) << IDGEN_SHARDED_BIT |
+           (id >> IDGEN_SEQ_BITS) << IDGEN_SEQ_BITS |
+           (int64_t)seq << IDGEN_SHARD_BITS | (int64_t)shard;
+    return 0;
 }
 
 int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len)

@@ -67,6 +67,35 @@
  * defence.
  *
  * JSON carries ids as decimal strings (JavaScript loses integers > 2^53).
+ *
+ * Sharded ids. When sales are spread over several MySQL primaries
+ * (SECKILL_MYSQL_SHARDS with more than one URL), voucher and order ids
+ * name their shard, so a request goes to one shard without a lookup:
+ *
+ *   bit  63     0 (ids are positive int64)
+ *   bit  62     1: the sharded layout (IDGEN_SHARDED_BIT)
+ *   bits 32..61 t - IDGEN_EPOCH, as above (30 bits: until 2056-01-10)
+ *   bits 6..31  n, the day's counter, as above (26 bits: at most
+ *               IDGEN_SHARDED_SEQ_MAX ids a UTC day for one prefix)
+ *   bits 0..5   the shard, 0..63 (IDGEN_SHARD_BITS)
+ *
+ * A sharded id is the worker's id (t, n) with n moved up six bits, the
+ * shard put under it and the marker set (idgen_shard_compose()). So:
+ *   - ids that predate sharding decode as shard 0 (idgen_shard_of()):
+ *     a voucher's AUTO_INCREMENT id is far below 2^62, and a worker id
+ *     reaches bit 62 only with t - IDGEN_EPOCH >= 2^30, in 2056; an
+ *     older deployment that turns sharding on before then has every old
+ *     id below the marker. Those vouchers and their orders stay on
+ *     shard 0;
+ *   - every sharded id is above every id made before it without the
+ *     marker, so ids keep growing with time across the switch;
+ *   - sharded ids are unique: (t, n) is unique per prefix as above, and
+ *     the shard only adds bits;
+ *   - the shard sits below the time and the counter, so sharded ids of
+ *     all shards still sort by time (to the second, as above): a list
+ *     merged from several shards by id is in time order, and one id
+ *     cursor pages through all of them.
+ * With one shard nothing changes: the worker's ids are used as they are.
  */
 #ifndef SECKILL_IDGEN_H
 #define SECKILL_IDGEN_H
@@ -123,8 +152,31 @@ void idgen_discard(const char *prefix);
 /* Compose an id from a time and a sequence number (pure). */
 int64_t idgen_compose(int64_t now_s, uint32_t seq);
 
-/* Split an id into its time (epoch seconds) and sequence number (pure). */
+/* Split an id into its time (epoch seconds) and sequence number (pure);
+ * of a sharded id (below): its time and its day counter n. */
 void idgen_decode(int64_t id, int64_t *epoch_s, uint32_t *seq);
+
+/* The sharded layout (above). */
+#define IDGEN_SHARDED_BIT 62
+#define IDGEN_SHARD_BITS 6
+#define IDGEN_SHARDS_MAX (1 << IDGEN_SHARD_BITS)
+#define IDGEN_SHARDED_SEQ_MAX ((1u << (IDGEN_SEQ_BITS - IDGEN_SHARD_BITS)) - 1)
+
+/*
+ * The sharded id of shard (< IDGEN_SHARDS_MAX) for a worker id of
+ * idgen_next() (pure). Returns 0 with *out set; -EINVAL for a bad shard
+ * or an id that is not a worker id of the layout's range (sharded
+ * already, or t past 2056); -EOVERFLOW when its day counter is above
+ * IDGEN_SHARDED_SEQ_MAX (the day's ids of the sharded layout ran out).
+ */
+int idgen_shard_compose(int64_t id, unsigned shard, int64_t *out);
+
+/* Whether id has the sharded layout (pure). */
+bool idgen_is_sharded(int64_t id);
+
+/* The shard id names: its shard bits when it has the sharded layout,
+ * else 0 (an id from before sharding). Pure. */
+unsigned idgen_shard_of(int64_t id);
 
 /*
  * Write the counter key for prefix and the UTC day of now_s into buf

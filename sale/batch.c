@@ -127,8 +127,10 @@ static void locks_release(struct sale_purchase **m, size_t n)
     free(ls);
 }
 
-/* An order id for every member still open without one. */
-static void ids_take(struct store *st, struct sale_purchase **m, size_t n)
+/* An order id for every member still open without one: on voucher_id's
+ * shard when sales are sharded. */
+static void ids_take(struct store *st, int64_t voucher_id,
+                     struct sale_purchase **m, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct redis_link *l;
@@ -138,6 +140,8 @@ static void ids_take(struct store *st, struct sale_purchase **m, size_t n)
             continue;
         l = store_redis_link(st);
         err = l ? idgen_next(l, "order", &m[i]->item.order_id) : -ENOTCONN;
+        if (!err)
+            err = store_order_id_place(st, voucher_id, &m[i]->item.order_id);
         if (err)
             settle(m[i], SALE_FAILED, err);
     }
@@ -160,7 +164,7 @@ static void transact(struct store *st, int64_t voucher_id,
     for (int attempt = 0; attempt < ID_ATTEMPTS; attempt++) {
         size_t k = 0, clashes = 0;
 
-        ids_take(st, m, n);
+        ids_take(st, voucher_id, m, n);
         for (size_t i = 0; i < n; i++) {
             if (m[i]->settled)
                 continue;
@@ -239,7 +243,7 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
     size_t k = 0;
     int err;
 
-    ids_take(st, m, n);
+    ids_take(st, voucher_id, m, n);
     for (size_t i = 0; i < n; i++) {
         if (m[i]->settled)
             continue;

@@ -20,22 +20,23 @@ struct expiry {
     bool stop;
 };
 
-/* One batch; returns how many orders it closed, or -errno. */
-static int expire_batch(struct expiry *x, struct store *st,
+/* One batch of shard's orders; returns how many orders it closed, or
+ * -errno. */
+static int expire_batch(struct expiry *x, struct store *st, unsigned shard,
                         int64_t *failing_since)
 {
     struct store_expired out;
-    int err = store_orders_expire(st, STORE_EXPIRE_BATCH_MAX, &out);
+    int err = store_orders_expire(st, shard, STORE_EXPIRE_BATCH_MAX, &out);
 
     if (err) {
         /* MySQL down: the deadlines wait in MySQL; log once a run. */
         if (!*failing_since)
-            log_warn("order expiry failed", "err=%d", err);
+            log_warn("order expiry failed", "shard=%u err=%d", shard, err);
         *failing_since = util_mono_ms();
         return err;
     }
     if (*failing_since)
-        log_info("order expiry running again", NULL);
+        log_info("order expiry running again", "shard=%u", shard);
     *failing_since = 0;
     metrics_count(METRIC_ORDER_EXPIRED, out.orders);
     for (size_t i = 0; i < out.orders; i++)
@@ -58,17 +59,21 @@ static void *expiry_main(void *arg)
 {
     struct expiry *x = arg;
     struct store *st = store_new(x->sc);
-    int64_t failing_since = 0;
+    unsigned shards = store_shard_count(st);
+    int64_t *failing_since = xcalloc(shards, sizeof(*failing_since));
 
     pthread_mutex_lock(&x->mu);
     while (!x->stop) {
-        int n;
+        bool full = false;
 
         pthread_mutex_unlock(&x->mu);
-        n = expire_batch(x, st, &failing_since);
+        /* Each shard expires its own orders, one batch each in turn. */
+        for (unsigned i = 0; i < shards; i++)
+            full |= expire_batch(x, st, i, &failing_since[i]) ==
+                    STORE_EXPIRE_BATCH_MAX;
         pthread_mutex_lock(&x->mu);
         /* A full batch: there may be more right away. */
-        if (n == STORE_EXPIRE_BATCH_MAX)
+        if (full)
             continue;
         int64_t wake = util_mono_ms() + EXPIRY_POLL_MS;
         struct timespec ts = {(time_t)(wake / 1000),
@@ -77,6 +82,7 @@ static void *expiry_main(void *arg)
             pthread_cond_timedwait(&x->cond, &x->mu, &ts);
     }
     pthread_mutex_unlock(&x->mu);
+    free(failing_since);
     store_free(st);
     return NULL;
 }

@@ -3,7 +3,8 @@
  * EXPIRY_POLL_MS, the orders whose pay deadline has passed, in batches
  * (store_orders_expire()), on every instance at once without double work,
  * and gives each closed order's unit back to its sale
- * (sale_units_returned()).
+ * (sale_units_returned()). With sales sharded over several MySQL
+ * primaries, a batch of each shard in turn.
  */
 #ifndef SECKILL_EXPIRY_H
 #define SECKILL_EXPIRY_H

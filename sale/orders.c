@@ -26,6 +26,7 @@
 #include "async/async.h"
 #include "common/metrics.h"
 #include "common/util.h"
+#include "idgen/idgen.h"
 
 /* What the writer will store for an order sold at accepted_ms: created
  * then, to be paid within the pay timeout. */
@@ -230,6 +231,11 @@ _Static_assert(ENGINE_BATCH_MAX <= STORE_ORDER_BATCH_MAX,
 
 static int64_t lane_of(int64_t order_id)
 {
+    /* A sharded id's lowest bits are its shard: lanes of their own per
+     * shard, so that a merged transaction stays on one shard. */
+    if (idgen_is_sharded(order_id))
+        return -1 - (int64_t)idgen_shard_of(order_id) * ORDER_LANES -
+               (order_id >> IDGEN_SHARD_BITS) % ORDER_LANES;
     return -1 - order_id % ORDER_LANES;
 }
 

@@ -212,6 +212,7 @@ int store_async_write(struct store *st, int64_t voucher_id,
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         o[i].result = 0;
+    st = store_by_id(st, voucher_id);
     err = write_retry(st, &a);
     if (err == -EEXIST || err == -ERANGE) {
         /* Someone is refused: one at a time, to know who. */
@@ -241,6 +242,7 @@ struct vouchers_args {
     int64_t lookback_s;
     int64_t *out;
     size_t cap, n;
+    size_t base; /* the rows of the shards read before this one */
     int64_t one;
 };
 
@@ -248,6 +250,7 @@ static void voucher_listed(void *ctx, size_t i)
 {
     struct vouchers_args *a = ctx;
 
+    i += a->base;
     if (i >= a->cap) {
         a->cap = a->cap ? a->cap * 2 : 256;
         a->out = xrealloc(a->out, a->cap * sizeof(*a->out));
@@ -259,19 +262,37 @@ static int vouchers_once(struct store *st, void *arg)
 {
     struct vouchers_args *a = arg;
     MYSQL_BIND p[1] = {0}, r[1] = {0};
+    size_t got;
+    int err;
 
     bind_i64(&p[0], &a->lookback_s);
     bind_i64(&r[0], &a->one);
-    return store_stmt_rows(st, STMT_ASYNC_VOUCHERS, p, r, SIZE_MAX,
-                           voucher_listed, a, &a->n);
+    err = store_stmt_rows(st, STMT_ASYNC_VOUCHERS, p, r, SIZE_MAX,
+                          voucher_listed, a, &got);
+    a->n = a->base + got;
+    return err;
+}
+
+static int id_newer_first(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+
+    return a > b ? -1 : a < b;
 }
 
 int store_async_vouchers(struct store *st, unsigned lookback_s, int64_t **out,
                          size_t *n)
 {
     struct vouchers_args a = {.lookback_s = lookback_s};
-    int err = store_retry(st, vouchers_once, &a);
+    int err = 0;
 
+    /* Every shard's, gathered (its voucher ids name it), newest first. */
+    for (unsigned i = 0; i < store_shard_count(st) && !err; i++) {
+        a.base = a.n;
+        err = store_retry(store_shard(st, i), vouchers_once, &a);
+    }
+    if (!err && a.n > 1 && store_shard_count(st) > 1)
+        qsort(a.out, a.n, sizeof(*a.out), id_newer_first);
     if (err) {
         free(a.out);
         a.out = NULL;
@@ -353,7 +374,7 @@ int store_async_sale_read(struct store *st, int64_t voucher_id,
     struct sale_args a = {.id = voucher_id, .out = out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, sale_once, &a);
+    return store_retry(store_by_id(st, voucher_id), sale_once, &a);
 }
 
 struct counts_args {
@@ -387,7 +408,7 @@ int store_async_counts_read(struct store *st, int64_t voucher_id,
     struct counts_args a = {voucher_id, pos_max, out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, counts_once, &a);
+    return store_retry(store_by_id(st, voucher_id), counts_once, &a);
 }
 
 struct stamp_args {
@@ -412,5 +433,5 @@ int store_async_stamp_read(struct store *st, int64_t voucher_id, int64_t *stamp)
     struct stamp_args a = {voucher_id, stamp};
 
     *stamp = 0;
-    return store_retry(st, stamp_once, &a);
+    return store_retry(store_by_id(st, voucher_id), stamp_once, &a);
 }

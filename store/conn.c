@@ -1,7 +1,9 @@
 /*
  * conn.c - the store's connections: MySQL (Connector/C, prepared
  * statements, no auto-reconnect) and Redis (hiredis), each opened lazily,
- * dropped on a connection error and reopened on next use. Also every SQL
+ * dropped on a connection error and reopened on next use; with sales
+ * sharded over several primaries, the thread's store of each other shard
+ * (its own MySQL connection, made on first use). Also every SQL
  * statement the service runs, in one table.
  */
 #include "store/internal.h"
@@ -130,6 +132,9 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_VOUCHER_INSERT] =
         "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
         "actual_value, type) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [STMT_VOUCHER_INSERT_ID] =
+        "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, "
+        "actual_value, type, id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     [STMT_SECKILL_INSERT] =
         "INSERT INTO seckill_vouchers (voucher_id, stock, initial_stock, "
         "begin_time, end_time, purchase_mode, sale_stamp, admission) VALUES "
@@ -471,6 +476,12 @@ void store_free(struct store *st)
         redisFree(st->link.rc);
     redis_cluster_free(st->link.cluster);
     store_free(st->replica);
+    if (st->shard)
+        for (unsigned i = 1; i < store_shard_count(st); i++)
+            store_free(st->shard[i]);
+    free(st->shard);
+    store_deferred_drop(st);
+    free(st->deferred);
     free(st);
 }
 
@@ -692,10 +703,15 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
         mysql_drop(st);
     }
     int was_open = st->my != NULL;
-    int err = fn(st, arg);
+    int err;
 
-    if (err == -ENOTCONN && was_open)
+    /* Rows of shard 0 an attempt queued go with the attempt. */
+    store_deferred_drop(st);
+    err = fn(st, arg);
+    if (err == -ENOTCONN && was_open) {
+        store_deferred_drop(st);
         err = fn(st, arg);
+    }
     return err;
 }
 
@@ -781,6 +797,63 @@ int64_t time_to_epoch(const MYSQL_TIME *t)
     return (int64_t)timegm(&tm);
 }
 
+/* ---- shards: the thread's store of each (store.h, "shards") ---- */
+
+struct store *store_home(struct store *st)
+{
+    return st->home ? st->home : st;
+}
+
+unsigned store_shard_count(const struct store *st)
+{
+    const struct store *h = st->home ? st->home : st;
+
+    return h->cfg->nshards > 1 ? h->cfg->nshards : 1;
+}
+
+struct store *store_shard(struct store *st, unsigned i)
+{
+    struct store *h = store_home(st);
+    unsigned n = store_shard_count(h);
+
+    if (i == 0 || i >= n)
+        return h;
+    if (!h->shard)
+        h->shard = xcalloc(n, sizeof(*h->shard));
+    if (!h->shard[i]) {
+        struct store *s = store_new(h->cfg->shards[i]);
+
+        s->home = h;
+        s->shard_no = i;
+        h->shard[i] = s;
+    }
+    return h->shard[i];
+}
+
+void store_deferred_add(struct store *st, const struct store_deferred *d)
+{
+    if (st->ndeferred == st->deferred_cap) {
+        st->deferred_cap = st->deferred_cap ? 2 * st->deferred_cap : 4;
+        st->deferred =
+            xrealloc(st->deferred, st->deferred_cap * sizeof(*st->deferred));
+    }
+    st->deferred[st->ndeferred++] = *d;
+}
+
+void store_deferred_drop(struct store *st)
+{
+    for (size_t i = 0; i < st->ndeferred; i++) {
+        struct store_deferred *d = &st->deferred[i];
+
+        free(d->txn);
+        free((char *)d->audit.addr);
+        free((char *)d->audit.action);
+        free((char *)d->audit.target_type);
+        free((char *)d->audit.change);
+    }
+    st->ndeferred = 0;
+}
+
 /* ---- Redis ---- */
 
 void store_redis_server(const struct store_config *c, struct redis_server *out)
@@ -797,6 +870,7 @@ void store_redis_server(const struct store_config *c, struct redis_server *out)
  * sentinels named a new master. NULL while the server is unreachable. */
 static redisContext *redis_one(struct store *st)
 {
+    st = store_home(st); /* one Redis connection a thread, not a shard */
     const struct store_config *c = st->cfg;
     int64_t now = util_mono_ms();
     struct redis_server rs;
@@ -833,8 +907,10 @@ static redisContext *redis_one(struct store *st)
 
 struct redis_link *store_redis_link(struct store *st)
 {
-    const struct store_config *c = st->cfg;
+    const struct store_config *c;
 
+    st = store_home(st); /* one Redis link a thread, whatever the shard */
+    c = st->cfg;
     if (!c->redis_cluster_nseeds)
         return redis_one(st) ? &st->link : NULL;
     if (!st->link.cluster) {
@@ -951,19 +1027,26 @@ const char *store_redis_cluster_check(struct store *st)
     return state;
 }
 
-void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
+static bool mysql_ping_ok(struct store *st)
 {
     /* A connection the server dropped while idle fails its first ping;
      * one fresh try then tells whether the server itself is up. */
-    *mysql_ok = false;
-    for (int i = 0; i < 2 && !*mysql_ok; i++) {
+    for (int i = 0; i < 2; i++) {
         if (store_mysql_ensure(st))
             break;
         if (mysql_ping(st->my) == 0)
-            *mysql_ok = true;
-        else
-            store_mysql_error(st, NULL, "ping");
+            return true;
+        store_mysql_error(st, NULL, "ping");
     }
+    return false;
+}
+
+void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok)
+{
+    /* MySQL is up when every shard's primary is. */
+    *mysql_ok = true;
+    for (unsigned i = 0; i < store_shard_count(st) && *mysql_ok; i++)
+        *mysql_ok = mysql_ping_ok(store_shard(st, i));
 
     *redis_ok = false;
     for (int i = 0; i < 2 && !*redis_ok; i++) {

@@ -217,9 +217,11 @@ static int ctl_run(struct store *st, int (*fn)(struct store *, void *),
 {
     int err = -EDEADLK;
 
+    /* On the voucher's shard; its audit record is shard 0's. */
+    st = store_by_id(st, a->id);
     for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
         err = store_retry(st, fn, a);
-    return err;
+    return store_deferred_flush(st, err);
 }
 
 int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,
@@ -562,5 +564,5 @@ int store_sale_control_read(struct store *st, int64_t voucher_id,
     struct ctl_args a = {.id = voucher_id, .after = out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, control_read_once, &a);
+    return store_retry(store_by_id(st, voucher_id), control_read_once, &a);
 }

@@ -48,6 +48,7 @@ enum stmt_id {
     STMT_USER_PHONE_SET,
     STMT_USER_MERGE,
     STMT_VOUCHER_INSERT,
+    STMT_VOUCHER_INSERT_ID, /* with its id: a sharded voucher */
     STMT_SECKILL_INSERT,
     STMT_VOUCHER_GET,
     STMT_VOUCHER_LIST_SHOP,
@@ -213,7 +214,58 @@ struct store {
      * its first voucher read there; skipped until this after a failure. */
     struct store *replica;
     int64_t replica_skip_until_ms;
+    /* Shards (shard.c). The thread's store of shard 0 (made with the
+     * config that lists the shards) owns the stores of the others,
+     * shard[i] made on first use; each of those has home set to it. */
+    struct store *home;   /* NULL: this is the thread's shard 0 store */
+    struct store **shard; /* [nshards], NULL until needed; home only */
+    unsigned shard_no;    /* which shard this store's primary is */
+    /* Rows of shard 0 (an audit record, a refund) that a transaction on
+     * another shard decided on: written to shard 0 once it committed. */
+    struct store_deferred *deferred;
+    size_t ndeferred, deferred_cap;
 };
+
+/* ---- shards (shard.c; each shard's store is conn.c's) ---- */
+
+/* The thread's store of shard i (< store_shard_count()): st's home for
+ * 0, else its store of that shard, made on first use. Never NULL. */
+struct store *store_shard(struct store *st, unsigned i);
+
+/* The store of the shard id lives on (store_shard_of()). */
+struct store *store_by_id(struct store *st, int64_t id);
+
+/* The thread's store of shard 0 (st itself, or its home). */
+struct store *store_home(struct store *st);
+
+/* A row of shard 0 that a transaction of another shard decided on: an
+ * audit record (store_audit_add()) or a refund (lifecycle.c); owned
+ * strings. */
+struct store_deferred {
+    bool is_refund;
+    int64_t order_id, amount, reason; /* a refund */
+    char *txn;
+    struct store_audit audit; /* an audit record */
+};
+
+/* Record a refused payment's refund (shard.c): in st's open
+ * transaction on shard 0, else deferred to shard 0 (above). */
+int store_refund_insert(struct store *st, int64_t order_id, const char *txn,
+                        int64_t amount, int64_t reason);
+
+/* Queue d (its strings now st's) for store_deferred_flush(). */
+void store_deferred_add(struct store *st, const struct store_deferred *d);
+
+/*
+ * After an operation on st that queued rows of shard 0: err 0 (it
+ * committed) writes them there, each on its own, and logs any that
+ * fails (the shard's change stands: the caller's answer is its);
+ * otherwise drops them. Returns err.
+ */
+int store_deferred_flush(struct store *st, int err);
+
+/* Drop the rows st queued for shard 0 (an attempt that did not commit). */
+void store_deferred_drop(struct store *st);
 
 /*
  * Open a MySQL connection to c's server as every connection of the store

@@ -128,7 +128,8 @@ static int run_tx(struct store *st, int (*fn)(struct store *, void *),
 
     for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
         err = store_retry(st, fn, arg);
-    return err;
+    /* What it decided for shard 0 (refunds), now that it committed. */
+    return store_deferred_flush(st, err);
 }
 
 /* An order closed in the open transaction whose unit goes back. */
@@ -239,7 +240,10 @@ int store_order_cancel(struct store *st, int64_t order_id,
                        enum store_close *outcome, struct store_order *o)
 {
     struct cancel_args a = {order_id, outcome};
-    int err = run_tx(st, cancel_once, &a);
+    int err;
+
+    st = store_by_id(st, order_id);
+    err = run_tx(st, cancel_once, &a);
 
     if (err || *outcome == STORE_CLOSE_NOT_FOUND)
         return err;
@@ -257,20 +261,11 @@ struct pay_args {
 };
 
 /* A refused payment (txn of amount for order id) to give back, in the
- * refusing transaction. */
+ * refusing transaction (store_refund_insert()). */
 static int refund_insert(struct store *st, int64_t id, const char *txn,
                          int64_t amount, enum store_refund_reason why)
 {
-    MYSQL_BIND p[4] = {0};
-    int64_t reason = why;
-    unsigned long len;
-    MYSQL_STMT *s;
-
-    bind_i64(&p[0], &id);
-    bind_str_in(&p[1], txn, &len);
-    bind_i64(&p[2], &amount);
-    bind_i64(&p[3], &reason);
-    return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
+    return store_refund_insert(st, id, txn, amount, why);
 }
 
 static int refund_add(struct store *st, struct pay_args *a,
@@ -369,6 +364,7 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
     if (!txn_id[0] || strlen(txn_id) > TXN_MAX)
         return -EINVAL;
     *pay_value = 0;
+    st = store_by_id(st, order_id);
     err = run_tx(st, pay_once, &a);
     if (err || *outcome == STORE_PAY_NOT_FOUND)
         return err;
@@ -805,7 +801,8 @@ static int pay_batch_once(struct store *st, void *arg)
     return order_batch_commit(st, b);
 }
 
-int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
+static int orders_pay_here(struct store *st, struct store_pay_item *items,
+                           size_t n)
 {
     struct pay_batch_args a = {items, n, {0}};
     struct store_order *now = NULL;
@@ -890,8 +887,8 @@ static int cancel_batch_once(struct store *st, void *arg)
     return err;
 }
 
-int store_orders_cancel(struct store *st, struct store_cancel_item *items,
-                        size_t n)
+static int orders_cancel_here(struct store *st, struct store_cancel_item *items,
+                              size_t n)
 {
     struct cancel_batch_args a = {items, n, {0}};
     struct store_order *now = NULL;
@@ -914,6 +911,82 @@ int store_orders_cancel(struct store *st, struct store_cancel_item *items,
     free(now);
     order_batch_free(&a.b);
     return err;
+}
+
+/*
+ * Items of a merged call whose orders are on several shards run shard by
+ * shard, each shard's as one transaction: items[0..n), size bytes each,
+ * the order id of each at id_of(), here() the call on one shard. The
+ * sale layer keeps a batch to one shard (its lanes), so that an error
+ * means nothing was written.
+ */
+static int by_shard(struct store *st, void *items, size_t n, size_t size,
+                    int64_t (*id_of)(const void *),
+                    int (*here)(struct store *, void *, size_t))
+{
+    unsigned ns = store_shard_count(st), first;
+    char *all = items, *sub;
+    size_t *idx;
+    int err = 0;
+
+    if (n == 0)
+        return 0;
+    first = store_shard_of(st, id_of(all));
+    for (size_t i = 1; i < n && first < ns; i++)
+        if (store_shard_of(st, id_of(all + i * size)) != first)
+            first = ns;
+    if (first < ns)
+        return here(store_shard(st, first), items, n);
+    sub = xcalloc(n, size);
+    idx = xcalloc(n, sizeof(*idx));
+    for (unsigned s = 0; s < ns && !err; s++) {
+        size_t k = 0;
+
+        for (size_t i = 0; i < n; i++)
+            if (store_shard_of(st, id_of(all + i * size)) == s) {
+                idx[k] = i;
+                memcpy(sub + k++ * size, all + i * size, size);
+            }
+        if (k == 0)
+            continue;
+        err = here(store_shard(st, s), sub, k);
+        for (size_t j = 0; j < k; j++)
+            memcpy(all + idx[j] * size, sub + j * size, size);
+    }
+    free(sub);
+    free(idx);
+    return err;
+}
+
+static int64_t pay_item_id(const void *x)
+{
+    return ((const struct store_pay_item *)x)->order_id;
+}
+
+static int pay_here(struct store *st, void *items, size_t n)
+{
+    return orders_pay_here(st, items, n);
+}
+
+int store_orders_pay(struct store *st, struct store_pay_item *items, size_t n)
+{
+    return by_shard(st, items, n, sizeof(*items), pay_item_id, pay_here);
+}
+
+static int64_t cancel_item_id(const void *x)
+{
+    return ((const struct store_cancel_item *)x)->order_id;
+}
+
+static int cancel_here(struct store *st, void *items, size_t n)
+{
+    return orders_cancel_here(st, items, n);
+}
+
+int store_orders_cancel(struct store *st, struct store_cancel_item *items,
+                        size_t n)
+{
+    return by_shard(st, items, n, sizeof(*items), cancel_item_id, cancel_here);
 }
 
 /* ---- expiry ---- */
@@ -985,14 +1058,15 @@ static int expire_once(struct store *st, void *arg)
     return 0;
 }
 
-int store_orders_expire(struct store *st, unsigned max,
+int store_orders_expire(struct store *st, unsigned shard, unsigned max,
                         struct store_expired *out)
 {
     struct expire_args a = {max, out};
 
-    if (max < 1 || max > STORE_EXPIRE_BATCH_MAX)
+    if (max < 1 || max > STORE_EXPIRE_BATCH_MAX ||
+        shard >= store_shard_count(st))
         return -EINVAL;
-    return run_tx(st, expire_once, &a);
+    return run_tx(store_shard(st, shard), expire_once, &a);
 }
 
 /* ---- numbers ---- */
@@ -1039,7 +1113,7 @@ int store_voucher_stats(struct store *st, int64_t voucher_id,
     struct stats_args a = {voucher_id, out};
 
     memset(out, 0, sizeof(*out));
-    return store_retry(st, stats_once, &a);
+    return store_retry(store_by_id(st, voucher_id), stats_once, &a);
 }
 
 /* ---- refunds ---- */

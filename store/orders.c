@@ -78,7 +78,7 @@ static int order_get_once(struct store *st, void *arg)
 int store_order_get(struct store *st, int64_t id, struct store_order *o)
 {
     struct get_args a = {id, o};
-    return store_retry(st, order_get_once, &a);
+    return store_retry(store_by_id(st, id), order_get_once, &a);
 }
 
 struct list_args {
@@ -112,17 +112,59 @@ static int order_list_once(struct store *st, void *arg)
     return err;
 }
 
+static int order_newer_first(const void *x, const void *y)
+{
+    int64_t a = ((const struct store_order *)x)->id;
+    int64_t b = ((const struct store_order *)y)->id;
+
+    return a > b ? -1 : a < b;
+}
+
 int store_order_list(struct store *st, int64_t user_id, int64_t before,
                      unsigned limit, struct store_order **items, size_t *count)
 {
     struct list_args a = {user_id, before > 0 ? before : INT64_MAX, limit,
                           items, count};
 
+    unsigned ns = store_shard_count(st);
+    struct store_order *all = NULL;
+    size_t nall = 0;
+    int err = 0;
+
     *items = NULL;
     *count = 0;
     if (limit < 1 || limit > STORE_LIST_MAX)
         return -EINVAL;
-    return store_retry(st, order_list_once, &a);
+    if (ns <= 1)
+        return store_retry(st, order_list_once, &a);
+    /*
+     * Every shard's newest page below the cursor, one shard after the
+     * other on this thread, merged: sharded ids sort by time across
+     * shards (idgen/idgen.h), so the newest limit of them all are the
+     * page, and its last id is the cursor of the next, as with one shard.
+     */
+    for (unsigned i = 0; i < ns && !err; i++) {
+        struct store_order *got = NULL;
+        size_t n = 0;
+
+        a.items = &got;
+        a.count = &n;
+        err = store_retry(store_shard(st, i), order_list_once, &a);
+        if (!err && n) {
+            all = xrealloc(all, (nall + n) * sizeof(*all));
+            memcpy(all + nall, got, n * sizeof(*all));
+            nall += n;
+        }
+        free(got);
+    }
+    if (err || nall == 0) {
+        free(all);
+        return err;
+    }
+    qsort(all, nall, sizeof(*all), order_newer_first);
+    *count = nall < limit ? nall : limit;
+    *items = all;
+    return 0;
 }
 
 struct sale_orders_args {
@@ -163,7 +205,7 @@ int store_voucher_orders(struct store *st, int64_t voucher_id, int status,
         return -EINVAL;
     if (desc && from <= 0)
         a.from = INT64_MAX;
-    return store_retry(st, voucher_orders_once, &a);
+    return store_retry(store_by_id(st, voucher_id), voucher_orders_once, &a);
 }
 
 static const enum stmt_id get_stmt[] = {

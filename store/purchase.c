@@ -585,9 +585,11 @@ void store_purchase_batch(struct store *st, int64_t voucher_id,
         [STORE_PURCHASE_DUPLICATE] = METRIC_PURCHASE_DUPLICATE,
     };
     struct voucher_state *vs = store_voucher_state_get(voucher_id);
-    unsigned segments, batch_max = st->cfg->batch_max;
+    unsigned segments, batch_max;
     int err;
 
+    st = store_by_id(st, voucher_id); /* the voucher's shard, whole */
+    batch_max = st->cfg->batch_max;
     for (size_t i = 0; i < n; i++) {
         items[i]->settled = false;
         items[i]->err = 0;

@@ -3,8 +3,9 @@
  * whether voucher reads may go there (see store.h), and the choice, per
  * read, between a thread's replica connection and its primary one.
  *
- * The decision is process-wide (one replica per process, one monitor):
- * a few atomics that every thread reads without a lock. A thread whose
+ * The decision is process-wide, one per shard (each shard's replica has
+ * a watch of its own: one thread, one connection): a few atomics that
+ * every thread reads without a lock. A thread whose
  * own read on the replica fails skips it for a second on its own,
  * whatever the monitor last said, so a replica that dies between two
  * looks costs each thread one failed read, not one per request.
@@ -48,19 +49,29 @@ static const char *const verdict_names[] = {
     [VERDICT_ERROR] = "error",
 };
 
-/* The process's view of its replica; written by the monitor only. */
-static atomic_bool running;
-static atomic_int verdict;
-static atomic_llong lag_s = -1;
+/* The process's view of one shard's replica; written by its watch only. */
+struct view {
+    atomic_bool running;
+    atomic_int verdict;
+    atomic_llong lag_s;
+};
 
-struct store_replica_monitor {
-    const struct store_config *cfg; /* the primary's; cfg->replica set */
-    struct store *st;               /* the monitor's own replica store */
+static struct view views[STORE_SHARDS_MAX];
+
+/* The watch of one shard's replica. */
+struct watch {
+    const struct store_config *cfg; /* the shard's; cfg->replica set */
+    unsigned shard;
+    struct store *st; /* the watch's own replica store */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     bool stop;
     bool old_syntax; /* the server wants SHOW SLAVE STATUS */
+};
+
+struct store_replica_monitor {
+    struct watch *w[STORE_SHARDS_MAX]; /* NULL: that shard has no replica */
 };
 
 /* The index of the first of names (NULL-terminated) among the fields. */
@@ -75,7 +86,7 @@ static int field_index(MYSQL_FIELD *f, unsigned n, const char *const *names)
 
 /* Ask the replica how far behind it is: a verdict, with *lag set (-1:
  * unknown). */
-static enum verdict look(struct store_replica_monitor *m, int64_t *lag)
+static enum verdict look(struct watch *m, int64_t *lag)
 {
     static const char *const lag_names[] = {"Seconds_Behind_Master",
                                             "Seconds_Behind_Source", NULL};
@@ -136,24 +147,26 @@ static enum verdict look(struct store_replica_monitor *m, int64_t *lag)
     return v;
 }
 
-static void publish(struct store_replica_monitor *m, enum verdict v,
-                    int64_t lag)
+static void publish(struct watch *m, enum verdict v, int64_t lag)
 {
-    int old = atomic_exchange(&verdict, (int)v);
+    struct view *w = &views[m->shard];
+    int old = atomic_exchange(&w->verdict, (int)v);
 
-    atomic_store(&lag_s, lag);
+    atomic_store(&w->lag_s, lag);
     if (old == (int)v)
         return;
     if (v == VERDICT_OK)
         log_info("mysql replica in use for voucher reads",
-                 "host=%s port=%u lag_s=%lld max_lag_s=%u",
+                 "shard=%u host=%s port=%u lag_s=%lld max_lag_s=%u", m->shard,
                  m->cfg->replica->mysql_host, m->cfg->replica->mysql_port,
                  (long long)lag, m->cfg->replica_max_lag_s);
     else
         log_warn("mysql replica skipped: voucher reads go to the primary",
-                 "host=%s port=%u why=\"%s\" lag_s=%lld max_lag_s=%u%s",
-                 m->cfg->replica->mysql_host, m->cfg->replica->mysql_port,
-                 verdict_names[v], (long long)lag, m->cfg->replica_max_lag_s,
+                 "shard=%u host=%s port=%u why=\"%s\" lag_s=%lld "
+                 "max_lag_s=%u%s",
+                 m->shard, m->cfg->replica->mysql_host,
+                 m->cfg->replica->mysql_port, verdict_names[v], (long long)lag,
+                 m->cfg->replica_max_lag_s,
                  v == VERDICT_NO_PRIVILEGE
                      ? " hint=\"GRANT REPLICA MONITOR ON *.* TO the user\""
                      : "");
@@ -161,7 +174,7 @@ static void publish(struct store_replica_monitor *m, enum verdict v,
 
 static void *monitor_main(void *arg)
 {
-    struct store_replica_monitor *m = arg;
+    struct watch *m = arg;
 
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
@@ -182,28 +195,65 @@ static void *monitor_main(void *arg)
     return NULL;
 }
 
-struct store_replica_monitor *
-store_replica_monitor_start(const struct store_config *cfg)
+/* Start the watch of shard's replica (cfg, the shard's, has one). */
+static struct watch *watch_start(const struct store_config *cfg, unsigned shard)
 {
-    struct store_replica_monitor *m;
+    struct watch *m = xcalloc(1, sizeof(*m));
+    struct view *w = &views[shard];
     pthread_condattr_t attr;
 
-    if (!cfg->replica)
-        return NULL;
-    m = xcalloc(1, sizeof(*m));
     m->cfg = cfg;
+    m->shard = shard;
     m->st = store_new(cfg->replica);
     pthread_mutex_init(&m->mu, NULL);
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&m->cond, &attr);
     pthread_condattr_destroy(&attr);
-    atomic_store(&verdict, VERDICT_UNKNOWN);
-    atomic_store(&lag_s, -1);
-    atomic_store(&running, true);
+    atomic_store(&w->verdict, VERDICT_UNKNOWN);
+    atomic_store(&w->lag_s, -1);
+    atomic_store(&w->running, true);
     if (pthread_create(&m->thread, NULL, monitor_main, m) != 0) {
         log_error("mysql replica monitor start failed", "errno=%d", errno);
         abort();
+    }
+    return m;
+}
+
+static void watch_stop(struct watch *m)
+{
+    struct view *w;
+
+    if (!m)
+        return;
+    w = &views[m->shard];
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cond);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    atomic_store(&w->running, false);
+    atomic_store(&w->verdict, VERDICT_UNKNOWN);
+    store_free(m->st);
+    pthread_cond_destroy(&m->cond);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+struct store_replica_monitor *
+store_replica_monitor_start(const struct store_config *cfg)
+{
+    struct store_replica_monitor *m = NULL;
+    unsigned n = cfg->nshards > 1 ? cfg->nshards : 1;
+
+    for (unsigned i = 0; i < n && i < STORE_SHARDS_MAX; i++) {
+        const struct store_config *c = i ? cfg->shards[i] : cfg;
+
+        if (!c->replica)
+            continue;
+        if (!m)
+            m = xcalloc(1, sizeof(*m));
+        m->w[i] = watch_start(c, i);
     }
     return m;
 }
@@ -212,33 +262,28 @@ void store_replica_monitor_stop(struct store_replica_monitor *m)
 {
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_signal(&m->cond);
-    pthread_mutex_unlock(&m->mu);
-    pthread_join(m->thread, NULL);
-    atomic_store(&running, false);
-    atomic_store(&verdict, VERDICT_UNKNOWN);
-    store_free(m->st);
-    pthread_cond_destroy(&m->cond);
-    pthread_mutex_destroy(&m->mu);
+    for (unsigned i = 0; i < STORE_SHARDS_MAX; i++)
+        watch_stop(m->w[i]);
     free(m);
 }
 
 void store_replica_state_get(struct store_replica_state *out)
 {
-    int v = atomic_load(&verdict);
+    struct view *w = &views[0];
+    int v = atomic_load(&w->verdict);
 
-    out->configured = atomic_load(&running);
+    out->configured = atomic_load(&w->running);
     out->usable = out->configured && v == VERDICT_OK;
-    out->lag_s = atomic_load(&lag_s);
+    out->lag_s = atomic_load(&w->running) ? atomic_load(&w->lag_s) : -1;
     out->why = verdict_names[v];
 }
 
 struct store *store_reader(struct store *st)
 {
-    if (!st->cfg->replica || !atomic_load(&running) ||
-        atomic_load(&verdict) != VERDICT_OK ||
+    struct view *w = &views[st->shard_no];
+
+    if (!st->cfg->replica || !atomic_load(&w->running) ||
+        atomic_load(&w->verdict) != VERDICT_OK ||
         util_mono_ms() < st->replica_skip_until_ms)
         return st;
     if (!st->replica)

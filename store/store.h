@@ -52,7 +52,21 @@ struct store_config {
     const struct store_config *replica;
     unsigned replica_max_lag_s; /* a replica further behind is skipped */
     bool read_only; /* this config's sessions are READ ONLY (a replica) */
+    /*
+     * The MySQL primaries sales are sharded over (nshards > 1), or none
+     * (nshards 0 or 1: this config's primary holds everything). shards[i]
+     * is shard i's config (its primary and its replica; the rest as this
+     * one's) for i >= 1; shard 0 is this config itself, and holds users,
+     * logins, admins, bans, the audit log and refunds besides its sales.
+     * Only the config a store is made with carries the list.
+     */
+    const struct store_config *const *shards;
+    unsigned nshards;
 };
+
+/* The most shards (cfg->nshards): the shard bits of an id
+ * (idgen/idgen.h). */
+#define STORE_SHARDS_MAX 64
 
 /* Bounds of the purchase settings above. */
 #define STORE_BATCH_MAX 256
@@ -129,6 +143,36 @@ struct redis_server;
 void store_redis_server(const struct store_config *cfg,
                         struct redis_server *out);
 
+/* ---- shards (shard.c) ----
+ *
+ * With several primaries (cfg->nshards > 1) a voucher, its stock and its
+ * orders live on one shard, named by the voucher's id and by each of its
+ * orders' ids (idgen/idgen.h, "Sharded ids"); a store call about a voucher
+ * or an order runs on that shard, on the thread's connection to it (made
+ * on first use, one per shard per thread), and lists that span vouchers
+ * or a user's orders read every shard and merge. A new voucher goes to
+ * the shards in turn (store_voucher_insert()).
+ */
+
+/* How many shards the store's config names (1 without sharding). */
+unsigned store_shard_count(const struct store *st);
+
+/*
+ * The shard a voucher or order id lives on: its shard bits when it has
+ * the sharded layout and that shard is configured, else 0 (ids from
+ * before sharding, and ids of a shard that is not configured, which are
+ * then looked up on shard 0 and not found). Always 0 with one shard.
+ */
+unsigned store_shard_of(const struct store *st, int64_t id);
+
+/*
+ * A new order's id for a worker id of idgen_next(): with several shards
+ * the sharded id of voucher_id's shard (idgen_shard_compose()), with one
+ * *id unchanged. 0, or as idgen_shard_compose().
+ */
+int store_order_id_place(const struct store *st, int64_t voucher_id,
+                         int64_t *id);
+
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
 
@@ -136,24 +180,26 @@ void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
 
 /*
  * The replica monitor: one thread with its own connection to the replica
- * of cfg (cfg->replica), which reads the replica's lag every second
+ * of cfg (cfg->replica), and one for each other shard's that has one
+ * (cfg->shards[i]->replica), which reads the replica's lag every second
  * (SHOW REPLICA STATUS, Seconds_Behind_Master; SHOW SLAVE STATUS on
  * servers that predate it) and decides for the whole process whether
- * voucher reads may go there: only while it answers, replicates (both
- * replication threads running) and lags no more than
+ * voucher reads of its shard may go there: only while it answers, replicates
+ * (both replication threads running) and lags no more than
  * cfg->replica_max_lag_s. Until its first look, and whenever it cannot
  * tell, reads go to the primary. Its MySQL user needs the REPLICA MONITOR
  * privilege (SLAVE MONITOR; REPLICATION CLIENT on MySQL) besides SELECT.
  *
- * Start it once per process after cfg is final; NULL when cfg has no
- * replica. Stop accepts NULL.
+ * Start it once per process after cfg is final; NULL when no shard of cfg
+ * has a replica. Stop accepts NULL.
  */
 struct store_replica_monitor;
 struct store_replica_monitor *
 store_replica_monitor_start(const struct store_config *cfg);
 void store_replica_monitor_stop(struct store_replica_monitor *m);
 
-/* What the monitor knows, for /metrics and /readyz. */
+/* What the monitor knows of shard 0's replica, for /metrics and /readyz
+ * (the other shards' are in the log only). */
 struct store_replica_state {
     bool configured; /* the process has a monitor running */
     bool usable;     /* voucher reads go to the replica */
@@ -543,6 +589,12 @@ struct store_voucher {
  * Either way a voucher's stock is its seckill_vouchers.stock plus the sum
  * of its segments, which is what every read below reports. audit (NULL:
  * none) is recorded in the same transaction, its target_id the new id.
+ *
+ * With several shards the voucher goes to the next shard in turn (each
+ * process its own turn), with an id from the ID worker (prefix "voucher",
+ * one Redis round trip) that names that shard; its audit record is shard
+ * 0's, written there right after the commit (store/internal.h, "rows of
+ * shard 0"). -ENOTCONN also when Redis is unreachable.
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v,
                          const struct store_audit *audit);
@@ -570,6 +622,8 @@ int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v);
  * a new array of *count entries that the caller releases with free(3)
  * (NULL when empty). From the replica as store_voucher_get() says (a
  * voucher created moments ago may be missing for up to the lag bound).
+ * With several shards, every shard's page, one after the other, merged
+ * by id (sharded ids sort by time across shards).
  */
 int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
                        unsigned limit, struct store_voucher **items,
@@ -774,7 +828,9 @@ int store_order_get(struct store *st, int64_t id, struct store_order *o);
 /*
  * A user's orders, newest first (by id), with id < before (0: from the
  * newest), at most limit (1..STORE_LIST_MAX). *items as in
- * store_voucher_list().
+ * store_voucher_list(). With several shards, every shard's page below
+ * before, one after the other on the calling thread, merged by id: the
+ * cursor (the last id) pages through all shards as through one.
  */
 int store_order_list(struct store *st, int64_t user_id, int64_t before,
                      unsigned limit, struct store_order **items, size_t *count);
@@ -889,6 +945,12 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
  * batch as store_order_pay(): nothing was written, except -EINPROGRESS
  * (the COMMIT went unanswered) and an error of the read after the COMMIT.
  * n <= STORE_ORDER_BATCH_MAX. Items' strings are the caller's.
+ *
+ * With several shards a batch is one transaction on its orders' shard;
+ * items on several shards run as one transaction per shard, so an error
+ * then says nothing of the shards before it: callers keep a batch to
+ * one shard (sale/orders.c's lanes). A refund a shard other than 0
+ * decides is written to shard 0 after its commit.
  */
 #define STORE_ORDER_BATCH_MAX 256
 
@@ -938,9 +1000,10 @@ struct store_expired {
  * instance is expiring are left to it, never waited for), each becomes
  * expired, and each voucher (each segment) gets its units back in one
  * UPDATE stock = stock + k. Returns 0 with *out filled (out->orders == max
- * means there may be more), or an error (nothing closed).
+ * means there may be more), or an error (nothing closed). On shard
+ * shard (< store_shard_count()): each shard has its own orders to expire.
  */
-int store_orders_expire(struct store *st, unsigned max,
+int store_orders_expire(struct store *st, unsigned shard, unsigned max,
                         struct store_expired *out);
 
 /* ---- the asynchronous mode (async_orders.c): the orders to MySQL ---- */

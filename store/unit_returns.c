@@ -7,6 +7,8 @@
 #include "store/internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/util.h"
@@ -55,19 +57,36 @@ static int list_once(struct store *st, void *arg)
                            listed, a, a->n);
 }
 
+/* The shard a process's next list of owed units starts with. */
+static atomic_uint list_turn;
+
 int store_unit_returns_list(struct store *st, unsigned min_age_ms,
                             struct store_unit_return *out, size_t max,
                             size_t *n)
 {
-    struct list_args a = {.min_age_us = (int64_t)min_age_ms * 1000,
-                          .max = (int64_t)max,
-                          .out = out,
-                          .n = n};
+    unsigned ns = store_shard_count(st), first;
+    int err = 0;
 
     *n = 0;
     if (max == 0)
         return 0;
-    return store_retry(st, list_once, &a);
+    /* Every shard's, each from where the last shard's stopped; a
+     * different shard first each time, so that one shard's backlog does
+     * not starve the others'. */
+    first = ns > 1 ? atomic_fetch_add(&list_turn, 1) % ns : 0;
+    for (unsigned k = 0; k < ns && *n < max && !err; k++) {
+        size_t got = 0;
+        struct list_args a = {.min_age_us = (int64_t)min_age_ms * 1000,
+                              .max = (int64_t)(max - *n),
+                              .out = out + *n,
+                              .n = &got};
+
+        err = store_retry(store_shard(st, (first + k) % ns), list_once, &a);
+        *n += got;
+    }
+    if (err)
+        *n = 0;
+    return err;
 }
 
 static const enum stmt_id done_stmt[] = {
@@ -121,9 +140,27 @@ static int done_once(struct store *st, void *arg)
 
 int store_unit_returns_done(struct store *st, const int64_t *ids, size_t n)
 {
-    struct done_args a = {ids, n};
+    unsigned ns = store_shard_count(st);
+    int64_t *mine;
+    int err = 0;
 
     if (n == 0)
         return 0;
-    return store_retry(st, done_once, &a);
+    if (ns <= 1) {
+        struct done_args a = {ids, n};
+        return store_retry(st, done_once, &a);
+    }
+    /* Each shard's records of its own orders (the ids name it). */
+    mine = xcalloc(n, sizeof(*mine));
+    for (unsigned s = 0; s < ns && !err; s++) {
+        struct done_args a = {mine, 0};
+
+        for (size_t i = 0; i < n; i++)
+            if (store_shard_of(st, ids[i]) == s)
+                mine[a.n++] = ids[i];
+        if (a.n)
+            err = store_retry(store_shard(st, s), done_once, &a);
+    }
+    free(mine);
+    return err;
 }

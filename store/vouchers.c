@@ -4,11 +4,14 @@
 #include "store/internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <sodium.h>
 
 #include "common/util.h"
+#include "idgen/idgen.h"
 
 /* Result buffers for one row of the voucher SELECTs. */
 struct voucher_row {
@@ -68,6 +71,7 @@ static void voucher_row_finish(struct voucher_row *r, struct store_voucher *v)
 struct insert_args {
     struct store_voucher *v;
     const struct store_audit *audit;
+    int64_t id; /* 0: the shard's AUTO_INCREMENT */
 };
 
 static int voucher_insert_once(struct store *st, void *arg)
@@ -75,7 +79,7 @@ static int voucher_insert_once(struct store *st, void *arg)
     struct insert_args *a = arg;
     struct store_voucher *v = a->v;
     struct store_audit audit;
-    MYSQL_BIND p[7] = {0};
+    MYSQL_BIND p[8] = {0};
     unsigned long len[4];
     int64_t type = v->type;
     MYSQL_STMT *s;
@@ -91,10 +95,18 @@ static int voucher_insert_once(struct store *st, void *arg)
     bind_i64(&p[4], &v->pay_value);
     bind_i64(&p[5], &v->actual_value);
     bind_i64(&p[6], &type);
-    err = store_stmt_exec(st, STMT_VOUCHER_INSERT, p, NULL, &s);
+    if (a->id) {
+        /* Sharded: the id names the shard, so it is given. */
+        v->id = a->id;
+        bind_i64(&p[7], &v->id);
+        err = store_stmt_exec(st, STMT_VOUCHER_INSERT_ID, p, NULL, &s);
+    } else {
+        err = store_stmt_exec(st, STMT_VOUCHER_INSERT, p, NULL, &s);
+    }
     if (err)
         goto rollback;
-    v->id = (int64_t)mysql_stmt_insert_id(s);
+    if (!a->id)
+        v->id = (int64_t)mysql_stmt_insert_id(s);
 
     if (v->type == VOUCHER_SECKILL) {
         MYSQL_BIND q[8] = {0};
@@ -165,11 +177,40 @@ rollback:
     return err;
 }
 
+/* The shard the next voucher this process makes goes to. */
+static atomic_uint next_shard;
+
 int store_voucher_insert(struct store *st, struct store_voucher *v,
                          const struct store_audit *audit)
 {
-    struct insert_args a = {v, audit};
-    return store_retry(st, voucher_insert_once, &a);
+    struct insert_args a = {v, audit, 0};
+    unsigned n = store_shard_count(st), shard;
+    struct redis_link *l;
+    int64_t wid;
+    int err;
+
+    if (n <= 1)
+        return store_retry(st, voucher_insert_once, &a);
+    /*
+     * Sharded: the shards in turn (each process its own turn, so several
+     * instances spread new vouchers evenly too), and an id from the ID
+     * worker that names the shard (AUTO_INCREMENT would repeat across
+     * shards).
+     */
+    shard = atomic_fetch_add(&next_shard, 1) % n;
+    l = store_redis_link(st);
+    err = l ? idgen_next(l, "voucher", &wid) : -ECONNRESET;
+    if (!err)
+        err = idgen_shard_compose(wid, shard, &a.id);
+    if (err == -ECONNRESET || err == -ETIMEDOUT)
+        return -ENOTCONN;
+    if (err)
+        return -EIO;
+    st = store_shard(st, shard);
+    err = store_retry(st, voucher_insert_once, &a);
+    if (err == -EEXIST)
+        idgen_discard("voucher"); /* the block is suspect; nothing made */
+    return store_deferred_flush(st, err);
 }
 
 /* Fetch context of the voucher SELECTs: one bound row, copied out. */
@@ -213,7 +254,7 @@ int store_voucher_get_locked(struct store *st, int64_t id,
 {
     struct get_args a = {id, v};
 
-    return voucher_get_once(st, &a);
+    return voucher_get_once(store_by_id(st, id), &a);
 }
 
 int store_voucher_get_primary(struct store *st, int64_t id,
@@ -221,15 +262,17 @@ int store_voucher_get_primary(struct store *st, int64_t id,
 {
     struct get_args a = {id, v};
 
-    return store_retry(st, voucher_get_once, &a);
+    return store_retry(store_by_id(st, id), voucher_get_once, &a);
 }
 
 int store_voucher_get(struct store *st, int64_t id, struct store_voucher *v)
 {
     struct get_args a = {id, v};
-    struct store *r = store_reader(st);
+    struct store *r;
     int err;
 
+    st = store_by_id(st, id);
+    r = store_reader(st);
     if (r != st) {
         err = store_retry(r, voucher_get_once, &a);
         store_reader_done(st, r, err);
@@ -302,18 +345,75 @@ static int list_read(struct store *st, int (*once)(struct store *, void *),
     return err;
 }
 
+/*
+ * Run a list on every shard, one after the other, and gather the rows
+ * into *a->items (*a->count of them, unsorted): at most the limit of
+ * each shard's. One shard: list_read() as it is.
+ */
+static int list_all(struct store *st, int (*once)(struct store *, void *),
+                    struct list_args *a)
+{
+    unsigned ns = store_shard_count(st);
+    struct store_voucher **items = a->items, *all = NULL;
+    size_t *count = a->count, nall = 0;
+    int err = 0;
+
+    if (ns <= 1)
+        return list_read(st, once, a);
+    for (unsigned i = 0; i < ns && !err; i++) {
+        struct store_voucher *got = NULL;
+        size_t n = 0;
+
+        a->items = &got;
+        a->count = &n;
+        err = list_read(store_shard(st, i), once, a);
+        if (!err && n) {
+            all = xrealloc(all, (nall + n) * sizeof(*all));
+            memcpy(all + nall, got, n * sizeof(*all));
+            nall += n;
+        }
+        free(got);
+    }
+    a->items = items;
+    a->count = count;
+    if (err || nall == 0) {
+        free(all);
+        return err;
+    }
+    *items = all;
+    *count = nall;
+    return 0;
+}
+
+static int voucher_newer_first(const void *x, const void *y)
+{
+    int64_t a = ((const struct store_voucher *)x)->id;
+    int64_t b = ((const struct store_voucher *)y)->id;
+
+    return a > b ? -1 : a < b;
+}
+
 int store_voucher_list(struct store *st, int64_t shop_id, int64_t before,
                        unsigned limit, struct store_voucher **items,
                        size_t *count)
 {
     struct list_args a = {shop_id, before > 0 ? before : INT64_MAX, limit,
                           items, count};
+    int err;
 
     *items = NULL;
     *count = 0;
     if (limit < 1 || limit > STORE_LIST_MAX)
         return -EINVAL;
-    return list_read(st, voucher_list_once, &a);
+    err = list_all(st, voucher_list_once, &a);
+    /* Several shards: newest first (sharded ids sort by time), the
+     * newest limit of them. */
+    if (!err && store_shard_count(st) > 1 && *count) {
+        qsort(*items, *count, sizeof(**items), voucher_newer_first);
+        if (*count > limit)
+            *count = limit;
+    }
+    return err;
 }
 
 /* The sales list reuses list_args: shop_id is the time "now" (epoch s),
@@ -348,16 +448,58 @@ static int sales_list_once(struct store *st, void *arg)
     return err;
 }
 
+static int sale_ending_first(const void *x, const void *y)
+{
+    const struct store_voucher *a = x, *b = y;
+
+    if (a->end_time != b->end_time)
+        return a->end_time < b->end_time ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int sale_beginning_first(const void *x, const void *y)
+{
+    const struct store_voucher *a = x, *b = y;
+
+    if (a->begin_time != b->begin_time)
+        return a->begin_time < b->begin_time ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
 int store_sales_list(struct store *st, int64_t now_s, int64_t until_s,
                      unsigned max, struct store_voucher **items, size_t *count)
 {
     struct list_args a = {now_s, until_s, max, items, count};
+    struct store_voucher *v;
+    size_t on = 0, later;
+    int err;
 
     *items = NULL;
     *count = 0;
     if (max < 1)
         return -EINVAL;
-    return list_read(st, sales_list_once, &a);
+    err = list_all(st, sales_list_once, &a);
+    if (err || store_shard_count(st) <= 1 || *count == 0)
+        return err;
+    /* Several shards: as the statement picks on one, the max sales on
+     * ending soonest, then the max ahead beginning soonest. */
+    v = *items;
+    for (size_t i = 0; i < *count; i++)
+        if (v[i].begin_time <= now_s) {
+            struct store_voucher t = v[on];
+
+            v[on++] = v[i];
+            v[i] = t;
+        }
+    later = *count - on;
+    qsort(v, on, sizeof(*v), sale_ending_first);
+    qsort(v + on, later, sizeof(*v), sale_beginning_first);
+    if (on > max) {
+        memmove(v + max, v + on, later * sizeof(*v));
+        on = max;
+    }
+    *count = on + (later < max ? later : max);
+    return 0;
 }
 
 struct seckill_args {
@@ -411,5 +553,5 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
                       struct store_seckill *s)
 {
     struct seckill_args a = {voucher_id, s};
-    return store_retry(st, seckill_get_once, &a);
+    return store_retry(store_by_id(st, voucher_id), seckill_get_once, &a);
 }

@@ -13,9 +13,20 @@
  *   - a list of one migrates and prints exactly as SECKILL_MYSQL_URL does;
  *   - SECKILL_MYSQL_URL and SECKILL_MYSQL_SHARDS together (and the two
  *     replica settings together) are refused with one line, exit 2;
- *   - the service refuses to start on two shards (exit 2, one line), and
- *     serves a list of one from that shard's server, whose schema it
- *     checks at start-up.
+ *   - the service serves a list of one from that shard's server, whose
+ *     schema it checks at start-up (every shard's, on two);
+ *   - sales routed over two shards (test_sales_on_shards): new vouchers
+ *     land on both, each on the shard its id names and on no other; a
+ *     crowd on a voucher of each shard at once keeps every invariant in
+ *     each shard's own tables; a voucher and an order read back by id;
+ *     a buyer's orders merged across the shards newest first, page by
+ *     page; pay, cancel and expiry of orders on shard 1, there, and the
+ *     refund and audit record they make, on shard 0; a
+ *     voucher made before sharding (an AUTO_INCREMENT id) still sells,
+ *     on shard 0;
+ *   - async sales on two shards (test_async_on_shards): the writer puts
+ *     each sale's orders on its shard, and a unit a cancel on shard 1
+ *     gives back reaches Redis again (its record there dropped).
  *
  * Not part of make test: make test-cluster.
  */
@@ -32,8 +43,11 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 #include <mysql.h>
+#include <sodium.h>
 
 #include "common/url.h"
+#include "common/util.h"
+#include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
 #define SHARDS 2
@@ -215,6 +229,8 @@ static int group_setup(void **state)
 
     (void)state;
     it_init();
+    /* The tokens the tests mint are for the secret the services get. */
+    setenv("SECKILL_SECRET", SECRET, 1);
     snprintf(db_prefix, sizeof(db_prefix), "seckill_mig_%d_", (int)getpid());
     st = it_run_capture(argv, &out);
     free(out);
@@ -255,7 +271,8 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    static const char *const names[] = {"every", "stop", "one", "serve"};
+    static const char *const names[] = {"every", "stop",  "one",
+                                        "serve", "sales", "async"};
     (void)state;
 
     for (int i = 0; i < SHARDS; i++) {
@@ -484,10 +501,9 @@ static void test_refuses_both_urls(void **state)
 }
 
 /*
- * The service on the shards: two are refused until sales are routed by
- * shard (one line, exit 2, although both are migrated); a list of one is
- * served from that shard's server, whose schema is checked at start-up
- * as SECKILL_MYSQL_URL's is.
+ * The service on the shards: a list of one is served from that shard's
+ * server, whose schema is checked at start-up as SECKILL_MYSQL_URL's is;
+ * on two, every shard's is.
  */
 static void test_service_on_shards(void **state)
 {
@@ -505,11 +521,6 @@ static void test_service_on_shards(void **state)
         const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
 
         assert_int_equal(run("serve-migrate", "migrate", env, &out), 0);
-        free(out);
-        assert_int_equal(run("serve-two", NULL, env, &out), 2);
-        assert_one_line(out, "seckilld: SECKILL_MYSQL_SHARDS: 2 shards given, "
-                             "but sharding sales over several primaries is not "
-                             "served yet");
         free(out);
     }
 
@@ -545,6 +556,593 @@ static void test_service_on_shards(void **state)
         assert_one_line(out, want);
         free(out);
     }
+
+    /* Two shards, the second without the schema: every shard's is
+     * checked. */
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "serve", u0, sizeof(u0)),
+             url_on(1, "one", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+        char want[LINE_CAP], db[96];
+
+        assert_int_equal(run("serve-unmigrated-1", NULL, env, &out), 2);
+        snprintf(want, sizeof(want),
+                 "seckilld: database %s has no schema_version",
+                 db_name("one", db, sizeof(db)));
+        assert_one_line(out, want);
+        free(out);
+    }
+}
+
+/* ---- sales routed over two shards ---- */
+
+/* The service's settings on the "sales" databases: BASE_ENV's (whose
+ * secret the tests' tokens use), no rate limits. */
+#define SERVE_ENV(redis)                                                       \
+    BASE_ENV(redis), "SECKILL_RATE_USER=0", "SECKILL_RATE_IP=0",               \
+        "SECKILL_PAY_SECRET=" SECRET
+
+#define CROWD_USERS 300
+#define CROWD_PER_USER 3
+#define CROWD_STOCK 100
+#define CROWD_VOUCHERS 2
+#define CROWD_REQUESTS (CROWD_USERS * CROWD_PER_USER * CROWD_VOUCHERS)
+#define SHARD_USER_BASE 9300000000LL
+
+/* The scratch database sales_scalar() reads. */
+static const char *sales_db = "sales";
+
+/* A number of shard i's sales_db database: the first column of the first
+ * row of the query (a printf format). */
+static int64_t sales_scalar(int i, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int64_t sales_scalar(int i, const char *fmt, ...)
+{
+    char sql[1024], db[96], use[160];
+    MYSQL *m = shard_connect(i);
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int64_t v;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof(sql), fmt, ap);
+    va_end(ap);
+    snprintf(use, sizeof(use), "USE `%s`", db_name(sales_db, db, sizeof(db)));
+    if (mysql_query(m, use) || mysql_query(m, sql) ||
+        !(res = mysql_store_result(m))) {
+        print_error("shard %d: %s: %s\n", i, sql, mysql_error(m));
+        mysql_close(m);
+        fail();
+    }
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    v = row[0] ? strtoll(row[0], NULL, 10) : -1;
+    mysql_free_result(res);
+    mysql_close(m);
+    return v;
+}
+
+/* The shard that holds voucher v: exactly one has its row, and its id
+ * names that shard. */
+static int voucher_shard(int64_t v)
+{
+    int on = -1;
+
+    for (int i = 0; i < SHARDS; i++)
+        if (sales_scalar(i, "SELECT COUNT(*) FROM vouchers WHERE id = %lld",
+                         (long long)v) == 1) {
+            assert_int_equal(on, -1);
+            on = i;
+        }
+    assert_true(on >= 0);
+    return on;
+}
+
+/* The status of order o on shard i (-1: not there). */
+static int64_t order_status(int i, int64_t o)
+{
+    return sales_scalar(i,
+                        "SELECT COALESCE(MAX(status), -1) FROM voucher_orders "
+                        "WHERE id = %lld",
+                        (long long)o);
+}
+
+/* stock + unpaid + paid = initial for voucher v on shard i, at most one
+ * active order per buyer, and nothing of v on the other shard. */
+static void assert_voucher_whole(int64_t v, int i, int64_t initial)
+{
+    int64_t stock = sales_scalar(
+        i, "SELECT stock FROM seckill_vouchers WHERE voucher_id = %lld",
+        (long long)v);
+    int64_t active = sales_scalar(i,
+                                  "SELECT COUNT(*) FROM voucher_orders WHERE "
+                                  "voucher_id = %lld AND status IN (1, 2)",
+                                  (long long)v);
+
+    assert_int_equal(initial, stock + active);
+    assert_int_equal(0, sales_scalar(i,
+                                     "SELECT COUNT(*) FROM (SELECT user_id "
+                                     "FROM voucher_orders WHERE voucher_id = "
+                                     "%lld AND status IN (1, 2) GROUP BY "
+                                     "user_id HAVING COUNT(*) > 1) d",
+                                     (long long)v));
+    for (int j = 0; j < SHARDS; j++) {
+        if (j == i)
+            continue;
+        assert_int_equal(0, sales_scalar(j,
+                                         "SELECT COUNT(*) FROM voucher_orders "
+                                         "WHERE voucher_id = %lld",
+                                         (long long)v));
+        assert_int_equal(0,
+                         sales_scalar(j,
+                                      "SELECT COUNT(*) FROM seckill_vouchers "
+                                      "WHERE voucher_id = %lld",
+                                      (long long)v));
+    }
+}
+
+/* Buy voucher v as user on s: the new order's id (asserts 201). */
+static int64_t buy_on(const struct it_server *s, int64_t v, int64_t user)
+{
+    struct it_resp resp;
+    int64_t id;
+
+    it_purchase(s, v, user, &resp);
+    it_assert_status(&resp, 201);
+    id = it_json_id(resp.json, "orderId");
+    it_resp_free(&resp);
+    return id;
+}
+
+/* GET path as user (0: an admin) on s: the status; resp keeps the answer. */
+static long get_as(const struct it_server *s, const char *path, int64_t user,
+                   struct it_resp *resp)
+{
+    char tok[TOKEN_STR_LEN];
+
+    it_token(user ? user : 1, user ? TOKEN_ROLE_USER : TOKEN_ROLE_ADMIN, 3600,
+             tok);
+    return it_http(s, "GET", path, NULL, tok, resp);
+}
+
+static long order_act(const struct it_server *s, int64_t o, const char *what,
+                      int64_t user)
+{
+    char tok[TOKEN_STR_LEN], path[96];
+    struct it_resp resp;
+    long st;
+
+    it_token(user, TOKEN_ROLE_USER, 3600, tok);
+    snprintf(path, sizeof(path), "/api/orders/%lld/%s", (long long)o, what);
+    st = it_http(s, "POST", path, NULL, tok, &resp);
+    it_resp_free(&resp);
+    return st;
+}
+
+/* A payment notification of amount with txn for order o on s, signed
+ * with the pay secret: the status. */
+static long notify(const struct it_server *s, int64_t o, int64_t amount,
+                   const char *txn)
+{
+    unsigned char key[32], mac[crypto_auth_hmacsha256_BYTES];
+    char body[256], hex[2 * sizeof(mac) + 1], header[160];
+    struct it_resp resp;
+    long st;
+
+    snprintf(body, sizeof(body),
+             "{\"orderId\":\"%lld\",\"amount\":%lld,\"txnId\":\"%s\"}",
+             (long long)o, (long long)amount, txn);
+    assert_int_equal(
+        0, sodium_hex2bin(key, sizeof(key), SECRET, 64, NULL, NULL, NULL));
+    crypto_auth_hmacsha256(mac, (const unsigned char *)body, strlen(body), key);
+    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+    snprintf(header, sizeof(header), "X-Signature: %s", hex);
+    struct it_req req = {.method = "POST",
+                         .path = "/api/payments/notify",
+                         .body = body,
+                         .header = header};
+    st = it_http_do(s, &req, &resp);
+    it_resp_free(&resp);
+    return st;
+}
+
+/* 300 buyers x 3 requests on each of two vouchers, one on each shard,
+ * all at once: each shard's tables keep the invariants. */
+static void crowd_on_shards(const struct it_server *s, const int64_t *v,
+                            const int *on)
+{
+    struct it_req *reqs = xcalloc(CROWD_REQUESTS, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(CROWD_REQUESTS, sizeof(*resps));
+    const struct it_server **to = xcalloc(CROWD_REQUESTS, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(CROWD_USERS, sizeof(*tokens));
+    char paths[CROWD_VOUCHERS][64];
+    size_t created[CROWD_VOUCHERS] = {0};
+    int64_t t0;
+
+    for (int k = 0; k < CROWD_VOUCHERS; k++)
+        snprintf(paths[k], sizeof(paths[k]), "/api/vouchers/%lld/seckill",
+                 (long long)v[k]);
+    for (size_t u = 0; u < CROWD_USERS; u++)
+        it_token(SHARD_USER_BASE + (int64_t)u, TOKEN_ROLE_USER, 3600,
+                 tokens[u]);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        reqs[i].method = "POST";
+        reqs[i].path = paths[i % CROWD_VOUCHERS];
+        reqs[i].token = tokens[(i / CROWD_VOUCHERS) % CROWD_USERS];
+        to[i] = s;
+    }
+    t0 = util_mono_ms();
+    it_http_run_all(reqs, to, resps, CROWD_REQUESTS);
+    print_message("%d purchases on two shards in %lld ms\n", CROWD_REQUESTS,
+                  (long long)(util_mono_ms() - t0));
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        struct it_resp *r = &resps[i];
+        int k = (int)(i % CROWD_VOUCHERS);
+        const char *code;
+
+        if (r->status == 201) {
+            int64_t o = it_json_id(r->json, "orderId");
+
+            /* Its order, on the voucher's shard. */
+            assert_int_equal((int)idgen_shard_of(o), on[k]);
+            assert_int_equal(1, order_status(on[k], o));
+            assert_int_equal(v[k], sales_scalar(on[k],
+                                                "SELECT voucher_id FROM "
+                                                "voucher_orders WHERE id = "
+                                                "%lld",
+                                                (long long)o));
+            created[k]++;
+        } else {
+            code = it_json_str(json_object_get(r->json, "error"), "code");
+            if (!(r->status == 409 && code &&
+                  (!strcmp(code, "SOLD_OUT") ||
+                   !strcmp(code, "ALREADY_PURCHASED"))) &&
+                r->status != 429) {
+                print_error("purchase %zu: %ld %s\n", i, r->status,
+                            r->body ? r->body : "");
+                fail();
+            }
+        }
+        it_resp_free(r);
+    }
+    for (int k = 0; k < CROWD_VOUCHERS; k++) {
+        assert_int_equal(CROWD_STOCK, created[k]);
+        assert_int_equal(0, sales_scalar(on[k],
+                                         "SELECT stock FROM seckill_vouchers "
+                                         "WHERE voucher_id = %lld",
+                                         (long long)v[k]));
+        assert_voucher_whole(v[k], on[k], CROWD_STOCK);
+    }
+    free(reqs);
+    free(resps);
+    free(to);
+    free(tokens);
+}
+
+/* The ids of a buyer's orders, page after page of 2 (GET /api/orders). */
+static size_t my_orders(const struct it_server *s, int64_t user, int64_t *out,
+                        size_t max)
+{
+    char path[96] = "/api/orders?limit=2";
+    size_t n = 0;
+
+    for (int pages = 0; pages < 20; pages++) {
+        struct it_resp resp;
+        const json_t *items, *next, *it;
+        size_t i;
+
+        assert_int_equal(200, get_as(s, path, user, &resp));
+        items = json_object_get(resp.json, "items");
+        assert_true(json_array_size(items) <= 2);
+        json_array_foreach(items, i, it)
+        {
+            assert_true(n < max);
+            out[n++] = it_json_id(it, "id");
+        }
+        next = json_object_get(resp.json, "nextCursor");
+        if (json_is_null(next)) {
+            it_resp_free(&resp);
+            return n;
+        }
+        assert_int_equal(2, json_array_size(items));
+        snprintf(path, sizeof(path), "/api/orders?limit=2&cursor=%s",
+                 json_string_value(next));
+        it_resp_free(&resp);
+    }
+    fail_msg("more than 20 pages");
+    return n;
+}
+
+static void test_sales_on_shards(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], one[ENV_CAP], path[96],
+        *out;
+    struct it_server srv = {0}, quick = {0};
+    struct it_resp resp = {0};
+    int64_t shop = it_unique(), old_v, old_o, v[4], crowd_v[2], mine[8], got[8],
+            o;
+    int on[4], crowd_on[2], used[SHARDS] = {0};
+    int64_t buyer = SHARD_USER_BASE + 1000 + it_unique() % 1000;
+    (void)state;
+
+    make_db("sales");
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "sales", u0, sizeof(u0)),
+             url_on(1, "sales", u1, sizeof(u1)));
+    snprintf(one, sizeof(one), "SECKILL_MYSQL_SHARDS=%s", u0);
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run("sales-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+
+    /* Before sharding: shard 0 alone, AUTO_INCREMENT voucher ids and the
+     * ID worker's order ids as they are. */
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), one, NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-before", env), 0);
+        old_v = it_seckill_create(&srv, shop, 5, -60, 3600);
+        old_o = buy_on(&srv, old_v, buyer);
+        assert_int_equal(it_server_stop(&srv), 0);
+    }
+    assert_false(idgen_is_sharded(old_v));
+    assert_false(idgen_is_sharded(old_o));
+    assert_true(old_v < 1000000);
+
+    /* Two shards: a normal instance and one whose orders must be paid
+     * within 2 s (for the expiry), both on the same shards. */
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+        const char *const env_quick[] = {SERVE_ENV(redis_env), shards,
+                                         "SECKILL_PAY_TIMEOUT_S=2", NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-two", env), 0);
+        assert_int_equal(it_server_start(&quick, "shards-quick", env_quick), 0);
+    }
+
+    /* New vouchers: sharded ids, on both shards, each on the one its id
+     * names and nowhere else. */
+    for (int k = 0; k < 4; k++) {
+        v[k] = it_seckill_create(&srv, shop, 10, -60, 3600);
+        assert_true(idgen_is_sharded(v[k]));
+        on[k] = voucher_shard(v[k]);
+        assert_int_equal((int)idgen_shard_of(v[k]), on[k]);
+        used[on[k]]++;
+        snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v[k]);
+        assert_int_equal(200, get_as(&srv, path, buyer, &resp));
+        assert_int_equal(v[k], it_json_id(resp.json, "id"));
+        assert_int_equal(
+            10, json_integer_value(json_object_get(resp.json, "stock")));
+        it_resp_free(&resp);
+    }
+    for (int i = 0; i < SHARDS; i++)
+        assert_true(used[i] > 0);
+
+    /* The old voucher still sells, on shard 0, and its old order reads. */
+    o = buy_on(&srv, old_v, buyer + 1);
+    assert_int_equal(0, (int)idgen_shard_of(o));
+    assert_int_equal(1, order_status(0, o));
+    assert_int_equal(-1, order_status(1, o));
+    assert_voucher_whole(old_v, 0, 5);
+    snprintf(path, sizeof(path), "/api/orders/%lld", (long long)old_o);
+    assert_int_equal(200, get_as(&srv, path, buyer, &resp));
+    assert_int_equal(old_v, it_json_id(resp.json, "voucherId"));
+    it_resp_free(&resp);
+
+    /* The admin's list of the shop's vouchers has them all, newest
+     * first, from both shards. */
+    snprintf(path, sizeof(path), "/api/vouchers?shopId=%lld&limit=100",
+             (long long)shop);
+    assert_int_equal(200, get_as(&srv, path, 0, &resp));
+    {
+        const json_t *items = json_object_get(resp.json, "items");
+
+        assert_int_equal(5, json_array_size(items));
+        for (int k = 0; k < 4; k++)
+            assert_int_equal(
+                v[3 - k], it_json_id(json_array_get(items, (size_t)k), "id"));
+        assert_int_equal(old_v, it_json_id(json_array_get(items, 4), "id"));
+    }
+    it_resp_free(&resp);
+
+    /* My orders: bought on the shards in turn, read back merged, newest
+     * first, two a page. */
+    mine[0] = old_o;
+    for (int k = 0; k < 4; k++) {
+        mine[k + 1] = buy_on(&srv, v[k], buyer);
+        assert_int_equal((int)idgen_shard_of(mine[k + 1]), on[k]);
+        snprintf(path, sizeof(path), "/api/orders/%lld",
+                 (long long)mine[k + 1]);
+        assert_int_equal(200, get_as(&srv, path, buyer, &resp));
+        assert_int_equal(v[k], it_json_id(resp.json, "voucherId"));
+        it_resp_free(&resp);
+    }
+    assert_int_equal(5, my_orders(&srv, buyer, got, 8));
+    for (int k = 0; k < 5; k++)
+        assert_int_equal(mine[4 - k], got[k]);
+
+    /* Pay and cancel on shard 1, there. */
+    {
+        int k1 = on[0] == 1 ? 0 : on[1] == 1 ? 1 : on[2] == 1 ? 2 : 3;
+        int64_t paid = buy_on(&srv, v[k1], buyer + 2);
+        int64_t gone = buy_on(&srv, v[k1], buyer + 3);
+
+        assert_int_equal(1, idgen_shard_of(paid));
+        assert_int_equal(200, order_act(&srv, paid, "pay", buyer + 2));
+        assert_int_equal(2, order_status(1, paid));
+        assert_int_equal(200, order_act(&srv, gone, "cancel", buyer + 3));
+        assert_int_equal(4, order_status(1, gone));
+        assert_voucher_whole(v[k1], 1, 10);
+
+        /* Shard 0's rows that shard 1's transactions decided on: the
+         * refund of a payment for the cancelled order, the voucher's
+         * audit record. */
+        snprintf(path, sizeof(path), "late-%lld", (long long)gone);
+        assert_int_equal(409, notify(&srv, gone, 4750, path));
+        assert_int_equal(4, order_status(1, gone));
+        assert_int_equal(1, sales_scalar(0,
+                                         "SELECT COUNT(*) FROM refunds WHERE "
+                                         "order_id = %lld AND txn_id = '%s'",
+                                         (long long)gone, path));
+        assert_int_equal(0, sales_scalar(1,
+                                         "SELECT COUNT(*) FROM refunds WHERE "
+                                         "order_id = %lld",
+                                         (long long)gone));
+        assert_int_equal(1, sales_scalar(0,
+                                         "SELECT COUNT(*) FROM audit_log "
+                                         "WHERE action = 'voucher.create' "
+                                         "AND target_id = %lld",
+                                         (long long)v[k1]));
+        assert_int_equal(0, sales_scalar(1, "SELECT COUNT(*) FROM audit_log"));
+
+        /* Expiry on shard 1: an order of the quick instance, unpaid. */
+        o = buy_on(&quick, v[k1], buyer + 4);
+        assert_int_equal(1, idgen_shard_of(o));
+        for (int t = 0; t < 100 && order_status(1, o) == 1; t++)
+            usleep(100 * 1000);
+        assert_int_equal(7, order_status(1, o));
+        assert_voucher_whole(v[k1], 1, 10);
+    }
+
+    /* The crowd: a fresh voucher on each shard, sold out at once. */
+    for (int k = 0; k < 2;) {
+        int64_t c = it_seckill_create(&srv, shop, CROWD_STOCK, -60, 3600);
+        int i = voucher_shard(c);
+
+        if (k == 0 || i != crowd_on[0]) {
+            crowd_v[k] = c;
+            crowd_on[k++] = i;
+        }
+    }
+    crowd_on_shards(&srv, crowd_v, crowd_on);
+
+    assert_int_equal(it_server_stop(&quick), 0);
+    assert_int_equal(it_server_stop(&srv), 0);
+}
+
+/* How many orders of voucher v shard i has, of any status. */
+static int64_t orders_of(int i, int64_t v)
+{
+    return sales_scalar(i,
+                        "SELECT COUNT(*) FROM voucher_orders WHERE "
+                        "voucher_id = %lld",
+                        (long long)v);
+}
+
+/* Wait up to 15 s for shard i to have n orders of voucher v and no unit
+ * of it owed to Redis; asserts. */
+static void await_written(int i, int64_t v, int64_t n)
+{
+    int64_t until = util_mono_ms() + 15000;
+
+    while ((orders_of(i, v) != n ||
+            sales_scalar(i,
+                         "SELECT COUNT(*) FROM async_unit_returns WHERE "
+                         "voucher_id = %lld",
+                         (long long)v) != 0) &&
+           util_mono_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(n, orders_of(i, v));
+    assert_int_equal(0, sales_scalar(i,
+                                     "SELECT COUNT(*) FROM async_unit_returns "
+                                     "WHERE voucher_id = %lld",
+                                     (long long)v));
+}
+
+/* Buy async voucher v as user on s: the pending order's id (202). */
+static int64_t buy_pending(const struct it_server *s, int64_t v, int64_t user)
+{
+    struct it_resp resp;
+    int64_t id;
+
+    it_purchase(s, v, user, &resp);
+    it_assert_status(&resp, 202);
+    id = it_json_id(resp.json, "orderId");
+    it_resp_free(&resp);
+    return id;
+}
+
+static void test_async_on_shards(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], *out;
+    struct it_server srv = {0};
+    struct it_resp resp = {0};
+    int64_t shop = it_unique(), v[2], o[2][3];
+    int64_t user = SHARD_USER_BASE + 5000 + (it_unique() % 1000) * 10;
+    int on[2];
+    (void)state;
+
+    sales_db = "async";
+    make_db("async");
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "async", u0, sizeof(u0)),
+             url_on(1, "async", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run("async-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards,
+                                   "SECKILL_PURCHASE_MODE=async",
+                                   "SECKILL_ASYNC_ACCEPT_LOSS=1", NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-async", env), 0);
+    }
+    /* A sale on each shard. */
+    for (int k = 0; k < 2;) {
+        int64_t c = it_seckill_create(&srv, shop, 3, -60, 3600);
+        int i = voucher_shard(c);
+
+        assert_int_equal(1, sales_scalar(i,
+                                         "SELECT purchase_mode FROM "
+                                         "seckill_vouchers WHERE voucher_id = "
+                                         "%lld",
+                                         (long long)c));
+        if (k == 0 || i != on[0]) {
+            v[k] = c;
+            on[k++] = i;
+        }
+    }
+    /* Each sold out in Redis; the writer puts its orders on its shard. */
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) {
+            o[k][j] = buy_pending(&srv, v[k], user + j);
+            assert_int_equal(on[k], (int)idgen_shard_of(o[k][j]));
+        }
+        it_purchase(&srv, v[k], user + 3, &resp);
+        it_assert_error(&resp, 409, "SOLD_OUT");
+        it_resp_free(&resp);
+    }
+    for (int k = 0; k < 2; k++) {
+        await_written(on[k], v[k], 3);
+        for (int j = 0; j < 3; j++)
+            assert_int_equal(1, order_status(on[k], o[k][j]));
+        assert_voucher_whole(v[k], on[k], 3);
+    }
+
+    /* A cancel on shard 1 gives its unit back to Redis: another buyer
+     * gets it, written on shard 1. */
+    {
+        int k = on[0] == 1 ? 0 : 1;
+        int64_t again;
+
+        assert_int_equal(200, order_act(&srv, o[k][0], "cancel", user));
+        assert_int_equal(4, order_status(1, o[k][0]));
+        await_written(1, v[k], 3);
+        again = buy_pending(&srv, v[k], user + 4);
+        assert_int_equal(1, (int)idgen_shard_of(again));
+        await_written(1, v[k], 4);
+        assert_int_equal(1, order_status(1, again));
+        assert_voucher_whole(v[k], 1, 3);
+    }
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
 }
 
 int main(void)
@@ -555,6 +1153,8 @@ int main(void)
         cmocka_unit_test(test_one_shard_as_before),
         cmocka_unit_test(test_refuses_both_urls),
         cmocka_unit_test(test_service_on_shards),
+        cmocka_unit_test(test_sales_on_shards),
+        cmocka_unit_test(test_async_on_shards),
     };
     int failed;
 

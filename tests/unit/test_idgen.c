@@ -1,8 +1,8 @@
 /*
  * test_idgen.c - the ID worker's client-side logic that needs no Redis:
  * the window of day keys the script is given around a guess of the
- * server's time. (The script itself is tested against a real Redis in
- * tests/it/test_idgen.c and tests/faults.)
+ * server's time; and the sharded layout of ids. (The script itself is tested
+ * against a real Redis in tests/it/test_idgen.c and tests/faults.)
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,6 +98,110 @@ static void test_later_second_wins(void **state)
     assert_true(idgen_compose(MIDNIGHT, 1) > 0);
 }
 
+/* The last second the sharded layout can hold: t - epoch < 2^30. */
+#define SHARDED_LAST_S (IDGEN_EPOCH + (1LL << 30) - 1)
+
+/* Ids from before sharding decode as shard 0: AUTO_INCREMENT voucher
+ * ids, and every worker id until the layout's last second. */
+static void test_old_ids_are_shard_0(void **state)
+{
+    static const int64_t small[] = {
+        1, 2, 63, 64, 65, 127, 1000003, (1LL << 32) + 5, (1LL << 40) + 63};
+    (void)state;
+
+    for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+        assert_false(idgen_is_sharded(small[i]));
+        assert_int_equal(0, idgen_shard_of(small[i]));
+    }
+    for (int64_t t = IDGEN_EPOCH; t <= SHARDED_LAST_S; t += 86400 * 97 + 13)
+        for (uint32_t seq = 0; seq < 64; seq++) {
+            int64_t id = idgen_compose(t, seq | 0xffffffc0u);
+
+            assert_false(idgen_is_sharded(id));
+            assert_int_equal(0, idgen_shard_of(id));
+        }
+    assert_int_equal(0,
+                     idgen_shard_of(idgen_compose(SHARDED_LAST_S, UINT32_MAX)));
+    assert_false(idgen_is_sharded(0));
+    assert_false(idgen_is_sharded(-5));
+    assert_int_equal(0, idgen_shard_of(INT64_MIN));
+}
+
+/* A worker id on every shard: the shard, its time and its counter come
+ * back; distinct shards give distinct ids. */
+static void test_shard_round_trip(void **state)
+{
+    static const uint32_t seqs[] = {0, 1, 63, 64, 1000, IDGEN_SHARDED_SEQ_MAX};
+    static const int64_t times[] = {IDGEN_EPOCH + 1, MIDNIGHT, MIDNIGHT + 1,
+                                    SHARDED_LAST_S};
+    (void)state;
+
+    for (size_t t = 0; t < sizeof(times) / sizeof(times[0]); t++)
+        for (size_t q = 0; q < sizeof(seqs) / sizeof(seqs[0]); q++) {
+            int64_t w = idgen_compose(times[t], seqs[q]), prev = 0;
+
+            for (unsigned shard = 0; shard < IDGEN_SHARDS_MAX; shard++) {
+                int64_t id, epoch_s;
+                uint32_t seq;
+
+                assert_int_equal(0, idgen_shard_compose(w, shard, &id));
+                assert_true(id > 0);
+                assert_true(idgen_is_sharded(id));
+                assert_int_equal(shard, idgen_shard_of(id));
+                idgen_decode(id, &epoch_s, &seq);
+                assert_int_equal(times[t], epoch_s);
+                assert_int_equal(seqs[q], seq);
+                assert_true(id > prev); /* distinct: the shard is below */
+                prev = id;
+            }
+        }
+}
+
+/* What the layout cannot hold is refused, never wrapped. */
+static void test_shard_compose_refuses(void **state)
+{
+    int64_t id, sharded;
+    (void)state;
+
+    assert_int_equal(
+        -EOVERFLOW,
+        idgen_shard_compose(idgen_compose(MIDNIGHT, IDGEN_SHARDED_SEQ_MAX + 1),
+                            0, &id));
+    assert_int_equal(-EINVAL, idgen_shard_compose(idgen_compose(MIDNIGHT, 1),
+                                                  IDGEN_SHARDS_MAX, &id));
+    /* Past 2056 the worker's own ids reach the marker. */
+    assert_int_equal(
+        -EINVAL,
+        idgen_shard_compose(idgen_compose(SHARDED_LAST_S + 1, 1), 0, &id));
+    assert_int_equal(
+        0, idgen_shard_compose(idgen_compose(MIDNIGHT, 1), 3, &sharded));
+    assert_int_equal(-EINVAL, idgen_shard_compose(sharded, 3, &id));
+    assert_int_equal(-EINVAL, idgen_shard_compose(0, 3, &id));
+}
+
+/* Sharded ids keep growing with time: every sharded id is above every
+ * id from before (the marker), and a later second or a later counter
+ * value is above an earlier one whatever the shards. */
+static void test_shard_ordering(void **state)
+{
+    int64_t a, b, old = idgen_compose(SHARDED_LAST_S, UINT32_MAX);
+    (void)state;
+
+    assert_int_equal(0,
+                     idgen_shard_compose(idgen_compose(IDGEN_EPOCH, 1), 0, &a));
+    assert_true(a > old);
+    assert_int_equal(0,
+                     idgen_shard_compose(idgen_compose(MIDNIGHT, 7), 63, &a));
+    assert_int_equal(0, idgen_shard_compose(idgen_compose(MIDNIGHT, 8), 0, &b));
+    assert_true(b > a);
+    assert_int_equal(
+        0, idgen_shard_compose(idgen_compose(MIDNIGHT, IDGEN_SHARDED_SEQ_MAX),
+                               63, &a));
+    assert_int_equal(
+        0, idgen_shard_compose(idgen_compose(MIDNIGHT + 1, 0), 0, &b));
+    assert_true(b > a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -105,6 +209,10 @@ int main(void)
         cmocka_unit_test(test_window_matches_day_key),
         cmocka_unit_test(test_window_long_prefix),
         cmocka_unit_test(test_later_second_wins),
+        cmocka_unit_test(test_old_ids_are_shard_0),
+        cmocka_unit_test(test_shard_round_trip),
+        cmocka_unit_test(test_shard_compose_refuses),
+        cmocka_unit_test(test_shard_ordering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
