@@ -1633,10 +1633,22 @@ pid_t it_redis_start_env(uint16_t port, const char *log_path, const char *pass,
         return -1;
     }
     snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
+    /* A data file of its own, removed first: without --dir a Redis loads
+     * whatever dump.rdb lies in the current folder (the checkout's, left
+     * there by another Redis), and starts with someone else's keys. */
+    char rdb[32];
+    snprintf(rdb, sizeof(rdb), "it-redis-%u.rdb", (unsigned)port);
+    {
+        char path[IT_PATH_MAX + 32];
+
+        snprintf(path, sizeof(path), "%s/%s", it_log_dir(), rdb);
+        unlink(path);
+    }
     const char *const base[] = {
-        bin,         "--port",      port_arg, "--bind",
-        "127.0.0.1", "--save",      "",       "--appendonly",
-        "no",        "--daemonize", "no",     "--enable-debug-command",
+        bin,         "--port",      port_arg,     "--bind",
+        "127.0.0.1", "--dir",       it_log_dir(), "--dbfilename",
+        rdb,         "--save",      "",           "--appendonly",
+        "no",        "--daemonize", "no",         "--enable-debug-command",
         "local",     NULL};
     for (int i = 0; base[i]; i++)
         argv[n++] = (char *)base[i];
