@@ -1635,23 +1635,29 @@ pid_t it_redis_start_env(uint16_t port, const char *log_path, const char *pass,
     snprintf(port_arg, sizeof(port_arg), "%u", (unsigned)port);
     /* A data file of its own, removed first: without --dir a Redis loads
      * whatever dump.rdb lies in the current folder (the checkout's, left
-     * there by another Redis), and starts with someone else's keys. */
-    char rdb[32];
-    snprintf(rdb, sizeof(rdb), "it-redis-%u.rdb", (unsigned)port);
-    {
-        char path[IT_PATH_MAX + 32];
+     * there by another Redis), and starts with someone else's keys. A
+     * caller that names its own --dir keeps it (a second, relative --dir
+     * would be read from inside the first). */
+    bool own_dir = true;
+    char rdb[32], path[IT_PATH_MAX + 32];
 
-        snprintf(path, sizeof(path), "%s/%s", it_log_dir(), rdb);
+    for (int i = 0; extra && extra[i]; i++)
+        own_dir &= strcmp(extra[i], "--dir") != 0;
+    snprintf(rdb, sizeof(rdb), "it-redis-%u.rdb", (unsigned)port);
+    snprintf(path, sizeof(path), "%s/%s", it_log_dir(), rdb);
+    if (own_dir)
         unlink(path);
-    }
     const char *const base[] = {
-        bin,         "--port",      port_arg,     "--bind",
-        "127.0.0.1", "--dir",       it_log_dir(), "--dbfilename",
-        rdb,         "--save",      "",           "--appendonly",
-        "no",        "--daemonize", "no",         "--enable-debug-command",
-        "local",     NULL};
+        bin,         "--port",       port_arg, "--bind",
+        "127.0.0.1", "--save",       "",       "--appendonly",
+        "no",        "--daemonize",  "no",     "--enable-debug-command",
+        "local",     "--dbfilename", rdb,      NULL};
     for (int i = 0; base[i]; i++)
         argv[n++] = (char *)base[i];
+    if (own_dir) {
+        argv[n++] = "--dir";
+        argv[n++] = (char *)it_log_dir();
+    }
     if (pass) {
         argv[n++] = "--requirepass";
         argv[n++] = (char *)pass;
