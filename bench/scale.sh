@@ -18,11 +18,23 @@
 # (bench/shardsim.sh) starts from, is the one-instance-behind-haproxy
 # setup's.
 #
+# Then the stores beside one Redis and one MariaDB primary: one instance,
+# BENCH_SCALE_VOUCHERS (16) vouchers on sale at once (user i buys voucher
+# i mod 16, so every sale slot and shard is busy), on one Redis and one
+# primary ("one"), on a Redis Cluster of three primaries and three
+# replicas (scripts/redis-cluster.sh; "cluster"), on two MariaDB primaries
+# (make services' and one of scripts/mysql-shards.sh; "shards"), and on
+# both ("both"): purchases a second and the CPU microseconds a purchase
+# costs the instance, every mariadbd and every redis-server involved. On
+# two cores the point is that the cost per purchase does not grow; the
+# throughput cannot. BENCH_SCALE_MANY ("one cluster shards both", or
+# empty) picks them.
+#
 # Ports: instances BENCH_PORT (17280) + 0..3, haproxy + 8, its stats + 7.
 # Results: bench/results/scale-<time>/ (summary.md, costs*.env; wrk's
 # reports in bench/results/<time>/raw/).
 # Settings: BENCH_SCALE_CONNS (256), BENCH_SCALE_SECONDS (10),
-# BENCH_SCALE_SETUPS ("direct1 nobatch1 1 2 4": one instance without
+# BENCH_SCALE_SETUPS ("direct1 nobatch1 1 2 4", empty for none: one instance without
 # haproxy, one behind it with SECKILL_BATCH_MAX=1, then 1, 2 and 4 behind
 # it at the defaults; the unbatched one gives the simulation the cost of
 # a transaction of one purchase).
@@ -36,7 +48,7 @@ PORT=${BENCH_PORT:-17280}
 FIRST_USER=3000000000
 CONNS=${BENCH_SCALE_CONNS:-256}
 SECS=${BENCH_SCALE_SECONDS:-10}
-SETUPS=${BENCH_SCALE_SETUPS:-direct1 nobatch1 1 2 4}
+SETUPS=${BENCH_SCALE_SETUPS-direct1 nobatch1 1 2 4}
 LB_PORT=$((PORT + 8))
 STATS_PORT=$((PORT + 7))
 # shellcheck source=bench/lib.sh
@@ -204,6 +216,124 @@ for setup in $SETUPS; do
 
     stop_pids "${procs_lb[@]}" "${pids[@]}"
 done
+# ---- many vouchers at once: one Redis or a cluster, one primary or two ----
+
+MANY=${BENCH_SCALE_MANY-one cluster shards both}
+NV=${BENCH_SCALE_VOUCHERS:-16}
+if [[ -n $MANY ]]; then
+    {
+        echo
+        echo "| stores ($NV vouchers at once, 1 instance) | purchases/s | p99 ms | µs a purchase: seckilld | mariadbd | redis-server (primaries) | all three | besides: the cluster's replicas |"
+        echo "|---|---|---|---|---|---|---|---|"
+    } >>"$OUT_SCALE/summary.md"
+fi
+SHARD_URL=
+CLUSTER_URL=
+for setup in $MANY; do
+    [[ $setup =~ ^(one|cluster|shards|both)$ ]] ||
+        die "unknown BENCH_SCALE_MANY setup '$setup' (one, cluster, shards, both)"
+    if [[ $setup =~ ^(cluster|both)$ && -z $CLUSTER_URL ]]; then
+        "$ROOT/scripts/redis-cluster.sh" up >"$OUT_SCALE/redis-cluster.log" 2>&1 ||
+            die "the Redis Cluster did not start ($OUT_SCALE/redis-cluster.log)"
+        CLUSTER_URL=$("$ROOT/scripts/redis-cluster.sh" url)
+    fi
+    if [[ $setup =~ ^(shards|both)$ && -z $SHARD_URL ]]; then
+        "$ROOT/scripts/mysql-shards.sh" up >"$OUT_SCALE/mysql-shards.log" 2>&1 ||
+            die "the MariaDB shards did not start ($OUT_SCALE/mysql-shards.log)"
+        SHARD_URL=$("$ROOT/scripts/mysql-shards.sh" urls | cut -d, -f1)
+        SECKILL_MYSQL_SHARDS=$SECKILL_MYSQL_URL,$SHARD_URL \
+            SECKILL_MYSQL_URL= "$BIN" migrate >"$OUT_SCALE/migrate-shards.log" 2>&1 ||
+            die "migrating the shards failed ($OUT_SCALE/migrate-shards.log)"
+    fi
+    shard_port=${SHARD_URL#*@*:}
+    shard_port=${shard_port%%/*}
+    mysqlds=("$MYSQLD")
+    redises=("$REDIS")
+    pid=$(
+        case $setup in cluster | both) export SECKILL_REDIS_URL=$CLUSTER_URL ;; esac
+        case $setup in shards | both)
+            export SECKILL_MYSQL_SHARDS=$SECKILL_MYSQL_URL,$SHARD_URL
+            unset SECKILL_MYSQL_URL
+            ;;
+        esac
+        start_instance "many-$setup" "$PORT"
+    )
+    PIDS+=("$pid")
+    replicas=()
+    case $setup in cluster | both)
+        # The primaries, and apart from them the replicas' own work (the
+        # one Redis has none).
+        redises=()
+        for ((k = 0; k < 6; k++)); do
+            p=$((${SECKILL_REDIS_CLUSTER_PORT:-17001} + k))
+            if redis-cli -p "$p" ROLE | head -1 | grep -qx master; then
+                redises+=("$(listener "$p")")
+            else
+                replicas+=("$(listener "$p")")
+            fi
+        done
+        ;;
+    esac
+    case $setup in shards | both) mysqlds+=("$(listener "$shard_port")") ;; esac
+    vs=()
+    paths=""
+    for ((k = 0; k < NV; k++)); do
+        vs+=("$(new_voucher 100000000)")
+        paths+="/api/vouchers/${vs[k]}/seckill,"
+    done
+    c0=$(cpu_ticks "$pid")
+    m0=$(cpu_ticks "${mysqlds[@]}")
+    r0=$(cpu_ticks "${redises[@]}")
+    q0=$(cpu_ticks "${replicas[@]}")
+    t0=$(date +%s%N)
+    USERS_CSV=$TOKENS BUY_PATHS=${paths%,} BUY_THREADS=2 \
+        BUY_REPORT=$RAW/many-$setup.json \
+        wrk -t2 -c"$CONNS" -d"${SECS}s" --timeout 10s --latency -s "$LUA" \
+        "http://127.0.0.1:$PORT/" >"$RAW/many-$setup.txt" 2>&1 &
+    wait $! || die "wrk failed: $(cat "$RAW/many-$setup.txt")"
+    t1=$(date +%s%N)
+    c1=$(cpu_ticks "$pid")
+    m1=$(cpu_ticks "${mysqlds[@]}")
+    r1=$(cpu_ticks "${redises[@]}")
+    q1=$(cpu_ticks "${replicas[@]}")
+    stop_pids "$pid"
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+    orders=0
+    on_shard1=0
+    for v in "${vs[@]}"; do
+        port=$MY_PORT
+        if [[ -n $SHARD_URL && $setup =~ ^(shards|both)$ ]] &&
+            [[ $(MY_PORT=$shard_port sql "SELECT COUNT(*) FROM seckill_vouchers WHERE voucher_id = $v") == 1 ]]; then
+            port=$shard_port
+            on_shard1=$((on_shard1 + 1))
+        fi
+        MY_PORT=$port check_voucher "many-$setup-$v" "$v" 100000000 0
+        orders=$((orders + $(MY_PORT=$port sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $v")))
+        # The bench's clean-up deletes through make services' MariaDB only.
+        if [[ $port != "$MY_PORT" ]]; then
+            MY_PORT=$port sql "DELETE FROM voucher_orders WHERE voucher_id = $v;
+                DELETE FROM seckill_vouchers WHERE voucher_id = $v;
+                DELETE FROM vouchers WHERE id = $v"
+        fi
+    done
+    [[ $setup =~ ^(shards|both)$ ]] && ((on_shard1 == 0 || on_shard1 == NV)) &&
+        die "$setup: $on_shard1 of $NV vouchers on shard 1: not spread over both"
+    rate=$(awk -v o="$orders" -v w="$wall" 'BEGIN { printf "%.0f", o / w }')
+    us() { awk -v a="$1" -v b="$2" -v o="$orders" -v hz="$HZ" 'BEGIN { printf "%.1f", (b - a) / hz * 1e6 / o }'; }
+    ua=$(us "$c0" "$c1")
+    um=$(us "$m0" "$m1")
+    ur=$(us "$r0" "$r1")
+    uq=$(us "$q0" "$q1")
+    ut=$(awk -v a="$ua" -v b="$um" -v c="$ur" 'BEGIN { printf "%.1f", a + b + c }')
+    case $setup in
+    one) label="one Redis, one primary" ;;
+    cluster) label="Redis Cluster (3 primaries), one primary" ;;
+    shards) label="one Redis, 2 MariaDB shards ($on_shard1 of $NV vouchers on shard 1)" ;;
+    both) label="Redis Cluster, 2 MariaDB shards ($on_shard1 of $NV on shard 1)" ;;
+    esac
+    echo "| $label | $rate | $(j "$RAW/many-$setup.json" .p99_ms) | $ua | $um | $ur | $ut | ${replicas:+$uq} |" >>"$OUT_SCALE/summary.md"
+    say "$label: $rate purchases/s; µs a purchase: seckilld $ua mariadbd $um redis $ur (all $ut)${replicas:+; the replicas $uq}"
+done
 ((BROKEN == 0)) || die "an invariant broke (raw/invariants-*.json)"
 # The simulation starts from one instance behind haproxy: the balancer in
 # the path, and no other instance competing for this machine's cores.
@@ -215,4 +345,4 @@ for s in 1 ${SETUPS##* }; do
 done
 cat "$OUT_SCALE/summary.md"
 echo
-cat "$OUT_SCALE/costs.env"
+[[ ! -r $OUT_SCALE/costs.env ]] || cat "$OUT_SCALE/costs.env"

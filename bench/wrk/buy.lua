@@ -20,6 +20,9 @@
 --                   (make bench also signals it from outside)
 --   BUY_SOLD_OUT_FILE=F  the first 409 SOLD_OUT creates the file F
 --   BUY_METHOD=GET  another method (default POST)
+--   BUY_PATHS=p1,p2,...  several vouchers on sale at once: each thread
+--                   sends its successive users to p1, p2, ... in turn
+--                   (BUY_PATH is then not needed)
 --   BUY_START_DIR=D  a fresh, empty directory: all threads start together.
 --                   wrk builds its threads one after the other, each
 --                   reading users.csv (seconds for a few hundred thousand
@@ -143,8 +146,11 @@ function init(args)
   -- init() runs in wrk's main thread; so does its check of request().
   main_thread = ffi.C.pthread_self()
   start_dir = os.getenv("BUY_START_DIR")
-  req_head = method .. " " .. path .. " HTTP/1.1\r\nHost: " ..
-    wrk.headers["Host"] .. "\r\nAuthorization: Bearer "
+  req_heads = {}
+  for p in (os.getenv("BUY_PATHS") or path or ""):gmatch("[^,]+") do
+    req_heads[#req_heads + 1] = method .. " " .. p .. " HTTP/1.1\r\nHost: " ..
+      wrk.headers["Host"] .. "\r\nAuthorization: Bearer "
+  end
   req_tail = "\r\nContent-Length: 0\r\n\r\n"
 end
 
@@ -184,7 +190,8 @@ request = function()
         ["Content-Type"] = "application/json" }, body)
   end
   i = i + stride
-  return req_head .. tokens[(i % #tokens) + 1] .. req_tail
+  return req_heads[math.floor(i / stride) % #req_heads + 1] ..
+    tokens[(i % #tokens) + 1] .. req_tail
 end
 
 -- wrk's own pid, from /proc/self/stat (LuaJIT has no getpid).
