@@ -1346,6 +1346,18 @@ long it_purchase(const struct it_server *srv, int64_t voucher_id,
     return it_http(srv, "POST", path, NULL, tok, resp);
 }
 
+int64_t it_buy(const struct it_server *srv, int64_t voucher_id, int64_t user_id)
+{
+    struct it_resp resp;
+    int64_t id;
+
+    it_purchase(srv, voucher_id, user_id, &resp);
+    it_assert_status(&resp, 201);
+    id = it_json_id(resp.json, "orderId");
+    it_resp_free(&resp);
+    return id;
+}
+
 /* ---- faults ---- */
 
 char *it_file_read(const char *path)

@@ -419,6 +419,10 @@ int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
 long it_purchase(const struct it_server *srv, int64_t voucher_id,
                  int64_t user_id, struct it_resp *resp);
 
+/* it_purchase() that must create an order (asserts 201): its id. */
+int64_t it_buy(const struct it_server *srv, int64_t voucher_id,
+               int64_t user_id);
+
 /* ---- faults ---- */
 
 /*

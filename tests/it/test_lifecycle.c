@@ -77,18 +77,6 @@ static int group_teardown(void **state)
 
 /* ---- helpers ---- */
 
-static int64_t buy(const struct it_server *s, int64_t v, int64_t user)
-{
-    struct it_resp resp;
-    int64_t id;
-
-    it_purchase(s, v, user, &resp);
-    it_assert_status(&resp, 201);
-    id = it_json_id(resp.json, "orderId");
-    it_resp_free(&resp);
-    return id;
-}
-
 /* POST /api/orders/{id}/ACTION as user (admin: an admin token). */
 static long order_post(const struct it_server *s, int64_t order,
                        const char *action, int64_t user, bool admin,
@@ -163,7 +151,7 @@ static int64_t status_of(int64_t order)
 static void test_order_json(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 10, -60, 3600);
-    int64_t u = next_user++, o = buy(&srv[0], v, u), deadline;
+    int64_t u = next_user++, o = it_buy(&srv[0], v, u), deadline;
     char tok[TOKEN_STR_LEN], path[64];
     struct it_resp resp;
 
@@ -187,7 +175,7 @@ static void test_cancel(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 3, -60, 3600);
     int64_t u = next_user++, other = next_user++;
-    int64_t o = buy(&srv[0], v, u);
+    int64_t o = it_buy(&srv[0], v, u);
     struct it_resp resp;
 
     (void)state;
@@ -215,7 +203,7 @@ static void test_cancel(void **state)
     assert_int_equal(3, it_sql_stock(v));
 
     /* An admin may cancel anyone's. */
-    o = buy(&srv[0], v, other);
+    o = it_buy(&srv[0], v, other);
     order_post(&srv[0], o, "cancel", 1, true, &resp);
     it_assert_status(&resp, 200);
     it_resp_free(&resp);
@@ -237,7 +225,7 @@ static void test_cancel(void **state)
 static void test_pay_dev_and_cancel_paid(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 3, -60, 3600);
-    int64_t u = next_user++, o = buy(&srv[0], v, u);
+    int64_t u = next_user++, o = it_buy(&srv[0], v, u);
     struct it_resp resp;
     const char *paid_at;
     char first[UTIL_TIME_LEN];
@@ -262,7 +250,7 @@ static void test_pay_dev_and_cancel_paid(void **state)
     assert_conserved(v, 3);
 
     /* Without dev mode the simulated provider does not exist. */
-    o = buy(&srv[2], v, next_user++);
+    o = it_buy(&srv[2], v, next_user++);
     order_post(&srv[2], o, "pay", u, false, &resp);
     it_assert_error(&resp, 404, "NOT_FOUND");
     it_resp_free(&resp);
@@ -272,8 +260,8 @@ static void test_pay_dev_and_cancel_paid(void **state)
 static void test_notify(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 5, -60, 3600);
-    int64_t u = next_user++, o = buy(&srv[0], v, u);
-    int64_t o2 = buy(&srv[0], v, next_user++);
+    int64_t u = next_user++, o = it_buy(&srv[0], v, u);
+    int64_t o2 = it_buy(&srv[0], v, next_user++);
     struct it_req req = {.method = "POST", .path = "/api/payments/notify"};
     struct notify n;
     struct it_resp resp;
@@ -453,9 +441,9 @@ static bool lists_txn(const json_t *items, const char *txn)
 static void test_refunds(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 5, -60, 3600);
-    int64_t o1 = buy(&srv[0], v, next_user++);
-    int64_t o2 = buy(&srv[0], v, next_user++);
-    int64_t o3 = buy(&srv[1], v, next_user++);
+    int64_t o1 = it_buy(&srv[0], v, next_user++);
+    int64_t o2 = it_buy(&srv[0], v, next_user++);
+    int64_t o3 = it_buy(&srv[1], v, next_user++);
     char a[40], b[40], c[40], d[40], path[80], tok[TOKEN_STR_LEN];
     struct it_resp resp;
     int64_t rid;
@@ -551,7 +539,7 @@ static void test_rebuy(void **state)
 {
     enum { N = 20 };
     int64_t v = it_seckill_create(&srv[0], 1, 10, -60, 3600);
-    int64_t u = next_user++, o = buy(&srv[0], v, u), o2;
+    int64_t u = next_user++, o = it_buy(&srv[0], v, u), o2;
     struct it_req reqs[N];
     struct it_resp resps[N];
     const struct it_server *to[N];
@@ -566,7 +554,7 @@ static void test_rebuy(void **state)
     order_post(&srv[0], o, "cancel", u, false, &resp);
     it_assert_status(&resp, 200);
     it_resp_free(&resp);
-    o2 = buy(&srv[1], v, u);
+    o2 = it_buy(&srv[1], v, u);
     assert_true(o2 != o);
     order_post(&srv[0], o2, "cancel", u, false, &resp);
     it_assert_status(&resp, 200);
@@ -636,7 +624,7 @@ static void test_expiry_returns_stock(void **state)
 
     (void)state;
     for (int i = 0; i < STOCK; i++)
-        orders[i] = buy(&srv[i % 2], v, next_user++);
+        orders[i] = it_buy(&srv[i % 2], v, next_user++);
     deadline_ms = util_now_ms() + PAY_TIMEOUT_S * 1000;
     /* Both instances learn "sold out" (and cache it). */
     for (int i = 0; i < 2; i++) {
@@ -675,13 +663,14 @@ static void test_expiry_returns_stock(void **state)
 static void test_stats(void **state)
 {
     int64_t v = it_seckill_create(&srv[0], 1, 10, -60, 3600);
-    int64_t a = buy(&srv[0], v, next_user++), b = buy(&srv[0], v, next_user++);
+    int64_t a = it_buy(&srv[0], v, next_user++),
+            b = it_buy(&srv[0], v, next_user++);
     char tok[TOKEN_STR_LEN], path[96];
     struct it_resp resp;
     const json_t *orders;
 
     (void)state;
-    (void)buy(&srv[0], v, next_user++);
+    (void)it_buy(&srv[0], v, next_user++);
     order_post(&srv[0], a, "cancel", 1, true, &resp);
     it_resp_free(&resp);
     {
@@ -850,7 +839,7 @@ static void test_expiry_across_restarts(void **state)
     assert_int_equal(0, it_server_start(&b, "life-restart-b", env));
     v = it_seckill_create(&a, 1, STOCK, -60, 3600);
     for (int i = 0; i < STOCK; i++)
-        orders[i] = buy(i % 2 ? &b : &a, v, next_user++);
+        orders[i] = it_buy(i % 2 ? &b : &a, v, next_user++);
     deadline_ms = util_now_ms() + 3000;
     assert_int_equal(0, it_server_stop(&a));
     assert_int_equal(0, it_server_stop(&b));

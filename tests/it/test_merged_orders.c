@@ -80,18 +80,6 @@ static int group_teardown(void **state)
 
 /* ---- helpers ---- */
 
-static int64_t buy(const struct it_server *s, int64_t v, int64_t user)
-{
-    struct it_resp resp;
-    int64_t id;
-
-    it_purchase(s, v, user, &resp);
-    it_assert_status(&resp, 201);
-    id = it_json_id(resp.json, "orderId");
-    it_resp_free(&resp);
-    return id;
-}
-
 /*
  * n orders of voucher v (each its own buyer) whose ids share one lane of
  * the merged calls, into out; buyers into users (may be NULL). Buys at
@@ -104,7 +92,7 @@ static void buy_in_lane(int64_t v, size_t n, int64_t *out, int64_t *users)
 
     assert_true(n <= 64);
     for (size_t tries = 0; tries < 8 * n + 8; tries++) {
-        int64_t u = next_user++, o = buy(&srv[1], v, u);
+        int64_t u = next_user++, o = it_buy(&srv[1], v, u);
         unsigned l = (unsigned)(o % LANES);
 
         lane[l][count[l]] = o;
@@ -303,7 +291,7 @@ static void test_pay_crowd(void **state)
 
     (void)state;
     for (size_t i = 0; i < N; i++)
-        orders[i] = buy(&srv[1], v, next_user++);
+        orders[i] = it_buy(&srv[1], v, next_user++);
     for (size_t i = 0; i < N + TWICE; i++) {
         int64_t o = orders[i % N];
 
@@ -490,9 +478,9 @@ static void test_cancel_crowd(void **state)
                                       "voucher_id = %lld",
                                       (long long)seg));
     for (size_t i = 0; i < N; i++) {
-        po[i] = buy(&srv[1], plain, next_user++);
+        po[i] = it_buy(&srv[1], plain, next_user++);
         su[i] = next_user++;
-        so[i] = buy(&srv[1], seg, su[i]);
+        so[i] = it_buy(&srv[1], seg, su[i]);
     }
     for (int64_t s = 0; s < 4; s++)
         segstock[s] = it_sql_scalar("SELECT stock FROM seckill_stock_segments "

@@ -683,19 +683,6 @@ static void assert_voucher_whole(int64_t v, int i, int64_t initial)
     }
 }
 
-/* Buy voucher v as user on s: the new order's id (asserts 201). */
-static int64_t buy_on(const struct it_server *s, int64_t v, int64_t user)
-{
-    struct it_resp resp;
-    int64_t id;
-
-    it_purchase(s, v, user, &resp);
-    it_assert_status(&resp, 201);
-    id = it_json_id(resp.json, "orderId");
-    it_resp_free(&resp);
-    return id;
-}
-
 /* GET path as user (0: an admin) on s: the status; resp keeps the answer. */
 static long get_as(const struct it_server *s, const char *path, int64_t user,
                    struct it_resp *resp)
@@ -886,7 +873,7 @@ static void test_sales_on_shards(void **state)
 
         assert_int_equal(it_server_start(&srv, "shards-before", env), 0);
         old_v = it_seckill_create(&srv, shop, 5, -60, 3600);
-        old_o = buy_on(&srv, old_v, buyer);
+        old_o = it_buy(&srv, old_v, buyer);
         assert_int_equal(it_server_stop(&srv), 0);
     }
     assert_false(idgen_is_sharded(old_v));
@@ -923,7 +910,7 @@ static void test_sales_on_shards(void **state)
         assert_true(used[i] > 0);
 
     /* The old voucher still sells, on shard 0, and its old order reads. */
-    o = buy_on(&srv, old_v, buyer + 1);
+    o = it_buy(&srv, old_v, buyer + 1);
     assert_int_equal(0, (int)idgen_shard_of(o));
     assert_int_equal(1, order_status(0, o));
     assert_int_equal(-1, order_status(1, o));
@@ -953,7 +940,7 @@ static void test_sales_on_shards(void **state)
      * first, two a page. */
     mine[0] = old_o;
     for (int k = 0; k < 4; k++) {
-        mine[k + 1] = buy_on(&srv, v[k], buyer);
+        mine[k + 1] = it_buy(&srv, v[k], buyer);
         assert_int_equal((int)idgen_shard_of(mine[k + 1]), on[k]);
         snprintf(path, sizeof(path), "/api/orders/%lld",
                  (long long)mine[k + 1]);
@@ -968,8 +955,8 @@ static void test_sales_on_shards(void **state)
     /* Pay and cancel on shard 1, there. */
     {
         int k1 = on[0] == 1 ? 0 : on[1] == 1 ? 1 : on[2] == 1 ? 2 : 3;
-        int64_t paid = buy_on(&srv, v[k1], buyer + 2);
-        int64_t gone = buy_on(&srv, v[k1], buyer + 3);
+        int64_t paid = it_buy(&srv, v[k1], buyer + 2);
+        int64_t gone = it_buy(&srv, v[k1], buyer + 3);
 
         assert_int_equal(1, idgen_shard_of(paid));
         assert_int_equal(200, order_act(&srv, paid, "pay", buyer + 2));
@@ -1000,7 +987,7 @@ static void test_sales_on_shards(void **state)
         assert_int_equal(0, sales_scalar(1, "SELECT COUNT(*) FROM audit_log"));
 
         /* Expiry on shard 1: an order of the quick instance, unpaid. */
-        o = buy_on(&quick, v[k1], buyer + 4);
+        o = it_buy(&quick, v[k1], buyer + 4);
         assert_int_equal(1, idgen_shard_of(o));
         for (int t = 0; t < 100 && order_status(1, o) == 1; t++)
             usleep(100 * 1000);
