@@ -464,8 +464,8 @@ bool body_has(struct request *req, const char *name)
     return v && !json_is_null(v);
 }
 
-static json_t *field(struct request *req, const char *name, bool required,
-                     bool *ok)
+static json_t *body_field(struct request *req, const char *name, bool required,
+                          bool *ok)
 {
     json_t *v = json_object_get(req->json, name);
 
@@ -482,7 +482,7 @@ bool body_int_or_reply(struct request *req, const char *name, bool required,
                        int64_t min, int64_t max, int64_t *out)
 {
     bool ok;
-    json_t *v = field(req, name, required, &ok);
+    json_t *v = body_field(req, name, required, &ok);
     char what[96];
 
     if (!v)
@@ -512,7 +512,7 @@ bool body_str_or_reply(struct request *req, const char *name, bool required,
                        size_t max_chars, const char **out)
 {
     bool ok;
-    json_t *v = field(req, name, required, &ok);
+    json_t *v = body_field(req, name, required, &ok);
     char what[96];
 
     if (!v)
@@ -535,7 +535,7 @@ bool body_time_or_reply(struct request *req, const char *name, bool required,
                         int64_t *out)
 {
     bool ok;
-    json_t *v = field(req, name, required, &ok);
+    json_t *v = body_field(req, name, required, &ok);
 
     if (!v)
         return ok;

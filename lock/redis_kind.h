@@ -5,8 +5,8 @@
  * redis.c runs the parts every kind has in common: the wait loop (one try,
  * subscribe, try again at every wake-up, the TTL or the fallback timer),
  * the undo of an acquire whose answer was lost, the replica confirmation
- * (WAIT), and the dispatch by l->kind. A kind supplies its scripts through
- * a struct redis_kind. (The generic layer, lock.c, asks again a release
+ * (WAIT), and the choice of scripts by l->kind. A kind supplies its scripts
+ * through a struct redis_kind. (The generic layer, lock.c, asks again a release
  * whose answer was lost.)
  */
 #ifndef SECKILL_LOCK_REDIS_KIND_H
