@@ -46,7 +46,7 @@ struct rconn_cluster {
     int nnodes;
     uint16_t slot_node[REDIS_SLOTS]; /* index in nodes, or _NO_NODE */
     int have_map;
-    int stale;          /* ask for the map before the next route */
+    int stale;          /* ask for the map before the next command */
     int64_t refresh_ms; /* last refresh */
     struct redis_connect_log log;
     struct rconn_cluster_stats stats;
@@ -199,7 +199,8 @@ out:
 
 /* The node that owns slot (refreshing a stale or missing map first), or
  * NULL with *err. */
-static struct rnode *route(struct rconn_cluster *cl, unsigned slot, int *err)
+static struct rnode *owner_node(struct rconn_cluster *cl, unsigned slot,
+                                int *err)
 {
     struct rnode *n = NULL;
 
@@ -253,7 +254,7 @@ int rconn_cluster_send(struct rconn_cluster *cl, struct rconn_call *call,
 
     for (;;) {
         int err;
-        struct rnode *n = route(cl, slot, &err);
+        struct rnode *n = owner_node(cl, slot, &err);
 
         if (n) {
             err = rconn_mux_send(n->mux, call, s, nkeys, argc, argv, lens);
@@ -335,7 +336,7 @@ redisReply *rconn_cluster_wait(struct rconn_cluster *cl,
             }
             pause_ms(pause);
             pause = pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : pause * 2;
-            n = route(cl, call->cslot, err);
+            n = owner_node(cl, call->cslot, err);
         }
         if (!n) {
             if (!*err)
@@ -353,7 +354,7 @@ void rconn_cluster_send_detached(struct rconn_cluster *cl, unsigned slot,
                                  const char **argv, const size_t *lens)
 {
     int err;
-    struct rnode *n = route(cl, slot, &err);
+    struct rnode *n = owner_node(cl, slot, &err);
 
     /* Without an owner there is nowhere to keep it: the undo is lost,
      * and the lease's end does its work instead. */
@@ -364,7 +365,7 @@ void rconn_cluster_send_detached(struct rconn_cluster *cl, unsigned slot,
 struct rconn_psub *rconn_cluster_psub(struct rconn_cluster *cl, unsigned slot)
 {
     int err;
-    struct rnode *n = route(cl, slot, &err);
+    struct rnode *n = owner_node(cl, slot, &err);
 
     return n ? n->ps : NULL;
 }
