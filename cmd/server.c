@@ -61,15 +61,15 @@ static void async_stock_changed(void *ctx, struct store *st, int64_t voucher_id)
 static int async_durability_check(const struct handlers_config *cfg)
 {
     struct store *st;
-    redisContext *rc;
-    char why[96];
+    struct redis_link *rl;
+    char why[192];
     int err;
 
     if (cfg->purchase_mode != PURCHASE_ASYNC || cfg->async_accept_loss)
         return 0;
     st = store_new(&cfg->store);
-    rc = store_redis(st);
-    err = rc ? async_redis_durable(rc, why, sizeof(why)) : 0;
+    rl = store_redis_link(st);
+    err = rl ? async_redis_durable(rl, why, sizeof(why)) : 0;
     store_free(st);
     if (err == -EPERM) {
         log_error("async purchase mode refused: redis may lose acknowledged "
