@@ -176,14 +176,13 @@ int async_sale_window(struct redis_link *rl, int64_t voucher_id,
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
  * in one script, in that order, and add the sale to the index of sales
  * with work in the same round trip (on a cluster, where the index is in
- * another slot, in one more once the script answered). out[i] is each one's outcome (all
- * the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the stream holds
- * backlog_max orders or more). With confirm (may be NULL) asking for
- * replicas, a WAIT follows the script in the same round trip, and the
- * sales of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when
- * Redis refused the script (an error reply: nothing sold); or -errno as
- * redis_errno() when the connection failed under the script (the outcome
- * is then unknown).
+ * another slot, in one more once the script answered). out[i] is each one's
+ * outcome (all the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the
+ * stream holds backlog_max orders or more). With confirm (may be NULL) asking
+ * for replicas, a WAIT follows the script in the same round trip, and the sales
+ * of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when Redis
+ * refused the script (an error reply: nothing sold); or -errno as redis_errno()
+ * when the connection failed under the script (the outcome is then unknown).
  */
 int async_purchase(struct redis_link *rl, int64_t voucher_id,
                    unsigned backlog_max, const int64_t *order_ids,

@@ -445,10 +445,9 @@ int async_purchase(struct redis_link *rl, int64_t voucher_id,
      * it out and then finds the stream empty cannot miss what the script
      * added; if this command is lost with the connection, the writers'
      * sweeps put the sale back), and the replicas' WAIT (when they are
-     * quick, confirming costs no extra wait). On a cluster the WAIT goes
-     * with the script to the sale's primary and the SADD, in the index's
-     * own slot, follows the script's answer: the same order, one round
-     * trip more. */
+     * quick, confirming costs no extra wait). On a cluster the WAIT (at
+     * the sale's primary) and the SADD (at the index's slot owner)
+     * follow the script's answer: the same order, one round trip more. */
     nthen = 0;
     if (redisFormatCommand(&then[nthen++], "SADD %s %lld", idx,
                            (long long)voucher_id) < 0 ||

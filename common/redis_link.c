@@ -198,67 +198,55 @@ redisReply *redis_link_script_then(struct redis_link *l, struct redis_script *s,
                                    const char *const *then_keys, size_t nthen,
                                    redisReply **then_replies, int *err)
 {
-    struct redis_cluster_cmd cmds[1 + 8];
-    redisReply *replies[1 + 8];
+    struct redis_cluster_cmd cmds[8];
+    redisReply *r, *got[8];
     const char **targv[8] = {0};
-    size_t *tlens[8] = {0}, pos[8];
-    size_t n = 1;
-    int slot, first;
+    size_t *tlens[8] = {0}, pos[8], n = 0;
+    int slot;
 
     if (!l->cluster)
         return redis_script_run_then(l->rc, s, nkeys, argc, argv, lens, then,
                                      nthen, then_replies, err);
-    /* A cluster: the script and the commands for its primary in one
-     * pipeline, then the others one by one. */
-    *err = 0;
+    /* A cluster: the script first, on its own (a node that lacks it is
+     * sent it again, which must come before a WAIT that confirms it),
+     * then every command at once, each to its own primary. */
+    for (size_t i = 0; i < nthen; i++)
+        then_replies[i] = NULL;
     if (nthen > 8) {
         *err = -EINVAL;
         return NULL;
     }
+    r = redis_cluster_script_run(l->cluster, s, nkeys, argc, argv, lens,
+                                 l->budget_ms, err);
+    if (!r || r->type == REDIS_REPLY_ERROR || !nthen)
+        return r;
     slot = nkeys > 0
                ? (int)redis_key_slot(argv[0], lens ? lens[0] : strlen(argv[0]))
                : REDIS_CLUSTER_ANY_SLOT;
-    cmds[0] = (struct redis_cluster_cmd){.slot = slot,
-                                         .script = s,
-                                         .nkeys = nkeys,
-                                         .argc = argc,
-                                         .argv = argv,
-                                         .lens = lens};
     for (size_t i = 0; i < nthen; i++) {
-        then_replies[i] = NULL;
-        if (then_keys && then_keys[i])
-            continue;
         int targc =
             formatted_split(then[i], strlen(then[i]), &targv[i], &tlens[i]);
+
         if (targc < 0)
             continue;
         pos[i] = n;
         cmds[n++] = (struct redis_cluster_cmd){
-            .slot = slot, .argc = targc, .argv = targv[i], .lens = tlens[i]};
+            .slot = then_keys && then_keys[i]
+                        ? (int)redis_key_slot_str(then_keys[i])
+                        : slot,
+            .argc = targc,
+            .argv = targv[i],
+            .lens = tlens[i]};
     }
-    first = redis_cluster_pipeline(l->cluster, cmds, n, replies, l->budget_ms);
+    if (n)
+        redis_cluster_pipeline(l->cluster, cmds, n, got, l->budget_ms);
     for (size_t i = 0; i < nthen; i++)
         if (targv[i]) {
-            then_replies[i] = replies[pos[i]];
+            then_replies[i] = got[pos[i]];
             free(targv[i]);
             free(tlens[i]);
         }
-    if (!replies[0]) {
-        *err = first ? first : -EIO;
-        for (size_t i = 0; i < nthen; i++) {
-            freeReplyObject(then_replies[i]);
-            then_replies[i] = NULL;
-        }
-        return NULL;
-    }
-    for (size_t i = 0; i < nthen; i++) {
-        int e;
-
-        if (then_keys && then_keys[i])
-            then_replies[i] = cluster_formatted(l, then_keys[i], then[i],
-                                                strlen(then[i]), &e);
-    }
-    return replies[0];
+    return r;
 }
 
 int redis_link_nodes(struct redis_link *l)

@@ -81,12 +81,12 @@ redisReply *redis_link_commandf(struct redis_link *l, const char *key, int *err,
  * redis_link_script(), followed by the commands then[0..nthen), each a
  * whole command as redisFormatCommand() makes it, with the replies in
  * then_replies[i] (NULL when lost; the caller frees each). On one server
- * it is redis_script_run_then(): one round trip. On a cluster a command
- * whose then_keys[i] is NULL (a WAIT) goes to the script's primary in the
- * same round trip as the script; the others are sent, in order, to their
- * key's primary once the script has answered (so what they record is
- * seen only after what the script wrote). then_keys may be NULL (every
- * command to the script's primary).
+ * it is redis_script_run_then(): one round trip. On a cluster the script
+ * runs first (at its first key's slot owner), and once it has answered
+ * (and not with an error) the commands go at once, each to the owner of
+ * then_keys[i]'s slot, or with then_keys[i] NULL (a WAIT) to the
+ * script's: one round trip more, and what they do follows the script.
+ * then_keys may be NULL (every command to the script's primary).
  */
 redisReply *redis_link_script_then(struct redis_link *l, struct redis_script *s,
                                    int nkeys, int argc, const char **argv,
