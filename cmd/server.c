@@ -189,11 +189,9 @@ int server_start(const struct handlers_config *cfg, struct server **out)
         .replicas = cfg->async_replicas,
         .wait_ms = cfg->async_wait_ms,
     };
-    /* A cluster runs no async sale (cmd/config.c refuses the mode), so
-     * no writer either: a voucher asked for in async mode is refused. */
-    srv->async = store_redis_is_cluster(&cfg->store)
-                     ? NULL
-                     : async_start(&srv->async_cfg);
+    /* On one Redis or a cluster alike (a cluster's sales are spread over
+     * its primaries by their {v:ID} slots). */
+    srv->async = async_start(&srv->async_cfg);
     srv->engine_cfg = (struct engine_config){
         .store = &cfg->store,
         .workers = cfg->engine_threads,

@@ -47,7 +47,7 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
     if (v->type == VOUCHER_SECKILL) {
         if (!mode_given)
             v->mode = s->cfg.mode;
-        /* No writer: the Redis is a cluster (cmd/server.c). */
+        /* No writer started (cmd/server.c starts one on any Redis). */
         if (v->mode == PURCHASE_ASYNC && !s->cfg.async)
             return -EOPNOTSUPP;
         if (v->mode == PURCHASE_ASYNC && !async_may_sell(s->cfg.async))
