@@ -461,6 +461,8 @@ static void index_prune(struct async *a, struct redis_link *rl)
 {
     char k[KEY_MAX], idx[KEY_MAX];
     size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, back = 0;
+    redisReply **r = xcalloc(2 * a->nsales + 2, sizeof(*r));
+    bool cluster = redis_link_is_cluster(rl);
     struct redis_link_batch b;
 
     redis_link_batch_init(&b, rl);
@@ -472,43 +474,55 @@ static void index_prune(struct async *a, struct redis_link *rl)
             continue;
         redis_link_appendf(&b, idx, "SREM %s %lld", idx,
                            (long long)s->voucher_id);
+        /* One connection runs each XLEN after its SREM. */
+        if (!cluster) {
+            async__key(k, s->voucher_id, "stream");
+            redis_link_appendf(&b, k, "XLEN %s", k);
+        }
         at[m++] = i;
     }
-    /* On a cluster the index and the streams are on other primaries:
-     * every removal is done before any stream is looked at. */
-    redis_link_barrier(&b);
-    for (size_t j = 0; j < m; j++) {
-        async__key(k, a->sales[at[j]].voucher_id, "stream");
-        redis_link_appendf(&b, k, "XLEN %s", k);
+    if (cluster) {
+        /* The index and the streams are on other primaries: every
+         * removal is done before any stream is looked at. */
+        for (size_t j = 0; j < m; j++)
+            if (redis_link_get_reply(&b, &r[2 * j]) != REDIS_OK)
+                goto out;
+        for (size_t j = 0; j < m; j++) {
+            async__key(k, a->sales[at[j]].voucher_id, "stream");
+            redis_link_appendf(&b, k, "XLEN %s", k);
+        }
+        for (size_t j = 0; j < m; j++)
+            if (redis_link_get_reply(&b, &r[2 * j + 1]) != REDIS_OK)
+                goto out;
+    } else {
+        for (size_t j = 0; j < 2 * m; j++)
+            if (redis_link_get_reply(&b, &r[j]) != REDIS_OK)
+                goto out;
     }
     for (size_t j = 0; j < m; j++) {
         struct sale *s = &a->sales[at[j]];
-        redisReply *r[2] = {NULL, NULL};
 
-        if (redis_link_get_reply(&b, &r[0]) != REDIS_OK ||
-            redis_link_get_reply(&b, &r[1]) != REDIS_OK) {
-            freeReplyObject(r[0]);
-            goto out;
-        }
-        if (r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer == 0) {
+        if (r[2 * j + 1]->type == REDIS_REPLY_INTEGER &&
+            r[2 * j + 1]->integer == 0) {
             s->indexed = false;
         } else {
             redis_link_appendf(&b, idx, "SADD %s %lld", idx,
                                (long long)s->voucher_id);
             back++;
         }
-        freeReplyObject(r[0]);
-        freeReplyObject(r[1]);
     }
     for (size_t j = 0; j < back; j++) {
-        redisReply *r = NULL;
+        redisReply *x = NULL;
 
-        if (redis_link_get_reply(&b, &r) != REDIS_OK)
+        if (redis_link_get_reply(&b, &x) != REDIS_OK)
             break;
-        freeReplyObject(r);
+        freeReplyObject(x);
     }
 out:
+    for (size_t j = 0; j < 2 * m; j++)
+        freeReplyObject(r[j]);
     redis_link_batch_end(&b);
+    free(r);
     free(at);
 }
 

@@ -422,12 +422,6 @@ int redis_link_get_reply(struct redis_link_batch *b, redisReply **r)
     return *r ? REDIS_OK : REDIS_ERR;
 }
 
-void redis_link_barrier(struct redis_link_batch *b)
-{
-    if (b->l->cluster)
-        batch_send(b);
-}
-
 void redis_link_batch_end(struct redis_link_batch *b)
 {
     if (!b->l->cluster)

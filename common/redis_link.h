@@ -157,11 +157,6 @@ void redis_link_appendf(struct redis_link_batch *b, const char *key,
  * redisGetReply()); on a cluster this command has no reply. */
 int redis_link_get_reply(struct redis_link_batch *b, redisReply **r);
 
-/* On a cluster: send what was appended and wait for its replies before
- * anything appended later is sent (what comes after must see it done).
- * On one server nothing: one connection runs its commands in order. */
-void redis_link_barrier(struct redis_link_batch *b);
-
 /* Free what a batch keeps (replies not read are dropped). */
 void redis_link_batch_end(struct redis_link_batch *b);
 
