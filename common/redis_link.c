@@ -373,7 +373,8 @@ static void batch_send(struct redis_link_batch *b)
     at = xcalloc(n, sizeof(*at));
     got = xcalloc(n, sizeof(*got));
     /* Replies not read yet move to the front, the new ones after. */
-    memmove(b->replies, b->replies + b->next, left * sizeof(*b->replies));
+    if (left)
+        memmove(b->replies, b->replies + b->next, left * sizeof(*b->replies));
     b->replies = xrealloc(b->replies, (left + n) * sizeof(*b->replies));
     b->nreplies = left + n;
     b->next = 0;
