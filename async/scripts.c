@@ -460,7 +460,7 @@ int async_purchase(struct redis_link *rl, int64_t voucher_id,
     if (r && (!then_r[0] || then_r[0]->type == REDIS_REPLY_ERROR))
         log_warn("async sale not added to the index of sales with work",
                  "voucher=%lld err=\"%s\"", (long long)voucher_id,
-                 then_r[0] ? then_r[0]->str : redis_link_errstr(rl, err));
+                 then_r[0] ? then_r[0]->str : redis_link_errstr(rl, -EIO));
     if (replicas) {
         const redisReply *w = then_r[1];
 
