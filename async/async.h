@@ -106,6 +106,7 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "common/redis_link.h"
 #include "lock/lock.h"
 #include "store/store.h"
 
@@ -139,8 +140,9 @@ struct async_confirm {
  * an earlier database on the same Redis: another stamp, or none) is
  * replaced. 0, -EEXIST, or -errno.
  */
-int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock, int64_t stamp);
+int async_sale_preheat(struct redis_link *rl, int64_t voucher_id,
+                       int64_t begin_s, int64_t end_s, int64_t stock,
+                       int64_t stamp);
 
 /*
  * Bring voucher_id's Redis state up to the control state c committed in
@@ -152,20 +154,20 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
  * frozen for a rebuild (try again: the rebuild's snapshot of MySQL may
  * predate the control); or -errno.
  */
-int async_sale_control(redisContext *rc, int64_t voucher_id,
+int async_sale_control(struct redis_link *rl, int64_t voucher_id,
                        const struct store_sale_control *c);
 
 /* Remove voucher_id's sale from Redis (a voucher deleted before its
  * begin: no order can be in flight). 0 or -errno. */
-int async_sale_forget(redisContext *rc, int64_t voucher_id);
+int async_sale_forget(struct redis_link *rl, int64_t voucher_id);
 
 /*
  * An async sale's window from its Redis state (for a purchase when MySQL
  * cannot say: the sale goes on without it). 0, -ENOENT (no async sale of
  * that id in Redis), or -errno.
  */
-int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
-                      int64_t *end_s);
+int async_sale_window(struct redis_link *rl, int64_t voucher_id,
+                      int64_t *begin_s, int64_t *end_s);
 
 /* The most purchases async_purchase() takes at once. */
 #define ASYNC_PURCHASE_BATCH_MAX 256
@@ -173,17 +175,18 @@ int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
 /*
  * Sell voucher_id to users[i] as order order_ids[i], i < n (at most 256),
  * in one script, in that order, and add the sale to the index of sales
- * with work in the same round trip. out[i] is each one's outcome (all
- * the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the stream holds
- * backlog_max orders or more). With confirm (may be NULL) asking for
- * replicas, a WAIT follows the script in the same round trip, and the
- * sales of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when
- * Redis refused the script (an error reply: nothing sold); or -errno as
- * redis_errno() when the connection failed under the script (the outcome
- * is then unknown).
+ * with work in the same round trip (on a cluster, where the index is in
+ * another slot, in one more once the script answered). out[i] is each one's
+ * outcome (all the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the
+ * stream holds backlog_max orders or more). With confirm (may be NULL) asking
+ * for replicas, a WAIT follows the script in the same round trip, and the sales
+ * of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when Redis
+ * refused the script (an error reply: nothing sold); or -errno as redis_errno()
+ * when the connection failed under the script (the outcome is then unknown).
  */
-int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
-                   const int64_t *order_ids, const int64_t *users, size_t n,
+int async_purchase(struct redis_link *rl, int64_t voucher_id,
+                   unsigned backlog_max, const int64_t *order_ids,
+                   const int64_t *users, size_t n,
                    const struct async_confirm *confirm,
                    enum async_outcome *out);
 
@@ -216,7 +219,7 @@ struct async_pending {
  * the index of sales with work (a round trip for the index, and two for
  * each 256 sales in it): up to max into out, *found of them. 0 or -errno.
  */
-int async_pending_of_user(redisContext *rc, int64_t user_id,
+int async_pending_of_user(struct redis_link *rl, int64_t user_id,
                           struct async_pending *out, size_t max, size_t *found);
 
 /*
@@ -226,15 +229,18 @@ int async_pending_of_user(redisContext *rc, int64_t user_id,
  * *accepted_ms (Redis' time of the sale) set, -ENOENT (not waiting:
  * written already, or never sold), or -errno.
  */
-int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
-                       int64_t *user_id, int64_t *accepted_ms);
+int async_pending_find(struct redis_link *rl, int64_t order_id,
+                       int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms);
 
 /*
- * Whether the Redis of rc keeps every acknowledged write across a crash:
- * appendonly yes with appendfsync always. 0: it does; -EPERM: it does not
- * (why says what it has); another -errno: cannot tell (CONFIG refused).
+ * Whether the Redis of rl keeps every acknowledged write across a crash:
+ * appendonly yes with appendfsync always (on a cluster: on every primary
+ * of its slot map; why then names the first that does not). 0: it does;
+ * -EPERM: it does not (why says what it has); another -errno: cannot tell
+ * (CONFIG refused, or no slot map).
  */
-int async_redis_durable(redisContext *rc, char *why, size_t len);
+int async_redis_durable(struct redis_link *rl, char *why, size_t len);
 
 /* ---- the writer and the reconciliation of one instance ---- */
 

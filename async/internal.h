@@ -45,8 +45,7 @@ void async__index_key(char *buf);
  * A reply of an integer into *v, or -EIO (logged, op what) for anything
  * else; without a reply, err or the connection's error. Frees r.
  */
-int async__reply_int(redisContext *rc, redisReply *r, int err, long long *v,
-                     const char *what);
+int async__reply_int(redisReply *r, int err, long long *v, const char *what);
 
 /* qsort/bsearch order of int64_t ids. */
 int async__cmp_id(const void *a, const void *b);
@@ -62,12 +61,12 @@ void async__ids_push(int64_t **ids, size_t *n, size_t *cap, int64_t id);
  * into *ids, a new array of *n, sorted, without repeats (free(3) it).
  * 0, or -errno with *ids NULL.
  */
-int async__scan_ids(redisContext *rc, const char *set, const char *match,
+int async__scan_ids(struct redis_link *rl, const char *set, const char *match,
                     int (*id_of)(const char *s, size_t len, int64_t *id),
                     int64_t **ids, size_t *n);
 
 /* The sales in the index of sales with work: see async__scan_ids(). */
-int async__index_read(redisContext *rc, int64_t **ids, size_t *n);
+int async__index_read(struct redis_link *rl, int64_t **ids, size_t *n);
 
 /*
  * async_units_return(); sweeping (the writer's sweep of owed returns): a
@@ -144,7 +143,7 @@ struct async {
  * async voucher there, with the creation stamp its Redis state carries):
  * the writer writes, and the reconciliation repairs, only those.
  */
-bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s);
+bool async__sale_ours(struct store *st, struct redis_link *rl, struct sale *s);
 
 /*
  * Compare every sale of the working set with MySQL, holding the

@@ -50,12 +50,12 @@
  * another's (a stale sale of an earlier database is replaced by the
  * voucher's own preheat, and is ours from then on).
  */
-bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s)
+bool async__sale_ours(struct store *st, struct redis_link *rl, struct sale *s)
 {
     char k[KEY_MAX];
     int64_t mine, theirs = 0, now = util_mono_ms();
     redisReply *r;
-    int err;
+    int err, rerr;
 
     if (s->owner > 0 || (s->owner < 0 && now - s->owner_ms < OWNER_RECHECK_MS))
         return s->owner > 0;
@@ -63,7 +63,7 @@ bool async__sale_ours(struct store *st, redisContext *rc, struct sale *s)
     if (err && err != -ENOENT)
         return false; /* MySQL away: asked again next time */
     async__key(k, s->voucher_id, "info");
-    r = err ? NULL : redisCommand(rc, "HGET %s stamp", k);
+    r = err ? NULL : redis_link_commandf(rl, k, &rerr, "HGET %s stamp", k);
     if (!err && !r)
         return false; /* Redis away: asked again next time */
     if (r && r->type == REDIS_REPLY_STRING)
@@ -246,7 +246,7 @@ static struct redis_script freeze_keep_script =
  * s's Redis numbers at one moment (snapshot_script): 0 with *out and
  * frozen_by (the freeze's owner, "" when not frozen) set, or -errno.
  */
-static int redis_state_read(redisContext *rc, int64_t v,
+static int redis_state_read(struct redis_link *rl, int64_t v,
                             struct async_redis_side *out, char *frozen_by,
                             size_t len)
 {
@@ -261,7 +261,7 @@ static int redis_state_read(redisContext *rc, int64_t v,
         async__key(k[i], v, names[i]);
         argv[i] = k[i];
     }
-    r = redis_script_run(rc, &snapshot_script, 6, 6, argv, NULL, &err);
+    r = redis_link_script(rl, &snapshot_script, 6, 6, argv, NULL, &err);
     if (!r)
         return err ? err : -EIO;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 10 ||
@@ -318,8 +318,8 @@ static bool reconcile_lock_keep(struct async *a)
  * every order MySQL has, and lift the freeze, in one script that checks
  * the freeze is still this rebuilder's and nothing went in flight.
  */
-static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
-                           struct sale *s)
+static void rebuild_finish(struct async *a, struct store *st,
+                           struct redis_link *rl, struct sale *s)
 {
     char k[9][KEY_MAX + 64], b[24], e[24], in[24], sk[24], nu[24], wr[24];
     char last[48], freeze_ms[16], sp[24], ha[8], rv[24], rs[24], what[KEY_MAX];
@@ -351,7 +351,8 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
     if (err)
         return; /* MySQL away: tried again at the next step */
     snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
-    freeReplyObject(redisCommand(rc, "DEL %s %s", k[3], k[8]));
+    freeReplyObject(
+        redis_link_commandf(rl, k[3], &err, "DEL %s %s", k[3], k[8]));
     for (size_t i = 0; i < sale.nusers; i += 500) {
         size_t m = sale.nusers - i < 500 ? sale.nusers - i : 500;
         const char **v = xcalloc(2 * m + 2, sizeof(*v));
@@ -365,7 +366,7 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
                      (long long)sale.users[i + j]);
             v[2 + j] = num[j];
         }
-        r = redisCommandArgv(rc, (int)(m + 2), v, NULL);
+        r = redis_link_command(rl, k[3], (int)(m + 2), v, NULL, &err);
         freeReplyObject(r);
         /* Each buyer's order: a later return names it. */
         v[0] = "HSET";
@@ -376,13 +377,13 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
             v[2 + 2 * j] = num[j];
             v[3 + 2 * j] = num[m + j];
         }
-        r = redisCommandArgv(rc, (int)(2 * m + 2), v, NULL);
+        r = redis_link_command(rl, k[8], (int)(2 * m + 2), v, NULL, &err);
         freeReplyObject(r);
         free(num);
         free(v);
         /* A large sale takes a while: the freeze and the lock are kept. */
         freeReplyObject(
-            redis_script_run(rc, &freeze_keep_script, 1, 3, keep, NULL, &err));
+            redis_link_script(rl, &freeze_keep_script, 1, 3, keep, NULL, &err));
         reconcile_lock_keep(a);
     }
     snprintf(b, sizeof(b), "%lld", (long long)sale.begin_time);
@@ -413,7 +414,7 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
     argv[18] = ha;
     argv[19] = rv;
     argv[20] = rs;
-    r = redis_script_run(rc, &rebuild_script, 9, 21, argv, NULL, &err);
+    r = redis_link_script(rl, &rebuild_script, 9, 21, argv, NULL, &err);
     long long landed = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
     if (r && r->type == REDIS_REPLY_ERROR)
         log_warn("async rebuild refused by redis", "voucher=%lld err=\"%s\"",
@@ -445,8 +446,8 @@ static void rebuild_finish(struct async *a, struct store *st, redisContext *rc,
  * only renews the freeze, and the writers' loop comes back later; with
  * none, it finishes. Never waits.
  */
-static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
-                         struct sale *s)
+static void rebuild_step(struct async *a, struct store *st,
+                         struct redis_link *rl, struct sale *s)
 {
     char k[3][KEY_MAX], freeze_ms[16], most[16];
     const char *argv[6] = {k[0], k[1], k[2], a->consumer, freeze_ms, most};
@@ -460,7 +461,7 @@ static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
     async__key(k[2], s->voucher_id, "frozen");
     snprintf(freeze_ms, sizeof(freeze_ms), "%d", FREEZE_MS);
     snprintf(most, sizeof(most), "%d", REQUEUE_MAX);
-    r = redis_script_run(rc, &drain_script, 3, 6, argv, NULL, &err);
+    r = redis_link_script(rl, &drain_script, 3, 6, argv, NULL, &err);
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 5) {
         if (r && r->type == REDIS_REPLY_ERROR)
             log_warn("async rebuild step refused by redis",
@@ -499,7 +500,7 @@ static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
         }
         return;
     }
-    rebuild_finish(a, st, rc, s);
+    rebuild_finish(a, st, rl, s);
 }
 
 /*
@@ -509,18 +510,20 @@ static void rebuild_step(struct async *a, struct store *st, redisContext *rc,
  * different lock backends), then take the first step. The writers'
  * loop takes the next ones (async__rebuilds_step()) until it is rebuilt.
  */
-static void rebuild_start(struct async *a, struct store *st, redisContext *rc,
-                          struct sale *s)
+static void rebuild_start(struct async *a, struct store *st,
+                          struct redis_link *rl, struct sale *s)
 {
     char k[KEY_MAX];
     redisReply *r;
+    int err;
 
     async__key(k, s->voucher_id, "frozen");
-    r = redisCommand(rc, "SET %s %s PX %d NX", k, a->consumer, FREEZE_MS);
+    r = redis_link_commandf(rl, k, &err, "SET %s %s PX %d NX", k, a->consumer,
+                            FREEZE_MS);
     bool ours = r && r->type == REDIS_REPLY_STATUS;
     freeReplyObject(r);
     if (!ours) {
-        r = redisCommand(rc, "GET %s", k);
+        r = redis_link_commandf(rl, k, &err, "GET %s", k);
         ours = r && r->type == REDIS_REPLY_STRING &&
                strcmp(r->str, a->consumer) == 0;
         freeReplyObject(r);
@@ -532,7 +535,7 @@ static void rebuild_start(struct async *a, struct store *st, redisContext *rc,
     s->rebuilding = true;
     s->rebuild_since_ms = s->rebuild_said_ms = util_mono_ms();
     s->rebuild_next_ms = s->rebuild_since_ms + REBUILD_STEP_MS;
-    rebuild_step(a, st, rc, s);
+    rebuild_step(a, st, rl, s);
 }
 
 /* The next step of every rebuild this writer has going, on its loop. */
@@ -542,29 +545,29 @@ void async__rebuilds_step(struct async *a, struct store *st)
 
     for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
         struct sale *s = &a->sales[i];
-        redisContext *rc;
+        struct redis_link *rl;
 
         if (!s->rebuilding || now < s->rebuild_next_ms)
             continue;
         /* Afresh for each sale: a finished rebuild tells the voucher
          * caches through the store, which may replace the connection. */
-        if (!(rc = store_redis(st)))
+        if (!(rl = store_redis_link(st)))
             return;
         s->rebuild_next_ms = now + REBUILD_STEP_MS;
-        rebuild_step(a, st, rc, s);
+        rebuild_step(a, st, rl, s);
     }
 }
 
 /* Bring voucher_id's Redis state up to the controls committed in MySQL
  * (it had revision had). */
-static void control_catch_up(struct store *st, redisContext *rc,
+static void control_catch_up(struct store *st, struct redis_link *rl,
                              int64_t voucher_id, int64_t had)
 {
     struct store_sale_control c;
     int err = store_sale_control_read(st, voucher_id, &c);
 
     if (!err)
-        err = async_sale_control(rc, voucher_id, &c);
+        err = async_sale_control(rl, voucher_id, &c);
     if (err == 1)
         log_info("async sale brought up to its controls by the "
                  "reconciliation",
@@ -584,8 +587,8 @@ static void control_catch_up(struct store *st, redisContext *rc,
  * Redis); the same disagreement twice in a row, a missing state or an
  * acknowledged entry left in the stream is not, and s is rebuilt.
  */
-static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
-                          struct sale *s)
+static void reconcile_one(struct async *a, struct store *st,
+                          struct redis_link *rl, struct sale *s)
 {
     struct async_redis_side rs;
     struct async_mysql_side ms = {.initial = -1};
@@ -595,9 +598,9 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
 
     if (s->rebuilding)
         return; /* async__rebuilds_step() takes it on */
-    if (!async__sale_ours(st, rc, s))
+    if (!async__sale_ours(st, rl, s))
         return;
-    if (redis_state_read(rc, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
+    if (redis_state_read(rl, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
         return;
     if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
         s->mismatch = 0; /* another instance rebuilds it */
@@ -615,7 +618,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
         if (c.revision > rs.revision && !frozen_by[0]) {
             /* A control committed in MySQL that Redis does not have yet:
              * its instance applies it in a moment, or died first. */
-            control_catch_up(st, rc, s->voucher_id, rs.revision);
+            control_catch_up(st, rl, s->voucher_id, rs.revision);
             s->mismatch = 0;
             return;
         }
@@ -641,7 +644,7 @@ static void reconcile_one(struct async *a, struct store *st, redisContext *rc,
              d.buyers, d.in_flight, rs.initial, rs.stock, rs.buyers,
              rs.unsettled, rs.written, ms.active, ms.orders, ms.owed,
              frozen_by[0] != '\0');
-    rebuild_start(a, st, rc, s);
+    rebuild_start(a, st, rl, s);
 }
 
 void async__reconcile(struct async *a, struct store *st)
@@ -661,11 +664,11 @@ void async__reconcile(struct async *a, struct store *st)
      * caches through the store, which may replace it after a failover. */
     for (size_t i = 0;
          i < a->nsales && !async__stopping(a) && reconcile_lock_keep(a); i++) {
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
-        if (!rc)
+        if (!rl)
             break;
-        reconcile_one(a, st, rc, &a->sales[i]);
+        reconcile_one(a, st, rl, &a->sales[i]);
     }
     lock_release(a->reconcile_lock, NULL);
 }

@@ -135,13 +135,12 @@ static struct redis_script return_script = REDIS_SCRIPT(
     "return 1");
 
 /* A reply of an integer, or -EIO (logged) for anything else. */
-int async__reply_int(redisContext *rc, redisReply *r, int err, long long *v,
-                     const char *what)
+int async__reply_int(redisReply *r, int err, long long *v, const char *what)
 {
     int ret = 0;
 
     if (!r)
-        return err ? err : redis_errno(rc);
+        return err ? err : -EIO;
     if (r->type == REDIS_REPLY_INTEGER) {
         *v = r->integer;
     } else {
@@ -191,56 +190,65 @@ void async__ids_push(int64_t **ids, size_t *n, size_t *cap, int64_t id)
  * into *ids, a new array of *n, sorted, without repeats (free(3) it).
  * 0, or -errno with *ids NULL.
  */
-int async__scan_ids(redisContext *rc, const char *set, const char *match,
+int async__scan_ids(struct redis_link *rl, const char *set, const char *match,
                     int (*id_of)(const char *s, size_t len, int64_t *id),
                     int64_t **ids, size_t *n)
 {
-    char cursor[32] = "0";
     size_t cap = 0;
     int err = 0;
+    /* A set is one key, on its slot's owner; the keyspace is every
+     * primary's (each one walked to its end). */
+    int nodes = set ? 1 : redis_link_nodes(rl);
 
     *ids = NULL;
     *n = 0;
-    do {
-        const char *argv[8] = {set ? "SSCAN" : "SCAN"};
-        int argc = 1;
+    if (nodes < 0)
+        return nodes;
+    for (int node = 0; node < nodes && !err; node++) {
+        char cursor[32] = "0";
+        do {
+            const char *argv[8] = {set ? "SSCAN" : "SCAN"};
+            int argc = 1;
 
-        if (set)
-            argv[argc++] = set;
-        argv[argc++] = cursor;
-        if (match) {
-            argv[argc++] = "MATCH";
-            argv[argc++] = match;
-        }
-        argv[argc++] = "COUNT";
-        argv[argc++] = SCAN_COUNT;
-        redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+            if (set)
+                argv[argc++] = set;
+            argv[argc++] = cursor;
+            if (match) {
+                argv[argc++] = "MATCH";
+                argv[argc++] = match;
+            }
+            argv[argc++] = "COUNT";
+            argv[argc++] = SCAN_COUNT;
+            redisReply *r =
+                set ? redis_link_command(rl, set, argc, argv, NULL, &err)
+                    : redis_link_node_command(rl, node, argc, argv, NULL, &err);
 
-        if (!r) {
-            err = redis_errno(rc);
-            break;
-        }
-        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING ||
-            r->element[1]->type != REDIS_REPLY_ARRAY) {
-            log_warn("async redis reply unexpected",
-                     "op=scan type=%d err=\"%s\"", r->type,
-                     r->type == REDIS_REPLY_ERROR ? r->str : "");
+            if (!r) {
+                err = err ? err : -EIO;
+                break;
+            }
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[0]->type != REDIS_REPLY_STRING ||
+                r->element[1]->type != REDIS_REPLY_ARRAY) {
+                log_warn("async redis reply unexpected",
+                         "op=scan type=%d err=\"%s\"", r->type,
+                         r->type == REDIS_REPLY_ERROR ? r->str : "");
+                freeReplyObject(r);
+                err = -EIO;
+                break;
+            }
+            snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+            for (size_t i = 0; i < r->element[1]->elements; i++) {
+                const redisReply *e = r->element[1]->element[i];
+                int64_t id;
+
+                if (e->type == REDIS_REPLY_STRING &&
+                    (id_of ? id_of : util_parse_id)(e->str, e->len, &id) == 0)
+                    async__ids_push(ids, n, &cap, id);
+            }
             freeReplyObject(r);
-            err = -EIO;
-            break;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            const redisReply *e = r->element[1]->element[i];
-            int64_t id;
-
-            if (e->type == REDIS_REPLY_STRING &&
-                (id_of ? id_of : util_parse_id)(e->str, e->len, &id) == 0)
-                async__ids_push(ids, n, &cap, id);
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
+        } while (strcmp(cursor, "0") != 0);
+    }
     if (err) {
         free(*ids);
         *ids = NULL;
@@ -251,16 +259,17 @@ int async__scan_ids(redisContext *rc, const char *set, const char *match,
     return 0;
 }
 
-int async__index_read(redisContext *rc, int64_t **ids, size_t *n)
+int async__index_read(struct redis_link *rl, int64_t **ids, size_t *n)
 {
     char idx[KEY_MAX];
 
     async__index_key(idx);
-    return async__scan_ids(rc, idx, NULL, NULL, ids, n);
+    return async__scan_ids(rl, idx, NULL, NULL, ids, n);
 }
 
-int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock, int64_t stamp)
+int async_sale_preheat(struct redis_link *rl, int64_t voucher_id,
+                       int64_t begin_s, int64_t end_s, int64_t stock,
+                       int64_t stamp)
 {
     static const char *const names[8] = {"info",   "stock",   "buyers",
                                          "stream", "pending", "dead",
@@ -283,12 +292,12 @@ int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
     argv[10] = n;
     argv[11] = st;
     redisReply *r =
-        redis_script_run(rc, &preheat_script, 8, 12, argv, NULL, &err);
-    err = async__reply_int(rc, r, err, &v, "preheat");
+        redis_link_script(rl, &preheat_script, 8, 12, argv, NULL, &err);
+    err = async__reply_int(r, err, &v, "preheat");
     return err ? err : v == 0 ? -EEXIST : 0;
 }
 
-int async_sale_control(redisContext *rc, int64_t voucher_id,
+int async_sale_control(struct redis_link *rl, int64_t voucher_id,
                        const struct store_sale_control *c)
 {
     char k[3][KEY_MAX], a[5][24];
@@ -309,14 +318,14 @@ int async_sale_control(redisContext *rc, int64_t voucher_id,
     for (int i = 0; i < 5; i++)
         argv[3 + i] = a[i];
     redisReply *r =
-        redis_script_run(rc, &control_script, 3, 8, argv, NULL, &err);
-    err = async__reply_int(rc, r, err, &v, "control");
+        redis_link_script(rl, &control_script, 3, 8, argv, NULL, &err);
+    err = async__reply_int(r, err, &v, "control");
     if (err)
         return err;
     return v == -1 ? -ENOENT : v == -2 ? -EBUSY : (int)v;
 }
 
-int async_sale_forget(redisContext *rc, int64_t voucher_id)
+int async_sale_forget(struct redis_link *rl, int64_t voucher_id)
 {
     static const char *const names[8] = {"info",   "stock",   "buyers",
                                          "stream", "pending", "dead",
@@ -324,37 +333,38 @@ int async_sale_forget(redisContext *rc, int64_t voucher_id)
     char k[8][KEY_MAX], idx[KEY_MAX];
     const char *argv[9] = {"DEL"};
     redisReply *r;
-    int ret = 0;
+    int ret = 0, err;
 
     async__index_key(idx);
     for (int i = 0; i < 8; i++) {
         async__key(k[i], voucher_id, names[i]);
         argv[1 + i] = k[i];
     }
-    r = redisCommandArgv(rc, 9, argv, NULL);
+    r = redis_link_command(rl, k[0], 9, argv, NULL, &err);
     if (!r)
-        return redis_errno(rc);
+        return err;
     if (r->type == REDIS_REPLY_ERROR)
         ret = -EIO;
     freeReplyObject(r);
-    r = redisCommand(rc, "SREM %s %lld", idx, (long long)voucher_id);
+    r = redis_link_commandf(rl, idx, &err, "SREM %s %lld", idx,
+                            (long long)voucher_id);
     if (!r)
-        return redis_errno(rc);
+        return err;
     freeReplyObject(r);
     return ret;
 }
 
-int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
-                      int64_t *end_s)
+int async_sale_window(struct redis_link *rl, int64_t voucher_id,
+                      int64_t *begin_s, int64_t *end_s)
 {
     char k[KEY_MAX];
     redisReply *r;
-    int ret = -ENOENT;
+    int ret = -ENOENT, err;
 
     async__key(k, voucher_id, "info");
-    r = redisCommand(rc, "HMGET %s begin end", k);
+    r = redis_link_commandf(rl, k, &err, "HMGET %s begin end", k);
     if (!r)
-        return redis_errno(rc);
+        return err;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[0]->type == REDIS_REPLY_STRING &&
         r->element[1]->type == REDIS_REPLY_STRING) {
@@ -394,8 +404,9 @@ static void unconfirmed_mark(int64_t voucher_id, unsigned replicas,
     }
 }
 
-int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
-                   const int64_t *order_ids, const int64_t *users, size_t n,
+int async_purchase(struct redis_link *rl, int64_t voucher_id,
+                   unsigned backlog_max, const int64_t *order_ids,
+                   const int64_t *users, size_t n,
                    const struct async_confirm *confirm, enum async_outcome *out)
 {
     static const char *const names[7] = {
@@ -404,6 +415,7 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
     unsigned replicas = confirm ? confirm->replicas : 0;
     long long acked = 0;
     char *then[2];
+    const char *then_keys[2] = {idx, NULL};
     redisReply *r, *then_r[2];
     size_t nthen;
     const char **argv;
@@ -433,20 +445,22 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
      * it out and then finds the stream empty cannot miss what the script
      * added; if this command is lost with the connection, the writers'
      * sweeps put the sale back), and the replicas' WAIT (when they are
-     * quick, confirming costs no extra wait). */
+     * quick, confirming costs no extra wait). On a cluster the WAIT (at
+     * the sale's primary) and the SADD (at the index's slot owner)
+     * follow the script's answer: the same order, one round trip more. */
     nthen = 0;
     if (redisFormatCommand(&then[nthen++], "SADD %s %lld", idx,
                            (long long)voucher_id) < 0 ||
         (replicas && redisFormatCommand(&then[nthen++], "WAIT %u %u", replicas,
                                         confirm->wait_ms) < 0))
         abort(); /* only out of memory */
-    r = redis_script_run_then(rc, &purchase_script, 7, (int)(8 + 2 * n), argv,
-                              NULL, (const char *const *)then, nthen, then_r,
-                              &err);
+    r = redis_link_script_then(rl, &purchase_script, 7, (int)(8 + 2 * n), argv,
+                               NULL, (const char *const *)then, then_keys,
+                               nthen, then_r, &err);
     if (r && (!then_r[0] || then_r[0]->type == REDIS_REPLY_ERROR))
         log_warn("async sale not added to the index of sales with work",
                  "voucher=%lld err=\"%s\"", (long long)voucher_id,
-                 then_r[0] ? then_r[0]->str : rc->errstr);
+                 then_r[0] ? then_r[0]->str : redis_link_errstr(rl, -EIO));
     if (replicas) {
         const redisReply *w = then_r[1];
 
@@ -513,30 +527,23 @@ int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
  * in one pipelined round trip; res[i] its answer (-2 when it failed).
  * 0 or -errno when the connection failed (the rest unknown: -2).
  */
-static int returns_run(redisContext *rc, int64_t voucher_id,
+static int returns_run(struct redis_link *rl, int64_t voucher_id,
                        const int64_t *orders, const int64_t *users, size_t n,
                        long long *res)
 {
     static const char *const names[5] = {"info", "stock", "buyers", "holders",
                                          "frozen"};
-    char k[5][KEY_MAX], o[24], u[24];
-    const char *argv[7];
-    bool noscript = false;
-    int err = 0;
+    char k[5][KEY_MAX], o[RETURNS_MAX][24], u[RETURNS_MAX][24];
+    const char *argv[RETURNS_MAX][7];
+    struct redis_cluster_cmd cmds[RETURNS_MAX];
+    redisReply *replies[RETURNS_MAX];
+    size_t sent[RETURNS_MAX], m = 0;
+    int slot, err;
 
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 5; i++)
         async__key(k[i], voucher_id, names[i]);
-        argv[i] = k[i];
-    }
-    argv[5] = o;
-    argv[6] = u;
-    if (!atomic_load_explicit(&return_script.ready, memory_order_acquire) &&
-        (err = redis_script_load(rc, &return_script)) && rc->err)
-        return err;
+    slot = (int)redis_key_slot_str(k[0]);
     for (size_t i = 0; i < n; i++) {
-        char *cmd;
-        int len;
-
         res[i] = -2;
         if (FAILPOINT_FAILS("unit_return_fails"))
             continue;
@@ -544,26 +551,32 @@ static int returns_run(redisContext *rc, int64_t voucher_id,
             res[i] = 2; /* a planted bug: taken as back, and never is */
             continue;
         }
-        snprintf(o, sizeof(o), "%lld", (long long)orders[i]);
-        snprintf(u, sizeof(u), "%lld", (long long)users[i]);
-        len =
-            redis_script_format(&return_script, false, 5, 7, argv, NULL, &cmd);
-        redisAppendFormattedCommand(rc, cmd, (size_t)len);
-        redisFreeCommand(cmd);
-        res[i] = -3; /* sent: its answer comes in order */
+        snprintf(o[m], sizeof(o[m]), "%lld", (long long)orders[i]);
+        snprintf(u[m], sizeof(u[m]), "%lld", (long long)users[i]);
+        for (int j = 0; j < 5; j++)
+            argv[m][j] = k[j];
+        argv[m][5] = o[m];
+        argv[m][6] = u[m];
+        cmds[m] = (struct redis_cluster_cmd){.slot = slot,
+                                             .script = &return_script,
+                                             .nkeys = 5,
+                                             .argc = 7,
+                                             .argv = argv[m]};
+        sent[m++] = i;
     }
-    for (size_t i = 0; i < n; i++) {
-        redisReply *r = NULL;
+    if (m == 0)
+        return 0;
+    /* One round trip (on a cluster, to the sale's primary); each answer
+     * in order. */
+    err = redis_link_pipeline(rl, cmds, m, replies);
+    for (size_t j = 0; j < m; j++) {
+        redisReply *r = replies[j];
+        size_t i = sent[j];
 
-        if (res[i] != -3)
+        if (!r)
             continue;
-        res[i] = -2;
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            return redis_errno(rc);
         if (r->type == REDIS_REPLY_INTEGER)
             res[i] = r->integer;
-        else if (redis_reply_is_noscript(r))
-            noscript = true;
         else
             log_warn("async unit return refused by redis",
                      "voucher=%lld order=%lld err=\"%s\"",
@@ -571,10 +584,7 @@ static int returns_run(redisContext *rc, int64_t voucher_id,
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected");
         freeReplyObject(r);
     }
-    /* A restarted server forgot the script: load it for the next try. */
-    if (noscript)
-        freeReplyObject(redisCommand(rc, "SCRIPT LOAD %s", return_script.src));
-    return 0;
+    return err;
 }
 
 /* async_units_return(); sweeping: a record of a sale that has no state
@@ -584,7 +594,7 @@ int async__units_return(struct store *st, int64_t voucher_id,
                         const int64_t *orders, const int64_t *users, size_t n,
                         bool sweeping, size_t *returned)
 {
-    redisContext *rc = store_redis(st);
+    struct redis_link *rl = store_redis_link(st);
     long long res[RETURNS_MAX];
     int64_t done[RETURNS_MAX];
     size_t back = 0;
@@ -592,12 +602,12 @@ int async__units_return(struct store *st, int64_t voucher_id,
 
     if (returned)
         *returned = 0;
-    if (!rc)
+    if (!rl)
         return -ENOTCONN;
     for (size_t i = 0; i < n && !err; i += RETURNS_MAX) {
         size_t m = n - i < RETURNS_MAX ? n - i : RETURNS_MAX, k = 0;
 
-        err = returns_run(rc, voucher_id, orders + i, users + i, m, res);
+        err = returns_run(rl, voucher_id, orders + i, users + i, m, res);
         for (size_t j = 0; j < m; j++) {
             /* Back now, or before: no longer owed. A voucher without a
              * sale in Redis is left to the sweep (a sync voucher owes
@@ -642,121 +652,162 @@ static int pending_parse(const redisReply *r, int64_t *user_id,
 }
 
 /*
+ * HGET fields[i] of the key "what" of each sale vouchers[i], i < n (at
+ * most LOOKUP_MAX; a NULL field is skipped, its reply NULL), in one
+ * pipelined round trip (on a cluster, one per primary, all at once):
+ * replies[i] (the caller frees each). 0 or -errno as
+ * redis_link_pipeline().
+ */
+static int hget_each(struct redis_link *rl, const int64_t *vouchers,
+                     const char *const *fields, size_t n, const char *what,
+                     redisReply **replies)
+{
+    char k[LOOKUP_MAX][KEY_MAX];
+    const char *argv[LOOKUP_MAX][3];
+    struct redis_cluster_cmd cmds[LOOKUP_MAX];
+    redisReply *got[LOOKUP_MAX];
+    size_t m = 0;
+    int err;
+
+    for (size_t i = 0; i < n; i++) {
+        replies[i] = NULL;
+        if (!fields[i])
+            continue;
+        async__key(k[m], vouchers[i], what);
+        argv[m][0] = "HGET";
+        argv[m][1] = k[m];
+        argv[m][2] = fields[i];
+        cmds[m] = (struct redis_cluster_cmd){
+            .slot = (int)redis_key_slot_str(k[m]), .argc = 3, .argv = argv[m]};
+        m++;
+    }
+    err = m ? redis_link_pipeline(rl, cmds, m, got) : 0;
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (fields[i])
+            replies[i] = got[j++];
+    return err;
+}
+
+static void replies_free(redisReply **r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        freeReplyObject(r[i]);
+}
+
+/*
  * The orders of user_id waiting in the streams of vouchers[0..n) (n at
  * most LOOKUP_MAX), appended to out while *found < max: which order the
  * user holds in each sale, then which of those still wait for MySQL. Two
  * pipelined round trips at most. 0 or -errno.
  */
-static int pending_of_user_in(redisContext *rc, const int64_t *vouchers,
+static int pending_of_user_in(struct redis_link *rl, const int64_t *vouchers,
                               size_t n, int64_t user_id,
                               struct async_pending *out, size_t max,
                               size_t *found)
 {
-    char k[KEY_MAX];
+    char user[24], held_s[LOOKUP_MAX][24];
+    const char *fields[LOOKUP_MAX];
     int64_t held[LOOKUP_MAX] = {0};
-    size_t asked = 0;
+    redisReply *r[LOOKUP_MAX];
+    int err;
 
-    for (size_t i = 0; i < n; i++) {
-        async__key(k, vouchers[i], "holders");
-        redisAppendCommand(rc, "HGET %s %lld", k, (long long)user_id);
-    }
-    for (size_t i = 0; i < n; i++) {
-        redisReply *r = NULL;
-
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            return redis_errno(rc);
-        if (r->type != REDIS_REPLY_STRING ||
-            util_parse_id(r->str, r->len, &held[i]) != 0)
-            held[i] = 0;
-        freeReplyObject(r);
-    }
+    snprintf(user, sizeof(user), "%lld", (long long)user_id);
     for (size_t i = 0; i < n; i++)
-        if (held[i]) {
-            async__key(k, vouchers[i], "pending");
-            redisAppendCommand(rc, "HGET %s %lld", k, (long long)held[i]);
-            asked++;
-        }
-    for (size_t i = 0; i < n && asked; i++) {
-        redisReply *r = NULL;
+        fields[i] = user;
+    err = hget_each(rl, vouchers, fields, n, "holders", r);
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i] || r[i]->type != REDIS_REPLY_STRING ||
+            util_parse_id(r[i]->str, r[i]->len, &held[i]) != 0)
+            held[i] = 0;
+        snprintf(held_s[i], sizeof(held_s[i]), "%lld", (long long)held[i]);
+        fields[i] = held[i] ? held_s[i] : NULL;
+    }
+    replies_free(r, n);
+    if (err)
+        return err;
+    err = hget_each(rl, vouchers, fields, n, "pending", r);
+    for (size_t i = 0; i < n; i++) {
         int64_t u, t;
 
-        if (!held[i])
-            continue;
-        asked--;
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
-            return redis_errno(rc);
-        if (pending_parse(r, &u, &t) == 0 && u == user_id && *found < max)
+        if (r[i] && pending_parse(r[i], &u, &t) == 0 && u == user_id &&
+            *found < max)
             out[(*found)++] = (struct async_pending){.order_id = held[i],
                                                      .voucher_id = vouchers[i],
                                                      .accepted_ms = t};
-        freeReplyObject(r);
     }
-    return 0;
+    replies_free(r, n);
+    return err;
 }
 
-int async_pending_of_user(redisContext *rc, int64_t user_id,
+int async_pending_of_user(struct redis_link *rl, int64_t user_id,
                           struct async_pending *out, size_t max, size_t *found)
 {
     int64_t *ids;
     size_t n;
-    int err = async__index_read(rc, &ids, &n);
+    int err = async__index_read(rl, &ids, &n);
 
     *found = 0;
     for (size_t i = 0; !err && i < n && *found < max; i += LOOKUP_MAX)
-        err = pending_of_user_in(rc, ids + i,
+        err = pending_of_user_in(rl, ids + i,
                                  n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX,
                                  user_id, out, max, found);
     free(ids);
     return err;
 }
 
-int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
-                       int64_t *user_id, int64_t *accepted_ms)
+int async_pending_find(struct redis_link *rl, int64_t order_id,
+                       int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
 {
-    char k[KEY_MAX];
+    char order[24];
+    const char *fields[LOOKUP_MAX];
+    redisReply *r[LOOKUP_MAX];
     int64_t *ids;
     size_t n;
-    int ret = async__index_read(rc, &ids, &n);
+    int ret = async__index_read(rl, &ids, &n);
 
     if (ret)
         return ret;
+    snprintf(order, sizeof(order), "%lld", (long long)order_id);
+    for (size_t j = 0; j < LOOKUP_MAX; j++)
+        fields[j] = order;
     ret = -ENOENT;
     for (size_t i = 0; i < n && ret == -ENOENT; i += LOOKUP_MAX) {
         size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX;
+        int err = hget_each(rl, ids + i, fields, m, "pending", r);
 
         for (size_t j = 0; j < m; j++) {
-            async__key(k, ids[i + j], "pending");
-            redisAppendCommand(rc, "HGET %s %lld", k, (long long)order_id);
-        }
-        for (size_t j = 0; j < m; j++) {
-            redisReply *r = NULL;
-
-            if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
-                free(ids);
-                return redis_errno(rc);
-            }
-            if (ret == -ENOENT && pending_parse(r, user_id, accepted_ms) == 0) {
+            if (!r[j])
+                continue;
+            if (ret == -ENOENT &&
+                pending_parse(r[j], user_id, accepted_ms) == 0) {
                 *voucher_id = ids[i + j];
                 ret = 0;
-            } else if (r->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
+            } else if (r[j]->type == REDIS_REPLY_ERROR && ret == -ENOENT) {
                 ret = -EIO;
             }
-            freeReplyObject(r);
+        }
+        replies_free(r, m);
+        if (err && ret == -ENOENT) {
+            ret = err;
+            break;
         }
     }
     free(ids);
     return ret;
 }
 
-/* One value of CONFIG GET name, or "" (a buffer of len). */
-static int config_get(redisContext *rc, const char *name, char *out, size_t len)
+/* One value of CONFIG GET name on node i, or "" (a buffer of len). */
+static int config_get(struct redis_link *rl, int i, const char *name, char *out,
+                      size_t len)
 {
-    redisReply *r = redisCommand(rc, "CONFIG GET %s", name);
-    int err = 0;
+    int err;
+    redisReply *r =
+        redis_link_node_commandf(rl, i, &err, "CONFIG GET %s", name);
 
     out[0] = '\0';
     if (!r)
-        return redis_errno(rc);
+        return err ? err : -EIO;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_STRING)
         snprintf(out, len, "%s", r->element[1]->str);
@@ -766,21 +817,38 @@ static int config_get(redisContext *rc, const char *name, char *out, size_t len)
     return err;
 }
 
-int async_redis_durable(redisContext *rc, char *why, size_t len)
+int async_redis_durable(struct redis_link *rl, char *why, size_t len)
 {
-    char aof[16], fsync[16];
-    int err = config_get(rc, "appendonly", aof, sizeof(aof));
+    char aof[16], fsync[16], name[REDIS_CLUSTER_HOST_LEN + 8];
+    int nodes = redis_link_nodes(rl);
 
-    if (!err)
-        err = config_get(rc, "appendfsync", fsync, sizeof(fsync));
-    if (err) {
-        snprintf(why, len, "CONFIG GET is not allowed: cannot tell");
-        return err;
+    if (nodes < 0) {
+        snprintf(why, len, "no cluster slot map: cannot tell");
+        return nodes;
     }
-    if (strcmp(aof, "yes") == 0 && strcmp(fsync, "always") == 0) {
-        snprintf(why, len, "appendonly yes, appendfsync always");
-        return 0;
+    /* Every primary: each holds the sales of its slots. */
+    for (int i = 0; i < nodes; i++) {
+        int err = config_get(rl, i, "appendonly", aof, sizeof(aof));
+        const char *who = "";
+
+        if (redis_link_is_cluster(rl)) {
+            redis_link_node_name(rl, i, name, sizeof(name) - 2);
+            strcat(name, ": ");
+            who = name;
+        }
+
+        if (!err)
+            err = config_get(rl, i, "appendfsync", fsync, sizeof(fsync));
+        if (err) {
+            snprintf(why, len, "%sCONFIG GET is not allowed: cannot tell", who);
+            return err;
+        }
+        if (strcmp(aof, "yes") != 0 || strcmp(fsync, "always") != 0) {
+            snprintf(why, len, "%sappendonly %s, appendfsync %s", who, aof,
+                     fsync);
+            return -EPERM;
+        }
     }
-    snprintf(why, len, "appendonly %s, appendfsync %s", aof, fsync);
-    return -EPERM;
+    snprintf(why, len, "appendonly yes, appendfsync always");
+    return 0;
 }

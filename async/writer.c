@@ -163,7 +163,7 @@ static struct redis_script settle_script = REDIS_SCRIPT(
  * left acknowledged in the stream, nor its order counted twice, whatever
  * the connection does.
  */
-static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
+static void settle(struct redis_link *rl, int64_t voucher_id, struct entry *e,
                    size_t n)
 {
     const char **argv = xcalloc(4 + 2 * n, sizeof(*argv));
@@ -200,8 +200,8 @@ static void settle(redisContext *rc, int64_t voucher_id, struct entry *e,
         goto out;
     /* A broken connection leaves the entries pending: they are written
      * again (idempotently) and settled later. */
-    r = redis_script_run(rc, &settle_script, 4, (int)(4 + 2 * m), argv, NULL,
-                         &err);
+    r = redis_link_script(rl, &settle_script, 4, (int)(4 + 2 * m), argv, NULL,
+                          &err);
     if (r && r->type == REDIS_REPLY_ARRAY) {
         for (size_t j = 1; j < r->elements; j++) {
             long long x = r->element[j]->integer - 1;
@@ -231,8 +231,9 @@ out:
 
 /* Write entries of a reply (an array of entries) for sale s. Returns how
  * many there were. */
-static size_t write_entries(struct async *a, struct store *st, redisContext *rc,
-                            struct sale *s, const redisReply *list)
+static size_t write_entries(struct async *a, struct store *st,
+                            struct redis_link *rl, struct sale *s,
+                            const redisReply *list)
 {
     struct entry *e;
     struct store_async_order o[BATCH_MAX];
@@ -272,21 +273,23 @@ static size_t write_entries(struct async *a, struct store *st, redisContext *rc,
     for (size_t i = 0, j = 0; i < n; i++)
         if (e[i].valid)
             e[i].o.result = o[j++].result;
-    settle(rc, s->voucher_id, e, n);
+    settle(rl, s->voucher_id, e, n);
     free(e);
     return n;
 }
 
 /* Make the consumer group of s's stream (from its start). */
-static void group_ensure(redisContext *rc, struct sale *s)
+static void group_ensure(struct redis_link *rl, struct sale *s)
 {
     char k[KEY_MAX];
     redisReply *r;
+    int err;
 
     if (s->group_ready)
         return;
     async__key(k, s->voucher_id, "stream");
-    r = redisCommand(rc, "XGROUP CREATE %s " GROUP " 0 MKSTREAM", k);
+    r = redis_link_commandf(rl, k, &err,
+                            "XGROUP CREATE %s " GROUP " 0 MKSTREAM", k);
     if (r &&
         (r->type != REDIS_REPLY_ERROR || strncmp(r->str, "BUSYGROUP", 9) == 0))
         s->group_ready = true;
@@ -295,21 +298,23 @@ static void group_ensure(redisContext *rc, struct sale *s)
 
 /* Read and write a batch of s's new orders (or of those this consumer
  * still holds). Returns how many. */
-static size_t pump(struct async *a, struct store *st, redisContext *rc,
+static size_t pump(struct async *a, struct store *st, struct redis_link *rl,
                    struct sale *s)
 {
     char k[KEY_MAX], count[16];
     const char *start = s->own_pending ? "0" : ">";
     redisReply *r;
     size_t n = 0;
+    int err;
 
-    group_ensure(rc, s);
+    group_ensure(rl, s);
     if (!s->group_ready)
         return 0;
     async__key(k, s->voucher_id, "stream");
     snprintf(count, sizeof(count), "%u", a->cfg.batch);
-    r = redisCommand(rc, "XREADGROUP GROUP " GROUP " %s COUNT %s STREAMS %s %s",
-                     a->consumer, count, k, start);
+    r = redis_link_commandf(
+        rl, k, &err, "XREADGROUP GROUP " GROUP " %s COUNT %s STREAMS %s %s",
+        a->consumer, count, k, start);
     if (!r)
         return 0;
     if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "NOGROUP"))
@@ -319,7 +324,7 @@ static size_t pump(struct async *a, struct store *st, redisContext *rc,
         r->element[0]->elements == 2) {
         const redisReply *list = r->element[0]->element[1];
 
-        n = write_entries(a, st, rc, s, list);
+        n = write_entries(a, st, rl, s, list);
         if (s->own_pending && list->type == REDIS_REPLY_ARRAY &&
             list->elements == 0)
             s->own_pending = false; /* held nothing more */
@@ -332,24 +337,26 @@ static size_t pump(struct async *a, struct store *st, redisContext *rc,
 
 /* Take over the orders other consumers (dead ones) left unacknowledged
  * for claim_ms, and write them. */
-static void claim(struct async *a, struct store *st, redisContext *rc,
+static void claim(struct async *a, struct store *st, struct redis_link *rl,
                   struct sale *s)
 {
     char k[KEY_MAX];
     redisReply *r;
+    int err;
 
     if (!s->group_ready)
         return;
     async__key(k, s->voucher_id, "stream");
-    r = redisCommand(rc, "XAUTOCLAIM %s " GROUP " %s %u 0-0 COUNT %u", k,
-                     a->consumer, a->cfg.claim_ms, a->cfg.batch);
+    r = redis_link_commandf(rl, k, &err,
+                            "XAUTOCLAIM %s " GROUP " %s %u 0-0 COUNT %u", k,
+                            a->consumer, a->cfg.claim_ms, a->cfg.batch);
     if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
         r->element[1]->type == REDIS_REPLY_ARRAY &&
         r->element[1]->elements > 0) {
         log_info("async orders claimed from a silent writer",
                  "voucher=%lld n=%zu", (long long)s->voucher_id,
                  r->element[1]->elements);
-        write_entries(a, st, rc, s, r->element[1]);
+        write_entries(a, st, rl, s, r->element[1]);
     }
     freeReplyObject(r);
 }
@@ -363,22 +370,24 @@ static void claim(struct async *a, struct store *st, redisContext *rc,
  * stream some other way, or whose purchase lost its index command) is
  * put in.
  */
-static void backlogs_look(struct async *a, redisContext *rc, bool all)
+static void backlogs_look(struct async *a, struct redis_link *rl, bool all)
 {
     char k[KEY_MAX], idx[KEY_MAX];
     size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, added = 0;
+    struct redis_link_batch b;
 
+    redis_link_batch_init(&b, rl);
     async__index_key(idx);
     for (size_t i = 0; i < a->nsales; i++)
         if (all || a->sales[i].indexed) {
             async__key(k, a->sales[i].voucher_id, "stream");
-            redisAppendCommand(rc, "XLEN %s", k);
+            redis_link_appendf(&b, k, "XLEN %s", k);
             at[m++] = i;
         }
     for (size_t j = 0; j < m; j++) {
         redisReply *r = NULL;
 
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+        if (redis_link_get_reply(&b, &r) != REDIS_OK)
             goto out;
         /* Under mu: /metrics reads it (async_backlog_top). */
         pthread_mutex_lock(&a->mu);
@@ -396,9 +405,9 @@ static void backlogs_look(struct async *a, redisContext *rc, bool all)
         if (!s->backlog)
             continue;
         async__key(k, s->voucher_id, "stream");
-        redisAppendCommand(rc, "XRANGE %s - + COUNT 1", k);
+        redis_link_appendf(&b, k, "XRANGE %s - + COUNT 1", k);
         if (!s->indexed)
-            redisAppendCommand(rc, "SADD %s %lld", idx,
+            redis_link_appendf(&b, idx, "SADD %s %lld", idx,
                                (long long)s->voucher_id);
         at[m++] = i;
     }
@@ -407,7 +416,7 @@ static void backlogs_look(struct async *a, redisContext *rc, bool all)
         redisReply *r = NULL;
         int64_t oldest = 0;
 
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+        if (redis_link_get_reply(&b, &r) != REDIS_OK)
             goto out;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
             r->element[0]->type == REDIS_REPLY_ARRAY &&
@@ -420,7 +429,7 @@ static void backlogs_look(struct async *a, redisContext *rc, bool all)
         pthread_mutex_unlock(&a->mu);
         if (s->indexed)
             continue;
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+        if (redis_link_get_reply(&b, &r) != REDIS_OK)
             goto out;
         if (r->type == REDIS_REPLY_INTEGER) {
             added += r->integer == 1;
@@ -433,6 +442,7 @@ static void backlogs_look(struct async *a, redisContext *rc, bool all)
                  "sales with work: added",
                  "n=%zu", added);
 out:
+    redis_link_batch_end(&b);
     free(at);
 }
 
@@ -447,49 +457,72 @@ out:
  * index: the next read of MySQL (within the look-back) or sweep puts it
  * back.
  */
-static void index_prune(struct async *a, redisContext *rc)
+static void index_prune(struct async *a, struct redis_link *rl)
 {
     char k[KEY_MAX], idx[KEY_MAX];
     size_t *at = xcalloc(a->nsales + 1, sizeof(*at)), m = 0, back = 0;
+    redisReply **r = xcalloc(2 * a->nsales + 2, sizeof(*r));
+    bool cluster = redis_link_is_cluster(rl);
+    struct redis_link_batch b;
 
+    redis_link_batch_init(&b, rl);
     async__index_key(idx);
     for (size_t i = 0; i < a->nsales; i++) {
         const struct sale *s = &a->sales[i];
 
         if (!s->indexed || s->backlog)
             continue;
-        async__key(k, s->voucher_id, "stream");
-        redisAppendCommand(rc, "SREM %s %lld", idx, (long long)s->voucher_id);
-        redisAppendCommand(rc, "XLEN %s", k);
+        redis_link_appendf(&b, idx, "SREM %s %lld", idx,
+                           (long long)s->voucher_id);
+        /* One connection runs each XLEN after its SREM. */
+        if (!cluster) {
+            async__key(k, s->voucher_id, "stream");
+            redis_link_appendf(&b, k, "XLEN %s", k);
+        }
         at[m++] = i;
+    }
+    if (cluster) {
+        /* The index and the streams are on other primaries: every
+         * removal is done before any stream is looked at. */
+        for (size_t j = 0; j < m; j++)
+            if (redis_link_get_reply(&b, &r[2 * j]) != REDIS_OK)
+                goto out;
+        for (size_t j = 0; j < m; j++) {
+            async__key(k, a->sales[at[j]].voucher_id, "stream");
+            redis_link_appendf(&b, k, "XLEN %s", k);
+        }
+        for (size_t j = 0; j < m; j++)
+            if (redis_link_get_reply(&b, &r[2 * j + 1]) != REDIS_OK)
+                goto out;
+    } else {
+        for (size_t j = 0; j < 2 * m; j++)
+            if (redis_link_get_reply(&b, &r[j]) != REDIS_OK)
+                goto out;
     }
     for (size_t j = 0; j < m; j++) {
         struct sale *s = &a->sales[at[j]];
-        redisReply *r[2] = {NULL, NULL};
 
-        if (redisGetReply(rc, (void **)&r[0]) != REDIS_OK ||
-            redisGetReply(rc, (void **)&r[1]) != REDIS_OK) {
-            freeReplyObject(r[0]);
-            goto out;
-        }
-        if (r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer == 0) {
+        if (r[2 * j + 1]->type == REDIS_REPLY_INTEGER &&
+            r[2 * j + 1]->integer == 0) {
             s->indexed = false;
         } else {
-            redisAppendCommand(rc, "SADD %s %lld", idx,
+            redis_link_appendf(&b, idx, "SADD %s %lld", idx,
                                (long long)s->voucher_id);
             back++;
         }
-        freeReplyObject(r[0]);
-        freeReplyObject(r[1]);
     }
     for (size_t j = 0; j < back; j++) {
-        redisReply *r = NULL;
+        redisReply *x = NULL;
 
-        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+        if (redis_link_get_reply(&b, &x) != REDIS_OK)
             break;
-        freeReplyObject(r);
+        freeReplyObject(x);
     }
 out:
+    for (size_t j = 0; j < 2 * m; j++)
+        freeReplyObject(r[j]);
+    redis_link_batch_end(&b);
+    free(r);
     free(at);
 }
 
@@ -517,31 +550,33 @@ static int sale_key_id(const char *s, size_t len, int64_t *id)
  * walk of the whole keyspace, so it is rare: when the writer starts and
  * every SWEEP_MS.
  */
-static void sweep(redisContext *rc)
+static void sweep(struct redis_link *rl)
 {
     char k[KEY_MAX], idx[KEY_MAX], match[KEY_MAX];
     int64_t *ids;
     size_t n, added = 0;
+    struct redis_link_batch b;
 
+    redis_link_batch_init(&b, rl);
     async__index_key(idx);
     /* The prefix holds no glob character (common/redis_keys.h). */
     redis_key(match, sizeof(match), "{v:*}:pending");
-    if (async__scan_ids(rc, NULL, match, sale_key_id, &ids, &n) != 0)
+    if (async__scan_ids(rl, NULL, match, sale_key_id, &ids, &n) != 0)
         return;
     for (size_t i = 0; i < n; i += LOOKUP_MAX) {
         size_t m = n - i < LOOKUP_MAX ? n - i : LOOKUP_MAX, back = 0;
 
         for (size_t j = 0; j < m; j++) {
             async__key(k, ids[i + j], "stream");
-            redisAppendCommand(rc, "XLEN %s", k);
+            redis_link_appendf(&b, k, "XLEN %s", k);
         }
         for (size_t j = 0; j < m; j++) {
             redisReply *r = NULL;
 
-            if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            if (redis_link_get_reply(&b, &r) != REDIS_OK)
                 goto out;
             if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
-                redisAppendCommand(rc, "SADD %s %lld", idx,
+                redis_link_appendf(&b, idx, "SADD %s %lld", idx,
                                    (long long)ids[i + j]);
                 back++;
             }
@@ -550,7 +585,7 @@ static void sweep(redisContext *rc)
         for (size_t j = 0; j < back; j++) {
             redisReply *r = NULL;
 
-            if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            if (redis_link_get_reply(&b, &r) != REDIS_OK)
                 goto out;
             added += r->type == REDIS_REPLY_INTEGER && r->integer == 1;
             freeReplyObject(r);
@@ -561,6 +596,7 @@ out:
         log_warn("async sales with orders waiting were not in the index of "
                  "sales with work: added",
                  "n=%zu", added);
+    redis_link_batch_end(&b);
     free(ids);
 }
 
@@ -587,23 +623,34 @@ static struct sale *sale_find(const struct async *a, int64_t voucher_id)
                      : NULL;
 }
 
-/* How many replicas the Redis of rc has online (INFO replication: the
- * slaveN lines with state=online), 0 when it cannot say. */
-static unsigned replicas_online(redisContext *rc)
+/* How many replicas the Redis of rl has online (INFO replication: the
+ * slaveN lines with state=online), 0 when it cannot say. On a cluster
+ * the most any primary has: a batch's WAIT runs on its sale's primary,
+ * and one count serves them all (a primary with fewer replicas answers
+ * its batches UNCONFIRMED, never a 202 only it holds). */
+static unsigned replicas_online(struct redis_link *rl)
 {
-    redisReply *r = redisCommand(rc, "INFO replication");
-    unsigned n = 0;
+    int nodes = redis_link_nodes(rl);
+    unsigned most = 0;
 
-    if (r && r->type == REDIS_REPLY_STRING)
-        for (const char *p = r->str; (p = strstr(p, "\nslave")); p++) {
-            const char *end = strchr(p + 1, '\n');
-            const char *online = strstr(p, "state=online");
+    for (int i = 0; i < nodes; i++) {
+        int err;
+        redisReply *r =
+            redis_link_node_commandf(rl, i, &err, "INFO replication");
+        unsigned n = 0;
 
-            if (online && (!end || online < end))
-                n++;
-        }
-    freeReplyObject(r);
-    return n;
+        if (r && r->type == REDIS_REPLY_STRING)
+            for (const char *p = r->str; (p = strstr(p, "\nslave")); p++) {
+                const char *end = strchr(p + 1, '\n');
+                const char *online = strstr(p, "state=online");
+
+                if (online && (!end || online < end))
+                    n++;
+            }
+        freeReplyObject(r);
+        most = n > most ? n : most;
+    }
+    return most;
 }
 
 /*
@@ -614,10 +661,10 @@ static unsigned replicas_online(redisContext *rc)
  * a batch answers 503 (outcome unknown) rather than a 202 that only the
  * primary holds.
  */
-static unsigned replicas_to_reach(const struct async *a, redisContext *rc)
+static unsigned replicas_to_reach(const struct async *a, struct redis_link *rl)
 {
     struct redis_server rs;
-    unsigned n = rc ? replicas_online(rc) : 0;
+    unsigned n = rl ? replicas_online(rl) : 0;
     int known;
 
     store_redis_server(a->cfg.store, &rs);
@@ -626,13 +673,13 @@ static unsigned replicas_to_reach(const struct async *a, redisContext *rc)
 }
 
 /* Look at Redis' durability again: an operator may change it at run time. */
-static void durability_look(struct async *a, redisContext *rc)
+static void durability_look(struct async *a, struct redis_link *rl)
 {
-    char why[96];
+    char why[192];
     bool ok =
-        a->cfg.accept_loss || async_redis_durable(rc, why, sizeof(why)) == 0;
+        a->cfg.accept_loss || async_redis_durable(rl, why, sizeof(why)) == 0;
 
-    atomic_store(&a->replicas_seen, replicas_to_reach(a, rc));
+    atomic_store(&a->replicas_seen, replicas_to_reach(a, rl));
     if (atomic_exchange(&a->may_sell, ok) != ok)
         log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
                     : "async sales refused: redis may lose acknowledged writes",
@@ -661,11 +708,11 @@ static void listed_refresh(struct async *a, struct store *st)
  * were when Redis cannot say), those MySQL listed, and those hinted.
  * Sales that stay keep their state; new ones join with a fresh one.
  */
-static void sales_update(struct async *a, redisContext *rc)
+static void sales_update(struct async *a, struct redis_link *rl)
 {
     int64_t *idx, *hints, *all;
     size_t nidx, nhints, n = 0;
-    bool have_index = async__index_read(rc, &idx, &nidx) == 0;
+    bool have_index = async__index_read(rl, &idx, &nidx) == 0;
     struct sale *next, *old;
 
     pthread_mutex_lock(&a->mu);
@@ -719,22 +766,25 @@ static void sales_update(struct async *a, redisContext *rc)
  * stays (deleting it would drop them from the group's pending list: they
  * would never be claimed); another writer claims them.
  */
-static void consumers_leave(struct async *a, redisContext *rc)
+static void consumers_leave(struct async *a, struct redis_link *rl)
 {
     char k[KEY_MAX];
 
-    for (size_t i = 0; rc && i < a->nsales; i++) {
+    for (size_t i = 0; rl && i < a->nsales; i++) {
         redisReply *r;
+        int err;
 
         if (!a->sales[i].group_ready)
             continue;
         async__key(k, a->sales[i].voucher_id, "stream");
-        r = redisCommand(rc, "XPENDING %s " GROUP " - + 1 %s", k, a->consumer);
+        r = redis_link_commandf(rl, k, &err, "XPENDING %s " GROUP " - + 1 %s",
+                                k, a->consumer);
         bool holds = !r || r->type != REDIS_REPLY_ARRAY || r->elements > 0;
         freeReplyObject(r);
         if (!holds)
-            freeReplyObject(redisCommand(
-                rc, "XGROUP DELCONSUMER %s " GROUP " %s", k, a->consumer));
+            freeReplyObject(redis_link_commandf(
+                rl, k, &err, "XGROUP DELCONSUMER %s " GROUP " %s", k,
+                a->consumer));
     }
 }
 
@@ -788,9 +838,10 @@ static void *writer_main(void *arg)
     struct store *st = store_new(a->cfg.store);
     int64_t next_refresh = 0, next_claim = 0, next_reconcile = 0;
     int64_t next_sweep = 0;
+    uint64_t map_seen = 0;
 
     for (;;) {
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
         int64_t now = util_mono_ms();
         bool look_all = false;
         size_t did = 0;
@@ -800,7 +851,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         if (stop)
             break;
-        if (!rc) {
+        if (!rl) {
             if (sleep_or_stop(a, 200))
                 break;
             continue;
@@ -812,39 +863,46 @@ static void *writer_main(void *arg)
          * taken before.
          */
 #define RC_AGAIN()                                                             \
-    if (!(rc = store_redis(st)))                                               \
+    if (!(rl = store_redis_link(st)))                                          \
     goto idle
+        /* On a cluster, a new slot map may name a new primary (a
+         * failover): its durability is looked at at once. */
+        if (redis_link_is_cluster(rl) &&
+            redis_cluster_stats(rl->cluster).refresh != map_seen) {
+            map_seen = redis_cluster_stats(rl->cluster).refresh;
+            next_refresh = now;
+        }
         if (now >= next_refresh) {
-            durability_look(a, rc);
+            durability_look(a, rl);
             listed_refresh(a, st);
             next_refresh = now + REFRESH_MS;
             look_all = true;
         }
         RC_AGAIN();
         if (now >= next_sweep) {
-            sweep(rc);
+            sweep(rl);
             next_sweep = now + SWEEP_MS;
         }
-        sales_update(a, rc);
-        backlogs_look(a, rc, look_all);
+        sales_update(a, rl);
+        backlogs_look(a, rl, look_all);
         for (size_t i = 0;
              i < a->nsales && now >= a->retry_ms && !async__stopping(a); i++) {
             RC_AGAIN();
             if ((a->sales[i].backlog || a->sales[i].own_pending) &&
-                async__sale_ours(st, rc, &a->sales[i]))
-                did += pump(a, st, rc, &a->sales[i]);
+                async__sale_ours(st, rl, &a->sales[i]))
+                did += pump(a, st, rl, &a->sales[i]);
         }
         if (now >= next_claim && now >= a->retry_ms) {
             for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
                 RC_AGAIN();
                 if (a->sales[i].backlog &&
-                    async__sale_ours(st, rc, &a->sales[i]))
-                    claim(a, st, rc, &a->sales[i]);
+                    async__sale_ours(st, rl, &a->sales[i]))
+                    claim(a, st, rl, &a->sales[i]);
             }
             next_claim = now + CLAIM_EVERY_MS;
         }
         RC_AGAIN();
-        index_prune(a, rc);
+        index_prune(a, rl);
         if (now >= next_reconcile) {
             async__reconcile(a, st);
             next_reconcile = now + a->cfg.reconcile_ms;
@@ -859,7 +917,7 @@ static void *writer_main(void *arg)
         if (!did && sleep_or_kick(a, IDLE_SLEEP_MS, true))
             break;
     }
-    consumers_leave(a, store_redis(st));
+    consumers_leave(a, store_redis_link(st));
     lock_free(a->reconcile_lock);
     a->reconcile_lock = NULL;
     store_free(st);
@@ -892,19 +950,19 @@ struct async *async_start(const struct async_config *cfg)
     } else {
         /* The first answer now, so sales need not wait for the thread. */
         struct store *st = store_new(a->cfg.store);
-        redisContext *rc = store_redis(st);
-        char why[96];
+        struct redis_link *rl = store_redis_link(st);
+        char why[192];
 
         atomic_store(&a->may_sell,
-                     rc && async_redis_durable(rc, why, sizeof(why)) == 0);
+                     rl && async_redis_durable(rl, why, sizeof(why)) == 0);
         store_free(st);
     }
     {
         /* The replicas to wait for, known before the first sale. */
         struct store *st = store_new(a->cfg.store);
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
-        atomic_store(&a->replicas_seen, replicas_to_reach(a, rc));
+        atomic_store(&a->replicas_seen, replicas_to_reach(a, rl));
         store_free(st);
     }
     if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {

@@ -367,8 +367,7 @@ static int redis_url(const char *name, struct config *cfg, const char *url,
     sc->redis_cluster_seeds = NULL;
     sc->redis_cluster_nseeds = 0;
     if (strcmp(u->scheme, REDIS_CLUSTER_SCHEME) == 0) {
-        /* Each host a seed node (a database number refused); the
-         * async purchase mode is refused later (config_parse()). */
+        /* Each host a seed node (a database number refused). */
         if (u->nquery)
             return fail(err, errlen,
                         "%s: expected "
@@ -831,8 +830,8 @@ const struct config_setting config_settings[] = {
             "db]` to find the master through Sentinel (sentinel port 26379 by "
             "default; see [Redis Sentinel](operations.md#redis-sentinel)), or "
             "`redis-cluster://[[user]:pass@]h1[:p1],h2[:p2],...` for a Redis "
-            "Cluster (7.0 or later) reached first through those nodes, with "
-            "`SECKILL_PURCHASE_MODE=sync` only: the async mode refuses it "
+            "Cluster (7.0 or later) reached first through those nodes, in "
+            "either purchase mode "
             "([Redis Cluster](scaling.md#redis-cluster-what-runs-on-it))"},
     {.flag = "secret",
      .env = "SECKILL_SECRET",
@@ -1127,9 +1126,8 @@ const struct config_setting config_settings[] = {
             "orders)). "
             "With `async` the service refuses to start, with one line and exit "
             "status 2, unless its Redis has `appendonly yes` and `appendfsync "
-            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1`; it refuses `async` "
-            "on a `redis-cluster://` URL the same way, and with `sync` there "
-            "a voucher created with `purchaseMode` `async` is refused"},
+            "always` or `SECKILL_ASYNC_ACCEPT_LOSS=1` (on a "
+            "`redis-cluster://` URL: every primary)"},
     {.flag = "async-accept-loss",
      .env = "SECKILL_ASYNC_ACCEPT_LOSS",
      .arg = "0|1",
@@ -1945,15 +1943,6 @@ int config_parse(struct config *cfg, int argc, char **argv, char *err,
 
     if (cfg->cmd != CMD_SERVE)
         return 0;
-    /* The async mode's scripts, stream writer and reconciliation are
-     * written for one Redis (or one behind Sentinel): not for a cluster
-     * yet. */
-    if (cfg->http.store.redis_cluster_nseeds &&
-        cfg->http.purchase_mode == PURCHASE_ASYNC)
-        return fail(err, errlen,
-                    "SECKILL_REDIS_URL: a redis-cluster:// URL is served with "
-                    "SECKILL_PURCHASE_MODE=sync only; the async mode needs "
-                    "redis:// or redis-sentinel://");
     /* A login code must go somewhere: to the buyer's phone, or (dev mode)
      * back in the answer. */
     if (!cfg->http.dev && !(cfg->http.sms_webhook && cfg->http.sms_webhook[0]))

@@ -61,15 +61,15 @@ static void async_stock_changed(void *ctx, struct store *st, int64_t voucher_id)
 static int async_durability_check(const struct handlers_config *cfg)
 {
     struct store *st;
-    redisContext *rc;
-    char why[96];
+    struct redis_link *rl;
+    char why[192];
     int err;
 
     if (cfg->purchase_mode != PURCHASE_ASYNC || cfg->async_accept_loss)
         return 0;
     st = store_new(&cfg->store);
-    rc = store_redis(st);
-    err = rc ? async_redis_durable(rc, why, sizeof(why)) : 0;
+    rl = store_redis_link(st);
+    err = rl ? async_redis_durable(rl, why, sizeof(why)) : 0;
     store_free(st);
     if (err == -EPERM) {
         log_error("async purchase mode refused: redis may lose acknowledged "
@@ -189,11 +189,9 @@ int server_start(const struct handlers_config *cfg, struct server **out)
         .replicas = cfg->async_replicas,
         .wait_ms = cfg->async_wait_ms,
     };
-    /* A cluster runs no async sale (cmd/config.c refuses the mode), so
-     * no writer either: a voucher asked for in async mode is refused. */
-    srv->async = store_redis_is_cluster(&cfg->store)
-                     ? NULL
-                     : async_start(&srv->async_cfg);
+    /* On one Redis or a cluster alike (a cluster's sales are spread over
+     * its primaries by their {v:ID} slots). */
+    srv->async = async_start(&srv->async_cfg);
     srv->engine_cfg = (struct engine_config){
         .store = &cfg->store,
         .workers = cfg->engine_threads,

@@ -68,6 +68,98 @@ int redis_link_pipeline(struct redis_link *l,
                         const struct redis_cluster_cmd *cmds, size_t n,
                         redisReply **replies);
 
+/*
+ * redis_link_command() with the command made by a printf-like format, as
+ * redisCommand() (%s, %b, %lld ...). On one server it is redisCommand()
+ * itself; on a cluster the command is formatted, split back into its
+ * arguments and routed by key.
+ */
+redisReply *redis_link_commandf(struct redis_link *l, const char *key, int *err,
+                                const char *fmt, ...);
+
+/*
+ * redis_link_script(), followed by the commands then[0..nthen), each a
+ * whole command as redisFormatCommand() makes it, with the replies in
+ * then_replies[i] (NULL when lost; the caller frees each). On one server
+ * it is redis_script_run_then(): one round trip. On a cluster the script
+ * runs first (at its first key's slot owner), and once it has answered
+ * (and not with an error) the commands go at once, each to the owner of
+ * then_keys[i]'s slot, or with then_keys[i] NULL (a WAIT) to the
+ * script's: one round trip more, and what they do follows the script.
+ * then_keys may be NULL (every command to the script's primary).
+ */
+redisReply *redis_link_script_then(struct redis_link *l, struct redis_script *s,
+                                   int nkeys, int argc, const char **argv,
+                                   const size_t *lens, const char *const *then,
+                                   const char *const *then_keys, size_t nthen,
+                                   redisReply **then_replies, int *err);
+
+/*
+ * How many primaries a command about every node (SCAN, CONFIG GET, INFO)
+ * goes to: 1 on one server, redis_cluster_primaries() on a cluster (or
+ * -errno when no map could be had).
+ */
+int redis_link_nodes(struct redis_link *l);
+
+/*
+ * redis_link_commandf() on node i (0..redis_link_nodes()) itself: the one
+ * server, or primary i of the cluster's map. Reply and *err as
+ * redis_link_command().
+ */
+redisReply *redis_link_node_commandf(struct redis_link *l, int i, int *err,
+                                     const char *fmt, ...);
+
+/*
+ * redis_link_command() on node i (0..redis_link_nodes()) itself.
+ */
+redisReply *redis_link_node_command(struct redis_link *l, int i, int argc,
+                                    const char **argv, const size_t *lens,
+                                    int *err);
+
+/* A word for node i in log lines: "host:port" on a cluster, "redis" on
+ * one server (buf of cap bytes). */
+const char *redis_link_node_name(const struct redis_link *l, int i, char *buf,
+                                 size_t cap);
+
+/*
+ * A pipeline written as on one connection: commands appended, then their
+ * replies read in order (more may be appended between reads). On one
+ * server each call is redisAppendCommand() / redisGetReply() on the
+ * connection itself: nothing is kept here. On a cluster the commands are
+ * kept until the first read after them, then sent as one
+ * redis_cluster_pipeline() (one round trip per primary, all at once;
+ * commands of one primary in order, none across primaries), and their
+ * replies handed out in order.
+ */
+struct redis_link_batch {
+    struct redis_link *l;
+    /* A cluster's: commands appended, not sent yet, and replies not read
+     * yet (formatted commands with their keys' slots). */
+    char **cmds;
+    size_t *cmdlens;
+    int *slots;
+    size_t ncmds, cap;
+    redisReply **replies;
+    size_t nreplies, next;
+    int err; /* of the last round, for the replies it lacks */
+};
+
+/* Start a batch on l. */
+void redis_link_batch_init(struct redis_link_batch *b, struct redis_link *l);
+
+/* Append a command (format as redisCommand()) for the owner of key's
+ * slot (NULL: any primary). */
+void redis_link_appendf(struct redis_link_batch *b, const char *key,
+                        const char *fmt, ...);
+
+/* The next reply in order, into *r (the caller frees it). REDIS_OK, or
+ * REDIS_ERR with *r NULL: on one server the connection broke (as
+ * redisGetReply()); on a cluster this command has no reply. */
+int redis_link_get_reply(struct redis_link_batch *b, redisReply **r);
+
+/* Free what a batch keeps (replies not read are dropped). */
+void redis_link_batch_end(struct redis_link_batch *b);
+
 /* What failed for a log line: the context's error text on one server,
  * strerror(-err) on a cluster (its own log lines say which node). */
 const char *redis_link_errstr(const struct redis_link *l, int err);

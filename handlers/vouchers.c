@@ -145,8 +145,8 @@ unsigned vouchers_post(struct request *req)
     }
     if (err == -EOPNOTSUPP) {
         req_error(req, ERR_BAD_REQUEST,
-                  "purchaseMode: async is not served on a Redis Cluster "
-                  "(SECKILL_REDIS_URL=redis-cluster://...)");
+                  "purchaseMode: async is not served by this instance "
+                  "(no async writer)");
         goto out;
     }
     if (err) {

@@ -239,7 +239,7 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
     int64_t *ids = xcalloc(n, sizeof(*ids)), *users = xcalloc(n, sizeof(*ids));
     enum async_outcome *out = xcalloc(n, sizeof(*out));
     struct sale_purchase **who = xcalloc(n, sizeof(*who));
-    redisContext *rc;
+    struct redis_link *rl;
     size_t k = 0;
     int err;
 
@@ -255,11 +255,11 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
         users[k] = m[i]->buy->user_id;
         who[k++] = m[i];
     }
-    rc = k ? store_redis(st) : NULL;
+    rl = k ? store_redis_link(st) : NULL;
     /* Sold only once the primary's replicas have the batch too. */
     async_confirm_get(s->cfg.async, &confirm);
     err = !k   ? 0
-          : rc ? async_purchase(rc, voucher_id, s->cfg.async_backlog_max, ids,
+          : rl ? async_purchase(rl, voucher_id, s->cfg.async_backlog_max, ids,
                                 users, k, &confirm, out)
                : -ENOTCONN;
     FAILPOINT("async_after_script");

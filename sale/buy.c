@@ -147,10 +147,10 @@ static bool row_refused(struct sale_purchase *sp, struct store *st,
 
     if (err && err != -ENOENT) {
         /* MySQL cannot say: an async sale sells from Redis alone. */
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
         memset(&v, 0, sizeof(v));
-        if (!rc || async_sale_window(rc, b->voucher_id, &v.begin_time,
+        if (!rl || async_sale_window(rl, b->voucher_id, &v.begin_time,
                                      &v.end_time) != 0) {
             b->outcome = SALE_FAILED;
             b->err = err;

@@ -28,9 +28,9 @@ static int redis_catch_up(struct sale *s, struct store *st, int64_t voucher_id,
     int err;
 
     for (;;) {
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
-        err = rc ? async_sale_control(rc, voucher_id, c) : -ENOTCONN;
+        err = rl ? async_sale_control(rl, voucher_id, c) : -ENOTCONN;
         if (err >= 0 || err == -ENOENT)
             return 0;
         if (util_mono_ms() >= until)
@@ -191,11 +191,11 @@ int sale_voucher_delete(struct sale *s, int64_t voucher_id,
     if (err || *out != STORE_CONTROL_DONE)
         return err;
     if (c.type == VOUCHER_SECKILL && c.mode == PURCHASE_ASYNC) {
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
         /* Left behind, it is nobody's: the reconciliation leaves a sale
          * without its MySQL row alone, and nothing sells it. */
-        if (!rc || async_sale_forget(rc, voucher_id) != 0)
+        if (!rl || async_sale_forget(rl, voucher_id) != 0)
             log_warn("deleted async sale left in redis", "voucher=%lld",
                      (long long)voucher_id);
     }

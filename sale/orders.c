@@ -52,16 +52,16 @@ static void pending_times(const struct sale *s, int64_t accepted_ms,
 static int pending_find(const struct sale *s, struct store *st,
                         int64_t order_id, struct store_order *o)
 {
-    redisContext *rc = store_redis(st);
+    struct redis_link *rl = store_redis_link(st);
     int64_t accepted_ms = 0;
     int err;
 
     /* A cluster runs no async sale (cmd/config.c): none is pending. */
-    if (!rc)
+    if (!rl)
         return store_redis_is_cluster(s->cfg.store) ? -ENOENT : -ENOTCONN;
     memset(o, 0, sizeof(*o));
     o->id = order_id;
-    err = async_pending_find(rc, order_id, &o->voucher_id, &o->user_id,
+    err = async_pending_find(rl, order_id, &o->voucher_id, &o->user_id,
                              &accepted_ms);
     pending_times(s, accepted_ms, o);
     return err;
@@ -120,10 +120,10 @@ static void pending_list(const struct sale *s, struct store *st,
 {
     struct async_pending p[16];
     size_t found = 0;
-    redisContext *rc = store_redis(st);
+    struct redis_link *rl = store_redis_link(st);
 
     *n = 0;
-    if (!rc || async_pending_of_user(rc, user_id, p, sizeof(p) / sizeof(p[0]),
+    if (!rl || async_pending_of_user(rl, user_id, p, sizeof(p) / sizeof(p[0]),
                                      &found) != 0)
         return;
     for (size_t i = 0; i < found && *n < max; i++) {

@@ -272,7 +272,7 @@ int sale_admin_login(struct sale *s, const char *username, const char *password,
  * in the same transaction), and put an async sale's state into Redis;
  * every instance's cache hears of the new id. Sets v->id. 0; -EPERM, an
  * async sale this instance may not sell (its Redis may lose acknowledged
- * writes), or -EOPNOTSUPP, an async sale on a Redis Cluster (no writer),
+ * writes), or -EOPNOTSUPP, an async sale without a writer (none started),
  * nothing written; or -errno. Waits.
  */
 int sale_voucher_create(struct sale *s, struct store_voucher *v,

@@ -47,7 +47,7 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
     if (v->type == VOUCHER_SECKILL) {
         if (!mode_given)
             v->mode = s->cfg.mode;
-        /* No writer: the Redis is a cluster (cmd/server.c). */
+        /* No writer started (cmd/server.c starts one on any Redis). */
         if (v->mode == PURCHASE_ASYNC && !s->cfg.async)
             return -EOPNOTSUPP;
         if (v->mode == PURCHASE_ASYNC && !async_may_sell(s->cfg.async))
@@ -67,10 +67,10 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
     if (v->mode == PURCHASE_ASYNC) {
         /* The sale's state in Redis. If Redis is away now, the writer's
          * reconciliation makes it from MySQL within seconds. */
-        redisContext *rc = store_redis(st);
+        struct redis_link *rl = store_redis_link(st);
 
         FAILPOINT("async_before_preheat");
-        err = rc ? async_sale_preheat(rc, v->id, v->begin_time, v->end_time,
+        err = rl ? async_sale_preheat(rl, v->id, v->begin_time, v->end_time,
                                       v->stock, v->sale_stamp)
                  : -ENOTCONN;
         async_voucher_hint(s->cfg.async, v->id);

@@ -12,7 +12,7 @@
 #   scripts/redis-cluster.sh url     print the redis-cluster:// URL
 #
 # The nodes listen on 127.0.0.1, ports SECKILL_REDIS_CLUSTER_PORT (17001)
-# to that plus 5, each with appendonly yes and appendfsync everysec (what
+# to that plus 5, each with appendonly yes and appendfsync always (what
 # the async mode asks of every primary), data, nodes.conf, pid and log
 # under .run/redis-cluster/<port>/ (SECKILL_RUN_DIR overrides .run). The
 # cluster is created with redis-cli --cluster create --cluster-replicas 1:
@@ -90,7 +90,7 @@ start_node() {
     setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 2000 \
-        --appendonly yes --appendfsync everysec --save '' \
+        --appendonly yes --appendfsync always --save '' \
         --daemonize no --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
         --enable-debug-command local \
         </dev/null >>"$dir/redis.log" 2>&1 9>&- &

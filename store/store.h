@@ -103,9 +103,10 @@ struct redis_link;
 struct redis_link *store_redis_link(struct store *st);
 
 /*
- * The one server's connection of store_redis_link(), for what only runs
- * on one Redis (the async mode, which a cluster does not run): NULL when
- * unreachable, and always NULL on a cluster.
+ * The one server's connection of store_redis_link(), for what can only
+ * run on one Redis (nothing in the service now: the async mode takes
+ * store_redis_link() too): NULL when unreachable, and always NULL on a
+ * cluster.
  */
 redisContext *store_redis(struct store *st);
 

@@ -1225,8 +1225,9 @@ void async_voucher_hint(struct async *a, int64_t voucher_id)
     check_id("voucher id", voucher_id);
 }
 
-int async_pending_find(redisContext *rc, int64_t order_id, int64_t *voucher_id,
-                       int64_t *user_id, int64_t *accepted_ms)
+int async_pending_find(struct redis_link *rc, int64_t order_id,
+                       int64_t *voucher_id, int64_t *user_id,
+                       int64_t *accepted_ms)
 {
     (void)accepted_ms;
     (void)rc;
@@ -1251,7 +1252,7 @@ int async_units_return(struct store *st, int64_t voucher_id,
     return 0;
 }
 
-int async_pending_of_user(redisContext *rc, int64_t user_id,
+int async_pending_of_user(struct redis_link *rc, int64_t user_id,
                           struct async_pending *out, size_t max, size_t *found)
 {
     (void)rc;
@@ -1262,8 +1263,9 @@ int async_pending_of_user(redisContext *rc, int64_t user_id,
     return 0;
 }
 
-int async_sale_preheat(redisContext *rc, int64_t voucher_id, int64_t begin_s,
-                       int64_t end_s, int64_t stock, int64_t stamp)
+int async_sale_preheat(struct redis_link *rc, int64_t voucher_id,
+                       int64_t begin_s, int64_t end_s, int64_t stock,
+                       int64_t stamp)
 {
     (void)rc;
     (void)stamp;
@@ -1287,8 +1289,9 @@ size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
 }
 
 /* No async sale ever sells here (async_may_sell() is false). */
-int async_purchase(redisContext *rc, int64_t voucher_id, unsigned backlog_max,
-                   const int64_t *order_ids, const int64_t *users, size_t n,
+int async_purchase(struct redis_link *rc, int64_t voucher_id,
+                   unsigned backlog_max, const int64_t *order_ids,
+                   const int64_t *users, size_t n,
                    const struct async_confirm *confirm, enum async_outcome *out)
 {
     (void)rc;
@@ -1310,8 +1313,8 @@ void async_confirm_get(const struct async *a, struct async_confirm *out)
     out->wait_ms = 0;
 }
 
-int async_sale_window(redisContext *rc, int64_t voucher_id, int64_t *begin_s,
-                      int64_t *end_s)
+int async_sale_window(struct redis_link *rc, int64_t voucher_id,
+                      int64_t *begin_s, int64_t *end_s)
 {
     (void)rc;
     (void)begin_s;
@@ -1427,7 +1430,7 @@ int store_voucher_delete(struct store *st, int64_t voucher_id, int64_t now_s,
     return control_outcome(st, voucher_id, audit, out, after);
 }
 
-int async_sale_control(redisContext *rc, int64_t voucher_id,
+int async_sale_control(struct redis_link *rc, int64_t voucher_id,
                        const struct store_sale_control *c)
 {
     (void)rc;
@@ -1437,7 +1440,7 @@ int async_sale_control(redisContext *rc, int64_t voucher_id,
     return -EIO;
 }
 
-int async_sale_forget(redisContext *rc, int64_t voucher_id)
+int async_sale_forget(struct redis_link *rc, int64_t voucher_id)
 {
     (void)rc;
     check_id("voucher id", voucher_id);

@@ -16,7 +16,8 @@
  * commandstats; the rate limiter's "every bucket or none" with its two
  * buckets on two primaries; /readyz's checks.redisCluster; and the
  * voucher-change subscription following its channel's slot to another
- * primary.
+ * primary; the async mode's crowd on three primaries, drained by the
+ * writers.
  *
  * The nodes listen on SECKILL_REDIS_CLUSTER_PORT (17001) to that plus 5.
  * Each test checks what it routed by asking the owning node directly.
@@ -239,7 +240,7 @@ static void test_routes_to_every_primary(void **state)
             if (strcmp(r->element[k]->str, "appendonly") == 0)
                 assert_string_equal("yes", r->element[k + 1]->str);
             if (strcmp(r->element[k]->str, "appendfsync") == 0)
-                assert_string_equal("everysec", r->element[k + 1]->str);
+                assert_string_equal("always", r->element[k + 1]->str);
         }
         freeReplyObject(r);
         r = redis_cluster_primary_command(c, i, 2, info, NULL, &err);
@@ -726,7 +727,7 @@ static void test_primary_killed(void **state)
 
 /* The service's instances: one for the crowd, one with tight rate
  * limits, and another plain one. */
-enum { SRV_CROWD, SRV_RATE, SRV_B, SRV_COUNT };
+enum { SRV_CROWD, SRV_RATE, SRV_B, SRV_ASYNC, SRV_COUNT };
 static struct it_server srvs[SRV_COUNT];
 
 /* SECKILL_REDIS_URL=redis-cluster://... of the first three nodes. */
@@ -735,6 +736,11 @@ static char cluster_env[256];
 static int service_setup(void **state)
 {
     const char *crowd[] = {cluster_env, "SECKILL_LOCK_URL", NULL};
+    /* Each batch waits for its primary's replica (WAIT): room for a
+     * loaded machine. */
+    const char *async[] = {cluster_env, "SECKILL_LOCK_URL",
+                           "SECKILL_PURCHASE_MODE=async",
+                           "SECKILL_ASYNC_WAIT_MS=2000", NULL};
     /* The address's bucket holds 3 tokens, each user's 1; neither
      * refills within the test (one token per 1000 s). */
     const char *rate[] = {cluster_env, "SECKILL_LOCK_URL",
@@ -750,6 +756,17 @@ static int service_setup(void **state)
     if (it_server_start(&srvs[SRV_CROWD], "cluster-crowd", crowd) ||
         it_server_start(&srvs[SRV_RATE], "cluster-rate", rate) ||
         it_server_start(&srvs[SRV_B], "cluster-b", crowd))
+        return -1;
+    /* The async mode asks every primary for appendfsync always (the
+     * cluster script starts its nodes so; a cluster started before is
+     * set here), replicas too: a failover may promote one. */
+    for (unsigned p = base_port; p < base_port + NODES; p++) {
+        redisContext *rc = direct(p);
+
+        freeReplyObject(cmd(rc, "CONFIG SET appendfsync always"));
+        redisFree(rc);
+    }
+    if (it_server_start(&srvs[SRV_ASYNC], "cluster-async", async))
         return -1;
     return 0;
 }
@@ -1106,51 +1123,193 @@ static void test_service_notices_follow_slot(void **state)
     }
 }
 
-/*
- * The async mode is not served on a cluster: the binary started with
- * SECKILL_PURCHASE_MODE=async exits 2 with one line naming the setting,
- * and a sync instance refuses a voucher created with purchaseMode async
- * (400), writing nothing.
- */
-static void test_service_async_refused(void **state)
+/* How long the async writers get to write every order of a sale. */
+#define ASYNC_DRAIN_MS 20000
+
+/* An integer (or a number in a string) from the node on port. */
+static long long node_int(unsigned port, const char *fmt, int64_t v)
 {
-    const char *over[] = {cluster_env, "SECKILL_PURCHASE_MODE=async", NULL};
-    char log[IT_PATH_MAX], admin[TOKEN_STR_LEN], begin[UTIL_TIME_LEN],
-        end[UTIL_TIME_LEN];
-    char *argv[] = {(char *)it_bin(), "--port", "1", NULL};
-    char **env = it_env_build(over), *out, *body;
-    struct it_resp r;
-    int status = 0;
-    int64_t shop = it_unique();
-    pid_t pid;
+    redisContext *rc = direct(port);
+    redisReply *r = cmd(rc, fmt, (long long)v);
+    long long n = -1;
+
+    if (r->type == REDIS_REPLY_INTEGER)
+        n = r->integer;
+    else if (r->type == REDIS_REPLY_STRING)
+        n = atoll(r->str);
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/* Wait (up to 30 s) until each primary of prim has a replica online: a
+ * node brought back by test_primary_killed copies its primary first, and
+ * until then the async mode answers its primary's batches 503 (a
+ * failover could promote a replica without them). */
+static void replicas_wait(const unsigned prim[3])
+{
+    int64_t until = util_mono_ms() + 30000;
+
+    for (int i = 0; i < 3; i++) {
+        for (;;) {
+            redisContext *rc = direct(prim[i]);
+            redisReply *r = cmd(rc, "INFO replication");
+            bool online = r->type == REDIS_REPLY_STRING &&
+                          strstr(r->str, "state=online") != NULL;
+
+            freeReplyObject(r);
+            redisFree(rc);
+            if (online)
+                break;
+            if (util_mono_ms() > until)
+                fail_msg("primary %u has no replica online", prim[i]);
+            usleep(100 * 1000);
+        }
+    }
+}
+
+/*
+ * The async mode on the cluster: an instance started with
+ * SECKILL_PURCHASE_MODE=async (every primary durable) sells three
+ * vouchers whose {v:ID} slots sit on three primaries to a crowd of
+ * CROWD_USERS users x CROWD_PER_USER requests. Once the writers have
+ * drained every stream: in MySQL orders = initial - stock, no user
+ * twice, every 202 an order of its user (by order id), Redis' stock (on
+ * the slot's owner) = MySQL's; every primary ran scripts.
+ */
+static void test_service_async_crowd(void **state)
+{
+    const struct it_server *srv = &srvs[SRV_ASYNC];
+    struct it_req *reqs = xcalloc(CROWD_REQUESTS, sizeof(*reqs));
+    struct it_resp *resps = xcalloc(CROWD_REQUESTS, sizeof(*resps));
+    const struct it_server **to = xcalloc(CROWD_REQUESTS, sizeof(*to));
+    char(*tokens)[TOKEN_STR_LEN] = xcalloc(CROWD_USERS, sizeof(*tokens));
+    int64_t(*ids)[CROWD_STOCK] = xcalloc(CROWD_VOUCHERS, sizeof(*ids));
+    int64_t v[CROWD_VOUCHERS], user_base, shop = it_unique();
+    unsigned prim[3], vport[CROWD_VOUCHERS];
+    size_t n202[CROWD_VOUCHERS] = {0}, others = 0;
+    char paths[CROWD_VOUCHERS][96];
+    int found = 0;
 
     (void)state;
-    snprintf(log, sizeof(log), "%s/cluster-async-%d.log", it_log_dir(),
-             (int)getpid());
-    pid = it_spawn(argv, env, log);
-    it_env_free(env);
-    assert_true(pid > 0);
-    assert_int_equal(0, it_wait_exit(pid, 10000, &status));
-    assert_true(WIFEXITED(status));
-    assert_int_equal(2, WEXITSTATUS(status));
-    out = it_file_read(log);
-    assert_non_null(out);
-    assert_non_null(strstr(out, "SECKILL_PURCHASE_MODE=sync only"));
-    free(out);
+    user_base = CROWD_USER_BASE + 50000000 + util_now_ms() % 1000000 * 1000;
+    primaries(prim);
+    replicas_wait(prim);
+    /* The writer's look at the replicas (every 2 s) has seen them. */
+    usleep(2500 * 1000);
+    for (int tries = 0; found < CROWD_VOUCHERS && tries < 60; tries++) {
+        int64_t id = it_seckill_create(srv, shop, CROWD_STOCK, -60, 3600);
+        unsigned port = voucher_owner(id);
+        bool taken = false;
 
-    body = xasprintf("{\"shopId\":%lld,\"title\":\"it async\","
-                     "\"payValue\":4750,\"actualValue\":5000,"
-                     "\"type\":\"seckill\",\"stock\":5,\"purchaseMode\":"
-                     "\"async\",\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
-                     (long long)shop, it_time(-60, begin), it_time(3600, end));
-    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
-    it_http(&srvs[SRV_CROWD], "POST", "/api/vouchers", body, admin, &r);
-    it_assert_error(&r, 400, "BAD_REQUEST");
-    it_resp_free(&r);
-    free(body);
-    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM vouchers WHERE "
-                                      "shop_id = %lld",
-                                      (long long)shop));
+        for (int i = 0; i < found; i++)
+            taken |= vport[i] == port;
+        if (taken)
+            continue;
+        vport[found] = port;
+        v[found++] = id;
+    }
+    assert_int_equal(CROWD_VOUCHERS, found);
+    for (int k = 0; k < CROWD_VOUCHERS; k++)
+        assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM "
+                                          "seckill_vouchers WHERE "
+                                          "voucher_id = %lld AND "
+                                          "purchase_mode = 1",
+                                          (long long)v[k]));
+    for (int i = 0; i < 3; i++) {
+        redisContext *rc = direct(prim[i]);
+
+        freeReplyObject(cmd(rc, "CONFIG RESETSTAT"));
+        redisFree(rc);
+    }
+    for (int i = 0; i < CROWD_VOUCHERS; i++)
+        snprintf(paths[i], sizeof(paths[i]), "/api/vouchers/%lld/seckill",
+                 (long long)v[i]);
+    for (size_t u = 0; u < CROWD_USERS; u++)
+        it_token(user_base + (int64_t)u, TOKEN_ROLE_USER, 3600, tokens[u]);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        size_t u = i % CROWD_USERS;
+
+        reqs[i].method = "POST";
+        reqs[i].path = paths[u % CROWD_VOUCHERS];
+        reqs[i].token = tokens[u];
+        to[i] = srv;
+    }
+    it_http_run_all(reqs, to, resps, CROWD_REQUESTS);
+    for (size_t i = 0; i < CROWD_REQUESTS; i++) {
+        struct it_resp *r = &resps[i];
+        size_t u = i % CROWD_USERS, k = u % CROWD_VOUCHERS;
+        const char *code =
+            it_json_str(json_object_get(r->json, "error"), "code");
+
+        assert_int_equal(CURLE_OK, r->curl_rc);
+        if (r->status == 202) {
+            assert_true(n202[k] < CROWD_STOCK);
+            assert_string_equal("pending", it_json_str(r->json, "status"));
+            ids[k][n202[k]++] = it_json_id(r->json, "orderId");
+        } else if ((r->status == 409 && code &&
+                    (strcmp(code, "SOLD_OUT") == 0 ||
+                     strcmp(code, "ALREADY_PURCHASED") == 0)) ||
+                   (r->status == 429 && code && strcmp(code, "BUSY") == 0)) {
+            others++;
+        } else {
+            fail_msg("request %zu: %ld %s", i, r->status,
+                     r->body ? r->body : "");
+        }
+    }
+    print_message("202: %zu %zu %zu, others: %zu\n", n202[0], n202[1], n202[2],
+                  others);
+    for (int k = 0; k < CROWD_VOUCHERS; k++) {
+        int64_t until = util_mono_ms() + ASYNC_DRAIN_MS;
+        long long backlog, pending;
+        int64_t stock;
+
+        assert_int_equal(CROWD_STOCK, n202[k]);
+        /* The writers: the stream and the pending records empty. */
+        do {
+            backlog =
+                node_int(voucher_owner(v[k]), "XLEN {v:%lld}:stream", v[k]);
+            pending =
+                node_int(voucher_owner(v[k]), "HLEN {v:%lld}:pending", v[k]);
+            if (backlog == 0 && pending == 0)
+                break;
+            usleep(50 * 1000);
+        } while (util_mono_ms() < until);
+        assert_int_equal(0, backlog);
+        assert_int_equal(0, pending);
+        stock = it_sql_stock(v[k]);
+        assert_int_equal(0, stock);
+        assert_int_equal(CROWD_STOCK - stock, it_sql_order_count(v[k]));
+        assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM (SELECT "
+                                          "user_id FROM voucher_orders WHERE "
+                                          "voucher_id = %lld GROUP BY user_id "
+                                          "HAVING COUNT(*) > 1) d",
+                                          (long long)v[k]));
+        for (size_t i = 0; i < n202[k]; i++) {
+            int64_t user = it_sql_scalar(
+                "SELECT COALESCE(MAX(user_id), -1) FROM voucher_orders "
+                "WHERE id = %lld AND voucher_id = %lld",
+                (long long)ids[k][i], (long long)v[k]);
+
+            assert_true(user >= user_base && user < user_base + CROWD_USERS);
+            assert_int_equal((int64_t)k, (user - user_base) % CROWD_VOUCHERS);
+        }
+        assert_int_equal(
+            stock, node_int(voucher_owner(v[k]), "GET {v:%lld}:stock", v[k]));
+    }
+    for (int i = 0; i < 3; i++) {
+        long long n = script_calls(prim[i]);
+
+        print_message("primary %u: %lld script calls\n", prim[i], n);
+        assert_true(n > 0);
+    }
+    for (size_t i = 0; i < CROWD_REQUESTS; i++)
+        it_resp_free(&resps[i]);
+    free(ids);
+    free(reqs);
+    free(resps);
+    free(to);
+    free(tokens);
 }
 
 /* GET /api/orders with tok on srv: the status. */
@@ -1486,7 +1645,7 @@ int main(void)
         cmocka_unit_test(test_service_crowd),
         cmocka_unit_test(test_service_rate_all_or_none),
         cmocka_unit_test(test_service_notices_follow_slot),
-        cmocka_unit_test(test_service_async_refused),
+        cmocka_unit_test(test_service_async_crowd),
         cmocka_unit_test(test_service_logout_spreads),
         cmocka_unit_test(test_service_sale_through_faults),
     };
