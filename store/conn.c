@@ -922,11 +922,6 @@ struct redis_link *store_redis_link(struct store *st)
     return &st->link;
 }
 
-redisContext *store_redis(struct store *st)
-{
-    return st->cfg->redis_cluster_nseeds ? NULL : redis_one(st);
-}
-
 bool store_redis_is_cluster(const struct store_config *cfg)
 {
     return cfg->redis_cluster_nseeds > 0;

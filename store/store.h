@@ -102,14 +102,6 @@ void store_free(struct store *st);
 struct redis_link;
 struct redis_link *store_redis_link(struct store *st);
 
-/*
- * The one server's connection of store_redis_link(), for what can only
- * run on one Redis (nothing in the service now: the async mode takes
- * store_redis_link() too): NULL when unreachable, and always NULL on a
- * cluster.
- */
-redisContext *store_redis(struct store *st);
-
 /* True when cfg's Redis is a Redis Cluster. */
 bool store_redis_is_cluster(const struct store_config *cfg);
 

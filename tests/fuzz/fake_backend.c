@@ -232,14 +232,6 @@ void store_free(struct store *st)
     (void)st;
 }
 
-redisContext *store_redis(struct store *st)
-{
-    unsigned variant;
-
-    check_store(st);
-    return step(&variant) ? NULL : &fake_redis;
-}
-
 struct redis_link *store_redis_link(struct store *st)
 {
     unsigned variant;
