@@ -78,6 +78,9 @@ start_node() {
         other=$(dir_at "$port")
         [[ $other == "$dir" ]] ||
             die "port $port answers as another Redis (dir ${other:-?}); pick SECKILL_REDIS_CLUSTER_PORT"
+        # A node started by an older copy of this script may fsync less.
+        redis-cli -p "$port" CONFIG SET appendfsync always >/dev/null ||
+            die "node $port refused CONFIG SET appendfsync always"
         return 0
     fi
     mkdir -p "$dir"
