@@ -19,16 +19,18 @@
 # setup's.
 #
 # Then the stores beside one Redis and one MariaDB primary: one instance,
-# BENCH_SCALE_VOUCHERS (16) vouchers on sale at once (user i buys voucher
-# i mod 16, so every sale slot and shard is busy), on one Redis and one
-# primary ("one"), on a Redis Cluster of three primaries and three
-# replicas (scripts/redis-cluster.sh; "cluster"), on two MariaDB primaries
-# (make services' and one of scripts/mysql-shards.sh; "shards"), and on
-# both ("both"): purchases a second and the CPU microseconds a purchase
-# costs the instance, every mariadbd and every redis-server involved. On
-# two cores the point is that the cost per purchase does not grow; the
-# throughput cannot. BENCH_SCALE_MANY ("one cluster shards both", or
-# empty) picks them.
+# BENCH_SCALE_VOUCHERS (16) vouchers on sale at once (each wrk thread
+# sends its successive users to each voucher in turn, so every sale slot
+# and shard is busy), on one Redis and one primary ("one"), on a Redis
+# Cluster of three primaries and three replicas (scripts/redis-cluster.sh;
+# "cluster"), on two MariaDB primaries ("shards"), and on both ("both").
+# The primaries are scripts/mysql-shards.sh's two, started alike (the
+# first alone is the one primary), not make services' MariaDB. Each
+# reports purchases a second and the CPU microseconds a purchase costs
+# the instance, every mariadbd and the Redis primaries (the cluster's
+# replicas apart). On two cores the point is that the cost per purchase
+# does not grow; the throughput cannot. BENCH_SCALE_MANY ("one cluster
+# shards both", or empty) picks them.
 #
 # Ports: instances BENCH_PORT (17280) + 0..3, haproxy + 8, its stats + 7.
 # Results: bench/results/scale-<time>/ (summary.md, costs*.env; wrk's
@@ -227,7 +229,7 @@ if [[ -n $MANY ]]; then
         echo "|---|---|---|---|---|---|---|---|"
     } >>"$OUT_SCALE/summary.md"
 fi
-SHARD_URL=
+SHARD_URLS=
 CLUSTER_URL=
 for setup in $MANY; do
     [[ $setup =~ ^(one|cluster|shards|both)$ ]] ||
@@ -237,25 +239,30 @@ for setup in $MANY; do
             die "the Redis Cluster did not start ($OUT_SCALE/redis-cluster.log)"
         CLUSTER_URL=$("$ROOT/scripts/redis-cluster.sh" url)
     fi
-    if [[ $setup =~ ^(shards|both)$ && -z $SHARD_URL ]]; then
+    if [[ -z $SHARD_URLS ]]; then
         "$ROOT/scripts/mysql-shards.sh" up >"$OUT_SCALE/mysql-shards.log" 2>&1 ||
             die "the MariaDB shards did not start ($OUT_SCALE/mysql-shards.log)"
-        SHARD_URL=$("$ROOT/scripts/mysql-shards.sh" urls | cut -d, -f1)
-        SECKILL_MYSQL_SHARDS=$SECKILL_MYSQL_URL,$SHARD_URL \
-            SECKILL_MYSQL_URL= "$BIN" migrate >"$OUT_SCALE/migrate-shards.log" 2>&1 ||
+        # Primaries of their own, started alike: the first alone is the one
+        # primary, both are the two shards. make services' MariaDB is left
+        # as it is (as a shard its AUTO_INCREMENT would jump past the
+        # sharded ids, and its settings differ).
+        SHARD_URLS=$("$ROOT/scripts/mysql-shards.sh" urls)
+        SECKILL_MYSQL_SHARDS=$SHARD_URLS SECKILL_MYSQL_URL= "$BIN" migrate >"$OUT_SCALE/migrate-shards.log" 2>&1 ||
             die "migrating the shards failed ($OUT_SCALE/migrate-shards.log)"
     fi
-    shard_port=${SHARD_URL#*@*:}
-    shard_port=${shard_port%%/*}
-    mysqlds=("$MYSQLD")
+    shard_ports=()
+    for u in ${SHARD_URLS//,/ }; do
+        u=${u#*@*:}
+        shard_ports+=("${u%%/*}")
+    done
     redises=("$REDIS")
     pid=$(
         case $setup in cluster | both) export SECKILL_REDIS_URL=$CLUSTER_URL ;; esac
-        case $setup in shards | both)
-            export SECKILL_MYSQL_SHARDS=$SECKILL_MYSQL_URL,$SHARD_URL
-            unset SECKILL_MYSQL_URL
-            ;;
+        case $setup in
+        shards | both) export SECKILL_MYSQL_SHARDS=$SHARD_URLS ;;
+        *) export SECKILL_MYSQL_SHARDS=${SHARD_URLS%%,*} ;;
         esac
+        unset SECKILL_MYSQL_URL
         start_instance "many-$setup" "$PORT"
     )
     PIDS+=("$pid")
@@ -274,7 +281,8 @@ for setup in $MANY; do
         done
         ;;
     esac
-    case $setup in shards | both) mysqlds+=("$(listener "$shard_port")") ;; esac
+    mysqlds=("$(listener "${shard_ports[0]}")")
+    case $setup in shards | both) mysqlds+=("$(listener "${shard_ports[1]}")") ;; esac
     vs=()
     paths=""
     for ((k = 0; k < NV; k++)); do
@@ -301,20 +309,19 @@ for setup in $MANY; do
     orders=0
     on_shard1=0
     for v in "${vs[@]}"; do
-        port=$MY_PORT
-        if [[ -n $SHARD_URL && $setup =~ ^(shards|both)$ ]] &&
-            [[ $(MY_PORT=$shard_port sql "SELECT COUNT(*) FROM seckill_vouchers WHERE voucher_id = $v") == 1 ]]; then
-            port=$shard_port
-            on_shard1=$((on_shard1 + 1))
+        port=${shard_ports[0]}
+        if [[ $setup =~ ^(shards|both)$ ]]; then
+            if [[ $(MY_PORT=${shard_ports[1]} sql "SELECT COUNT(*) FROM seckill_vouchers WHERE voucher_id = $v") == 1 ]]; then
+                port=${shard_ports[1]}
+                on_shard1=$((on_shard1 + 1))
+            fi
         fi
         MY_PORT=$port check_voucher "many-$setup-$v" "$v" 100000000 0
         orders=$((orders + $(MY_PORT=$port sql "SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = $v")))
         # The bench's clean-up deletes through make services' MariaDB only.
-        if [[ $port != "$MY_PORT" ]]; then
-            MY_PORT=$port sql "DELETE FROM voucher_orders WHERE voucher_id = $v;
+        MY_PORT=$port sql "DELETE FROM voucher_orders WHERE voucher_id = $v;
                 DELETE FROM seckill_vouchers WHERE voucher_id = $v;
                 DELETE FROM vouchers WHERE id = $v"
-        fi
     done
     [[ $setup =~ ^(shards|both)$ ]] && ((on_shard1 == 0 || on_shard1 == NV)) &&
         die "$setup: $on_shard1 of $NV vouchers on shard 1: not spread over both"
