@@ -849,20 +849,12 @@ const struct config_setting config_settings[] = {
      .def_doc = "1 per core, at least 2",
      .scope = CONFIG_FOR_SERVE,
      .parse = set_http_threads,
-     /* Two at least: with one, libmicrohttpd (0.9.75) runs its
-      * single-thread loop, which under load leaves a resumed
-      * connection's next request unread in the kernel until the
-      * connection timeout wakes it (measured: two async instances with
-      * one thread each stalled for 30 s at a time, every connection
-      * then closed); its pool of two or more does not. */
-     .min = 2,
+     .min = 1,
      .max = 1024,
      FIELD(http.threads),
      .help = "HTTP threads",
      .doc = "HTTP threads ({range}): they parse, route and reply from memory, "
-            "and never wait for MySQL, Redis or a purchase (one is refused: "
-            "libmicrohttpd's single-thread loop can leave a request unread "
-            "until the connection timeout)"},
+            "and never wait for MySQL, Redis or a purchase"},
     {.flag = "engine-threads",
      .env = "SECKILL_ENGINE_THREADS",
      .arg = "N",
