@@ -1499,7 +1499,7 @@ static void test_cli_refuses_bad_flags(void **state)
     } cases[] = {
         {"--por 8080", "seckilld: unknown option --por (see --help)\n"},
         {"--bind=127.0.0.1 --thread 3", "unknown option --thread "},
-        {"--threads=0", "seckilld: --threads: must be 2..1024"},
+        {"--threads=0", "seckilld: --threads: must be 1..1024"},
         {"token --user 1 --count 2", "--count: only with tokens\n"},
         {"serve --dev=yes", "--dev: must be 0 or 1"},
     };
