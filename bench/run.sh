@@ -333,9 +333,10 @@ redis_rate() {
     echo "$name ${r:-0}" >>"$RAW/redis-benchmark.txt"
     rb_rate[$name]=${r:-0}
 }
-redis_rate lock_acquire "$(lock_script RCONN_ACQUIRE)" 2 \
-    "bench:raw:lock:__rand_int__" "bench:raw:fence:__rand_int__" \
-    0123456789abcdef0123456789abcdef 10000
+# The acquire a purchase batch sends: RCONN_TAKE (lock_acquire_many(), no
+# fencing token).
+redis_rate lock_acquire "$(lock_script RCONN_TAKE)" 1 \
+    "bench:raw:lock:__rand_int__" 0123456789abcdef0123456789abcdef 10000
 redis_rate lock_release "$(lock_script RCONN_RELEASE)" 2 \
     "bench:raw:lock:__rand_int__" lock-ch:bench \
     0123456789abcdef0123456789abcdef

@@ -503,6 +503,7 @@ int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
             continue;
         locks[i]->holds = 1;
         locks[i]->lease_ms = lease_ms;
+        locks[i]->fence = 0; /* none promised (lock.h) */
     }
     return 0;
 }

@@ -226,6 +226,12 @@ int lock_release(struct lock *l, int *held);
  * covers the batch). The locks must be mutexes (lock_new()), not held,
  * with no release pending, and belong to the same client. Returns 0, or
  * -EINVAL (nothing done) for bad arguments.
+ *
+ * Locks taken this way carry no fencing token (lock_fence() is 0): the
+ * callers it is for guard their storage with its own keys (the purchase's
+ * unique key on a user's active order), and on Redis a token costs every
+ * acquire a counter written beside the lock, about half the acquire's
+ * time in Redis.
  */
 int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
                       enum lock_status *status, int *err);

@@ -43,6 +43,10 @@ static struct redis_script scripts[RCONN_NSCRIPTS] = {
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
         "return {1, fence(KEYS[2], ARGV[2])} end "
         "return {0, redis.call('pttl', KEYS[1])}"),
+    [RCONN_TAKE] = REDIS_SCRIPT(
+        "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+        "return {1, 0} end "
+        "return {0, redis.call('pttl', KEYS[1])}"),
     [RCONN_RELEASE] = REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] "
                                    "then "
                                    "redis.call('del', KEYS[1]) "

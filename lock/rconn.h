@@ -136,6 +136,10 @@ enum rconn_script {
      * sorted set of leases and publish: undoes a reader's or a permit's
      * acquire of unknown outcome. 1. */
     RCONN_ZLEAVE,
+    /* KEYS name; ARGV owner, lease_ms. RCONN_ACQUIRE without a fencing
+     * token, for lock_acquire_many(): {1, 0} when taken, {0, pttl} when
+     * busy. */
+    RCONN_TAKE,
     RCONN_NSCRIPTS
 };
 

@@ -373,6 +373,19 @@ static void acquire_args(const struct lock *l, uint32_t lease,
         (size_t)snprintf(a->lease_s, sizeof(a->lease_s), "%u", (unsigned)lease);
 }
 
+/* RCONN_TAKE's: the name, the owner, the lease (no fence key). */
+static void take_args(const struct lock *l, uint32_t lease,
+                      struct acquire_args *a)
+{
+    a->argv[0] = l->rkey;
+    a->argv[1] = l->owner;
+    a->argv[2] = a->lease_s;
+    a->lens[0] = l->rkey_len;
+    a->lens[1] = strlen(l->owner);
+    a->lens[2] =
+        (size_t)snprintf(a->lease_s, sizeof(a->lease_s), "%u", (unsigned)lease);
+}
+
 static int mutex_try(struct redis_impl *ri, struct lock *l, uint32_t lease,
                      int waiting, int *taken, int64_t *pttl)
 {
@@ -558,7 +571,9 @@ out:
 }
 
 /* Every acquire written before the first reply is read: one round trip
- * for the lot, however many there are (and one WAIT, with ?replicas=). */
+ * for the lot, however many there are (and one WAIT, with ?replicas=).
+ * No fencing token (lock_acquire_many() promises none): RCONN_TAKE, the
+ * acquire without the token's counter write. */
 static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
                                enum lock_status *status, int *err)
 {
@@ -568,9 +583,8 @@ static void redis_acquire_many(struct lock **l, size_t n, uint32_t lease,
     size_t ntaken = 0;
 
     for (size_t i = 0; i < n; i++) {
-        acquire_args(l[i], lease, &a[i]);
-        err[i] =
-            ri_send(ri, &call[i], RCONN_ACQUIRE, 2, 4, a[i].argv, a[i].lens);
+        take_args(l[i], lease, &a[i]);
+        err[i] = ri_send(ri, &call[i], RCONN_TAKE, 1, 3, a[i].argv, a[i].lens);
     }
     for (size_t i = 0; i < n; i++) {
         int taken = 0;

@@ -153,6 +153,7 @@ static void check_mutex(const struct lock *l, const char *p)
     rconn_lock_name(l, chan, RCONN_CHANNEL, NULL);
     lock__redis_receipt(l, receipt, "");
     ONE_SLOT("RCONN_ACQUIRE", p, l->rkey, fence);
+    ONE_SLOT("RCONN_TAKE", p, l->rkey);
     ONE_SLOT("RCONN_RELEASE", p, l->rkey, chan);
     ONE_SLOT("RCONN_RELEASE_ONCE", p, l->rkey, chan, receipt);
     ONE_SLOT("RCONN_FENCE_RAISE", p, fence);
