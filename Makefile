@@ -545,11 +545,23 @@ $(BUILD)/tests/cluster_test_mysql_shards: \
 
 test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
               $(BUILD)/tests/cluster_test_lock \
-              $(BUILD)/tests/cluster_test_mysql_shards $(BUILD)/seckilld services
+              $(BUILD)/tests/cluster_test_mysql_shards \
+              $(BUILD)/tests/it_test_lifecycle $(BUILD)/tests/it_test_merged_orders \
+              $(BUILD)/seckilld services
 	@scripts/redis-cluster.sh up
 	@scripts/services.sh reset-test
 	@set -a; . .run/env.test; set +a; SECKILL_BIN=$(BUILD)/seckilld \
 	    CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_redis_cluster
+	@# The order lifecycle (pay, cancel, expiry, refunds; merged lanes) with
+	@# the store and the purchase lock on the cluster: the same tests as
+	@# make test's, which talk to the service and MySQL only.
+	@for t in lifecycle merged_orders; do \
+	    scripts/services.sh reset-test && \
+	    (set -a; . .run/env.test; set +a; \
+	     SECKILL_REDIS_URL=$$(scripts/redis-cluster.sh url) SECKILL_LOCK_URL= \
+	     SECKILL_BIN=$(BUILD)/seckilld CMOCKA_MESSAGE_OUTPUT=STDOUT \
+	     $(BUILD)/tests/it_test_$$t) || exit 1; \
+	done
 	@scripts/services.sh reset-test
 	@set -a; . .run/env.test; set +a; \
 	    SECKILL_LOCK_CLUSTER_URL=$$(scripts/redis-cluster.sh url) \
