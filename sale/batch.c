@@ -3,9 +3,10 @@
  * batch functions, see internal.h). The engine hands a worker's batch of
  * one voucher's purchases here, in arrival order:
  *
- *   sync:  1. the buyers' locks, in one pipelined round trip
- *             (lock_acquire_many: a buyer whose lock is held already,
- *             say by a second tab, is BUSY);
+ *   sync:  1. the buyers' locks for the voucher (sale_lock_name()), in
+ *             one pipelined round trip (lock_acquire_many: a buyer
+ *             whose lock is held already, say by a second tab, is
+ *             BUSY);
  *          2. an order id for each (idgen: usually from the reserved
  *             block);
  *          3. one MySQL transaction for the batch (store_purchase_batch:
@@ -46,21 +47,28 @@ static void settle(struct sale_purchase *m, enum sale_outcome o, int err)
     m->settled = true;
 }
 
+void sale_lock_name(char buf[SALE_LOCK_NAME_LEN], int64_t voucher_id,
+                    int64_t user_id)
+{
+    snprintf(buf, SALE_LOCK_NAME_LEN, "lock:order:{v:%lld}:%lld",
+             (long long)voucher_id, (long long)user_id);
+}
+
 /* Take the locks of the members still open, in one round trip. */
-static void locks_take(struct sale *s, struct sale_purchase **m, size_t n)
+static void locks_take(struct sale *s, int64_t voucher_id,
+                       struct sale_purchase **m, size_t n)
 {
     struct lock **ls = xcalloc(n, sizeof(*ls));
     struct sale_purchase **who = xcalloc(n, sizeof(*who));
     enum lock_status *st = xcalloc(n, sizeof(*st));
     int *err = xcalloc(n, sizeof(*err));
     size_t k = 0;
-    char name[64];
+    char name[SALE_LOCK_NAME_LEN];
 
     for (size_t i = 0; i < n; i++) {
         if (m[i]->settled)
             continue;
-        snprintf(name, sizeof(name), "lock:order:%lld",
-                 (long long)m[i]->buy->user_id);
+        sale_lock_name(name, voucher_id, m[i]->buy->user_id);
         int rc = lock_new(s->cfg.locks, name, &m[i]->lock);
         if (rc) {
             settle(m[i], SALE_FAILED, rc);
@@ -208,7 +216,7 @@ void sale__batch_sync(struct store *st, int64_t voucher_id,
 
     for (size_t i = 0; i < n; i++)
         m[i] = purchase_of(ps[i]);
-    locks_take(s, m, n);
+    locks_take(s, voucher_id, m, n);
     FAILPOINT("after_lock");
     transact(st, voucher_id, m, n);
     locks_release(m, n);

@@ -11,8 +11,8 @@
  *   2. the choice of the sale's mode, and the purchase handed to the
  *      purchase engine (engine/engine.h) with the batch function of that
  *      mode (batch.c). A sync sale's batch takes each buyer's lock
- *      lock:order:{userId} (a second concurrent purchase of the same
- *      buyer is BUSY), an order id, and one MySQL transaction with the
+ *      for the voucher, lock:order:{v:voucherId}:userId (a second
+ *      concurrent purchase of the same buyer is BUSY), an order id, and one MySQL transaction with the
  *      other purchases of the voucher waiting with it; an async sale's is
  *      one Redis script (the script checks the buyer set atomically),
  *      whose sale is a promise that the order will be in MySQL shortly.

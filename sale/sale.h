@@ -50,6 +50,18 @@ struct sale_actor;
 /* The most time one purchase may take from its arrival to its answer. */
 #define SALE_BUDGET_MS STORE_PURCHASE_BUDGET_MS
 
+/*
+ * The purchase lock's name for buyer user_id and voucher_id, into buf:
+ * "lock:order:{v:VOUCHER}:USER". One lock per buyer and voucher, the unit
+ * the one-active-order rule is kept per (a buyer's purchases of two
+ * vouchers do not wait for each other). The hash tag {v:VOUCHER} is the
+ * voucher's async sale's: on a Redis Cluster a batch's locks, all of one
+ * voucher, go to one node in one round trip.
+ */
+#define SALE_LOCK_NAME_LEN 64
+void sale_lock_name(char buf[SALE_LOCK_NAME_LEN], int64_t voucher_id,
+                    int64_t user_id);
+
 struct sale_config {
     const struct store_config *store;
     /* How new seckill vouchers sell unless their creator says. */

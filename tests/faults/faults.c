@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "idgen/idgen.h"
+#include "sale/sale.h"
 #include "tests/faults/faults.h"
 
 static int64_t user_base;
@@ -388,7 +389,7 @@ static void sc_sigstop(struct run *r)
     }
     if (run_start(r, default_load()))
         return run_abort(r);
-    snprintf(key, sizeof(key), "lock:order:%lld", (long long)user);
+    sale_lock_name(key, r->voucher, user);
     a = fleet_get(&r->fleet, 1);
 
     bg_start(&pa, r, 1, user);

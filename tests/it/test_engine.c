@@ -34,6 +34,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "sale/sale.h"
 #include "tests/it/harness.h"
 #include "tests/it/promtext.h"
 
@@ -73,12 +74,17 @@ static void row_release(void)
     assert_int_equal(0, it_sql_exec("ROLLBACK"));
 }
 
-/* Whether user u's purchase lock is set in the service's Redis. */
-static bool locked(int64_t u)
+/* Whether user u's purchase lock of voucher v is set in the service's
+ * Redis. */
+static bool locked(int64_t v, int64_t u)
 {
     redisContext *rc = it_redis_connect();
-    redisReply *r = redisCommand(rc, "EXISTS lock:order:%lld", (long long)u);
+    char name[SALE_LOCK_NAME_LEN];
+    redisReply *r;
     bool set;
+
+    sale_lock_name(name, v, u);
+    r = redisCommand(rc, "EXISTS %s", name);
 
     assert_non_null(r);
     set = r->integer != 0;
@@ -122,9 +128,9 @@ static void test_client_hangs_up(void **state)
     row_release();
 
     assert_int_equal(1, wait_orders(v, 1, 5000));
-    for (int i = 0; i < 50 && locked(u); i++)
+    for (int i = 0; i < 50 && locked(v, u); i++)
         usleep(50 * 1000);
-    assert_false(locked(u));
+    assert_false(locked(v, u));
     assert_true(it_server_alive(&srv));
     it_purchase(&srv, v, u, &resp);
     it_assert_error(&resp, 409, "ALREADY_PURCHASED");

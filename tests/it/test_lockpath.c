@@ -28,6 +28,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "sale/sale.h"
 #include "tests/it/harness.h"
 
 /* Far from the ids of the other tests. */
@@ -93,18 +94,20 @@ static int count(const long *status, size_t n, long want)
     return k;
 }
 
-/* The lock key of user u is gone from the Redis on port. */
-static void assert_unlocked(uint16_t port, int64_t u)
+/* The lock key of user u for voucher v is gone from the Redis on port. */
+static void assert_unlocked(uint16_t port, int64_t v, int64_t u)
 {
     redisContext *rc = redisConnect("127.0.0.1", port);
+    char name[SALE_LOCK_NAME_LEN];
     redisReply *r;
 
     assert_non_null(rc);
     assert_int_equal(0, rc->err);
-    r = redisCommand(rc, "EXISTS lock:order:%lld", (long long)u);
+    sale_lock_name(name, v, u);
+    r = redisCommand(rc, "EXISTS %s", name);
     assert_non_null(r);
     if (r->integer != 0)
-        print_error("lock:order:%lld is still set\n", (long long)u);
+        print_error("%s is still set\n", name);
     assert_int_equal(0, r->integer);
     freeReplyObject(r);
     redisFree(rc);
@@ -206,7 +209,7 @@ static void test_late_reply(void **state)
     assert_int_equal(1 + count(sa, GROUP, 201) + GROUP + count(sc, GROUP, 201),
                      it_sql_order_count(v));
     for (int i = 0; i < GROUP; i++)
-        assert_unlocked(port, a[i]);
+        assert_unlocked(port, v, a[i]);
 
     redisFree(sleeper);
     assert_int_equal(0, it_server_stop(&inst));
@@ -275,7 +278,7 @@ static void test_unknown_acquire_undone(void **state)
     it_assert_status(&resp, 201);
     it_resp_free(&resp);
     assert_int_equal(2, it_sql_order_count(v));
-    assert_unlocked(port, u);
+    assert_unlocked(port, v, u);
 
     assert_int_equal(0, it_server_stop(&inst));
     it_proxy_stop(&proxy);

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "lock/lock.h"
+#include "sale/sale.h"
 #include "tests/it/harness.h"
 #include "tests/it/promtext.h"
 
@@ -318,14 +319,14 @@ static void test_lock_busy(void **state)
     enum lock_status ls;
     struct prom_doc a, b;
     struct it_resp resp;
-    char name[64];
+    char name[SALE_LOCK_NAME_LEN];
     int64_t user = user_base + 10, voucher;
     (void)state;
 
     voucher = it_seckill_create(srv, it_unique(), 5, -60, 3600);
     assert_int_equal(lock_client_open(getenv("SECKILL_REDIS_URL"), NULL, &lc),
                      0);
-    snprintf(name, sizeof(name), "lock:order:%lld", (long long)user);
+    sale_lock_name(name, voucher, user);
     assert_int_equal(lock_new(lc, name, &lk), 0);
     assert_int_equal(lock_acquire(lk, 0, 30000, &ls), 0);
     assert_int_equal(ls, LOCK_ACQUIRED);

@@ -457,8 +457,9 @@ async function runCases(proxies, redisCli, main) {
     await buy("buy what does not exist", S, "999999999999", me, 404, "NOT_FOUND");
     await buy("buy without a token", L, onSale, undefined, 401, "UNAUTHORIZED");
     await buy("buy, bad id", L, "0", me, 400, "BAD_REQUEST");
-    // The user's purchase lock held elsewhere: BUSY.
-    const lockKey = `lock:order:${base + 4}`;
+    // The user's purchase lock of this voucher held elsewhere: BUSY
+    // (sale_lock_name() in sale/sale.h).
+    const lockKey = `lock:order:{v:${onSale}}:${base + 4}`;
     redisCli("SET", lockKey, "held-by-the-test", "PX", "30000");
     try {
         await buy("buy while another purchase runs", S, onSale, user(4), 429, "BUSY");
