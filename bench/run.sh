@@ -469,7 +469,7 @@ say "sold out (median round $mid of $ROUNDS): $SO_RATE rejections/s, p50 $SO_P50
 # ---- 4b. CPU per purchase: make bench-profile's measurement ----
 
 # Instance A alone (B idles) at 256 connections for PROFILE_SECS.
-ensure_users $((PROFILE_SECS * 60000))
+ensure_users $((PROFILE_SECS * 60000)) exact
 read -r PROF_RATE CPU_US PROF_CS PROF_BUSY _ < <(profile_measure cpu "$PID_A" "$PORT" "$PROFILE_SECS")
 check_voucher cpu "$(cat "$RAW/profile-cpu.voucher")" 2000000 "$(j "$RAW/profile-cpu.json" .ok)"
 say "cpu per purchase: instance A alone, 256 connections: $PROF_RATE purchases/s, $CPU_US us of CPU and $PROF_CS context switches a purchase ($PROF_BUSY cores busy)"
@@ -639,7 +639,7 @@ say "async drain: $DRAIN_ORDERS orders in MySQL in $DRAIN_MS ms after the first:
 # the round of the median ratio is reported. The raw rate, on a Redis that
 # fsyncs every write, moves by half from one minute to the next with the
 # disk, so one pair of numbers says little.
-ensure_users $((ASYNC_STOCK * 2))
+ensure_users $((ASYNC_STOCK * 2)) exact
 acc_ratios=()
 acc_vouchers=()
 for ((r = 1; r <= ROUNDS; r++)); do
