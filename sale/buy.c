@@ -12,10 +12,11 @@
  *      purchase engine (engine/engine.h) with the batch function of that
  *      mode (batch.c). A sync sale's batch takes each buyer's lock
  *      for the voucher, lock:order:{v:voucherId}:userId (a second
- *      concurrent purchase of the same buyer is BUSY), an order id, and one MySQL transaction with the
- *      other purchases of the voucher waiting with it; an async sale's is
- *      one Redis script (the script checks the buyer set atomically),
- *      whose sale is a promise that the order will be in MySQL shortly.
+ *      concurrent purchase of the same buyer is BUSY), an order id, and
+ *      one MySQL transaction with the other purchases of the voucher
+ *      waiting with it; an async sale's is one Redis script (the script
+ *      checks the buyer set atomically), whose sale is a promise that
+ *      the order will be in MySQL shortly.
  *      When Redis' replicas do not confirm the batch in time the outcome
  *      is unknown: the order may yet be written, or be lost with a
  *      failing primary.

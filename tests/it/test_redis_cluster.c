@@ -1193,6 +1193,24 @@ static void replicas_wait(const unsigned prim[3])
     }
 }
 
+/* The writers have drained async voucher v: its stream and its pending
+ * records are empty on its slot's owner within ASYNC_DRAIN_MS (asserts). */
+static void assert_drained(int64_t v)
+{
+    int64_t until = util_mono_ms() + ASYNC_DRAIN_MS;
+    long long backlog, pending;
+
+    do {
+        backlog = node_int(voucher_owner(v), "XLEN {v:%lld}:stream", v);
+        pending = node_int(voucher_owner(v), "HLEN {v:%lld}:pending", v);
+        if (backlog == 0 && pending == 0)
+            break;
+        usleep(50 * 1000);
+    } while (util_mono_ms() < until);
+    assert_int_equal(0, backlog);
+    assert_int_equal(0, pending);
+}
+
 /*
  * The async mode on the cluster: an instance started with
  * SECKILL_PURCHASE_MODE=async (every primary durable) sells three
@@ -1290,23 +1308,10 @@ static void test_service_async_crowd(void **state)
     print_message("202: %zu %zu %zu, others: %zu\n", n202[0], n202[1], n202[2],
                   others);
     for (int k = 0; k < CROWD_VOUCHERS; k++) {
-        int64_t until = util_mono_ms() + ASYNC_DRAIN_MS;
-        long long backlog, pending;
         int64_t stock;
 
         assert_int_equal(CROWD_STOCK, n202[k]);
-        /* The writers: the stream and the pending records empty. */
-        do {
-            backlog =
-                node_int(voucher_owner(v[k]), "XLEN {v:%lld}:stream", v[k]);
-            pending =
-                node_int(voucher_owner(v[k]), "HLEN {v:%lld}:pending", v[k]);
-            if (backlog == 0 && pending == 0)
-                break;
-            usleep(50 * 1000);
-        } while (util_mono_ms() < until);
-        assert_int_equal(0, backlog);
-        assert_int_equal(0, pending);
+        assert_drained(v[k]);
         stock = it_sql_stock(v[k]);
         assert_int_equal(0, stock);
         assert_int_equal(CROWD_STOCK - stock, it_sql_order_count(v[k]));
@@ -1620,21 +1625,7 @@ static void sale_through_faults(const struct it_server *srv, bool async)
                   redirections(srv, "moved") - moved0,
                   redirections(srv, "ask") - ask0);
     for (int k = 0; async && k < 2; k++) {
-        int64_t until = util_mono_ms() + ASYNC_DRAIN_MS;
-        long long backlog, pending;
-
-        /* The writers: the stream and the pending records empty. */
-        do {
-            backlog =
-                node_int(voucher_owner(v[k]), "XLEN {v:%lld}:stream", v[k]);
-            pending =
-                node_int(voucher_owner(v[k]), "HLEN {v:%lld}:pending", v[k]);
-            if (backlog == 0 && pending == 0)
-                break;
-            usleep(50 * 1000);
-        } while (util_mono_ms() < until);
-        assert_int_equal(0, backlog);
-        assert_int_equal(0, pending);
+        assert_drained(v[k]);
         assert_int_equal(
             it_sql_stock(v[k]),
             node_int(voucher_owner(v[k]), "GET {v:%lld}:stock", v[k]));
