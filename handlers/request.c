@@ -179,6 +179,13 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     case -ESHUTDOWN:
         return req_error(req, ERR_UNAVAILABLE,
                          "the service is stopping; nothing was bought, retry");
+    case -EOVERFLOW:
+        /* The ID worker's counter of the UTC day is used up (the sharded
+         * layout keeps 26 bits of it): no order until the day turns. */
+        log_error("order ids of the day used up", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "no order ids are left for today (UTC); nothing was "
+                         "bought");
     case -EINPROGRESS:
         log_error("commit outcome unknown", "op=%s", op);
         return req_error(req, ERR_UNAVAILABLE,

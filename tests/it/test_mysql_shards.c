@@ -39,9 +39,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/wait.h>
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 #include <mysql.h>
 #include <sodium.h>
 
@@ -1132,6 +1134,73 @@ static void test_async_on_shards(void **state)
     sales_db = "sales";
 }
 
+/*
+ * The sharded layout keeps IDGEN_SHARDED_SEQ_MAX order ids a UTC day (26
+ * bits of the day counter). Past them a purchase is a 503 UNAVAILABLE
+ * that says why and wrote nothing, not a 500. The instance takes its ids
+ * from keys of its own (SECKILL_REDIS_PREFIX), so the other tests'
+ * counters are untouched.
+ */
+static void test_ids_of_the_day_run_out(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], key[96];
+    struct it_server srv = {0};
+    struct it_resp resp = {0};
+    int64_t shop = it_unique(), v;
+    int64_t user = SHARD_USER_BASE + 9000 + it_unique() % 1000;
+    const char *msg;
+    redisContext *rc;
+    redisReply *r;
+    struct tm tm;
+    time_t now;
+    int on;
+    (void)state;
+
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "sales", u0, sizeof(u0)),
+             url_on(1, "sales", u1, sizeof(u1)));
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards,
+                                   "SECKILL_REDIS_PREFIX=ids-out:", NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-ids-out", env), 0);
+    }
+    v = it_seckill_create(&srv, shop, 3, -60, 3600);
+    on = voucher_shard(v);
+
+    /* Today's order counter (the day of Redis' clock) at its last id. */
+    rc = redisConnect("127.0.0.1", redis_port);
+    assert_true(rc && !rc->err);
+    r = redisCommand(rc, "TIME");
+    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    now = (time_t)strtoll(r->element[0]->str, NULL, 10);
+    freeReplyObject(r);
+    gmtime_r(&now, &tm);
+    snprintf(key, sizeof(key), "ids-out:icr:{order}:%04d:%02d:%02d",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    r = redisCommand(rc, "SET %s %u EX 86400", key,
+                     (unsigned)IDGEN_SHARDED_SEQ_MAX);
+    assert_non_null(r);
+    freeReplyObject(r);
+    redisFree(rc);
+
+    it_purchase(&srv, v, user, &resp);
+    it_assert_error(&resp, 503, "UNAVAILABLE");
+    msg = it_json_str(json_object_get(resp.json, "error"), "message");
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "order ids"));
+    it_resp_free(&resp);
+    assert_int_equal(3, sales_scalar(on,
+                                     "SELECT stock FROM seckill_vouchers "
+                                     "WHERE voucher_id = %lld",
+                                     (long long)v));
+    assert_int_equal(0, sales_scalar(on,
+                                     "SELECT COUNT(*) FROM voucher_orders "
+                                     "WHERE voucher_id = %lld",
+                                     (long long)v));
+    assert_int_equal(it_server_stop(&srv), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1142,6 +1211,7 @@ int main(void)
         cmocka_unit_test(test_service_on_shards),
         cmocka_unit_test(test_sales_on_shards),
         cmocka_unit_test(test_async_on_shards),
+        cmocka_unit_test(test_ids_of_the_day_run_out),
     };
     int failed;
 
