@@ -108,24 +108,34 @@ int sale_order_get(struct sale *s, int64_t order_id, int64_t user_id,
 }
 
 /*
- * The buyer's async orders that wait for MySQL, with id < before, and
- * not among mysql[0..m) (written between the two looks), into out (at
- * most max; *n of them). Redis unreachable: none (MySQL's list still
- * answers).
+ * The buyer's async orders that wait for MySQL (at most max of them), into
+ * p. Read before MySQL's list: the writer drops a pending record only
+ * once its order is committed, so an order is in one look or the other
+ * (or both), never slipping between them. Redis unreachable: none
+ * (MySQL's list still answers).
  */
-static void pending_list(const struct sale *s, struct store *st,
-                         int64_t user_id, int64_t before,
+static size_t pending_fetch(struct store *st, int64_t user_id,
+                            struct async_pending *p, size_t max)
+{
+    struct redis_link *rl = store_redis_link(st);
+    size_t found = 0;
+
+    if (!rl || async_pending_of_user(rl, user_id, p, max, &found) != 0)
+        return 0;
+    return found;
+}
+
+/*
+ * Of the pending orders p[0..found), those with id < before and not among
+ * mysql[0..m) (written between the two looks), into out (at most max; *n
+ * of them).
+ */
+static void pending_list(const struct sale *s, int64_t user_id, int64_t before,
+                         const struct async_pending *p, size_t found,
                          const struct store_order *mysql, size_t m,
                          struct sale_order_row *out, size_t max, size_t *n)
 {
-    struct async_pending p[16];
-    size_t found = 0;
-    struct redis_link *rl = store_redis_link(st);
-
     *n = 0;
-    if (!rl || async_pending_of_user(rl, user_id, p, sizeof(p) / sizeof(p[0]),
-                                     &found) != 0)
-        return;
     for (size_t i = 0; i < found && *n < max; i++) {
         struct sale_order_row *r = &out[*n];
         bool written = false;
@@ -159,18 +169,20 @@ int sale_orders_list(struct sale *s, int64_t user_id, int64_t before,
 {
     struct store *st = sale__store(s);
     struct store_order *items;
+    struct async_pending p[16];
     struct sale_order_row pend[16];
-    size_t m, np = 0, all;
+    size_t m, np = 0, all, found;
     int err;
 
     *rows = NULL;
     *n = 0;
     *more = false;
+    found = pending_fetch(st, user_id, p, sizeof(p) / sizeof(p[0]));
     /* One more than the page: whether another page follows. */
     err = store_order_list(st, user_id, before, limit + 1, &items, &m);
     if (err)
         return err;
-    pending_list(s, st, user_id, before, items, m, pend,
+    pending_list(s, user_id, before, p, found, items, m, pend,
                  sizeof(pend) / sizeof(pend[0]), &np);
     all = m + np;
     *rows = xcalloc(all ? all : 1, sizeof(**rows));
