@@ -567,7 +567,11 @@ test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
 	    SECKILL_LOCK_CLUSTER_URL=$$(scripts/redis-cluster.sh url) \
 	    CMOCKA_MESSAGE_OUTPUT=STDOUT $(BUILD)/tests/cluster_test_lock
 	@scripts/mysql-shards.sh up
+	@# The failpoint build: an instance killed between a shard's commit
+	@# and the move of shard 0's rows out of its outbox.
+	@$(MAKE) --no-print-directory FAILPOINTS=1 build/fp/seckilld
 	@CMOCKA_MESSAGE_OUTPUT=STDOUT SECKILL_BIN=$(BUILD)/seckilld \
+	    SECKILL_FP_BIN=build/fp/seckilld \
 	    $(BUILD)/tests/cluster_test_mysql_shards
 
 # ---- containers: its own target, not part of make test ----

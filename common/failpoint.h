@@ -33,7 +33,10 @@
  * async_write_after_commit (async/writer.c, the batch is committed,
  * not yet acknowledged in the stream) and async_before_preheat
  * (sale/vouchers.c, a new async voucher is committed in MySQL and
- * its sale not yet put into Redis).
+ * its sale not yet put into Redis); with sharded sales,
+ * shard0_rows_before_move (store/shard.c: rows of shard 0 read from a
+ * shard's outbox, none copied yet) and shard0_rows_before_forget (one
+ * copied to shard 0, not yet deleted from the outbox).
  * Points that can fail: cancel_commit_unanswered and
  * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
  * an expiry batch, succeeded and its answer is taken as lost,

@@ -159,9 +159,10 @@ int idgen_legacy_day_key(const char *prefix, int64_t now_s, char *buf,
     time_t t = (time_t)now_s;
 
     gmtime_r(&t, &tm);
-    int n = snprintf(buf, len, "icr:%s:%04d:%02d:%02d", prefix,
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
-    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+    return redis_key(buf, len, "icr:%s:%04d:%02d:%02d", prefix,
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday) < 0
+               ? -ENAMETOOLONG
+               : 0;
 }
 
 int idgen_clock_key(const char *prefix, char *buf, size_t len)

@@ -186,7 +186,8 @@ unsigned idgen_shard_of(int64_t id);
 int idgen_day_key(const char *prefix, int64_t now_s, char *buf, size_t len);
 
 /* The same day's counter under its name from before the hash tag
- * ("icr:order:2026:11:21", without the Redis prefix). */
+ * ("icr:order:2026:11:21", after the Redis prefix: with none, the name
+ * older versions counted on; with one, a deployment of its own). */
 int idgen_legacy_day_key(const char *prefix, int64_t now_s, char *buf,
                          size_t len);
 

@@ -55,12 +55,32 @@ static int expire_batch(struct expiry *x, struct store *st, unsigned shard,
     return (int)out.orders;
 }
 
+/* The rows of shard 0 a crash left in shard's outbox (store.h): moved,
+ * and logged when there were any. */
+static void outbox_sweep(struct store *st, unsigned shard,
+                         int64_t *failing_since)
+{
+    size_t n = 0, all = 0;
+    int err;
+
+    while (!(err = store_outbox_move(st, shard, &n)) && n)
+        all += n;
+    if (err && !*failing_since)
+        log_warn("rows of shard 0 could not leave a shard's outbox",
+                 "shard=%u err=%d", shard, err);
+    *failing_since = err ? util_mono_ms() : 0;
+    if (all)
+        log_info("rows of shard 0 moved from a shard's outbox",
+                 "shard=%u rows=%zu", shard, all);
+}
+
 static void *expiry_main(void *arg)
 {
     struct expiry *x = arg;
     struct store *st = store_new(x->sc);
     unsigned shards = store_shard_count(st);
     int64_t *failing_since = xcalloc(shards, sizeof(*failing_since));
+    int64_t *outbox_failing = xcalloc(shards, sizeof(*outbox_failing));
 
     pthread_mutex_lock(&x->mu);
     while (!x->stop) {
@@ -71,6 +91,8 @@ static void *expiry_main(void *arg)
         for (unsigned i = 0; i < shards; i++)
             full |= expire_batch(x, st, i, &failing_since[i]) ==
                     STORE_EXPIRE_BATCH_MAX;
+        for (unsigned i = 1; i < shards; i++)
+            outbox_sweep(st, i, &outbox_failing[i]);
         pthread_mutex_lock(&x->mu);
         /* A full batch: there may be more right away. */
         if (full)
@@ -83,6 +105,7 @@ static void *expiry_main(void *arg)
     }
     pthread_mutex_unlock(&x->mu);
     free(failing_since);
+    free(outbox_failing);
     store_free(st);
     return NULL;
 }

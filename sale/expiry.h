@@ -4,7 +4,9 @@
  * (store_orders_expire()), on every instance at once without double work,
  * and gives each closed order's unit back to its sale
  * (sale_units_returned()). With sales sharded over several MySQL
- * primaries, a batch of each shard in turn.
+ * primaries, a batch of each shard in turn; and, as often, the sweep of
+ * each shard's outbox (store_outbox_move(): refunds and audit records of
+ * shard 0 that a crash left behind).
  */
 #ifndef SECKILL_EXPIRY_H
 #define SECKILL_EXPIRY_H

@@ -39,7 +39,10 @@ CREATE TABLE `audit_log` (
   `target_type` varchar(16) NOT NULL,
   `target_id` bigint(20) unsigned DEFAULT NULL,
   `change_json` text DEFAULT NULL,
+  `origin_shard` smallint(5) unsigned DEFAULT NULL,
+  `origin_id` bigint(20) unsigned DEFAULT NULL,
   PRIMARY KEY (`id`),
+  UNIQUE KEY `uk_audit_origin` (`origin_shard`,`origin_id`),
   KEY `idx_audit_target` (`target_type`,`target_id`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE `lock_fences` (
@@ -94,6 +97,22 @@ CREATE TABLE `seckill_vouchers` (
   PRIMARY KEY (`voucher_id`),
   CONSTRAINT `fk_seckill_voucher` FOREIGN KEY (`voucher_id`) REFERENCES `vouchers` (`id`) ON DELETE CASCADE,
   CONSTRAINT `ck_seckill_stock` CHECK (`stock` >= 0)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `shard_outbox` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
+  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  `kind` tinyint(3) unsigned NOT NULL,
+  `order_id` bigint(20) unsigned DEFAULT NULL,
+  `txn_id` varchar(64) DEFAULT NULL,
+  `amount` bigint(20) DEFAULT NULL,
+  `reason` tinyint(3) unsigned DEFAULT NULL,
+  `admin_id` bigint(20) unsigned DEFAULT NULL,
+  `addr` varchar(64) DEFAULT NULL,
+  `action` varchar(32) DEFAULT NULL,
+  `target_type` varchar(16) DEFAULT NULL,
+  `target_id` bigint(20) unsigned DEFAULT NULL,
+  `change_json` text DEFAULT NULL,
+  PRIMARY KEY (`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE `users` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
@@ -153,5 +172,6 @@ INSERT INTO schema_version (version, name, checksum) VALUES
     (11, '0011-refunds', 'e78d14cf085e022cc2167c422fc78dd7e1ea92daa9c2533d38b8eee28fa0ddfc'),
     (12, '0012-audit-log', 'dae26d632ab608128db41ec92825b1f104809d08714a8ec6139c3eb1e111543b'),
     (13, '0013-idx-orders-sale', '36ab2887dcdb69c4d1ed8a01f405105f552dd86db4a691e05d2170122fd613d2'),
-    (14, '0014-sale-controls', '7c67f5d5bb7f61b2b9567ace0c67ea184a34bac33cd7d558eea49550744aa9d2');
+    (14, '0014-sale-controls', '7c67f5d5bb7f61b2b9567ace0c67ea184a34bac33cd7d558eea49550744aa9d2'),
+    (15, '0015-outbox', '89bdc894429580cd85b45d0c2ecba372036038a311ab348493994ecaf24a64c6');
 SET FOREIGN_KEY_CHECKS = 1;

@@ -18,17 +18,8 @@ int store_audit_add(struct store *st, const struct store_audit *a)
 
     if (a->change && strlen(a->change) >= STORE_AUDIT_CHANGE_MAX)
         return -EINVAL;
-    if (st->home) {
-        /* A change on another shard: the log is shard 0's. */
-        struct store_deferred d = {.audit = *a};
-
-        d.audit.addr = xstrdup(a->addr ? a->addr : "");
-        d.audit.action = xstrdup(a->action);
-        d.audit.target_type = xstrdup(a->target_type);
-        d.audit.change = a->change ? xstrdup(a->change) : NULL;
-        store_deferred_add(st, &d);
-        return 0;
-    }
+    if (st->home) /* a change on another shard: the log is shard 0's */
+        return store_outbox_audit(st, a);
     bind_i64(&p[0], &admin);
     bind_str_in(&p[1], a->addr ? a->addr : "", &len[0]);
     bind_str_in(&p[2], a->action, &len[1]);

@@ -380,6 +380,28 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "INSERT INTO audit_log (admin_id, addr, action, target_type, "
         "target_id, change_json) VALUES (NULLIF(?, 0), ?, ?, ?, "
         "NULLIF(?, 0), ?)",
+    [STMT_OUTBOX_REFUND] =
+        "INSERT INTO shard_outbox (kind, order_id, txn_id, amount, reason) "
+        "VALUES (1, ?, ?, ?, ?)",
+    [STMT_OUTBOX_AUDIT] =
+        "INSERT INTO shard_outbox (kind, admin_id, addr, action, "
+        "target_type, target_id, change_json) VALUES (2, NULLIF(?, 0), ?, ?, "
+        "?, NULLIF(?, 0), ?)",
+    [STMT_OUTBOX_LIST] =
+        "SELECT id, kind, created, COALESCE(order_id, 0), "
+        "COALESCE(txn_id, ''), COALESCE(amount, 0), COALESCE(reason, 0), "
+        "COALESCE(admin_id, 0), COALESCE(addr, ''), COALESCE(action, ''), "
+        "COALESCE(target_type, ''), COALESCE(target_id, 0), change_json "
+        "FROM shard_outbox ORDER BY id LIMIT ?",
+    [STMT_OUTBOX_DELETE] = "DELETE FROM shard_outbox WHERE id = ?",
+    [STMT_REFUND_MOVE] =
+        "INSERT INTO refunds (order_id, txn_id, amount, reason, created) "
+        "VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id",
+    [STMT_AUDIT_MOVE] =
+        "INSERT INTO audit_log (created, admin_id, addr, action, "
+        "target_type, target_id, change_json, origin_shard, origin_id) "
+        "VALUES (?, NULLIF(?, 0), ?, ?, ?, NULLIF(?, 0), ?, ?, ?) "
+        "ON DUPLICATE KEY UPDATE id = id",
     [STMT_AUDIT_LIST] =
         "SELECT a.id, a.created, COALESCE(a.admin_id, 0), "
         "COALESCE(m.username, ''), a.addr, a.action, a.target_type, "
@@ -480,8 +502,6 @@ void store_free(struct store *st)
         for (unsigned i = 1; i < store_shard_count(st); i++)
             store_free(st->shard[i]);
     free(st->shard);
-    store_deferred_drop(st);
-    free(st->deferred);
     free(st);
 }
 
@@ -705,13 +725,9 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
     int was_open = st->my != NULL;
     int err;
 
-    /* Rows of shard 0 an attempt queued go with the attempt. */
-    store_deferred_drop(st);
     err = fn(st, arg);
-    if (err == -ENOTCONN && was_open) {
-        store_deferred_drop(st);
+    if (err == -ENOTCONN && was_open)
         err = fn(st, arg);
-    }
     return err;
 }
 
@@ -828,30 +844,6 @@ struct store *store_shard(struct store *st, unsigned i)
         h->shard[i] = s;
     }
     return h->shard[i];
-}
-
-void store_deferred_add(struct store *st, const struct store_deferred *d)
-{
-    if (st->ndeferred == st->deferred_cap) {
-        st->deferred_cap = st->deferred_cap ? 2 * st->deferred_cap : 4;
-        st->deferred =
-            xrealloc(st->deferred, st->deferred_cap * sizeof(*st->deferred));
-    }
-    st->deferred[st->ndeferred++] = *d;
-}
-
-void store_deferred_drop(struct store *st)
-{
-    for (size_t i = 0; i < st->ndeferred; i++) {
-        struct store_deferred *d = &st->deferred[i];
-
-        free(d->txn);
-        free((char *)d->audit.addr);
-        free((char *)d->audit.action);
-        free((char *)d->audit.target_type);
-        free((char *)d->audit.change);
-    }
-    st->ndeferred = 0;
 }
 
 /* ---- Redis ---- */

@@ -221,7 +221,7 @@ static int ctl_run(struct store *st, int (*fn)(struct store *, void *),
     st = store_by_id(st, a->id);
     for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
         err = store_retry(st, fn, a);
-    return store_deferred_flush(st, err);
+    return store_outbox_flush(st, err);
 }
 
 int store_sale_halt(struct store *st, int64_t voucher_id, enum store_halt halt,

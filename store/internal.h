@@ -178,6 +178,14 @@ enum stmt_id {
     STMT_ADMIN_GET,
     STMT_AUDIT_INSERT,
     STMT_AUDIT_LIST,
+    /* rows of shard 0 a transaction of another shard decided on
+     * (shard.c): into its outbox, and moved from there to shard 0 */
+    STMT_OUTBOX_REFUND,
+    STMT_OUTBOX_AUDIT,
+    STMT_OUTBOX_LIST,
+    STMT_OUTBOX_DELETE,
+    STMT_REFUND_MOVE,
+    STMT_AUDIT_MOVE,
     /* the purchase's CAS of the merged batch (the writer's is STOCK_TAKE) */
     STMT_SALE_TAKE,
     /* the operator's controls (controls.c): */
@@ -220,10 +228,10 @@ struct store {
     struct store *home;   /* NULL: this is the thread's shard 0 store */
     struct store **shard; /* [nshards], NULL until needed; home only */
     unsigned shard_no;    /* which shard this store's primary is */
-    /* Rows of shard 0 (an audit record, a refund) that a transaction on
-     * another shard decided on: written to shard 0 once it committed. */
-    struct store_deferred *deferred;
-    size_t ndeferred, deferred_cap;
+    /* An operation on this shard (not shard 0) wrote rows of shard 0 (an
+     * audit record, a refund) into the shard's outbox: store_outbox_flush()
+     * moves them once it committed. */
+    bool outbox_written;
 };
 
 /* ---- shards (shard.c; each shard's store is conn.c's) ---- */
@@ -238,34 +246,25 @@ struct store *store_by_id(struct store *st, int64_t id);
 /* The thread's store of shard 0 (st itself, or its home). */
 struct store *store_home(struct store *st);
 
-/* A row of shard 0 that a transaction of another shard decided on: an
- * audit record (store_audit_add()) or a refund (lifecycle.c); owned
- * strings. */
-struct store_deferred {
-    bool is_refund;
-    int64_t order_id, amount, reason; /* a refund */
-    char *txn;
-    struct store_audit audit; /* an audit record */
-};
-
 /* Record a refused payment's refund (shard.c): in st's open
- * transaction on shard 0, else deferred to shard 0 (above). */
+ * transaction, on shard 0 itself or into another shard's outbox, to be
+ * moved to shard 0 (below). */
 int store_refund_insert(struct store *st, int64_t order_id, const char *txn,
                         int64_t amount, int64_t reason);
 
-/* Queue d (its strings now st's) for store_deferred_flush(). */
-void store_deferred_add(struct store *st, const struct store_deferred *d);
+/* An audit record of a change on another shard than 0, into that shard's
+ * outbox in st's open transaction (audit.c's store_audit_add() on a
+ * shard's store). */
+int store_outbox_audit(struct store *st, const struct store_audit *a);
 
 /*
- * After an operation on st that queued rows of shard 0: err 0 (it
- * committed) writes them there, each on its own, and logs any that
- * fails (the shard's change stands: the caller's answer is its);
- * otherwise drops them. Returns err.
+ * After an operation on st that ended with err: when it wrote rows into
+ * its shard's outbox and may have committed (err 0, or -EINPROGRESS: the
+ * COMMIT's answer was lost), move them to shard 0 now
+ * (store_outbox_move(); a failure is logged and left to the expiry
+ * thread's sweep). Returns err.
  */
-int store_deferred_flush(struct store *st, int err);
-
-/* Drop the rows st queued for shard 0 (an attempt that did not commit). */
-void store_deferred_drop(struct store *st);
+int store_outbox_flush(struct store *st, int err);
 
 /*
  * Open a MySQL connection to c's server as every connection of the store

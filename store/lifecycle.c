@@ -129,7 +129,7 @@ static int run_tx(struct store *st, int (*fn)(struct store *, void *),
     for (int i = 0; i < PURCHASE_ATTEMPTS && err == -EDEADLK; i++)
         err = store_retry(st, fn, arg);
     /* What it decided for shard 0 (refunds), now that it committed. */
-    return store_deferred_flush(st, err);
+    return store_outbox_flush(st, err);
 }
 
 /* An order closed in the open transaction whose unit goes back. */

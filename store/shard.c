@@ -1,8 +1,11 @@
 /*
  * shard.c - sales sharded over several MySQL primaries (store.h, "shards"):
  * which shard an id lives on, and the rows of shard 0 (refunds, audit
- * records) that a transaction of another shard decided on. The thread's
- * store of each shard is conn.c's.
+ * records) that a transaction of another shard decided on: written into
+ * that shard's outbox (the table shard_outbox) in the transaction itself,
+ * so that they commit with it, and moved to shard 0 after the commit, or
+ * by the expiry thread's sweep after a crash. The thread's store of each
+ * shard is conn.c's.
  */
 #include "store/internal.h"
 
@@ -10,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 #include "idgen/idgen.h"
 
@@ -38,55 +42,210 @@ struct store *store_by_id(struct store *st, int64_t id)
 
 /* A refused payment (txn of amount for order id) to give back, in the
  * refusing transaction; refunds are shard 0's, so from another shard
- * after its commit. */
+ * into its outbox. */
 int store_refund_insert(struct store *st, int64_t id, const char *txn,
                         int64_t amount, int64_t reason)
 {
     MYSQL_BIND p[4] = {0};
     unsigned long len;
     MYSQL_STMT *s;
+    int err;
 
-    if (st->home) {
-        struct store_deferred d = {.is_refund = true,
-                                   .order_id = id,
-                                   .amount = amount,
-                                   .reason = reason,
-                                   .txn = xstrdup(txn)};
-
-        store_deferred_add(st, &d);
-        return 0;
-    }
     bind_i64(&p[0], &id);
     bind_str_in(&p[1], txn, &len);
     bind_i64(&p[2], &amount);
     bind_i64(&p[3], &reason);
-    return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
+    if (!st->home)
+        return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
+    err = store_stmt_exec(st, STMT_OUTBOX_REFUND, p, NULL, &s);
+    st->outbox_written |= !err;
+    return err;
 }
 
-int store_deferred_flush(struct store *st, int err)
+int store_outbox_audit(struct store *st, const struct store_audit *a)
 {
-    struct store *h = store_home(st);
+    MYSQL_BIND p[6] = {0};
+    unsigned long len[4];
+    int64_t admin = a->admin_id, target = a->target_id;
+    MYSQL_STMT *s;
+    int err;
 
-    for (size_t i = 0; i < st->ndeferred && !err; i++) {
-        struct store_deferred *d = &st->deferred[i];
-        /* Autocommitted, one by one: each row stands on its own. */
-        int e = d->is_refund ? store_refund_insert(h, d->order_id, d->txn,
-                                                   d->amount, d->reason)
-                             : store_audit_add(h, &d->audit);
+    bind_i64(&p[0], &admin);
+    bind_str_in(&p[1], a->addr ? a->addr : "", &len[0]);
+    bind_str_in(&p[2], a->action, &len[1]);
+    bind_str_in(&p[3], a->target_type, &len[2]);
+    bind_i64(&p[4], &target);
+    if (a->change)
+        bind_str_in(&p[5], a->change, &len[3]);
+    else
+        p[5].buffer_type = MYSQL_TYPE_NULL;
+    err = store_stmt_exec(st, STMT_OUTBOX_AUDIT, p, NULL, &s);
+    st->outbox_written |= !err;
+    return err;
+}
 
-        if (e && d->is_refund)
-            log_error("refund lost: shard 0 refused it after the order's "
-                      "shard committed",
-                      "shard=%u order=%lld txn=\"%s\" amount=%lld "
-                      "reason=%lld err=%d",
-                      st->shard_no, (long long)d->order_id, d->txn,
-                      (long long)d->amount, (long long)d->reason, e);
-        else if (e)
-            log_error("audit record lost: shard 0 refused it after the "
-                      "change's shard committed",
-                      "shard=%u action=%s target=%lld err=%d", st->shard_no,
-                      d->audit.action, (long long)d->audit.target_id, e);
+/* ---- the move from a shard's outbox to shard 0 ---- */
+
+/* Rows a move reads at once (each holds an audit change of up to
+ * STORE_AUDIT_CHANGE_MAX bytes). */
+#define OUTBOX_BATCH 16
+
+enum { OUTBOX_REFUND = 1, OUTBOX_AUDIT = 2 };
+
+/* One row of a shard's outbox, as read. */
+struct outbox_row {
+    int64_t id, kind, order_id, amount, reason, admin_id, target_id;
+    MYSQL_TIME created;
+    char txn[72], addr[72], action[40], target_type[24];
+    char change[STORE_AUDIT_CHANGE_MAX];
+    char change_null;
+    unsigned long len[5];
+};
+
+struct outbox_read {
+    struct outbox_row *rows, one;
+    MYSQL_BIND r[13];
+    size_t n;
+};
+
+static void outbox_fetched(void *ctx, size_t i)
+{
+    struct outbox_read *o = ctx;
+    struct outbox_row *r = &o->one;
+    char *s[] = {r->txn, r->addr, r->action, r->target_type, r->change};
+    size_t cap[] = {sizeof(r->txn), sizeof(r->addr), sizeof(r->action),
+                    sizeof(r->target_type), sizeof(r->change)};
+
+    /* The buffers hold every value the columns allow. */
+    for (size_t k = 0; k < 5; k++)
+        s[k][r->len[k] < cap[k] ? r->len[k] : 0] = '\0';
+    o->rows[i] = *r;
+}
+
+static int outbox_list_once(struct store *st, void *arg)
+{
+    struct outbox_read *o = arg;
+    struct outbox_row *r = &o->one;
+    MYSQL_BIND p[1] = {0};
+    int64_t max = OUTBOX_BATCH;
+
+    bind_i64(&p[0], &max);
+    memset(o->r, 0, sizeof(o->r));
+    bind_i64(&o->r[0], &r->id);
+    bind_i64(&o->r[1], &r->kind);
+    bind_time(&o->r[2], &r->created);
+    bind_i64(&o->r[3], &r->order_id);
+    bind_str_out(&o->r[4], r->txn, sizeof(r->txn), &r->len[0]);
+    bind_i64(&o->r[5], &r->amount);
+    bind_i64(&o->r[6], &r->reason);
+    bind_i64(&o->r[7], &r->admin_id);
+    bind_str_out(&o->r[8], r->addr, sizeof(r->addr), &r->len[1]);
+    bind_str_out(&o->r[9], r->action, sizeof(r->action), &r->len[2]);
+    bind_str_out(&o->r[10], r->target_type, sizeof(r->target_type), &r->len[3]);
+    bind_i64(&o->r[11], &r->target_id);
+    bind_str_out(&o->r[12], r->change, sizeof(r->change), &r->len[4]);
+    o->r[12].is_null = (my_bool *)&r->change_null;
+    return store_stmt_rows(st, STMT_OUTBOX_LIST, p, o->r, OUTBOX_BATCH,
+                           outbox_fetched, o, &o->n);
+}
+
+struct outbox_copy {
+    struct outbox_row *row;
+    int64_t shard;
+};
+
+/* Copy a row to shard 0 (h): a second copy of it changes nothing. */
+static int outbox_copy_once(struct store *h, void *arg)
+{
+    struct outbox_copy *c = arg;
+    struct outbox_row *r = c->row;
+    MYSQL_BIND p[9] = {0};
+    unsigned long len[4];
+    MYSQL_STMT *s;
+
+    if (r->kind == OUTBOX_REFUND) {
+        bind_i64(&p[0], &r->order_id);
+        bind_str_in(&p[1], r->txn, &len[0]);
+        bind_i64(&p[2], &r->amount);
+        bind_i64(&p[3], &r->reason);
+        bind_time(&p[4], &r->created);
+        return store_stmt_exec(h, STMT_REFUND_MOVE, p, NULL, &s);
     }
-    store_deferred_drop(st);
+    bind_time(&p[0], &r->created);
+    bind_i64(&p[1], &r->admin_id);
+    bind_str_in(&p[2], r->addr, &len[0]);
+    bind_str_in(&p[3], r->action, &len[1]);
+    bind_str_in(&p[4], r->target_type, &len[2]);
+    bind_i64(&p[5], &r->target_id);
+    if (r->change_null)
+        p[6].buffer_type = MYSQL_TYPE_NULL;
+    else
+        bind_str_in(&p[6], r->change, &len[3]);
+    bind_i64(&p[7], &c->shard);
+    bind_i64(&p[8], &r->id);
+    return store_stmt_exec(h, STMT_AUDIT_MOVE, p, NULL, &s);
+}
+
+static int outbox_delete_once(struct store *st, void *arg)
+{
+    MYSQL_BIND p[1] = {0};
+    MYSQL_STMT *s;
+
+    bind_i64(&p[0], arg);
+    return store_stmt_exec(st, STMT_OUTBOX_DELETE, p, NULL, &s);
+}
+
+int store_outbox_move(struct store *st, unsigned shard, size_t *moved)
+{
+    struct store *h = store_home(st), *s;
+    struct outbox_read *o;
+    int err;
+
+    *moved = 0;
+    if (shard == 0 || shard >= store_shard_count(h))
+        return 0;
+    s = store_shard(h, shard);
+    o = xcalloc(1, sizeof(*o));
+    o->rows = xcalloc(OUTBOX_BATCH, sizeof(*o->rows));
+    err = store_retry(s, outbox_list_once, o);
+    if (!err && o->n)
+        FAILPOINT("shard0_rows_before_move");
+    /* Each row copied, then forgotten: a crash in between copies it
+     * again, which changes nothing. */
+    for (size_t i = 0; i < o->n && !err; i++) {
+        struct outbox_copy c = {&o->rows[i], (int64_t)shard};
+
+        err = store_retry(h, outbox_copy_once, &c);
+        if (!err)
+            FAILPOINT("shard0_rows_before_forget");
+        if (!err)
+            err = store_retry(s, outbox_delete_once, &o->rows[i].id);
+        if (!err)
+            (*moved)++;
+    }
+    free(o->rows);
+    free(o);
+    return err;
+}
+
+int store_outbox_flush(struct store *st, int err)
+{
+    size_t n;
+    int e;
+
+    if (!st->outbox_written)
+        return err;
+    st->outbox_written = false;
+    if (err && err != -EINPROGRESS)
+        return err; /* rolled back: nothing of it is in the outbox */
+    /* Oldest first, with other operations' rows: a few batches, the
+     * sweep has the rest of a backlog. */
+    for (int i = 0; i < 8; i++)
+        if ((e = store_outbox_move(st, st->shard_no, &n)) || n < OUTBOX_BATCH)
+            break;
+    if (e)
+        log_warn("rows of shard 0 wait in a shard's outbox",
+                 "shard=%u err=%d (the expiry thread moves them later)",
+                 st->shard_no, e);
     return err;
 }

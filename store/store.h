@@ -166,6 +166,19 @@ unsigned store_shard_of(const struct store *st, int64_t id);
 int store_order_id_place(const struct store *st, int64_t voucher_id,
                          int64_t *id);
 
+/*
+ * Refunds and the audit log are shard 0's. A refund or an audit record
+ * that a transaction on another shard decides on is written into that
+ * shard's outbox in the transaction (so it commits or rolls back with the
+ * change it belongs to) and moved to shard 0 right after the commit. What
+ * a crash or an unreachable shard 0 left there, store_outbox_move() moves:
+ * up to a batch of shard's oldest rows, each copied to shard 0 (a second
+ * copy of a row changes nothing) and then deleted; *moved counts them.
+ * 0, or the first error (the rest stay for the next call). Shard 0 and a
+ * store of one shard have nothing to move.
+ */
+int store_outbox_move(struct store *st, unsigned shard, size_t *moved);
+
 /* Check both backends with a round trip each (for /readyz). */
 void store_ping(struct store *st, bool *mysql_ok, bool *redis_ok);
 

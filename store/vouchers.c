@@ -210,7 +210,7 @@ int store_voucher_insert(struct store *st, struct store_voucher *v,
     err = store_retry(st, voucher_insert_once, &a);
     if (err == -EEXIST)
         idgen_discard("voucher"); /* the block is suspect; nothing made */
-    return store_deferred_flush(st, err);
+    return store_outbox_flush(st, err);
 }
 
 /* Fetch context of the voucher SELECTs: one bound row, copied out. */

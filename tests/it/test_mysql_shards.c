@@ -26,7 +26,11 @@
  *     on shard 0;
  *   - async sales on two shards (test_async_on_shards): the writer puts
  *     each sale's orders on its shard, and a unit a cancel on shard 1
- *     gives back reaches Redis again (its record there dropped).
+ *     gives back reaches Redis again (its record there dropped);
+ *   - the rows of shard 0 that shard 1's transactions decide on (an
+ *     audit record, a refund) survive an instance killed between the
+ *     shard's commit and their move (test_shard0_rows_survive_a_crash,
+ *     with the failpoint build: SECKILL_FP_BIN).
  *
  * Not part of make test: make test-cluster.
  */
@@ -273,8 +277,8 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    static const char *const names[] = {"every", "stop",  "one",
-                                        "serve", "sales", "async"};
+    static const char *const names[] = {"every", "stop",  "one",   "serve",
+                                        "sales", "async", "outbox"};
     (void)state;
 
     for (int i = 0; i < SHARDS; i++) {
@@ -1201,6 +1205,153 @@ static void test_ids_of_the_day_run_out(void **state)
     assert_int_equal(it_server_stop(&srv), 0);
 }
 
+/* POST a seckill voucher of shop on s: the status (0 when the instance
+ * died before answering). */
+static long create_status(const struct it_server *s, int64_t shop)
+{
+    char begin[UTIL_TIME_LEN], end[UTIL_TIME_LEN], admin[TOKEN_STR_LEN];
+    struct it_resp resp;
+    char *body;
+    long st;
+
+    body = xasprintf("{\"shopId\":%lld,\"title\":\"outbox\","
+                     "\"subTitle\":\"sub\",\"rules\":\"one per user\","
+                     "\"payValue\":4750,\"actualValue\":5000,"
+                     "\"type\":\"seckill\",\"stock\":5,"
+                     "\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                     (long long)shop, it_time(-60, begin), it_time(3600, end));
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    st = it_http(s, "POST", "/api/vouchers", body, admin, &resp);
+    it_resp_free(&resp);
+    free(body);
+    return st;
+}
+
+/* Start the failpoint build (SECKILL_FP_BIN) on the shards with
+ * failpoints fps. */
+static void start_fp(struct it_server *srv, const char *tag, const char *shards,
+                     const char *fps)
+{
+    const char *fp_bin = getenv("SECKILL_FP_BIN");
+    char *bin = xstrdup(it_bin()), fpenv[128];
+
+    if (!fp_bin || !*fp_bin)
+        fail_msg("SECKILL_FP_BIN (the failpoint build's binary) is not set: "
+                 "make test-cluster sets it");
+    snprintf(fpenv, sizeof(fpenv), "SECKILL_FAILPOINTS=%s", fps);
+    setenv("SECKILL_BIN", fp_bin, 1);
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, fpenv, NULL};
+
+        assert_int_equal(it_server_start(srv, tag, env), 0);
+    }
+    setenv("SECKILL_BIN", bin, 1);
+    free(bin);
+}
+
+/* Wait up to 10 s for the count sql reads on shard i to be want. */
+static void await_count(int i, int64_t want, const char *sql)
+{
+    int64_t n = -1;
+
+    for (int t = 0; t < 100; t++) {
+        if ((n = sales_scalar(i, "%s", sql)) == want)
+            return;
+        usleep(100 * 1000);
+    }
+    fail_msg("shard %d: %s: %lld, not %lld after 10 s", i, sql, (long long)n,
+             (long long)want);
+}
+
+/*
+ * The rows of shard 0 that a transaction of shard 1 decided on (the audit
+ * record of a voucher made there, the refund of a payment for an order
+ * cancelled there) survive an instance killed between the shard's commit
+ * and their arrival on shard 0, and one killed after they arrived but
+ * before the shard forgot them: an instance started afterwards brings
+ * each to shard 0 exactly once. The kills are failpoints of the failpoint
+ * build (SECKILL_FP_BIN). Runs last: it reads its own databases.
+ */
+static void test_shard0_rows_survive_a_crash(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], sql[256], txn[64], *out;
+    struct it_server srv = {0};
+    int64_t shop = it_unique(), v, o;
+    int64_t buyer = SHARD_USER_BASE + 8000 + it_unique() % 1000;
+    long st = 201;
+    (void)state;
+
+    sales_db = "outbox";
+    make_db("outbox");
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "outbox", u0, sizeof(u0)),
+             url_on(1, "outbox", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run("outbox-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+
+    /* A voucher made on shard 1: killed once it committed there, before
+     * its audit record reached shard 0. */
+    start_fp(&srv, "outbox-kill-1", shards, "shard0_rows_before_move=kill");
+    for (int k = 0; k < 4 && st == 201; k++)
+        st = create_status(&srv, shop);
+    assert_int_equal(0, st);
+    for (int t = 0; t < 50 && it_server_alive(&srv); t++)
+        usleep(100 * 1000);
+    assert_false(it_server_alive(&srv));
+    v = sales_scalar(1, "SELECT COALESCE(MAX(id), 0) FROM vouchers");
+    assert_true(v > 0);
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(*) FROM audit_log WHERE action = "
+             "'voucher.create' AND target_id = %lld",
+             (long long)v);
+    assert_int_equal(0, sales_scalar(0, "%s", sql));
+
+    /* Started again, the instance brings it to shard 0, once. */
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(it_server_start(&srv, "outbox-after-1", env), 0);
+    }
+    await_count(0, 1, sql);
+    await_count(1, 0, "SELECT COUNT(*) FROM shard_outbox");
+    assert_int_equal(0, sales_scalar(1, "SELECT COUNT(*) FROM audit_log"));
+
+    /* An order on that voucher, cancelled; then its late payment, whose
+     * refund is shard 0's: killed after the refund reached shard 0 and
+     * before shard 1 forgot it. */
+    o = it_buy(&srv, v, buyer);
+    assert_int_equal(1, idgen_shard_of(o));
+    assert_int_equal(200, order_act(&srv, o, "cancel", buyer));
+    assert_int_equal(it_server_stop(&srv), 0);
+    start_fp(&srv, "outbox-kill-2", shards, "shard0_rows_before_forget=kill");
+    snprintf(txn, sizeof(txn), "late-%lld", (long long)o);
+    assert_int_equal(0, notify(&srv, o, 4750, txn));
+    for (int t = 0; t < 50 && it_server_alive(&srv); t++)
+        usleep(100 * 1000);
+    assert_false(it_server_alive(&srv));
+    assert_int_equal(1, sales_scalar(1, "SELECT COUNT(*) FROM shard_outbox"));
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(it_server_start(&srv, "outbox-after-2", env), 0);
+    }
+    await_count(1, 0, "SELECT COUNT(*) FROM shard_outbox");
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(*) FROM refunds WHERE order_id = %lld AND "
+             "txn_id = '%s' AND amount = 4750",
+             (long long)o, txn);
+    assert_int_equal(1, sales_scalar(0, "%s", sql));
+    assert_int_equal(0, sales_scalar(1, "SELECT COUNT(*) FROM refunds"));
+    assert_int_equal(4, order_status(1, o));
+    assert_voucher_whole(v, 1, 5);
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1212,6 +1363,7 @@ int main(void)
         cmocka_unit_test(test_sales_on_shards),
         cmocka_unit_test(test_async_on_shards),
         cmocka_unit_test(test_ids_of_the_day_run_out),
+        cmocka_unit_test(test_shard0_rows_survive_a_crash),
     };
     int failed;
 

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "common/util.h"
+#include "common/redis_keys.h"
 #include "idgen/idgen.h"
 
 static void test_parse_id(void **state)
@@ -107,6 +108,16 @@ static void test_day_key(void **state)
         idgen_legacy_day_key("order", 1640995199, key, sizeof(key)), 0);
     assert_string_equal(key, "icr:order:2021:12:31");
     assert_int_equal(idgen_day_key("order", 1640995200, key, 8), -ENAMETOOLONG);
+    /* Every counter carries the Redis prefix, the old names too: two
+     * deployments with their own prefixes on one Redis never count on a
+     * counter of the other's. */
+    assert_int_equal(0, redis_prefix_set("shop2:"));
+    assert_int_equal(idgen_day_key("order", 1640995200, key, sizeof(key)), 0);
+    assert_string_equal(key, "shop2:icr:{order}:2022:01:01");
+    assert_int_equal(
+        idgen_legacy_day_key("order", 1640995199, key, sizeof(key)), 0);
+    assert_string_equal(key, "shop2:icr:order:2021:12:31");
+    assert_int_equal(0, redis_prefix_set(""));
 }
 
 int main(void)
