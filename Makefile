@@ -547,7 +547,7 @@ test-cluster: $(BUILD)/tests/cluster_test_redis_cluster \
               $(BUILD)/tests/cluster_test_lock \
               $(BUILD)/tests/cluster_test_mysql_shards \
               $(BUILD)/tests/it_test_lifecycle $(BUILD)/tests/it_test_merged_orders \
-              $(BUILD)/seckilld services
+              $(BUILD)/seckilld $(BUILD)/tools/tcpproxy services
 	@scripts/redis-cluster.sh up
 	@scripts/services.sh reset-test
 	@set -a; . .run/env.test; set +a; SECKILL_BIN=$(BUILD)/seckilld \

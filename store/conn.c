@@ -487,6 +487,7 @@ static void mysql_drop(struct store *st)
     if (st->my)
         mysql_close(st->my);
     st->my = NULL;
+    st->my_nonblock = false;
 }
 
 void store_free(struct store *st)
@@ -619,7 +620,7 @@ int store_mysql_error(struct store *st, MYSQL_STMT *stmt, const char *op)
     return -EIO;
 }
 
-static MYSQL_STMT *stmt_get(struct store *st, enum stmt_id id, int *err)
+MYSQL_STMT *store_stmt_get(struct store *st, enum stmt_id id, int *err)
 {
     MYSQL_STMT *s = st->stmts[id];
 
@@ -647,7 +648,7 @@ int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
 
     if (err)
         return err;
-    s = stmt_get(st, id, &err);
+    s = store_stmt_get(st, id, &err);
     if (!s)
         return err;
     if ((params && mysql_stmt_bind_param(s, params)) || mysql_stmt_execute(s) ||
@@ -658,19 +659,13 @@ int store_stmt_exec(struct store *st, enum stmt_id id, MYSQL_BIND *params,
     return 0;
 }
 
-int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
-                    MYSQL_BIND *results, size_t max,
-                    void (*on_row)(void *ctx, size_t i), void *ctx,
-                    size_t *count)
+int store_stmt_fetch(struct store *st, MYSQL_STMT *s, enum stmt_id id,
+                     size_t max, void (*on_row)(void *ctx, size_t i), void *ctx,
+                     size_t *count)
 {
-    MYSQL_STMT *s;
     size_t n = 0;
-    int err = store_stmt_exec(st, id, params, results, &s);
-    int rc = MYSQL_NO_DATA;
+    int rc = MYSQL_NO_DATA, err = 0;
 
-    *count = 0;
-    if (err)
-        return err;
     while (n < max && (rc = mysql_stmt_fetch(s)) == 0) {
         if (on_row)
             on_row(ctx, n);
@@ -683,6 +678,23 @@ int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
         mysql_stmt_free_result(s);
     *count = err ? 0 : n;
     return err;
+}
+
+int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
+                    MYSQL_BIND *results, size_t max,
+                    void (*on_row)(void *ctx, size_t i), void *ctx,
+                    size_t *count)
+{
+    MYSQL_STMT *s;
+    int err = store_stmt_exec(st, id, params, results, &s);
+
+    *count = 0;
+    return err ? err : store_stmt_fetch(st, s, id, max, on_row, ctx, count);
+}
+
+const char *store_stmt_sql(enum stmt_id id)
+{
+    return stmt_sql[id];
 }
 
 int store_query(struct store *st, const char *sql)

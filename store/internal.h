@@ -208,7 +208,8 @@ enum stmt_id {
 
 struct store {
     const struct store_config *cfg;
-    MYSQL *my;                     /* NULL while disconnected */
+    MYSQL *my;        /* NULL while disconnected */
+    bool my_nonblock; /* my can make non-blocking calls (fanout.c) */
     MYSQL_STMT *stmts[STMT_COUNT]; /* prepared on first use */
     int64_t my_next_try_ms;        /* no reconnect before (monotonic) */
     /* Redis: link.rc on one server (NULL while disconnected), or
@@ -309,6 +310,43 @@ int store_stmt_rows(struct store *st, enum stmt_id id, MYSQL_BIND *params,
                     MYSQL_BIND *results, size_t max,
                     void (*on_row)(void *ctx, size_t i), void *ctx,
                     size_t *count);
+
+/* Statement id prepared on st's connection (once per connection), or
+ * NULL with *err as store_mysql_error(). The connection must be open. */
+MYSQL_STMT *store_stmt_get(struct store *st, enum stmt_id id, int *err);
+
+/* Statement id's text. */
+const char *store_stmt_sql(enum stmt_id id);
+
+/* The row-fetching half of store_stmt_rows(), on statement s of id whose
+ * result is stored: at most max rows, on_row after each. */
+int store_stmt_fetch(struct store *st, MYSQL_STMT *s, enum stmt_id id,
+                     size_t max, void (*on_row)(void *ctx, size_t i), void *ctx,
+                     size_t *count);
+
+/* One store's part of store_stmt_rows_each(): store_stmt_rows()'s
+ * arguments, and what it returned (err) and fetched (count). */
+struct store_rows_call {
+    struct store *st;
+    MYSQL_BIND *params, *results;
+    size_t max;
+    void (*on_row)(void *ctx, size_t i);
+    void *ctx;
+    size_t count;
+    int err;
+};
+
+/*
+ * store_stmt_rows() of statement id on n stores of different servers at
+ * once (fanout.c): every statement is sent before any answer is awaited
+ * (Connector/C's non-blocking calls, with one poll() over the sockets),
+ * so the servers work on them together and the time is the slowest one's
+ * round trip, not the sum. Each store as through store_retry(): an idle
+ * connection the server closed is reopened, and a call that lost its
+ * connection is tried once more on a new one. Sets each c[i].err and
+ * c[i].count; returns the first error in c's order, or 0.
+ */
+int store_stmt_rows_each(enum stmt_id id, struct store_rows_call *c, size_t n);
 
 /* Run a fixed statement such as "START TRANSACTION" or "ROLLBACK". */
 int store_query(struct store *st, const char *sql);

@@ -1,5 +1,6 @@
 /*
- * orders.c - reading orders: one by id, and a user's, newest first.
+ * orders.c - reading orders: one by id, and a user's, newest first (with
+ * sharded sales, every shard's at once: fanout.c).
  */
 #include "store/internal.h"
 
@@ -120,16 +121,24 @@ static int order_newer_first(const void *x, const void *y)
     return a > b ? -1 : a < b;
 }
 
+/* One shard's part of a user's merged list. */
+struct list_part {
+    struct order_fetch f;
+    struct store_order one;
+};
+
 int store_order_list(struct store *st, int64_t user_id, int64_t before,
                      unsigned limit, struct store_order **items, size_t *count)
 {
     struct list_args a = {user_id, before > 0 ? before : INT64_MAX, limit,
                           items, count};
-
     unsigned ns = store_shard_count(st);
-    struct store_order *all = NULL;
+    struct store_rows_call *c;
+    struct list_part *part;
+    struct store_order *all;
+    MYSQL_BIND p[3] = {0};
     size_t nall = 0;
-    int err = 0;
+    int err;
 
     *items = NULL;
     *count = 0;
@@ -138,25 +147,35 @@ int store_order_list(struct store *st, int64_t user_id, int64_t before,
     if (ns <= 1)
         return store_retry(st, order_list_once, &a);
     /*
-     * Every shard's newest page below the cursor, one shard after the
-     * other on this thread, merged: sharded ids sort by time across
-     * shards (idgen/idgen.h), so the newest limit of them all are the
-     * page, and its last id is the cursor of the next, as with one shard.
+     * Every shard's newest page below the cursor, asked of all the shards
+     * at once, merged: sharded ids sort by time across shards
+     * (idgen/idgen.h), so the newest limit of them all are the page, and
+     * its last id is the cursor of the next, as with one shard.
      */
-    for (unsigned i = 0; i < ns && !err; i++) {
-        struct store_order *got = NULL;
-        size_t n = 0;
-
-        a.items = &got;
-        a.count = &n;
-        err = store_retry(store_shard(st, i), order_list_once, &a);
-        if (!err && n) {
-            all = xrealloc(all, (nall + n) * sizeof(*all));
-            memcpy(all + nall, got, n * sizeof(*all));
-            nall += n;
-        }
-        free(got);
+    bind_i64(&p[0], &a.user_id);
+    bind_i64(&p[1], &a.before);
+    bind_i64(&p[2], &a.limit);
+    all = xcalloc((size_t)ns * limit, sizeof(*all));
+    part = xcalloc(ns, sizeof(*part));
+    c = xcalloc(ns, sizeof(*c));
+    for (unsigned i = 0; i < ns; i++) {
+        part[i].f.one = &part[i].one;
+        part[i].f.items = all + (size_t)i * limit;
+        order_row_bind(&part[i].f.row, &part[i].one);
+        c[i] = (struct store_rows_call){.st = store_shard(st, i),
+                                        .params = p,
+                                        .results = part[i].f.row.b,
+                                        .max = limit,
+                                        .on_row = order_fetched,
+                                        .ctx = &part[i].f};
     }
+    err = store_stmt_rows_each(STMT_ORDER_LIST, c, ns);
+    for (unsigned i = 0; i < ns && !err; i++) {
+        memmove(all + nall, all + (size_t)i * limit, c[i].count * sizeof(*all));
+        nall += c[i].count;
+    }
+    free(c);
+    free(part);
     if (err || nall == 0) {
         free(all);
         return err;

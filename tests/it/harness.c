@@ -1548,16 +1548,18 @@ int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target)
     return 0;
 }
 
-int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
+int it_proxy_ask(const struct it_proxy *p, const char *cmd, char *reply,
+                 size_t cap)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET,
                              .sin_port = htons(p->ctl),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    char line[160], reply[160] = "";
+    char line[160];
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     size_t have = 0;
     int rc = -1;
 
+    reply[0] = '\0';
     if (fd < 0)
         return -1;
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
@@ -1565,8 +1567,8 @@ int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
     snprintf(line, sizeof(line), "%s\n", cmd);
     if (write(fd, line, strlen(line)) != (ssize_t)strlen(line))
         goto out;
-    while (have < sizeof(reply) - 1 && !strchr(reply, '\n')) {
-        ssize_t n = read(fd, reply + have, sizeof(reply) - 1 - have);
+    while (have < cap - 1 && !strchr(reply, '\n')) {
+        ssize_t n = read(fd, reply + have, cap - 1 - have);
 
         if (n <= 0)
             break;
@@ -1579,6 +1581,13 @@ int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
 out:
     close(fd);
     return rc;
+}
+
+int it_proxy_ctl(const struct it_proxy *p, const char *cmd)
+{
+    char reply[160];
+
+    return it_proxy_ask(p, cmd, reply, sizeof(reply));
 }
 
 void it_proxy_stop(struct it_proxy *p)

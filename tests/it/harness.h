@@ -462,6 +462,9 @@ int it_proxy_start(struct it_proxy *p, const char *tag, uint16_t target);
 /* Send one control command ("stall", "latency 300", "heal"); 0 when it
  * answered "ok", else -1 with the answer on stderr. */
 int it_proxy_ctl(const struct it_proxy *p, const char *cmd);
+/* The same, with its answer line in reply (cap bytes; "" when none). */
+int it_proxy_ask(const struct it_proxy *p, const char *cmd, char *reply,
+                 size_t cap);
 /* Kill it (accepts a stopped one). */
 void it_proxy_stop(struct it_proxy *p);
 

@@ -30,7 +30,10 @@
  *   - the rows of shard 0 that shard 1's transactions decide on (an
  *     audit record, a refund) survive an instance killed between the
  *     shard's commit and their move (test_shard0_rows_survive_a_crash,
- *     with the failpoint build: SECKILL_FP_BIN).
+ *     with the failpoint build: SECKILL_FP_BIN);
+ *   - a buyer's orders are asked of both shards at once: with shard 0's
+ *     link stalled, shard 1 still gets the statement
+ *     (test_orders_read_every_shard_at_once).
  *
  * Not part of make test: make test-cluster.
  */
@@ -1352,6 +1355,137 @@ static void test_shard0_rows_survive_a_crash(void **state)
     sales_db = "sales";
 }
 
+/* "mysql://user:pass@127.0.0.1:PORT/<db_prefix><name>": shard i's
+ * credentials, through a proxy at port. */
+static const char *url_via(int i, uint16_t port, const char *name, char *buf,
+                           size_t cap)
+{
+    snprintf(buf, cap, "mysql://%s:%s@127.0.0.1:%u/%s%s", shard_url[i].user,
+             shard_url[i].pass, port, db_prefix, name);
+    return buf;
+}
+
+/* The bytes proxy p has forwarded so far. */
+static int64_t proxy_bytes(const struct it_proxy *p)
+{
+    char reply[160];
+    const char *b;
+
+    assert_int_equal(0, it_proxy_ask(p, "stats", reply, sizeof(reply)));
+    b = strstr(reply, "bytes=");
+    assert_non_null(b);
+    return strtoll(b + 6, NULL, 10);
+}
+
+/*
+ * A buyer's orders are asked of every shard at once, not one shard after
+ * the other: with shard 0's link stalled (a proxy that forwards nothing),
+ * the list's statement still reaches shard 1 (its proxy forwards bytes
+ * once the request is sent), and the page, once shard 0 answers again,
+ * has the orders of both.
+ */
+static void test_orders_read_every_shard_at_once(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], shards[ENV_CAP], tok[TOKEN_STR_LEN],
+        req[1024], *out = NULL;
+    struct it_proxy px[SHARDS] = {0};
+    struct it_server srv = {0};
+    int64_t shop = it_unique(), v[SHARDS] = {0}, o[SHARDS];
+    int64_t buyer = SHARD_USER_BASE + 7000 + it_unique() % 1000;
+    int64_t before, after = -1;
+    int fd;
+    (void)state;
+
+    sales_db = "fan";
+    make_db("fan");
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, "fan", u0, sizeof(u0)),
+             url_on(1, "fan", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run("fan-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+    for (int i = 0; i < SHARDS; i++)
+        assert_int_equal(0, it_proxy_start(&px[i], i ? "fan-1" : "fan-0",
+                                           shard_url[i].hosts[0].port));
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_via(0, px[0].port, "fan", u0, sizeof(u0)),
+             url_via(1, px[1].port, "fan", u1, sizeof(u1)));
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-fan", env), 0);
+    }
+    /* An order on each shard. */
+    for (int k = 0; k < 4 && (!v[0] || !v[1]); k++) {
+        int64_t x = it_seckill_create(&srv, shop, 5, -60, 3600);
+
+        v[voucher_shard(x)] = x;
+    }
+    for (int i = 0; i < SHARDS; i++) {
+        assert_true(v[i] > 0);
+        o[i] = it_buy(&srv, v[i], buyer);
+    }
+    /* Every task thread's connections to both shards open (the list
+     * reads both), so that the stalled shard is not met at a connect. */
+    it_token(buyer, TOKEN_ROLE_USER, 3600, tok);
+    {
+        enum { WARM = 24 };
+        struct it_req reqs[WARM];
+        struct it_resp resps[WARM];
+        const struct it_server *to[WARM];
+
+        for (int k = 0; k < WARM; k++) {
+            reqs[k] = (struct it_req){
+                .method = "GET", .path = "/api/orders?limit=10", .token = tok};
+            to[k] = &srv;
+        }
+        for (int r = 0; r < 3; r++) {
+            it_http_run_all(reqs, to, resps, WARM);
+            for (int k = 0; k < WARM; k++) {
+                assert_int_equal(200, resps[k].status);
+                it_resp_free(&resps[k]);
+            }
+        }
+    }
+
+    /* Shard 0 silent; the threads that talk to the shards on their own
+     * (the expiry, the async writer) settle waiting for it. */
+    assert_int_equal(0, it_proxy_ctl(&px[0], "stall"));
+    usleep(1500 * 1000);
+    before = proxy_bytes(&px[1]);
+    snprintf(req, sizeof(req),
+             "GET /api/orders?limit=10 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "Authorization: Bearer %s\r\nConnection: close\r\n\r\n",
+             tok);
+    fd = it_raw_connect(srv.port);
+    assert_true(fd >= 0);
+    assert_true(it_raw_send_str(fd, req));
+    for (int t = 0; t < 30 && after <= before; t++) {
+        usleep(100 * 1000);
+        after = proxy_bytes(&px[1]);
+    }
+    assert_int_equal(0, it_proxy_ctl(&px[0], "heal"));
+    assert_true(it_raw_read_to_close(fd, 10000, &out));
+    close(fd);
+    /* Shard 1 was asked while shard 0 was silent. */
+    assert_true(after > before);
+    assert_non_null(strstr(out, " 200 "));
+    for (int i = 0; i < SHARDS; i++) {
+        char id[32];
+
+        snprintf(id, sizeof(id), "\"%lld\"", (long long)o[i]);
+        assert_non_null(strstr(out, id));
+    }
+    free(out);
+    assert_int_equal(it_server_stop(&srv), 0);
+    for (int i = 0; i < SHARDS; i++)
+        it_proxy_stop(&px[i]);
+    sales_db = "sales";
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1364,6 +1498,7 @@ int main(void)
         cmocka_unit_test(test_async_on_shards),
         cmocka_unit_test(test_ids_of_the_day_run_out),
         cmocka_unit_test(test_shard0_rows_survive_a_crash),
+        cmocka_unit_test(test_orders_read_every_shard_at_once),
     };
     int failed;
 
