@@ -599,8 +599,11 @@ struct store_voucher {
  * With several shards the voucher goes to the next shard in turn (each
  * process its own turn), with an id from the ID worker (prefix "voucher",
  * one Redis round trip) that names that shard; its audit record is shard
- * 0's, written there right after the commit (store/internal.h, "rows of
- * shard 0"). -ENOTCONN also when Redis is unreachable.
+ * 0's, written to its shard's outbox and moved there after the commit
+ * (store_outbox_move()). With one shard, a sharded id of shard 0 too
+ * when the table's AUTO_INCREMENT has reached the sharded layout (a
+ * database that was shard 0 of sharded sales). -ENOTCONN also when Redis
+ * is unreachable.
  */
 int store_voucher_insert(struct store *st, struct store_voucher *v,
                          const struct store_audit *audit);

@@ -105,8 +105,15 @@ static int voucher_insert_once(struct store *st, void *arg)
     }
     if (err)
         goto rollback;
-    if (!a->id)
+    if (!a->id) {
         v->id = (int64_t)mysql_stmt_insert_id(s);
+        /* The table's AUTO_INCREMENT is in the sharded layout's range
+         * (below): not an id to keep. */
+        if (idgen_is_sharded(v->id)) {
+            err = -EOVERFLOW;
+            goto rollback;
+        }
+    }
 
     if (v->type == VOUCHER_SECKILL) {
         MYSQL_BIND q[8] = {0};
@@ -189,15 +196,27 @@ int store_voucher_insert(struct store *st, struct store_voucher *v,
     int64_t wid;
     int err;
 
-    if (n <= 1)
-        return store_retry(st, voucher_insert_once, &a);
-    /*
-     * Sharded: the shards in turn (each process its own turn, so several
-     * instances spread new vouchers evenly too), and an id from the ID
-     * worker that names the shard (AUTO_INCREMENT would repeat across
-     * shards).
-     */
-    shard = atomic_fetch_add(&next_shard, 1) % n;
+    if (n <= 1) {
+        err = store_retry(st, voucher_insert_once, &a);
+        if (err != -EOVERFLOW)
+            return err;
+        /*
+         * The vouchers' AUTO_INCREMENT is past 2^62: the database was
+         * shard 0 of sharded sales, whose ids (inserted as they are) push
+         * it there. Its next value would decode as a sharded id of
+         * whatever shard its low bits say, and be looked for there once
+         * sales are sharded again: a sharded id of shard 0 instead.
+         */
+        shard = 0;
+    } else {
+        /*
+         * Sharded: the shards in turn (each process its own turn, so
+         * several instances spread new vouchers evenly too), and an id
+         * from the ID worker that names the shard (AUTO_INCREMENT would
+         * repeat across shards).
+         */
+        shard = atomic_fetch_add(&next_shard, 1) % n;
+    }
     l = store_redis_link(st);
     err = l ? idgen_next(l, "voucher", &wid) : -ECONNRESET;
     if (!err)

@@ -33,7 +33,11 @@
  *     with the failpoint build: SECKILL_FP_BIN);
  *   - a buyer's orders are asked of both shards at once: with shard 0's
  *     link stalled, shard 1 still gets the statement
- *     (test_orders_read_every_shard_at_once).
+ *     (test_orders_read_every_shard_at_once);
+ *   - a database whose vouchers' AUTO_INCREMENT was pushed into the
+ *     sharded range (it was shard 0 of sharded sales), served alone,
+ *     gives new vouchers sharded ids of shard 0, found there once sales
+ *     are sharded again (test_auto_increment_in_the_sharded_range).
  *
  * Not part of make test: make test-cluster.
  */
@@ -1486,6 +1490,68 @@ static void test_orders_read_every_shard_at_once(void **state)
     sales_db = "sales";
 }
 
+/*
+ * A database that was shard 0 of sharded sales has its vouchers'
+ * AUTO_INCREMENT past the sharded ids it holds. Served alone again (a
+ * list of one), a new voucher must not take the next AUTO_INCREMENT
+ * value, whose low bits would name another shard once sales are sharded
+ * again: it gets a sharded id of shard 0, and two shards find it there.
+ */
+static void test_auto_increment_in_the_sharded_range(void **state)
+{
+    char u0[URL_CAP], u1[URL_CAP], one[ENV_CAP], two[ENV_CAP], path[96], *out;
+    struct it_server srv = {0};
+    struct it_resp resp = {0};
+    int64_t shop = it_unique(), v;
+    (void)state;
+
+    sales_db = "autoinc";
+    make_db("autoinc");
+    snprintf(one, sizeof(one), "SECKILL_MYSQL_SHARDS=%s",
+             url_on(0, "autoinc", u0, sizeof(u0)));
+    snprintf(two, sizeof(two), "SECKILL_MYSQL_SHARDS=%s,%s", u0,
+             url_on(1, "autoinc", u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), two, NULL};
+
+        assert_int_equal(run("autoinc-migrate", "migrate", env, &out), 0);
+        free(out);
+    }
+    /* Where a sharded voucher id of shard 0 leaves the counter. */
+    assert_int_equal(0, sales_scalar(0, "SELECT COUNT(*) FROM vouchers"));
+    {
+        char db[96], sql[256];
+
+        snprintf(sql, sizeof(sql),
+                 "ALTER TABLE `%s`.vouchers AUTO_INCREMENT = %llu",
+                 db_name("autoinc", db, sizeof(db)),
+                 (unsigned long long)((1ULL << IDGEN_SHARDED_BIT) +
+                                      (1ULL << 20) * 64 + 1));
+        shard_exec(0, "%s", sql);
+    }
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), one, NULL};
+
+        assert_int_equal(it_server_start(&srv, "autoinc-one", env), 0);
+    }
+    v = it_seckill_create(&srv, shop, 3, -60, 3600);
+    assert_true(idgen_is_sharded(v));
+    assert_int_equal(0, (int)idgen_shard_of(v));
+    assert_int_equal(it_server_stop(&srv), 0);
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), two, NULL};
+
+        assert_int_equal(it_server_start(&srv, "autoinc-two", env), 0);
+    }
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
+    assert_int_equal(200, get_as(&srv, path, 1, &resp));
+    it_resp_free(&resp);
+    it_buy(&srv, v, SHARD_USER_BASE + 6000 + it_unique() % 1000);
+    assert_voucher_whole(v, 0, 3);
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1499,6 +1565,7 @@ int main(void)
         cmocka_unit_test(test_ids_of_the_day_run_out),
         cmocka_unit_test(test_shard0_rows_survive_a_crash),
         cmocka_unit_test(test_orders_read_every_shard_at_once),
+        cmocka_unit_test(test_auto_increment_in_the_sharded_range),
     };
     int failed;
 
