@@ -531,17 +531,31 @@ static void render_waits(struct out *o, const struct sums *s)
 
 static void render_replica(struct out *o, const struct metrics_extra *extra)
 {
-    if (!extra || !extra->replica)
+    char label[32] = "";
+
+    if (!extra || !extra->nreplicas)
         return;
     out_meta(o, "mysql_replica_up", "gauge",
-             "1 while voucher reads go to the MySQL read replica: it "
-             "answers, replicates and lags no more than the bound.");
-    out_printf(o, "seckill_mysql_replica_up %d\n", extra->replica_up ? 1 : 0);
+             "1 while voucher reads go to the MySQL read replica (of the "
+             "shard, with sharded sales): it answers, replicates and lags "
+             "no more than the bound.");
+    for (size_t i = 0; i < extra->nreplicas; i++) {
+        if (extra->replicas_by_shard)
+            snprintf(label, sizeof(label), "{shard=\"%u\"}",
+                     extra->replicas[i].shard);
+        out_printf(o, "seckill_mysql_replica_up%s %d\n", label,
+                   extra->replicas[i].up ? 1 : 0);
+    }
     out_meta(o, "mysql_replica_lag_seconds", "gauge",
-             "How far the read replica is behind the primary "
+             "How far the read replica is behind its primary "
              "(Seconds_Behind_Master); -1 when unknown.");
-    out_printf(o, "seckill_mysql_replica_lag_seconds %lld\n",
-               (long long)extra->replica_lag_s);
+    for (size_t i = 0; i < extra->nreplicas; i++) {
+        if (extra->replicas_by_shard)
+            snprintf(label, sizeof(label), "{shard=\"%u\"}",
+                     extra->replicas[i].shard);
+        out_printf(o, "seckill_mysql_replica_lag_seconds%s %lld\n", label,
+                   (long long)extra->replicas[i].lag_s);
+    }
 }
 
 static void render_queues(struct out *o, const struct metrics_extra *extra)

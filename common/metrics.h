@@ -101,6 +101,13 @@ void metrics_observe_wait(enum metric_wait w, uint64_t ns);
 void metrics_request_observe(unsigned route, unsigned status,
                              uint64_t duration_ns);
 
+/* One read replica's state, as /metrics shows it. */
+struct metrics_replica {
+    unsigned shard;
+    bool up;       /* voucher reads go there */
+    int64_t lag_s; /* -1: unknown */
+};
+
 /* What the caller knows that this module cannot see. */
 struct metrics_extra {
     const char *const *route_names; /* route_names[i] names route i */
@@ -121,11 +128,13 @@ struct metrics_extra {
     const unsigned *backlog_depths;
     size_t backlogs;
     double writer_lag_s;
-    /* The read replica, when there is one (seckill_mysql_replica_up and
-     * seckill_mysql_replica_lag_seconds): */
-    bool replica;
-    bool replica_up;       /* voucher reads go there */
-    int64_t replica_lag_s; /* -1: unknown */
+    /* The read replicas (seckill_mysql_replica_up and
+     * seckill_mysql_replica_lag_seconds), one per shard that has one;
+     * labelled by shard with sharded sales, else shard 0's alone without
+     * a label: */
+    const struct metrics_replica *replicas;
+    size_t nreplicas;
+    bool replicas_by_shard;
 };
 
 /*

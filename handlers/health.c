@@ -48,10 +48,23 @@ unsigned ready_get(struct request *req)
     checks = json_pack("{s:s,s:s,s:s,s:s}", "mysql", h.mysql_ok ? "ok" : "down",
                        "redis", h.redis_ok ? "ok" : "down", "lock", lock_ok,
                        "lockBackend", h.lock_backend);
-    /* The read replica is optional: reported, never a reason to be
-     * unready. */
-    if (h.replica)
-        json_object_set_new(checks, "mysqlReplica", json_string(h.replica_why));
+    /* The read replicas are optional: reported, never a reason to be
+     * unready. Shard 0's (the one replica without sharded sales) as
+     * mysqlReplica; with sharded sales every shard's by its number too. */
+    if (h.nreplicas && h.replicas[0].shard == 0)
+        json_object_set_new(checks, "mysqlReplica",
+                            json_string(h.replicas[0].why));
+    if (h.nreplicas && h.sharded) {
+        json_t *by = json_object();
+
+        for (size_t i = 0; i < h.nreplicas; i++) {
+            char key[16];
+
+            snprintf(key, sizeof(key), "%u", h.replicas[i].shard);
+            json_object_set_new(by, key, json_string(h.replicas[i].why));
+        }
+        json_object_set_new(checks, "mysqlShardReplicas", by);
+    }
     /* Only on a Redis Cluster: every primary's cluster_state. */
     if (h.redis_cluster)
         json_object_set_new(checks, "redisCluster",

@@ -132,7 +132,7 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 
 void sale_health_check(struct sale *s, struct sale_health *h)
 {
-    struct store_replica_state rs;
+    struct store_replica_state rs[STORE_SHARDS_MAX];
 
     memset(h, 0, sizeof(*h));
     store_ping(sale__store(s), &h->mysql_ok, &h->redis_ok);
@@ -144,17 +144,20 @@ void sale_health_check(struct sale *s, struct sale_health *h)
         h->lock_err = lock_client_ping(s->cfg.locks);
         h->lock_backend = lock_client_backend(s->cfg.locks);
     }
-    /* The read replica is optional: without it reads go to the primary,
-     * so it is reported but never makes the instance unready. */
-    store_replica_state_get(&rs);
-    h->replica = rs.configured;
-    h->replica_why = rs.why;
+    /* The read replicas are optional: without one reads go to the
+     * primary, so they are reported but never make the instance unready. */
+    h->nreplicas = store_replica_states(rs, STORE_SHARDS_MAX);
+    for (size_t i = 0; i < h->nreplicas; i++) {
+        h->replicas[i].shard = rs[i].shard;
+        h->replicas[i].why = rs[i].why;
+    }
+    h->sharded = store_shard_count(sale__store(s)) > 1;
 }
 
 void sale_gauges_read(struct sale *s, struct sale_gauges *g,
                       struct metrics_extra *x)
 {
-    struct store_replica_state rs;
+    struct store_replica_state rs[STORE_SHARDS_MAX];
     int64_t oldest_ms;
 
     {
@@ -187,8 +190,10 @@ void sale_gauges_read(struct sale *s, struct sale_gauges *g,
         int64_t lag = util_now_ms() - oldest_ms;
         x->writer_lag_s = lag > 0 ? (double)lag / 1000.0 : 0.0;
     }
-    store_replica_state_get(&rs);
-    x->replica = rs.configured;
-    x->replica_up = rs.usable;
-    x->replica_lag_s = rs.lag_s;
+    x->nreplicas = store_replica_states(rs, STORE_SHARDS_MAX);
+    for (size_t i = 0; i < x->nreplicas; i++)
+        g->replicas[i] = (struct metrics_replica){
+            .shard = rs[i].shard, .up = rs[i].usable, .lag_s = rs[i].lag_s};
+    x->replicas = g->replicas;
+    x->replicas_by_shard = store_shard_count(sale__store(s)) > 1;
 }

@@ -636,8 +636,14 @@ struct sale_health {
     const char *redis_cluster;
     int lock_err;             /* 0, or the lock backend's ping error */
     const char *lock_backend; /* "redis", "zookeeper", ... ("none") */
-    bool replica;             /* a read replica is configured */
-    const char *replica_why;  /* its state: "ok", "lagging", "down", ... */
+    /* The read replicas, one per shard that has one, in shard order:
+     * each one's state ("ok", "lagging", "down", ...). */
+    struct {
+        unsigned shard;
+        const char *why;
+    } replicas[STORE_SHARDS_MAX];
+    size_t nreplicas;
+    bool sharded; /* sales are sharded over several primaries */
 };
 
 /* Ping MySQL and Redis on this thread's store and the lock backend. Waits. */
@@ -652,6 +658,7 @@ struct sale_gauges {
     unsigned queue_depths[SALE_GAUGES_TOP];
     int64_t backlog_ids[SALE_GAUGES_TOP];
     unsigned backlog_depths[SALE_GAUGES_TOP];
+    struct metrics_replica replicas[STORE_SHARDS_MAX];
 };
 
 /*

@@ -267,15 +267,23 @@ void store_replica_monitor_stop(struct store_replica_monitor *m)
     free(m);
 }
 
-void store_replica_state_get(struct store_replica_state *out)
+size_t store_replica_states(struct store_replica_state *out, size_t max)
 {
-    struct view *w = &views[0];
-    int v = atomic_load(&w->verdict);
+    size_t n = 0;
 
-    out->configured = atomic_load(&w->running);
-    out->usable = out->configured && v == VERDICT_OK;
-    out->lag_s = atomic_load(&w->running) ? atomic_load(&w->lag_s) : -1;
-    out->why = verdict_names[v];
+    for (unsigned i = 0; i < STORE_SHARDS_MAX && n < max; i++) {
+        struct view *w = &views[i];
+        int v;
+
+        if (!atomic_load(&w->running))
+            continue;
+        v = atomic_load(&w->verdict);
+        out[n++] = (struct store_replica_state){.shard = i,
+                                                .usable = v == VERDICT_OK,
+                                                .lag_s = atomic_load(&w->lag_s),
+                                                .why = verdict_names[v]};
+    }
+    return n;
 }
 
 struct store *store_reader(struct store *st)

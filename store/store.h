@@ -204,17 +204,18 @@ struct store_replica_monitor *
 store_replica_monitor_start(const struct store_config *cfg);
 void store_replica_monitor_stop(struct store_replica_monitor *m);
 
-/* What the monitor knows of shard 0's replica, for /metrics and /readyz
- * (the other shards' are in the log only). */
+/* What the monitor knows of one shard's replica, for /metrics and
+ * /readyz. */
 struct store_replica_state {
-    bool configured; /* the process has a monitor running */
+    unsigned shard;  /* whose replica: 0 without sharded sales */
     bool usable;     /* voucher reads go to the replica */
     int64_t lag_s;   /* its last lag; -1: unknown (down, not replicating) */
     const char *why; /* "ok", "lagging", "down", "not replicating", ... */
 };
 
-/* The monitor's last finding. Lock-free; no I/O. */
-void store_replica_state_get(struct store_replica_state *out);
+/* The monitor's last findings, one per shard that has a replica, in
+ * shard order, into out (at most max): how many. Lock-free; no I/O. */
+size_t store_replica_states(struct store_replica_state *out, size_t max);
 
 /* ---- the schema and its migrations (migrate.c) ---- */
 

@@ -11,7 +11,10 @@
  * (read from the primary); a buyer's own orders and everything a purchase
  * reads come from the primary; the lag and whether the replica is used
  * are on /metrics; a replica that lags past the bound, and one that is
- * down, is skipped without a single failed request.
+ * down, is skipped without a single failed request. With sales sharded
+ * over two databases of the primary, shard 1's replica (the replica's
+ * copy of its database) takes that shard's reads and is reported by its
+ * shard on /metrics and /readyz.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -29,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "idgen/idgen.h"
 #include "tests/it/harness.h"
 
 #define DB "seckill_replica"
@@ -366,6 +370,113 @@ static void test_reads_go_to_the_replica(void **state)
     it_resp_free(&resp);
 }
 
+/* One metric's value from /metrics of s (-1e9 when absent). */
+static double metric_of(const struct it_server *s, const char *name)
+{
+    struct it_resp resp;
+    double v = -1e9;
+    char key[160];
+
+    it_http(s, "GET", "/metrics", NULL, NULL, &resp);
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *p = resp.body ? strstr(resp.body, key) : NULL;
+    if (p)
+        v = strtod(p + strlen(key), NULL);
+    it_resp_free(&resp);
+    return v;
+}
+
+#define DB_S0 DB "_s0"
+#define DB_S1 DB "_s1"
+
+/*
+ * Sales sharded over two databases of the primary, shard 1 with the
+ * replica's copy of its database as its replica and shard 0 with none:
+ * shard 1's voucher reads go to its replica, and /metrics and /readyz
+ * report that replica by its shard.
+ */
+static void test_shard_replica(void **state)
+{
+    char shards[512], replicas[512], title[256], path[96];
+    struct it_server s2 = {0};
+    struct it_resp resp;
+    int64_t v = 0, shop2 = 800000 + util_now_ms() % 100000;
+    int64_t deadline;
+    (void)state;
+
+    for (int i = 0; i < 2; i++) {
+        const char *db = i ? DB_S1 : DB_S0;
+
+        assert_int_equal(0, sql_at(&primary, NULL, 0,
+                                   "CREATE DATABASE %s CHARACTER SET utf8mb4 "
+                                   "COLLATE utf8mb4_bin; GRANT ALL ON %s.* "
+                                   "TO 'seckill'@'127.0.0.1'; USE %s;\n"
+                                   "source sql/schema.sql",
+                                   db, db, db));
+    }
+    assert_int_equal(0, caught_up());
+    snprintf(shards, sizeof(shards),
+             "SECKILL_MYSQL_SHARDS=mysql://seckill:seckill@127.0.0.1:%u/" DB_S0
+             ",mysql://seckill:seckill@127.0.0.1:%u/" DB_S1,
+             (unsigned)primary.port, (unsigned)primary.port);
+    snprintf(replicas, sizeof(replicas),
+             "SECKILL_MYSQL_SHARD_REPLICAS=,mysql://seckill:seckill@"
+             "127.0.0.1:%u/" DB_S1,
+             (unsigned)replica.port);
+    {
+        const char *const env[] = {"SECKILL_MYSQL_URL",
+                                   "SECKILL_MYSQL_REPLICA_URL",
+                                   shards,
+                                   replicas,
+                                   "SECKILL_MYSQL_REPLICA_MAX_LAG_S=" MAX_LAG,
+                                   "SECKILL_RATE_USER=0",
+                                   NULL};
+
+        assert_int_equal(0, it_server_start(&s2, "replica-shards", env));
+    }
+    deadline = util_mono_ms() + NOTICE_MS;
+    while (metric_of(&s2, "seckill_mysql_replica_up{shard=\"1\"}") != 1) {
+        if (util_mono_ms() > deadline)
+            fail_msg("shard 1's replica not in use within %d ms", NOTICE_MS);
+        usleep(100 * 1000);
+    }
+    assert_true(metric_of(&s2, "seckill_mysql_replica_lag_seconds{shard="
+                               "\"1\"}") >= 0);
+    /* Shard 0 has none, and nothing is reported without a shard. */
+    assert_true(metric_of(&s2, "seckill_mysql_replica_up{shard=\"0\"}") ==
+                -1e9);
+    assert_true(metric_of(&s2, "seckill_mysql_replica_up") == -1e9);
+    it_http(&s2, "GET", "/readyz", NULL, NULL, &resp);
+    it_assert_status(&resp, 200);
+    {
+        const json_t *checks = json_object_get(resp.json, "checks");
+        const json_t *by = json_object_get(checks, "mysqlShardReplicas");
+
+        assert_null(json_object_get(checks, "mysqlReplica"));
+        assert_int_equal(1, json_object_size(by));
+        assert_string_equal("ok", it_json_str(by, "1"));
+    }
+    it_resp_free(&resp);
+
+    /* A voucher of shard 1, changed on the replica alone: read there. */
+    for (int k = 0; k < 4 && !(v && idgen_shard_of(v) == 1); k++)
+        v = it_seckill_create(&s2, shop2, 5, -5, 3600);
+    assert_int_equal(1, (int)idgen_shard_of(v));
+    assert_int_equal(0, caught_up());
+    assert_int_equal(0, sql_at(&replica, NULL, 0,
+                               "SET sql_log_bin = 0; UPDATE " DB_S1
+                               ".vouchers SET title = 'on the replica' "
+                               "WHERE id = %lld",
+                               (long long)v));
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
+    it_http(&s2, "GET", path, NULL, NULL, &resp);
+    it_assert_status(&resp, 200);
+    snprintf(title, sizeof(title), "%s", it_json_str(resp.json, "title"));
+    it_resp_free(&resp);
+    assert_string_equal("on the replica", title);
+    assert_int_equal(0, it_server_stop(&s2));
+}
+
 /* A voucher the replica has not received yet is read back all the same. */
 static void test_read_your_writes(void **state)
 {
@@ -448,6 +559,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_go_to_the_replica),
+        cmocka_unit_test(test_shard_replica),
         cmocka_unit_test(test_read_your_writes),
         cmocka_unit_test(test_lagging_replica_skipped),
         cmocka_unit_test(test_down_replica_skipped),
