@@ -82,6 +82,21 @@ HZ=$(getconf CLK_TCK)
 listener() { ss -Hltnp "( sport = :$1 )" | sed -n 's/.*pid=\([0-9]*\),.*/\1/p' | head -1; }
 MYSQLD=$(listener "$MY_PORT")
 REDIS=$(listener "$R_PORT")
+# Every command's calls and microseconds on the Redis servers at ports
+# (INFO commandstats), summed over them: "command calls usec" lines.
+cmdstats() {
+    local p
+    for p in "$@"; do redis-cli -p "$p" INFO commandstats; done | tr -d '\r' |
+        awk -F'[:,=]' '/^cmdstat_/ { c[$1] += $3; u[$1] += $5 }
+            END { for (k in c) print substr(k, 9), c[k], u[k] }' | sort
+}
+# What each command cost a purchase between two cmdstats (files a, b),
+# over orders purchases: "command calls/purchase µs/purchase".
+cmdstats_per() { # a b orders
+    join -a2 -e0 -o 2.1,1.2,1.3,2.2,2.3 "$1" "$2" |
+        awk -v o="$3" '{ dc = $4 - $2; du = $5 - $3
+            if (dc > 0) printf "%s %.3f %.2f\n", $1, dc / o, du / o }'
+}
 [[ -n $MYSQLD && -n $REDIS ]] || die "cannot find the pids of MariaDB (:$MY_PORT) and Redis (:$R_PORT)"
 
 HAPROXY_PID=
@@ -231,12 +246,18 @@ if [[ -n $MANY ]]; then
 fi
 SHARD_URLS=
 CLUSTER_URL=
+FSYNC_NOTE=
 for setup in $MANY; do
     [[ $setup =~ ^(one|cluster|shards|both)$ ]] ||
         die "unknown BENCH_SCALE_MANY setup '$setup' (one, cluster, shards, both)"
     if [[ $setup =~ ^(cluster|both)$ && -z $CLUSTER_URL ]]; then
-        "$ROOT/scripts/redis-cluster.sh" up >"$OUT_SCALE/redis-cluster.log" 2>&1 ||
+        # Every node fsyncs as make services' Redis does (once a second),
+        # so that the two columns differ by the cluster alone; the async
+        # mode's "always" is a setting away (SECKILL_REDIS_CLUSTER_FSYNC).
+        SECKILL_REDIS_CLUSTER_FSYNC=${SECKILL_REDIS_CLUSTER_FSYNC:-everysec} \
+            "$ROOT/scripts/redis-cluster.sh" up >"$OUT_SCALE/redis-cluster.log" 2>&1 ||
             die "the Redis Cluster did not start ($OUT_SCALE/redis-cluster.log)"
+        FSYNC_NOTE="The cluster's nodes at appendfsync ${SECKILL_REDIS_CLUSTER_FSYNC:-everysec}, make services' Redis at $(redis-cli -p "$R_PORT" CONFIG GET appendfsync | tail -1); each setup's Redis commands a purchase: many-SETUP-commands.txt."
         CLUSTER_URL=$("$ROOT/scripts/redis-cluster.sh" url)
     fi
     if [[ -z $SHARD_URLS ]]; then
@@ -256,6 +277,7 @@ for setup in $MANY; do
         shard_ports+=("${u%%/*}")
     done
     redises=("$REDIS")
+    rports=("$R_PORT")
     pid=$(
         case $setup in cluster | both) export SECKILL_REDIS_URL=$CLUSTER_URL ;; esac
         case $setup in
@@ -271,10 +293,12 @@ for setup in $MANY; do
         # The primaries, and apart from them the replicas' own work (the
         # one Redis has none).
         redises=()
+        rports=()
         for ((k = 0; k < 6; k++)); do
             p=$((${SECKILL_REDIS_CLUSTER_PORT:-17001} + k))
             if redis-cli -p "$p" ROLE | head -1 | grep -qx master; then
                 redises+=("$(listener "$p")")
+                rports+=("$p")
             else
                 replicas+=("$(listener "$p")")
             fi
@@ -293,6 +317,7 @@ for setup in $MANY; do
     m0=$(cpu_ticks "${mysqlds[@]}")
     r0=$(cpu_ticks "${redises[@]}")
     q0=$(cpu_ticks "${replicas[@]}")
+    cmdstats "${rports[@]}" >"$RAW/many-$setup-commands.0"
     t0=$(date +%s%N)
     USERS_CSV=$TOKENS BUY_PATHS=${paths%,} BUY_THREADS=2 \
         BUY_REPORT=$RAW/many-$setup.json \
@@ -304,6 +329,7 @@ for setup in $MANY; do
     m1=$(cpu_ticks "${mysqlds[@]}")
     r1=$(cpu_ticks "${redises[@]}")
     q1=$(cpu_ticks "${replicas[@]}")
+    cmdstats "${rports[@]}" >"$RAW/many-$setup-commands.1"
     stop_pids "$pid"
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
     orders=0
@@ -338,9 +364,17 @@ for setup in $MANY; do
     shards) label="one Redis, 2 MariaDB shards ($on_shard1 of $NV vouchers on shard 1)" ;;
     both) label="Redis Cluster, 2 MariaDB shards ($on_shard1 of $NV on shard 1)" ;;
     esac
+    # Where Redis' part went: each command's calls and µs a purchase on
+    # the primaries; the rest of their CPU is outside any command (the
+    # event loop, the sockets, replication, the cluster bus).
+    {
+        echo "$label: command calls/purchase µs/purchase (primaries' CPU $ur µs a purchase)"
+        cmdstats_per "$RAW/many-$setup-commands.0" "$RAW/many-$setup-commands.1" "$orders"
+    } >"$OUT_SCALE/many-$setup-commands.txt"
     echo "| $label | $rate | $(j "$RAW/many-$setup.json" .p99_ms) | $ua | $um | $ur | $ut | ${replicas:+$uq} |" >>"$OUT_SCALE/summary.md"
     say "$label: $rate purchases/s; µs a purchase: seckilld $ua mariadbd $um redis $ur (all $ut)${replicas:+; the replicas $uq}"
 done
+[[ -z $FSYNC_NOTE ]] || printf '\n%s\n' "$FSYNC_NOTE" >>"$OUT_SCALE/summary.md"
 ((BROKEN == 0)) || die "an invariant broke (raw/invariants-*.json)"
 # The simulation starts from one instance behind haproxy: the balancer in
 # the path, and no other instance competing for this machine's cores.

@@ -239,10 +239,12 @@ int lock_acquire_many(struct lock **locks, size_t n, uint32_t lease_ms,
 /*
  * Release each of locks[0..n) (mutexes, each held exactly once), as
  * lock_release(), in one round trip on Redis: a release whose answer was
- * lost is asked once more and answers as the first would have. Unlike
- * lock_release() it keeps nothing pending: a release that still failed
- * (err[i]) is left to the lease or the session end. held[i] (may be NULL)
- * and err[i] per lock. Returns 0, or -EINVAL for bad arguments.
+ * lost is asked once more and answers as the first would have (but for
+ * locks taken by lock_acquire_many(), whose release leaves no receipt on
+ * Redis: asked again, it says not held if the first had released it).
+ * Unlike lock_release() it keeps nothing pending: a release that still
+ * failed (err[i]) is left to the lease or the session end. held[i] (may
+ * be NULL) and err[i] per lock. Returns 0, or -EINVAL for bad arguments.
  */
 int lock_release_many(struct lock **locks, size_t n, int *held, int *err);
 

@@ -433,6 +433,17 @@ static int mutex_release(struct redis_impl *ri, struct lock *l, int *held)
                                 held);
 }
 
+/* The arguments of RCONN_RELEASE for l: no receipt (below). */
+static void plain_release_args(const struct lock *l, struct release_args *r)
+{
+    r->argv[0] = l->rkey;
+    r->argv[1] = r->channel;
+    r->argv[2] = l->owner;
+    r->lens[0] = l->rkey_len;
+    r->lens[1] = rconn_lock_name(l, r->channel, RCONN_CHANNEL, NULL);
+    r->lens[2] = strlen(l->owner);
+}
+
 /* Compare-and-delete l: harmless if the lock was never set or is someone
  * else's. */
 static void mutex_undo(struct redis_impl *ri, const struct lock *l)
@@ -620,7 +631,11 @@ static int redis_release(struct lock *l, int *held)
 
 /* Every release written before the first reply is read. A release whose
  * answer was lost is asked once more, alone: its receipt makes the second
- * answer the one the first would have been. */
+ * answer the one the first would have been. A hold without a token
+ * (lock_acquire_many()'s) leaves no receipt: a key written for every
+ * purchase and kept for seconds, for an answer only a log line reads;
+ * asked again, such a release says not held when the first one had
+ * deleted the lock. */
 static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
 {
     struct redis_impl *ri = l[0]->c->impl;
@@ -628,6 +643,12 @@ static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
     struct rconn_call *call = xcalloc(n, sizeof(*call));
 
     for (size_t i = 0; i < n; i++) {
+        if (l[i]->fence == 0) {
+            plain_release_args(l[i], &a[i]);
+            err[i] = ri_send(ri, &call[i], RCONN_RELEASE, 2, 3, a[i].argv,
+                             a[i].lens);
+            continue;
+        }
         release_args(ri, l[i], &a[i]);
         err[i] = ri_send(ri, &call[i], RCONN_RELEASE_ONCE, 3, 6, a[i].argv,
                          a[i].lens);
@@ -639,7 +660,10 @@ static void redis_release_many(struct lock **l, size_t n, int *held, int *err)
             r = ri_wait(ri, &call[i], &err[i]);
         if (!r && (err[i] == -ECONNRESET || err[i] == -ETIMEDOUT ||
                    err[i] == -ECONNREFUSED)) {
-            err[i] = mutex_release(ri, l[i], &held[i]);
+            err[i] = l[i]->fence == 0
+                         ? lock__redis_run_bool(ri, l[i], RCONN_RELEASE, 2, 3,
+                                                a[i].argv, a[i].lens, &held[i])
+                         : mutex_release(ri, l[i], &held[i]);
             l[i]->release_unknown = 0;
             continue;
         }

@@ -13,7 +13,9 @@
 #
 # The nodes listen on 127.0.0.1, ports SECKILL_REDIS_CLUSTER_PORT (17001)
 # to that plus 5, each with appendonly yes and appendfsync always (what
-# the async mode asks of every primary), data, nodes.conf, pid and log
+# the async mode asks of every primary; SECKILL_REDIS_CLUSTER_FSYNC=everysec
+# for a comparison with a Redis that fsyncs once a second, as make
+# services' does; set again at every up), data, nodes.conf, pid and log
 # under .run/redis-cluster/<port>/ (SECKILL_RUN_DIR overrides .run). The
 # cluster is created with redis-cli --cluster create --cluster-replicas 1:
 # the first three ports start as primaries, each of the others replicates
@@ -28,6 +30,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 RUN=$(realpath -m "${SECKILL_RUN_DIR:-$ROOT/.run}")
 DIR=$RUN/redis-cluster
 BASE=${SECKILL_REDIS_CLUSTER_PORT:-17001}
+FSYNC=${SECKILL_REDIS_CLUSTER_FSYNC:-always}
+[[ $FSYNC =~ ^(always|everysec)$ ]] ||
+    die "SECKILL_REDIS_CLUSTER_FSYNC must be always or everysec, not '$FSYNC'"
 NODES=6
 START_WAIT_S=30
 OK_WAIT_S=60
@@ -78,9 +83,10 @@ start_node() {
         other=$(dir_at "$port")
         [[ $other == "$dir" ]] ||
             die "port $port answers as another Redis (dir ${other:-?}); pick SECKILL_REDIS_CLUSTER_PORT"
-        # A node started by an older copy of this script may fsync less.
-        redis-cli -p "$port" CONFIG SET appendfsync always >/dev/null ||
-            die "node $port refused CONFIG SET appendfsync always"
+        # A node started by an older copy of this script, or for a
+        # comparison, may fsync otherwise.
+        redis-cli -p "$port" CONFIG SET appendfsync "$FSYNC" >/dev/null ||
+            die "node $port refused CONFIG SET appendfsync $FSYNC"
         return 0
     fi
     mkdir -p "$dir"
@@ -93,7 +99,7 @@ start_node() {
     setsid redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" \
         --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 2000 \
-        --appendonly yes --appendfsync always --save '' \
+        --appendonly yes --appendfsync "$FSYNC" --save '' \
         --daemonize no --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
         --enable-debug-command local \
         </dev/null >>"$dir/redis.log" 2>&1 9>&- &
