@@ -15,11 +15,10 @@ int store_audit_add(struct store *st, const struct store_audit *a)
     unsigned long len[4];
     int64_t admin = a->admin_id, target = a->target_id;
     MYSQL_STMT *s;
+    int err;
 
     if (a->change && strlen(a->change) >= STORE_AUDIT_CHANGE_MAX)
         return -EINVAL;
-    if (st->home) /* a change on another shard: the log is shard 0's */
-        return store_outbox_audit(st, a);
     bind_i64(&p[0], &admin);
     bind_str_in(&p[1], a->addr ? a->addr : "", &len[0]);
     bind_str_in(&p[2], a->action, &len[1]);
@@ -29,7 +28,13 @@ int store_audit_add(struct store *st, const struct store_audit *a)
         bind_str_in(&p[5], a->change, &len[3]);
     else
         p[5].buffer_type = MYSQL_TYPE_NULL;
-    return store_stmt_exec(st, STMT_AUDIT_INSERT, p, NULL, &s);
+    if (!st->home)
+        return store_stmt_exec(st, STMT_AUDIT_INSERT, p, NULL, &s);
+    /* A change on another shard: the log is shard 0's, the record goes
+     * there through this shard's outbox (shard.c). */
+    err = store_stmt_exec(st, STMT_OUTBOX_AUDIT, p, NULL, &s);
+    st->outbox_written |= !err;
+    return err;
 }
 
 struct audit_args {

@@ -253,11 +253,6 @@ struct store *store_home(struct store *st);
 int store_refund_insert(struct store *st, int64_t order_id, const char *txn,
                         int64_t amount, int64_t reason);
 
-/* An audit record of a change on another shard than 0, into that shard's
- * outbox in st's open transaction (audit.c's store_audit_add() on a
- * shard's store). */
-int store_outbox_audit(struct store *st, const struct store_audit *a);
-
 /*
  * After an operation on st that ended with err: when it wrote rows into
  * its shard's outbox and may have committed (err 0, or -EINPROGRESS: the

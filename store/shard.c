@@ -62,28 +62,6 @@ int store_refund_insert(struct store *st, int64_t id, const char *txn,
     return err;
 }
 
-int store_outbox_audit(struct store *st, const struct store_audit *a)
-{
-    MYSQL_BIND p[6] = {0};
-    unsigned long len[4];
-    int64_t admin = a->admin_id, target = a->target_id;
-    MYSQL_STMT *s;
-    int err;
-
-    bind_i64(&p[0], &admin);
-    bind_str_in(&p[1], a->addr ? a->addr : "", &len[0]);
-    bind_str_in(&p[2], a->action, &len[1]);
-    bind_str_in(&p[3], a->target_type, &len[2]);
-    bind_i64(&p[4], &target);
-    if (a->change)
-        bind_str_in(&p[5], a->change, &len[3]);
-    else
-        p[5].buffer_type = MYSQL_TYPE_NULL;
-    err = store_stmt_exec(st, STMT_OUTBOX_AUDIT, p, NULL, &s);
-    st->outbox_written |= !err;
-    return err;
-}
-
 /* ---- the move from a shard's outbox to shard 0 ---- */
 
 /* Rows a move reads at once (each holds an audit change of up to

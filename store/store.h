@@ -506,9 +506,10 @@ struct store_audit {
 /*
  * Record a: inside the transaction open on st, if there is one (the record
  * then commits or rolls back with the change it describes), else on its
- * own. A change of STORE_AUDIT_CHANGE_MAX bytes or more is -EINVAL, and
- * nothing is written. 0 or as store_mysql_error(). Not retried: for use
- * inside the caller's operation.
+ * own; on a store of another shard than 0, into that shard's outbox
+ * (store_outbox_move()). A change of STORE_AUDIT_CHANGE_MAX bytes or more
+ * is -EINVAL, and nothing is written. 0 or as store_mysql_error(). Not
+ * retried: for use inside the caller's operation.
  */
 int store_audit_add(struct store *st, const struct store_audit *a);
 
