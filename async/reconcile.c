@@ -237,6 +237,11 @@ static struct redis_script rebuild_script = REDIS_SCRIPT(
     "return 1");
 
 /* KEYS frozen; ARGV token, lease (ms): renew the freeze if it is ours. */
+/* KEYS frozen; ARGV rebuilder: lift the freeze if it is still its. */
+static struct redis_script freeze_lift_script =
+    REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                 "return redis.call('del', KEYS[1]) end return 0");
+
 static struct redis_script freeze_keep_script =
     REDIS_SCRIPT("if redis.call('get', KEYS[1]) == ARGV[1] then "
                  "return redis.call('pexpire', KEYS[1], ARGV[2]) end "
@@ -287,6 +292,36 @@ static int redis_state_read(struct redis_link *rl, int64_t v,
 }
 
 /*
+ * s's two sides as they are now: Redis' numbers, then MySQL's orders up
+ * to the place in the stream Redis had reached (ms->initial -1 and
+ * *revision 0 when Redis has no state for s). 0, or -errno: nothing to
+ * compare.
+ */
+static int sides_read(struct store *st, struct redis_link *rl, int64_t v,
+                      struct async_redis_side *rs, struct async_mysql_side *ms,
+                      int64_t *revision, char *frozen_by, size_t len)
+{
+    struct store_async_counts c;
+    int err = redis_state_read(rl, v, rs, frozen_by, len);
+
+    *ms = (struct async_mysql_side){.initial = -1};
+    *revision = 0;
+    if (err || rs->initial < 0)
+        return err;
+    FAILPOINT("reconcile_between_reads");
+    err = store_async_counts_read(st, v, (int64_t)rs->last_pos, &c);
+    if (err)
+        return err;
+    ms->initial = c.initial_stock;
+    ms->active = c.active;
+    ms->orders = c.orders;
+    ms->owed = c.owed;
+    ms->restocked = c.restocked;
+    *revision = c.revision;
+    return 0;
+}
+
+/*
  * Keep the reconciliation's lock while a long round works: a second hold
  * renews its lease (owner-checked), and dropping that hold keeps the
  * first. False when it could not be renewed (lost, or the lock backend
@@ -312,6 +347,46 @@ static bool reconcile_lock_keep(struct async *a)
 }
 
 /*
+ * Whether s, frozen by this rebuilder with nothing in flight, agrees with
+ * MySQL after all; if so the freeze is lifted and the rebuild ends
+ * without one. The reconciliation reads Redis before MySQL, so a unit
+ * that came back to Redis between the two reads, its record in MySQL
+ * dropped, looks like a unit never returned; under a slow link to MySQL
+ * that can happen two rounds in a row. While the freeze lasts no unit
+ * comes back and no purchase lands (the scripts refuse a frozen sale),
+ * so what disagrees now disagrees for good.
+ */
+static bool agrees_frozen(struct async *a, struct store *st,
+                          struct redis_link *rl, struct sale *s)
+{
+    struct async_redis_side rs;
+    struct async_mysql_side ms;
+    struct async_disagreement d;
+    char frozen_by[64], k[KEY_MAX];
+    const char *argv[2] = {k, a->consumer};
+    int64_t revision;
+    redisReply *r;
+    int err;
+
+    if (sides_read(st, rl, s->voucher_id, &rs, &ms, &revision, frozen_by,
+                   sizeof(frozen_by)) ||
+        rs.initial < 0 || strcmp(frozen_by, a->consumer) != 0 ||
+        revision > rs.revision || !async_sale_compare(&rs, &ms, &d))
+        return false;
+    async__key(k, s->voucher_id, "frozen");
+    r = redis_link_script(rl, &freeze_lift_script, 1, 2, argv, NULL, &err);
+    freeReplyObject(r);
+    if (!r)
+        return false; /* Redis away: the next step looks again */
+    s->rebuilding = false;
+    s->mismatch = 0;
+    log_info("async sale agrees with mysql once frozen: not rebuilt",
+             "voucher=%lld frozen_ms=%lld", (long long)s->voucher_id,
+             (long long)(util_mono_ms() - s->rebuild_since_ms));
+    return true;
+}
+
+/*
  * The end of s's rebuild, with nothing in flight: set the buyers to
  * MySQL's active orders' users, the stock to the initial stock minus them,
  * the written orders to MySQL's, and the stream's next position past
@@ -328,6 +403,8 @@ static void rebuild_finish(struct async *a, struct store *st,
     redisReply *r;
     int err;
 
+    if (agrees_frozen(a, st, rl, s))
+        return;
     async__key(k[0], s->voucher_id, "info");
     async__key(k[1], s->voucher_id, "stock");
     async__key(k[2], s->voucher_id, "buyers");
@@ -591,37 +668,28 @@ static void reconcile_one(struct async *a, struct store *st,
                           struct redis_link *rl, struct sale *s)
 {
     struct async_redis_side rs;
-    struct async_mysql_side ms = {.initial = -1};
-    struct store_async_counts c;
+    struct async_mysql_side ms;
     struct async_disagreement d;
     char frozen_by[64];
+    int64_t revision;
 
     if (s->rebuilding)
         return; /* async__rebuilds_step() takes it on */
     if (!async__sale_ours(st, rl, s))
         return;
-    if (redis_state_read(rl, s->voucher_id, &rs, frozen_by, sizeof(frozen_by)))
+    if (sides_read(st, rl, s->voucher_id, &rs, &ms, &revision, frozen_by,
+                   sizeof(frozen_by)))
         return;
     if (frozen_by[0] && strcmp(frozen_by, a->consumer) != 0) {
         s->mismatch = 0; /* another instance rebuilds it */
         return;
     }
-    if (rs.initial >= 0) {
-        if (store_async_counts_read(st, s->voucher_id, (int64_t)rs.last_pos,
-                                    &c))
-            return;
-        ms.initial = c.initial_stock;
-        ms.active = c.active;
-        ms.orders = c.orders;
-        ms.owed = c.owed;
-        ms.restocked = c.restocked;
-        if (c.revision > rs.revision && !frozen_by[0]) {
-            /* A control committed in MySQL that Redis does not have yet:
-             * its instance applies it in a moment, or died first. */
-            control_catch_up(st, rl, s->voucher_id, rs.revision);
-            s->mismatch = 0;
-            return;
-        }
+    if (rs.initial >= 0 && revision > rs.revision && !frozen_by[0]) {
+        /* A control committed in MySQL that Redis does not have yet: its
+         * instance applies it in a moment, or died first. */
+        control_catch_up(st, rl, s->voucher_id, rs.revision);
+        s->mismatch = 0;
+        return;
     }
     if (async_sale_compare(&rs, &ms, &d) && !frozen_by[0]) {
         s->mismatch = 0;

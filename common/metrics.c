@@ -529,33 +529,36 @@ static void render_waits(struct out *o, const struct sums *s)
     }
 }
 
-static void render_replica(struct out *o, const struct metrics_extra *extra)
+/* One gauge of every replica, labelled by shard with sharded sales. */
+static void replica_gauge(struct out *o, const struct metrics_extra *extra,
+                          const char *name, const char *help, bool lag)
 {
     char label[32] = "";
 
+    out_meta(o, name, "gauge", help);
+    for (size_t i = 0; i < extra->nreplicas; i++) {
+        const struct metrics_replica *r = &extra->replicas[i];
+
+        if (extra->replicas_by_shard)
+            snprintf(label, sizeof(label), "{shard=\"%u\"}", r->shard);
+        out_printf(o, "seckill_%s%s %lld\n", name, label,
+                   lag ? (long long)r->lag_s : (long long)r->up);
+    }
+}
+
+static void render_replica(struct out *o, const struct metrics_extra *extra)
+{
     if (!extra || !extra->nreplicas)
         return;
-    out_meta(o, "mysql_replica_up", "gauge",
-             "1 while voucher reads go to the MySQL read replica (of the "
-             "shard, with sharded sales): it answers, replicates and lags "
-             "no more than the bound.");
-    for (size_t i = 0; i < extra->nreplicas; i++) {
-        if (extra->replicas_by_shard)
-            snprintf(label, sizeof(label), "{shard=\"%u\"}",
-                     extra->replicas[i].shard);
-        out_printf(o, "seckill_mysql_replica_up%s %d\n", label,
-                   extra->replicas[i].up ? 1 : 0);
-    }
-    out_meta(o, "mysql_replica_lag_seconds", "gauge",
-             "How far the read replica is behind its primary "
-             "(Seconds_Behind_Master); -1 when unknown.");
-    for (size_t i = 0; i < extra->nreplicas; i++) {
-        if (extra->replicas_by_shard)
-            snprintf(label, sizeof(label), "{shard=\"%u\"}",
-                     extra->replicas[i].shard);
-        out_printf(o, "seckill_mysql_replica_lag_seconds%s %lld\n", label,
-                   (long long)extra->replicas[i].lag_s);
-    }
+    replica_gauge(o, extra, "mysql_replica_up",
+                  "1 while voucher reads go to the MySQL read replica (of "
+                  "the shard, with sharded sales): it answers, replicates "
+                  "and lags no more than the bound.",
+                  false);
+    replica_gauge(o, extra, "mysql_replica_lag_seconds",
+                  "How far the read replica is behind its primary "
+                  "(Seconds_Behind_Master); -1 when unknown.",
+                  true);
 }
 
 static void render_queues(struct out *o, const struct metrics_extra *extra)

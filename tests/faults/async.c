@@ -747,6 +747,83 @@ void sc_async_unit_returns(struct run *r)
 }
 
 /*
+ * A unit that comes back between the reconciliation's two reads: the
+ * reconciliation reads Redis, then MySQL, and here it sleeps 1 s between
+ * the two (failpoint reconcile_between_reads) while buyers cancel one by
+ * one every 600 ms. A cancel whose unit reaches Redis, and whose owed
+ * record is dropped, inside that second looks from the two reads like a
+ * unit never returned, round after round. The disagreement must end in
+ * no rebuild: frozen, with nothing coming back or selling, Redis agrees
+ * with MySQL, and the freeze is lifted. (A slow link to MySQL makes that
+ * second on its own; a soak seed met it.) Valid only if the
+ * reconciliation did see such a disagreement.
+ */
+void sc_async_return_between_reads(struct run *r)
+{
+    enum { BUYERS = 12 };
+    const char *a_env[] = {"SECKILL_THREADS=8",
+                           ASYNC_MODE,
+                           ACCEPT_LOSS,
+                           "SECKILL_ASYNC_RECONCILE_MS=200",
+                           "SECKILL_FAILPOINTS=reconcile_between_reads="
+                           "sleep:1000%1",
+                           NULL};
+    struct load_cfg cfg = default_load();
+    int64_t user = r->user_first + 8000000;
+    struct attempt buys[BUYERS];
+    struct it_server a;
+    char needle[48];
+    int seen, rebuilt, agreed;
+
+    r->async = true;
+    cfg.threads = 1;
+    cfg.think_ms = 500;
+    if (fleet_add(&r->fleet, "a", a_env, true) < 0) {
+        setup_fail(r, "instance did not start");
+        fleet_stop(&r->fleet);
+        return;
+    }
+    if (run_start(r, cfg))
+        return run_abort(r);
+    a = fleet_get(&r->fleet, 0);
+    if (!own_buyers(r, &a, user, BUYERS, buys))
+        return run_abort(r);
+    for (int i = 0; i < BUYERS; i++) {
+        bool unknown = false;
+        long st = cancel_order(&a, buys[i].order_id, user + i, &unknown);
+
+        if (st != 200 && !unknown) {
+            setup_fail(r, "cancel %d got %ld", i, st);
+            return run_abort(r);
+        }
+        sleep_ms(600);
+    }
+    sleep_ms(3000);
+    run_finish(r, RECOVER_BOUND_MS, DRAIN_MS);
+    snprintf(needle, sizeof(needle), "voucher=%lld ", (long long)r->voucher);
+    seen = disagreements(r);
+    rebuilt =
+        fleet_log_count(&r->fleet, "async sale rebuilt from mysql", needle);
+    agreed = fleet_log_count(
+        &r->fleet, "async sale agrees with mysql once frozen", needle);
+    r->faults += fleet_log_count(&r->fleet, "failpoint fired",
+                                 "name=reconcile_between_reads");
+    if (seen == 0)
+        setup_fail(r, "no return landed between the reconciliation's reads");
+    if (rebuilt && r->ok[INV_ASYNC]) {
+        r->ok[INV_ASYNC] = false;
+        snprintf(r->why[INV_ASYNC], sizeof(r->why[INV_ASYNC]),
+                 "the sale was rebuilt %d time(s) for units that came back "
+                 "between the reconciliation's reads",
+                 rebuilt);
+    }
+    run_note(r,
+             "%d disagreement(s) from a unit back between the two reads; "
+             "%d freeze(s) lifted with Redis agreeing, %d rebuild(s)",
+             seen, agreed, rebuilt);
+}
+
+/*
  * A unit owed back for a long while: every return of a unit to Redis
  * fails on A (the failpoint unit_return_fails on each order), so an order
  * cancelled there stays closed in MySQL with its unit owed, and its buyer

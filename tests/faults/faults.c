@@ -1109,6 +1109,7 @@ static const struct scenario scenarios[] = {
     {"async-pause-writer", sc_async_pause_writer},
     {"async-unit-returns", sc_async_unit_returns},
     {"async-owed-unit", sc_async_owed_unit},
+    {"async-return-between-reads", sc_async_return_between_reads},
     {"async-late-preheat", sc_async_late_preheat},
 };
 

@@ -401,6 +401,7 @@ void sc_async_redis_older(struct run *r);
 void sc_async_pause_writer(struct run *r);
 void sc_async_unit_returns(struct run *r);
 void sc_async_owed_unit(struct run *r);
+void sc_async_return_between_reads(struct run *r);
 void sc_async_late_preheat(struct run *r);
 
 /* ---- what faults.c shares with async.c ---- */
