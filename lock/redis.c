@@ -433,7 +433,8 @@ static int mutex_release(struct redis_impl *ri, struct lock *l, int *held)
                                 held);
 }
 
-/* The arguments of RCONN_RELEASE for l: no receipt (below). */
+/* The arguments of RCONN_RELEASE for l: compare-and-delete and the
+ * wake-up, no receipt. */
 static void plain_release_args(const struct lock *l, struct release_args *r)
 {
     r->argv[0] = l->rkey;
@@ -448,14 +449,10 @@ static void plain_release_args(const struct lock *l, struct release_args *r)
  * else's. */
 static void mutex_undo(struct redis_impl *ri, const struct lock *l)
 {
-    char channel[REDIS_KEY_MAX];
-    const char *argv[3] = {l->rkey, channel, l->owner};
-    size_t lens[3];
+    struct release_args r;
 
-    lens[0] = l->rkey_len;
-    lens[1] = rconn_lock_name(l, channel, RCONN_CHANNEL, NULL);
-    lens[2] = strlen(l->owner);
-    lock__redis_detach(ri, RCONN_RELEASE, 2, 3, argv, lens);
+    plain_release_args(l, &r);
+    lock__redis_detach(ri, RCONN_RELEASE, 2, 3, r.argv, r.lens);
 }
 
 static int mutex_renew(struct redis_impl *ri, struct lock *l, uint32_t lease,
