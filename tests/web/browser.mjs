@@ -1190,11 +1190,11 @@ async function buyerHome() {
         type: "seckill",
         stock: 3,
         // The page asks for the 50 live sales ending soonest and the 50
-        // upcoming ones beginning soonest; the test database holds the
-        // sales of every suite run before this one (over 1,000 live, and
-        // in one clean-clone run more than 50 ending within 150 s), so
-        // these two end and begin sooner than the others do. 45 s is
-        // three times what the checks below may wait.
+        // upcoming ones beginning soonest; tests/web/run.sh empties the
+        // test database first (the suites before it left over 1,000 live
+        // sales there), and these two end and begin sooner than the web
+        // suite's other sales. 45 s is three times what the checks below
+        // may wait.
         beginTime: timeIn(-30),
         endTime: timeIn(45),
     });
