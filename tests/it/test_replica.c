@@ -248,20 +248,26 @@ static int group_teardown(void **state)
     return rc;
 }
 
-/* One metric's value from /metrics (-1e9 when absent). */
-static double metric(const char *name)
+/* One metric's value from /metrics of s (-1e9 when absent). */
+static double metric_of(const struct it_server *s, const char *name)
 {
     struct it_resp resp;
     double v = -1e9;
     char key[160];
 
-    it_http(&srv, "GET", "/metrics", NULL, NULL, &resp);
+    it_http(s, "GET", "/metrics", NULL, NULL, &resp);
     snprintf(key, sizeof(key), "\n%s ", name);
     const char *p = resp.body ? strstr(resp.body, key) : NULL;
     if (p)
         v = strtod(p + strlen(key), NULL);
     it_resp_free(&resp);
     return v;
+}
+
+/* One metric's value from the group's instance's /metrics. */
+static double metric(const char *name)
+{
+    return metric_of(&srv, name);
 }
 
 /* Wait until /metrics says the replica is (up 1) or is not (up 0) used. */
@@ -368,22 +374,6 @@ static void test_reads_go_to_the_replica(void **state)
     assert_string_equal("ok", it_json_str(json_object_get(resp.json, "checks"),
                                           "mysqlReplica"));
     it_resp_free(&resp);
-}
-
-/* One metric's value from /metrics of s (-1e9 when absent). */
-static double metric_of(const struct it_server *s, const char *name)
-{
-    struct it_resp resp;
-    double v = -1e9;
-    char key[160];
-
-    it_http(s, "GET", "/metrics", NULL, NULL, &resp);
-    snprintf(key, sizeof(key), "\n%s ", name);
-    const char *p = resp.body ? strstr(resp.body, key) : NULL;
-    if (p)
-        v = strtod(p + strlen(key), NULL);
-    it_resp_free(&resp);
-    return v;
 }
 
 #define DB_S0 DB "_s0"
