@@ -1418,8 +1418,25 @@ const struct config_setting config_settings[] = {
      .doc = "where each login code is POSTed as JSON `{\"phone\",\"code\","
             "\"expiresIn\"}` with `X-Signature` (the hex HMAC-SHA256 of the "
             "body, keyed by `SECKILL_SMS_SECRET`), for a service that sends it "
-            "by SMS; 2 s timeout, one retry, then 503. Without it and without "
+            "by SMS; 2 s a try, tried again once, 4 s in all, then 503. "
+            "Without it and without "
             "`SECKILL_DEV=1` the service refuses to start ([Sending login "
+            "codes](accounts.md#sending-login-codes))"},
+    {.flag = "sms-queue-max",
+     .env = "SECKILL_SMS_QUEUE_MAX",
+     .arg = "N",
+     .def = "256",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 100000,
+     FIELD(http.sms_queue_max),
+     .help = "at most N login codes on their way to the SMS webhook",
+     .doc = "at most this many login codes on their way to "
+            "`SECKILL_SMS_WEBHOOK` at once ({range}), on up to 64 "
+            "connections: a code request beyond them is answered 503 at "
+            "once. They wait on a sender of their own, never on a thread "
+            "that serves requests ([Sending login "
             "codes](accounts.md#sending-login-codes))"},
     {.flag = "sms-secret",
      .env = "SECKILL_SMS_SECRET",

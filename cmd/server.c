@@ -14,6 +14,7 @@
 #include "common/cidr.h"
 #include <sodium.h>
 
+#include "common/outbound.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -40,6 +41,7 @@ struct server {
     struct engine_config engine_cfg;
     struct engine *engine;
     struct pool *pool;
+    struct outbound *outbound; /* calls to the outside (the SMS webhook) */
     struct sale_config sale_cfg;
     struct sale *sale;
     struct expiry *expiry;
@@ -130,6 +132,7 @@ static void parts_free(struct server *srv)
 {
     expiry_stop(srv->expiry);
     pool_free(srv->pool);
+    outbound_free(srv->outbound);
     engine_free(srv->engine);
     /* The writer after the engine: nothing sells any more; what it holds
      * is claimed by another instance, or by this one after a restart. */
@@ -145,9 +148,9 @@ static void parts_free(struct server *srv)
 /*
  * The assembly, each part before what uses it: the lock client, the
  * voucher cache, the sessions' view, the replica monitor, the async writer, the
- * purchase engine and the task pool, the sale layer (which calls them all), the
- * expiry (which calls the sale layer), and last the HTTP service, since
- * requests reach everything above as soon as it listens.
+ * purchase engine, the task pool and the outbound sender, the sale layer (which
+ * calls them all), the expiry (which calls the sale layer), and last the HTTP
+ * service, since requests reach everything above as soon as it listens.
  */
 int server_start(const struct handlers_config *cfg, struct server **out)
 {
@@ -205,6 +208,9 @@ int server_start(const struct handlers_config *cfg, struct server **out)
     /* As many threads as the engine's: whatever waits for a stalled
      * backend holds them, never an HTTP thread, never a purchase batch. */
     srv->pool = pool_start(cfg->engine_threads);
+    /* Its own thread: nothing that serves requests waits for the
+     * outside. */
+    srv->outbound = outbound_start();
     srv->sale_cfg = (struct sale_config){
         .store = &cfg->store,
         .mode = cfg->purchase_mode,
@@ -239,6 +245,10 @@ int server_start(const struct handlers_config *cfg, struct server **out)
                 .poll_s = cfg->waitroom_poll_s,
             },
     };
+    if (srv->sale_cfg.sms.webhook)
+        srv->sale_cfg.sms.queue = outbound_queue_new(
+            srv->outbound, "sms", cfg->sms_queue_max,
+            cfg->sms_queue_max < 64 ? cfg->sms_queue_max : 64);
     memcpy(srv->sale_cfg.sms.secret, cfg->sms_secret,
            sizeof(srv->sale_cfg.sms.secret));
     /* Tickets have a key of their own: never a token's, nor the reverse. */
@@ -287,6 +297,9 @@ void server_stop(struct server *srv)
      * allocated until step 4, since a request that arrives meanwhile
      * still calls them. The expiry too: it is work of its own. */
     pool_stop(srv->pool);
+    /* After the pool (whose requests post to it): what it still holds is
+     * answered 503 now. */
+    outbound_stop(srv->outbound);
     engine_stop(srv->engine);
     expiry_stop(srv->expiry);
     srv->expiry = NULL;

@@ -56,6 +56,7 @@ struct handlers_config {
     /* Where login codes are POSTed (sale_config.sms; "" or NULL: nowhere,
      * dev mode only) and the key of their signature. */
     const char *sms_webhook;
+    unsigned sms_queue_max; /* codes being sent at once, at most */
     bool has_sms_secret;
     unsigned char sms_secret[32];
     /* The currency of prices, ISO 4217 ("CNY"), for the pages. */

@@ -5,6 +5,7 @@
  * refused from then on.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,37 +32,60 @@ static bool phone_or_reply(struct request *req, char e164[PHONE_E164_MAX])
     return true;
 }
 
-unsigned auth_code_post(struct request *req)
+/* The reply to a code request once its code is decided. */
+static unsigned code_reply(struct request *req, const struct sale_code *c)
 {
-    char phone[PHONE_E164_MAX];
-    char code[8];
-    unsigned retry_s;
     json_t *body;
-    int err;
 
-    if (!body_object_or_reply(req) || !phone_or_reply(req, phone) ||
-        !pow_or_reply(req))
-        return req->status;
-    err = sale_login_code_issue(req->sale, phone, code, &retry_s);
-    if (err == -ECOMM) {
+    if (c->err == -ECOMM) {
         req->retry_after = 5;
         return req_error(req, ERR_UNAVAILABLE,
                          "the code could not be sent: try again in a moment");
     }
-    if (err)
-        return req_backend_error(req, err, "code_put");
-    if (retry_s) {
-        req->retry_after = retry_s;
+    if (c->err == -EAGAIN) {
+        req->retry_after = 2;
+        return req_error(req, ERR_UNAVAILABLE,
+                         "too many login codes are being sent: try again in "
+                         "a moment");
+    }
+    if (c->err)
+        return req_backend_error(req, c->err, "code_put");
+    if (c->retry_s) {
+        req->retry_after = c->retry_s;
         return req_error(req, ERR_RATE_LIMITED,
                          "a code was sent to this phone a moment ago, or "
                          "too many this hour: retry later");
     }
     /* Sent to the SMS webhook when there is one; dev mode also shows it. */
     log_info("login code issued", "dev=%d", req->cfg->dev);
-    body = json_pack("{s:s,s:i}", "phone", phone, "expiresIn", SALE_CODE_TTL_S);
+    body =
+        json_pack("{s:s,s:i}", "phone", c->phone, "expiresIn", SALE_CODE_TTL_S);
     if (req->cfg->dev)
-        json_object_set_new(body, "code", json_string(code));
+        json_object_set_new(body, "code", json_string(c->code));
     return req_reply(req, 200, body);
+}
+
+/* The SMS webhook took the code, or did not in time (any thread). */
+static void code_done(struct sale_code *c)
+{
+    struct request *req =
+        (struct request *)((char *)c - offsetof(struct request, call.code));
+
+    code_reply(req, c);
+    req_resume(req);
+}
+
+unsigned auth_code_post(struct request *req)
+{
+    struct sale_code *c = &req->call.code;
+
+    if (!body_object_or_reply(req) || !phone_or_reply(req, c->phone) ||
+        !pow_or_reply(req))
+        return req->status;
+    c->done = code_done;
+    if (!sale_login_code_issue(req->sale, c))
+        return 0; /* handed to the SMS sender: code_done() answers */
+    return code_reply(req, c);
 }
 
 unsigned auth_login_post(struct request *req)

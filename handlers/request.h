@@ -108,6 +108,7 @@ struct request {
     union {
         struct sale_buy buy;
         struct sale_order_op op;
+        struct sale_code code;
     } call;
 };
 

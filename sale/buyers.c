@@ -21,26 +21,27 @@ static unsigned seconds_up(int64_t ms)
     return ms <= 1000 ? 1 : (unsigned)((ms + 999) / 1000);
 }
 
-int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
-                          unsigned *retry_s)
+bool sale_login_code_issue(struct sale *s, struct sale_code *c)
 {
     int64_t retry_ms = 0;
-    int err;
 
-    snprintf(code, 7, "%06u", randombytes_uniform(1000000));
-    err = store_code_put(sale__store(s), phone, code, &s->cfg.codes, &retry_ms);
-    *retry_s = retry_ms ? seconds_up(retry_ms) : 0;
-    if (err || retry_ms || !s->cfg.sms.webhook)
-        return err;
+    c->retry_s = 0;
+    snprintf(c->code, sizeof(c->code), "%06u", randombytes_uniform(1000000));
+    c->err = store_code_put(sale__store(s), c->phone, c->code, &s->cfg.codes,
+                            &retry_ms);
+    c->retry_s = retry_ms ? seconds_up(retry_ms) : 0;
+    if (c->err || retry_ms || !s->cfg.sms.webhook)
+        return true;
     /* Kept first, so that the limits hold for concurrent requests; taken
      * back when it could not be sent (a code nobody has is of no use, and
      * the buyer may ask again at once). */
-    err = sale__sms_send(&s->cfg.sms, phone, code, SALE_CODE_TTL_S);
-    if (err && store_code_revoke(sale__store(s), phone, code))
+    if (!sale__sms_send(s, c))
+        return false;
+    if (store_code_revoke(sale__store(s), c->phone, c->code))
         log_warn("a login code not sent could not be taken back: it stays "
                  "until it expires",
                  "ttl_s=%u", SALE_CODE_TTL_S);
-    return err;
+    return true;
 }
 
 int sale_login(struct sale *s, const char *phone, const char *code,

@@ -103,12 +103,14 @@ void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
                       const char *action, const char *target_type,
                       int64_t target_id, json_t *change);
 void sale__audit_done(struct store_audit *a);
-/* POST login code of phone (E.164), good expires_in_s more seconds, to
- * c's webhook, signed: 0 once a try answered 2xx, else -ECOMM after two
- * tries (2 s each), with a log line each. Waits. */
-struct sale_sms_config;
-int sale__sms_send(const struct sale_sms_config *c, const char *phone,
-                   const char *code, unsigned expires_in_s);
+/*
+ * Send c's code to the config's SMS webhook (POSTed on its sender queue,
+ * signed), good SALE_CODE_TTL_S. True: decided now (c->err: -EAGAIN, the
+ * queue is full; done() not called). False: c->done() will be called
+ * once, from another thread, with c->err 0 or -ECOMM (the code then
+ * withdrawn).
+ */
+bool sale__sms_send(struct sale *s, struct sale_code *c);
 
 /* A time in the change of a record: ISO 8601, as the API writes it. */
 json_t *sale__audit_time(int64_t epoch_s);

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/metrics.h"
+#include "common/phone.h"
 #include "store/store.h"
 
 struct engine;
@@ -46,6 +47,7 @@ struct sessions;
 struct vcache;
 struct token_claims;
 struct sale_actor;
+struct outbound_queue;
 
 /* The most time one purchase may take from its arrival to its answer. */
 #define SALE_BUDGET_MS STORE_PURCHASE_BUDGET_MS
@@ -82,6 +84,7 @@ struct sale_config {
     struct sale_sms_config {
         const char *webhook;
         unsigned char secret[32];
+        struct outbound_queue *queue; /* the sender's, with a webhook */
     } sms;
     /* The waiting rooms of queue sales (sale/waitroom.c). */
     struct sale_waitroom_config {
@@ -143,17 +146,40 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 #define SALE_CODE_TTL_S 300
 #define SALE_LOGIN_WAIT_MAX_S 3600
 
+/* The longest a login code may take to reach the SMS webhook: then it
+ * is withdrawn and the request answered 503. */
+#define SALE_SMS_DEADLINE_MS 4000
+
+/* A login code being issued (sale_login_code_issue()). */
+struct sale_code {
+    /* Set by the caller: */
+    char phone[PHONE_E164_MAX]; /* validated, E.164 */
+    /* The code is decided: from another thread (see below). */
+    void (*done)(struct sale_code *c);
+    /* Set when it is decided: */
+    int err;          /* 0: issued (and sent, with a webhook) */
+    unsigned retry_s; /* > 0: not issued, the phone's limits: retry then */
+    char code[7];     /* when issued */
+    /* Private to the sale layer: */
+    struct sale *sale;
+};
+
 /*
- * Issue a new six-digit login code for phone (validated by the caller)
- * into code, unless the phone had one too recently or too many this
- * hour (the config's codes limits): then *retry_s says when (0: issued).
- * Earlier codes stay valid until they expire. With a webhook (the
- * config's sms) the code is sent there; -ECOMM when it could not be
- * (then it is not kept, and does not count against the limits). 0 or
- * -errno. Waits for Redis and the webhook (at most twice 2 s).
+ * Issue a new six-digit login code for c->phone into c->code, unless the
+ * phone had one too recently or too many this hour (the config's codes
+ * limits): then c->retry_s says when. Earlier codes stay valid until they
+ * expire. With a webhook (the config's sms) the code is sent there
+ * through the SMS sender (common/outbound.h), without waiting for it:
+ * -ECOMM when the webhook did not take it within SALE_SMS_DEADLINE_MS,
+ * -EAGAIN when the sender already holds as many codes as it may (at
+ * once): either way the code is not kept and does not count against the
+ * limits. Else 0 or -errno in c->err.
+ *
+ * Waits for Redis (call it from a job). True: decided now, done() is not
+ * called. False: handed to the sender; done() is called exactly once,
+ * from another thread.
  */
-int sale_login_code_issue(struct sale *s, const char *phone, char code[7],
-                          unsigned *retry_s);
+bool sale_login_code_issue(struct sale *s, struct sale_code *c);
 
 enum sale_login_outcome {
     SALE_LOGIN_OK,     /* user_id and gen are set */

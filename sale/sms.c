@@ -3,8 +3,11 @@
  * {"phone","code","expiresIn"} to the configured webhook, which sends the
  * SMS, with X-Signature: the lower-case hex HMAC-SHA256 of the body, keyed
  * by the configured secret (as the payment provider signs its
- * notifications). Each try has 2 s; a failed one is tried once more.
- * Runs on a thread of the task pool (it waits).
+ * notifications). The call goes out on the SMS queue of the outbound
+ * sender (common/outbound.h): each try has 2 s, a failed one is tried
+ * again, and the whole has SALE_SMS_DEADLINE_MS; nothing here waits for
+ * it. A code the webhook did not take is withdrawn from Redis by a job of
+ * the task pool, before its request is answered.
  */
 #include "sale/internal.h"
 
@@ -12,79 +15,78 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <sodium.h>
 
+#include "common/outbound.h"
 #include "common/util.h"
 
-#define SMS_TIMEOUT_MS 2000L
+#define SMS_TRY_MS 2000
 #define SMS_TRIES 2
 
-/* The answer's body is not read: only its status counts. */
-static size_t discard(char *p, size_t size, size_t n, void *ctx)
+/* On the pool: take back the code nobody got, then answer. */
+static void code_withdraw(void *arg, int err)
 {
-    (void)p;
-    (void)ctx;
-    return size * n;
+    struct sale_code *c = arg;
+
+    if (err || store_code_revoke(sale__store(c->sale), c->phone, c->code))
+        log_warn("a login code not sent could not be taken back: it stays "
+                 "until it expires",
+                 "ttl_s=%u", SALE_CODE_TTL_S);
+    c->done(c);
 }
 
-/* One POST of body; 0 for a 2xx answer, else -ECOMM with a log line. */
-static int post_once(const struct sale_sms_config *c, const char *body,
-                     struct curl_slist *headers)
+/* On the sender's thread: it must not wait, so a withdrawal goes to the
+ * pool (a stopped pool: answered here, the code left to expire). */
+static void sms_done(void *arg, const struct outbound_result *r)
 {
-    char why[CURL_ERROR_SIZE] = "";
-    long status = 0;
-    CURLcode rc;
-    CURL *h = curl_easy_init();
+    struct sale_code *c = arg;
 
-    if (!h)
-        return -ENOMEM;
-    curl_easy_setopt(h, CURLOPT_URL, c->webhook);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, SMS_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    /* Only the webhook's own scheme: a redirect elsewhere is a failure. */
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    rc = curl_easy_perform(h);
-    if (rc == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    if (rc == CURLE_OK && status >= 200 && status < 300)
-        return 0;
-    if (rc != CURLE_OK)
-        log_warn("login code not sent", "why=\"%s\"",
-                 why[0] ? why : curl_easy_strerror(rc));
-    else
-        log_warn("login code not sent", "status=%ld", status);
-    return -ECOMM;
+    if (!r->err) {
+        c->err = 0;
+        c->done(c);
+        return;
+    }
+    log_warn("login code not sent", "err=%d tries=%u status=%ld", r->err,
+             r->tries, r->status);
+    c->err = -ECOMM;
+    if (sale_job_run(c->sale, code_withdraw, c) != 0)
+        code_withdraw(c, -ESHUTDOWN);
 }
 
-int sale__sms_send(const struct sale_sms_config *c, const char *phone,
-                   const char *code, unsigned expires_in_s)
+bool sale__sms_send(struct sale *s, struct sale_code *c)
 {
+    const struct sale_sms_config *cfg = &s->cfg.sms;
     unsigned char mac[crypto_auth_hmacsha256_BYTES];
     char body[128], sig[2 * sizeof(mac) + 16], hex[2 * sizeof(mac) + 1];
-    struct curl_slist *headers = NULL;
-    int n, err = -ECOMM;
+    const char *headers[] = {"Content-Type: application/json", sig, NULL};
+    int n, err;
 
     n = snprintf(body, sizeof(body),
-                 "{\"phone\":\"%s\",\"code\":\"%s\",\"expiresIn\":%u}", phone,
-                 code, expires_in_s);
-    if (n < 0 || (size_t)n >= sizeof(body))
-        return -EINVAL;
+                 "{\"phone\":\"%s\",\"code\":\"%s\",\"expiresIn\":%u}",
+                 c->phone, c->code, SALE_CODE_TTL_S);
+    if (n < 0 || (size_t)n >= sizeof(body)) {
+        c->err = -EINVAL;
+        return true;
+    }
     crypto_auth_hmacsha256(mac, (const unsigned char *)body, (size_t)n,
-                           c->secret);
+                           cfg->secret);
     sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
     snprintf(sig, sizeof(sig), "X-Signature: %s", hex);
-    headers = curl_slist_append(headers, "Content-Type: application/json");
-    headers = curl_slist_append(headers, sig);
-    /* No "Expect: 100-continue" round trip for a small body. */
-    headers = curl_slist_append(headers, "Expect:");
-    for (int i = 0; i < SMS_TRIES && err; i++)
-        err = post_once(c, body, headers);
-    curl_slist_free_all(headers);
-    return err;
+    c->sale = s;
+    err = outbound_post(cfg->queue, &(struct outbound_call){
+                                        .url = cfg->webhook,
+                                        .body = body,
+                                        .body_len = (size_t)n,
+                                        .headers = headers,
+                                        .deadline_ms = SALE_SMS_DEADLINE_MS,
+                                        .try_ms = SMS_TRY_MS,
+                                        .tries = SMS_TRIES,
+                                        .done = sms_done,
+                                        .arg = c,
+                                    });
+    if (!err)
+        return false;
+    c->err = err == -EAGAIN ? -EAGAIN : -ESHUTDOWN;
+    log_warn("login code not sent: the sender refused it", "err=%d", err);
+    return true;
 }

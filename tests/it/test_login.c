@@ -24,6 +24,9 @@
 #include <string.h>
 #include <signal.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <cmocka.h>
@@ -512,6 +515,195 @@ static void test_sms_webhook(void **state)
     }
 }
 
+/* A listening socket on a free loopback port that never accepts: the
+ * kernel completes connections to it and nothing ever answers them (a
+ * hung webhook). Closing it resets them. */
+static int hung_listener(uint16_t *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(0, bind(fd, (struct sockaddr *)&a, sizeof(a)));
+    assert_int_equal(0, listen(fd, 1024));
+    assert_int_equal(0, getsockname(fd, (struct sockaddr *)&a, &len));
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Drive m for about ms (its requests go out; answers are read). */
+static void multi_drive(CURLM *m, int ms)
+{
+    int64_t until = util_mono_ms() + ms;
+    int running;
+
+    do {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+    } while (running && util_mono_ms() < until);
+}
+
+/* One request of the probe against srv: its status, and the time it took
+ * into *ms. */
+static long probe(const struct it_server *srv, const char *method,
+                  const char *path, const char *token, double *ms)
+{
+    struct it_req req = {.method = method, .path = path, .token = token};
+    struct it_resp resp;
+    long status = it_http_do(srv, &req, &resp);
+
+    *ms = resp.elapsed_ms;
+    it_resp_free(&resp);
+    return status;
+}
+
+/* A webhook that hangs holds the code requests sent to it, and nothing
+ * else: while 64 wait for it (4 s each, then 503 with the code taken
+ * back), voucher reads, My orders, purchases and the readiness probe of
+ * the same instance answer at once. Past the SMS queue's bound a code
+ * request is refused at once. */
+static void test_sms_webhook_hangs(void **state)
+{
+    enum { CODES = 64 };
+    uint16_t hook_port;
+    int hook_fd = hung_listener(&hook_port);
+    char hook[96], tok[TOKEN_STR_LEN], path[96], phones[CODES][24],
+        bodies[CODES][64], xff[CODES][48];
+    const char *env[] = {"SECKILL_DEV=0",
+                         hook,
+                         "SECKILL_SMS_SECRET=" SMS_SECRET,
+                         "SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                         "SECKILL_RATE_IP",
+                         "SECKILL_RATE_USER",
+                         NULL};
+    struct it_req reqs[CODES];
+    struct it_resp resps[CODES];
+    CURL *easy[CODES];
+    struct it_server srv;
+    int64_t vid, start;
+    CURLM *m;
+    int running;
+
+    (void)state;
+    snprintf(hook, sizeof(hook), "SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
+             (unsigned)hook_port);
+    assert_int_equal(0, it_server_start(&srv, "sms-hung", env));
+    vid = it_seckill_create(&srv, 1, 1000, -1, 3600);
+    m = curl_multi_init();
+    start = util_mono_ms();
+    for (int i = 0; i < CODES; i++) {
+        fresh_phone(phones[i]);
+        snprintf(bodies[i], sizeof(bodies[i]), "{\"phone\":\"%.23s\"}",
+                 phones[i]);
+        snprintf(xff[i], sizeof(xff[i]), "X-Forwarded-For: 10.9.%d.%d", i / 200,
+                 i % 200 + 1);
+        reqs[i] = (struct it_req){.method = "POST",
+                                  .path = "/api/auth/code",
+                                  .body = bodies[i],
+                                  .header = xff[i]};
+        easy[i] = it_http_prepare(&srv, &reqs[i], &resps[i]);
+        curl_multi_add_handle(m, easy[i]);
+    }
+    multi_drive(m, 500);
+
+    /* Meanwhile, the other routes of the pool and the purchase. */
+    for (int round = 0; round < 4; round++) {
+        int64_t user = 7700000 + it_unique();
+        double ms;
+
+        it_token(user, TOKEN_ROLE_USER, 600, tok);
+        snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)vid);
+        assert_int_equal(200, probe(&srv, "GET", path, NULL, &ms));
+        assert_true(ms < 1000);
+        assert_int_equal(200, probe(&srv, "GET", "/api/orders", tok, &ms));
+        assert_true(ms < 1000);
+        snprintf(path, sizeof(path), "/api/vouchers/%lld/seckill",
+                 (long long)vid);
+        assert_int_equal(201, probe(&srv, "POST", path, tok, &ms));
+        assert_true(ms < 1000);
+        assert_int_equal(200, probe(&srv, "GET", "/readyz", NULL, &ms));
+        assert_true(ms < 1000);
+        multi_drive(m, 400);
+    }
+    /* The codes: 503 once the deadline passed, and taken back. */
+    do {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 100, NULL);
+    } while (running && util_mono_ms() - start < 20000);
+    {
+        CURLMsg *msg;
+        int left;
+
+        /* A message is its handle's: read it before the handle goes. */
+        while ((msg = curl_multi_info_read(m, &left))) {
+            CURL *h = msg->easy_handle;
+            CURLcode rc = msg->data.result;
+
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            for (int k = 0; k < CODES; k++)
+                if (h == easy[k]) {
+                    curl_multi_remove_handle(m, h);
+                    it_http_complete(h, rc, &resps[k]);
+                    easy[k] = NULL;
+                    break;
+                }
+        }
+    }
+    for (int i = 0; i < CODES; i++) {
+        assert_null(easy[i]);
+        it_assert_error(&resps[i], 503, "UNAVAILABLE");
+        assert_true(resps[i].elapsed_ms >= 3500 && resps[i].elapsed_ms < 10000);
+        assert_int_equal(0, redis_int("ZCARD login:{p:%s}:codes", phones[i]));
+        it_resp_free(&resps[i]);
+    }
+    curl_multi_cleanup(m);
+    assert_int_equal(0, it_server_stop(&srv));
+
+    /* A queue of 4: the 5th and 6th are refused at once. */
+    {
+        const char *env4[] = {"SECKILL_DEV=0",
+                              hook,
+                              "SECKILL_SMS_SECRET=" SMS_SECRET,
+                              "SECKILL_SMS_QUEUE_MAX=4",
+                              "SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                              "SECKILL_RATE_IP",
+                              NULL};
+        const struct it_server *to[6];
+        unsigned quick = 0, late = 0;
+
+        assert_int_equal(0, it_server_start(&srv, "sms-queue4", env4));
+        for (int i = 0; i < 6; i++) {
+            fresh_phone(phones[i]);
+            snprintf(bodies[i], sizeof(bodies[i]), "{\"phone\":\"%.23s\"}",
+                     phones[i]);
+            reqs[i] = (struct it_req){.method = "POST",
+                                      .path = "/api/auth/code",
+                                      .body = bodies[i],
+                                      .header = xff[i]};
+            to[i] = &srv;
+        }
+        it_http_run_all(reqs, to, resps, 6);
+        for (int i = 0; i < 6; i++) {
+            it_assert_error(&resps[i], 503, "UNAVAILABLE");
+            if (resps[i].elapsed_ms < 2000) {
+                quick++;
+                assert_string_equal("2", resps[i].retry_after);
+            } else {
+                late++;
+                assert_string_equal("5", resps[i].retry_after);
+            }
+            it_resp_free(&resps[i]);
+        }
+        assert_int_equal(2, quick);
+        assert_int_equal(4, late);
+        assert_int_equal(0, it_server_stop(&srv));
+    }
+    close(hook_fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_wrong_tries_never_void),
         cmocka_unit_test(test_users_normalize),
         cmocka_unit_test(test_sms_webhook),
+        cmocka_unit_test(test_sms_webhook_hangs),
     };
     return it_exit_status(
         cmocka_run_group_tests(tests, group_setup, group_teardown));
