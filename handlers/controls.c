@@ -22,11 +22,6 @@ static unsigned control_reply(struct request *req, int err,
 {
     struct store_voucher *v;
 
-    if (err == -EAGAIN)
-        return req_error(req, ERR_UNAVAILABLE,
-                         "committed, but the async sale's Redis did not "
-                         "take it yet: retry (it is applied within a "
-                         "reconciliation round anyway)");
     if (err)
         return req_backend_error(req, err, what);
     switch (out) {

@@ -21,9 +21,10 @@
 
 /* Response headers a page on a listed origin may read: the server clock
  * (the pages' countdown) and how long to wait after a 429 or 503. */
-#define EXPOSED_HEADERS "Date, Retry-After"
+#define EXPOSED_HEADERS "Date, Retry-After, Idempotent-Replayed"
 #define ALLOWED_HEADERS                                                        \
-    "Authorization, Content-Type, Seckill-PoW, Seckill-Ticket"
+    "Authorization, Content-Type, Seckill-PoW, Seckill-Ticket, "               \
+    "Idempotency-Key"
 /* Chromium caps a preflight's cache at two hours. */
 #define PREFLIGHT_MAX_AGE_S "7200"
 

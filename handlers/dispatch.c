@@ -2,11 +2,12 @@
  * dispatch.c - one request from its first callback to its completion (see
  * dispatch.h): the framing checks and the 64 KiB body cap, routing (404,
  * 400 for a bad id, 405, OPTIONS), the body's media type (415 unless
- * JSON), and its handler, run where its route says (route.h): on the HTTP
- * thread when it answers from memory, else on the task pool through the
- * sale layer (sale_job_run()), after the rate limit, with the request
- * parked meanwhile. A handler runs once; one that hands its request on to
- * the sale layer returns 0, and the callback of that call answers it.
+ * JSON), its Idempotency-Key (idempotency.c), and its handler, run where
+ * its route says (route.h): on the HTTP thread when it answers from
+ * memory, else on the task pool through the sale layer (sale_job_run()),
+ * after the rate limit, with the request parked meanwhile. A handler runs once;
+ * one that hands its request on to the sale layer returns 0, and the callback
+ * of that call answers it.
  */
 #include "handlers/dispatch.h"
 
@@ -39,6 +40,8 @@ static void pooled_run(void *arg, int err)
     else if ((!req->pooled_limited || !ratelimit_or_reply(req)) &&
              req->pooled(req) == 0)
         return; /* handed on: req is someone else's now (maybe gone) */
+    else
+        idem_finish(req);
     req_resume(req);
 }
 
@@ -115,6 +118,8 @@ static void dispatch(struct request *req)
         return;
     }
     if (req->body_len > 0 && !body_type_ok_or_reply(req))
+        return;
+    if (!idem_parse_or_reply(req))
         return;
     switch (route->run) {
     case ROUTE_RUN_HERE_WITH_TOKEN:

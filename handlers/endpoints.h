@@ -67,9 +67,8 @@ bool pow_or_reply(struct request *req);
 #define MONEY_MAX 100000000000LL /* a billion in cents */
 #define STOCK_MAX 1000000000LL
 
-/* A voucher as GET /api/vouchers/{id} shows it (vouchers.c). A new
- * object. */
-json_t *voucher_json(const struct request *req, const struct store_voucher *v);
+/* A refund as GET /api/refunds lists it (refunds.c). A new object. */
+json_t *refund_json(const struct store_refund *r);
 
 /*
  * An order as the API shows it: id, userId, voucherId, status ("unpaid",

@@ -27,7 +27,7 @@ static const char *reason_name(enum store_refund_reason r)
     return "unknown";
 }
 
-static json_t *refund_json(const struct store_refund *r)
+json_t *refund_json(const struct store_refund *r)
 {
     return json_pack("{s:o,s:o,s:s,s:I,s:s,s:s,s:o,s:o}", "id", json_id(r->id),
                      "orderId", json_id(r->order_id), "txnId", r->txn, "amount",

@@ -50,6 +50,12 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_ORDER_PAID] = {409, "ORDER_PAID", "the order is paid already"},
     [ERR_ORDER_CLOSED] = {409, "ORDER_CLOSED",
                           "the order is closed (cancelled or expired)"},
+    [ERR_IDEMPOTENCY_KEY_IN_USE] = {409, "IDEMPOTENCY_KEY_IN_USE",
+                                    "a request with this Idempotency-Key "
+                                    "is still running; retry in a moment"},
+    [ERR_IDEMPOTENCY_KEY_REUSED] = {422, "IDEMPOTENCY_KEY_REUSED",
+                                    "this Idempotency-Key was used for "
+                                    "another request"},
     [ERR_PAYLOAD_TOO_LARGE] = {413, "PAYLOAD_TOO_LARGE",
                                "the request body is larger than 64 KiB"},
     [ERR_URI_TOO_LONG] = {414, "URI_TOO_LONG",
@@ -116,6 +122,7 @@ void request_clear(struct request *req)
     req->reply = NULL;
     stream_discard(req->stream);
     req->stream = NULL;
+    sale_idem_release(&req->idem);
 }
 
 unsigned req_reply(struct request *req, unsigned status, json_t *body)
@@ -155,6 +162,15 @@ static bool log_due(void)
 unsigned req_backend_error(struct request *req, int err, const char *op)
 {
     switch (err) {
+    case -EALREADY:
+    case -EBUSY:
+        /* The change's Idempotency-Key was there, and nothing changed:
+         * idem_finish() answers it (dispatch.c), once the handler
+         * returned. */
+        if (req->has_idem && (req->idem.found || req->idem.busy))
+            return req_error(req, ERR_IDEMPOTENCY_KEY_IN_USE, NULL);
+        log_error("backend failed", "op=%s err=%d", op, err);
+        return req_error(req, ERR_INTERNAL, NULL);
     case -ENOTCONN:
     case -ECONNRESET:
     case -ECONNREFUSED:
@@ -249,12 +265,17 @@ bool req_client_key(const struct request *req, char *out, size_t n)
     return true;
 }
 
-void req_actor(const struct request *req, struct sale_actor *out)
+void req_actor(struct request *req, struct sale_actor *out)
 {
     struct cidr a;
 
     out->admin_id = req->auth.user_id;
     out->addr[0] = '\0';
+    out->idem = NULL;
+    if (req->has_idem) {
+        req->idem.admin_id = req->auth.user_id;
+        out->idem = &req->idem;
+    }
     if (req_client_addr(req, &a))
         inet_ntop(a.v6 ? AF_INET6 : AF_INET, a.addr, out->addr,
                   sizeof(out->addr));

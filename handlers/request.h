@@ -103,6 +103,10 @@ struct request {
     /* The handler it runs on the task pool (dispatch.c). */
     unsigned (*pooled)(struct request *req);
     bool pooled_limited; /* the rate limit first */
+    /* Its Idempotency-Key (idempotency.c), when it has one: given to the
+     * change it makes (req_actor()), which records it or finds it. */
+    bool has_idem;
+    struct store_idem idem;
     /* The call of the sale layer it was handed on with, answered by a
      * callback of the handler that made it. */
     union {
@@ -111,6 +115,26 @@ struct request {
         struct sale_code code;
     } call;
 };
+
+/*
+ * The request's Idempotency-Key header, if any, into req->idem with the
+ * hash of its method, path and body: true (also without one), or a 400
+ * reply and false for a key that is not 1..255 visible ASCII characters
+ * (idempotency.c). For every request with a body or a DELETE; only an
+ * admin's change records it.
+ */
+bool idem_parse_or_reply(struct request *req);
+
+/*
+ * After the handler set its reply (idempotency.c): a change whose key was
+ * there already is answered as its first request was (the same request,
+ * its answer recorded), 409 IDEMPOTENCY_KEY_IN_USE (the first still
+ * running, or its answer not recorded yet), 422 IDEMPOTENCY_KEY_REUSED
+ * (another request), or from its target as it is now (the first answer
+ * lost with its instance); a change that recorded its key keeps its 2xx
+ * answer for the retries. Waits for MySQL: on the task pool.
+ */
+void idem_finish(struct request *req);
 
 /* Monotonic nanoseconds, for request durations. */
 uint64_t req_now_ns(void);
@@ -188,9 +212,10 @@ bool req_client_addr(const struct request *req, struct cidr *out);
 bool req_client_key(const struct request *req, char *out, size_t n);
 
 /* Who an admin's change is by, for the audit log: the token's admin (after
- * req_admin_or_reply()) and the client's address (req_client_addr(), the
- * whole address; "" when unknown). */
-void req_actor(const struct request *req, struct sale_actor *out);
+ * req_admin_or_reply()), the client's address (req_client_addr(), the
+ * whole address; "" when unknown) and the request's Idempotency-Key (with
+ * the admin's id), if it has one. */
+void req_actor(struct request *req, struct sale_actor *out);
 
 /* The connection's peer (whatever X-Forwarded-For says). False when
  * unknown. */

@@ -1,7 +1,9 @@
 /*
  * audit.c - what the audit log records of each admin action (see sale.h):
  * a record made from the actor and a JSON object of the change, handed
- * to the store, which writes it in the change's own transaction.
+ * to the store, which writes it in the change's own transaction, with
+ * the request's Idempotency-Key when it has one, and that key's first
+ * answer.
  */
 #include "sale/internal.h"
 
@@ -16,6 +18,7 @@ void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
 {
     a->admin_id = who ? who->admin_id : 0;
     a->addr = who ? who->addr : "";
+    a->idem = who ? who->idem : NULL;
     a->action = action;
     a->target_type = target_type;
     a->target_id = target_id;
@@ -23,6 +26,22 @@ void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
     a->change =
         change ? json_dumps(change, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(change);
+}
+
+void sale_idem_answer(struct sale *s, const struct store_idem *idem,
+                      unsigned status, const char *body)
+{
+    int err = store_idem_answer(sale__store(s), idem, status, body);
+
+    if (err)
+        log_warn("idempotency key's answer not recorded: a retry is "
+                 "answered from what the change made",
+                 "err=%d", err);
+}
+
+void sale_idem_release(struct store_idem *idem)
+{
+    store_idem_release(idem);
 }
 
 void sale__audit_done(struct store_audit *a)

@@ -18,11 +18,14 @@
 /*
  * An async sale's Redis state to the control state c (committed): retried
  * while Redis is away or the sale frozen for a rebuild, up to
- * SALE_CONTROL_REDIS_MS. 0 (applied, or had it, or no state: a rebuild
- * makes it from MySQL with the control), or -EAGAIN.
+ * SALE_CONTROL_REDIS_MS. Then left to the reconciliation, which applies
+ * what MySQL committed once Redis answers and the freeze ends (a rebuild
+ * makes the state from MySQL, control included): the control is done
+ * either way, and is answered so. Meanwhile the sale sells nothing the
+ * control forbids: a frozen sale and an unreachable Redis sell nothing.
  */
-static int redis_catch_up(struct sale *s, struct store *st, int64_t voucher_id,
-                          const struct store_sale_control *c)
+static void redis_catch_up(struct store *st, int64_t voucher_id,
+                           const struct store_sale_control *c)
 {
     int64_t until = util_mono_ms() + SALE_CONTROL_REDIS_MS;
     int err;
@@ -32,7 +35,7 @@ static int redis_catch_up(struct sale *s, struct store *st, int64_t voucher_id,
 
         err = rl ? async_sale_control(rl, voucher_id, c) : -ENOTCONN;
         if (err >= 0 || err == -ENOENT)
-            return 0;
+            return;
         if (util_mono_ms() >= until)
             break;
         nanosleep(&(struct timespec){0, CONTROL_RETRY_MS * 1000000L}, NULL);
@@ -41,8 +44,6 @@ static int redis_catch_up(struct sale *s, struct store *st, int64_t voucher_id,
              "applies it",
              "voucher=%lld revision=%lld err=%d", (long long)voucher_id,
              (long long)c->revision, err);
-    (void)s;
-    return -EAGAIN;
 }
 
 /* After a control committed: Redis (async), the waiting room's mark (a
@@ -50,10 +51,8 @@ static int redis_catch_up(struct sale *s, struct store *st, int64_t voucher_id,
 static int control_done(struct sale *s, struct store *st, int64_t voucher_id,
                         const struct store_sale_control *c, const char *what)
 {
-    int err = 0;
-
     if (c->type == VOUCHER_SECKILL && c->mode == PURCHASE_ASYNC)
-        err = redis_catch_up(s, st, voucher_id, c);
+        redis_catch_up(st, voucher_id, c);
     if (c->type == VOUCHER_SECKILL && c->admission == ADMISSION_QUEUE &&
         store_waitroom_mark(st, voucher_id, c->end_time * 1000) != 0)
         log_warn("waiting room not marked in redis", "voucher=%lld",
@@ -64,7 +63,7 @@ static int control_done(struct sale *s, struct store *st, int64_t voucher_id,
              "end=%lld restocked=%lld",
              (long long)voucher_id, what, (long long)c->revision, (int)c->halt,
              (long long)c->end_time, (long long)c->restocked);
-    return err;
+    return 0;
 }
 
 /* What the audit log keeps of an edit: the fields it set, as sent. */

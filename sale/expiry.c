@@ -74,6 +74,26 @@ static void outbox_sweep(struct store *st, unsigned shard,
                  "shard=%u rows=%zu", shard, all);
 }
 
+/* Idempotency-Keys are kept this long, and swept this often. */
+#define IDEM_KEEP_S (24 * 3600)
+#define IDEM_SWEEP_MS 60000
+
+/* The Idempotency-Keys older than a day, once a minute. */
+static void idem_sweep(struct store *st, int64_t *next_ms)
+{
+    size_t n = 0;
+    int err;
+
+    if (util_mono_ms() < *next_ms)
+        return;
+    *next_ms = util_mono_ms() + IDEM_SWEEP_MS;
+    err = store_idem_sweep(st, IDEM_KEEP_S, &n);
+    if (err)
+        log_warn("old idempotency keys not deleted", "err=%d", err);
+    else if (n)
+        log_info("old idempotency keys deleted", "keys=%zu", n);
+}
+
 static void *expiry_main(void *arg)
 {
     struct expiry *x = arg;
@@ -81,6 +101,7 @@ static void *expiry_main(void *arg)
     unsigned shards = store_shard_count(st);
     int64_t *failing_since = xcalloc(shards, sizeof(*failing_since));
     int64_t *outbox_failing = xcalloc(shards, sizeof(*outbox_failing));
+    int64_t idem_next_ms = 0;
 
     pthread_mutex_lock(&x->mu);
     while (!x->stop) {
@@ -93,6 +114,7 @@ static void *expiry_main(void *arg)
                     STORE_EXPIRE_BATCH_MAX;
         for (unsigned i = 1; i < shards; i++)
             outbox_sweep(st, i, &outbox_failing[i]);
+        idem_sweep(st, &idem_next_ms);
         pthread_mutex_lock(&x->mu);
         /* A full batch: there may be more right away. */
         if (full)

@@ -256,7 +256,21 @@ int sale_user_ban(struct sale *s, int64_t user_id, const struct sale_actor *who,
 struct sale_actor {
     int64_t admin_id; /* the admin token's id */
     char addr[64];    /* the client's address ("" when unknown) */
+    /* The request's Idempotency-Key, or NULL: recorded with the change's
+     * audit record, in its transaction (store_idem). A change whose key
+     * was there already fails with -EALREADY, or -EBUSY while the first
+     * is still running, and changes nothing; what the first recorded is
+     * then in *idem. */
+    struct store_idem *idem;
 };
+
+/* The first answer of a change that recorded idem (status, and the body
+ * or NULL): kept for its retries. Waits for MySQL; a failure is logged
+ * (a retry is then answered from the change's target as it is). */
+void sale_idem_answer(struct sale *s, const struct store_idem *idem,
+                      unsigned status, const char *body);
+/* Free what a change left in idem. Never waits. */
+void sale_idem_release(struct store_idem *idem);
 
 /*
  * The audit log, newest first: records with id < before (0: from the
@@ -339,14 +353,18 @@ int sale_voucher_create(struct sale *s, struct store_voucher *v,
  *     async/compare.h); sold-out flags are dropped on every instance (a
  *     segmented voucher's segments seen empty by another process sell
  *     again within a second).
- * -EAGAIN: committed in MySQL, but an async sale's Redis did not take it
- * in time (down, or a rebuild): retrying the control is harmless, and the
- * reconciliation applies it within its round anyway. Wait for MySQL and
- * Redis: call from a job.
+ * When an async sale's Redis did not take it in time (frozen for a
+ * rebuild, or away) the control is still done, and answered so: a frozen
+ * sale and an unreachable Redis sell nothing, a rebuild makes the sale
+ * from MySQL (control included), and the reconciliation applies what
+ * MySQL committed once Redis answers; meanwhile every instance's voucher
+ * cache refuses what the control forbids. Wait for MySQL and Redis: call
+ * from a job. A control given an Idempotency-Key (who->idem) may also
+ * fail with -EALREADY or -EBUSY (struct sale_actor).
  */
 
-/* How long a control retries its Redis script before it answers
- * -EAGAIN. */
+/* How long a control retries its Redis script before it leaves it to
+ * the reconciliation. */
 #define SALE_CONTROL_REDIS_MS 3000
 
 /* Pause (pause) or resume voucher_id's sale; *out as the store says. */

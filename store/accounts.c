@@ -90,7 +90,7 @@ static int ban_once(struct store *st, void *arg)
     MYSQL_STMT *s;
     int err;
 
-    err = store_query(st, "START TRANSACTION");
+    err = store_tx_begin_keyed(st, a->audit);
     if (err)
         return err;
     bind_i64(&p[0], &a->user_id);

@@ -19,6 +19,13 @@ int store_audit_add(struct store *st, const struct store_audit *a)
 
     if (a->change && strlen(a->change) >= STORE_AUDIT_CHANGE_MAX)
         return -EINVAL;
+    /* A new voucher's id, not known when its key was recorded. */
+    if (a->idem && a->idem->recorded && a->target_id != a->idem->target_id) {
+        err = store_idem_target_set(st, a->idem, a->target_id);
+        if (err)
+            return err;
+        a->idem->target_id = a->target_id;
+    }
     bind_i64(&p[0], &admin);
     bind_str_in(&p[1], a->addr ? a->addr : "", &len[0]);
     bind_str_in(&p[2], a->action, &len[1]);

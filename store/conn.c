@@ -380,6 +380,26 @@ static const char *const stmt_sql[STMT_COUNT] = {
         "INSERT INTO audit_log (admin_id, addr, action, target_type, "
         "target_id, change_json) VALUES (NULLIF(?, 0), ?, ?, ?, "
         "NULLIF(?, 0), ?)",
+    [STMT_IDEM_INSERT] =
+        "INSERT INTO idempotency_keys (admin_id, idem_key, request_hash, "
+        "action, target_type, target_id) VALUES (?, ?, ?, ?, ?, ?)",
+    /* A locking read: the row as committed now, not as the transaction's
+     * snapshot had it. */
+    [STMT_IDEM_GET] =
+        "SELECT request_hash, COALESCE(status, 0), COALESCE(answer, ''), "
+        "action, target_type, target_id, "
+        "TIMESTAMPDIFF(MICROSECOND, created, NOW(3)) DIV 1000 "
+        "FROM idempotency_keys WHERE admin_id = ? AND idem_key = ? "
+        "LOCK IN SHARE MODE",
+    [STMT_IDEM_ANSWER] =
+        "UPDATE idempotency_keys SET status = ?, answer = ? "
+        "WHERE admin_id = ? AND idem_key = ? AND status IS NULL",
+    [STMT_IDEM_TARGET] =
+        "UPDATE idempotency_keys SET target_id = ? WHERE admin_id = ? AND "
+        "idem_key = ?",
+    [STMT_IDEM_SWEEP] =
+        "DELETE FROM idempotency_keys WHERE created < NOW(3) - INTERVAL ? "
+        "SECOND LIMIT 1000",
     [STMT_OUTBOX_REFUND] =
         "INSERT INTO shard_outbox (kind, order_id, txn_id, amount, reason) "
         "VALUES (1, ?, ?, ?, ?)",

@@ -156,7 +156,7 @@ static int ctl_commit(struct store *st, struct ctl_args *a)
 static int ctl_begin(struct store *st, struct ctl_args *a, struct ctl_row *r,
                      bool seckill_only)
 {
-    int err = store_query(st, "START TRANSACTION");
+    int err = store_tx_begin_keyed(st, a->audit);
 
     if (err)
         return err;

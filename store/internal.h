@@ -178,6 +178,12 @@ enum stmt_id {
     STMT_ADMIN_GET,
     STMT_AUDIT_INSERT,
     STMT_AUDIT_LIST,
+    /* the Idempotency-Keys of admin writes (idempotency.c) */
+    STMT_IDEM_INSERT,
+    STMT_IDEM_GET,
+    STMT_IDEM_ANSWER,
+    STMT_IDEM_TARGET,
+    STMT_IDEM_SWEEP,
     /* rows of shard 0 a transaction of another shard decided on
      * (shard.c): into its outbox, and moved from there to shard 0 */
     STMT_OUTBOX_REFUND,
@@ -246,6 +252,26 @@ struct store *store_by_id(struct store *st, int64_t id);
 
 /* The thread's store of shard 0 (st itself, or its home). */
 struct store *store_home(struct store *st);
+
+/*
+ * Start the transaction of an admin's write described by audit (NULL:
+ * none): START TRANSACTION, then, when audit carries an Idempotency-Key,
+ * that key, first, on st's shard (idempotency.c). The key's row then
+ * stays locked by this transaction until it ends, so that a second write
+ * with the key waits for it, and finds it once it committed. 0; -EALREADY
+ * or -EBUSY (store_idem; rolled back); or as store_mysql_error().
+ */
+int store_tx_begin_keyed(struct store *st, const struct store_audit *audit);
+
+/* The shard of a new voucher made with Idempotency-Key k, of n shards:
+ * from the admin and the key alone, the same on every instance. */
+unsigned store_idem_shard(const struct store_idem *k, unsigned n);
+
+/* Record the target of k's write, known only once it was made (a new
+ * voucher's id), in the write's transaction. 0 or as
+ * store_mysql_error(). */
+int store_idem_target_set(struct store *st, const struct store_idem *k,
+                          int64_t target_id);
 
 /* Record a refused payment's refund (shard.c): in st's open
  * transaction, on shard 0 itself or into another shard's outbox, to be

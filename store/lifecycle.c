@@ -1208,7 +1208,7 @@ static int refund_done_once(struct store *st, void *arg)
     size_t n = 0;
     int err;
 
-    err = store_query(st, "START TRANSACTION");
+    err = store_tx_begin_keyed(st, a->audit);
     if (err)
         return err;
     bind_i64(&p[0], &a->admin);

@@ -493,6 +493,59 @@ int store_admin_fails_clear(struct store *st, const char *name);
 /* The longest change text a record keeps, with its NUL. */
 #define STORE_AUDIT_CHANGE_MAX 8192
 
+/* ---- the Idempotency-Keys of admin writes (idempotency.c) ---- */
+
+#define STORE_IDEM_KEY_MAX 255
+/* The longest first answer kept for a replay (a longer one is answered
+ * from its target as it is then). */
+#define STORE_IDEM_ANSWER_MAX 16384
+
+/*
+ * An admin write's Idempotency-Key, given with the write's audit record
+ * (store_audit.idem): recorded first in the write's own transaction, on
+ * the write's shard, unique per admin and key, so that the key exists
+ * exactly when the write committed. When the key is there already the
+ * write changes nothing and fails with -EALREADY (found: what the first
+ * recorded is below), or, when the first write's transaction stays open
+ * longer than a lock wait, with -EBUSY (busy). The writes that take one:
+ * store_voucher_insert(), the controls, store_account_ban() and
+ * store_refund_done().
+ */
+struct store_idem {
+    /* Set by the caller: */
+    int64_t admin_id;
+    const char *key;        /* 1..STORE_IDEM_KEY_MAX bytes */
+    unsigned char hash[32]; /* of the request: method, path, body */
+    /* Set by the write: */
+    bool recorded;     /* inserted in its transaction (on shard shard_no) */
+    unsigned shard_no; /* where it was inserted or found */
+    bool busy;         /* a write with this key is still running */
+    bool found;        /* the key was there: */
+    bool same;         /* the same request (hash) */
+    unsigned status;   /* the first answer's status; 0: none recorded */
+    char *answer;      /* its body (owned, "" for none), NULL without one */
+    int64_t age_ms;    /* since the first write */
+    char action[33];   /* the first write's audit action and target */
+    char target_type[17];
+    int64_t target_id; /* found, or as recorded */
+};
+
+/* Free what a write left in k (its answer); k stays usable. */
+void store_idem_release(struct store_idem *k);
+
+/*
+ * The first answer of the write that recorded k (k->recorded): status and
+ * body (NULL: none; longer than STORE_IDEM_ANSWER_MAX: not kept), on
+ * k's shard, once. 0 or -errno (the key then stays without an answer,
+ * and a retry is answered from its target).
+ */
+int store_idem_answer(struct store *st, const struct store_idem *k,
+                      unsigned status, const char *body);
+
+/* Delete keys older than age_s, up to a thousand on every shard; the
+ * count into *deleted. 0 or -errno. */
+int store_idem_sweep(struct store *st, int64_t age_s, size_t *deleted);
+
 /* One admin action, as the audit log records it. */
 struct store_audit {
     int64_t admin_id;        /* who; 0 for nobody (a failed login) */
@@ -501,15 +554,16 @@ struct store_audit {
     const char *target_type; /* "voucher", "user", "refund", "admin" */
     int64_t target_id;       /* 0: none */
     const char *change;      /* a JSON object's text, or NULL */
+    struct store_idem *idem; /* the request's Idempotency-Key, or NULL */
 };
 
 /*
  * Record a: inside the transaction open on st, if there is one (the record
  * then commits or rolls back with the change it describes), else on its
  * own; on a store of another shard than 0, into that shard's outbox
- * (store_outbox_move()). A change of STORE_AUDIT_CHANGE_MAX bytes or more
- * is -EINVAL, and nothing is written. 0 or as store_mysql_error(). Not
- * retried: for use inside the caller's operation.
+ * (store_outbox_move()). A change of STORE_AUDIT_CHANGE_MAX bytes or more is
+ * -EINVAL, and nothing is written. 0 or as store_mysql_error(). Not retried:
+ * for use inside the caller's operation.
  */
 int store_audit_add(struct store *st, const struct store_audit *a);
 

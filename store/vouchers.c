@@ -85,7 +85,7 @@ static int voucher_insert_once(struct store *st, void *arg)
     MYSQL_STMT *s;
     int err;
 
-    err = store_query(st, "START TRANSACTION");
+    err = store_tx_begin_keyed(st, a->audit);
     if (err)
         return err;
     bind_i64(&p[0], &v->shop_id);
@@ -216,6 +216,10 @@ int store_voucher_insert(struct store *st, struct store_voucher *v,
          * repeat across shards).
          */
         shard = atomic_fetch_add(&next_shard, 1) % n;
+        /* With an Idempotency-Key, its own shard: a retry of the create
+         * finds the key where the first one wrote it. */
+        if (audit && audit->idem)
+            shard = store_idem_shard(audit->idem, n);
     }
     l = store_redis_link(st);
     err = l ? idgen_next(l, "voucher", &wid) : -ECONNRESET;

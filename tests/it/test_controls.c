@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <sodium.h>
 
 #include "tests/it/harness.h"
 
@@ -603,6 +604,266 @@ static void test_restock_caught_up(void **state)
     assert_false(rebuilt(v));
 }
 
+/* A restock of an async sale frozen for a rebuild: its Redis refuses the
+ * catch-up for longer than the control waits. The restock is committed,
+ * so it is answered 200 (never an error that invites a retry, which
+ * would restock again); one restock, one audit record, and Redis follows
+ * once the freeze ends. */
+static void test_restock_frozen(void **state)
+{
+    int64_t v = sale_create(&srv[0], "async", 3, -1, 600, NULL);
+    redisContext *rc = it_redis_connect();
+    struct it_resp resp;
+    redisReply *r;
+    int64_t until;
+
+    (void)state;
+    assert_int_equal(202, buy(&srv[0], v, NULL, 0));
+    assert_async_agrees(v);
+    /* Frozen by an instance that is not there: until it expires. */
+    r = redisCommand(rc, "SET {v:%lld}:frozen test-holder PX 5000",
+                     (long long)v);
+    assert_non_null(r);
+    freeReplyObject(r);
+    control(&srv[0], "POST", v, "/restock", "{\"add\":5}", &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+    assert_int_equal(8, initial_stock(v));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "target_id = %lld AND action = "
+                                      "'voucher.restock'",
+                                      (long long)v));
+    until = util_mono_ms() + 20000;
+    while (redis_int(rc, "HGET {v:%lld}:info initial", v) != 8 &&
+           util_mono_ms() < until)
+        usleep(100 * 1000);
+    assert_int_equal(8, redis_int(rc, "HGET {v:%lld}:info initial", v));
+    redisFree(rc);
+    assert_async_agrees(v);
+    assert_sells_everywhere(v, 202);
+    assert_async_agrees(v);
+}
+
+/* An admin change sent with an Idempotency-Key and a path: status, and
+ * the answer in resp. */
+static long keyed(const char *method, const char *path, const char *body,
+                  const char *key, struct it_resp *resp)
+{
+    char hdr[320];
+    struct it_req req = {.method = method,
+                         .path = path,
+                         .body = body,
+                         .token = admin,
+                         .header = hdr};
+
+    /* curl sends an empty header only in its "Name;" form. */
+    if (key[0])
+        snprintf(hdr, sizeof(hdr), "Idempotency-Key: %s", key);
+    else
+        snprintf(hdr, sizeof(hdr), "Idempotency-Key;");
+    return it_http_do(&srv[0], &req, resp);
+}
+
+/* The same restock twice with one key: one restock, the first answer
+ * again (Idempotent-Replayed); the key with another body: 422, nothing
+ * changed. Also on a frozen async sale, and for two copies sent at
+ * once. */
+static void test_restock_idempotent(void **state)
+{
+    int64_t v = sale_create(&srv[0], "sync", 3, -1, 600, NULL);
+    int64_t a = sale_create(&srv[0], "async", 3, -1, 600, NULL);
+    char path[96], key[64], hdr[64];
+    struct it_resp r1, r2;
+    redisContext *rc;
+    redisReply *rr;
+
+    (void)state;
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/restock", (long long)v);
+    snprintf(key, sizeof(key), "restock-%lld", (long long)it_unique());
+    assert_int_equal(200, keyed("POST", path, "{\"add\":5}", key, &r1));
+    assert_int_equal(200, keyed("POST", path, "{\"add\":5}", key, &r2));
+    assert_string_equal(r1.body, r2.body);
+    it_resp_header(&r2, "Idempotent-Replayed", hdr, sizeof(hdr));
+    assert_string_equal("true", hdr);
+    it_resp_header(&r1, "Idempotent-Replayed", hdr, sizeof(hdr));
+    assert_string_equal("", hdr);
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    assert_int_equal(8, initial_stock(v));
+    keyed("POST", path, "{\"add\":6}", key, &r1);
+    it_assert_error(&r1, 422, "IDEMPOTENCY_KEY_REUSED");
+    it_resp_free(&r1);
+    assert_int_equal(8, initial_stock(v));
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "target_id = %lld AND action = "
+                                      "'voucher.restock'",
+                                      (long long)v));
+    assert_invariants(v);
+
+    /* Frozen async sale: answered 200 the first time and again. */
+    rc = it_redis_connect();
+    rr = redisCommand(rc, "SET {v:%lld}:frozen test-holder PX 5000",
+                      (long long)a);
+    freeReplyObject(rr);
+    redisFree(rc);
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/restock", (long long)a);
+    snprintf(key, sizeof(key), "restock-%lld", (long long)it_unique());
+    assert_int_equal(200, keyed("POST", path, "{\"add\":5}", key, &r1));
+    assert_int_equal(200, keyed("POST", path, "{\"add\":5}", key, &r2));
+    assert_string_equal(r1.body, r2.body);
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    assert_int_equal(8, initial_stock(a));
+
+    /* Two copies at once: one restock; each answer the first's or 409
+     * IDEMPOTENCY_KEY_IN_USE. */
+    {
+        struct it_req reqs[2];
+        struct it_resp resps[2];
+        const struct it_server *to[2] = {&srv[0], &srv[1]};
+        char h[96];
+        int ok = 0;
+
+        snprintf(path, sizeof(path), "/api/vouchers/%lld/restock",
+                 (long long)v);
+        snprintf(h, sizeof(h), "Idempotency-Key: twin-%lld",
+                 (long long)it_unique());
+        for (int i = 0; i < 2; i++)
+            reqs[i] = (struct it_req){.method = "POST",
+                                      .path = path,
+                                      .body = "{\"add\":1}",
+                                      .token = admin,
+                                      .header = h};
+        it_http_run_all(reqs, to, resps, 2);
+        for (int i = 0; i < 2; i++) {
+            if (resps[i].status == 200)
+                ok++;
+            else
+                it_assert_error(&resps[i], 409, "IDEMPOTENCY_KEY_IN_USE");
+            it_resp_free(&resps[i]);
+        }
+        assert_true(ok >= 1);
+        assert_int_equal(9, initial_stock(v));
+    }
+}
+
+/* The key on the other admin writes: a create, a pause, a ban and a
+ * delete, each sent twice, change once and answer twice alike; a key
+ * that is not 1..255 visible characters is a 400. A key whose first
+ * change committed but recorded no answer (its instance died in
+ * between; written here by hand) is 409 while the first may still be
+ * answering, then answered from the voucher as it is. */
+static void test_idempotency_keys(void **state)
+{
+    char body[512], b[40], e[40], key[64], path[96], title[48];
+    struct it_resp r1, r2;
+    int64_t v;
+
+    (void)state;
+    snprintf(title, sizeof(title), "keyed-%lld", (long long)it_unique());
+    snprintf(body, sizeof(body),
+             "{\"shopId\":7,\"title\":\"%s\",\"payValue\":100,"
+             "\"actualValue\":200,\"type\":\"seckill\",\"stock\":5,"
+             "\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+             title, it_time(3600, b), it_time(7200, e));
+    snprintf(key, sizeof(key), "create-%lld", (long long)it_unique());
+    assert_int_equal(201, keyed("POST", "/api/vouchers", body, key, &r1));
+    assert_int_equal(201, keyed("POST", "/api/vouchers", body, key, &r2));
+    assert_string_equal(r1.body, r2.body);
+    v = it_json_id(r1.json, "id");
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM vouchers WHERE "
+                                      "title = '%s'",
+                                      title));
+
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/pause", (long long)v);
+    snprintf(key, sizeof(key), "pause-%lld", (long long)it_unique());
+    assert_int_equal(200, keyed("POST", path, NULL, key, &r1));
+    assert_int_equal(200, keyed("POST", path, NULL, key, &r2));
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "target_id = %lld AND action = "
+                                      "'voucher.pause'",
+                                      (long long)v));
+
+    snprintf(path, sizeof(path), "/api/admin/users/%lld/ban",
+             (long long)(next_user++));
+    snprintf(key, sizeof(key), "ban-%lld", (long long)it_unique());
+    assert_int_equal(204, keyed("POST", path, NULL, key, &r1));
+    assert_int_equal(204, keyed("POST", path, NULL, key, &r2));
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+
+    /* Bad keys. */
+    keyed("POST", path, NULL, "", &r1);
+    it_assert_error(&r1, 400, "BAD_REQUEST");
+    it_resp_free(&r1);
+    keyed("POST", path, NULL, "a b", &r1);
+    it_assert_error(&r1, 400, "BAD_REQUEST");
+    it_resp_free(&r1);
+    {
+        char longkey[300];
+
+        memset(longkey, 'k', 256);
+        longkey[256] = '\0';
+        keyed("POST", path, NULL, longkey, &r1);
+        it_assert_error(&r1, 400, "BAD_REQUEST");
+        it_resp_free(&r1);
+    }
+
+    /* A key recorded without its answer: 409 for a moment, then the
+     * voucher as it is now, and no second pause. */
+    snprintf(path, sizeof(path), "/api/vouchers/%lld/resume", (long long)v);
+    snprintf(key, sizeof(key), "lost-%lld", (long long)it_unique());
+    {
+        unsigned char h[32];
+        char hex[65];
+        crypto_hash_sha256_state st;
+
+        crypto_hash_sha256_init(&st);
+        crypto_hash_sha256_update(&st, (const unsigned char *)"POST", 5);
+        crypto_hash_sha256_update(&st, (const unsigned char *)path,
+                                  strlen(path) + 1);
+        crypto_hash_sha256_final(&st, h);
+        sodium_bin2hex(hex, sizeof(hex), h, sizeof(h));
+        assert_int_equal(0,
+                         it_sql_exec("INSERT INTO idempotency_keys (admin_id, "
+                                     "idem_key, request_hash, action, "
+                                     "target_type, target_id) VALUES (1, "
+                                     "'%s', UNHEX('%s'), 'voucher.resume', "
+                                     "'voucher', %lld)",
+                                     key, hex, (long long)v));
+    }
+    keyed("POST", path, NULL, key, &r1);
+    it_assert_error(&r1, 409, "IDEMPOTENCY_KEY_IN_USE");
+    it_resp_free(&r1);
+    assert_int_equal(0, it_sql_exec("UPDATE idempotency_keys SET created = "
+                                    "NOW(3) - INTERVAL 1 MINUTE WHERE "
+                                    "idem_key = '%s'",
+                                    key));
+    assert_int_equal(200, keyed("POST", path, NULL, key, &r1));
+    assert_true(json_is_true(json_object_get(r1.json, "paused")));
+    it_resp_free(&r1);
+    assert_int_equal(0, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "target_id = %lld AND action = "
+                                      "'voucher.resume'",
+                                      (long long)v));
+
+    /* A delete, twice. */
+    snprintf(path, sizeof(path), "/api/vouchers/%lld", (long long)v);
+    snprintf(key, sizeof(key), "delete-%lld", (long long)it_unique());
+    assert_int_equal(204, keyed("DELETE", path, NULL, key, &r1));
+    assert_int_equal(204, keyed("DELETE", path, NULL, key, &r2));
+    it_resp_free(&r1);
+    it_resp_free(&r2);
+    assert_int_equal(1, it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE "
+                                      "target_id = %lld AND action = "
+                                      "'voucher.delete'",
+                                      (long long)v));
+}
+
 /* ---- edit ---- */
 
 static void test_patch_before_start(void **state)
@@ -1088,6 +1349,9 @@ int main(void)
         cmocka_unit_test(test_restock_sync_segmented),
         cmocka_unit_test(test_restock_async),
         cmocka_unit_test(test_restock_caught_up),
+        cmocka_unit_test(test_restock_frozen),
+        cmocka_unit_test(test_restock_idempotent),
+        cmocka_unit_test(test_idempotency_keys),
         cmocka_unit_test(test_patch_before_start),
         cmocka_unit_test(test_patch_after_start),
         cmocka_unit_test(test_delete),

@@ -5,7 +5,7 @@
 // session: it starts this with a way to read the token and to learn that
 // a call was refused for it.
 
-import { call, describeError, el, localTime, money, say } from "./api.js";
+import { call, change, describeError, el, localTime, money, say } from "./api.js";
 
 const REFRESH_MS = 10000;
 const PAGE = 20;
@@ -103,7 +103,7 @@ async function markDone(r, button) {
         return;
     const tok = session.token();
     button.disabled = true;
-    const res = await call("POST", `/api/refunds/${r.id}/done`, { token: tok });
+    const res = await change("POST", `/api/refunds/${r.id}/done`, { token: tok });
     if (session.gone(res, tok, true)) return;
     if (!res.ok) {
         button.disabled = false;

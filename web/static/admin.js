@@ -8,7 +8,7 @@
 // purchase counters (GET /api/admin/metrics with the token), and the
 // refunds and the audit log (admin-records.js).
 
-import { call, clock, describeError, el, localNow, localTime, money, rfc3339, say } from "./api.js";
+import { call, change, clock, describeError, el, localNow, localTime, money, rfc3339, say } from "./api.js";
 import { initRecords, reloadRecords } from "./admin-records.js";
 import { drawChart, soldBetween } from "./chart.js";
 
@@ -350,7 +350,7 @@ $("create-form").addEventListener("submit", async (ev) => {
     const button = $("create-button");
     button.disabled = true;
     say(msg, "Creating…");
-    const res = await call("POST", "/api/vouchers", { body: voucherBody(v), token });
+    const res = await change("POST", "/api/vouchers", { body: voucherBody(v), token });
     button.disabled = false;
     if (!res.ok) {
         if (sessionGone(res, token, true)) {
@@ -670,7 +670,7 @@ async function control(method, tail, body, what) {
     controls.busy = true;
     renderList();
     say(msg, `${what}…`);
-    const res = await call(method, `/api/vouchers/${id}${tail}`, { body, token });
+    const res = await change(method, `/api/vouchers/${id}${tail}`, { body, token });
     controls.busy = false;
     if (!res.ok) {
         if (!sessionGone(res, token, true)) say(msg, describeError(res).text, "bad");

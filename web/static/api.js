@@ -184,6 +184,34 @@ export function solvePow(challenge, onProgress) {
     });
 }
 
+// An admin's change (a create, a control, a refund done): call() with an
+// Idempotency-Key. The same change sent again before it succeeded (a
+// double click, a retry after a lost answer) carries the same key, so the
+// service makes it once and answers the retry as the first; once it
+// succeeded, the next one of the same kind is a new change with a new key.
+const changeKeys = new Map();
+
+function newKey() {
+    if (crypto.randomUUID) return crypto.randomUUID();
+    const b = crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+export async function change(method, path, opts = {}) {
+    const what = `${method} ${path} ${typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body ?? null)}`;
+    let key = changeKeys.get(what);
+    if (!key) {
+        key = newKey();
+        changeKeys.set(what, key);
+    }
+    const res = await call(method, path, {
+        ...opts,
+        headers: { ...opts.headers, "Idempotency-Key": key },
+    });
+    if (res.ok) changeKeys.delete(what);
+    return res;
+}
+
 // One API call that carries the proof of work the service wants
 // (Seckill-PoW): a challenge from GET /api/pow, solved unless its
 // maxnumber is 0 (the service asks for none). A refusal with POW_REQUIRED
