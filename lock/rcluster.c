@@ -109,6 +109,33 @@ static int node_get(struct rconn_cluster *cl, const char *host, unsigned port)
     return cl->nnodes++;
 }
 
+void rconn_cluster_map_install(struct rconn_cluster *cl,
+                               const struct redis_cluster_map *m)
+{
+    uint16_t idx[REDIS_CLUSTER_NODES_MAX];
+
+    pthread_mutex_lock(&cl->mu);
+    for (int i = 0; i < m->nnodes; i++) {
+        int k = node_get(cl, m->nodes[i].host, m->nodes[i].port);
+        idx[i] = k < 0 ? REDIS_CLUSTER_NO_NODE : (uint16_t)k;
+    }
+    for (int s = 0; s < REDIS_SLOTS; s++)
+        cl->slot_node[s] = m->slot_node[s] == REDIS_CLUSTER_NO_NODE
+                               ? REDIS_CLUSTER_NO_NODE
+                               : idx[m->slot_node[s]];
+    cl->have_map = 1;
+    cl->stale = 0;
+    pthread_mutex_unlock(&cl->mu);
+}
+
+int rconn_cluster_nodes(struct rconn_cluster *cl)
+{
+    pthread_mutex_lock(&cl->mu);
+    int n = cl->nnodes;
+    pthread_mutex_unlock(&cl->mu);
+    return n;
+}
+
 /* Ask srv for the slot map into m. Returns 0 or an errno. */
 static int map_ask(struct rconn_cluster *cl, const struct redis_server *srv,
                    struct redis_cluster_map *m)
@@ -173,23 +200,12 @@ static int map_refresh(struct rconn_cluster *cl, int force)
         if (err == 0)
             break;
     }
+    if (err == 0)
+        rconn_cluster_map_install(cl, m);
     pthread_mutex_lock(&cl->mu);
     cl->refresh_ms = lock__mono_ms();
     cl->stats.refresh++;
     metrics_count(METRIC_REDIS_REFRESH, 1);
-    if (err == 0) {
-        uint16_t idx[REDIS_CLUSTER_NODES_MAX];
-        for (int i = 0; i < m->nnodes; i++) {
-            int k = node_get(cl, m->nodes[i].host, m->nodes[i].port);
-            idx[i] = k < 0 ? REDIS_CLUSTER_NO_NODE : (uint16_t)k;
-        }
-        for (int s = 0; s < REDIS_SLOTS; s++)
-            cl->slot_node[s] = m->slot_node[s] == REDIS_CLUSTER_NO_NODE
-                                   ? REDIS_CLUSTER_NO_NODE
-                                   : idx[m->slot_node[s]];
-        cl->have_map = 1;
-        cl->stale = 0;
-    }
     pthread_mutex_unlock(&cl->mu);
 out:
     pthread_mutex_unlock(&cl->refresh_mu);

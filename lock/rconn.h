@@ -366,4 +366,16 @@ int rconn_cluster_ping(struct rconn_cluster *cl);
 
 struct rconn_cluster_stats rconn_cluster_stats(struct rconn_cluster *cl);
 
+/*
+ * Install the slot map m (borrowed) as a refresh does once a node has
+ * answered CLUSTER SHARDS: every slot goes to the primary m names, and
+ * the map is fresh. Also the way to give cl a map without a cluster.
+ */
+void rconn_cluster_map_install(struct rconn_cluster *cl,
+                               const struct redis_cluster_map *m);
+
+/* How many nodes cl keeps, each with a connection and a listener
+ * thread. */
+int rconn_cluster_nodes(struct rconn_cluster *cl);
+
 #endif
