@@ -270,15 +270,20 @@ struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
     return ps;
 }
 
-void rconn_psub_free(struct rconn_psub *ps)
+void rconn_psub_stop(struct rconn_psub *ps)
 {
-    if (!ps)
-        return;
     pthread_mutex_lock(&ps->hub->mu);
     ps->stop = 1;
     pthread_cond_broadcast(&ps->hub->cond);
     pthread_mutex_unlock(&ps->hub->mu);
     poke(ps);
+}
+
+void rconn_psub_free(struct rconn_psub *ps)
+{
+    if (!ps)
+        return;
+    rconn_psub_stop(ps);
     pthread_join(ps->thread, NULL);
     while (ps->chans) {
         struct chan *ch = ps->chans;

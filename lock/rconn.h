@@ -178,6 +178,9 @@ struct rconn_mux *rconn_mux_new(const struct redis_server *srv,
                                 uint32_t timeout_ms, int sharded);
 void rconn_mux_free(struct rconn_mux *m);
 
+/* A primary of a Redis Cluster (rcluster.c). */
+struct rconn_node;
+
 /* One call in flight: the caller's, usually on its stack, until
  * rconn_mux_wait() returns. Fields are private to rconn.c. */
 struct rconn_call {
@@ -196,10 +199,12 @@ struct rconn_call {
     struct redis_cluster_redirect *redirect;
     int asking; /* ASKING is written right in front of the command */
     /* rcluster.c's: where a redirection is read, the call's slot, how
-     * many redirections it followed. */
+     * many redirections it followed, the node it is on (held until
+     * rconn_cluster_wait() returns). */
     struct redis_cluster_redirect rd;
     unsigned cslot;
     int redirects;
+    struct rconn_node *node;
 };
 
 /*
@@ -291,6 +296,11 @@ void rconn_hub_destroy(struct rconn_hub *h);
 struct rconn_psub *rconn_psub_new(struct rconn_hub *hub,
                                   const struct redis_server *srv,
                                   uint32_t timeout_ms, int sharded);
+/* Ask ps's thread to end, without waiting for it (a connect it is in
+ * the middle of finishes first); nobody may subscribe on ps any more.
+ * Takes hub->mu. */
+void rconn_psub_stop(struct rconn_psub *ps);
+/* Stop ps, wait for its thread to end, and free it. Accepts NULL. */
 void rconn_psub_free(struct rconn_psub *ps);
 
 /*
@@ -314,7 +324,11 @@ int rconn_psub_changed(struct rconn_psub *ps, const char *name, uint64_t *gen);
  * The redis backend on a Redis Cluster (rcluster.c): one multiplexed
  * connection (sharded scripts) and one sharded listener per primary, made
  * as the slot map (CLUSTER SHARDS, asked of the seeds and then of the
- * known primaries) names them, and kept until the client closes. A call
+ * known primaries) or a redirection names them, and kept while the map
+ * names them: a primary that a new map leaves out (a pod that came back
+ * at another address) is forgotten, its connection closed and its
+ * listener's thread stopped, as soon as no call in flight and no waiter
+ * on its listener uses it any more. A call
  * goes to the primary that owns its slot (its first key's, which carries
  * the lock's hash tag); rconn_cluster_wait() follows a MOVED reply (the
  * slot's owner is updated at once, the whole map asked for again before
@@ -357,13 +371,32 @@ void rconn_cluster_send_detached(struct rconn_cluster *cl, unsigned slot,
                                  const char **argv, const size_t *lens);
 
 /* The listener of slot's owner (it changes when the slot moves: a waiter
- * asks again at each wake-up), or NULL when no map could be had. */
+ * asks again at each wake-up), or NULL when no map could be had. It is
+ * held for the caller, who gives it back with rconn_cluster_psub_put()
+ * once it is done with it (after unsubscribing). */
 struct rconn_psub *rconn_cluster_psub(struct rconn_cluster *cl, unsigned slot);
+
+/* Give back a listener rconn_cluster_psub() returned. Accepts NULL. */
+void rconn_cluster_psub_put(struct rconn_cluster *cl, struct rconn_psub *ps);
 
 /* Check every primary that owns slots answers scripts (asking for the
  * map first when there is none yet, or it is stale). 0 or an errno. */
 int rconn_cluster_ping(struct rconn_cluster *cl);
 
 struct rconn_cluster_stats rconn_cluster_stats(struct rconn_cluster *cl);
+
+/*
+ * Install the slot map m (borrowed) as a refresh does once a node has
+ * answered CLUSTER SHARDS: every slot goes to the primary m names, and
+ * the map is fresh. Also the way to give cl a map without a cluster.
+ */
+void rconn_cluster_map_install(struct rconn_cluster *cl,
+                               const struct redis_cluster_map *m);
+
+/* How many nodes cl keeps, each with a connection and a listener thread:
+ * those of the map, those redirections named since, and those a newer
+ * map left out that are still in use or whose thread is not yet
+ * joined. */
+int rconn_cluster_nodes(struct rconn_cluster *cl);
 
 #endif

@@ -121,12 +121,20 @@ static redisReply *ri_wait(struct redis_impl *ri, struct rconn_call *call,
 }
 
 /* The listener that carries chan's messages: the one server's, or the
- * current owner of the channel's slot (NULL: none known). */
+ * current owner of the channel's slot (NULL: none known), held until
+ * ri_psub_put(). */
 static struct rconn_psub *ri_psub(struct redis_impl *ri, const char *chan)
 {
     if (ri->cl)
         return rconn_cluster_psub(ri->cl, redis_key_slot_str(chan));
     return ri->ps;
+}
+
+/* Give back a listener of ri_psub() (NULL: nothing). */
+static void ri_psub_put(struct redis_impl *ri, struct rconn_psub *ps)
+{
+    if (ri->cl)
+        rconn_cluster_psub_put(ri->cl, ps);
 }
 
 /* ---- helpers for every kind ---- */
@@ -544,11 +552,13 @@ static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
         if (owner != ps) {
             if (ps)
                 rconn_psub_unsubscribe(ps, chan);
+            ri_psub_put(ri, ps);
             ps = owner;
             if (ps)
                 gen = rconn_psub_subscribe(ps, chan, now + l->c->timeout_ms);
             continue; /* a release may have gone by meanwhile */
         }
+        ri_psub_put(ri, owner); /* the one already held */
         /* The holder's TTL ending publishes nothing: wake for it too. */
         int64_t sleep_ms = lock__jitter_ms(REDIS_FALLBACK_MS, deadline - now);
         if (pttl >= 0 && pttl + 1 < sleep_ms)
@@ -557,6 +567,7 @@ static int redis_acquire(struct lock *l, uint32_t wait_ms, uint32_t lease,
     }
     if (ps)
         rconn_psub_unsubscribe(ps, chan);
+    ri_psub_put(ri, ps);
     /* A lost answer was undone already; a plain give-up leaves the
      * queue here. */
     if (!taken && !err && k->queues)
