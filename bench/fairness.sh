@@ -109,7 +109,7 @@ fair_cleanup() {
     if [[ ${BENCH_KEEP:-0} != 1 && -r $OUT/vouchers.txt ]]; then
         while read -r v; do
             rcli DEL "{v:$v}:wr:pre" "{v:$v}:wr:late" "{v:$v}:wr:seq" \
-                "{v:$v}:wr:queue" >/dev/null 2>&1 || true
+                "{v:$v}:wr:joined" "{v:$v}:wr:queue" >/dev/null 2>&1 || true
         done <"$OUT/vouchers.txt"
     fi
     cleanup

@@ -558,9 +558,11 @@ struct sale_queue_place {
  * the begin a place has no position yet: at the begin everyone who
  * joined before is in a random order (drawn when they joined), and
  * latecomers follow in the order they came. Places are admitted at the
- * configured rate from the begin, by Redis' clock; an admitted place
- * gets a ticket good until ticket_ttl_s after its admission. 0 with *out,
- * or -errno. Waits for Redis (and MySQL when the voucher is not cached).
+ * configured rate from the begin, by Redis' clock, but none before its
+ * buyer joined (a latecomer behind a short queue is admitted as it
+ * joins); an admitted place gets a ticket good until ticket_ttl_s after
+ * its admission, fixed by the place. 0 with *out, or -errno. Waits for
+ * Redis (and MySQL when the voucher is not cached).
  */
 int sale_queue_join(struct sale *s, int64_t voucher_id, int64_t user_id,
                     struct sale_queue_place *out);

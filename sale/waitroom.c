@@ -5,8 +5,9 @@
  * the begin those who joined early are in a random order drawn as they
  * joined (so a script that joins first gains nothing), and latecomers
  * follow. Places are admitted at admit_rate a second from the begin,
- * each with a signed ticket (common/ticket.h) that the purchase checks
- * from memory (buy.c). Nothing here keeps state of its own.
+ * none before its buyer joined, each with a signed ticket
+ * (common/ticket.h) that the purchase checks from memory (buy.c).
+ * Nothing here keeps state of its own.
  */
 #include "sale/internal.h"
 

@@ -731,10 +731,14 @@ int store_seckill_get(struct store *st, int64_t voucher_id,
  *                       they joined and hidden until then
  *   {v:ID}:wr:late      buyers who joined after the begin, in order
  *   {v:ID}:wr:seq       the latecomers' counter
+ *   {v:ID}:wr:joined    when each latecomer joined (epoch ms, a hash)
  *   {v:ID}:wr:poll:UID  a buyer's last poll (lives one poll interval)
  *   {v:ID}:wr:queue     marks the sale as one with a waiting room
  * Places are admitted at rate per second from the begin, by the clock of
- * Redis: place p is admitted from begin + ceil(p * 1000 / rate) ms.
+ * Redis, but none before its buyer joined: place p is admitted from
+ * begin + ceil(p * 1000 / rate) ms, or from its join if that is later (a
+ * latecomer behind a short queue). Both are fixed when the place is
+ * given, and an earlier joiner is never admitted after a later one.
  */
 struct store_waitroom {
     /* The sale's, set by the caller: */

@@ -17,10 +17,21 @@
 #define KEEP_MS (24 * 3600 * 1000LL)
 
 /*
- * KEYS: pre, late, seq, poll. ARGV: user, random score, open, begin, end
- * (ms), rate, poll interval (ms), 1 join / 0 poll, expire-at (ms).
- * Returns {outcome, position, admitted, admit_at, now, retry}. A join of
- * a buyer who has a place is a read of it, limited like one.
+ * KEYS: pre, late, seq, joined, poll. ARGV: user, random score, open,
+ * begin, end (ms), rate, poll interval (ms), 1 join / 0 poll, expire-at
+ * (ms). Returns {outcome, position, admitted, admit_at, now, retry}. A
+ * join of a buyer who has a place is a read of it, limited like one.
+ *
+ * Place p is admitted at begin + ceil(p * 1000 / rate), or when its buyer
+ * joined if that is later: a latecomer behind a short queue is admitted
+ * at once, not at a turn that went by before it came. Both are fixed
+ * when the place is given (the join time is kept in joined), so a read
+ * computes the same admission every time. Earlier joiners are never
+ * admitted after later ones: the early joiners' join times are before
+ * the begin, so theirs is the rate's alone; a latecomer's place and join
+ * time both grow with its turn (a join time is kept no earlier than the
+ * last latecomer's, should Redis' clock step back), so the later of the
+ * two does too.
  */
 static struct redis_script place_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
@@ -35,7 +46,7 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "if not pre then late = redis.call('zscore', KEYS[2], ARGV[1]) end "
     "local read = not join or pre or late "
     "if read then "
-    "  local ttl = redis.call('pttl', KEYS[4]) "
+    "  local ttl = redis.call('pttl', KEYS[5]) "
     "  if ttl > 0 then return {4, 0, 0, 0, now, ttl} end "
     "end "
     "if not pre and not late then "
@@ -45,18 +56,29 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "    redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1]) "
     "    pre = true "
     "  else "
+    "    local joined = now "
+    "    local last = redis.call('zrange', KEYS[2], -1, -1)[1] "
+    "    if last then "
+    "      joined = math.max(joined, "
+    "        tonumber(redis.call('hget', KEYS[4], last) or 0)) "
+    "    end "
     "    redis.call('zadd', KEYS[2], 'NX', redis.call('incr', KEYS[3]), "
     "               ARGV[1]) "
+    "    redis.call('hset', KEYS[4], ARGV[1], joined) "
     "  end "
-    "  for i = 1, 3 do redis.call('pexpireat', KEYS[i], ARGV[9]) end "
+    "  for i = 1, 4 do redis.call('pexpireat', KEYS[i], ARGV[9]) end "
     "end "
-    "if read then redis.call('set', KEYS[4], 1, 'PX', ARGV[7]) end "
+    "if read then redis.call('set', KEYS[5], 1, 'PX', ARGV[7]) end "
     "if now < begin then return {0, 0, 0, 0, now, 0} end "
     "local pos "
     "if pre then pos = redis.call('zrank', KEYS[1], ARGV[1]) + 1 "
     "else pos = redis.call('zcard', KEYS[1]) + "
     "           redis.call('zrank', KEYS[2], ARGV[1]) + 1 end "
     "local admit_at = begin + math.ceil(pos * 1000 / rate) "
+    "if not pre then "
+    "  admit_at = math.max(admit_at, "
+    "    tonumber(redis.call('hget', KEYS[4], ARGV[1]) or 0)) "
+    "end "
     "return {0, pos, now >= admit_at and 1 or 0, admit_at, now, 0}");
 
 void store_waitroom_key(char *buf, int64_t voucher_id, const char *what)
@@ -75,8 +97,8 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
                          const struct store_waitroom *w, int64_t user_id,
                          bool join, struct store_wr_place *out)
 {
-    char k[4][STORE_KEY_MAX], user[24], score[24], a[7][24];
-    const char *argv[13];
+    char k[5][STORE_KEY_MAX], user[24], score[24], a[7][24];
+    const char *argv[14];
     redisReply *r;
     uint64_t rnd;
     int err = 0;
@@ -85,7 +107,8 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     store_waitroom_key(k[0], voucher_id, "pre");
     store_waitroom_key(k[1], voucher_id, "late");
     store_waitroom_key(k[2], voucher_id, "seq");
-    store_waitroom_poll_key(k[3], voucher_id, user_id);
+    store_waitroom_key(k[3], voucher_id, "joined");
+    store_waitroom_poll_key(k[4], voucher_id, user_id);
     /* 52 random bits: exact in the double Redis keeps a score in. */
     randombytes_buf(&rnd, sizeof(rnd));
     snprintf(user, sizeof(user), "%lld", (long long)user_id);
@@ -97,10 +120,10 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     snprintf(a[4], sizeof(a[4]), "%u", w->poll_ms ? w->poll_ms : 1);
     snprintf(a[5], sizeof(a[5]), "%d", join ? 1 : 0);
     snprintf(a[6], sizeof(a[6]), "%lld", (long long)(w->end_ms + KEEP_MS));
-    const char *v[] = {k[0], k[1], k[2], k[3], user, score, a[0],
-                       a[1], a[2], a[3], a[4], a[5], a[6]};
+    const char *v[] = {k[0], k[1], k[2], k[3], k[4], user, score,
+                       a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
     memcpy(argv, v, sizeof(argv));
-    r = store_redis_script(st, &place_script, 4, 13, argv, NULL, &err);
+    r = store_redis_script(st, &place_script, 5, 14, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
@@ -145,18 +168,19 @@ int store_waitroom_mark(struct store *st, int64_t voucher_id,
 
 int store_waitroom_forget(struct store *st, int64_t voucher_id)
 {
-    static const char *const names[4] = {"pre", "late", "seq", "queue"};
-    char k[4][STORE_KEY_MAX];
-    const char *argv[5] = {"DEL"};
+    static const char *const names[5] = {"pre", "late", "seq", "joined",
+                                         "queue"};
+    char k[5][STORE_KEY_MAX];
+    const char *argv[6] = {"DEL"};
     redisReply *r;
     int err;
 
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         store_waitroom_key(k[i], voucher_id, names[i]);
         argv[1 + i] = k[i];
     }
-    /* One DEL of four keys: they share the sale's hash tag. */
-    r = store_redis_command(st, k[0], 5, argv, NULL, &err);
+    /* One DEL of five keys: they share the sale's hash tag. */
+    r = store_redis_command(st, k[0], 6, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     err = r->type == REDIS_REPLY_ERROR ? -EIO : 0;
@@ -208,6 +232,8 @@ int store_waitroom_counts(struct store *st, int64_t voucher_id,
     }
     if (err)
         return -ENOTCONN;
+    /* By the rate alone: a place admitted later than its turn is one
+     * whose buyer joined after the turn, so it is admitted already. */
     if (now > w->begin_ms && w->rate) {
         int64_t a = (now - w->begin_ms) * (int64_t)w->rate / 1000;
 

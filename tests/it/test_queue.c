@@ -6,8 +6,10 @@
  * after it a place behind them in order; a rejoin keeps the place;
  * places are admitted at the rate, each with a ticket that is the only
  * way to buy (another buyer's, another voucher's or an expired one is
- * refused); polls are limited; the sale never sells more than its stock
- * (checked in MySQL), in both purchase modes. Open sales are unchanged.
+ * refused); a buyer who joins a ticket's life after the begin is admitted
+ * as it joins and buys; polls are limited; the sale never sells more
+ * than its stock (checked in MySQL), in both purchase modes. Open sales
+ * are unchanged.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -366,6 +368,58 @@ static void test_tickets(void **state)
     assert_int_equal(1, it_sql_order_count(v));
 }
 
+/* A buyer who joins long after the begin, behind a short queue: its
+ * place's turn by the rate (begin + p / rate) went by before it joined,
+ * so it is admitted when it joins, and its ticket is good TICKET_TTL_S
+ * from then: it buys, in mode. The admission is fixed by the place: a
+ * buyer who lets the ticket run out gets the same ticket from a later
+ * read, refused. */
+static void late_joiner(const char *mode)
+{
+    int64_t v = queue_voucher(5, -(TICKET_TTL_S + 5), 3600, mode);
+    int64_t a = fresh_user(), b = fresh_user();
+    struct place pa, pb, again;
+    char code[32];
+    long st;
+
+    pa = queue(srv_a, v, a, true);
+    assert_int_equal(202, pa.status);
+    assert_int_equal(1, pa.position);
+    assert_true(pa.admitted);
+    st = buy(srv_b, v, a, pa.ticket, code);
+    if (st != 201 && st != 202)
+        fail_msg("%s: the late joiner's purchase answered %ld %s", mode, st,
+                 code);
+    pb = queue(srv_b, v, b, true);
+    assert_int_equal(202, pb.status);
+    assert_int_equal(2, pb.position);
+    assert_true(pb.admitted);
+    sleep(TICKET_TTL_S + 1);
+    again = queue(srv_a, v, b, false);
+    assert_int_equal(200, again.status);
+    assert_true(again.admitted);
+    assert_string_equal(pb.ticket, again.ticket);
+    assert_int_equal(403, buy(srv_a, v, b, again.ticket, code));
+    assert_string_equal("TICKET_REQUIRED", code);
+    /* Async orders reach MySQL shortly. */
+    for (int t = 0; t < 100 && it_sql_order_count(v) < 1; t++)
+        usleep(100 * 1000);
+    assert_int_equal(1, it_sql_order_count(v));
+    assert_int_equal(4, it_sql_stock(v));
+}
+
+static void test_late_joiner_sync(void **state)
+{
+    (void)state;
+    late_joiner("sync");
+}
+
+static void test_late_joiner_async(void **state)
+{
+    (void)state;
+    late_joiner("async");
+}
+
 /* A second read within the poll interval: 429 with Retry-After, also when
  * the read is a join again; a buyer without a place: 404. */
 static void test_poll_limited(void **state)
@@ -474,6 +528,8 @@ int main(void)
         cmocka_unit_test(test_room_not_open),
         cmocka_unit_test(test_shuffle_and_latecomers),
         cmocka_unit_test(test_tickets),
+        cmocka_unit_test(test_late_joiner_sync),
+        cmocka_unit_test(test_late_joiner_async),
         cmocka_unit_test(test_poll_limited),
         cmocka_unit_test(test_not_oversold_sync),
         cmocka_unit_test(test_not_oversold_async),

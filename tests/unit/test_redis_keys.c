@@ -351,7 +351,7 @@ static void test_async_keys(void **state)
 static void test_store_keys(void **state)
 {
     char c1[STORE_KEY_MAX], c2[STORE_KEY_MAX], c3[STORE_KEY_MAX];
-    char w[5][STORE_KEY_MAX];
+    char w[6][STORE_KEY_MAX];
     (void)state;
 
     for (size_t pi = 0; pi < sizeof(prefixes) / sizeof(prefixes[0]); pi++) {
@@ -369,8 +369,9 @@ static void test_store_keys(void **state)
         store_waitroom_key(w[2], 12345, "seq");
         store_waitroom_poll_key(w[3], 12345, 987654321);
         store_waitroom_key(w[4], 12345, "queue");
-        ONE_SLOT("waiting room place", p, w[0], w[1], w[2], w[3]);
-        ONE_SLOT("waiting room DEL", p, w[0], w[1], w[2], w[4]);
+        store_waitroom_key(w[5], 12345, "joined");
+        ONE_SLOT("waiting room place", p, w[0], w[1], w[2], w[5], w[3]);
+        ONE_SLOT("waiting room DEL", p, w[0], w[1], w[2], w[5], w[4]);
         ONE_SLOT("waiting room counts", p, w[0], w[1]);
         /* The admin login failures: two sets, each its own call. */
         store_admin_fail_keys("root", "192.0.2.1", c1, c2, STORE_FAIL_KEY_MAX);

@@ -547,6 +547,97 @@ async function buyerQueue() {
     }
 }
 
+// Queue sales on an instance whose tickets are good 3 s. A buyer who
+// joins a sale that began 10 s ago, behind nobody, is admitted as it
+// joins (not at its place's turn by the rate, long gone with its ticket),
+// and the page buys for it. A buyer whose turn came and went unused (it
+// joined before the begin through the API and came to the page too late)
+// is told once, in the card's message, that the turn has passed; the
+// place line does not say it again. MySQL has the one order.
+async function buyerQueueLate() {
+    const rate = 2;
+    const ttl = 3;
+    const inst = await startSeckilld("browser-seckilld-queue-late", {
+        ...MAIN_ENV,
+        SECKILL_WAITROOM_ADMIT_RATE: String(rate),
+        SECKILL_WAITROOM_TICKET_TTL_S: String(ttl),
+        SECKILL_WAITROOM_OPEN_S: "300",
+    });
+    const context = await browser.newContext({ viewport: DESKTOP });
+    const page = await newPage(context);
+    const shop = 9200000 + (RUN % 100000);
+    const phone = "138" + String(RUN % 100000000).padStart(8, "0");
+    const passed = "Your turn has passed: the queue's ticket is good only for a short while after your turn comes.";
+    // How many times the card of id shows text (hidden elements' text
+    // is not shown).
+    const shown = (id, text) => card(page, id).evaluate((n, t) => n.innerText.split(t).length - 1, text);
+    try {
+        const lateTitle = "Queue begun: 40 off";
+        const late = await createVoucher(inst.url, {
+            shopId: shop,
+            title: lateTitle,
+            type: "seckill",
+            stock: 3,
+            beginTime: timeIn(-10),
+            endTime: timeIn(3600),
+            admission: "queue",
+        });
+        const begin = Math.ceil(Date.now() / 1000 + 3) * 1000;
+        const gone = await createVoucher(inst.url, {
+            shopId: shop,
+            title: "Queue missed: 10 off",
+            type: "seckill",
+            stock: 3,
+            beginTime: iso(begin),
+            endTime: timeIn(3600),
+            admission: "queue",
+        });
+        await page.goto(`${inst.url}/?shop=${shop}`);
+        await waitFor(() => card(page, late).isVisible(), "the vouchers");
+        await logIn(page, phone, inst.url);
+        const session = await page.evaluate(() => JSON.parse(localStorage.getItem("seckill.session")));
+        // The same buyer joins the other sale before its begin, through
+        // the API: the page has no note of it.
+        const joined = await joinByApi(inst.url, gone, session.token);
+        assertEqual(joined.status, 202, "the join through the API");
+        assert(Date.now() < begin, "joined after the begin: the machine is too slow for this test");
+
+        // The late joiner: place 1, its turn by the rate 9.5 s ago.
+        await page.getByRole("button", { name: `Join the queue ${lateTitle}` }).click();
+        const msg = card(page, late).locator(".msg");
+        const said = await waitFor(async () => {
+            const t = await msg.textContent();
+            return /^Bought for you when your turn came: order \d+\.$|^Your turn has passed/.test(t) ? t : null;
+        }, "the late joiner's purchase");
+        assert(said.startsWith("Bought for you"), `the late joiner's card says: ${said}`);
+        assertEqual(await shown(late, "Your turn has passed"), 0, "turn passed on the late joiner's card");
+        const orders = mysql(`SELECT user_id FROM voucher_orders WHERE voucher_id = ${late}`).trim().split("\n");
+        assertEqual(orders.length, 1, "the late sale's orders in MySQL");
+        assertEqual(orders[0], String(session.userId), "the late sale's buyer");
+
+        // The other sale: place 1 was admitted 0.5 s after the begin and
+        // its ticket ran out 3 s later; the page joins after that.
+        const after = begin + Math.ceil(1000 / rate) + ttl * 1000 + 1000;
+        await page.waitForTimeout(Math.max(0, after - Date.now()));
+        await page.click("#shop-form button");
+        const join = page.getByRole("button", { name: "Join the queue Queue missed: 10 off" });
+        await waitFor(() => join.isEnabled(), "the join button of the missed sale");
+        await join.click();
+        const goneMsg = card(page, gone).locator(".msg");
+        await waitFor(async () => (await goneMsg.textContent()) === passed, "the turn passed");
+        await waitFor(async () => (await card(page, gone).locator("button").textContent()) === "Turn passed", "the button once passed");
+        assert(await card(page, gone).locator("button").isDisabled(), "the button is enabled once the turn passed");
+        // Shown once, and still once a few redraws later.
+        await page.waitForTimeout(1500);
+        assertEqual(await shown(gone, "Your turn has passed"), 1, "turn passed on the card");
+        assertEqual(mysql(`SELECT COUNT(*) FROM voucher_orders WHERE voucher_id = ${gone}`).trim(), "0", "the missed sale's orders in MySQL");
+        assertNoProblems(page);
+    } finally {
+        await context.close();
+        await stop(inst.child);
+    }
+}
+
 // Every error code of the document has its own words.
 async function errorWords() {
     const context = await browser.newContext();
@@ -1454,6 +1545,10 @@ async function main() {
         await test(
             "browser: buyer joins a queue sale and buys when admitted (a reload reads the place; Log out ends the token)",
             buyerQueue,
+        );
+        await test(
+            "browser: a buyer who joins a queue sale long after its begin buys; a turn gone by is said once",
+            buyerQueueLate,
         );
         await test("browser: a new buyer sees the live and upcoming sales of every shop without choosing one", buyerHome);
         await test(

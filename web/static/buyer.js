@@ -811,10 +811,11 @@ async function buyAdmitted(id, q) {
         finishQueue(id, q, "bought", "You bought it already: see My orders.", { bought: true });
     } else if (code === "TICKET_REQUIRED") {
         // The ticket is good for a short while after the admission; the
-        // place keeps the same one, so there is no second chance.
-        const words = "Your turn has passed: the queue's ticket is good only for a short while after your turn comes.";
-        finishQueue(id, q, "expired", words);
-        say(msg, words, "bad");
+        // place keeps the same one, so there is no second chance. Said
+        // once, in the card's message (a status, read out); the place
+        // line stays empty under the "Turn passed" button.
+        finishQueue(id, q, "expired", "");
+        say(msg, "Your turn has passed: the queue's ticket is good only for a short while after your turn comes.", "bad");
     } else if (code === "SOLD_OUT" || code === "ENDED" || code === "FORBIDDEN") {
         finishQueue(id, q, code === "SOLD_OUT" ? "sold-out" : code === "ENDED" ? "ended" : "refused", describeError(res).text);
     } else if (res.status !== 401) {
@@ -826,8 +827,8 @@ async function buyAdmitted(id, q) {
 }
 
 // The place of id has no more to do: how it ended (bought, sold-out,
-// ended, expired, refused) and the words for it; mark is the tab's note
-// to keep (none: the note goes).
+// ended, expired, refused) and the words for its place line ("": none);
+// mark is the tab's note to keep (none: the note goes).
 function finishQueue(id, q, end, text, mark = null) {
     clearTimeout(q.timer);
     q.timer = null;
