@@ -36,9 +36,12 @@
  * its sale not yet put into Redis); with sharded sales,
  * shard0_rows_before_move (store/shard.c: rows of shard 0 read from a
  * shard's outbox, none copied yet) and shard0_rows_before_forget (one
- * copied to shard 0, not yet deleted from the outbox), and
- * reconcile_between_reads (async/reconcile.c: the reconciliation has
- * read a sale's Redis state, not yet MySQL's).
+ * copied to shard 0, not yet deleted from the outbox), pay_txn_reserved
+ * (store/shard.c: payments' transaction ids reserved for their orders
+ * on shard 0, committed there when the orders are on another shard,
+ * and the payments not yet recorded), and reconcile_between_reads
+ * (async/reconcile.c: the reconciliation has read a sale's Redis state,
+ * not yet MySQL's).
  * Points that can fail: cancel_commit_unanswered and
  * expire_commit_unanswered (store/lifecycle.c: the COMMIT of a cancel, of
  * an expiry batch, succeeded and its answer is taken as lost,

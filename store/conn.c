@@ -108,6 +108,21 @@
     "UPDATE voucher_orders SET status = ?, close_time = NOW(3) WHERE status "  \
     "= "                                                                       \
     "1 AND id IN "
+/* Payments' transaction ids reserved for their orders (shard.c): the
+ * ids of a statement are distinct (a padded repeat changes nothing), and
+ * the rows exist by the time they are read back, so the read locks no
+ * gap. */
+#define TXNS_RESERVE "INSERT INTO payment_txns (txn_id, order_id) VALUES "
+#define TXNS_RESERVE_END " ON DUPLICATE KEY UPDATE txn_id = txn_id"
+#define PAIRS_1 "(?, ?)"
+#define PAIRS_2 PAIRS_1 ", " PAIRS_1
+#define PAIRS_4 PAIRS_2 ", " PAIRS_2
+#define PAIRS_8 PAIRS_4 ", " PAIRS_4
+#define PAIRS_16 PAIRS_8 ", " PAIRS_8
+#define PAIRS_32 PAIRS_16 ", " PAIRS_16
+#define PAIRS_64 PAIRS_32 ", " PAIRS_32
+#define TXNS_OWNER "SELECT txn_id, order_id FROM payment_txns WHERE txn_id IN ("
+#define TXNS_OWNER_END ") FOR UPDATE"
 /* An order as every read returns it. */
 #define ORDER_COLUMNS                                                          \
     "id, user_id, voucher_id, status, created, pay_deadline, pay_time, "       \
@@ -417,6 +432,20 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_REFUND_MOVE] =
         "INSERT INTO refunds (order_id, txn_id, amount, reason, created) "
         "VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE id = id",
+    [STMT_TXNS_RESERVE_1] = TXNS_RESERVE PAIRS_1 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_2] = TXNS_RESERVE PAIRS_2 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_4] = TXNS_RESERVE PAIRS_4 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_8] = TXNS_RESERVE PAIRS_8 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_16] = TXNS_RESERVE PAIRS_16 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_32] = TXNS_RESERVE PAIRS_32 TXNS_RESERVE_END,
+    [STMT_TXNS_RESERVE_64] = TXNS_RESERVE PAIRS_64 TXNS_RESERVE_END,
+    [STMT_TXNS_OWNER_1] = TXNS_OWNER LIST_1 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_2] = TXNS_OWNER LIST_2 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_4] = TXNS_OWNER LIST_4 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_8] = TXNS_OWNER LIST_8 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_16] = TXNS_OWNER LIST_16 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_32] = TXNS_OWNER LIST_32 TXNS_OWNER_END,
+    [STMT_TXNS_OWNER_64] = TXNS_OWNER LIST_64 TXNS_OWNER_END,
     [STMT_AUDIT_MOVE] =
         "INSERT INTO audit_log (created, admin_id, addr, action, "
         "target_type, target_id, change_json, origin_shard, origin_id) "

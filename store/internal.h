@@ -192,6 +192,22 @@ enum stmt_id {
     STMT_OUTBOX_DELETE,
     STMT_REFUND_MOVE,
     STMT_AUDIT_MOVE,
+    /* payments' transaction ids reserved on shard 0 (shard.c): 2^i
+     * rows; and whom 2^i of them are reserved for */
+    STMT_TXNS_RESERVE_1,
+    STMT_TXNS_RESERVE_2,
+    STMT_TXNS_RESERVE_4,
+    STMT_TXNS_RESERVE_8,
+    STMT_TXNS_RESERVE_16,
+    STMT_TXNS_RESERVE_32,
+    STMT_TXNS_RESERVE_64,
+    STMT_TXNS_OWNER_1,
+    STMT_TXNS_OWNER_2,
+    STMT_TXNS_OWNER_4,
+    STMT_TXNS_OWNER_8,
+    STMT_TXNS_OWNER_16,
+    STMT_TXNS_OWNER_32,
+    STMT_TXNS_OWNER_64,
     /* the purchase's CAS of the merged batch (the writer's is STOCK_TAKE) */
     STMT_SALE_TAKE,
     /* the operator's controls (controls.c): */
@@ -278,6 +294,31 @@ int store_idem_target_set(struct store *st, const struct store_idem *k,
  * moved to shard 0 (below). */
 int store_refund_insert(struct store *st, int64_t order_id, const char *txn,
                         int64_t amount, int64_t reason);
+
+/* A payment's transaction id and the order it is for
+ * (store_txns_reserve()). */
+struct txn_reservation {
+    const char *txn; /* the caller's; NULL: left out */
+    int64_t order_id;
+    int64_t owner; /* set: the order txn is reserved for */
+};
+
+/*
+ * With several shards, reserve the transaction id of each r[0..n) for
+ * its order on shard 0 (the table payment_txns), before st records the
+ * payments: a provider's transaction then pays one order, whichever
+ * shards the orders are on. Each r[i].owner is set to the order its txn
+ * is reserved for: r[i].order_id, unless another order had it first (a
+ * txn named twice in r is reserved for the first of them). A reservation
+ * is kept: the order it is for finds it again when its payment is
+ * retried, and any other order is refused. With st of shard 0 the rows
+ * join st's open transaction and commit with the payment; from another
+ * shard they are committed on their own, first. With one shard there is
+ * nothing to reserve: each owner is its order (the shard's unique key on
+ * the orders' txn_id is the check). Entries whose txn is NULL are left
+ * out (owner 0). Returns 0 or as store_mysql_error().
+ */
+int store_txns_reserve(struct store *st, struct txn_reservation *r, size_t n);
 
 /*
  * After an operation on st that ended with err: when it wrote rows into

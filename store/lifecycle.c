@@ -17,6 +17,13 @@
  * which lock their orders in the order of their ids, decide each member
  * as its own transaction would on what the members before it left, and
  * write the rows a few statements at once before the one COMMIT.
+ *
+ * A payment's transaction id pays one order: the unique key on
+ * voucher_orders.txn_id sees one database; with several shards a payment
+ * that is due (its order locked, unpaid, in time, the amount its price)
+ * also reserves the id for its order on shard 0 before it is recorded
+ * (store_txns_reserve(), shard.c), and is refused when another order
+ * has it.
  */
 #include "store/internal.h"
 
@@ -287,6 +294,7 @@ static int pay_once(struct store *st, void *arg)
 {
     struct pay_args *a = arg;
     struct locked l = {0};
+    struct txn_reservation r = {a->txn, a->id, 0};
     bool found = false;
     MYSQL_BIND p[2] = {0};
     unsigned long txn_len;
@@ -334,6 +342,15 @@ static int pay_once(struct store *st, void *arg)
     }
     if (a->amount != l.pay_value) {
         *a->outcome = STORE_PAY_AMOUNT;
+        return store_tx_rollback(st, 0);
+    }
+    /* With several shards the transaction is first reserved for this
+     * order on shard 0: another shard's order may have it. */
+    err = store_txns_reserve(st, &r, 1);
+    if (err)
+        return store_tx_rollback(st, err);
+    if (r.owner != a->id) {
+        *a->outcome = STORE_PAY_TXN_USED;
         return store_tx_rollback(st, 0);
     }
     bind_str_in(&p[0], a->txn, &txn_len);
@@ -698,12 +715,17 @@ struct pay_batch_args {
     struct store_pay_item *items;
     size_t n;
     struct order_batch b;
+    /* With several shards, each item's reservation of its txn (made for
+     * the items that may pay); else NULL. */
+    struct txn_reservation *held;
 };
 
 /* Decide item it of the batch on its order o (locked), as pay_once()
- * would in a transaction of its own; writes what that one would. */
+ * would in a transaction of its own; writes what that one would. owner:
+ * the order it->txn is reserved for (store_txns_reserve()). */
 static int pay_item(struct store *st, struct order_batch *b,
-                    struct store_pay_item *it, struct batch_order *o)
+                    struct store_pay_item *it, struct batch_order *o,
+                    int64_t owner)
 {
     struct locked *l = &o->l;
     MYSQL_BIND p[2] = {0};
@@ -741,6 +763,11 @@ static int pay_item(struct store *st, struct order_batch *b,
         it->outcome = STORE_PAY_AMOUNT;
         return 0;
     }
+    if (owner != o->id) {
+        /* Reserved for another order, maybe of another shard. */
+        it->outcome = STORE_PAY_TXN_USED;
+        return 0;
+    }
     if (!b->per_row) {
         /* Paid by the flush after the loop; what follows in the batch
          * sees it paid. */
@@ -770,6 +797,28 @@ static int pay_item(struct store *st, struct order_batch *b,
     return 0;
 }
 
+/*
+ * Reserve the txn of each item that may pay (its order, as locked,
+ * unpaid, in time, and the amount its price) on shard 0, before any of
+ * the batch is recorded (store_txns_reserve()). An item that pays is
+ * one of them: the batch only ever takes orders out of unpaid.
+ */
+static int pay_batch_reserve(struct store *st, struct pay_batch_args *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        struct store_pay_item *it = &a->items[i];
+        struct batch_order *o =
+            order_batch_get(&a->b, it->order_id, it->user_id);
+        bool may_pay = o && o->l.status == ORDER_UNPAID &&
+                       !o->l.past_deadline &&
+                       (it->amount < 0 || it->amount == o->l.pay_value);
+
+        a->held[i] = (struct txn_reservation){.txn = may_pay ? it->txn : NULL,
+                                              .order_id = it->order_id};
+    }
+    return store_txns_reserve(st, a->held, a->n);
+}
+
 static int pay_batch_once(struct store *st, void *arg)
 {
     struct pay_batch_args *a = arg;
@@ -785,12 +834,15 @@ static int pay_batch_once(struct store *st, void *arg)
     if (err)
         return err;
     err = order_batch_lock(st, b);
+    if (!err && a->held)
+        err = pay_batch_reserve(st, a);
     for (size_t i = 0; i < a->n && !err; i++) {
         struct store_pay_item *it = &a->items[i];
         struct batch_order *o = order_batch_get(b, it->order_id, it->user_id);
 
         if (o)
-            err = pay_item(st, b, it, o);
+            err = pay_item(st, b, it, o,
+                           a->held ? a->held[i].owner : it->order_id);
     }
     if (!err)
         err = order_batch_pay_flush(st, b);
@@ -804,7 +856,7 @@ static int pay_batch_once(struct store *st, void *arg)
 static int orders_pay_here(struct store *st, struct store_pay_item *items,
                            size_t n)
 {
-    struct pay_batch_args a = {items, n, {0}};
+    struct pay_batch_args a = {items, n, {0}, NULL};
     struct store_order *now = NULL;
     int64_t *ids;
     int err;
@@ -821,6 +873,8 @@ static int orders_pay_here(struct store *st, struct store_pay_item *items,
     }
     order_batch_make(&a.b, ids, n);
     free(ids);
+    if (store_shard_count(st) > 1)
+        a.held = xcalloc(n, sizeof(*a.held));
     err = run_tx(st, pay_batch_once, &a);
     if (err == -EEXIST) {
         a.b.per_row = true;
@@ -832,6 +886,7 @@ static int orders_pay_here(struct store *st, struct store_pay_item *items,
         if (items[i].outcome != STORE_PAY_NOT_FOUND)
             items[i].order = now[order_batch_index(&a.b, items[i].order_id)];
     free(now);
+    free(a.held);
     order_batch_free(&a.b);
     return err;
 }

@@ -4,8 +4,10 @@
  * records) that a transaction of another shard decided on: written into
  * that shard's outbox (the table shard_outbox) in the transaction itself,
  * so that they commit with it, and moved to shard 0 after the commit, or
- * by the expiry thread's sweep after a crash. The thread's store of each
- * shard is conn.c's.
+ * by the expiry thread's sweep after a crash; and the reservations of
+ * payments' transaction ids (the table payment_txns), which make a
+ * provider's transaction pay one order across the shards. The thread's
+ * store of each shard is conn.c's.
  */
 #include "store/internal.h"
 
@@ -59,6 +61,152 @@ int store_refund_insert(struct store *st, int64_t id, const char *txn,
         return store_stmt_exec(st, STMT_REFUND_INSERT, p, NULL, &s);
     err = store_stmt_exec(st, STMT_OUTBOX_REFUND, p, NULL, &s);
     st->outbox_written |= !err;
+    return err;
+}
+
+/* ---- a payment's transaction id, reserved for its order ---- */
+
+static const enum stmt_id reserve_stmt[] = {
+    STMT_TXNS_RESERVE_1,  STMT_TXNS_RESERVE_2,  STMT_TXNS_RESERVE_4,
+    STMT_TXNS_RESERVE_8,  STMT_TXNS_RESERVE_16, STMT_TXNS_RESERVE_32,
+    STMT_TXNS_RESERVE_64,
+};
+
+static const enum stmt_id owner_stmt[] = {
+    STMT_TXNS_OWNER_1,  STMT_TXNS_OWNER_2,  STMT_TXNS_OWNER_4,
+    STMT_TXNS_OWNER_8,  STMT_TXNS_OWNER_16, STMT_TXNS_OWNER_32,
+    STMT_TXNS_OWNER_64,
+};
+
+/* The reservations of one store_txns_reserve() call, by txn, then by
+ * their place in the caller's array. */
+struct reserve {
+    struct txn_reservation **by_txn;
+    size_t n;
+};
+
+static int by_txn_then_place(const void *x, const void *y)
+{
+    const struct txn_reservation *a = *(struct txn_reservation *const *)x;
+    const struct txn_reservation *b = *(struct txn_reservation *const *)y;
+    int c = strcmp(a->txn, b->txn);
+
+    return c ? c : (a > b) - (a < b);
+}
+
+/* Fetch context of the owners' read: a row, and the chunk it is of. */
+struct owner_fetch {
+    char txn[72];
+    unsigned long txn_len;
+    int64_t owner;
+    struct txn_reservation **first;
+    size_t k;
+};
+
+static void owner_fetched(void *ctx, size_t i)
+{
+    struct owner_fetch *f = ctx;
+
+    (void)i;
+    f->txn[f->txn_len < sizeof(f->txn) ? f->txn_len : 0] = '\0';
+    for (size_t j = 0; j < f->k; j++)
+        if (!strcmp(f->first[j]->txn, f->txn))
+            f->first[j]->owner = f->owner;
+}
+
+/* Reserve the distinct txns of first[0..k) (k <= 64, in the order of
+ * the ids, so that two reservations wait for each other's rows in one
+ * order), then read whom each is reserved for. */
+static int reserve_chunk(struct store *h, struct txn_reservation **first,
+                         size_t k)
+{
+    struct owner_fetch f = {.first = first, .k = k};
+    MYSQL_BIND p[2 * STMT_ROWS_MAX], r[2];
+    unsigned long len[STMT_ROWS_MAX];
+    unsigned lg = 0;
+    MYSQL_STMT *s;
+    size_t m, got;
+    int err;
+
+    while ((1u << lg) < k)
+        lg++;
+    m = (size_t)1 << lg;
+    memset(p, 0, sizeof(p));
+    for (size_t j = 0; j < m; j++) {
+        size_t x = j < k ? j : k - 1;
+
+        bind_str_in(&p[2 * j], first[x]->txn, &len[x]);
+        bind_i64(&p[2 * j + 1], &first[x]->order_id);
+    }
+    err = store_stmt_exec(h, reserve_stmt[lg], p, NULL, &s);
+    if (err)
+        return err;
+    memset(p, 0, sizeof(p));
+    for (size_t j = 0; j < m; j++) {
+        size_t x = j < k ? j : k - 1;
+
+        bind_str_in(&p[j], first[x]->txn, &len[x]);
+    }
+    memset(r, 0, sizeof(r));
+    bind_str_out(&r[0], f.txn, sizeof(f.txn), &f.txn_len);
+    bind_i64(&r[1], &f.owner);
+    err = store_stmt_rows(h, owner_stmt[lg], p, r, k, owner_fetched, &f, &got);
+    for (size_t j = 0; j < k && !err; j++)
+        if (first[j]->owner <= 0)
+            err = -EIO; /* reserved just now: cannot happen */
+    return err;
+}
+
+static int reserve_once(struct store *h, void *arg)
+{
+    struct reserve *a = arg;
+    struct txn_reservation *first[STMT_ROWS_MAX];
+    size_t k = 0;
+    int err = 0;
+
+    for (size_t i = 0; i < a->n && !err; i++) {
+        a->by_txn[i]->owner = 0;
+        /* The first of a txn reserves it, for its order. */
+        if (i > 0 && !strcmp(a->by_txn[i]->txn, a->by_txn[i - 1]->txn))
+            continue;
+        first[k++] = a->by_txn[i];
+        if (k == STMT_ROWS_MAX) {
+            err = reserve_chunk(h, first, k);
+            k = 0;
+        }
+    }
+    if (!err && k)
+        err = reserve_chunk(h, first, k);
+    for (size_t i = 1; i < a->n && !err; i++)
+        if (!strcmp(a->by_txn[i]->txn, a->by_txn[i - 1]->txn))
+            a->by_txn[i]->owner = a->by_txn[i - 1]->owner;
+    return err;
+}
+
+int store_txns_reserve(struct store *st, struct txn_reservation *r, size_t n)
+{
+    struct store *h = store_home(st);
+    struct reserve a = {0};
+    bool one = store_shard_count(st) <= 1;
+    int err = 0;
+
+    for (size_t i = 0; i < n; i++)
+        r[i].owner = one && r[i].txn ? r[i].order_id : 0;
+    if (one || n == 0)
+        return 0;
+    a.by_txn = xcalloc(n, sizeof(*a.by_txn));
+    for (size_t i = 0; i < n; i++)
+        if (r[i].txn)
+            a.by_txn[a.n++] = &r[i];
+    qsort(a.by_txn, a.n, sizeof(*a.by_txn), by_txn_then_place);
+    /* On shard 0 inside the payment's transaction (no reconnect there:
+     * the rest would run outside it); from another shard an operation of
+     * its own, each statement its own commit. */
+    if (a.n)
+        err = h == st ? reserve_once(h, &a) : store_retry(h, reserve_once, &a);
+    if (!err && a.n)
+        FAILPOINT("pay_txn_reserved");
+    free(a.by_txn);
     return err;
 }
 

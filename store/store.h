@@ -985,9 +985,13 @@ int store_refund_done(struct store *st, int64_t id,
  * Record the payment txn_id (1..64 bytes) of amount cents for order_id. A
  * payment that arrives after the deadline expires the order then and
  * there (STORE_PAY_LATE: the unit goes back on sale) rather than letting a
- * late payment win. On return *o holds the order as it is now (unless
- * NOT_FOUND) and *pay_value the voucher's price in cents. Returns 0 with
- * *outcome, or an error.
+ * late payment win. A txn_id pays one order: STORE_PAY_TXN_USED when it
+ * paid another (with several shards: when shard 0 has it reserved for
+ * another order, on any shard; the reservation, made before the payment
+ * is recorded, is kept, so a retry for the same order goes on). On
+ * return *o holds the order as it is now (unless NOT_FOUND) and
+ * *pay_value the voucher's price in cents. Returns 0 with *outcome, or an
+ * error.
  */
 int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
                     const char *txn_id, enum store_pay *outcome,
@@ -1019,7 +1023,9 @@ int store_order_pay(struct store *st, int64_t order_id, int64_t amount,
  * items on several shards run as one transaction per shard, so an error
  * then says nothing of the shards before it: callers keep a batch to
  * one shard (sale/orders.c's lanes). A refund a shard other than 0
- * decides is written to shard 0 after its commit.
+ * decides is written to shard 0 after its commit. The txn ids of the
+ * members that may pay are reserved on shard 0 first, as in
+ * store_order_pay(), 64 a statement.
  */
 #define STORE_ORDER_BATCH_MAX 256
 

@@ -37,7 +37,14 @@
  *   - a database whose vouchers' AUTO_INCREMENT was pushed into the
  *     sharded range (it was shard 0 of sharded sales), served alone,
  *     gives new vouchers sharded ids of shard 0, found there once sales
- *     are sharded again (test_auto_increment_in_the_sharded_range).
+ *     are sharded again (test_auto_increment_in_the_sharded_range);
+ *   - a provider's transaction pays one order over the shards: one txnId
+ *     notified for an order of each shard, one after the other (both
+ *     ways) or at once, pays one, the other is a 400 and unpaid
+ *     (test_txn_pays_one_order_over_shards); an instance killed between
+ *     the txnId's reservation on shard 0 and the payment on shard 1
+ *     leaves the order unpaid and the retry pays it, and still no other
+ *     order (test_txn_reserved_then_crash, with SECKILL_FP_BIN).
  *
  * Not part of make test: make test-cluster.
  */
@@ -284,8 +291,9 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
-    static const char *const names[] = {"every", "stop",  "one",   "serve",
-                                        "sales", "async", "outbox"};
+    static const char *const names[] = {"every",  "stop",  "one",
+                                        "serve",  "sales", "async",
+                                        "outbox", "txn",   "txnkill"};
     (void)state;
 
     for (int i = 0; i < SHARDS; i++) {
@@ -721,28 +729,44 @@ static long order_act(const struct it_server *s, int64_t o, const char *what,
     return st;
 }
 
+/* A payment notification's body and signature header. */
+struct notice {
+    char body[256], header[160];
+};
+
+/* The notification of amount with txn for order o, signed with the pay
+ * secret: the request, whose strings are n's. */
+static struct it_req notice_make(struct notice *n, int64_t o, int64_t amount,
+                                 const char *txn)
+{
+    unsigned char key[32], mac[crypto_auth_hmacsha256_BYTES];
+    char hex[2 * sizeof(mac) + 1];
+
+    snprintf(n->body, sizeof(n->body),
+             "{\"orderId\":\"%lld\",\"amount\":%lld,\"txnId\":\"%s\"}",
+             (long long)o, (long long)amount, txn);
+    assert_int_equal(
+        0, sodium_hex2bin(key, sizeof(key), SECRET, 64, NULL, NULL, NULL));
+    crypto_auth_hmacsha256(mac, (const unsigned char *)n->body, strlen(n->body),
+                           key);
+    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+    snprintf(n->header, sizeof(n->header), "X-Signature: %s", hex);
+    return (struct it_req){.method = "POST",
+                           .path = "/api/payments/notify",
+                           .body = n->body,
+                           .header = n->header};
+}
+
 /* A payment notification of amount with txn for order o on s, signed
  * with the pay secret: the status. */
 static long notify(const struct it_server *s, int64_t o, int64_t amount,
                    const char *txn)
 {
-    unsigned char key[32], mac[crypto_auth_hmacsha256_BYTES];
-    char body[256], hex[2 * sizeof(mac) + 1], header[160];
+    struct notice n;
+    struct it_req req = notice_make(&n, o, amount, txn);
     struct it_resp resp;
     long st;
 
-    snprintf(body, sizeof(body),
-             "{\"orderId\":\"%lld\",\"amount\":%lld,\"txnId\":\"%s\"}",
-             (long long)o, (long long)amount, txn);
-    assert_int_equal(
-        0, sodium_hex2bin(key, sizeof(key), SECRET, 64, NULL, NULL, NULL));
-    crypto_auth_hmacsha256(mac, (const unsigned char *)body, strlen(body), key);
-    sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
-    snprintf(header, sizeof(header), "X-Signature: %s", hex);
-    struct it_req req = {.method = "POST",
-                         .path = "/api/payments/notify",
-                         .body = body,
-                         .header = header};
     st = it_http_do(s, &req, &resp);
     it_resp_free(&resp);
     return st;
@@ -1359,6 +1383,250 @@ static void test_shard0_rows_survive_a_crash(void **state)
     sales_db = "sales";
 }
 
+/* ---- a provider's transaction pays one order, over every shard ---- */
+
+#define TXN_STOCK 20
+#define TXN_PAIRS 6
+
+/* Vouchers of shop made on s until each shard has one: v[i] is shard
+ * i's (asserts). */
+static void voucher_per_shard(const struct it_server *s, int64_t shop,
+                              int64_t *v)
+{
+    int have = 0;
+
+    for (int i = 0; i < SHARDS; i++)
+        v[i] = 0;
+    for (int k = 0; k < 4 * SHARDS && have < SHARDS; k++) {
+        int64_t x = it_seckill_create(s, shop, TXN_STOCK, -60, 3600);
+        int i = voucher_shard(x);
+
+        if (!v[i]) {
+            v[i] = x;
+            have++;
+        }
+    }
+    assert_int_equal(SHARDS, have);
+}
+
+/* How many orders of every shard the transaction txn paid. */
+static int64_t paid_with(const char *txn)
+{
+    int64_t n = 0;
+
+    for (int i = 0; i < SHARDS; i++)
+        n += sales_scalar(i,
+                          "SELECT COUNT(*) FROM voucher_orders WHERE txn_id "
+                          "= '%s'",
+                          txn);
+    return n;
+}
+
+/* How many refunds of txn there are, on shard 0 or on their way there. */
+static int64_t refunds_of(const char *txn)
+{
+    int64_t n = 0;
+
+    for (int i = 0; i < SHARDS; i++)
+        n += sales_scalar(i, "SELECT COUNT(*) FROM refunds WHERE txn_id = '%s'",
+                          txn) +
+             sales_scalar(i,
+                          "SELECT COUNT(*) FROM shard_outbox WHERE txn_id = "
+                          "'%s'",
+                          txn);
+    return n;
+}
+
+/* Migrate the scratch databases name on both shards and point
+ * SECKILL_MYSQL_SHARDS at them (into shards, ENV_CAP bytes). */
+static void shards_ready(const char *name, char *shards)
+{
+    char u0[URL_CAP], u1[URL_CAP], *out;
+
+    sales_db = name;
+    make_db(name);
+    snprintf(shards, ENV_CAP, "SECKILL_MYSQL_SHARDS=%s,%s",
+             url_on(0, name, u0, sizeof(u0)), url_on(1, name, u1, sizeof(u1)));
+    {
+        const char *const env[] = {BASE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(run(name, "migrate", env, &out), 0);
+        free(out);
+    }
+}
+
+/*
+ * TXN_PAIRS pairs of orders, one on each shard's voucher v[i], bought on
+ * buy by buyers from first on: each pair's two notifications with one
+ * txnId, every one sent to pay at once. Exactly one order of each pair
+ * is paid (200), the other refused (400) and unpaid; nothing to refund.
+ */
+static void pairs_at_once(const struct it_server *buy,
+                          const struct it_server *pay, const int64_t *v,
+                          int64_t first)
+{
+    struct notice n[2 * TXN_PAIRS];
+    struct it_req reqs[2 * TXN_PAIRS];
+    struct it_resp resps[2 * TXN_PAIRS];
+    const struct it_server *to[2 * TXN_PAIRS];
+    int64_t q[TXN_PAIRS][SHARDS];
+    char txns[TXN_PAIRS][64];
+
+    for (int k = 0; k < TXN_PAIRS; k++) {
+        for (int i = 0; i < SHARDS; i++)
+            q[k][i] = it_buy(buy, v[i], first + k);
+        snprintf(txns[k], sizeof(txns[k]), "pair-%lld", (long long)q[k][0]);
+        for (int i = 0; i < SHARDS; i++) {
+            reqs[2 * k + i] =
+                notice_make(&n[2 * k + i], q[k][i], 4750, txns[k]);
+            to[2 * k + i] = pay;
+        }
+    }
+    it_http_run_all(reqs, to, resps, 2 * TXN_PAIRS);
+    for (int k = 0; k < TXN_PAIRS; k++) {
+        long a = resps[2 * k].status, b = resps[2 * k + 1].status;
+
+        if (!((a == 200 && b == 400) || (a == 400 && b == 200)))
+            fail_msg("pair %d: %ld and %ld, not one 200 and one 400", k, a, b);
+        assert_int_equal(1, paid_with(txns[k]));
+        for (int i = 0; i < SHARDS; i++)
+            assert_int_equal(resps[2 * k + i].status == 200 ? 2 : 1,
+                             order_status(i, q[k][i]));
+        assert_int_equal(0, refunds_of(txns[k]));
+    }
+    for (int k = 0; k < 2 * TXN_PAIRS; k++)
+        it_resp_free(&resps[k]);
+}
+
+/*
+ * The provider's transaction id names one payment, so it pays one order
+ * wherever the orders live: the same txnId notified for an order of
+ * shard 0 and then for one of shard 1 (and the other way round) pays the
+ * first, and the second is the 400 of a transaction that paid another
+ * order: unpaid, and nothing to refund. Each notification again gets the
+ * same answer and changes nothing; the refused order is paid by a
+ * transaction of its own. Then pairs notified at once, one order on each
+ * shard and one txnId a pair (pairs_at_once()), merged with others and
+ * alone.
+ */
+static void test_txn_pays_one_order_over_shards(void **state)
+{
+    char shards[ENV_CAP], txn[64], own[64];
+    struct it_server srv = {0}, alone = {0};
+    int64_t shop = it_unique(), v[SHARDS], o[SHARDS], p[SHARDS];
+    int64_t buyer = SHARD_USER_BASE + 20000 + (it_unique() % 1000) * 100;
+    (void)state;
+
+    shards_ready("txn", shards);
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-txn", env), 0);
+    }
+    voucher_per_shard(&srv, shop, v);
+
+    /* Shard 0's order first, then shard 1's. */
+    for (int i = 0; i < SHARDS; i++)
+        o[i] = it_buy(&srv, v[i], buyer);
+    snprintf(txn, sizeof(txn), "one-%lld", (long long)o[0]);
+    assert_int_equal(200, notify(&srv, o[0], 4750, txn));
+    assert_int_equal(400, notify(&srv, o[1], 4750, txn));
+    assert_int_equal(2, order_status(0, o[0]));
+    assert_int_equal(1, order_status(1, o[1]));
+    assert_int_equal(1, paid_with(txn));
+    assert_int_equal(200, notify(&srv, o[0], 4750, txn));
+    assert_int_equal(400, notify(&srv, o[1], 4750, txn));
+    assert_int_equal(1, paid_with(txn));
+    assert_int_equal(0, refunds_of(txn));
+
+    /* Shard 1's first, then shard 0's. */
+    for (int i = 0; i < SHARDS; i++)
+        p[i] = it_buy(&srv, v[i], buyer + 1);
+    snprintf(txn, sizeof(txn), "two-%lld", (long long)p[1]);
+    assert_int_equal(200, notify(&srv, p[1], 4750, txn));
+    assert_int_equal(400, notify(&srv, p[0], 4750, txn));
+    assert_int_equal(2, order_status(1, p[1]));
+    assert_int_equal(1, order_status(0, p[0]));
+    assert_int_equal(1, paid_with(txn));
+    assert_int_equal(0, refunds_of(txn));
+
+    /* The refused orders are paid by transactions of their own. */
+    snprintf(own, sizeof(own), "own-%lld", (long long)o[1]);
+    assert_int_equal(200, notify(&srv, o[1], 4750, own));
+    assert_int_equal(2, order_status(1, o[1]));
+    snprintf(own, sizeof(own), "own-%lld", (long long)p[0]);
+    assert_int_equal(200, notify(&srv, p[0], 4750, own));
+    assert_int_equal(2, order_status(0, p[0]));
+
+    /* Pairs at once, merged in the shards' lanes; then on an instance
+     * whose lanes hold one call, so that some run alone. */
+    pairs_at_once(&srv, &srv, v, buyer + 2);
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards,
+                                   "SECKILL_QUEUE_MAX=1", NULL};
+
+        assert_int_equal(it_server_start(&alone, "shards-txn-alone", env), 0);
+    }
+    pairs_at_once(&srv, &alone, v, buyer + 2 + TXN_PAIRS);
+    assert_int_equal(it_server_stop(&alone), 0);
+    for (int i = 0; i < SHARDS; i++)
+        assert_voucher_whole(v[i], i, TXN_STOCK);
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
+}
+
+/*
+ * An instance killed after a payment's transaction id was reserved for
+ * its order and before the order's shard recorded the payment (the
+ * failpoint pay_txn_reserved of the failpoint build, SECKILL_FP_BIN):
+ * the order is unpaid, the reservation its own, so the provider's retry
+ * of the same notification pays it; the transaction still pays no other
+ * order.
+ */
+static void test_txn_reserved_then_crash(void **state)
+{
+    char shards[ENV_CAP], txn[64];
+    struct it_server srv = {0};
+    int64_t shop = it_unique(), v[SHARDS], q[SHARDS];
+    int64_t buyer = SHARD_USER_BASE + 30000 + (it_unique() % 1000) * 10;
+    (void)state;
+
+    shards_ready("txnkill", shards);
+    start_fp(&srv, "txn-kill", shards, "pay_txn_reserved=kill");
+    voucher_per_shard(&srv, shop, v);
+    for (int i = 0; i < SHARDS; i++)
+        q[i] = it_buy(&srv, v[i], buyer);
+    snprintf(txn, sizeof(txn), "kill-%lld", (long long)q[1]);
+    assert_int_equal(0, notify(&srv, q[1], 4750, txn));
+    for (int t = 0; t < 50 && it_server_alive(&srv); t++)
+        usleep(100 * 1000);
+    assert_false(it_server_alive(&srv));
+    /* Reserved for the order on shard 0, not paid on shard 1. */
+    assert_int_equal(q[1], sales_scalar(0,
+                                        "SELECT order_id FROM payment_txns "
+                                        "WHERE txn_id = '%s'",
+                                        txn));
+    assert_int_equal(1, order_status(1, q[1]));
+    assert_int_equal(0, paid_with(txn));
+
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards, NULL};
+
+        assert_int_equal(it_server_start(&srv, "txn-after-kill", env), 0);
+    }
+    assert_int_equal(400, notify(&srv, q[0], 4750, txn));
+    assert_int_equal(1, order_status(0, q[0]));
+    assert_int_equal(200, notify(&srv, q[1], 4750, txn));
+    assert_int_equal(2, order_status(1, q[1]));
+    assert_int_equal(200, notify(&srv, q[1], 4750, txn));
+    assert_int_equal(1, paid_with(txn));
+    assert_int_equal(0, refunds_of(txn));
+    for (int i = 0; i < SHARDS; i++)
+        assert_voucher_whole(v[i], i, TXN_STOCK);
+    assert_int_equal(it_server_stop(&srv), 0);
+    sales_db = "sales";
+}
+
 /* "mysql://user:pass@127.0.0.1:PORT/<db_prefix><name>": shard i's
  * credentials, through a proxy at port. */
 static const char *url_via(int i, uint16_t port, const char *name, char *buf,
@@ -1566,6 +1834,8 @@ int main(void)
         cmocka_unit_test(test_shard0_rows_survive_a_crash),
         cmocka_unit_test(test_orders_read_every_shard_at_once),
         cmocka_unit_test(test_auto_increment_in_the_sharded_range),
+        cmocka_unit_test(test_txn_pays_one_order_over_shards),
+        cmocka_unit_test(test_txn_reserved_then_crash),
     };
     int failed;
 
