@@ -45,16 +45,23 @@ CREATE TABLE `audit_log` (
   UNIQUE KEY `uk_audit_origin` (`origin_shard`,`origin_id`),
   KEY `idx_audit_target` (`target_type`,`target_id`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `idempotency_keys` (
+  `admin_id` bigint(20) unsigned NOT NULL,
+  `idem_key` varbinary(255) NOT NULL,
+  `request_hash` binary(32) NOT NULL,
+  `action` varchar(32) NOT NULL,
+  `target_type` varchar(16) NOT NULL,
+  `target_id` bigint(20) unsigned NOT NULL DEFAULT 0,
+  `status` smallint(5) unsigned DEFAULT NULL,
+  `answer` mediumtext DEFAULT NULL,
+  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  PRIMARY KEY (`admin_id`,`idem_key`),
+  KEY `idx_idem_created` (`created`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE `lock_fences` (
   `name` varbinary(255) NOT NULL,
   `token` bigint(20) unsigned NOT NULL,
   PRIMARY KEY (`name`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
-CREATE TABLE `payment_txns` (
-  `txn_id` varchar(64) NOT NULL,
-  `order_id` bigint(20) unsigned NOT NULL,
-  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
-  PRIMARY KEY (`txn_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE `refunds` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
@@ -180,5 +187,5 @@ INSERT INTO schema_version (version, name, checksum) VALUES
     (13, '0013-idx-orders-sale', '36ab2887dcdb69c4d1ed8a01f405105f552dd86db4a691e05d2170122fd613d2'),
     (14, '0014-sale-controls', '7c67f5d5bb7f61b2b9567ace0c67ea184a34bac33cd7d558eea49550744aa9d2'),
     (15, '0015-outbox', '89bdc894429580cd85b45d0c2ecba372036038a311ab348493994ecaf24a64c6'),
-    (16, '0016-payment-txns', '2c974fed8311bc7b98f4ae5f1e31d774620f43ef295167c35511bd2676566cd9');
+    (16, '0016-idempotency-keys', '79e295fb24b93cd29c6e738efc8fb0a267d3fa3ad777be556b9aed5305241af6');
 SET FOREIGN_KEY_CHECKS = 1;
