@@ -63,6 +63,12 @@ CREATE TABLE `lock_fences` (
   `token` bigint(20) unsigned NOT NULL,
   PRIMARY KEY (`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+CREATE TABLE `payment_txns` (
+  `txn_id` varchar(64) NOT NULL,
+  `order_id` bigint(20) unsigned NOT NULL,
+  `created` datetime(3) NOT NULL DEFAULT current_timestamp(3),
+  PRIMARY KEY (`txn_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 CREATE TABLE `refunds` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,
   `order_id` bigint(20) unsigned NOT NULL,
@@ -187,5 +193,6 @@ INSERT INTO schema_version (version, name, checksum) VALUES
     (13, '0013-idx-orders-sale', '36ab2887dcdb69c4d1ed8a01f405105f552dd86db4a691e05d2170122fd613d2'),
     (14, '0014-sale-controls', '7c67f5d5bb7f61b2b9567ace0c67ea184a34bac33cd7d558eea49550744aa9d2'),
     (15, '0015-outbox', '89bdc894429580cd85b45d0c2ecba372036038a311ab348493994ecaf24a64c6'),
-    (16, '0016-idempotency-keys', '79e295fb24b93cd29c6e738efc8fb0a267d3fa3ad777be556b9aed5305241af6');
+    (16, '0016-payment-txns', '2c974fed8311bc7b98f4ae5f1e31d774620f43ef295167c35511bd2676566cd9'),
+    (17, '0017-idempotency-keys', '70ad28154a07373d34d35f86f683ab2a1338604e7e9e5e22b79aeaaff2cd3fa9');
 SET FOREIGN_KEY_CHECKS = 1;
