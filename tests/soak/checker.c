@@ -98,6 +98,18 @@ static void violate(const char *kind, int64_t user, int64_t voucher,
     pthread_mutex_unlock(&viol.mu);
 }
 
+void soak_violation(const char *kind, int64_t user, int64_t voucher,
+                    int64_t order, int64_t at_ms, const char *fmt, ...)
+{
+    char text[320];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    violate(kind, user, voucher, order, at_ms, "%s", text);
+}
+
 void soak_problem(const char *kind, const char *fmt, ...)
 {
     char text[320];
@@ -898,6 +910,7 @@ int checker_run(void)
         check_end_state(v, nv, o, no);
         check_logs(l, nl, f, nf, h, nh, &repairs_ok);
     }
+    check_outside(h, nh, f, nf);
     if (my)
         mysql_close(my);
     for (size_t i = 0; i < nh; i++)

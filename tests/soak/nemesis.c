@@ -9,7 +9,8 @@
  * of the new one), MariaDB SIGKILLed and restarted, the MariaDB replica
  * or the replication into the Redis replica held back, an instance's
  * link to MySQL or Redis slowed, lossy or cut (its own proxies), and an
- * instance's clock stepped (libfaketime's file). It also notices an
+ * instance's clock stepped (libfaketime's file), and the SMS webhook
+ * slow, hung, failing or refusing (outside.c). It also notices an
  * instance that died by itself: reported, and started again.
  */
 #include <signal.h>
@@ -34,6 +35,7 @@ const char *const fault_names[F_KIND_COUNT] = {
     [F_LOSS] = "loss",
     [F_PARTITION] = "partition",
     [F_CLOCK] = "clock-step",
+    [F_SMS] = "sms-webhook",
 };
 
 /* How often each kind is drawn, out of their sum. */
@@ -41,7 +43,7 @@ static const int weight[F_KIND_COUNT] = {
     [F_KILL] = 10,      [F_STOP] = 10,      [F_ROLL] = 4,
     [F_REDIS_KILL] = 8, [F_MYSQL_KILL] = 7, [F_MYSQL_LAG] = 6,
     [F_REDIS_LAG] = 7,  [F_LATENCY] = 10,   [F_LOSS] = 8,
-    [F_PARTITION] = 10, [F_CLOCK] = 8,
+    [F_PARTITION] = 10, [F_CLOCK] = 8,      [F_SMS] = 8,
 };
 
 struct active {
@@ -228,6 +230,11 @@ static bool pick_target(enum fault_kind kind, struct active *a)
 {
     int free_inst[SOAK_INSTANCES], nfree = 0, up = 0;
 
+    /* The SMS webhook fails alone: what it may not delay is judged
+     * while nothing else could (check_outside.c). */
+    for (int k = 0; k < nem.nact; k++)
+        if (nem.act[k].kind == F_SMS || kind == F_SMS)
+            return false;
     for (int k = 0; k < nem.nact; k++)
         if (nem.act[k].kind == kind &&
             (kind == F_REDIS_KILL || kind == F_MYSQL_KILL ||
@@ -402,6 +409,28 @@ static void inject(enum fault_kind kind, struct active *a)
                  a->inst + 1, cmd, (long long)dur);
         break;
     }
+    case F_SMS: {
+        static const char *const how[] = {"slow", "hanging", "answering 500",
+                                          "refusing connections"};
+        int m = (int)rng_range(&nem.r, 0, 3), slow = 0;
+
+        if (m == 0)
+            slow = (int)rng_range(&nem.r, 500, 3000);
+        sms_sink_set(m == 0   ? SMS_SLOW
+                     : m == 1 ? SMS_HANG
+                     : m == 2 ? SMS_ERROR
+                              : SMS_REFUSE,
+                     slow);
+        if (slow)
+            snprintf(what, sizeof(what),
+                     "the SMS webhook slow (%d ms) for "
+                     "%lld ms",
+                     slow, (long long)dur);
+        else
+            snprintf(what, sizeof(what), "the SMS webhook %s for %lld ms",
+                     how[m], (long long)dur);
+        break;
+    }
     default:
         return;
     }
@@ -453,6 +482,9 @@ static void heal(struct active *a)
         break;
     case F_CLOCK:
         clock_write(a->inst, "+0");
+        break;
+    case F_SMS:
+        sms_sink_set(SMS_OK, 0);
         break;
     default:
         break;

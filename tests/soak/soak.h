@@ -13,7 +13,10 @@
  *             watcher that stamps the instances' log lines with the time
  * workload.c  the sales, the buyers, the history
  * nemesis.c   the faults: drawn, injected, healed
+ * outside.c   the SMS webhook the instances send login codes to, which
+ *             the nemesis makes slow, hang, fail or refuse
  * checker.c   the invariants, the tables, the windows of history
+ * check_outside.c  what a failing outside service may not delay
  * main.c      settings (SOAK_SEED, SOAK_MINUTES, SOAK_CANARY), main()
  *
  * Every random choice comes from the seed (one generator per thread,
@@ -80,7 +83,7 @@ struct instance {
     /* Its own links: MySQL primary, MySQL replica, each Redis server. */
     struct it_proxy px_mysql, px_replica, px_redis[2];
     char clock_file[IT_PATH_MAX]; /* libfaketime's offset, "+0" */
-    char env[16][2 * IT_PATH_MAX + 64];
+    char env[32][2 * IT_PATH_MAX + 64];
 };
 
 struct world {
@@ -167,8 +170,9 @@ enum op {
     OP_PAY,
     OP_CANCEL,
     OP_READ,
-    OP_LOGIN,
-    OP_SALE, /* an admin creates a voucher */
+    OP_CODE,  /* a login code asked for (POST /api/auth/code) */
+    OP_LOGIN, /* the login with it */
+    OP_SALE,  /* an admin creates a voucher */
     OP_COUNT
 };
 
@@ -221,6 +225,7 @@ enum fault_kind {
     F_LOSS,       /* ... loses packets (retransmission delays) */
     F_PARTITION,  /* ... is cut off (stalled, new connections too) */
     F_CLOCK,      /* an instance's clock steps */
+    F_SMS,        /* the SMS webhook is slow, hangs, fails or refuses */
     F_KIND_COUNT
 };
 
@@ -243,7 +248,33 @@ void nemesis_exit(void);
 /* Every fault injected (valid after nemesis_stop()). */
 const struct fault *faults_all(size_t *n);
 
+/* ---- the outside service (outside.c) ---- */
+
+enum sms_mode { SMS_OK, SMS_SLOW, SMS_HANG, SMS_ERROR, SMS_REFUSE };
+
+/* Start the SMS webhook on a free loopback port (sms_sink_port()),
+ * checking signatures with secret_hex (64 hex digits). 0 or -1. */
+int sms_sink_start(const char *secret_hex);
+uint16_t sms_sink_port(void);
+/* How it answers from now on (slow_ms for SMS_SLOW). */
+void sms_sink_set(enum sms_mode m, int slow_ms);
+/* The requests it read so far, and those with a wrong signature. */
+void sms_sink_counts(long *requests, long *bad_signatures);
+void sms_sink_stop(void);
+
 /* ---- the checker (checker.c) ---- */
+
+/* Record a violation of kind about user, voucher or order (0: none) at
+ * at_ms (soak_ms()), for the checker's report (thread-safe). */
+void soak_violation(const char *kind, int64_t user, int64_t voucher,
+                    int64_t order, int64_t at_ms, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* While only the SMS webhook failed, the requests that do not need it
+ * were answered within their budget, and every code request within its
+ * 4 s deadline (check_outside.c). */
+void check_outside(const struct hist *h, size_t nh, const struct fault *f,
+                   size_t nf);
 
 /* Check the history against MySQL, Redis and the logs (with the
  * instances stopped and the backends up), print the tables and the

@@ -36,8 +36,9 @@
 #define THREADS_MAX 32
 
 const char *const op_names[OP_COUNT] = {
-    [OP_BUY] = "buy",   [OP_PAY] = "pay",     [OP_CANCEL] = "cancel",
-    [OP_READ] = "read", [OP_LOGIN] = "login", [OP_SALE] = "sale",
+    [OP_BUY] = "buy",   [OP_PAY] = "pay",   [OP_CANCEL] = "cancel",
+    [OP_READ] = "read", [OP_CODE] = "code", [OP_LOGIN] = "login",
+    [OP_SALE] = "sale",
 };
 
 /* ---- the history ---- */
@@ -427,7 +428,7 @@ static void read_some(struct user *u, const char *token, struct rng *r)
 static void login(struct user *u)
 {
     char body[128];
-    struct hist h = {.op = OP_LOGIN, .user = u->id};
+    struct hist h = {.op = OP_CODE, .user = u->id};
     struct it_resp resp;
     const char *code, *token;
     json_t *user;
@@ -435,6 +436,7 @@ static void login(struct user *u)
     snprintf(body, sizeof(body), "{\"phone\":\"%s\"}", u->phone);
     call(&h, "POST", "/api/auth/code", body, NULL, NULL, &resp);
     hist_add(&h);
+    h.op = OP_LOGIN;
     code = resp.status == 200 ? it_json_str(resp.json, "code") : NULL;
     if (code) {
         snprintf(body, sizeof(body), "{\"phone\":\"%s\",\"code\":\"%s\"}",

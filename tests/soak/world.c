@@ -271,6 +271,11 @@ static int instance_setup(int i)
         (unsigned)world.sentinel_port[2]);
     ENV("SECKILL_LOCK_URL");
     ENV("SECKILL_PAY_SECRET=%s", world.pay_secret);
+    /* Login codes go to the soak's SMS webhook (and, in dev mode, into
+     * the answer too, where the buyers read them). */
+    ENV("SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
+        (unsigned)sms_sink_port());
+    ENV("SECKILL_SMS_SECRET=%s", world.pay_secret);
     ENV("SECKILL_PAY_TIMEOUT_S=%d", SOAK_PAY_TIMEOUT_S);
     ENV("SECKILL_DRAIN_S=%d", DRAIN_S);
     ENV("SECKILL_THREADS=2");
@@ -458,6 +463,10 @@ int world_start(void)
         "sentinels");
     if (mysql_start_all() || redis_start_all())
         return -1;
+    if (sms_sink_start(world.pay_secret) != 0) {
+        say_fail("the SMS webhook did not start");
+        return -1;
+    }
     for (int i = 0; i < SOAK_INSTANCES; i++)
         if (instance_setup(i) || instance_start(i))
             return -1;
@@ -483,6 +492,7 @@ void instances_stop(void)
 
 void world_stop(void)
 {
+    sms_sink_stop();
     if (world.haproxy > 0) {
         kill(world.haproxy, SIGTERM);
         waitpid(world.haproxy, NULL, 0);
