@@ -8,6 +8,7 @@
 #ifndef SECKILL_ASYNC_INTERNAL_H
 #define SECKILL_ASYNC_INTERNAL_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -23,7 +24,15 @@
 
 /* The consumer group of every sale's stream. */
 #define GROUP "writers"
-#define KEY_MAX (REDIS_PREFIX_MAX + 128)
+/*
+ * Room for a writer's consumer name, "<host>-<pid>-<random>" (writer.c):
+ * the whole host name (at most HOST_NAME_MAX, 64 bytes), a pid (at most
+ * 10 digits), 16 hex digits and the NUL.
+ */
+#define CONSUMER_MAX (HOST_NAME_MAX + 1 + 10 + 1 + 16 + 1)
+/* Room for a sale's key: the prefix, its tag "{v:<id>}:", and the longest
+ * name after it, "rebuild-holders:<consumer>". */
+#define KEY_MAX (REDIS_PREFIX_MAX + 48 + CONSUMER_MAX)
 #define BATCH_MAX ASYNC_PURCHASE_BATCH_MAX
 /* The index of sales with orders on their way (see async.h), after the
  * Redis prefix: its own key, written by its own single-key commands (a
@@ -102,7 +111,10 @@ struct sale {
 
 struct async {
     struct async_config cfg;
-    char consumer[64];
+    /* This writer's name, its own and no other process's: the consumer
+     * in every sale's group, the owner of its freezes, part of the names
+     * of its rebuilds' keys. */
+    char consumer[CONSUMER_MAX];
     pthread_t thread;
     pthread_mutex_t mu; /* guards sales, nsales, hints, nhints, stop */
     pthread_cond_t cond;

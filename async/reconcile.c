@@ -362,7 +362,7 @@ static bool agrees_frozen(struct async *a, struct store *st,
     struct async_redis_side rs;
     struct async_mysql_side ms;
     struct async_disagreement d;
-    char frozen_by[64], k[KEY_MAX];
+    char frozen_by[CONSUMER_MAX], k[KEY_MAX];
     const char *argv[2] = {k, a->consumer};
     int64_t revision;
     redisReply *r;
@@ -670,7 +670,7 @@ static void reconcile_one(struct async *a, struct store *st,
     struct async_redis_side rs;
     struct async_mysql_side ms;
     struct async_disagreement d;
-    char frozen_by[64];
+    char frozen_by[CONSUMER_MAX];
     int64_t revision;
 
     if (s->rebuilding)

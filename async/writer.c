@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "common/failpoint.h"
 #include "common/metrics.h"
 #include "common/redis.h"
@@ -604,7 +606,9 @@ static void sale_init(struct sale *s, int64_t voucher_id)
 {
     memset(s, 0, sizeof(*s));
     s->voucher_id = voucher_id;
-    s->own_pending = true; /* after a restart: ours first */
+    /* What this writer may still hold of it first (a sale that left the
+     * working set and came back). */
+    s->own_pending = true;
 }
 
 static int cmp_sale(const void *key, const void *elem)
@@ -924,10 +928,31 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/*
+ * This process's consumer name into buf (CONSUMER_MAX): the whole host
+ * name, the pid and 64 random bits drawn now, "<host>-<pid>-<hex>".
+ * Neither of the first two is unique alone: in containers the pid is 1,
+ * and the pods of one deployment may share a host name, or differ only
+ * far into it. The random bits make the name this process start's own,
+ * readable in XINFO CONSUMERS and the logs.
+ */
+static void consumer_name(char *buf)
+{
+    char host[HOST_NAME_MAX + 1] = "";
+    unsigned char rnd[8];
+    char hex[2 * sizeof(rnd) + 1];
+
+    if (gethostname(host, sizeof(host)) != 0 || !host[0])
+        snprintf(host, sizeof(host), "host");
+    host[HOST_NAME_MAX] = '\0';
+    randombytes_buf(rnd, sizeof(rnd));
+    sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
+    snprintf(buf, CONSUMER_MAX, "%s-%ld-%s", host, (long)getpid(), hex);
+}
+
 struct async *async_start(const struct async_config *cfg)
 {
     struct async *a = xcalloc(1, sizeof(*a));
-    char host[32] = "host";
 
     a->cfg = *cfg;
     if (a->cfg.batch < 1 || a->cfg.batch > BATCH_MAX)
@@ -936,8 +961,8 @@ struct async *async_start(const struct async_config *cfg)
         a->cfg.claim_ms = 100;
     if (a->cfg.reconcile_ms == 0)
         a->cfg.reconcile_ms = ASYNC_RECONCILE_MS;
-    gethostname(host, sizeof(host) - 1);
-    snprintf(a->consumer, sizeof(a->consumer), "%s-%ld", host, (long)getpid());
+    consumer_name(a->consumer);
+    log_info("async writer started", "consumer=%s", a->consumer);
     pthread_mutex_init(&a->mu, NULL);
     /* The sleeps count on the monotonic clock (util_mono_ms()). */
     pthread_condattr_t ca;

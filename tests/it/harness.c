@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -122,30 +123,33 @@ uint16_t it_free_port(void)
 
 /* ---- processes ---- */
 
-pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path)
+/* What a child of it_spawn() or it_spawn_ns() runs, and how. */
+struct it_child {
+    char *const *argv;
+    char *const *envp;
+    const char *log_path;
+    /* Its host name (in a UTS namespace of its own), or NULL: as ours. */
+    const char *hostname;
+    /* The test process, checked for having died before the child asked
+     * to die with it; 0 when the child cannot see it (a PID namespace of
+     * its own), and only asks. */
+    pid_t parent;
+};
+
+/* The child's side: never returns. */
+static int it_child_main(void *arg)
 {
-    pid_t parent = getpid();
-    pid_t pid;
+    const struct it_child *c = arg;
     sigset_t none;
     int fd;
 
-    fflush(NULL);
-    pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "harness: fork: %s\n", strerror(errno));
-        return -1;
-    }
-    if (pid > 0)
-        return pid;
-
-    /* child */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
+    if (c->parent && getppid() != c->parent)
         _exit(127);
     signal(SIGPIPE, SIG_DFL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    fd = open(log_path ? log_path : "/dev/null",
+    fd = open(c->log_path ? c->log_path : "/dev/null",
               O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
         dup2(fd, STDOUT_FILENO);
@@ -154,9 +158,68 @@ pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path)
     fd = open("/dev/null", O_RDONLY);
     if (fd >= 0)
         dup2(fd, STDIN_FILENO);
-    execve(argv[0], argv, envp ? envp : environ);
-    fprintf(stderr, "harness: exec %s: %s\n", argv[0], strerror(errno));
+    if (c->hostname && sethostname(c->hostname, strlen(c->hostname)) != 0) {
+        fprintf(stderr, "harness: sethostname %s: %s\n", c->hostname,
+                strerror(errno));
+        _exit(127);
+    }
+    execve(c->argv[0], c->argv, c->envp ? c->envp : environ);
+    fprintf(stderr, "harness: exec %s: %s\n", c->argv[0], strerror(errno));
     _exit(127);
+}
+
+pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path)
+{
+    struct it_child c = {argv, envp, log_path, NULL, getpid()};
+    pid_t pid;
+
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0)
+        it_child_main(&c);
+    return pid;
+}
+
+/* The stack a namespaced child starts on, until its exec. */
+#define IT_CHILD_STACK (256 * 1024)
+
+pid_t it_spawn_ns(char *const argv[], char *const envp[], const char *log_path,
+                  const char *hostname)
+{
+    struct it_child c = {argv, envp, log_path, hostname, 0};
+    char *stack = xmalloc(IT_CHILD_STACK);
+    pid_t pid;
+
+    fflush(NULL);
+    /* Not CLONE_VM: the child has its own copy of memory, stack too. */
+    pid = clone(it_child_main, stack + IT_CHILD_STACK,
+                CLONE_NEWUTS | CLONE_NEWPID | SIGCHLD, &c);
+    free(stack);
+    if (pid < 0)
+        fprintf(stderr, "harness: clone (new UTS and PID namespaces): %s\n",
+                strerror(errno));
+    return pid;
+}
+
+bool it_ns_available(void)
+{
+    static int known; /* 1 yes, -1 no, 0 not asked yet */
+    char *argv[] = {"/bin/true", NULL};
+    int status;
+
+    if (!known) {
+        pid_t pid = it_spawn_ns(argv, NULL, NULL, "it-ns-probe");
+
+        known = pid > 0 && waitpid(pid, &status, 0) == pid &&
+                        WIFEXITED(status) && WEXITSTATUS(status) == 0
+                    ? 1
+                    : -1;
+    }
+    return known > 0;
 }
 
 int it_wait_exit(pid_t pid, int timeout_ms, int *status)
@@ -519,8 +582,11 @@ int it_server_start(struct it_server *srv, const char *tag,
     return it_server_start_port(srv, 0, tag, overrides);
 }
 
-int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
-                         const char *const *overrides)
+/* it_server_start_port(), and with hostname (not NULL) in namespaces of
+ * its own (it_server_start_ns()). */
+static int it_server_launch(struct it_server *srv, uint16_t port,
+                            const char *tag, const char *const *overrides,
+                            const char *hostname)
 {
     char port_arg[16];
     char *argv[4];
@@ -553,7 +619,8 @@ int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
         return -1;
     }
     env = it_env_build(overrides);
-    srv->pid = it_spawn(argv, env, srv->log_path);
+    srv->pid = hostname ? it_spawn_ns(argv, env, srv->log_path, hostname)
+                        : it_spawn(argv, env, srv->log_path);
     it_env_free(env);
     if (srv->pid < 0) {
         srv->pid = 0;
@@ -580,6 +647,18 @@ int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
             "within %d ms; log: %s\n",
             (unsigned)srv->port, IT_START_TIMEOUT_MS, srv->log_path);
     return it_server_kill(srv);
+}
+
+int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
+                         const char *const *overrides)
+{
+    return it_server_launch(srv, port, tag, overrides, NULL);
+}
+
+int it_server_start_ns(struct it_server *srv, const char *tag,
+                       const char *const *overrides, const char *hostname)
+{
+    return it_server_launch(srv, 0, tag, overrides, hostname);
 }
 
 bool it_server_alive(struct it_server *srv)
@@ -1359,6 +1438,26 @@ int64_t it_buy(const struct it_server *srv, int64_t voucher_id, int64_t user_id)
 }
 
 /* ---- faults ---- */
+
+int it_log_voucher_count(const char *path, const char *msg, int64_t voucher_id)
+{
+    char line[4096], needle[40];
+    FILE *f = fopen(path, "r");
+    int n = 0;
+
+    if (!f)
+        return 0;
+    snprintf(needle, sizeof(needle), "voucher=%lld", (long long)voucher_id);
+    while (fgets(line, sizeof(line), f)) {
+        const char *at = strstr(line, needle);
+
+        if (strstr(line, msg) && at &&
+            (at[strlen(needle)] < '0' || at[strlen(needle)] > '9'))
+            n++;
+    }
+    fclose(f);
+    return n;
+}
 
 char *it_file_read(const char *path)
 {

@@ -62,6 +62,19 @@ uint16_t it_free_port(void);
 pid_t it_spawn(char *const argv[], char *const envp[], const char *log_path);
 
 /*
+ * it_spawn() into new UTS and PID namespaces, as a container starts its
+ * process: the child's host name is hostname and its pid is 1 there (the
+ * pid returned is its pid here, to signal and wait for as any child;
+ * SIGKILL ends it and everything it started). Needs CAP_SYS_ADMIN (root).
+ * Returns the pid, or -1 with a message on stderr.
+ */
+pid_t it_spawn_ns(char *const argv[], char *const envp[], const char *log_path,
+                  const char *hostname);
+
+/* Whether it_spawn_ns() works here (asked once: a child that exits). */
+bool it_ns_available(void);
+
+/*
  * Wait up to timeout_ms for pid to exit. Returns 0 and stores its wait
  * status, or -ETIMEDOUT (the child is left running), or -ECHILD.
  */
@@ -151,6 +164,16 @@ int it_server_start(struct it_server *srv, const char *tag,
  * instance where a load balancer expects it. */
 int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
                          const char *const *overrides);
+
+/*
+ * it_server_start() in namespaces of its own (it_spawn_ns()), with
+ * hostname as its host name and pid 1 there: two such instances with the
+ * same hostname look to each other as two containers of one deployment
+ * do. srv->pid is its pid here: it_server_stop() and the rest work as
+ * for any instance.
+ */
+int it_server_start_ns(struct it_server *srv, const char *tag,
+                       const char *const *overrides, const char *hostname);
 
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);
@@ -431,6 +454,13 @@ int64_t it_buy(const struct it_server *srv, int64_t voucher_id,
  * holds no positive number. Does not use cmocka.
  */
 pid_t it_pidfile_read(const char *path);
+
+/*
+ * How many lines of the log at path hold msg and the field
+ * "voucher=<voucher_id>" (the whole id, not a longer one that starts
+ * with it); 0 when it cannot be read. Does not use cmocka.
+ */
+int it_log_voucher_count(const char *path, const char *msg, int64_t voucher_id);
 
 /* The whole file at path, NUL-terminated (free(3) it); NULL if it cannot
  * be opened, "" if it cannot be read whole. Does not use cmocka. */

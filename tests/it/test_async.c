@@ -11,8 +11,11 @@
  * instance's writer drains every sale: MySQL away while sales go on. All
  * three look after a sale from MySQL's list until LOOKBACK_S after its
  * end; orders still waiting after that are found through the index of
- * sales with work. Start-up refusal runs the binary against a Redis
- * without durable writes and one with them.
+ * sales with work. Two more, started by test_twins_*, run in UTS and PID
+ * namespaces of their own (it_server_start_ns(), as root), as two
+ * containers of one deployment, and reach MySQL directly while the
+ * proxy keeps A, B and C away. Start-up refusal runs the binary against
+ * a Redis without durable writes and one with them.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -47,6 +50,8 @@
 #define REPAIR_MS 15000
 
 static struct it_server srv[3]; /* A, B, C */
+/* Two instances in namespaces of their own (test_twins_*). */
+static struct it_server twin[2];
 static struct it_proxy mysql_proxy;
 static char mysql_set[1024];
 static int64_t next_user;
@@ -105,6 +110,8 @@ static int group_teardown(void **state)
     (void)state;
     it_sql_exec("DROP TRIGGER IF EXISTS " HOLD_TRIGGER);
     it_proxy_ctl(&mysql_proxy, "heal");
+    for (int i = 0; i < 2; i++)
+        it_server_stop(&twin[i]);
     int rc = it_group_teardown(srv, 3);
     it_proxy_stop(&mysql_proxy);
     return rc;
@@ -1074,6 +1081,272 @@ static void test_backlog_outlives_lookback(void **state)
     redisFree(rc);
 }
 
+/* ---- two instances that look alike ---- */
+
+/*
+ * The host name of the two instances below, each in UTS and PID
+ * namespaces of its own: the same 50 bytes for both, as containers of one
+ * deployment may have, and pid 1 in both.
+ */
+#define TWIN_HOST "seckilld-production-api-deployment-7d9f8b6c5-k2x4q"
+#define TWIN_STOCK 40
+/* Orders sold through each while the sale's orders are held back. */
+#define TWIN_HELD 8
+/* A dead instance's orders are claimed after 5 s; its freeze of a sale
+ * lifts by itself within 15 s, and the sale is then rebuilt. */
+#define TWIN_REPAIR_MS 45000
+
+/* pid's own pid in its PID namespace (the last number of NSpid in
+ * /proc/<pid>/status), or -1. */
+static long ns_pid(pid_t pid)
+{
+    char path[64], line[256], *at, *end;
+    long last = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "NSpid:", 6) == 0)
+            for (at = line + 6;; at = end) {
+                long x = strtol(at, &end, 10);
+
+                if (end == at)
+                    break;
+                last = x;
+            }
+    fclose(f);
+    return last;
+}
+
+/*
+ * The consumers of v's group "writers" named after TWIN_HOST (by its
+ * first 31 bytes: an older name held no more): how many; the orders each
+ * holds (pending) go to held (up to max of them).
+ */
+static size_t twin_consumers(redisContext *rc, int64_t v, long long *held,
+                             size_t max)
+{
+    redisReply *r = redisCommand(rc, "XINFO CONSUMERS {v:%lld}:stream writers",
+                                 (long long)v);
+    size_t n = 0;
+
+    assert_non_null(r);
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        const redisReply *c = r->element[i];
+        const char *name = NULL;
+        long long pending = 0;
+
+        for (size_t j = 0; c->type == REDIS_REPLY_ARRAY && j + 1 < c->elements;
+             j += 2) {
+            const redisReply *f = c->element[j], *x = c->element[j + 1];
+
+            if (f->type != REDIS_REPLY_STRING)
+                continue;
+            if (strcmp(f->str, "name") == 0 && x->type == REDIS_REPLY_STRING)
+                name = x->str;
+            else if (strcmp(f->str, "pending") == 0 &&
+                     x->type == REDIS_REPLY_INTEGER)
+                pending = x->integer;
+        }
+        if (!name || strncmp(name, TWIN_HOST, 31) != 0)
+            continue;
+        if (n < max)
+            held[n] = pending;
+        n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+static int freezes_logged(const struct it_server *s, int64_t v)
+{
+    return it_log_voucher_count(s->log_path, "async sale frozen for a rebuild",
+                                v);
+}
+
+/*
+ * Two instances that look alike: each in UTS and PID namespaces of its
+ * own, with the same 50-byte host name and pid 1, as two containers of
+ * one deployment. Each must be a consumer of its own in a sale's group,
+ * and the owner of its own freezes: while a trigger holds the sale's
+ * orders back, both hold some, and a disagreement planted in Redis
+ * freezes the sale for one rebuild only (the other instance leaves a sale
+ * another froze alone). Then one is SIGKILLed (the rebuilder, or the
+ * other) and the trigger goes: the survivor claims the dead one's orders
+ * and writes them, rebuilds the sale (once the dead one's freeze has
+ * lifted, if it held it), and every 202 is an order in MySQL, nothing
+ * pending in the group. The group's instances are kept off the sale
+ * meanwhile: their link to MySQL is cut, and a writer leaves alone a sale
+ * it cannot ask MySQL about.
+ */
+static void twins_one_killed(bool kill_rebuilder)
+{
+    const char *env[] = {"SECKILL_PURCHASE_MODE=async",
+                         "SECKILL_ASYNC_ACCEPT_LOSS=1",
+                         "SECKILL_DEV=1",
+                         "SECKILL_RATE_USER=0",
+                         "SECKILL_ASYNC_RECONCILE_MS=200",
+                         "SECKILL_ASYNC_LOOKBACK_S=2",
+                         NULL};
+    int64_t v, u0 = 0, orders[TWIN_STOCK], until;
+    size_t n202 = 0, ours = 0;
+    long long held[4] = {0};
+    int frozen[2], others = 0, status = 0, victim;
+    struct it_server *survivor;
+    redisContext *rc;
+    struct it_resp resp;
+    redisReply *r;
+
+    /* What an earlier test that failed may have left. */
+    for (int i = 0; i < 2; i++)
+        it_server_stop(&twin[i]);
+    it_sql_exec("DROP TRIGGER IF EXISTS " HOLD_TRIGGER);
+    if (!it_ns_available()) {
+        print_message("skipped: no new UTS and PID namespaces here (they "
+                      "need root)\n");
+        skip();
+    }
+    /* New connections refused first, then the open ones cut: none can
+     * be made in between. */
+    assert_int_equal(0, it_proxy_ctl(&mysql_proxy, "refuse"));
+    assert_int_equal(0, it_proxy_ctl(&mysql_proxy, "cut"));
+    assert_int_equal(
+        0, it_server_start_ns(&twin[0], "async-twin-x", env, TWIN_HOST));
+    assert_int_equal(
+        0, it_server_start_ns(&twin[1], "async-twin-y", env, TWIN_HOST));
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(1, ns_pid(twin[i].pid));
+    rc = it_redis_connect();
+    v = sale_create(&twin[0], TWIN_STOCK, -60, 600, "async");
+    /* A written order through each: their caches are warm. */
+    for (int i = 0; i < 2; i++) {
+        int64_t u = next_user++;
+
+        if (i == 0)
+            u0 = u;
+        orders[n202] = buy(&twin[i], v, u);
+        assert_int_equal(1, order_written(orders[n202++]));
+    }
+    assert_int_equal(0, it_sql_exec("CREATE OR REPLACE TRIGGER " HOLD_TRIGGER
+                                    " BEFORE INSERT ON voucher_orders FOR "
+                                    "EACH ROW IF NEW.voucher_id = %lld THEN "
+                                    "SIGNAL SQLSTATE '45000' SET "
+                                    "MESSAGE_TEXT = 'held back by the test'; "
+                                    "END IF",
+                                    (long long)v));
+    for (int i = 0; i < 2 * TWIN_HELD; i++)
+        orders[n202++] = buy(&twin[i % 2], v, next_user++);
+    /* Each writer reads some and holds them. One that holds orders it
+     * could not write reads nothing new: should one have read them all,
+     * what sells next goes to the other. */
+    until = util_mono_ms() + DRAIN_MS;
+    while ((ours = twin_consumers(rc, v, held, 4)) != 2 || !held[0] ||
+           !held[1]) {
+        if (util_mono_ms() >= until || n202 + 4 > TWIN_STOCK)
+            break;
+        usleep(200 * 1000);
+        orders[n202] = buy(&twin[n202 % 2], v, next_user++);
+        n202++;
+    }
+
+    /* Redis forgets u0 (and puts its unit back on sale): a disagreement
+     * with MySQL, repaired by a rebuild that waits for the orders held. */
+    r = redisCommand(rc, "SREM {v:%lld}:buyers %lld", (long long)v,
+                     (long long)u0);
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+        print_error("SREM of buyer %lld: type %d integer %lld \"%s\"; %lld "
+                    "buyers, frozen %lld\n",
+                    (long long)u0, r ? r->type : -1, r ? r->integer : -1,
+                    r && r->str ? r->str : "",
+                    redis_int(rc, "SCARD {v:%lld}:buyers", v),
+                    redis_int(rc, "EXISTS {v:%lld}:frozen", v));
+    assert_true(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(rc, "INCR {v:%lld}:stock", (long long)v));
+    until = util_mono_ms() + REPAIR_MS;
+    while (redis_int(rc, "EXISTS {v:%lld}:frozen", v) == 0 &&
+           util_mono_ms() < until)
+        usleep(50 * 1000);
+    assert_int_equal(1, redis_int(rc, "EXISTS {v:%lld}:frozen", v));
+    /* Both reconcile the frozen sale meanwhile, every 200 ms, whichever
+     * holds the reconciliation's lock. */
+    sleep(4);
+    for (int i = 0; i < 2; i++)
+        frozen[i] = freezes_logged(&twin[i], v);
+    print_message("consumers named after the host: %zu (holding %lld and "
+                  "%lld orders); freezes: %d and %d\n",
+                  ours, held[0], held[1], frozen[0], frozen[1]);
+    assert_int_equal(2, ours);
+    assert_true(held[0] > 0 && held[1] > 0);
+    assert_int_equal(1, frozen[0] + frozen[1]);
+    assert_int_equal(1, redis_int(rc, "EXISTS {v:%lld}:frozen", v));
+
+    /* SIGKILL one; the orders go through again. */
+    victim = kill_rebuilder ? frozen[1] : !frozen[1];
+    survivor = &twin[!victim];
+    assert_int_equal(0, kill(twin[victim].pid, SIGKILL));
+    assert_int_equal(
+        0, it_wait_exit(twin[victim].pid, IT_STOP_TIMEOUT_MS, &status));
+    twin[victim].pid = 0;
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_int_equal(0, it_sql_exec("DROP TRIGGER " HOLD_TRIGGER));
+    /* Rebuilt: u0 is a buyer again, and the sale is not frozen. */
+    until = util_mono_ms() + TWIN_REPAIR_MS;
+    for (;;) {
+        r = redisCommand(rc, "SISMEMBER {v:%lld}:buyers %lld", (long long)v,
+                         (long long)u0);
+        assert_true(r && r->type == REDIS_REPLY_INTEGER);
+        bool back = r->integer == 1;
+        freeReplyObject(r);
+        if ((back && redis_int(rc, "EXISTS {v:%lld}:frozen", v) == 0) ||
+            util_mono_ms() >= until) {
+            assert_true(back);
+            break;
+        }
+        usleep(100 * 1000);
+    }
+    assert_int_equal(0, redis_int(rc, "EXISTS {v:%lld}:frozen", v));
+    /* It sells again, through the survivor, and to nobody twice. */
+    orders[n202++] = buy(survivor, v, next_user++);
+    it_purchase(survivor, v, u0, &resp);
+    it_assert_error(&resp, 409, "ALREADY_PURCHASED");
+    it_resp_free(&resp);
+
+    assert_drained(v, TWIN_STOCK);
+    r = redisCommand(rc, "XPENDING {v:%lld}:stream writers", (long long)v);
+    assert_true(r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+                r->element[0]->type == REDIS_REPLY_INTEGER);
+    assert_int_equal(0, r->element[0]->integer);
+    freeReplyObject(r);
+    /* Every 202 is its order in MySQL. */
+    assert_int_equal((int64_t)n202, it_sql_order_count(v));
+    for (size_t i = 0; i < n202; i++)
+        assert_int_equal(1, order_status(orders[i]));
+    /* One rebuild at a time: the survivor froze the sale once (at first,
+     * or once the dead rebuilder's freeze lifted), no other instance did. */
+    assert_int_equal(1, freezes_logged(survivor, v));
+    for (int i = 0; i < 3; i++)
+        others += freezes_logged(&srv[i], v);
+    assert_int_equal(0, others);
+    assert_int_equal(0, it_server_stop(survivor));
+    assert_int_equal(0, it_proxy_ctl(&mysql_proxy, "heal"));
+    redisFree(rc);
+}
+
+static void test_twins_kill_rebuilder(void **state)
+{
+    (void)state;
+    twins_one_killed(true);
+}
+
+static void test_twins_kill_other(void **state)
+{
+    (void)state;
+    twins_one_killed(false);
+}
+
 /* ---- start-up ---- */
 
 static void test_startup_refusal(void **state)
@@ -1151,6 +1424,8 @@ int main(void)
         cmocka_unit_test(test_rebuild_acked_entry),
         cmocka_unit_test(test_many_sales),
         cmocka_unit_test(test_backlog_outlives_lookback),
+        cmocka_unit_test(test_twins_kill_rebuilder),
+        cmocka_unit_test(test_twins_kill_other),
         cmocka_unit_test(test_startup_refusal),
     };
     /* SECKILL_IT_FILTER=test_x runs the tests whose names match. */

@@ -79,27 +79,6 @@ static long long redis_int(redisContext *rc, const char *fmt, int64_t v)
     return n;
 }
 
-/* Lines of the log at path with msg and "voucher=<v>" (the whole id). */
-static int log_count(const char *path, const char *msg, int64_t v)
-{
-    char line[4096], needle[40];
-    FILE *f = fopen(path, "r");
-    int n = 0;
-
-    if (!f)
-        return 0;
-    snprintf(needle, sizeof(needle), "voucher=%lld", (long long)v);
-    while (fgets(line, sizeof(line), f)) {
-        const char *at = strstr(line, needle);
-
-        if (strstr(line, msg) && at &&
-            (at[strlen(needle)] < '0' || at[strlen(needle)] > '9'))
-            n++;
-    }
-    fclose(f);
-    return n;
-}
-
 /*
  * Wait until v's stream is empty and nothing is pending, then check that
  * MySQL keeps its invariants and Redis agrees with it.
@@ -259,12 +238,12 @@ static void test_reconciled_crowd(void **state)
     free(slots);
     assert_drained(v, STOCK);
     for (int i = 0; i < INSTANCES; i++) {
-        frozen +=
-            log_count(srv[i].log_path, "async sale frozen for a rebuild", v);
-        disagreed +=
-            log_count(srv[i].log_path, "async sale disagrees with mysql", v);
-        rebuilt +=
-            log_count(srv[i].log_path, "async sale rebuilt from mysql", v);
+        frozen += it_log_voucher_count(srv[i].log_path,
+                                       "async sale frozen for a rebuild", v);
+        disagreed += it_log_voucher_count(srv[i].log_path,
+                                          "async sale disagrees with mysql", v);
+        rebuilt += it_log_voucher_count(srv[i].log_path,
+                                        "async sale rebuilt from mysql", v);
     }
     print_message("disagreements %d, freezes %d, rebuilds %d\n", disagreed,
                   frozen, rebuilt);

@@ -346,6 +346,30 @@ static void test_async_keys(void **state)
     assert_string_equal("{v:7}:stock", k[0]);
 }
 
+/* The longest key of a sale, whole: the longest prefix, the largest id,
+ * and a rebuild's hash named after the longest consumer name (a host
+ * name of HOST_NAME_MAX bytes). */
+static void test_async_key_longest(void **state)
+{
+    char prefix[REDIS_PREFIX_MAX + 1], consumer[CONSUMER_MAX];
+    char what[KEY_MAX], want[2 * KEY_MAX], k[KEY_MAX];
+    (void)state;
+
+    memset(prefix, 'p', REDIS_PREFIX_MAX);
+    prefix[REDIS_PREFIX_MAX] = '\0';
+    memset(consumer, 'h', HOST_NAME_MAX);
+    snprintf(consumer + HOST_NAME_MAX, sizeof(consumer) - HOST_NAME_MAX,
+             "-%d-%s", INT_MAX, "0123456789abcdef");
+    assert_int_equal(CONSUMER_MAX - 1, strlen(consumer));
+    snprintf(what, sizeof(what), "rebuild-holders:%s", consumer);
+    assert_int_equal(0, redis_prefix_set(prefix));
+    async__key(k, INT64_MIN, what);
+    snprintf(want, sizeof(want), "%s{v:%lld}:%s", prefix, (long long)INT64_MIN,
+             what);
+    assert_string_equal(want, k);
+    assert_int_equal(0, redis_prefix_set(""));
+}
+
 /* ---- store/ ---- */
 
 static void test_store_keys(void **state)
@@ -393,6 +417,7 @@ int main(void)
         cmocka_unit_test(test_purchase_locks_spread),
         cmocka_unit_test(test_idgen_keys),
         cmocka_unit_test(test_async_keys),
+        cmocka_unit_test(test_async_key_longest),
         cmocka_unit_test(test_store_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
