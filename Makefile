@@ -20,7 +20,8 @@
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make soak      the nemesis: a randomized, history-checked run of three
 #                  instances behind haproxy (tests/soak; SOAK_MINUTES,
-#                  SOAK_SEED, SOAK_CANARY=1; not in make test)
+#                  SOAK_SEED, SOAK_CANARY=1, SOAK_HOSTNAME; not in make
+#                  test)
 #   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
 #                  make cluster-roll restarts them in turn, make cluster-stop

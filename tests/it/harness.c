@@ -661,6 +661,13 @@ int it_server_start_ns(struct it_server *srv, const char *tag,
     return it_server_launch(srv, 0, tag, overrides, hostname);
 }
 
+int it_server_start_port_ns(struct it_server *srv, uint16_t port,
+                            const char *tag, const char *const *overrides,
+                            const char *hostname)
+{
+    return it_server_launch(srv, port, tag, overrides, hostname);
+}
+
 bool it_server_alive(struct it_server *srv)
 {
     int status;

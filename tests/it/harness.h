@@ -174,6 +174,10 @@ int it_server_start_port(struct it_server *srv, uint16_t port, const char *tag,
  */
 int it_server_start_ns(struct it_server *srv, const char *tag,
                        const char *const *overrides, const char *hostname);
+/* it_server_start_ns() on a given port (0: a free one). */
+int it_server_start_port_ns(struct it_server *srv, uint16_t port,
+                            const char *tag, const char *const *overrides,
+                            const char *hostname);
 
 /* True while the child has not exited (reaps it if it has). */
 bool it_server_alive(struct it_server *srv);

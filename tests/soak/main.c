@@ -9,6 +9,9 @@
  *   SOAK_CANARY   1: plant the failpoints the checker must catch (a
  *                 FAILPOINTS=1 build); the run must then fail
  *   SOAK_BUYERS   buyer threads (6)
+ *   SOAK_HOSTNAME shared: the instances in namespaces of their own with
+ *                 one long host name, as a deployment's pods; own: the
+ *                 machine's (drawn by the seed when unset)
  *
  * Exit status: 0 every invariant held, 1 a violation (the seed and the
  * window of history that shows it are printed), 2 the set-up failed.
@@ -61,6 +64,31 @@ int64_t soak_ms(void)
 
 /* ---- settings ---- */
 
+/* The deployment's shape: what SOAK_HOSTNAME says, else what the seed
+ * draws (its own stream, so that the shape does not change the rest of
+ * the seed's choices). */
+static int shape_read(void)
+{
+    const char *hn = getenv("SOAK_HOSTNAME");
+    struct rng r;
+
+    rng_seed(&r, soak_cfg.seed, 7);
+    if (!hn || !*hn) {
+        soak_cfg.shared_hostname = rng_chance(&r, 50);
+    } else if (strcmp(hn, "shared") == 0 || strcmp(hn, "own") == 0) {
+        soak_cfg.shared_hostname = strcmp(hn, "shared") == 0;
+    } else {
+        fprintf(stderr, "soak: SOAK_HOSTNAME must be shared or own\n");
+        return -1;
+    }
+    if (soak_cfg.shared_hostname && !it_ns_available()) {
+        fprintf(stderr, "soak: SOAK_HOSTNAME=shared needs UTS and PID "
+                        "namespaces (root)\n");
+        return -1;
+    }
+    return 0;
+}
+
 static int settings_read(void)
 {
     const char *seed = getenv("SOAK_SEED"), *min = getenv("SOAK_MINUTES");
@@ -85,6 +113,8 @@ static int settings_read(void)
     }
     soak_cfg.canary = canary && strcmp(canary, "1") == 0;
     soak_cfg.buyers = buyers && *buyers ? atoi(buyers) : 6;
+    if (shape_read() != 0)
+        return -1;
     if (soak_cfg.buyers < 1 || soak_cfg.buyers > 24) {
         fprintf(stderr, "soak: SOAK_BUYERS must be 1..24\n");
         return -1;
@@ -188,10 +218,11 @@ int main(void)
         return 2;
     it_secret();
     soak_t0_ms = util_now_ms();
-    printf("soak: seed=%llu minutes=%g canary=%d buyers=%d (replay: "
-           "SOAK_SEED=%llu)\n",
+    printf("soak: seed=%llu minutes=%g canary=%d buyers=%d hostname=%s "
+           "(replay: SOAK_SEED=%llu)\n",
            (unsigned long long)soak_cfg.seed, soak_cfg.minutes, soak_cfg.canary,
-           soak_cfg.buyers, (unsigned long long)soak_cfg.seed);
+           soak_cfg.buyers, soak_cfg.shared_hostname ? "shared" : "own",
+           (unsigned long long)soak_cfg.seed);
     fflush(stdout);
     if (world_start() != 0) {
         fprintf(stderr, "soak: set-up failed; logs in %s\n", it_log_dir());

@@ -53,7 +53,15 @@ struct soak_cfg {
      * never sold) and instance 1 skips its second unit return. */
     bool canary;
     int buyers; /* client threads */
+    /* The instances run in UTS and PID namespaces of their own with one
+     * long host name, as the pods of one deployment do (SOAK_HOSTNAME
+     * shared; own: each its machine's; chosen by the seed when unset). */
+    bool shared_hostname;
 };
+
+/* The host name of every instance when they share one. */
+#define SOAK_SHARED_HOSTNAME                                                   \
+    "seckilld-production-api-deployment-7d9f8b6c5-k2x4q"
 
 extern struct soak_cfg soak_cfg;
 

@@ -317,7 +317,10 @@ int instance_start(int i)
         env[k] = in->env[k];
     env[k] = NULL;
     snprintf(tag, sizeof(tag), "soak-app%d-run%d", i + 1, ++in->starts);
-    if (it_server_start_port(&s, in->port, tag, env) != 0) {
+    if ((soak_cfg.shared_hostname
+             ? it_server_start_port_ns(&s, in->port, tag, env,
+                                       SOAK_SHARED_HOSTNAME)
+             : it_server_start_port(&s, in->port, tag, env)) != 0) {
         soak_problem("instance-start", "instance %d did not start (run %d)",
                      i + 1, in->starts);
         return -1;
