@@ -98,10 +98,11 @@ struct sale {
     int owner;
     int64_t owner_ms;
     bool group_ready;
-    bool own_pending;  /* re-read what this consumer holds first */
-    unsigned backlog;  /* XLEN, at the last look */
-    int64_t oldest_ms; /* Redis time of the oldest order waiting */
-    int mismatch;      /* consecutive disagreements seen */
+    bool own_pending;     /* re-read what this consumer holds first */
+    int64_t forget_at_ms; /* monotonic: next look for gone consumers */
+    unsigned backlog;     /* XLEN, at the last look */
+    int64_t oldest_ms;    /* Redis time of the oldest order waiting */
+    int mismatch;         /* consecutive disagreements seen */
     /* The latest of them. */
     struct async_disagreement last;
     /* Frozen by this writer and being rebuilt (rebuild_step()). */

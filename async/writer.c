@@ -337,6 +337,56 @@ static size_t pump(struct async *a, struct store *st, struct redis_link *rl,
     return n;
 }
 
+/* A consumer that has not read for this long and holds no order is
+ * forgotten (looked for this often per sale). */
+#define CONSUMER_FORGET_MS 60000
+
+/* KEYS stream; ARGV group, idle_ms, me. Every consumer of the group but
+ * me that holds no order and has not read for idle_ms is deleted, in one
+ * step with the look (holding nothing, it loses nothing; one still alive
+ * is made again by its next read). The number deleted. */
+static struct redis_script consumers_forget_script = REDIS_SCRIPT(
+    "local n = 0 "
+    "for _, c in ipairs(redis.call('xinfo', 'consumers', KEYS[1], "
+    "ARGV[1])) do "
+    "local f = {} "
+    "for i = 1, #c, 2 do f[c[i]] = c[i + 1] end "
+    "if f['name'] ~= ARGV[3] and f['pending'] == 0 and "
+    "f['idle'] >= tonumber(ARGV[2]) then "
+    "redis.call('xgroup', 'delconsumer', KEYS[1], ARGV[1], f['name']) "
+    "n = n + 1 end end "
+    "return n");
+
+/*
+ * Each process names its consumer anew (a restarted one is a new
+ * consumer), so a group would keep one consumer per process that ever
+ * read it and then died: once their orders were claimed, forget them.
+ */
+static void consumers_forget(struct async *a, struct redis_link *rl,
+                             struct sale *s)
+{
+    char k[KEY_MAX], idle[24];
+    const char *argv[4];
+    int64_t now = util_mono_ms();
+    redisReply *r;
+    int err;
+
+    if (now < s->forget_at_ms)
+        return;
+    s->forget_at_ms = now + CONSUMER_FORGET_MS;
+    async__key(k, s->voucher_id, "stream");
+    snprintf(idle, sizeof(idle), "%d", CONSUMER_FORGET_MS);
+    argv[0] = k;
+    argv[1] = GROUP;
+    argv[2] = idle;
+    argv[3] = a->consumer;
+    r = redis_link_script(rl, &consumers_forget_script, 1, 4, argv, NULL, &err);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+        log_info("async consumers gone forgotten", "voucher=%lld n=%lld",
+                 (long long)s->voucher_id, (long long)r->integer);
+    freeReplyObject(r);
+}
+
 /* Take over the orders other consumers (dead ones) left unacknowledged
  * for claim_ms, and write them. */
 static void claim(struct async *a, struct store *st, struct redis_link *rl,
@@ -361,6 +411,7 @@ static void claim(struct async *a, struct store *st, struct redis_link *rl,
         write_entries(a, st, rl, s, r->element[1]);
     }
     freeReplyObject(r);
+    consumers_forget(a, rl, s);
 }
 
 /*
