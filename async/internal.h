@@ -100,9 +100,14 @@ struct sale {
     bool group_ready;
     bool own_pending;     /* re-read what this consumer holds first */
     int64_t forget_at_ms; /* monotonic: next look for gone consumers */
-    unsigned backlog;     /* XLEN, at the last look */
-    int64_t oldest_ms;    /* Redis time of the oldest order waiting */
-    int mismatch;         /* consecutive disagreements seen */
+    /* MySQL refused the sale's last write: none of its orders is written
+     * before retry_ms (monotonic), backing off up to a second; logged
+     * once an outage. Other sales are written meanwhile. */
+    int64_t retry_ms;
+    int backoff_ms;
+    unsigned backlog;  /* XLEN, at the last look */
+    int64_t oldest_ms; /* Redis time of the oldest order waiting */
+    int mismatch;      /* consecutive disagreements seen */
     /* The latest of them. */
     struct async_disagreement last;
     /* Frozen by this writer and being rebuilt (rebuild_step()). */
@@ -143,10 +148,6 @@ struct async {
      * or all the sentinels know if more (replicas_to_reach()). */
     atomic_uint replicas_seen;
     int64_t next_returns_ms; /* the next look at the owed unit returns */
-    /* MySQL refused the last write: no write before retry_ms (monotonic),
-     * backing off up to a second; logged once an outage. */
-    int64_t retry_ms;
-    int backoff_ms;
 };
 
 /* ---- the reconciliation (reconcile.c), run by the writer's loop ---- */

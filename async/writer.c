@@ -233,9 +233,8 @@ out:
 
 /* Write entries of a reply (an array of entries) for sale s. Returns how
  * many there were. */
-static size_t write_entries(struct async *a, struct store *st,
-                            struct redis_link *rl, struct sale *s,
-                            const redisReply *list)
+static size_t write_entries(struct store *st, struct redis_link *rl,
+                            struct sale *s, const redisReply *list)
 {
     struct entry *e;
     struct store_async_order o[BATCH_MAX];
@@ -253,23 +252,25 @@ static size_t write_entries(struct async *a, struct store *st,
     }
     err = store_async_write(st, s->voucher_id, o, k);
     if (err) {
-        /* MySQL is away: keep them, read them again later. */
+        /* MySQL refused this sale's orders (it is away, or its shard, or
+         * this sale's rows): keep them, read them again later. The sale
+         * waits; the others are written meanwhile. */
         s->own_pending = true;
-        if (!a->backoff_ms)
+        if (!s->backoff_ms)
             log_warn("async orders not written yet: mysql failed",
                      "voucher=%lld n=%zu err=%d", (long long)s->voucher_id, k,
                      err);
-        a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : 50;
-        if (a->backoff_ms > 1000)
-            a->backoff_ms = 1000;
-        a->retry_ms = util_mono_ms() + a->backoff_ms;
+        s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : 50;
+        if (s->backoff_ms > 1000)
+            s->backoff_ms = 1000;
+        s->retry_ms = util_mono_ms() + s->backoff_ms;
         free(e);
         return 0;
     }
-    if (a->backoff_ms) {
+    if (s->backoff_ms) {
         log_info("async orders written again", "voucher=%lld",
                  (long long)s->voucher_id);
-        a->backoff_ms = 0;
+        s->backoff_ms = 0;
     }
     FAILPOINT("async_write_after_commit");
     for (size_t i = 0, j = 0; i < n; i++)
@@ -326,7 +327,7 @@ static size_t pump(struct async *a, struct store *st, struct redis_link *rl,
         r->element[0]->elements == 2) {
         const redisReply *list = r->element[0]->element[1];
 
-        n = write_entries(a, st, rl, s, list);
+        n = write_entries(st, rl, s, list);
         if (s->own_pending && list->type == REDIS_REPLY_ARRAY &&
             list->elements == 0)
             s->own_pending = false; /* held nothing more */
@@ -408,7 +409,7 @@ static void claim(struct async *a, struct store *st, struct redis_link *rl,
         log_info("async orders claimed from a silent writer",
                  "voucher=%lld n=%zu", (long long)s->voucher_id,
                  r->element[1]->elements);
-        write_entries(a, st, rl, s, r->element[1]);
+        write_entries(st, rl, s, r->element[1]);
     }
     freeReplyObject(r);
     consumers_forget(a, rl, s);
@@ -940,17 +941,17 @@ static void *writer_main(void *arg)
         }
         sales_update(a, rl);
         backlogs_look(a, rl, look_all);
-        for (size_t i = 0;
-             i < a->nsales && now >= a->retry_ms && !async__stopping(a); i++) {
+        for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
             RC_AGAIN();
             if ((a->sales[i].backlog || a->sales[i].own_pending) &&
+                now >= a->sales[i].retry_ms &&
                 async__sale_ours(st, rl, &a->sales[i]))
                 did += pump(a, st, rl, &a->sales[i]);
         }
-        if (now >= next_claim && now >= a->retry_ms) {
+        if (now >= next_claim) {
             for (size_t i = 0; i < a->nsales && !async__stopping(a); i++) {
                 RC_AGAIN();
-                if (a->sales[i].backlog &&
+                if (a->sales[i].backlog && now >= a->sales[i].retry_ms &&
                     async__sale_ours(st, rl, &a->sales[i]))
                     claim(a, st, rl, &a->sales[i]);
             }

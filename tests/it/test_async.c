@@ -981,6 +981,57 @@ static bool index_has(redisContext *rc, int64_t v)
 #define HELD 4
 
 /*
+ * One sale whose orders MySQL refuses (a trigger here; a shard that is
+ * down, or a row held by a long transaction, alike) holds up no other
+ * sale's: while the older sale's writes keep failing, a newer sale's
+ * orders are written as usual, on every writer. Then the trigger goes and
+ * the held sale drains too.
+ */
+static void test_held_sale_holds_no_other(void **state)
+{
+    int64_t held, free_sale, orders[HELD], until, written = 0;
+
+    (void)state;
+    held = sale_create(&srv[0], 10, -60, 600, "async");
+    free_sale = sale_create(&srv[0], 10, -60, 600, "async");
+    /* Both sold once with MySQL there: every writer knows both. */
+    assert_int_equal(1, order_written(buy(&srv[0], held, next_user++)));
+    assert_int_equal(1, order_written(buy(&srv[1], free_sale, next_user++)));
+    assert_int_equal(0, it_sql_exec("CREATE OR REPLACE TRIGGER " HOLD_TRIGGER
+                                    " BEFORE INSERT ON voucher_orders FOR "
+                                    "EACH ROW IF NEW.voucher_id = %lld THEN "
+                                    "SIGNAL SQLSTATE '45000' SET "
+                                    "MESSAGE_TEXT = 'held back by the test'; "
+                                    "END IF",
+                                    (long long)held));
+    for (int i = 0; i < HELD; i++)
+        buy(&srv[i % 3], held, next_user++);
+    /* The held sale's writes fail on every writer, over and over. */
+    usleep(1500 * 1000);
+    for (int i = 0; i < HELD; i++)
+        orders[i] = buy(&srv[i % 3], free_sale, next_user++);
+    until = util_mono_ms() + 5000;
+    do {
+        written = 0;
+        for (int i = 0; i < HELD; i++)
+            written += order_status(orders[i]) != 0;
+        if (written == HELD)
+            break;
+        usleep(50 * 1000);
+    } while (util_mono_ms() < until);
+    if (written != HELD)
+        print_error("%lld of %d orders of the free sale written in 5 s while "
+                    "another sale's writes failed\n",
+                    (long long)written, HELD);
+    assert_int_equal(HELD, written);
+    assert_int_equal(1, it_sql_order_count(held));
+    assert_int_equal(0, it_sql_exec("DROP TRIGGER " HOLD_TRIGGER));
+    assert_drained(held, 10);
+    assert_drained(free_sale, 10);
+    assert_int_equal(HELD + 1, it_sql_order_count(held));
+}
+
+/*
  * Orders that cannot reach MySQL until well after their sale's end plus
  * the look-back are still written. Sale 0's end is moved to the moment
  * its orders are in, sale 1's two hours back in MySQL (as after an outage
@@ -1423,6 +1474,7 @@ int main(void)
         cmocka_unit_test(test_other_database),
         cmocka_unit_test(test_rebuild_acked_entry),
         cmocka_unit_test(test_many_sales),
+        cmocka_unit_test(test_held_sale_holds_no_other),
         cmocka_unit_test(test_backlog_outlives_lookback),
         cmocka_unit_test(test_twins_kill_rebuilder),
         cmocka_unit_test(test_twins_kill_other),
