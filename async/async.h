@@ -179,15 +179,21 @@ int async_sale_window(struct redis_link *rl, int64_t voucher_id,
  * another slot, in one more once the script answered). out[i] is each one's
  * outcome (all the same for NOT_STARTED, ENDED, NOT_READY and BACKLOG: the
  * stream holds backlog_max orders or more). With confirm (may be NULL) asking
- * for replicas, a WAIT follows the script in the same round trip, and the sales
- * of a batch they did not confirm are UNCONFIRMED. 0; -EAGAIN when Redis
- * refused the script (an error reply: nothing sold); or -errno as redis_errno()
- * when the connection failed under the script (the outcome is then unknown).
+ * for replicas, a WAIT follows the script in the same round trip, on the
+ * connection that ran it (on a cluster too, after a redirection), and the
+ * sales of a batch they did not confirm are UNCONFIRMED. deadline_ms
+ * (util_mono_ms(); 0: the link's own budget): on a cluster, until when a
+ * script refused while the sale's slot moves is sent again. 0; -EAGAIN when
+ * Redis refused the script (an error reply, or on a cluster every node
+ * refused it until the deadline: nothing sold); -ENOTCONN or -EACCES when
+ * it was never sent (no connection to the sale's primary; nothing sold); or
+ * -errno as redis_errno() when the connection failed under the script (the
+ * outcome is then unknown).
  */
 int async_purchase(struct redis_link *rl, int64_t voucher_id,
                    unsigned backlog_max, const int64_t *order_ids,
                    const int64_t *users, size_t n,
-                   const struct async_confirm *confirm,
+                   const struct async_confirm *confirm, int64_t deadline_ms,
                    enum async_outcome *out);
 
 /*

@@ -407,7 +407,8 @@ static void unconfirmed_mark(int64_t voucher_id, unsigned replicas,
 int async_purchase(struct redis_link *rl, int64_t voucher_id,
                    unsigned backlog_max, const int64_t *order_ids,
                    const int64_t *users, size_t n,
-                   const struct async_confirm *confirm, enum async_outcome *out)
+                   const struct async_confirm *confirm, int64_t deadline_ms,
+                   enum async_outcome *out)
 {
     static const char *const names[7] = {
         "info", "stock", "buyers", "stream", "pending", "frozen", "holders"};
@@ -419,6 +420,7 @@ int async_purchase(struct redis_link *rl, int64_t voucher_id,
     redisReply *r, *then_r[2];
     size_t nthen;
     const char **argv;
+    int64_t left = deadline_ms ? deadline_ms - util_mono_ms() : 0;
     int err = 0;
 
     if (n == 0)
@@ -445,18 +447,23 @@ int async_purchase(struct redis_link *rl, int64_t voucher_id,
      * it out and then finds the stream empty cannot miss what the script
      * added; if this command is lost with the connection, the writers'
      * sweeps put the sale back), and the replicas' WAIT (when they are
-     * quick, confirming costs no extra wait). On a cluster the WAIT (at
-     * the sale's primary) and the SADD (at the index's slot owner)
-     * follow the script's answer: the same order, one round trip more. */
+     * quick, confirming costs no extra wait). On a cluster the WAIT
+     * stays behind the script on the connection that runs it, wherever
+     * a slot move sends it: it must count the replicas of the node that
+     * took the writes. The SADD (at the index's slot owner) follows the
+     * script's answer, one round trip more. A script the cluster refuses
+     * while the sale's slot moves ran nothing: it is sent again until
+     * the batch's deadline. */
     nthen = 0;
     if (redisFormatCommand(&then[nthen++], "SADD %s %lld", idx,
                            (long long)voucher_id) < 0 ||
         (replicas && redisFormatCommand(&then[nthen++], "WAIT %u %u", replicas,
                                         confirm->wait_ms) < 0))
         abort(); /* only out of memory */
-    r = redis_link_script_then(rl, &purchase_script, 7, (int)(8 + 2 * n), argv,
-                               NULL, (const char *const *)then, then_keys,
-                               nthen, then_r, &err);
+    r = redis_link_script_then(
+        rl, &purchase_script, 7, (int)(8 + 2 * n), argv, NULL,
+        (const char *const *)then, then_keys, nthen, then_r,
+        deadline_ms ? (unsigned)(left > 1 ? left : 1) : 0, &err);
     if (r && (!then_r[0] || then_r[0]->type == REDIS_REPLY_ERROR))
         log_warn("async sale not added to the index of sales with work",
                  "voucher=%lld err=\"%s\"", (long long)voucher_id,

@@ -13,8 +13,9 @@
 #include "common/metrics.h"
 #include "common/util.h"
 
-/* MOVED and ASK followed for one command before giving up: a slot
- * moves once at a time, so more means the nodes disagree. */
+/* MOVED and ASK followed in a row for one command before a pause and a
+ * fresh map: a slot moves once at a time, so more means the nodes
+ * disagree for now. */
 #define REDIRECTS_MAX 16
 /* The pauses before sending again after TRYAGAIN, CLUSTERDOWN or an
  * unreachable node: 1 ms, doubling, at most this much. */
@@ -451,17 +452,51 @@ static void pause_until(unsigned *pause_ms, int64_t deadline)
         *pause_ms *= 2;
 }
 
+/* Commands written right behind a script on its connection, every time
+ * it is sent, and their replies from the node that answered it (see
+ * redis_cluster_script_then()). */
+struct behind {
+    const char *const *cmds; /* whole commands, as redisFormatCommand() */
+    size_t n;
+    redisReply **replies;
+};
+
+/* Read the replies of b's commands off rc into b->replies, dropping
+ * them (keep false: the script they followed was not run there). False
+ * when the connection broke before every reply was read. */
+static bool behind_read(redisContext *rc, const struct behind *b, bool keep)
+{
+    for (size_t i = 0; b && i < b->n; i++) {
+        redisReply *r = NULL;
+
+        if (redisGetReply(rc, (void **)&r) != REDIS_OK)
+            return false;
+        if (keep)
+            b->replies[i] = r;
+        else
+            freeReplyObject(r);
+    }
+    return true;
+}
+
+/* The end of a command that was never written to a node (no map, no
+ * owner, no connection): err as the caller is told it. */
+static int unsent(int err)
+{
+    return err == -EACCES ? err : -ENOTCONN;
+}
+
 /*
  * Send k until it has a reply that is not a redirection, or deadline
  * passes (see redis_cluster_command()). first, when not NULL, is a
  * redirection k already had from a node at host from_host (a batch's
  * reply; exec() takes it over); eval: send a script as EVAL from the
- * start.
+ * start; b (may be NULL): commands that go behind k on its connection.
  */
 static redisReply *exec(struct redis_cluster *c,
                         const struct redis_cluster_cmd *k, redisReply *first,
                         const char *from_host, bool eval, int64_t deadline,
-                        int *err)
+                        const struct behind *b, int *err)
 {
     char from[REDIS_CLUSTER_HOST_LEN] = "";
     struct redis_cluster_redirect rd;
@@ -471,10 +506,13 @@ static redisReply *exec(struct redis_cluster *c,
     int node = -1, hops = 0;
 
     *err = 0;
+    for (size_t i = 0; b && i < b->n; i++)
+        b->replies[i] = NULL;
     for (;;) {
         redisContext *rc;
         char *cmd = NULL;
         int len;
+        bool whole;
 
         if (r) {
             /* An error reply from node `from`: a redirection to follow,
@@ -486,24 +524,33 @@ static redisReply *exec(struct redis_cluster *c,
             if (kind == REDIS_CLUSTER_NOT_REDIRECT)
                 return r;
             count(c, kind);
+            if (kind != REDIS_CLUSTER_TRYAGAIN && ++hops > REDIRECTS_MAX) {
+                /* The nodes disagree where the slot is: a fresh map,
+                 * after a pause, as for TRYAGAIN. */
+                c->stale = true;
+                kind = REDIS_CLUSTER_TRYAGAIN;
+            }
             if (kind == REDIS_CLUSTER_TRYAGAIN) {
-                if (util_mono_ms() >= deadline)
-                    return r;
+                /* Refused, nothing ran: again after a pause, from the
+                 * slot's owner, while the budget lasts. */
+                if (util_mono_ms() >= deadline) {
+                    log_warn("redis cluster command refused until its "
+                             "budget ran out",
+                             "who=%s slot=%d err=\"%s\"", c->who, k->slot,
+                             r->str);
+                    freeReplyObject(r);
+                    *err = -EAGAIN;
+                    return NULL;
+                }
                 freeReplyObject(r);
                 r = NULL;
                 pause_until(&pause_ms, deadline);
                 node = -1;
+                hops = 0;
                 asking = false;
             } else {
                 freeReplyObject(r);
                 r = NULL;
-                if (++hops > REDIRECTS_MAX) {
-                    log_warn("redis cluster redirections did not end",
-                             "who=%s slot=%d", c->who, k->slot);
-                    c->stale = true;
-                    *err = -EIO;
-                    return NULL;
-                }
                 if (from_host)
                     snprintf(from, sizeof(from), "%s", from_host);
                 from_host = NULL;
@@ -527,7 +574,7 @@ static redisReply *exec(struct redis_cluster *c,
                 if (e && !c->have_map) {
                     /* Refused credentials do not get better by waiting. */
                     if (e == -EACCES || util_mono_ms() >= deadline) {
-                        *err = e;
+                        *err = unsent(e);
                         return NULL;
                     }
                     pause_until(&pause_ms, deadline);
@@ -540,7 +587,7 @@ static redisReply *exec(struct redis_cluster *c,
                 if (util_mono_ms() >= deadline) {
                     log_warn("redis cluster slot has no primary",
                              "who=%s slot=%d", c->who, k->slot);
-                    *err = -EIO;
+                    *err = -ENOTCONN;
                     return NULL;
                 }
                 pause_until(&pause_ms, deadline);
@@ -559,8 +606,11 @@ static redisReply *exec(struct redis_cluster *c,
             node_drop(c, node);
             node = -1;
             asking = false;
-            if (*err == -EACCES || util_mono_ms() >= deadline)
+            if (*err == -EACCES || util_mono_ms() >= deadline) {
+                *err = unsent(*err);
                 return NULL;
+            }
+            *err = 0;
             pause_until(&pause_ms, deadline);
             continue;
         }
@@ -569,6 +619,8 @@ static redisReply *exec(struct redis_cluster *c,
             redisAppendCommand(rc, "ASKING");
         redisAppendFormattedCommand(rc, cmd, (size_t)len);
         redisFreeCommand(cmd);
+        for (size_t i = 0; b && i < b->n; i++)
+            redisAppendFormattedCommand(rc, b->cmds[i], strlen(b->cmds[i]));
         if (asking) {
             if (redisGetReply(rc, (void **)&r) == REDIS_OK)
                 freeReplyObject(r);
@@ -582,6 +634,21 @@ static redisReply *exec(struct redis_cluster *c,
                      rc->errstr);
             node_drop(c, node);
             return NULL;
+        }
+        /* What went behind answers for this node only if the command
+         * was answered here, not sent on. */
+        whole = r->type != REDIS_REPLY_ERROR ||
+                (redis_cluster_redirect_parse(r->str, &rd) ==
+                     REDIS_CLUSTER_NOT_REDIRECT &&
+                 !(k->script && !eval && redis_reply_is_noscript(r)));
+        if (!behind_read(rc, b, whole)) {
+            log_warn("redis cluster node connection broke",
+                     "who=%s host=%s port=%u err=\"%s\"", c->who,
+                     c->map.nodes[node].host, c->map.nodes[node].port,
+                     rc->errstr);
+            node_drop(c, node);
+            if (whole)
+                return r; /* its answer stands; the rest are lost */
         }
         if (r->type != REDIS_REPLY_ERROR)
             return r;
@@ -603,7 +670,8 @@ redisReply *redis_cluster_command(struct redis_cluster *c, int slot, int argc,
     struct redis_cluster_cmd k = {
         .slot = slot, .argc = argc, .argv = argv, .lens = lens};
 
-    return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, err);
+    return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, NULL,
+                err);
 }
 
 redisReply *redis_cluster_script_run(struct redis_cluster *c,
@@ -622,7 +690,27 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c,
         .argv = argv,
         .lens = lens};
 
-    return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, err);
+    return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, NULL,
+                err);
+}
+
+redisReply *redis_cluster_script_then(
+    struct redis_cluster *c, struct redis_script *s, int nkeys, int argc,
+    const char **argv, const size_t *lens, const char *const *then,
+    size_t nthen, redisReply **then_replies, unsigned budget_ms, int *err)
+{
+    struct redis_cluster_cmd k = {
+        .slot = nkeys > 0 ? (int)redis_key_slot(argv[0], lens ? lens[0]
+                                                              : strlen(argv[0]))
+                          : REDIS_CLUSTER_ANY_SLOT,
+        .script = s,
+        .nkeys = nkeys,
+        .argc = argc,
+        .argv = argv,
+        .lens = lens};
+    struct behind b = {.cmds = then, .n = nthen, .replies = then_replies};
+
+    return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, &b, err);
 }
 
 int redis_cluster_slot_owner(struct redis_cluster *c, unsigned slot, char *host,
@@ -807,14 +895,16 @@ int redis_cluster_pipeline(struct redis_cluster *c,
             err = lost[i] ? lost[i] : -ECONNRESET;
             break;
         case BATCH_REDIRECT:
-            replies[i] =
-                exec(c, &cmds[i], replies[i], from[i], false, deadline, &err);
+            replies[i] = exec(c, &cmds[i], replies[i], from[i], false, deadline,
+                              NULL, &err);
             break;
         case BATCH_NOSCRIPT:
-            replies[i] = exec(c, &cmds[i], NULL, NULL, true, deadline, &err);
+            replies[i] =
+                exec(c, &cmds[i], NULL, NULL, true, deadline, NULL, &err);
             break;
         case BATCH_UNSENT:
-            replies[i] = exec(c, &cmds[i], NULL, NULL, false, deadline, &err);
+            replies[i] =
+                exec(c, &cmds[i], NULL, NULL, false, deadline, NULL, &err);
             break;
         default:
             break;

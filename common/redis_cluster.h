@@ -20,16 +20,23 @@
  *     already at the target. The command goes there once, behind ASKING;
  *     the map is not changed.
  *   - TRYAGAIN (a multi-key command or script whose keys are split
- *     during a move) and CLUSTERDOWN (a failover in progress): sent again
- *     after a short, growing pause, while the caller's time budget lasts;
- *     when it runs out the error reply is returned as it is.
+ *     during a move: some at each node, or some at neither, such as a key
+ *     that does not exist yet) and CLUSTERDOWN (a failover in progress):
+ *     sent again after a short, growing pause, from the slot's owner,
+ *     while the caller's time budget lasts. A move can refuse a script
+ *     in turns, ASK at the owner and TRYAGAIN at the target, for as long
+ *     as it lasts; MOVED and ASK more than 16 times in a row (nodes that
+ *     disagree) get the same pause and a fresh map.
  *   - a node that cannot be reached: the map is asked for again (of any
  *     other node or seed) and the command sent to the owner it names,
  *     while the budget lasts. A connection that breaks after a command
  *     was written is NOT retried: the command may have run, so the caller
  *     gets -ECONNRESET (or -ETIMEDOUT) and decides, as with one Redis; the
  *     map is asked for again before the next command.
- * Each of these is counted (struct redis_cluster_stats, and the
+ * So a failed call says whether the command may have run: refused by
+ * every node until the budget ran out (-EAGAIN) or never written
+ * (-ENOTCONN, -EACCES), it did not; lost after it was written, it may
+ * have. Each redirection is counted (struct redis_cluster_stats, and the
  * seckill_redis_cluster_redirections_total{kind} counters of /metrics).
  *
  * Threads: a struct redis_cluster is used by one thread at a time, like
@@ -43,7 +50,8 @@
  * redis_cluster made from the same URL; a command or script names its
  * slot with redis_key_slot() of its first key (every script keeps its
  * keys in one slot by hash tags) and goes through redis_cluster_command()
- * or redis_cluster_script_run(); a batch (the per-user locks of a
+ * or redis_cluster_script_run() (redis_cluster_script_then() when a WAIT
+ * must follow the script); a batch (the per-user locks of a
  * purchase batch) goes through redis_cluster_pipeline(), which splits it
  * by primary and writes to all of them before reading any reply; what
  * must hold on every primary (the async mode's appendonly/appendfsync,
@@ -150,14 +158,16 @@ void redis_cluster_free(struct redis_cluster *c);
  * strings) to the primary of slot (REDIS_CLUSTER_ANY_SLOT: any primary),
  * following MOVED, ASK, TRYAGAIN and unreachable nodes as described above
  * for at most budget_ms milliseconds. Returns the reply, which the caller
- * frees (error replies other than redirections as they are, and the last
- * TRYAGAIN/CLUSTERDOWN when the budget ran out), or NULL with *err:
- *   -ECONNREFUSED, -ETIMEDOUT, -ECONNRESET  no owner of the slot could
- *            be reached in the budget, or the connection broke after the
- *            command was written (it may have run);
- *   -EACCES  a node refused the credentials;
- *   -EIO     no node answered CLUSTER SHARDS with a map owning the slot,
- *            or redirections went on for too long.
+ * frees (error replies other than redirections as they are), or NULL
+ * with *err:
+ *   -EAGAIN    refused (TRYAGAIN, CLUSTERDOWN, redirections that led
+ *              nowhere) until the budget ran out: it did not run;
+ *   -ENOTCONN  never written: no map owning the slot could be had, or
+ *              its owner could not be reached, within the budget;
+ *   -EACCES    never written: a node refused the credentials;
+ *   -ECONNRESET, -ETIMEDOUT (as redis_errno())  the connection broke, or
+ *              no reply came, after the command was written: it may have
+ *              run.
  */
 redisReply *redis_cluster_command(struct redis_cluster *c, int slot, int argc,
                                   const char **argv, const size_t *lens,
@@ -175,6 +185,25 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c,
                                      int argc, const char **argv,
                                      const size_t *lens, unsigned budget_ms,
                                      int *err);
+
+/*
+ * redis_cluster_script_run(), with the commands then[0..nthen) (each a
+ * whole command as redisFormatCommand() makes it) written right behind
+ * the script on the same connection, in the same write, each time the
+ * script is sent: when it is redirected (MOVED, ASK) they follow it to
+ * the next node. So what they ask about the script is asked of the node
+ * that ran it, on the connection that ran it (a WAIT counts the replicas
+ * of that node that have that connection's writes). then_replies[i] is
+ * then[i]'s reply from the node that answered the script (the caller
+ * frees each); NULL when the script has no answer, or when the
+ * connection broke after the script's reply (which stands). Where the
+ * script was sent on, their replies are dropped: they ran there too, so
+ * they must be harmless on their own (WAIT is).
+ */
+redisReply *redis_cluster_script_then(
+    struct redis_cluster *c, struct redis_script *s, int nkeys, int argc,
+    const char **argv, const size_t *lens, const char *const *then,
+    size_t nthen, redisReply **then_replies, unsigned budget_ms, int *err);
 
 /*
  * One command of a batch: argv[0..argc) (lens may be NULL), or, when

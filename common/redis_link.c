@@ -196,56 +196,63 @@ redisReply *redis_link_script_then(struct redis_link *l, struct redis_script *s,
                                    int nkeys, int argc, const char **argv,
                                    const size_t *lens, const char *const *then,
                                    const char *const *then_keys, size_t nthen,
-                                   redisReply **then_replies, int *err)
+                                   redisReply **then_replies,
+                                   unsigned budget_ms, int *err)
 {
     struct redis_cluster_cmd cmds[8];
     redisReply *r, *got[8];
+    const char *behind[8] = {0};
     const char **targv[8] = {0};
-    size_t *tlens[8] = {0}, pos[8], n = 0;
-    int slot;
+    size_t *tlens[8] = {0}, at[8], nbehind = 0, n = 0;
+    size_t routed[8];
 
     if (!l->cluster)
         return redis_script_run_then(l->rc, s, nkeys, argc, argv, lens, then,
                                      nthen, then_replies, err);
-    /* A cluster: the script first, on its own (a node that lacks it is
-     * sent it again, which must come before a WAIT that confirms it),
-     * then every command at once, each to its own primary. */
     for (size_t i = 0; i < nthen; i++)
         then_replies[i] = NULL;
     if (nthen > 8) {
         *err = -EINVAL;
         return NULL;
     }
-    r = redis_cluster_script_run(l->cluster, s, nkeys, argc, argv, lens,
-                                 l->budget_ms, err);
-    if (!r || r->type == REDIS_REPLY_ERROR || !nthen)
+    /* A cluster: the commands without a key ride behind the script on
+     * its connection, wherever it is redirected; the others go once it
+     * has answered (and not with an error), each to its own primary. */
+    for (size_t i = 0; i < nthen; i++)
+        if (!then_keys || !then_keys[i]) {
+            at[i] = nbehind;
+            behind[nbehind++] = then[i];
+        }
+    r = redis_cluster_script_then(l->cluster, s, nkeys, argc, argv, lens,
+                                  behind, nbehind, got,
+                                  budget_ms ? budget_ms : l->budget_ms, err);
+    for (size_t i = 0; i < nthen; i++)
+        if (!then_keys || !then_keys[i])
+            then_replies[i] = got[at[i]];
+    if (!r || r->type == REDIS_REPLY_ERROR)
         return r;
-    slot = nkeys > 0
-               ? (int)redis_key_slot(argv[0], lens ? lens[0] : strlen(argv[0]))
-               : REDIS_CLUSTER_ANY_SLOT;
-    for (size_t i = 0; i < nthen; i++) {
-        int targc =
-            formatted_split(then[i], strlen(then[i]), &targv[i], &tlens[i]);
+    for (size_t i = 0; then_keys && i < nthen; i++) {
+        int targc;
 
+        if (!then_keys[i])
+            continue;
+        targc = formatted_split(then[i], strlen(then[i]), &targv[i], &tlens[i]);
         if (targc < 0)
             continue;
-        pos[i] = n;
+        routed[n] = i;
         cmds[n++] = (struct redis_cluster_cmd){
-            .slot = then_keys && then_keys[i]
-                        ? (int)redis_key_slot_str(then_keys[i])
-                        : slot,
+            .slot = (int)redis_key_slot_str(then_keys[i]),
             .argc = targc,
             .argv = targv[i],
             .lens = tlens[i]};
     }
     if (n)
         redis_cluster_pipeline(l->cluster, cmds, n, got, l->budget_ms);
-    for (size_t i = 0; i < nthen; i++)
-        if (targv[i]) {
-            then_replies[i] = got[pos[i]];
-            free(targv[i]);
-            free(tlens[i]);
-        }
+    for (size_t j = 0; j < n; j++) {
+        then_replies[routed[j]] = got[j];
+        free(targv[routed[j]]);
+        free(tlens[routed[j]]);
+    }
     return r;
 }
 

@@ -78,21 +78,26 @@ redisReply *redis_link_commandf(struct redis_link *l, const char *key, int *err,
                                 const char *fmt, ...);
 
 /*
- * redis_link_script(), followed by the commands then[0..nthen), each a
- * whole command as redisFormatCommand() makes it, with the replies in
- * then_replies[i] (NULL when lost; the caller frees each). On one server
- * it is redis_script_run_then(): one round trip. On a cluster the script
- * runs first (at its first key's slot owner), and once it has answered
- * (and not with an error) the commands go at once, each to the owner of
- * then_keys[i]'s slot, or with then_keys[i] NULL (a WAIT) to the
- * script's: one round trip more, and what they do follows the script.
- * then_keys may be NULL (every command to the script's primary).
+ * redis_link_script(), followed by the commands then[0..nthen) (at most
+ * 8), each a whole command as redisFormatCommand() makes it, with the
+ * replies in then_replies[i] (NULL when lost; the caller frees each). On
+ * one server it is redis_script_run_then(): one round trip. On a cluster
+ * a command with then_keys[i] NULL (a WAIT: about the script's own
+ * writes) rides behind the script on the connection that runs it, in the
+ * same round trip, following the script wherever it is redirected
+ * (redis_cluster_script_then()); once the script has answered (and not
+ * with an error) the others go at once, each to the owner of
+ * then_keys[i]'s slot: one round trip more. then_keys may be NULL (every
+ * command behind the script). budget_ms: on a cluster, how long
+ * redirections and refusals of the script are followed (0: the link's
+ * budget_ms).
  */
 redisReply *redis_link_script_then(struct redis_link *l, struct redis_script *s,
                                    int nkeys, int argc, const char **argv,
                                    const size_t *lens, const char *const *then,
                                    const char *const *then_keys, size_t nthen,
-                                   redisReply **then_replies, int *err);
+                                   redisReply **then_replies,
+                                   unsigned budget_ms, int *err);
 
 /*
  * How many primaries a command about every node (SCAN, CONFIG GET, INFO)

@@ -85,7 +85,8 @@ static void buy_reply(struct request *req, const struct sale_buy *b)
     case SALE_FAILED:
         if (b->err == -EAGAIN)
             req_error(req, ERR_UNAVAILABLE,
-                      "the sale is being repaired; nothing was bought, retry");
+                      "the sale is being repaired or moved; nothing was "
+                      "bought, retry");
         else if (b->err == -EPERM)
             req_error(req, ERR_UNAVAILABLE,
                       "this instance's Redis may lose acknowledged writes, "

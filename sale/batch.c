@@ -16,7 +16,9 @@
  *   async: 1. an order id for each;
  *          2. one Redis script that decides for every buyer at once
  *             (async_purchase); no lock, since the script checks the
- *             buyer set atomically.
+ *             buyer set atomically. On a Redis Cluster whose slot of
+ *             the sale is moving, the script is sent again until the
+ *             batch's first deadline.
  */
 #include "sale/internal.h"
 
@@ -248,6 +250,7 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
     enum async_outcome *out = xcalloc(n, sizeof(*out));
     struct sale_purchase **who = xcalloc(n, sizeof(*who));
     struct redis_link *rl;
+    int64_t deadline = 0;
     size_t k = 0;
     int err;
 
@@ -261,6 +264,9 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
         }
         ids[k] = m[i]->item.order_id;
         users[k] = m[i]->buy->user_id;
+        /* The batch is answered at once: by its first deadline. */
+        if (!deadline || m[i]->p.deadline_ms < deadline)
+            deadline = m[i]->p.deadline_ms;
         who[k++] = m[i];
     }
     rl = k ? store_redis_link(st) : NULL;
@@ -268,7 +274,7 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
     async_confirm_get(s->cfg.async, &confirm);
     err = !k   ? 0
           : rl ? async_purchase(rl, voucher_id, s->cfg.async_backlog_max, ids,
-                                users, k, &confirm, out)
+                                users, k, &confirm, deadline, out)
                : -ENOTCONN;
     FAILPOINT("async_after_script");
     if (!err)
@@ -277,10 +283,14 @@ static void sell_async(struct sale *s, struct store *st, int64_t voucher_id,
         struct sale_purchase *w = who[j];
 
         if (err) {
-            /* No connection: nothing sent. Refused: nothing sold. A
-             * connection that failed under the script: unknown. */
+            /* Never sent (no connection to the sale's primary, refused
+             * credentials), or refused by Redis (an error reply, a slot
+             * move that outlasted the budget): nothing sold, a retry is
+             * safe. A connection that failed under the script: unknown. */
             settle(w, SALE_FAILED,
-                   err == -ENOTCONN || err == -EAGAIN ? err : -EINPROGRESS);
+                   err == -ENOTCONN || err == -EACCES || err == -EAGAIN
+                       ? err
+                       : -EINPROGRESS);
         } else if (out[j] == ASYNC_NOT_READY) {
             settle(w, SALE_FAILED, -EAGAIN);
         } else {

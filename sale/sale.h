@@ -488,7 +488,9 @@ enum sale_outcome {
     SALE_TICKET_REQUIRED, /* a queue sale, and no good ticket of this
                            * buyer for it (missing, another's, expired) */
     SALE_FAILED,          /* err says what (nothing written unless it says):
-                           * -EAGAIN the async sale is being repaired; -EPERM
+                           * -EAGAIN the async sale is being repaired, or
+                           * Redis refused its script (its cluster slot
+                           * moving, say): nothing bought; -EPERM
                            * this instance may not sell async sales; -ETIME
                            * the budget ran out; -ECANCELED it waited out its
                            * budget before it could start; -ESHUTDOWN the

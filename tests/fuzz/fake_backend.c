@@ -1283,7 +1283,8 @@ size_t async_backlog_top(struct async *a, int64_t *ids, unsigned *depths,
 int async_purchase(struct redis_link *rc, int64_t voucher_id,
                    unsigned backlog_max, const int64_t *order_ids,
                    const int64_t *users, size_t n,
-                   const struct async_confirm *confirm, enum async_outcome *out)
+                   const struct async_confirm *confirm, int64_t deadline_ms,
+                   enum async_outcome *out)
 {
     (void)rc;
     (void)voucher_id;
@@ -1292,6 +1293,7 @@ int async_purchase(struct redis_link *rc, int64_t voucher_id,
     (void)users;
     (void)n;
     (void)confirm;
+    (void)deadline_ms;
     (void)out;
     FUZZ_CHECK(0, "an async purchase in a fuzz build");
     return -EIO;

@@ -3,20 +3,35 @@
  * (common/redis_cluster.h) that need no cluster: the slot map read from a
  * CLUSTER SHARDS reply recorded on a real Redis 7.0 cluster, the text of
  * MOVED/ASK/TRYAGAIN replies, the order a batch is sent in, and the
- * redis-cluster:// URL.
+ * redis-cluster:// URL. Then the client itself against fake nodes in
+ * this process (loopback sockets that answer as a primary would): a WAIT
+ * behind a script goes to the node that ran the script, wherever the
+ * script was redirected; a script every node refuses (ASK then TRYAGAIN
+ * while its slot moves) is sent again for the whole budget and reported
+ * as refused, apart from a connection lost after the script was written.
  */
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <cmocka.h>
 
 #include "common/redis.h"
 #include "common/redis_cluster.h"
+#include "common/redis_link.h"
 #include "common/url.h"
+#include "common/util.h"
 
 /*
  * CLUSTER SHARDS as a three-primary, three-replica cluster on loopback
@@ -308,6 +323,397 @@ static void test_cluster_url(void **state)
     }
 }
 
+/* ---- the client against fake nodes ---- */
+
+/* What a fake node answers to a script (EVALSHA or EVAL). */
+enum fake_script {
+    FAKE_RUN,      /* runs it: :1 */
+    FAKE_ASK,      /* ASK to the node at to_port */
+    FAKE_MOVED,    /* MOVED to the node at to_port */
+    FAKE_TRYAGAIN, /* TRYAGAIN: its keys are split by a move */
+    FAKE_CLOSE,    /* reads it and closes the connection */
+};
+
+#define FAKE_CONNS 8
+
+/*
+ * A primary on a loopback port of its own, served by a thread: PING,
+ * SCRIPT LOAD, ASKING, and any other command (:1); WAIT with its
+ * wait_reply (which node answered it); CLUSTER SHARDS names the node at
+ * map_port as the owner of every slot (a map that may be stale); a
+ * script is answered as script says.
+ */
+struct fake_node {
+    int lfd;
+    unsigned port;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    enum fake_script script;
+    unsigned to_port, map_port;
+    int wait_reply;
+    int stop;
+    /* Counted: */
+    int ran;       /* scripts run */
+    int refused;   /* scripts redirected or refused */
+    int waits;     /* WAITs received */
+    int waits_ran; /* of them, right behind a script it ran, on the same
+                      connection */
+};
+
+static void fake_write(int fd, const char *s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void fake_say(int fd, const char *fmt, ...)
+{
+    char buf[2048];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    fake_write(fd, buf, (size_t)n);
+}
+
+/* CLUSTER SHARDS in RESP2: one shard of every slot, its primary at
+ * 127.0.0.1:port. */
+static void fake_shards(int fd, unsigned port)
+{
+    fake_say(fd,
+             "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n"
+             "$5\r\nnodes\r\n*1\r\n*10\r\n$8\r\nendpoint\r\n$9\r\n"
+             "127.0.0.1\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n$4\r\nport\r\n"
+             ":%u\r\n$4\r\nrole\r\n$6\r\nmaster\r\n$6\r\nhealth\r\n"
+             "$6\r\nonline\r\n",
+             port);
+}
+
+/* One command c on connection fd; *ran: the previous command there was
+ * a script this node ran (updated for the next). False: close fd. */
+static bool fake_answer(struct fake_node *fk, int fd, const redisReply *c,
+                        bool *ran)
+{
+    const char *name = c->type == REDIS_REPLY_ARRAY && c->elements > 0
+                           ? c->element[0]->str
+                           : "";
+    bool was_ran = *ran;
+
+    *ran = false;
+    pthread_mutex_lock(&fk->mu);
+    if (strncasecmp(name, "EVAL", 4) == 0) {
+        /* The slot of the first key: EVAL[SHA] body numkeys key ... */
+        unsigned slot =
+            c->elements > 3 ? redis_key_slot_str(c->element[3]->str) : 0;
+
+        switch (fk->script) {
+        case FAKE_RUN:
+            fk->ran++;
+            *ran = true;
+            fake_say(fd, ":1\r\n");
+            break;
+        case FAKE_ASK:
+        case FAKE_MOVED:
+            fk->refused++;
+            fake_say(fd, "-%s %u 127.0.0.1:%u\r\n",
+                     fk->script == FAKE_ASK ? "ASK" : "MOVED", slot,
+                     fk->to_port);
+            break;
+        case FAKE_TRYAGAIN:
+            fk->refused++;
+            fake_say(fd, "-TRYAGAIN Multiple keys request during rehashing "
+                         "of slot\r\n");
+            break;
+        case FAKE_CLOSE:
+            pthread_mutex_unlock(&fk->mu);
+            return false;
+        }
+    } else if (strcasecmp(name, "WAIT") == 0) {
+        fk->waits++;
+        fk->waits_ran += was_ran;
+        fake_say(fd, ":%d\r\n", fk->wait_reply);
+    } else if (strcasecmp(name, "PING") == 0) {
+        fake_say(fd, "+PONG\r\n");
+    } else if (strcasecmp(name, "ASKING") == 0) {
+        fake_say(fd, "+OK\r\n");
+    } else if (strcasecmp(name, "SCRIPT") == 0) {
+        fake_say(fd, "$40\r\n0123456789012345678901234567890123456789\r\n");
+    } else if (strcasecmp(name, "CLUSTER") == 0) {
+        fake_shards(fd, fk->map_port);
+    } else {
+        fake_say(fd, ":1\r\n");
+    }
+    pthread_mutex_unlock(&fk->mu);
+    return true;
+}
+
+static void *fake_main(void *arg)
+{
+    struct fake_node *fk = arg;
+    int fd[FAKE_CONNS], n = 0;
+    redisReader *rd[FAKE_CONNS];
+    bool ran[FAKE_CONNS];
+
+    for (;;) {
+        struct pollfd p[FAKE_CONNS + 1];
+        int stop;
+
+        pthread_mutex_lock(&fk->mu);
+        stop = fk->stop;
+        pthread_mutex_unlock(&fk->mu);
+        if (stop)
+            break;
+        p[0] = (struct pollfd){.fd = fk->lfd, .events = POLLIN};
+        for (int i = 0; i < n; i++)
+            p[i + 1] = (struct pollfd){.fd = fd[i], .events = POLLIN};
+        if (poll(p, (nfds_t)n + 1, 20) <= 0)
+            continue;
+        for (int i = n - 1; i >= 0; i--) {
+            char buf[4096];
+            ssize_t got;
+            void *cmd = NULL;
+            bool keep = true;
+
+            if (!(p[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            got = read(fd[i], buf, sizeof(buf));
+            if (got > 0) {
+                redisReaderFeed(rd[i], buf, (size_t)got);
+                while (keep && redisReaderGetReply(rd[i], &cmd) == REDIS_OK &&
+                       cmd) {
+                    keep = fake_answer(fk, fd[i], cmd, &ran[i]);
+                    freeReplyObject(cmd);
+                    cmd = NULL;
+                }
+            }
+            if (got <= 0 || !keep) {
+                close(fd[i]);
+                redisReaderFree(rd[i]);
+                fd[i] = fd[n - 1];
+                rd[i] = rd[n - 1];
+                ran[i] = ran[n - 1];
+                n--;
+            }
+        }
+        if ((p[0].revents & POLLIN) && n < FAKE_CONNS) {
+            fd[n] = accept(fk->lfd, NULL, NULL);
+            if (fd[n] >= 0) {
+                rd[n] = redisReaderCreate();
+                ran[n++] = false;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        close(fd[i]);
+        redisReaderFree(rd[i]);
+    }
+    return NULL;
+}
+
+static void fake_start(struct fake_node *fk, enum fake_script script)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+
+    memset(fk, 0, sizeof(*fk));
+    pthread_mutex_init(&fk->mu, NULL);
+    fk->script = script;
+    fk->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fk->lfd >= 0);
+    assert_int_equal(0, bind(fk->lfd, (struct sockaddr *)&a, sizeof(a)));
+    assert_int_equal(0, listen(fk->lfd, 8));
+    assert_int_equal(0, getsockname(fk->lfd, (struct sockaddr *)&a, &len));
+    fk->port = ntohs(a.sin_port);
+    fk->map_port = fk->port;
+    fk->wait_reply = 1;
+    assert_int_equal(0, pthread_create(&fk->thread, NULL, fake_main, fk));
+}
+
+static void fake_stop(struct fake_node *fk)
+{
+    pthread_mutex_lock(&fk->mu);
+    fk->stop = 1;
+    pthread_mutex_unlock(&fk->mu);
+    pthread_join(fk->thread, NULL);
+    close(fk->lfd);
+    pthread_mutex_destroy(&fk->mu);
+}
+
+/* A count of fk's, read under its lock. */
+static int fake_count(struct fake_node *fk, const int *v)
+{
+    int n;
+
+    pthread_mutex_lock(&fk->mu);
+    n = *v;
+    pthread_mutex_unlock(&fk->mu);
+    return n;
+}
+
+/* A client whose only seed is the node at port. */
+static struct redis_cluster *fake_client(unsigned port)
+{
+    struct redis_server seed = {.host = "127.0.0.1", .port = port};
+
+    return redis_cluster_new(&seed, 1, 1000, 1000, "unit");
+}
+
+static struct redis_script fake_script = REDIS_SCRIPT("return 1");
+
+/*
+ * A purchase's round trip on a cluster: the script on its key's slot,
+ * then an SADD elsewhere and a WAIT about the script. Node A owns the
+ * slot in every node's map (a map still stale) but sends the script to
+ * B (MOVED, or ASK during a move), which runs it. The WAIT that answers
+ * must be B's, asked on the connection that ran the script: B's replicas
+ * are the ones that must have the write, and WAIT counts those that have
+ * its own connection's writes. (A, asked for its replicas, would say 5:
+ * a WAIT that rode behind the script to A is dropped with A's refusal.)
+ */
+static void wait_follows(enum fake_script redirect)
+{
+    struct fake_node a, b;
+    struct redis_link l = {.budget_ms = 2000};
+    const char *argv[] = {"{v:1}:info", "x"};
+    const char *then_keys[] = {"idx", NULL};
+    char *then[2];
+    redisReply *r, *then_r[2];
+    int err;
+
+    fake_start(&a, redirect);
+    fake_start(&b, FAKE_RUN);
+    a.to_port = b.port;
+    a.wait_reply = 5;
+    b.map_port = a.port;
+    l.cluster = fake_client(a.port);
+    assert_true(redisFormatCommand(&then[0], "SADD idx 1") > 0);
+    assert_true(redisFormatCommand(&then[1], "WAIT 1 100") > 0);
+    r = redis_link_script_then(&l, &fake_script, 1, 2, argv, NULL,
+                               (const char *const *)then, then_keys, 2, then_r,
+                               0, &err);
+    assert_non_null(r);
+    assert_int_equal(REDIS_REPLY_INTEGER, r->type);
+    assert_int_equal(1, fake_count(&b, &b.ran));
+    assert_int_equal(0, fake_count(&a, &a.ran));
+    assert_non_null(then_r[1]);
+    assert_int_equal(REDIS_REPLY_INTEGER, then_r[1]->type);
+    if (then_r[1]->integer != 1 || fake_count(&b, &b.waits_ran) != 1)
+        fail_msg("the WAIT answered %lld: asked of the node the map names "
+                 "(%d WAITs there), not on the connection that ran the "
+                 "script (%d WAITs right behind it)",
+                 then_r[1]->integer, fake_count(&a, &a.waits),
+                 fake_count(&b, &b.waits_ran));
+    freeReplyObject(r);
+    for (int i = 0; i < 2; i++) {
+        freeReplyObject(then_r[i]);
+        redisFreeCommand(then[i]);
+    }
+    redis_cluster_free(l.cluster);
+    fake_stop(&a);
+    fake_stop(&b);
+}
+
+static void test_wait_follows_moved(void **state)
+{
+    (void)state;
+    wait_follows(FAKE_MOVED);
+}
+
+static void test_wait_follows_ask(void **state)
+{
+    (void)state;
+    wait_follows(FAKE_ASK);
+}
+
+/*
+ * A slot in the middle of a move: its owner A sends the script to B
+ * (ASK: the keys it has are gone), and B refuses it (TRYAGAIN: a key the
+ * script names is at neither, so its keys are split), again and again.
+ * Nothing ran: the script is sent again, with pauses, for the whole
+ * budget, then reported refused (-EAGAIN), not as a failure whose
+ * outcome is unknown. The same when only the owner answers TRYAGAIN.
+ */
+static void test_refused_while_moving(void **state)
+{
+    const char *argv[] = {"{v:1}:info", "x"};
+    enum { BUDGET_MS = 1500 };
+
+    (void)state;
+    for (int ask = 1; ask >= 0; ask--) {
+        struct fake_node a, b;
+        struct redis_cluster *c;
+        redisReply *r;
+        int64_t t0;
+        int err = 0;
+
+        fake_start(&a, ask ? FAKE_ASK : FAKE_TRYAGAIN);
+        fake_start(&b, FAKE_TRYAGAIN);
+        a.to_port = b.port;
+        b.map_port = a.port;
+        c = fake_client(a.port);
+        t0 = util_mono_ms();
+        r = redis_cluster_script_run(c, &fake_script, 1, 2, argv, NULL,
+                                     BUDGET_MS, &err);
+        if (r)
+            fail_msg("a refused script answered: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "a reply");
+        if (err != -EAGAIN)
+            fail_msg("%s: a refused script failed with %d (%s) after %lld ms",
+                     ask ? "ASK then TRYAGAIN" : "TRYAGAIN", err,
+                     strerror(-err), (long long)(util_mono_ms() - t0));
+        assert_true(util_mono_ms() - t0 >= BUDGET_MS - 5);
+        assert_true(fake_count(&a, &a.refused) > (ask ? 16 : 2));
+        assert_int_equal(0, fake_count(&a, &a.ran) + fake_count(&b, &b.ran));
+        redis_cluster_free(c);
+        fake_stop(&a);
+        fake_stop(&b);
+    }
+}
+
+/*
+ * What a failed script tells its caller: -ENOTCONN when its slot's owner
+ * could not be reached (nothing was written), -ECONNRESET when the
+ * connection broke after it was written (it may have run).
+ */
+static void test_unsent_or_lost(void **state)
+{
+    const char *argv[] = {"{v:1}:info", "x"};
+    struct fake_node a, gone;
+    struct redis_cluster *c;
+    redisReply *r;
+    int err = 0;
+
+    (void)state;
+    /* A map that names a node nobody listens on. */
+    fake_start(&gone, FAKE_RUN);
+    fake_stop(&gone);
+    fake_start(&a, FAKE_RUN);
+    a.map_port = gone.port;
+    c = fake_client(a.port);
+    r = redis_cluster_script_run(c, &fake_script, 1, 2, argv, NULL, 300, &err);
+    assert_null(r);
+    assert_int_equal(-ENOTCONN, err);
+    redis_cluster_free(c);
+    fake_stop(&a);
+
+    fake_start(&a, FAKE_CLOSE);
+    c = fake_client(a.port);
+    r = redis_cluster_script_run(c, &fake_script, 1, 2, argv, NULL, 300, &err);
+    assert_null(r);
+    assert_int_equal(-ECONNRESET, err);
+    redis_cluster_free(c);
+    fake_stop(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +722,10 @@ int main(void)
         cmocka_unit_test(test_redirect_text),
         cmocka_unit_test(test_batch_order),
         cmocka_unit_test(test_cluster_url),
+        cmocka_unit_test(test_wait_follows_moved),
+        cmocka_unit_test(test_wait_follows_ask),
+        cmocka_unit_test(test_refused_while_moving),
+        cmocka_unit_test(test_unsent_or_lost),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
