@@ -195,6 +195,13 @@ unsigned req_backend_error(struct request *req, int err, const char *op)
     case -ESHUTDOWN:
         return req_error(req, ERR_UNAVAILABLE,
                          "the service is stopping; nothing was bought, retry");
+    case -EAGAIN:
+        /* Redis refused to run it for now (a Redis Cluster slot on the
+         * move): nothing ran. */
+        if (log_due())
+            log_warn("backend refused for now", "op=%s", op);
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the data is being moved; nothing was done, retry");
     case -EOVERFLOW:
         /* The ID worker's counter of the UTC day is used up (the sharded
          * layout keeps 26 bits of it): no order until the day turns. */

@@ -168,8 +168,8 @@ unsigned req_error(struct request *req, enum api_error e, const char *message);
 /*
  * Map a backend's -errno (store/store.h, sale/sale.h) to the error reply:
  * -ENOTCONN, -ECONNRESET, -ECONNREFUSED, -ETIMEDOUT, -EDEADLK, -EACCES,
- * -ETIME, -ECANCELED, -ESHUTDOWN, -EINPROGRESS become 503 (each with its
- * message), anything else 500. op names the failed step for the log.
+ * -ETIME, -ECANCELED, -ESHUTDOWN, -EINPROGRESS, -EAGAIN become 503 (each
+ * with its message), anything else 500. op names the failed step for the log.
  * Returns the status.
  */
 unsigned req_backend_error(struct request *req, int err, const char *op);
