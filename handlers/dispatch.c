@@ -119,8 +119,7 @@ static void dispatch(struct request *req)
     }
     if (req->body_len > 0 && !body_type_ok_or_reply(req))
         return;
-    if (!idem_parse_or_reply(req))
-        return;
+    idem_parse(req);
     switch (route->run) {
     case ROUTE_RUN_HERE_WITH_TOKEN:
         if (req_auth(req) == 0 || !ratelimit_applies(req))

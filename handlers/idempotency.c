@@ -35,7 +35,7 @@ static const char *method_name(enum http_method m)
     }
 }
 
-bool idem_parse_or_reply(struct request *req)
+void idem_parse(struct request *req)
 {
     const char *key = req_header_value(req, "Idempotency-Key");
     const char *m = method_name(req->method);
@@ -44,15 +44,14 @@ bool idem_parse_or_reply(struct request *req)
 
     if (!key || (req->method != HTTP_POST && req->method != HTTP_PATCH &&
                  req->method != HTTP_DELETE))
-        return true;
+        return;
     len = strlen(key);
     for (size_t i = 0; i < len; i++)
         if (key[i] < 0x21 || key[i] > 0x7e)
             len = 0;
     if (len == 0 || len > STORE_IDEM_KEY_MAX) {
-        req_error(req, ERR_BAD_REQUEST,
-                  "Idempotency-Key: 1 to 255 visible ASCII characters");
-        return false;
+        req->idem_bad = true;
+        return;
     }
     /* The request it names: method, path and body as sent. */
     crypto_hash_sha256_init(&h);
@@ -65,7 +64,6 @@ bool idem_parse_or_reply(struct request *req)
     crypto_hash_sha256_final(&h, req->idem.hash);
     req->idem.key = key;
     req->has_idem = true;
-    return true;
 }
 
 /* The first answer is gone (its instance died between the commit and

@@ -450,6 +450,11 @@ unsigned req_admin_or_reply(struct request *req)
         return status;
     if (req->auth.role != TOKEN_ROLE_ADMIN)
         return req_error(req, ERR_FORBIDDEN, NULL);
+    /* An admin's change that carries an Idempotency-Key it cannot take:
+     * said once the caller is known to be an admin. */
+    if (req->idem_bad)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "Idempotency-Key: 1 to 255 visible ASCII characters");
     return 0;
 }
 

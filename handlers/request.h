@@ -106,6 +106,7 @@ struct request {
     /* Its Idempotency-Key (idempotency.c), when it has one: given to the
      * change it makes (req_actor()), which records it or finds it. */
     bool has_idem;
+    bool idem_bad; /* sent one that is not a key: 400 once an admin */
     struct store_idem idem;
     /* The call of the sale layer it was handed on with, answered by a
      * callback of the handler that made it. */
@@ -118,12 +119,13 @@ struct request {
 
 /*
  * The request's Idempotency-Key header, if any, into req->idem with the
- * hash of its method, path and body: true (also without one), or a 400
- * reply and false for a key that is not 1..255 visible ASCII characters
- * (idempotency.c). For every request with a body or a DELETE; only an
- * admin's change records it.
+ * hash of its method, path and body (idempotency.c). A key that is not
+ * 1..255 visible ASCII characters sets req->idem_bad instead, which
+ * req_admin_or_reply() answers 400 once the caller proved to be an admin
+ * (a client without a token still gets 401 first). For POST, PATCH and
+ * DELETE; only an admin's change records it.
  */
-bool idem_parse_or_reply(struct request *req);
+void idem_parse(struct request *req);
 
 /*
  * After the handler set its reply (idempotency.c): a change whose key was

@@ -364,6 +364,35 @@ static void check_audit(const struct store_audit *a, const char *type)
                type);
     FUZZ_CHECK(!a->change || a->change[0] == '{',
                "an audit record's change is not a JSON object");
+    if (a->idem) {
+        size_t len = a->idem->key ? strlen(a->idem->key) : 0;
+
+        FUZZ_CHECK(len >= 1 && len <= STORE_IDEM_KEY_MAX &&
+                       a->idem->admin_id == a->admin_id,
+                   "an Idempotency-Key of %zu bytes, or of another admin",
+                   len);
+        for (size_t i = 0; i < len; i++)
+            FUZZ_CHECK(a->idem->key[i] > 0x20 && a->idem->key[i] < 0x7f,
+                       "an Idempotency-Key with an invisible character");
+    }
+}
+
+int store_idem_answer(struct store *st, const struct store_idem *k,
+                      unsigned status, const char *body)
+{
+    unsigned variant;
+
+    check_store(st);
+    FUZZ_CHECK(k && k->key && status >= 200 && status < 300,
+               "an Idempotency-Key's answer recorded with status %u", status);
+    (void)body;
+    return step(&variant);
+}
+
+void store_idem_release(struct store_idem *k)
+{
+    free(k->answer);
+    k->answer = NULL;
 }
 
 int store_account_ban(struct store *st, int64_t user_id, bool on,
