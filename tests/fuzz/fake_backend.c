@@ -369,8 +369,7 @@ static void check_audit(const struct store_audit *a, const char *type)
 
         FUZZ_CHECK(len >= 1 && len <= STORE_IDEM_KEY_MAX &&
                        a->idem->admin_id == a->admin_id,
-                   "an Idempotency-Key of %zu bytes, or of another admin",
-                   len);
+                   "an Idempotency-Key of %zu bytes, or of another admin", len);
         for (size_t i = 0; i < len; i++)
             FUZZ_CHECK(a->idem->key[i] > 0x20 && a->idem->key[i] < 0x7f,
                        "an Idempotency-Key with an invisible character");
