@@ -973,7 +973,7 @@ static void *ops_sales_run(void *arg)
 
     (void)arg;
     rng_seed(&r, soak_cfg.seed, 2);
-    while (!atomic_load(&wl.stop)) {
+    for (int round = 0; !atomic_load(&wl.stop); round++) {
         int what = (int)rng_range(&r, 0, 99);
         char path[96];
         struct sale s;
@@ -981,15 +981,18 @@ static void *ops_sales_run(void *arg)
         sleep_ms((int)rng_range(&r, 1500, 4000));
         if (atomic_load(&wl.stop))
             break;
-        if (what < 30 && sale_pick_where(&r, 'o', &s)) {
+        /* The canary's restocks are planted bugs: every other round. */
+        if (soak_cfg.canary && round % 2 == 0)
+            what = 30;
+        if (what < 28 && sale_pick_where(&r, 'o', &s)) {
             pause_resume(&s, &r);
-        } else if (what < 55 && sale_pick_where(&r, 'o', &s)) {
+        } else if (what < 50 && sale_pick_where(&r, 'o', &s)) {
             restock(&s, &r);
-        } else if (what < 60 && sale_pick_where(&r, 'o', &s)) {
+        } else if (what < 55 && sale_pick_where(&r, 'o', &s)) {
             stop(&s, &r);
-        } else if (what < 78 && sale_pick_where(&r, 'u', &s)) {
+        } else if (what < 68 && sale_pick_where(&r, 'u', &s)) {
             patch(&s, &r);
-        } else if (what < 86 && sale_pick_where(&r, 'u', &s)) {
+        } else if (what < 84 && sale_pick_where(&r, 'u', &s)) {
             delete_sale(&s, &r);
         } else if (sale_pick_where(&r, 'o', &s)) {
             snprintf(path, sizeof(path),
