@@ -21,6 +21,7 @@
  *
  *   SECKILL_FAILPOINTS="after_commit=kill@20,after_lock=sleep:3000"
  *   SECKILL_FAILPOINTS="async_sale_drop=fail%1000,unit_return_skip=fail@2"
+ *   SECKILL_FAILPOINTS="restock_apply_twice=fail,waitroom_rate_only=fail%2"
  *
  * The points: after_lock (sale/batch.c, a batch's locks are held),
  * after_update (store/purchase.c, the stock UPDATE ran, no
@@ -47,13 +48,17 @@
  * an expiry batch, succeeded and its answer is taken as lost,
  * -EINPROGRESS), and unit_return_fails (async/scripts.c: one order's
  * return of its unit to an async sale in Redis fails as if Redis had
- * refused it). Two more plant bugs on purpose, for a checker that must
- * notice them (make soak SOAK_CANARY=1): async_sale_drop
+ * refused it). Four more plant bugs on purpose, for a checker that
+ * must notice them (make soak SOAK_CANARY=1): async_sale_drop
  * (sale/batch.c: a purchase of an async sale is answered 202 without
- * going to the sale's script, so its order never reaches the stream)
- * and unit_return_skip (async/scripts.c: one order's unit is taken as
+ * going to the sale's script, so its order never reaches the stream),
+ * unit_return_skip (async/scripts.c: one order's unit is taken as
  * given back to the sale's Redis state, and no longer owed, without
- * being given back).
+ * being given back), restock_apply_twice (store/controls.c: a restock
+ * adds its units to the stock and the initial stock twice, in its one
+ * transaction) and waitroom_rate_only (store/waitroom.c: a waiting
+ * room's place is admitted by the rate alone, not after its buyer
+ * joined, so a latecomer's ticket has expired when it is given).
  * A malformed list aborts the process: a test must not run with a
  * failpoint it did not get.
  */

@@ -98,11 +98,17 @@ enum sale_session sale_session_check(struct sale *s,
 }
 
 /* Tell every instance (this one at once): msg is already true in MySQL
- * or Redis. */
-static int tell(struct sale *s, struct store *st, const char *msg)
+ * or Redis. The change is made, so a notice that cannot be published
+ * (Redis away) does not fail it: an error would invite a retry of what
+ * is done, and the other instances learn it at their next reload
+ * (sale/sessions.c), as a token denial not published. */
+static void tell(struct sale *s, struct store *st, const char *msg)
 {
     sessions_apply(s->cfg.sessions, msg);
-    return store_publish(st, sessions_channel(s->cfg.sessions), msg);
+    if (store_publish(st, sessions_channel(s->cfg.sessions), msg))
+        log_warn("account change not published: the others learn it at "
+                 "their next reload",
+                 "change=\"%s\"", msg);
 }
 
 int sale_logout(struct sale *s, const struct token_claims *c, bool all)
@@ -126,7 +132,8 @@ int sale_logout(struct sale *s, const struct token_claims *c, bool all)
         return err;
     snprintf(msg, sizeof(msg), "g %u %lld %u", (unsigned)c->role,
              (long long)c->user_id, gen);
-    return tell(s, st, msg);
+    tell(s, st, msg);
+    return 0;
 }
 
 int sale_user_ban(struct sale *s, int64_t user_id, const struct sale_actor *who,
@@ -144,5 +151,6 @@ int sale_user_ban(struct sale *s, int64_t user_id, const struct sale_actor *who,
     if (err)
         return err;
     snprintf(msg, sizeof(msg), "b %lld %d", (long long)user_id, on ? 1 : 0);
-    return tell(s, st, msg);
+    tell(s, st, msg);
+    return 0;
 }

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/failpoint.h"
+
 /* What the control locked: the voucher's row and its sale's. */
 struct ctl_row {
     enum voucher_type type;
@@ -350,6 +352,8 @@ static int restock_once(struct store *st, void *arg)
         return patch_refuse(st, a, STORE_CONTROL_INVALID,
                             "add: the stock would pass 1000000000");
     err = stock_change(st, a->id, &r, a->units);
+    if (!err && FAILPOINT_FAILS("restock_apply_twice")) /* a planted bug */
+        err = stock_change(st, a->id, &r, a->units);
     if (err)
         return store_tx_rollback(st, err);
     err = ctl_commit(st, a);

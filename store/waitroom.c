@@ -11,6 +11,7 @@
 #include <sodium.h>
 #include <string.h>
 
+#include "common/failpoint.h"
 #include "common/util.h"
 
 /* A day after the sale's end its room goes. */
@@ -19,8 +20,9 @@
 /*
  * KEYS: pre, late, seq, joined, poll. ARGV: user, random score, open,
  * begin, end (ms), rate, poll interval (ms), 1 join / 0 poll, expire-at
- * (ms). Returns {outcome, position, admitted, admit_at, now, retry}. A
- * join of a buyer who has a place is a read of it, limited like one.
+ * (ms), 1 admit by the rate alone (a test build's planted bug) / 0.
+ * Returns {outcome, position, admitted, admit_at, now, retry}. A join of
+ * a buyer who has a place is a read of it, limited like one.
  *
  * Place p is admitted at begin + ceil(p * 1000 / rate), or when its buyer
  * joined if that is later: a latecomer behind a short queue is admitted
@@ -75,7 +77,7 @@ static struct redis_script place_script = REDIS_SCRIPT(
     "else pos = redis.call('zcard', KEYS[1]) + "
     "           redis.call('zrank', KEYS[2], ARGV[1]) + 1 end "
     "local admit_at = begin + math.ceil(pos * 1000 / rate) "
-    "if not pre then "
+    "if not pre and ARGV[10] ~= '1' then "
     "  admit_at = math.max(admit_at, "
     "    tonumber(redis.call('hget', KEYS[4], ARGV[1]) or 0)) "
     "end "
@@ -98,7 +100,7 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
                          bool join, struct store_wr_place *out)
 {
     char k[5][STORE_KEY_MAX], user[24], score[24], a[7][24];
-    const char *argv[14];
+    const char *argv[15];
     redisReply *r;
     uint64_t rnd;
     int err = 0;
@@ -120,10 +122,13 @@ int store_waitroom_place(struct store *st, int64_t voucher_id,
     snprintf(a[4], sizeof(a[4]), "%u", w->poll_ms ? w->poll_ms : 1);
     snprintf(a[5], sizeof(a[5]), "%d", join ? 1 : 0);
     snprintf(a[6], sizeof(a[6]), "%lld", (long long)(w->end_ms + KEEP_MS));
-    const char *v[] = {k[0], k[1], k[2], k[3], k[4], user, score,
-                       a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+    /* A test build can admit latecomers by the rate alone, as if their
+     * join time were not kept: their tickets expire before they come. */
+    const char *rate_only = FAILPOINT_FAILS("waitroom_rate_only") ? "1" : "0";
+    const char *v[] = {k[0], k[1], k[2], k[3], k[4], user, score,    a[0],
+                       a[1], a[2], a[3], a[4], a[5], a[6], rate_only};
     memcpy(argv, v, sizeof(argv));
-    r = store_redis_script(st, &place_script, 5, 14, argv, NULL, &err);
+    r = store_redis_script(st, &place_script, 5, 15, argv, NULL, &err);
     if (!r)
         return -ENOTCONN;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 6) {

@@ -349,6 +349,67 @@ static void test_change_while_unsubscribed(void **state)
                   (long long)ms);
 }
 
+/* A ban (and its lifting) that committed in MySQL while the instance
+ * cannot reach Redis to tell the others is answered as done, not 503:
+ * it changed something, and a retry with its Idempotency-Key would find
+ * its first answer never recorded (409 for 10 s). The instance itself
+ * refuses the buyer at once; the others learn it at their next reload. */
+static void test_ban_redis_away(void **state)
+{
+    const struct store_config *sc = it_store_config();
+    char redis_set[96], admin[TOKEN_STR_LEN], tok[TOKEN_STR_LEN];
+    const char *env[] = {"SECKILL_RATE_USER", "SECKILL_RATE_IP", redis_set,
+                         NULL};
+    int64_t id = user_base + next_user++;
+    char key[2][64];
+    struct it_proxy px;
+    struct it_server c;
+    char path[64];
+
+    (void)state;
+    /* Keys of this run: the test database keeps them a day. */
+    snprintf(key[0], sizeof(key[0]), "Idempotency-Key: away-ban-%lld",
+             (long long)id);
+    snprintf(key[1], sizeof(key[1]), "Idempotency-Key: away-unban-%lld",
+             (long long)id);
+    assert_int_equal(
+        0, it_proxy_start(&px, "auth-redis", (uint16_t)sc->redis_port));
+    snprintf(redis_set, sizeof(redis_set),
+             "SECKILL_REDIS_URL=redis://127.0.0.1:%u/%u", (unsigned)px.port,
+             sc->redis_db);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(0, it_server_start(&c, "auth-away", env));
+    it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+    it_token(id, TOKEN_ROLE_USER, 3600, tok);
+    assert_int_equal(200, orders_status(&c, tok));
+    assert_int_equal(0, it_proxy_ctl(&px, "refuse"));
+    assert_int_equal(0, it_proxy_ctl(&px, "cut"));
+    snprintf(path, sizeof(path), "/api/admin/users/%lld/ban", (long long)id);
+    for (int on = 1; on >= 0; on--) {
+        struct it_req req = {.method = on ? "POST" : "DELETE",
+                             .path = path,
+                             .token = admin,
+                             .header = key[on ? 0 : 1]};
+        struct it_resp resp;
+
+        it_http_do(&c, &req, &resp);
+        if (resp.status != 204)
+            print_error("%s with Redis away: %ld %.200s\n", req.method,
+                        resp.status, resp.body ? resp.body : "");
+        assert_int_equal(204, resp.status);
+        it_resp_free(&resp);
+        assert_int_equal(on, it_sql_scalar("SELECT COUNT(*) FROM "
+                                           "account_state WHERE role = 1 "
+                                           "AND account_id = %lld AND "
+                                           "banned_at IS NOT NULL",
+                                           (long long)id));
+        assert_int_equal(on ? 403 : 200, orders_status(&c, tok));
+    }
+    it_proxy_ctl(&px, "heal");
+    assert_int_equal(0, it_server_stop(&c));
+    it_proxy_stop(&px);
+}
+
 /* An instance started after the changes knows them. */
 static void test_restart_knows(void **state)
 {
@@ -379,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_ban),
         cmocka_unit_test(test_ban_route),
         cmocka_unit_test(test_change_while_unsubscribed),
+        cmocka_unit_test(test_ban_redis_away),
         cmocka_unit_test(test_restart_knows),
     };
     return it_exit_status(

@@ -21,7 +21,20 @@
  *     active users; a sale rebuilt from MySQL needs a Redis failover to
  *     explain it (else Redis and MySQL disagreed on their own);
  *   - every request was answered within SOAK_ANSWER_MS; no instance
- *     crashed or stopped uncleanly.
+ *     crashed or stopped uncleanly;
+ *   - the operator's changes (each with an Idempotency-Key, whose row in
+ *     MySQL exists exactly when the change committed): none that
+ *     committed was answered only with errors that invite a retry, none
+ *     answered 2xx is missing; a paused sale decided no order from the
+ *     pause's 200 to the resume's request, a stopped one none after the
+ *     stop's 200; every sale's initial stock is its created (or edited)
+ *     stock plus the units of each restock that committed, once, with
+ *     one audit record each; a deleted sale is gone; a refund marked
+ *     done is done; a banned buyer has no order decided from a second
+ *     after the ban's 200 to the unban, and is not refused after the
+ *     unban; a buyer with a waiting room's ticket (a latecomer's good
+ *     for a ticket's life after it joined) is not refused it; no order
+ *     is paid after its deadline.
  *
  * It prints the faults injected, the requests per outcome and the
  * verdict; for each kind of violation, the first few with the window of
@@ -45,6 +58,17 @@
 /* A sale found missing this soon after its creation was answered may
  * simply not have been preheated yet. */
 #define PREHEAT_RACE_MS 10000
+/* Decision times are read from MySQL's NOW(3) (a sync order's insert)
+ * and Redis' TIME (an async order's stream id), the driver's from
+ * gettimeofday: one machine's clock, which the nemesis never steps for
+ * MySQL, Redis or the driver (only for the instances). This much covers
+ * the rounding of the three readings. */
+#define DECIDED_MARGIN_MS 100
+/* The promise of a ban: on every instance within a second. */
+#define BAN_TOLD_MS 1000
+/* A ticket checked this close to its expiry may meet an instance clock
+ * a second off (libfaketime re-reads its offset every second). */
+#define TICKET_MARGIN_MS 1000
 
 struct violation {
     char kind[32];
@@ -62,6 +86,9 @@ struct orow {
     int64_t id, user, voucher, close_ms; /* close_ms: soak_ms(), 0 open */
     int status;
     char txn[64];
+    /* soak_ms(): when it was decided (a sync order's insert, an async
+     * one's place in its stream), paid (0: not) and its pay deadline. */
+    int64_t decided_ms, paid_ms, deadline_ms;
 };
 
 static struct {
@@ -229,16 +256,25 @@ static struct orow *orders_read(MYSQL *my, size_t *n)
     MYSQL_ROW row;
     struct orow *o;
     size_t k = 0;
+    char q[640];
 
     *n = 0;
-    if (mysql_query(my, "SELECT id, user_id, voucher_id, status, "
-                        "COALESCE(txn_id, ''), COALESCE(ROUND(UNIX_TIMESTAMP("
-                        "close_time) * 1000), 0) FROM voucher_orders") != 0 ||
-        !(res = mysql_store_result(my)))
+
+    snprintf(q, sizeof(q),
+             "SELECT id, user_id, voucher_id, status, COALESCE(txn_id, ''), "
+             "COALESCE(ROUND(UNIX_TIMESTAMP(close_time) * 1000), 0), "
+             "IF(stream_pos IS NULL, COALESCE(ROUND(UNIX_TIMESTAMP("
+             "pay_deadline) * 1000), 0) - %d, stream_pos >> 20), "
+             "COALESCE(ROUND(UNIX_TIMESTAMP(pay_time) * 1000), 0), "
+             "COALESCE(ROUND(UNIX_TIMESTAMP(pay_deadline) * 1000), 0) FROM "
+             "voucher_orders",
+             SOAK_PAY_TIMEOUT_S * 1000);
+    if (mysql_query(my, q) != 0 || !(res = mysql_store_result(my)))
         return NULL;
     o = xcalloc(mysql_num_rows(res) + 1, sizeof(*o));
     while ((row = mysql_fetch_row(res))) {
         int64_t close = strtoll(row[5], NULL, 10);
+        int64_t paid = strtoll(row[7], NULL, 10);
 
         o[k].id = strtoll(row[0], NULL, 10);
         o[k].user = strtoll(row[1], NULL, 10);
@@ -246,6 +282,9 @@ static struct orow *orders_read(MYSQL *my, size_t *n)
         o[k].status = atoi(row[3]);
         snprintf(o[k].txn, sizeof(o[k].txn), "%s", row[4]);
         o[k].close_ms = close ? close - soak_t0_ms : 0;
+        o[k].decided_ms = strtoll(row[6], NULL, 10) - soak_t0_ms;
+        o[k].paid_ms = paid ? paid - soak_t0_ms : 0;
+        o[k].deadline_ms = strtoll(row[8], NULL, 10) - soak_t0_ms;
         k++;
     }
     mysql_free_result(res);
@@ -737,6 +776,542 @@ static void check_logs(const struct logline *l, size_t nl,
     }
 }
 
+/* ---- the operator's features ---- */
+
+/* An Idempotency-Key MySQL kept: its change committed. */
+struct krow {
+    char key[40];
+    char action[32];
+    int64_t target, created_ms; /* created: soak_ms() */
+};
+
+/* One admin change: every request sent with its key. */
+struct change {
+    const struct hist *first; /* its first request */
+    enum ctl ctl;
+    int64_t voucher, user, units, refund;
+    int64_t sent_ms; /* the first request's */
+    int64_t ok_ms;   /* the first 2xx answer's, INT64_MAX: none */
+    bool fresh;      /* a 2xx that was not a replay */
+    bool unknown;    /* an answer of unknown outcome (or none) */
+    int attempts;
+    const struct krow *kept; /* its key in MySQL, NULL: not committed */
+    char answers[96];        /* "503 UNAVAILABLE, 200 (replay)" */
+};
+
+static int cmp_krow(const void *a, const void *b)
+{
+    return strcmp(((const struct krow *)a)->key, ((const struct krow *)b)->key);
+}
+
+static struct krow *keys_read(MYSQL *my, size_t *n)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    struct krow *k;
+    size_t i = 0;
+
+    *n = 0;
+    if (mysql_query(my, "SELECT idem_key, action, target_id, ROUND("
+                        "UNIX_TIMESTAMP(created) * 1000) FROM "
+                        "idempotency_keys") != 0 ||
+        !(res = mysql_store_result(my)))
+        return NULL;
+    k = xcalloc(mysql_num_rows(res) + 1, sizeof(*k));
+    while ((row = mysql_fetch_row(res))) {
+        snprintf(k[i].key, sizeof(k[i].key), "%s", row[0]);
+        snprintf(k[i].action, sizeof(k[i].action), "%s", row[1]);
+        k[i].target = strtoll(row[2], NULL, 10);
+        k[i].created_ms = strtoll(row[3], NULL, 10) - soak_t0_ms;
+        i++;
+    }
+    mysql_free_result(res);
+    qsort(k, i, sizeof(*k), cmp_krow);
+    *n = i;
+    return k;
+}
+
+/* One number per row of a two-column query (id, value), sorted by id:
+ * the audit's restocks per voucher, the refunds' status. */
+struct pair {
+    int64_t id, value;
+};
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const struct pair *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static struct pair *pairs_read(MYSQL *my, const char *sql, size_t *n)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    struct pair *p;
+    size_t i = 0;
+
+    *n = 0;
+    if (mysql_query(my, sql) != 0 || !(res = mysql_store_result(my)))
+        return NULL;
+    p = xcalloc(mysql_num_rows(res) + 1, sizeof(*p));
+    while ((row = mysql_fetch_row(res))) {
+        p[i].id = strtoll(row[0], NULL, 10);
+        p[i].value = row[1] ? strtoll(row[1], NULL, 10) : 0;
+        i++;
+    }
+    mysql_free_result(res);
+    qsort(p, i, sizeof(*p), cmp_pair);
+    *n = i;
+    return p;
+}
+
+static const struct pair *pair_find(const struct pair *p, size_t n, int64_t id)
+{
+    struct pair key = {.id = id};
+
+    return p ? bsearch(&key, p, n, sizeof(key), cmp_pair) : NULL;
+}
+
+static int cmp_hist_key(const void *a, const void *b)
+{
+    const struct hist *x = *(const struct hist *const *)a;
+    const struct hist *y = *(const struct hist *const *)b;
+    int c = strcmp(x->key, y->key);
+
+    if (c)
+        return c;
+    return (x->sent_ms > y->sent_ms) - (x->sent_ms < y->sent_ms);
+}
+
+static int cmp_change_sent(const void *a, const void *b)
+{
+    const struct change *x = a, *y = b;
+    return (x->sent_ms > y->sent_ms) - (x->sent_ms < y->sent_ms);
+}
+
+/* The history's admin changes, one per key, by their first request;
+ * each with its key's row in MySQL (k, sorted) when it committed. */
+static struct change *changes_build(const struct hist *h, size_t nh,
+                                    const struct krow *k, size_t nk, size_t *n)
+{
+    const struct hist **p = xcalloc(nh + 1, sizeof(*p));
+    struct change *c;
+    size_t np = 0, nc = 0;
+
+    for (size_t i = 0; i < nh; i++)
+        if (h[i].key[0])
+            p[np++] = &h[i];
+    qsort(p, np, sizeof(*p), cmp_hist_key);
+    c = xcalloc(np + 1, sizeof(*c));
+    for (size_t i = 0; i < np;) {
+        struct change *x = &c[nc++];
+        struct krow key;
+        size_t j = i;
+        int len = 0;
+
+        memset(x, 0, sizeof(*x));
+        x->first = p[i];
+        x->ctl = p[i]->ctl;
+        x->voucher = p[i]->voucher;
+        x->user = p[i]->user;
+        x->units = p[i]->units;
+        x->sent_ms = p[i]->sent_ms;
+        x->ok_ms = INT64_MAX;
+        for (; j < np && strcmp(p[j]->key, p[i]->key) == 0; j++) {
+            const struct hist *a = p[j];
+
+            x->attempts++;
+            if (a->status / 100 == 2) {
+                if (a->done_ms < x->ok_ms)
+                    x->ok_ms = a->done_ms;
+                x->fresh = x->fresh || !a->replayed;
+            }
+            x->unknown = x->unknown || indefinite(a);
+            if (len < (int)sizeof(x->answers) - 1)
+                len += snprintf(x->answers + len, sizeof(x->answers) - len,
+                                "%s%ld %s%s", j > i ? ", " : "", a->status,
+                                a->code, a->replayed ? "(replay)" : "");
+        }
+        snprintf(key.key, sizeof(key.key), "%s", p[i]->key);
+        x->kept = k ? bsearch(&key, k, nk, sizeof(key), cmp_krow) : NULL;
+        /* A create's voucher is the one its key names. */
+        if (x->ctl == CTL_CREATE && x->kept)
+            x->voucher = x->kept->target;
+        if (x->ctl == CTL_REFUND_DONE)
+            x->refund = x->units;
+        i = j;
+    }
+    free(p);
+    qsort(c, nc, sizeof(*c), cmp_change_sent);
+    *n = nc;
+    return c;
+}
+
+/* A change committed is never answered only with errors that invite a
+ * retry: one of its requests was answered 2xx for the first time, or
+ * its outcome was unknown. One answered 2xx committed. */
+static void check_change_answers(const struct change *c, size_t nc,
+                                 const struct pair *refunds, size_t nr)
+{
+    for (size_t i = 0; i < nc; i++) {
+        const struct change *x = &c[i];
+
+        if (x->kept && !x->fresh && !x->unknown)
+            violate("retry-invited", x->user, x->voucher, 0, x->sent_ms,
+                    "%s (key %s, voucher %lld, user %lld) committed in MySQL "
+                    "but was answered only with errors: %s",
+                    ctl_names[x->ctl], x->first->key, (long long)x->voucher,
+                    (long long)x->user, x->answers);
+        if (!x->kept && x->ok_ms != INT64_MAX && x->ctl != CTL_REFUND_DONE)
+            violate("control-not-kept", x->user, x->voucher, 0, x->ok_ms,
+                    "%s (key %s, voucher %lld, user %lld) was answered 2xx "
+                    "at %.1f s and its key is not in MySQL: %s",
+                    ctl_names[x->ctl], x->first->key, (long long)x->voucher,
+                    (long long)x->user, x->ok_ms / 1e3, x->answers);
+        if (x->ctl == CTL_REFUND_DONE && x->ok_ms != INT64_MAX) {
+            const struct pair *r = pair_find(refunds, nr, x->refund);
+
+            if (!r || r->value != 1)
+                violate("control-not-kept", 0, 0, x->first->order, x->ok_ms,
+                        "refund %lld marked done (answered at %.1f s) is %s "
+                        "in MySQL",
+                        (long long)x->refund, x->ok_ms / 1e3,
+                        r ? "not done" : "missing");
+        }
+    }
+}
+
+/* The first committed change of kind ctl of voucher (or user) after
+ * c[from]; NULL: none. */
+static const struct change *change_next(const struct change *c, size_t nc,
+                                        size_t from, enum ctl ctl,
+                                        int64_t voucher, int64_t user)
+{
+    for (size_t i = from + 1; i < nc; i++)
+        if (c[i].ctl == ctl && c[i].kept && c[i].voucher == voucher &&
+            c[i].user == user)
+            return &c[i];
+    return NULL;
+}
+
+/* Nothing decided while a sale was paused: from the pause's first 2xx
+ * to the request of the resume that committed after it; nothing after a
+ * stop's first 2xx. Decision times are MySQL's and Redis' clocks, the
+ * answers the driver's (DECIDED_MARGIN_MS). */
+static void check_paused(const struct change *c, size_t nc,
+                         const struct orow *o, size_t no)
+{
+    for (size_t i = 0; i < nc; i++) {
+        const struct change *x = &c[i], *next;
+        int64_t from, to;
+        const char *kind;
+
+        if ((x->ctl != CTL_PAUSE && x->ctl != CTL_STOP) || !x->kept ||
+            x->ok_ms == INT64_MAX)
+            continue;
+        from = x->ok_ms + DECIDED_MARGIN_MS;
+        to = INT64_MAX;
+        kind = x->ctl == CTL_STOP ? "stopped-sold" : "paused-sold";
+        if (x->ctl == CTL_PAUSE &&
+            (next = change_next(c, nc, i, CTL_RESUME, x->voucher, 0)))
+            to = next->sent_ms - DECIDED_MARGIN_MS;
+        for (size_t k = 0; k < no; k++)
+            if (o[k].voucher == x->voucher && o[k].decided_ms > from &&
+                o[k].decided_ms < to)
+                violate(kind, 0, x->voucher, o[k].id, o[k].decided_ms,
+                        "order %lld of user %lld, voucher %lld decided at "
+                        "%.3f s: the %s (key %s) was answered 2xx at %.3f s%s",
+                        (long long)o[k].id, (long long)o[k].user,
+                        (long long)x->voucher, o[k].decided_ms / 1e3,
+                        ctl_names[x->ctl], x->first->key, x->ok_ms / 1e3,
+                        to == INT64_MAX ? "" : ", the resume sent after it");
+    }
+}
+
+/* Every sale's initial stock is its created stock, replaced by each
+ * committed edit of the stock and grown by each committed restock, in
+ * the order MySQL committed them; one audit record per restock. */
+static void check_restocks(const struct change *c, size_t nc,
+                           const struct vrow *v, size_t nv,
+                           const struct pair *audit, size_t na, int *restocks)
+{
+    *restocks = 0;
+    for (size_t i = 0; i < nv; i++) {
+        const struct change *ev[256];
+        size_t ne = 0;
+        int64_t want = -1, applied = 0, edits = 0;
+        const struct pair *a;
+        bool created = false;
+
+        for (size_t j = 0; j < nc; j++) {
+            if (!c[j].kept || c[j].voucher != v[i].id)
+                continue;
+            if (c[j].ctl == CTL_CREATE) {
+                want = c[j].units;
+                created = true;
+            } else if ((c[j].ctl == CTL_RESTOCK ||
+                        (c[j].ctl == CTL_PATCH && c[j].units)) &&
+                       ne < 256) {
+                ev[ne++] = &c[j];
+            }
+        }
+        if (!created)
+            continue;
+        /* In MySQL's order (the keys' creation times). */
+        for (size_t a1 = 1; a1 < ne; a1++)
+            for (size_t b = a1;
+                 b > 0 && ev[b - 1]->kept->created_ms > ev[b]->kept->created_ms;
+                 b--) {
+                const struct change *t = ev[b];
+
+                ev[b] = ev[b - 1];
+                ev[b - 1] = t;
+            }
+        for (size_t j = 0; j < ne; j++) {
+            if (ev[j]->ctl == CTL_PATCH) {
+                want = ev[j]->units;
+                edits++;
+            } else {
+                want += ev[j]->units;
+                applied++;
+            }
+        }
+        *restocks += (int)applied;
+        if (v[i].initial != want)
+            violate("restock-not-once", 0, v[i].id, 0,
+                    ne ? ev[ne - 1]->sent_ms : soak_ms(),
+                    "voucher %lld has initial stock %lld in MySQL; its "
+                    "creation, %lld edit(s) of the stock and %lld "
+                    "restock(s) that committed make %lld",
+                    (long long)v[i].id, (long long)v[i].initial,
+                    (long long)edits, (long long)applied, (long long)want);
+        a = pair_find(audit, na, v[i].id);
+        if ((a ? a->value : 0) != applied)
+            violate("restock-not-once", 0, v[i].id, 0,
+                    ne ? ev[ne - 1]->sent_ms : soak_ms(),
+                    "voucher %lld: %lld restock(s) committed (their keys "
+                    "are in MySQL) and %lld voucher.restock record(s) in "
+                    "the audit log",
+                    (long long)v[i].id, (long long)applied,
+                    (long long)(a ? a->value : 0));
+    }
+}
+
+/* A committed delete leaves no voucher behind. */
+static void check_deletes(const struct change *c, size_t nc,
+                          const struct vrow *v, size_t nv)
+{
+    for (size_t i = 0; i < nc; i++) {
+        if (c[i].ctl != CTL_DELETE || !c[i].kept)
+            continue;
+        for (size_t k = 0; k < nv; k++)
+            if (v[k].id == c[i].voucher)
+                violate("control-not-kept", 0, c[i].voucher, 0, c[i].sent_ms,
+                        "voucher %lld was deleted (key %s) and is still in "
+                        "MySQL",
+                        (long long)c[i].voucher, c[i].first->key);
+    }
+}
+
+/* Whether a fault between from_ms and to_ms may have kept a ban from
+ * an instance: a ban reaches the others through Redis, and an instance
+ * that cannot reach it keeps the state it has (docs/accounts.md). */
+static bool ban_delayed(const struct fault *f, size_t nf, int64_t from_ms,
+                        int64_t to_ms)
+{
+    for (size_t i = 0; i < nf; i++)
+        if ((f[i].kind == F_REDIS_KILL ||
+             ((f[i].kind == F_PARTITION || f[i].kind == F_LOSS ||
+               f[i].kind == F_LATENCY) &&
+              strstr(f[i].what, "redis"))) &&
+            f[i].start_ms <= to_ms &&
+            (!f[i].heal_ms || f[i].heal_ms >= from_ms))
+            return true;
+    return false;
+}
+
+/* No order of a banned buyer decided from a second after the ban's
+ * first 2xx to the request of the unban that committed after it; no
+ * request of it refused 403 from a second after the unban's first 2xx
+ * to its next ban. */
+static void check_bans(const struct change *c, size_t nc, const struct orow *o,
+                       size_t no, const struct hist *h, size_t nh,
+                       const struct fault *f, size_t nf, int *excused)
+{
+    *excused = 0;
+    for (size_t i = 0; i < nc; i++) {
+        const struct change *x = &c[i], *next;
+        int64_t from, to;
+
+        if (!x->kept || x->ok_ms == INT64_MAX ||
+            (x->ctl != CTL_BAN && x->ctl != CTL_UNBAN))
+            continue;
+        from = x->ok_ms + BAN_TOLD_MS;
+        next = change_next(c, nc, i, x->ctl == CTL_BAN ? CTL_UNBAN : CTL_BAN, 0,
+                           x->user);
+        to = next ? next->sent_ms - DECIDED_MARGIN_MS : INT64_MAX;
+        if (x->ctl == CTL_BAN) {
+            for (size_t k = 0; k < no; k++) {
+                if (o[k].user != x->user || o[k].decided_ms <= from ||
+                    o[k].decided_ms >= to)
+                    continue;
+                if (ban_delayed(f, nf, x->sent_ms, o[k].decided_ms)) {
+                    (*excused)++;
+                    continue;
+                }
+                violate("banned-bought", x->user, o[k].voucher, o[k].id,
+                        o[k].decided_ms,
+                        "order %lld of user %lld (voucher %lld) decided at "
+                        "%.3f s: the ban (key %s) was answered at %.3f s%s",
+                        (long long)o[k].id, (long long)x->user,
+                        (long long)o[k].voucher, o[k].decided_ms / 1e3,
+                        x->first->key, x->ok_ms / 1e3,
+                        next ? ", the unban sent after it" : "");
+            }
+            continue;
+        }
+        for (size_t k = 0; k < nh; k++) {
+            if (h[k].user != x->user || h[k].sent_ms <= from ||
+                h[k].sent_ms >= to || h[k].status != 403 ||
+                strcmp(h[k].code, "FORBIDDEN") != 0)
+                continue;
+            if (ban_delayed(f, nf, x->sent_ms, h[k].done_ms)) {
+                (*excused)++;
+                continue;
+            }
+            violate("unbanned-refused", x->user, h[k].voucher, 0, h[k].done_ms,
+                    "%s by user %lld sent at %.3f s refused 403 FORBIDDEN: "
+                    "the unban (key %s) was answered at %.3f s",
+                    op_names[h[k].op], (long long)x->user, h[k].sent_ms / 1e3,
+                    x->first->key, x->ok_ms / 1e3);
+        }
+    }
+}
+
+/* Whether an instance's clock was stepped between from_ms and to_ms. */
+static bool clock_stepped(const struct fault *f, size_t nf, int64_t from_ms,
+                          int64_t to_ms)
+{
+    for (size_t i = 0; i < nf; i++)
+        if (f[i].kind == F_CLOCK && f[i].start_ms <= to_ms &&
+            (!f[i].heal_ms || f[i].heal_ms + TICKET_MARGIN_MS >= from_ms))
+            return true;
+    return false;
+}
+
+/* A purchase with a waiting room's ticket is not refused it while the
+ * ticket is good: until the expiry it carries, and for a latecomer (who
+ * joined a ticket's life after the begin, when the rate's turn has long
+ * passed) until a ticket's life after its first join was sent: a place
+ * is admitted no earlier than its buyer joined (Redis' clock, which is
+ * the driver's). Not while an instance's clock was stepped. */
+static void check_tickets(const struct hist *h, size_t nh,
+                          const struct fault *f, size_t nf, int *late_bought)
+{
+    *late_bought = 0;
+    for (size_t i = 0; i < nh; i++) {
+        int64_t good = h[i].ticket_exp_ms, joined = h[i].joined_ms;
+
+        if (h[i].op != OP_BUY || !h[i].joined_ms)
+            continue;
+        if (h[i].late && sold(&h[i]))
+            (*late_bought)++;
+        if (h[i].status != 403 || strcmp(h[i].code, "TICKET_REQUIRED") != 0)
+            continue;
+        /* The buyer's first join of this sale, in any flow. */
+        for (size_t k = 0; k < nh; k++)
+            if (h[k].op == OP_QUEUE && h[k].user == h[i].user &&
+                h[k].voucher == h[i].voucher && h[k].sent_ms < joined &&
+                strcmp(h[k].txn, "join") == 0)
+                joined = h[k].sent_ms;
+        if (h[i].late && joined + SOAK_TICKET_TTL_S * 1000 > good)
+            good = joined + SOAK_TICKET_TTL_S * 1000;
+        if (h[i].sent_ms >= good - TICKET_MARGIN_MS ||
+            clock_stepped(f, nf, h[i].sent_ms - TICKET_MARGIN_MS, h[i].done_ms))
+            continue;
+        violate(
+            h[i].late ? "late-joiner-refused" : "ticket-refused", h[i].user,
+            h[i].voucher, 0, h[i].done_ms,
+            "user %lld, who joined voucher %lld's waiting room at %.1f s%s, "
+            "was refused 403 TICKET_REQUIRED at %.1f s; its ticket "
+            "expires at %.1f s and is good until %.1f s",
+            (long long)h[i].user, (long long)h[i].voucher, joined / 1e3,
+            h[i].late ? " (late)" : "", h[i].sent_ms / 1e3,
+            h[i].ticket_exp_ms / 1e3, good / 1e3);
+    }
+}
+
+/* No order paid after its deadline (both MySQL's clock). */
+static void check_deadlines(const struct orow *o, size_t no)
+{
+    for (size_t k = 0; k < no; k++)
+        if (o[k].status == 2 && o[k].paid_ms > o[k].deadline_ms)
+            violate("paid-after-deadline", o[k].user, o[k].voucher, o[k].id,
+                    o[k].paid_ms,
+                    "order %lld paid at %.3f s, after its deadline %.3f s",
+                    (long long)o[k].id, o[k].paid_ms / 1e3,
+                    o[k].deadline_ms / 1e3);
+}
+
+struct ops_counts {
+    int changes[CTL_COUNT], kept[CTL_COUNT], unknown[CTL_COUNT];
+    int restocks, bans_excused, late_bought;
+};
+
+static void check_operator(MYSQL *my, const struct hist *h, size_t nh,
+                           const struct orow *o, size_t no,
+                           const struct vrow *v, size_t nv,
+                           const struct fault *f, size_t nf,
+                           struct ops_counts *oc)
+{
+    size_t nk = 0, na = 0, nr = 0, nc = 0;
+    struct krow *k = keys_read(my, &nk);
+    struct pair *audit =
+        pairs_read(my,
+                   "SELECT target_id, COUNT(*) FROM audit_log WHERE action = "
+                   "'voucher.restock' GROUP BY target_id",
+                   &na);
+    struct pair *refunds =
+        pairs_read(my, "SELECT id, status FROM refunds", &nr);
+    struct change *c;
+
+    if (!k || !audit || !refunds)
+        violate("mysql-unreachable", 0, 0, 0, soak_ms(),
+                "MySQL's keys, audit log or refunds could not be read");
+    c = changes_build(h, nh, k, nk, &nc);
+    for (size_t i = 0; i < nc; i++) {
+        oc->changes[c[i].ctl]++;
+        oc->kept[c[i].ctl] += c[i].kept != NULL;
+        oc->unknown[c[i].ctl] += c[i].unknown;
+    }
+    check_change_answers(c, nc, refunds, nr);
+    check_paused(c, nc, o, no);
+    check_restocks(c, nc, v, nv, audit, na, &oc->restocks);
+    check_deletes(c, nc, v, nv);
+    check_bans(c, nc, o, no, h, nh, f, nf, &oc->bans_excused);
+    check_tickets(h, nh, f, nf, &oc->late_bought);
+    check_deadlines(o, no);
+    free(c);
+    free(k);
+    free(audit);
+    free(refunds);
+}
+
+static void print_operator(const struct ops_counts *oc)
+{
+    printf("\nadmin changes (one per Idempotency-Key):\n  %-12s %7s %9s "
+           "%8s\n",
+           "change", "count", "committed", "unknown");
+    for (int i = 1; i < CTL_COUNT; i++)
+        if (oc->changes[i])
+            printf("  %-12s %7d %9d %8d\n", ctl_names[i], oc->changes[i],
+                   oc->kept[i], oc->unknown[i]);
+    printf("restocks applied: %d; late joiners who bought: %d; orders of "
+           "banned buyers or refusals after an unban while a fault could "
+           "keep the ban from an instance (allowed): %d\n",
+           oc->restocks, oc->late_bought, oc->bans_excused);
+}
+
 /* ---- the report ---- */
 
 static void print_faults(const struct fault *f, size_t nf)
@@ -813,6 +1388,20 @@ static bool hist_about(const struct hist *h, const struct violation *v)
            !(h->op == OP_BUY && (h->status == 201 || h->status == 202));
 }
 
+/* What the history's txn column says of h: its transaction, its
+ * change and key, or its ticket. */
+static void hist_what(const struct hist *h, char *out, size_t cap)
+{
+    if (h->key[0])
+        snprintf(out, cap, "%s:%s:%lld%s", ctl_names[h->ctl], h->key,
+                 (long long)h->units, h->replayed ? ":replay" : "");
+    else if (h->op == OP_BUY && h->joined_ms)
+        snprintf(out, cap, "ticket:%.1f-%.1f%s", h->joined_ms / 1e3,
+                 h->ticket_exp_ms / 1e3, h->late ? ":late" : "");
+    else
+        snprintf(out, cap, "%s", h->txn);
+}
+
 static void print_window(const struct violation *v, const struct hist *h,
                          size_t nh, const struct fault *f, size_t nf,
                          const struct logline *l, size_t nl)
@@ -838,12 +1427,14 @@ static void print_window(const struct violation *v, const struct hist *h,
             idx[n++] = i;
     for (size_t k = n > WINDOW_LINES ? n - WINDOW_LINES : 0; k < n; k++) {
         const struct hist *x = &h[idx[k]];
+        char what[80];
 
+        hist_what(x, what, sizeof(what));
         printf("      %7.1f..%-7.1f %-6s user %lld voucher %lld order %lld%s%s "
                "-> %ld %s %.60s\n",
                x->sent_ms / 1e3, x->done_ms / 1e3, op_names[x->op],
                (long long)x->user, (long long)x->voucher, (long long)x->order,
-               x->txn[0] ? " txn " : "", x->txn, x->status, x->code, x->body);
+               what[0] ? " " : "", what, x->status, x->code, x->body);
     }
     free(idx);
 }
@@ -869,13 +1460,19 @@ static void history_write(const struct hist *h, size_t nh)
     f = fopen(path, "w");
     if (!f)
         return;
-    fprintf(f, "# sent_s done_s op user voucher order txn status code body\n");
-    for (size_t i = 0; i < nh; i++)
+    fprintf(f, "# sent_s done_s op user voucher order txn status code body "
+               "(txn: an admin's change:key:units[:replay], a purchase's "
+               "ticket:joined-expiry[:late])\n");
+    for (size_t i = 0; i < nh; i++) {
+        char what[80];
+
+        hist_what(&h[i], what, sizeof(what));
         fprintf(f, "%.3f %.3f %s %lld %lld %lld %s %ld %s %s\n",
                 h[i].sent_ms / 1e3, h[i].done_ms / 1e3, op_names[h[i].op],
                 (long long)h[i].user, (long long)h[i].voucher,
-                (long long)h[i].order, h[i].txn[0] ? h[i].txn : "-",
-                h[i].status, h[i].code[0] ? h[i].code : "-", h[i].body);
+                (long long)h[i].order, what[0] ? what : "-", h[i].status,
+                h[i].code[0] ? h[i].code : "-", h[i].body);
+    }
     fclose(f);
     printf("the history: %s\n", path);
 }
@@ -890,6 +1487,7 @@ int checker_run(void)
     struct vrow *v = NULL;
     MYSQL *my = NULL;
     int repairs_ok = 0, sold202 = 0;
+    struct ops_counts oc = {.restocks = 0};
 
     for (int tries = 0; !my && tries < 50; tries++) {
         my = fdb_connect(&world.target, 10);
@@ -909,6 +1507,7 @@ int checker_run(void)
         check_lifecycle(h, nh, o, no, l, nl);
         check_end_state(v, nv, o, no);
         check_logs(l, nl, f, nf, h, nh, &repairs_ok);
+        check_operator(my, h, nh, o, no, v, nv, f, nf, &oc);
     }
     check_outside(h, nh, f, nf);
     if (my)
@@ -919,6 +1518,7 @@ int checker_run(void)
     history_write(h, nh);
     print_faults(f, nf);
     print_requests(h, nh);
+    print_operator(&oc);
     printf("\n%zu vouchers (%zu orders in MySQL); stock sampled %ld times; "
            "%d async sales rebuilt after a Redis failover or a creation that "
            "may have missed Redis (allowed); 202s "

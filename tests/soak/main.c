@@ -217,6 +217,15 @@ int main(void)
     if (settings_read() != 0)
         return 2;
     it_secret();
+    /* Queue sales' settings (soak.h), inherited by every instance. */
+    {
+        char v[16];
+
+        snprintf(v, sizeof(v), "%d", SOAK_TICKET_TTL_S);
+        setenv("SECKILL_WAITROOM_TICKET_TTL_S", v, 1);
+        snprintf(v, sizeof(v), "%d", SOAK_ADMIT_RATE);
+        setenv("SECKILL_WAITROOM_ADMIT_RATE", v, 1);
+    }
     soak_t0_ms = util_now_ms();
     printf("soak: seed=%llu minutes=%g canary=%d buyers=%d hostname=%s "
            "(replay: SOAK_SEED=%llu)\n",

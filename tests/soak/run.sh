@@ -12,10 +12,11 @@
 #
 # --canary-check (make test-faults) runs a short canary soak
 # (SOAK_CANARY=1, SOAK_MINUTES 2 unless set) and succeeds only when the
-# checker caught both planted faults: a 202 whose order is not in MySQL
-# (sold-not-in-mysql) and a unit not given back to Redis (Redis and MySQL
-# disagreeing: sale-repaired, already-without-order or redis-differs),
-# with the seed printed.
+# checker caught every planted fault: a 202 whose order is not in MySQL
+# (sold-not-in-mysql), a unit not given back to Redis (Redis and MySQL
+# disagreeing: sale-repaired, already-without-order or redis-differs), a
+# restock applied twice (restock-not-once) and a latecomer refused its
+# ticket (late-joiner-refused), with the seed printed.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -68,9 +69,11 @@ status=${PIPESTATUS[0]}
 verdict=$(grep '^soak: FAIL' "$out" || true)
 if ((status == 1)) && [[ $verdict == *sold-not-in-mysql=* ]] &&
     [[ $verdict =~ (sale-repaired|already-without-order|redis-differs)= ]] &&
+    [[ $verdict == *restock-not-once=* ]] &&
+    [[ $verdict == *late-joiner-refused=* ]] &&
     [[ $verdict == *seed=* ]]; then
-    echo "canary: the checker caught the dropped 202 and the unit not returned ($verdict)"
+    echo "canary: the checker caught the dropped 202, the unit not returned, the restock applied twice and the latecomer refused ($verdict)"
     exit 0
 fi
-echo "canary: the checker did NOT report both planted faults (exit $status): ${verdict:-no verdict}" >&2
+echo "canary: the checker did NOT report all four planted faults (exit $status): ${verdict:-no verdict}" >&2
 exit 1

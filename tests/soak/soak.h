@@ -42,6 +42,16 @@
 #define SOAK_ANSWER_MS 16000
 #define SOAK_PAY_TIMEOUT_S 20
 #define SOAK_PAY_VALUE 100
+/* Queue sales: a short ticket and a slow admission, so that latecomers
+ * (who join more than a ticket's life after the begin) are common. */
+#define SOAK_TICKET_TTL_S 8
+#define SOAK_ADMIT_RATE 5
+/* The canary's failpoints for the operator's features (a format string
+ * of world.c's instance environment): the first restock an instance
+ * makes is applied twice, every other waiting room place is admitted by
+ * the rate alone (a latecomer's ticket has expired when it is given). */
+#define SOAK_CANARY_CONTROLS_FAILPOINTS                                        \
+    "restock_apply_twice=fail,waitroom_rate_only=fail%%2"
 
 /* ---- settings (main.c) ---- */
 
@@ -50,7 +60,9 @@ struct soak_cfg {
     double minutes;
     /* Plant the failpoints the checker must catch: every instance drops
      * one async purchase in 1,000 before the sale's script (answered 202,
-     * never sold) and instance 1 skips its second unit return. */
+     * never sold), applies its first restock twice and admits every other
+     * waiting room place by the rate alone; instance 1 skips its second
+     * unit return. */
     bool canary;
     int buyers; /* client threads */
     /* The instances run in UTS and PID namespaces of their own with one
@@ -178,13 +190,35 @@ enum op {
     OP_PAY,
     OP_CANCEL,
     OP_READ,
-    OP_CODE,  /* a login code asked for (POST /api/auth/code) */
-    OP_LOGIN, /* the login with it */
-    OP_SALE,  /* an admin creates a voucher */
+    OP_CODE,    /* a login code asked for (POST /api/auth/code) */
+    OP_LOGIN,   /* the login with it */
+    OP_SALE,    /* an admin creates a voucher */
+    OP_CONTROL, /* an admin's change of a sale, a ban, a refund (ctl) */
+    OP_QUEUE,   /* a join of a waiting room, or a read of the place */
+    OP_ADMIN,   /* an admin's login, or a read of refunds or the audit */
+    OP_LOGOUT,  /* a buyer logs out everywhere */
     OP_COUNT
 };
 
 extern const char *const op_names[OP_COUNT];
+
+/* What an admin's change (OP_CONTROL, and OP_SALE's create) was. */
+enum ctl {
+    CTL_NONE,
+    CTL_CREATE,
+    CTL_PAUSE,
+    CTL_RESUME,
+    CTL_STOP,
+    CTL_RESTOCK,
+    CTL_PATCH,
+    CTL_DELETE,
+    CTL_BAN,
+    CTL_UNBAN,
+    CTL_REFUND_DONE,
+    CTL_COUNT
+};
+
+extern const char *const ctl_names[CTL_COUNT];
 
 struct hist {
     int64_t sent_ms, done_ms; /* soak_ms() */
@@ -196,6 +230,18 @@ struct hist {
     bool ambiguous;   /* 503 "the outcome is unknown" */
     char ostatus[12]; /* the order's status in a 200 of cancel or pay */
     char body[120];   /* the start of the answer */
+    /* An admin's change: which, its Idempotency-Key (the same on each
+     * retry), a restock's units or an edit's new stock (0: none), and
+     * whether the answer was a replay (Idempotent-Replayed: true). */
+    enum ctl ctl;
+    char key[32];
+    int64_t units;
+    bool replayed;
+    /* A purchase of a queue sale with a ticket (and OP_QUEUE): when its
+     * join was sent, the ticket's expiry (soak_ms(); 0: no ticket) and
+     * whether the buyer joined late (a ticket's life after the begin). */
+    int64_t joined_ms, ticket_exp_ms;
+    bool late;
 };
 
 /* Record one request (thread-safe). */
@@ -211,6 +257,8 @@ struct sale {
     int64_t begin_ms, end_ms; /* soak_ms() */
     int64_t created_ms;
     bool crowd; /* the canary's big sale */
+    bool queue; /* admission through a waiting room */
+    bool gone;  /* deleted, or stopped: the operator leaves it alone */
 };
 
 void workload_start(void);

@@ -293,12 +293,16 @@ static int instance_setup(int i)
         (unsigned)in->px_redis[0].port, (unsigned)world.redis[1].port,
         (unsigned)in->px_redis[1].port);
     /* The canary: every instance drops one async purchase in 1,000 before
-     * the sale's script; the first also skips its second unit return. */
+     * the sale's script, applies the first restock it makes twice and
+     * admits every other waiting room place by the rate alone (a
+     * latecomer's ticket expired); the first also skips its second unit
+     * return. */
     if (soak_cfg.canary && i == 0)
         ENV("SECKILL_FAILPOINTS=async_sale_drop=fail%%1000,"
-            "unit_return_skip=fail@2");
+            "unit_return_skip=fail@2," SOAK_CANARY_CONTROLS_FAILPOINTS);
     else if (soak_cfg.canary)
-        ENV("SECKILL_FAILPOINTS=async_sale_drop=fail%%1000");
+        ENV("SECKILL_FAILPOINTS=async_sale_drop=fail%%"
+            "1000," SOAK_CANARY_CONTROLS_FAILPOINTS);
     else
         ENV("SECKILL_FAILPOINTS");
 #undef ENV
