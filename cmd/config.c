@@ -1418,9 +1418,9 @@ const struct config_setting config_settings[] = {
      .doc = "where each login code is POSTed as JSON `{\"phone\",\"code\","
             "\"expiresIn\"}` with `X-Signature` (the hex HMAC-SHA256 of the "
             "body, keyed by `SECKILL_SMS_SECRET`), for a service that sends it "
-            "by SMS; 2 s a try, tried again once, 4 s in all, then 503. "
-            "Without it and without "
-            "`SECKILL_DEV=1` the service refuses to start ([Sending login "
+            "by SMS; it has 4 s to answer 2xx, else the request is answered "
+            "503. Without it and without `SECKILL_DEV=1` the service refuses "
+            "to start ([Sending login "
             "codes](accounts.md#sending-login-codes))"},
     {.flag = "sms-queue-max",
      .env = "SECKILL_SMS_QUEUE_MAX",

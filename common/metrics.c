@@ -83,6 +83,10 @@ static const struct {
     [METRIC_REDIS_TRYAGAIN] = {"redis_cluster_redirections", "kind",
                                "tryagain"},
     [METRIC_REDIS_REFRESH] = {"redis_cluster_redirections", "kind", "refresh"},
+    [METRIC_SMS_SENT] = {"sms_codes", "outcome", "sent"},
+    [METRIC_SMS_NOT_SENT] = {"sms_codes", "outcome", "not_sent"},
+    [METRIC_SMS_UNCONFIRMED] = {"sms_codes", "outcome", "unconfirmed"},
+    [METRIC_SMS_QUEUE_FULL] = {"sms_codes", "outcome", "queue_full"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -116,6 +120,11 @@ static const struct {
     {"redis_cluster_redirections",
      "Redis Cluster routing: MOVED and ASK replies followed, TRYAGAIN and "
      "CLUSTERDOWN replies waited out, slot maps asked for (refresh)."},
+    {"sms_codes",
+     "Login codes sent to the SMS webhook: taken (sent), surely not taken "
+     "(not_sent: refused or not reached), perhaps taken (unconfirmed: "
+     "reached, no answer within 4 s), or refused at once because the "
+     "sender held its most (queue_full); all but sent answered 503."},
 };
 
 /* ---- the per-thread block ---- */

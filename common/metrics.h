@@ -24,7 +24,8 @@
  * seckill_purchases_total{outcome=...},
  * seckill_connection_errors_total{backend=...},
  * seckill_voucher_reads_total{server="replica"|"primary"},
- * seckill_redis_cluster_redirections_total{kind=...}, and (the last two)
+ * seckill_redis_cluster_redirections_total{kind=...},
+ * seckill_sms_codes_total{outcome=...}, and (the last two)
  * seckill_http_connections_total and the seckill_http_open_connections
  * gauge.
  */
@@ -56,6 +57,10 @@ enum metric_counter {
     METRIC_REDIS_ASK,                /* an ASK followed */
     METRIC_REDIS_TRYAGAIN,           /* a TRYAGAIN/CLUSTERDOWN waited out */
     METRIC_REDIS_REFRESH,            /* the slot map asked for */
+    METRIC_SMS_SENT,                 /* a login code the webhook took */
+    METRIC_SMS_NOT_SENT,             /* surely not taken: 503 */
+    METRIC_SMS_UNCONFIRMED,          /* perhaps taken, no answer: 503 */
+    METRIC_SMS_QUEUE_FULL,           /* too many on their way: 503 at once */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS

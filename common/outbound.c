@@ -30,6 +30,8 @@ struct ob_call {
     struct curl_slist *headers;
     int64_t deadline_ms; /* monotonic */
     unsigned try_ms, tries_max, tries;
+    bool retry_unanswered; /* try again after a try that may have arrived */
+    bool maybe_arrived;    /* a try may have reached the receiver */
     void (*done)(void *arg, const struct outbound_result *r);
     void *arg;
     long status;
@@ -111,8 +113,10 @@ static void call_free(struct ob_call *c)
 /* c is over: tell its owner, then forget it. */
 static void call_end(struct outbound *o, struct ob_call *c, int err)
 {
-    struct outbound_result r = {
-        .err = err, .status = c->status, .tries = c->tries};
+    struct outbound_result r = {.err = err,
+                                .status = c->status,
+                                .tries = c->tries,
+                                .maybe_arrived = c->maybe_arrived};
 
     pthread_mutex_lock(&o->mu);
     c->q->held--;
@@ -157,14 +161,38 @@ static void try_start(struct outbound *o, struct ob_call *c, int64_t now)
     curl_multi_add_handle(o->multi, h);
 }
 
+/*
+ * Whether the try on h that ended with rc may have reached the receiver:
+ * it was answered (whatever the answer), or it failed once connected (a
+ * timeout or a reset after the request went out). A try that never
+ * connected, or never left (the stop), did not.
+ */
+static bool try_may_have_arrived(CURL *h, CURLcode rc)
+{
+    curl_off_t connected = 0;
+
+    if (rc == CURLE_OK)
+        return true;
+    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+        rc == CURLE_COULDNT_RESOLVE_PROXY)
+        return false;
+    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected);
+    return connected > 0;
+}
+
 /* A try of c ended with rc: end c, or queue it for another try. */
 static void try_ended(struct outbound *o, struct ob_call *c, CURLcode rc)
 {
+    bool unanswered = rc != CURLE_OK;
     int64_t now;
 
     c->status = 0;
     if (rc == CURLE_OK)
         curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &c->status);
+    if (try_may_have_arrived(c->easy, rc))
+        c->maybe_arrived = true;
+    else
+        unanswered = false; /* it never left: a try again is safe */
     curl_multi_remove_handle(o->multi, c->easy);
     curl_easy_cleanup(c->easy);
     c->easy = NULL;
@@ -182,9 +210,10 @@ static void try_ended(struct outbound *o, struct ob_call *c, CURLcode rc)
         log_warn("outbound call failed", "queue=%s try=%u status=%ld",
                  c->q->name, c->tries, c->status);
     now = util_mono_ms();
-    if (now >= c->deadline_ms)
+    if (now >= c->deadline_ms ||
+        (unanswered && !c->retry_unanswered && rc == CURLE_OPERATION_TIMEDOUT))
         call_end(o, c, -ETIMEDOUT);
-    else if (c->tries >= c->tries_max)
+    else if (c->tries >= c->tries_max || (unanswered && !c->retry_unanswered))
         call_end(o, c, -ECOMM);
     else
         list_push_front(&c->q->waiting, c);
@@ -244,7 +273,12 @@ static void drain_all(struct outbound *o, struct outbound_queue *queues)
 {
     while (o->active.head) {
         struct ob_call *c = o->active.head;
+        curl_off_t connected = 0;
 
+        /* Cut short: connected, its request may have gone out. */
+        curl_easy_getinfo(c->easy, CURLINFO_CONNECT_TIME_T, &connected);
+        if (connected > 0)
+            c->maybe_arrived = true;
         curl_multi_remove_handle(o->multi, c->easy);
         curl_easy_cleanup(c->easy);
         c->easy = NULL;
@@ -339,6 +373,7 @@ int outbound_post(struct outbound_queue *q, const struct outbound_call *call)
     c->deadline_ms = util_mono_ms() + call->deadline_ms;
     c->try_ms = call->try_ms;
     c->tries_max = call->tries ? call->tries : 1;
+    c->retry_unanswered = call->retry_unanswered;
     c->done = call->done;
     c->arg = call->arg;
     /* Checked and queued at once: the thread's last look at the incoming

@@ -19,6 +19,7 @@
 #ifndef SECKILL_COMMON_OUTBOUND_H
 #define SECKILL_COMMON_OUTBOUND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct outbound;
@@ -26,11 +27,16 @@ struct outbound_queue;
 
 /* How a call ended, given to its done(). */
 struct outbound_result {
-    int err;     /* 0: answered 2xx; -ETIMEDOUT: its deadline passed;
-                  * -ECOMM: every try failed (refused, reset, not 2xx);
-                  * -ESHUTDOWN: the sender stopped first */
+    int err;     /* 0: answered 2xx; -ETIMEDOUT: its deadline passed, or
+                  * a try went unanswered; -ECOMM: the tries failed
+                  * (refused, reset, not 2xx); -ESHUTDOWN: the sender
+                  * stopped first */
     long status; /* the last answer's HTTP status, 0 when none came */
     unsigned tries;
+    /* A try may have reached the receiver (it was answered, or it went
+     * unanswered once connected): a failed call's effect is unknown
+     * then, not absent. */
+    bool maybe_arrived;
 };
 
 /* One POST. The strings are copied by outbound_post(). */
@@ -43,6 +49,11 @@ struct outbound_call {
     unsigned deadline_ms; /* from outbound_post() to giving up */
     unsigned try_ms;      /* one try at most (0: the whole deadline) */
     unsigned tries;       /* at most (0: one) */
+    /* Try again after a try that may have arrived and went unanswered
+     * (a timeout or a reset once connected)? Only when the receiver
+     * takes the same call twice as once. Answered failures (not 2xx)
+     * and tries that never connected are tried again regardless. */
+    bool retry_unanswered;
     /* Called exactly once, unless outbound_post() refused the call. */
     void (*done)(void *arg, const struct outbound_result *r);
     void *arg;

@@ -42,6 +42,19 @@ static unsigned code_reply(struct request *req, const struct sale_code *c)
         return req_error(req, ERR_UNAVAILABLE,
                          "the code could not be sent: try again in a moment");
     }
+    if (c->err == -ETIMEDOUT) {
+        /* The SMS service got it and did not say: it may arrive. */
+        req->retry_after = c->retry_s ? c->retry_s : 60;
+        return req_error(req, ERR_UNAVAILABLE,
+                         "the code may have been sent: if it has not "
+                         "arrived, ask again after Retry-After");
+    }
+    if (c->err == -EUSERS) {
+        req->retry_after = 2;
+        return req_error(req, ERR_RATE_LIMITED,
+                         "too many login codes from your address are on "
+                         "their way: retry in a moment");
+    }
     if (c->err == -EAGAIN) {
         req->retry_after = 2;
         return req_error(req, ERR_UNAVAILABLE,
@@ -83,6 +96,8 @@ unsigned auth_code_post(struct request *req)
         !pow_or_reply(req))
         return req->status;
     c->done = code_done;
+    if (!req_client_key(req, c->client, sizeof(c->client)))
+        c->client[0] = '\0';
     if (!sale_login_code_issue(req->sale, c))
         return 0; /* handed to the SMS sender: code_done() answers */
     return code_reply(req, c);

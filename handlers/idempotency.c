@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <microhttpd.h>
 #include <sodium.h>
 
 #include "common/util.h"
@@ -35,16 +37,36 @@ static const char *method_name(enum http_method m)
     }
 }
 
+/* MHD_KeyValueIterator: count the Idempotency-Key headers into *cls. */
+static enum MHD_Result count_keys(void *cls, enum MHD_ValueKind kind,
+                                  const char *name, const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (strcasecmp(name, "Idempotency-Key") == 0)
+        (*(unsigned *)cls)++;
+    return MHD_YES;
+}
+
 void idem_parse(struct request *req)
 {
     const char *key = req_header_value(req, "Idempotency-Key");
     const char *m = method_name(req->method);
     crypto_hash_sha256_state h;
+    unsigned keys = 0;
     size_t len;
 
     if (!key || (req->method != HTTP_POST && req->method != HTTP_PATCH &&
                  req->method != HTTP_DELETE))
         return;
+    /* Two keys: which one the client meant is a guess. */
+    if (req->conn)
+        MHD_get_connection_values(req->conn, MHD_HEADER_KIND, count_keys,
+                                  &keys);
+    if (keys > 1) {
+        req->idem_bad = true;
+        return;
+    }
     len = strlen(key);
     for (size_t i = 0; i < len; i++)
         if (key[i] < 0x21 || key[i] > 0x7e)

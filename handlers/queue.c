@@ -56,10 +56,16 @@ static unsigned place_reply(struct request *req, unsigned status,
     return req_reply(
         req, status,
         json_pack(
-            "{s:o,s:o,s:b,s:I,s:o}", "voucherId", json_id(req->id), "position",
-            p->position ? json_integer(p->position) : json_null(), "admitted",
-            p->admitted, "etaSeconds", (json_int_t)((p->eta_ms + 999) / 1000),
-            "ticket", p->admitted ? json_string(p->ticket) : json_null()));
+            "{s:o,s:o,s:b,s:I,s:o,s:o}", "voucherId", json_id(req->id),
+            "position", p->position ? json_integer(p->position) : json_null(),
+            "admitted", p->admitted, "etaSeconds",
+            (json_int_t)((p->eta_ms + 999) / 1000), "ticket",
+            p->admitted ? json_string(p->ticket) : json_null(),
+            "ticketExpiresIn",
+            !p->admitted ? json_null()
+            : p->ticket_left_ms > 0
+                ? json_integer((json_int_t)((p->ticket_left_ms + 999) / 1000))
+                : json_integer(0)));
 }
 
 unsigned voucher_queue_post(struct request *req)

@@ -454,7 +454,8 @@ unsigned req_admin_or_reply(struct request *req)
      * said once the caller is known to be an admin. */
     if (req->idem_bad)
         return req_error(req, ERR_BAD_REQUEST,
-                         "Idempotency-Key: 1 to 255 visible ASCII characters");
+                         "Idempotency-Key: one header, of 1 to 255 visible "
+                         "ASCII characters");
     return 0;
 }
 

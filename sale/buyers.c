@@ -7,6 +7,7 @@
  */
 #include "sale/internal.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,17 +27,25 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
     int64_t retry_ms = 0;
 
     c->retry_s = 0;
+    if (s->cfg.sms.webhook && !sale__sms_slot_take(c->client)) {
+        c->err = -EUSERS;
+        return true;
+    }
     snprintf(c->code, sizeof(c->code), "%06u", randombytes_uniform(1000000));
     c->err = store_code_put(sale__store(s), c->phone, c->code, &s->cfg.codes,
                             &retry_ms);
     c->retry_s = retry_ms ? seconds_up(retry_ms) : 0;
-    if (c->err || retry_ms || !s->cfg.sms.webhook)
+    if (c->err || retry_ms || !s->cfg.sms.webhook) {
+        if (s->cfg.sms.webhook)
+            sale__sms_slot_give(c->client);
         return true;
+    }
     /* Kept first, so that the limits hold for concurrent requests; taken
-     * back when it could not be sent (a code nobody has is of no use, and
-     * the buyer may ask again at once). */
+     * back when it surely was not sent (a code nobody has is of no use,
+     * and the buyer may ask again at once). */
     if (!sale__sms_send(s, c))
         return false;
+    sale__sms_slot_give(c->client);
     if (store_code_revoke(sale__store(s), c->phone, c->code))
         log_warn("a login code not sent could not be taken back: it stays "
                  "until it expires",

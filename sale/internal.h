@@ -105,12 +105,20 @@ void sale__audit_make(struct store_audit *a, const struct sale_actor *who,
 void sale__audit_done(struct store_audit *a);
 /*
  * Send c's code to the config's SMS webhook (POSTed on its sender queue,
- * signed), good SALE_CODE_TTL_S. True: decided now (c->err: -EAGAIN, the
- * queue is full; done() not called). False: c->done() will be called
- * once, from another thread, with c->err 0 or -ECOMM (the code then
- * withdrawn).
+ * signed), good SALE_CODE_TTL_S, with c's client slot taken
+ * (sale__sms_slot_take()). True: decided now (c->err: -EAGAIN, the queue
+ * is full; done() not called; the caller gives the slot back). False:
+ * c->done() will be called once, from another thread, with c->err 0,
+ * -ECOMM (not sent: the code withdrawn) or -ETIMEDOUT (perhaps sent: the
+ * code kept), the slot given back.
  */
 bool sale__sms_send(struct sale *s, struct sale_code *c);
+
+/* A slot for one more code on its way from client (a key of its address;
+ * "" takes none): false when it has SMS_PER_CLIENT_MAX already. Give it
+ * back once the code is decided. Thread-safe. */
+bool sale__sms_slot_take(const char *client);
+void sale__sms_slot_give(const char *client);
 
 /* A time in the change of a record: ISO 8601, as the API writes it. */
 json_t *sale__audit_time(int64_t epoch_s);

@@ -153,7 +153,8 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 /* A login code being issued (sale_login_code_issue()). */
 struct sale_code {
     /* Set by the caller: */
-    char phone[PHONE_E164_MAX]; /* validated, E.164 */
+    char phone[PHONE_E164_MAX];      /* validated, E.164 */
+    char client[SALE_LIMIT_KEY_LEN]; /* its address's key, "" unknown */
     /* The code is decided: from another thread (see below). */
     void (*done)(struct sale_code *c);
     /* Set when it is decided: */
@@ -170,10 +171,14 @@ struct sale_code {
  * limits): then c->retry_s says when. Earlier codes stay valid until they
  * expire. With a webhook (the config's sms) the code is sent there
  * through the SMS sender (common/outbound.h), without waiting for it:
- * -ECOMM when the webhook did not take it within SALE_SMS_DEADLINE_MS,
- * -EAGAIN when the sender already holds as many codes as it may (at
- * once): either way the code is not kept and does not count against the
- * limits. Else 0 or -errno in c->err.
+ * -ECOMM when the webhook surely did not take it within
+ * SALE_SMS_DEADLINE_MS (it refused, or was never reached), -EAGAIN when
+ * the sender already holds as many codes as it may, -EUSERS when the
+ * client's address has as many on their way as it may (at once): then
+ * the code is not kept and does not count against the limits.
+ * -ETIMEDOUT when the webhook was reached and did not answer in time:
+ * the code may arrive, and is kept and counted. Else 0 or -errno in
+ * c->err.
  *
  * Waits for Redis (call it from a job). True: decided now, done() is not
  * called. False: handed to the sender; done() is called exactly once,
@@ -546,12 +551,13 @@ enum sale_queue_outcome {
 /* A buyer's place in a sale's waiting room. */
 struct sale_queue_place {
     enum sale_queue_outcome outcome;
-    int64_t position;    /* 1-based; 0 before the begin (drawn then) */
-    bool admitted;       /* it may buy, with ticket */
-    int64_t eta_ms;      /* until it is admitted (0 when it is) */
-    int64_t begin_in_ms; /* until the sale begins (<= 0: it has) */
-    int64_t retry_ms;    /* SALE_QUEUE_NOT_OPEN, SALE_QUEUE_TOO_SOON */
-    char ticket[80];     /* admitted: the purchase's ticket */
+    int64_t position;       /* 1-based; 0 before the begin (drawn then) */
+    bool admitted;          /* it may buy, with ticket */
+    int64_t eta_ms;         /* until it is admitted (0 when it is) */
+    int64_t begin_in_ms;    /* until the sale begins (<= 0: it has) */
+    int64_t retry_ms;       /* SALE_QUEUE_NOT_OPEN, SALE_QUEUE_TOO_SOON */
+    char ticket[80];        /* admitted: the purchase's ticket */
+    int64_t ticket_left_ms; /* admitted: how long it is good (<= 0: over) */
 };
 
 /*

@@ -108,13 +108,16 @@ static int place(struct sale *s, int64_t voucher_id, int64_t user_id, bool join,
     out->eta_ms = p.position && !p.admitted ? p.admit_at_ms - p.now_ms : 0;
     if (p.position == 0)
         out->eta_ms = out->begin_in_ms;
-    if (p.admitted)
+    if (p.admitted) {
         /* Fixed by the place, not by this poll: polling again cannot
          * stretch it. */
-        ticket_sign(s->cfg.waitroom.ticket_key, user_id, voucher_id,
-                    p.admit_at_ms +
-                        (int64_t)s->cfg.waitroom.ticket_ttl_s * 1000,
+        int64_t until =
+            p.admit_at_ms + (int64_t)s->cfg.waitroom.ticket_ttl_s * 1000;
+
+        ticket_sign(s->cfg.waitroom.ticket_key, user_id, voucher_id, until,
                     out->ticket);
+        out->ticket_left_ms = until - p.now_ms;
+    }
     return 0;
 }
 

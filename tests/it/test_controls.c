@@ -803,6 +803,17 @@ static void test_idempotency_keys(void **state)
     keyed("POST", path, NULL, "a b", &r1);
     it_assert_error(&r1, 400, "BAD_REQUEST");
     it_resp_free(&r1);
+    /* Two keys: 400, whichever was meant. */
+    {
+        const char *two[] = {"Idempotency-Key: k1", "Idempotency-Key: k2",
+                             NULL};
+        struct it_req req = {
+            .method = "POST", .path = path, .token = admin, .headers = two};
+
+        it_http_do(&srv[0], &req, &r1);
+        it_assert_error(&r1, 400, "BAD_REQUEST");
+        it_resp_free(&r1);
+    }
     /* Without a token: 401 first, whatever the key. */
     {
         struct it_req req = {

@@ -100,6 +100,7 @@ struct seen {
     int err[64];
     long status[64];
     unsigned tries[64];
+    bool arrived[64];
     int64_t at_ms[64];
 };
 
@@ -112,6 +113,7 @@ static void on_done(void *arg, const struct outbound_result *r)
         s->err[s->n] = r->err;
         s->status[s->n] = r->status;
         s->tries[s->n] = r->tries;
+        s->arrived[s->n] = r->maybe_arrived;
         s->at_ms[s->n] = util_mono_ms();
         s->n++;
     }
@@ -134,6 +136,26 @@ static void seen_wait(struct seen *s, int n, int ms)
     for (int i = 0; i < ms / 10 && seen_count(s) < n; i++)
         usleep(10 * 1000);
     assert_int_equal(n, seen_count(s));
+}
+
+static int post_tries(struct outbound_queue *q, uint16_t port,
+                      unsigned deadline_ms, unsigned try_ms, unsigned tries,
+                      bool retry_unanswered, struct seen *s)
+{
+    char url[64];
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hook", (unsigned)port);
+    return outbound_post(q, &(struct outbound_call){
+                                .url = url,
+                                .body = "{}",
+                                .body_len = 2,
+                                .deadline_ms = deadline_ms,
+                                .try_ms = try_ms,
+                                .tries = tries,
+                                .retry_unanswered = retry_unanswered,
+                                .done = on_done,
+                                .arg = s,
+                            });
 }
 
 static int post(struct outbound_queue *q, uint16_t port, unsigned deadline_ms,
@@ -252,12 +274,50 @@ static void test_queues_apart(void **state)
     close(fd);
 }
 
+/* What a failed call tells of its effect: a receiver never reached
+ * (nothing listens) is tried again and did not get it; one reached that
+ * does not answer may have it, and is tried again only when the caller
+ * says a second call is harmless. */
+static void test_maybe_arrived(void **state)
+{
+    struct outbound *o = outbound_start();
+    struct outbound_queue *q = outbound_queue_new(o, "arrived", 8, 8);
+    struct seen s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    uint16_t hung_port, closed_port;
+    int hung = listener(&hung_port), closed = listener(&closed_port);
+    int64_t t0;
+
+    (void)state;
+    close(closed); /* now nothing listens there: refused */
+    assert_int_equal(0, post_tries(q, closed_port, 3000, 500, 3, false, &s));
+    seen_wait(&s, 1, 5000);
+    assert_int_equal(-ECOMM, s.err[0]);
+    assert_int_equal(3, s.tries[0]);
+    assert_false(s.arrived[0]);
+
+    t0 = util_mono_ms();
+    assert_int_equal(0, post_tries(q, hung_port, 3000, 400, 3, false, &s));
+    seen_wait(&s, 2, 5000);
+    assert_int_equal(-ETIMEDOUT, s.err[1]);
+    assert_int_equal(1, s.tries[1]);
+    assert_true(s.arrived[1]);
+    assert_true(s.at_ms[1] - t0 < 2000);
+
+    assert_int_equal(0, post_tries(q, hung_port, 1500, 400, 3, true, &s));
+    seen_wait(&s, 3, 5000);
+    assert_int_equal(3, s.tries[2]);
+    assert_true(s.arrived[2]);
+    outbound_free(o);
+    close(hung);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deadline_and_bound),
         cmocka_unit_test(test_tries),
         cmocka_unit_test(test_queues_apart),
+        cmocka_unit_test(test_maybe_arrived),
     };
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
