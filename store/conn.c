@@ -265,11 +265,17 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_SEGMENT_RETURN] = "UPDATE seckill_stock_segments SET stock = "
                             "stock + ? WHERE voucher_id = ? AND segment = ?",
     /* Unpaid orders past their deadline, oldest first; rows another
-     * instance's expiry holds are skipped, not waited for. */
+     * instance's expiry holds are skipped, not waited for. Found by a
+     * read of the index alone (a range that starts past the orders
+     * without a deadline, which sort first), then locked by id: a
+     * locking read in the index's order from its start locked every
+     * unpaid order without a deadline each round, however many. */
     [STMT_EXPIRE_SCAN] =
-        "SELECT id, user_id, voucher_id, TIMESTAMPDIFF(MICROSECOND, "
-        "pay_deadline, NOW(3)) FROM voucher_orders WHERE status = 1 AND "
-        "pay_deadline <= NOW(3) ORDER BY pay_deadline LIMIT ? "
+        "SELECT o.id, o.user_id, o.voucher_id, TIMESTAMPDIFF(MICROSECOND, "
+        "o.pay_deadline, NOW(3)) FROM (SELECT id FROM voucher_orders WHERE "
+        "status = 1 AND pay_deadline <= NOW(3) ORDER BY pay_deadline "
+        "LIMIT ?) d JOIN voucher_orders o ON o.id = d.id WHERE o.status = 1 "
+        "AND o.pay_deadline <= NOW(3) ORDER BY o.pay_deadline "
         "FOR UPDATE SKIP LOCKED",
     /* Units owed to async sales (unit_returns.c). */
     [STMT_VOUCHER_MODE] =
