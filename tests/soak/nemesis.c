@@ -294,8 +294,8 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* One of the three newest async sales (ids grow with time on every
- * shard: the ones the workload sells now or soon), 0 when none. */
+/* One of the three newest async sales on sale now (the service keeps
+ * its times in UTC), 0 when none. */
 static int64_t sale_draw(void)
 {
     int64_t ids[3 * SOAK_SHARDS_MAX];
@@ -307,9 +307,10 @@ static int64_t sale_draw(void)
         MYSQL_ROW row;
 
         if (my &&
-            mysql_query(my, "SELECT voucher_id FROM seckill_vouchers "
-                            "WHERE purchase_mode = 1 ORDER BY "
-                            "voucher_id DESC LIMIT 3") == 0 &&
+            mysql_query(my, "SELECT voucher_id FROM seckill_vouchers WHERE "
+                            "purchase_mode = 1 AND begin_time <= "
+                            "UTC_TIMESTAMP() AND end_time > UTC_TIMESTAMP() "
+                            "ORDER BY voucher_id DESC LIMIT 3") == 0 &&
             (res = mysql_store_result(my)))
             while ((row = mysql_fetch_row(res)) && n < 3 * SOAK_SHARDS_MAX)
                 ids[n++] = strtoll(row[0], NULL, 10);
