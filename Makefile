@@ -20,8 +20,9 @@
 #   make test-faults the fault-injection suite (tests/faults; not in make test)
 #   make soak      the nemesis: a randomized, history-checked run of three
 #                  instances behind haproxy (tests/soak; SOAK_MINUTES,
-#                  SOAK_SEED, SOAK_CANARY=1, SOAK_HOSTNAME; not in make
-#                  test)
+#                  SOAK_SEED, SOAK_CANARY=1, SOAK_REDIS=sentinel|cluster,
+#                  SOAK_MYSQL_SHARDS=1|2, SOAK_HOSTNAME=shared|own; not in
+#                  make test)
 #   make stress    the two-instance crowd 30 times in a row, plain and ASan
 #   make cluster N=3  N instances behind haproxy on loopback (scripts/cluster.sh);
 #                  make cluster-roll restarts them in turn, make cluster-stop
@@ -487,7 +488,9 @@ soak-build: $(BUILD)/seckilld $(BUILD)/tests/soak $(BUILD)/tools/tcpproxy \
 
 # SOAK_MINUTES (10) of faults and load, then the checks; SOAK_SEED replays
 # a run's choices; SOAK_CANARY=1 plants two failpoints the checker must
-# report (the run then fails). Needs the failpoint build;
+# report (the run then fails); SOAK_REDIS (sentinel or cluster) and
+# SOAK_MYSQL_SHARDS (1 or 2) set the deployment's shape, which the seed
+# draws when they are unset. Needs the failpoint build;
 # SANITIZE=address,undefined runs the instances under the sanitizers.
 soak: services
 	@$(MAKE) --no-print-directory FAILPOINTS=1 soak-build

@@ -209,30 +209,39 @@ static void balance_check(const struct vrow *v, size_t n, const char *when)
     }
 }
 
+/* Every shard's vouchers every second (each voucher is on one shard, so
+ * one statement per shard is a snapshot of each voucher). */
 static void *sampler_main(void *arg)
 {
-    MYSQL *my = NULL;
+    MYSQL *my[SOAK_SHARDS_MAX] = {0};
 
     (void)arg;
     while (!atomic_load(&samp.stop)) {
-        struct vrow *v;
-        size_t n;
+        bool all = true;
 
-        if (!my)
-            my = fdb_connect(&world.target, 2);
-        v = my ? vouchers_read(my, &n) : NULL;
-        if (v) {
-            balance_check(v, n, "sampled");
-            atomic_fetch_add(&samp.samples, 1);
-        } else if (my) {
-            mysql_close(my);
-            my = NULL;
+        for (int s = 0; s < soak_cfg.shards; s++) {
+            struct vrow *v;
+            size_t n;
+
+            if (!my[s])
+                my[s] = world_mysql(s, 2);
+            v = my[s] ? vouchers_read(my[s], &n) : NULL;
+            if (v) {
+                balance_check(v, n, "sampled");
+            } else if (my[s]) {
+                mysql_close(my[s]);
+                my[s] = NULL;
+            }
+            all = all && v;
+            free(v);
         }
-        free(v);
+        if (all)
+            atomic_fetch_add(&samp.samples, 1);
         sleep_ms(1000);
     }
-    if (my)
-        mysql_close(my);
+    for (int s = 0; s < SOAK_SHARDS_MAX; s++)
+        if (my[s])
+            mysql_close(my[s]);
     return NULL;
 }
 
@@ -290,6 +299,54 @@ static struct orow *orders_read(MYSQL *my, size_t *n)
     mysql_free_result(res);
     *n = k;
     return o;
+}
+
+/* Every shard's orders and vouchers, each in one list (a voucher and its
+ * orders live on one shard); my is shard 0's. 0, or -1 with nothing
+ * returned. */
+static int shards_read(MYSQL *my, struct orow **o, size_t *no, struct vrow **v,
+                       size_t *nv)
+{
+    *o = NULL;
+    *v = NULL;
+    *no = *nv = 0;
+    for (int s = 0; s < soak_cfg.shards; s++) {
+        MYSQL *c = s ? NULL : my;
+        struct orow *so = NULL;
+        struct vrow *sv = NULL;
+        size_t nso = 0, nsv = 0;
+
+        for (int tries = 0; !c && tries < 50; tries++) {
+            c = world_mysql(s, 10);
+            if (!c)
+                sleep_ms(200);
+        }
+        if (c && s)
+            mysql_query(c, "SET time_zone = '+00:00'");
+        if (c)
+            so = orders_read(c, &nso);
+        if (so)
+            sv = vouchers_read(c, &nsv);
+        if (c && s)
+            mysql_close(c);
+        if (!so || !sv) {
+            free(so);
+            free(*o);
+            *o = NULL;
+            free(*v);
+            *v = NULL;
+            return -1;
+        }
+        *o = xrealloc(*o, (*no + nso + 1) * sizeof(**o));
+        memcpy(*o + *no, so, nso * sizeof(*so));
+        *no += nso;
+        *v = xrealloc(*v, (*nv + nsv + 1) * sizeof(**v));
+        memcpy(*v + *nv, sv, nsv * sizeof(*sv));
+        *nv += nsv;
+        free(so);
+        free(sv);
+    }
+    return 0;
 }
 
 static int cmp_orow_id(const void *a, const void *b)
@@ -426,8 +483,7 @@ static bool return_delayed(const struct fault *f, size_t nf, int64_t from_ms,
                            int64_t to_ms)
 {
     for (size_t i = 0; i < nf; i++)
-        if (f[i].kind != F_MYSQL_LAG && f[i].kind != F_REDIS_LAG &&
-            f[i].kind != F_CLOCK && f[i].start_ms <= to_ms &&
+        if (fault_delays_returns(f[i].kind) && f[i].start_ms <= to_ms &&
             (!f[i].heal_ms || f[i].heal_ms >= from_ms - 1000))
             return true;
     return false;
@@ -621,9 +677,6 @@ static void check_lifecycle(struct hist *h, size_t nh, struct orow *by_id,
 static void check_end_state(const struct vrow *v, size_t nv, struct orow *o,
                             size_t no)
 {
-    int m = redis_master_now();
-    uint16_t port = m >= 0 ? world.redis[m].port : 0;
-
     balance_check(v, nv, "at the end");
     for (size_t i = 0; i < nv; i++) {
         struct async_state st;
@@ -632,9 +685,11 @@ static void check_end_state(const struct vrow *v, size_t nv, struct orow *o,
         size_t nu = 0, nm = 0;
         redisContext *rc;
         redisReply *r;
+        uint16_t port;
 
         if (!v[i].async)
             continue;
+        port = redis_port_of_sale(v[i].id);
         if (!port) {
             violate("redis-unreachable", 0, v[i].id, 0, soak_ms(),
                     "no Redis master to check async sale %lld against",
@@ -710,7 +765,7 @@ static void check_end_state(const struct vrow *v, size_t nv, struct orow *o,
 static bool failover_near(const struct fault *f, size_t nf, int64_t at_ms)
 {
     for (size_t i = 0; i < nf; i++)
-        if (f[i].kind == F_REDIS_KILL && f[i].start_ms <= at_ms &&
+        if (fault_fails_over(f[i].kind) && f[i].start_ms <= at_ms &&
             (!f[i].heal_ms || at_ms <= f[i].heal_ms + REPAIR_AFTER_FAILOVER_MS))
             return true;
     return false;
@@ -1496,7 +1551,7 @@ int checker_run(void)
     }
     if (my)
         mysql_query(my, "SET time_zone = '+00:00'");
-    if (!my || !(o = orders_read(my, &no)) || !(v = vouchers_read(my, &nv))) {
+    if (!my || shards_read(my, &o, &no, &v, &nv) != 0) {
         violate("mysql-unreachable", 0, 0, 0, soak_ms(),
                 "MySQL could not be read for the checks");
     } else {

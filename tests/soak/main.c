@@ -9,9 +9,19 @@
  *   SOAK_CANARY   1: plant the failpoints the checker must catch (a
  *                 FAILPOINTS=1 build); the run must then fail
  *   SOAK_BUYERS   buyer threads (6)
+ *   SOAK_REDIS    sentinel or cluster: how the instances reach Redis
+ *   SOAK_MYSQL_SHARDS  1 or 2: MariaDB primaries the sales are sharded over
  *   SOAK_HOSTNAME shared: the instances in namespaces of their own with
  *                 one long host name, as a deployment's pods; own: the
- *                 machine's (drawn by the seed when unset)
+ *                 machine's
+ *
+ * The deployment's shape (SOAK_REDIS, SOAK_MYSQL_SHARDS, SOAK_HOSTNAME) is
+ * drawn from the seed when unset: a cluster three times in ten, two shards
+ * three times in ten, each on its own, so that about half the seeds run the
+ * first shape (Sentinel, one primary) and every shape comes up. A canary run
+ * keeps that first shape unless told otherwise. The first line printed says
+ * which shape the run has, so that the seed alone replays it. The host
+ * name is drawn from a stream of its own, half the runs shared.
  *
  * Exit status: 0 every invariant held, 1 a violation (the seed and the
  * window of history that shows it are printed), 2 the set-up failed.
@@ -23,6 +33,10 @@
 #include <sodium.h>
 
 #include "tests/soak/soak.h"
+
+/* Out of 100: how often the seed draws a cluster, and two shards. */
+#define DRAW_CLUSTER_PCT 30
+#define DRAW_SHARDS_PCT 30
 
 /* Settling: what the end waits for before it checks. */
 #define SETTLE_BACKENDS_MS 60000
@@ -64,27 +78,55 @@ int64_t soak_ms(void)
 
 /* ---- settings ---- */
 
-/* The deployment's shape: what SOAK_HOSTNAME says, else what the seed
- * draws (its own stream, so that the shape does not change the rest of
- * the seed's choices). */
+/* SOAK_REDIS and SOAK_MYSQL_SHARDS, or the seed's draw of what is
+ * unset. 0 or -1 (said why). */
 static int shape_read(void)
 {
-    const char *hn = getenv("SOAK_HOSTNAME");
+    const char *redis = getenv("SOAK_REDIS"),
+               *shards = getenv("SOAK_MYSQL_SHARDS");
     struct rng r;
 
-    rng_seed(&r, soak_cfg.seed, 7);
-    if (!hn || !*hn) {
-        soak_cfg.shared_hostname = rng_chance(&r, 50);
-    } else if (strcmp(hn, "shared") == 0 || strcmp(hn, "own") == 0) {
-        soak_cfg.shared_hostname = strcmp(hn, "shared") == 0;
-    } else {
-        fprintf(stderr, "soak: SOAK_HOSTNAME must be shared or own\n");
-        return -1;
+    rng_seed(&r, soak_cfg.seed, 3);
+    /* Both drawn always, so that setting one keeps the other's draw. */
+    bool cluster = rng_chance(&r, DRAW_CLUSTER_PCT);
+    bool sharded = rng_chance(&r, DRAW_SHARDS_PCT);
+
+    if (soak_cfg.canary)
+        cluster = sharded = false;
+    if (redis && *redis) {
+        if (strcmp(redis, "sentinel") != 0 && strcmp(redis, "cluster") != 0) {
+            fprintf(stderr, "soak: SOAK_REDIS must be sentinel or cluster\n");
+            return -1;
+        }
+        cluster = strcmp(redis, "cluster") == 0;
     }
-    if (soak_cfg.shared_hostname && !it_ns_available()) {
-        fprintf(stderr, "soak: SOAK_HOSTNAME=shared needs UTS and PID "
-                        "namespaces (root)\n");
-        return -1;
+    if (shards && *shards) {
+        if (strcmp(shards, "1") != 0 && strcmp(shards, "2") != 0) {
+            fprintf(stderr, "soak: SOAK_MYSQL_SHARDS must be 1 or 2\n");
+            return -1;
+        }
+        sharded = strcmp(shards, "2") == 0;
+    }
+    soak_cfg.redis = cluster ? SOAK_REDIS_CLUSTER : SOAK_REDIS_SENTINEL;
+    soak_cfg.shards = sharded ? 2 : 1;
+    {
+        const char *hn = getenv("SOAK_HOSTNAME");
+        struct rng h;
+
+        rng_seed(&h, soak_cfg.seed, 7);
+        soak_cfg.shared_hostname = rng_chance(&h, 50);
+        if (hn && *hn) {
+            if (strcmp(hn, "shared") != 0 && strcmp(hn, "own") != 0) {
+                fprintf(stderr, "soak: SOAK_HOSTNAME must be shared or own\n");
+                return -1;
+            }
+            soak_cfg.shared_hostname = strcmp(hn, "shared") == 0;
+        }
+        if (soak_cfg.shared_hostname && !it_ns_available()) {
+            fprintf(stderr, "soak: SOAK_HOSTNAME=shared needs UTS and PID "
+                            "namespaces (root)\n");
+            return -1;
+        }
     }
     return 0;
 }
@@ -119,10 +161,49 @@ static int settings_read(void)
         fprintf(stderr, "soak: SOAK_BUYERS must be 1..24\n");
         return -1;
     }
-    return 0;
+    return shape_read();
 }
 
 /* ---- settling ---- */
+
+/* Whether some async sale still has orders on their way to MySQL, or is
+ * frozen (read in Redis, at the node that holds its keys). */
+static bool async_busy(void)
+{
+    bool busy = false;
+
+    for (int s = 0; s < soak_cfg.shards && !busy; s++) {
+        MYSQL *my = world_mysql(s, 5);
+        MYSQL_RES *res = NULL;
+        MYSQL_ROW row;
+
+        if (my &&
+            mysql_query(my, "SELECT voucher_id FROM seckill_vouchers WHERE "
+                            "purchase_mode = 1") == 0 &&
+            (res = mysql_store_result(my))) {
+            while ((row = mysql_fetch_row(res)) && !busy) {
+                struct async_state st;
+                long long v = strtoll(row[0], NULL, 10);
+                uint16_t port = redis_port_of_sale(v);
+
+                if (!port) {
+                    busy = true;
+                    break;
+                }
+                async_state_read(port, 0, v, &st);
+                busy = st.stream || st.pending_hash || st.pending_group ||
+                       predis_int(port, 0, "EXISTS {v:%lld}:frozen", v) != 0;
+            }
+        } else {
+            busy = true;
+        }
+        if (res)
+            mysql_free_result(res);
+        if (my)
+            mysql_close(my);
+    }
+    return busy;
+}
 
 /* After the faults healed: the backends are whole again, every instance
  * is back in haproxy, every unpaid order expired (the state stops
@@ -130,14 +211,14 @@ static int settings_read(void)
 static void settle(void)
 {
     int64_t deadline = util_mono_ms() + SETTLE_BACKENDS_MS;
-    int m;
+    char why[128] = "";
 
-    while ((m = redis_master_now()) < 0 || !redis_replica_synced(m)) {
+    while (!redis_whole(why, sizeof(why))) {
         if (util_mono_ms() > deadline) {
             soak_problem("not-settled",
-                         "Redis has no master with a synced "
-                         "replica %d s after healing",
-                         SETTLE_BACKENDS_MS / 1000);
+                         "Redis is not whole %d s after "
+                         "healing: %s",
+                         SETTLE_BACKENDS_MS / 1000, why);
             break;
         }
         sleep_ms(500);
@@ -163,35 +244,7 @@ static void settle(void)
         SOAK_PAY_TIMEOUT_S + 5);
     sleep_ms((SOAK_PAY_TIMEOUT_S + 5) * 1000);
     deadline = util_mono_ms() + SETTLE_ASYNC_MS;
-    for (;;) {
-        MYSQL *my = fdb_connect(&world.target, 5);
-        MYSQL_RES *res = NULL;
-        MYSQL_ROW row;
-        bool busy = false;
-
-        m = redis_master_now();
-        if (my && m >= 0 &&
-            mysql_query(my, "SELECT voucher_id FROM seckill_vouchers WHERE "
-                            "purchase_mode = 1") == 0 &&
-            (res = mysql_store_result(my))) {
-            while ((row = mysql_fetch_row(res)) && !busy) {
-                struct async_state st;
-                long long v = strtoll(row[0], NULL, 10);
-
-                async_state_read(world.redis[m].port, 0, v, &st);
-                busy = st.stream || st.pending_hash || st.pending_group ||
-                       predis_int(world.redis[m].port, 0,
-                                  "EXISTS {v:%lld}:frozen", v) != 0;
-            }
-        } else {
-            busy = true;
-        }
-        if (res)
-            mysql_free_result(res);
-        if (my)
-            mysql_close(my);
-        if (!busy)
-            break;
+    while (async_busy()) {
         if (util_mono_ms() > deadline) {
             say("an async sale has not drained %d s after healing",
                 SETTLE_ASYNC_MS / 1000);
@@ -227,10 +280,12 @@ int main(void)
         setenv("SECKILL_WAITROOM_ADMIT_RATE", v, 1);
     }
     soak_t0_ms = util_now_ms();
-    printf("soak: seed=%llu minutes=%g canary=%d buyers=%d hostname=%s "
-           "(replay: SOAK_SEED=%llu)\n",
+    printf("soak: seed=%llu minutes=%g canary=%d buyers=%d redis=%s "
+           "mysql-shards=%d hostname=%s (replay: SOAK_SEED=%llu)\n",
            (unsigned long long)soak_cfg.seed, soak_cfg.minutes, soak_cfg.canary,
-           soak_cfg.buyers, soak_cfg.shared_hostname ? "shared" : "own",
+           soak_cfg.buyers,
+           soak_cfg.redis == SOAK_REDIS_CLUSTER ? "cluster" : "sentinel",
+           soak_cfg.shards, soak_cfg.shared_hostname ? "shared" : "own",
            (unsigned long long)soak_cfg.seed);
     fflush(stdout);
     if (world_start() != 0) {
@@ -239,6 +294,9 @@ int main(void)
         world_stop();
         return 2;
     }
+    /* SOAK_MINUTES are of load and faults: the set-up (longer for a
+     * cluster and shards) does not count. */
+    soak_t0_ms = util_now_ms();
     log_watch_start();
     sampler_run_start();
     workload_start();

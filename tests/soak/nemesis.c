@@ -4,14 +4,18 @@
  * target, injects it and heals it after a random while (2 to 15 s): an
  * instance SIGKILLed (restarted on its port) or SIGSTOPped (continued),
  * a rolling restart (each instance SIGTERMed, drained and started again
- * once haproxy has the previous one back), the Redis master SIGKILLed
- * (Sentinel promotes the replica; the old master comes back as a replica
- * of the new one), MariaDB SIGKILLed and restarted, the MariaDB replica
- * or the replication into the Redis replica held back, an instance's
- * link to MySQL or Redis slowed, lossy or cut (its own proxies), and an
- * instance's clock stepped (libfaketime's file), and the SMS webhook
- * slow, hung, failing or refusing (outside.c). It also notices an
- * instance that died by itself: reported, and started again.
+ * once haproxy has the previous one back), a shard's MariaDB SIGKILLed
+ * and restarted, a shard's MariaDB replica or the replication into a
+ * Redis replica held back, an instance's link to MySQL (one shard or
+ * all) or Redis (one cluster primary or all) slowed, lossy or cut (its
+ * own proxies), and an instance's clock stepped (libfaketime's file).
+ * Redis under Sentinel: the master SIGKILLed (Sentinel promotes the
+ * replica; the old master comes back as a replica of the new one). A
+ * Redis Cluster: a primary SIGKILLed (its replica takes over; the old one
+ * comes back as its replica), and the slot of a live async sale moved to
+ * another primary while it sells. And the SMS webhook slow, hung, failing
+ * or refusing (outside.c). It also notices an instance that died by
+ * itself: reported, and started again.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "common/redis_slot.h"
 #include "tests/soak/soak.h"
 
 #define ACTIVE_MAX 4
@@ -35,25 +40,59 @@ const char *const fault_names[F_KIND_COUNT] = {
     [F_LOSS] = "loss",
     [F_PARTITION] = "partition",
     [F_CLOCK] = "clock-step",
+    [F_PRIMARY_KILL] = "redis-primary-kill",
+    [F_SLOT_MOVE] = "redis-slot-move",
     [F_SMS] = "sms-webhook",
 };
 
-/* How often each kind is drawn, out of their sum. */
+/* How often each kind is drawn, out of their sum: the Sentinel shape's
+ * failover, or the cluster's two faults. */
 static const int weight[F_KIND_COUNT] = {
     [F_KILL] = 10,      [F_STOP] = 10,      [F_ROLL] = 4,
     [F_REDIS_KILL] = 8, [F_MYSQL_KILL] = 7, [F_MYSQL_LAG] = 6,
     [F_REDIS_LAG] = 7,  [F_LATENCY] = 10,   [F_LOSS] = 8,
-    [F_PARTITION] = 10, [F_CLOCK] = 8,      [F_SMS] = 8,
+    [F_PARTITION] = 10, [F_CLOCK] = 8,      [F_PRIMARY_KILL] = 8,
+    [F_SLOT_MOVE] = 8,  [F_SMS] = 8,
 };
+
+static int kind_weight(enum fault_kind k)
+{
+    bool cluster = soak_cfg.redis == SOAK_REDIS_CLUSTER;
+
+    if ((k == F_REDIS_KILL && cluster) ||
+        ((k == F_PRIMARY_KILL || k == F_SLOT_MOVE) && !cluster))
+        return 0;
+    return weight[k];
+}
+
+bool fault_fails_over(enum fault_kind k)
+{
+    return k == F_REDIS_KILL || k == F_PRIMARY_KILL;
+}
+
+bool fault_delays_returns(enum fault_kind k)
+{
+    return k != F_MYSQL_LAG && k != F_REDIS_LAG && k != F_CLOCK;
+}
 
 struct active {
     size_t idx; /* in nem.f */
     enum fault_kind kind;
     int inst;
     int redis; /* the Redis server killed, or whose proxy holds back */
+    int shard; /* the MariaDB shard killed or held back */
     int64_t heal_at;
-    struct it_proxy *px[2];
+    struct it_proxy *px[2 * SOAK_REDIS_MAX];
     int npx;
+};
+
+/* A slot on the move, in a thread of its own (it takes seconds). */
+struct move {
+    size_t idx;
+    int64_t voucher;
+    unsigned slot;
+    int from, to, batch, pause_ms;
+    char what[128]; /* its fault's (nem.f may move meanwhile) */
 };
 
 static struct {
@@ -61,11 +100,14 @@ static struct {
     pthread_cond_t cond;
     struct fault *f;
     size_t n, cap;
-    pthread_t th, roll_th;
+    pthread_t th, roll_th, move_th;
     /* The roll's thread takes one request at a time. */
     bool roll_req, exit, healed;
     size_t roll_idx;
     atomic_int roll_running;
+    atomic_int move_running; /* move_th runs (joined before the next) */
+    bool move_joinable;
+    struct move move;
     atomic_int stop;
     struct active act[ACTIVE_MAX];
     int nact;
@@ -225,21 +267,101 @@ static void clock_write(int i, const char *offset)
     }
 }
 
+/* A shard drawn (no draw with one shard, so that the seeds of the
+ * one-shard shape keep their sequence). */
+static int shard_draw(void)
+{
+    return soak_cfg.shards > 1 ? (int)rng_range(&nem.r, 0, soak_cfg.shards - 1)
+                               : 0;
+}
+
+/* A cluster primary drawn, other than not (-1: any); -1 when none
+ * answers. */
+static int primary_draw(int not )
+{
+    struct cnode n[SOAK_REDIS_MAX];
+    int p[SOAK_REDIS_MAX], np = 0;
+
+    if (cluster_nodes_read(n) != 0)
+        return -1;
+    for (int k = 0; k < world.nredis; k++)
+        if (n[k].up && n[k].primary && k != not )
+            p[np++] = k;
+    return np ? p[rng_range(&nem.r, 0, np - 1)] : -1;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* One of the three newest async sales on sale now (the service keeps
+ * its times in UTC), 0 when none. */
+static int64_t sale_draw(void)
+{
+    int64_t ids[3 * SOAK_SHARDS_MAX];
+    int n = 0;
+
+    for (int s = 0; s < soak_cfg.shards; s++) {
+        MYSQL *my = world_mysql(s, 2);
+        MYSQL_RES *res = NULL;
+        MYSQL_ROW row;
+
+        if (my &&
+            mysql_query(my, "SELECT voucher_id FROM seckill_vouchers WHERE "
+                            "purchase_mode = 1 AND begin_time <= "
+                            "UTC_TIMESTAMP() AND end_time > UTC_TIMESTAMP() "
+                            "ORDER BY voucher_id DESC LIMIT 3") == 0 &&
+            (res = mysql_store_result(my)))
+            while ((row = mysql_fetch_row(res)) && n < 3 * SOAK_SHARDS_MAX)
+                ids[n++] = strtoll(row[0], NULL, 10);
+        if (res)
+            mysql_free_result(res);
+        if (my)
+            mysql_close(my);
+    }
+    if (!n)
+        return 0;
+    qsort(ids, (size_t)n, sizeof(ids[0]), cmp_desc);
+    return ids[rng_range(&nem.r, 0, (n < 3 ? n : 3) - 1)];
+}
+
+/* Whether a fault of kind is active (in nem.act). */
+static bool kind_active(enum fault_kind kind)
+{
+    for (int k = 0; k < nem.nact; k++)
+        if (nem.act[k].kind == kind)
+            return true;
+    return false;
+}
+
 /* Whether kind can be injected now; picks its target into a. */
 static bool pick_target(enum fault_kind kind, struct active *a)
 {
     int free_inst[SOAK_INSTANCES], nfree = 0, up = 0;
+    bool moving = atomic_load(&nem.move_running);
 
     /* The SMS webhook fails alone: what it may not delay is judged
      * while nothing else could (check_outside.c). */
     for (int k = 0; k < nem.nact; k++)
         if (nem.act[k].kind == F_SMS || kind == F_SMS)
             return false;
-    for (int k = 0; k < nem.nact; k++)
-        if (nem.act[k].kind == kind &&
-            (kind == F_REDIS_KILL || kind == F_MYSQL_KILL ||
-             kind == F_MYSQL_LAG || kind == F_REDIS_LAG))
-            return false; /* one of each backend fault at a time */
+    if (kind == F_SMS && moving)
+        return false;
+    /* One of each backend fault at a time. */
+    if ((kind == F_REDIS_KILL || kind == F_MYSQL_KILL || kind == F_MYSQL_LAG ||
+         kind == F_REDIS_LAG || kind == F_PRIMARY_KILL) &&
+        kind_active(kind))
+        return false;
+    /* A slot moves between two primaries that stay up, and its keys
+     * travel through the replication proxies: no primary killed, and no
+     * replication held back, meanwhile. */
+    if ((kind == F_SLOT_MOVE &&
+         (moving || kind_active(F_PRIMARY_KILL) || kind_active(F_REDIS_LAG))) ||
+        ((kind == F_PRIMARY_KILL || kind == F_REDIS_LAG) && moving &&
+         soak_cfg.redis == SOAK_REDIS_CLUSTER))
+        return false;
     /* A roll has every instance in turn: no other fault of one now. */
     if (atomic_load(&nem.roll_running) &&
         (kind == F_ROLL || kind == F_KILL || kind == F_STOP ||
@@ -276,18 +398,126 @@ static bool pick_target(enum fault_kind kind, struct active *a)
             return false; /* a failover may explain away a repair */
         a->redis = redis_master_now();
         return a->redis >= 0;
-    case F_REDIS_LAG:
-        a->redis = redis_master_now();
+    case F_PRIMARY_KILL:
+        if (soak_cfg.canary)
+            return false;
+        a->redis = primary_draw(-1);
         return a->redis >= 0;
+    case F_REDIS_LAG:
+        a->redis = soak_cfg.redis == SOAK_REDIS_CLUSTER ? primary_draw(-1)
+                                                        : redis_master_now();
+        return a->redis >= 0;
+    case F_SLOT_MOVE: {
+        struct cnode n[SOAK_REDIS_MAX];
+        int64_t v = sale_draw();
+        char tag[40];
+
+        if (!v || cluster_nodes_read(n) != 0)
+            return false;
+        for (int k = 0; k < world.nredis; k++)
+            if (!n[k].up)
+                return false; /* a node on its way back */
+        snprintf(tag, sizeof(tag), "{v:%lld}", (long long)v);
+        nem.move.slot = redis_key_slot_str(tag);
+        nem.move.from = cluster_owner(nem.move.slot);
+        nem.move.to = primary_draw(nem.move.from);
+        /* A slow move: the sale's few keys (about ten) split between
+         * the two primaries for up to a few seconds. */
+        nem.move.batch = (int)rng_range(&nem.r, 1, 5);
+        nem.move.pause_ms = (int)rng_range(&nem.r, 50, 1000);
+        nem.move.voucher = v;
+        return nem.move.from >= 0 && nem.move.to >= 0;
+    }
+    case F_MYSQL_KILL:
+    case F_MYSQL_LAG:
+        a->shard = shard_draw();
+        return true;
     default:
         return true;
+    }
+}
+
+/* The slot move of nem.move, in its own thread. */
+static void *move_main(void *arg)
+{
+    struct move *m = arg;
+    char why[200] = "";
+
+    if (cluster_slot_move(m->slot, m->from, m->to, m->batch, m->pause_ms, why,
+                          sizeof(why)) != 0) {
+        say("the move of slot %u failed (%s): redis-cli --cluster fix", m->slot,
+            why);
+        if (cluster_slot_fix() != 0)
+            soak_problem("slot-move",
+                         "slot %u could not be moved (%s) nor the cluster "
+                         "fixed",
+                         m->slot, why);
+    }
+    fault_healed(m->idx);
+    say("healed: %s", m->what);
+    atomic_store(&nem.move_running, 0);
+    return NULL;
+}
+
+/* "redis node 3" and the like, for a fault's description. */
+static const char *node_name(int k)
+{
+    static char name[SOAK_REDIS_MAX][40];
+
+    snprintf(name[k], sizeof(name[k]), "redis node %d (%u)", k + 1,
+             (unsigned)world.redis[k].port);
+    return name[k];
+}
+
+/* "mariadb" with one shard, "mariadb shard 1" with more. */
+static const char *shard_name(int s)
+{
+    static char name[SOAK_SHARDS_MAX][24];
+
+    if (soak_cfg.shards == 1)
+        return "mariadb";
+    snprintf(name[s], sizeof(name[s]), "mariadb shard %d", s);
+    return name[s];
+}
+
+/* An instance's links to MySQL or Redis (drawn), into a->px; what they
+ * are into what. */
+static void links_draw(struct active *a, struct instance *in, char *what,
+                       size_t cap)
+{
+    bool mysql = rng_chance(&nem.r, 50);
+
+    if (mysql) {
+        /* One shard's links, or every shard's. */
+        int s = soak_cfg.shards > 1 ? (int)rng_range(&nem.r, 0, soak_cfg.shards)
+                                    : soak_cfg.shards;
+
+        for (int k = 0; k < soak_cfg.shards; k++)
+            if (s == soak_cfg.shards || s == k) {
+                a->px[a->npx++] = &in->px_mysql[k];
+                a->px[a->npx++] = &in->px_replica[k];
+            }
+        snprintf(what, cap, "%s",
+                 s == soak_cfg.shards ? "mariadb" : shard_name(s));
+    } else if (soak_cfg.redis == SOAK_REDIS_CLUSTER && rng_chance(&nem.r, 50)) {
+        /* One primary's link (an instance talks to primaries only). */
+        int k = primary_draw(-1);
+
+        if (k < 0)
+            k = 0;
+        a->px[a->npx++] = &in->px_redis[k];
+        snprintf(what, cap, "%s", node_name(k));
+    } else {
+        for (int k = 0; k < world.nredis; k++)
+            a->px[a->npx++] = &in->px_redis[k];
+        snprintf(what, cap, "redis");
     }
 }
 
 static void inject(enum fault_kind kind, struct active *a)
 {
     struct instance *in = a->inst >= 0 ? &world.inst[a->inst] : NULL;
-    char what[96], cmd[32];
+    char what[128], cmd[32], link[40];
     int64_t dur = rng_range(&nem.r, 3000, 15000);
     pid_t pid;
 
@@ -329,6 +559,26 @@ static void inject(enum fault_kind kind, struct active *a)
         pthread_mutex_unlock(&nem.mu);
         a->heal_at = -1; /* the roll heals itself */
         return;
+    case F_SLOT_MOVE:
+        if (nem.move_joinable)
+            pthread_join(nem.move_th, NULL);
+        snprintf(what, sizeof(what),
+                 "slot %u (sale %lld) from %s to node %d, %d keys a "
+                 "batch %d ms apart",
+                 nem.move.slot, (long long)nem.move.voucher,
+                 node_name(nem.move.from), nem.move.to + 1, nem.move.batch,
+                 nem.move.pause_ms);
+        snprintf(nem.move.what, sizeof(nem.move.what), "%s", what);
+        nem.move.idx = a->idx = fault_add(kind, -1, what);
+        atomic_store(&nem.move_running, 1);
+        nem.move_joinable =
+            pthread_create(&nem.move_th, NULL, move_main, &nem.move) == 0;
+        if (!nem.move_joinable) {
+            fault_healed(a->idx);
+            atomic_store(&nem.move_running, 0);
+        }
+        a->heal_at = -1; /* the move heals itself */
+        return;
     case F_REDIS_KILL:
         predis_kill(&world.redis[a->redis]);
         dur = rng_range(&nem.r, 4000, 15000);
@@ -337,19 +587,25 @@ static void inject(enum fault_kind kind, struct active *a)
                  "%lld ms",
                  'a' + a->redis, (long long)dur);
         break;
+    case F_PRIMARY_KILL:
+        predis_kill(&world.redis[a->redis]);
+        dur = rng_range(&nem.r, 4000, 15000);
+        snprintf(what, sizeof(what), "%s (a primary) SIGKILLed for %lld ms",
+                 node_name(a->redis), (long long)dur);
+        break;
     case F_MYSQL_KILL:
-        pmaria_kill(&world.db);
+        pmaria_kill(&world.db[a->shard]);
         dur = rng_range(&nem.r, 1000, 10000);
-        snprintf(what, sizeof(what), "mariadb SIGKILLed for %lld ms",
-                 (long long)dur);
+        snprintf(what, sizeof(what), "%s SIGKILLed for %lld ms",
+                 shard_name(a->shard), (long long)dur);
         break;
     case F_MYSQL_LAG:
-        if (pmaria_sql(&world.replica, "STOP SLAVE SQL_THREAD"))
+        if (pmaria_sql(&world.replica[a->shard], "STOP SLAVE SQL_THREAD"))
             say("could not stop the replica's SQL thread");
         snprintf(what, sizeof(what),
-                 "the mariadb replica applies nothing "
+                 "the %s replica applies nothing "
                  "for %lld ms",
-                 (long long)dur);
+                 shard_name(a->shard), (long long)dur);
         break;
     case F_REDIS_LAG:
         a->px[a->npx++] = &world.px_repl[a->redis];
@@ -360,23 +616,17 @@ static void inject(enum fault_kind kind, struct active *a)
                      (long long)rng_range(&nem.r, 200, 2000));
         }
         proxies_ctl(a, cmd);
-        snprintf(what, sizeof(what),
-                 "replication from redis %c: %s for "
-                 "%lld ms",
-                 'a' + a->redis, cmd, (long long)dur);
+        if (soak_cfg.redis == SOAK_REDIS_CLUSTER)
+            snprintf(link, sizeof(link), "%s", node_name(a->redis));
+        else
+            snprintf(link, sizeof(link), "redis %c", 'a' + a->redis);
+        snprintf(what, sizeof(what), "replication from %s: %s for %lld ms",
+                 link, cmd, (long long)dur);
         break;
     case F_LATENCY:
     case F_LOSS:
-    case F_PARTITION: {
-        bool mysql = rng_chance(&nem.r, 50);
-
-        if (mysql) {
-            a->px[a->npx++] = &in->px_mysql;
-            a->px[a->npx++] = &in->px_replica;
-        } else {
-            a->px[a->npx++] = &in->px_redis[0];
-            a->px[a->npx++] = &in->px_redis[1];
-        }
+    case F_PARTITION:
+        links_draw(a, in, link, sizeof(link));
         if (kind == F_LATENCY) {
             snprintf(cmd, sizeof(cmd), "latency %lld",
                      (long long)rng_range(&nem.r, 20, 400));
@@ -396,9 +646,8 @@ static void inject(enum fault_kind kind, struct active *a)
         snprintf(what, sizeof(what),
                  "instance %d's link to %s: %s for "
                  "%lld ms",
-                 a->inst + 1, mysql ? "mariadb" : "redis", cmd, (long long)dur);
+                 a->inst + 1, link, cmd, (long long)dur);
         break;
-    }
     case F_CLOCK: {
         int64_t step = rng_range(&nem.r, 5, 300);
 
@@ -467,12 +716,21 @@ static void heal(struct active *a)
             soak_problem("backend-restart", "redis %c did not start again",
                          'a' + a->redis);
         break;
+    case F_PRIMARY_KILL:
+        /* Its nodes.conf brings it back into the cluster, where it finds
+         * its replica promoted and follows it (or is the primary again
+         * when the cluster had not failed it over yet). */
+        if (cluster_node_start(a->redis) != 0)
+            soak_problem("backend-restart", "%s did not start again",
+                         node_name(a->redis));
+        break;
     case F_MYSQL_KILL:
-        if (pmaria_start(&world.db) != 0)
-            soak_problem("backend-restart", "mariadb did not start again");
+        if (pmaria_start(&world.db[a->shard]) != 0)
+            soak_problem("backend-restart", "%s did not start again",
+                         shard_name(a->shard));
         break;
     case F_MYSQL_LAG:
-        pmaria_sql(&world.replica, "START SLAVE SQL_THREAD");
+        pmaria_sql(&world.replica[a->shard], "START SLAVE SQL_THREAD");
         break;
     case F_REDIS_LAG:
     case F_LATENCY:
@@ -505,14 +763,14 @@ static void draw(void)
     struct active a;
 
     for (int k = 0; k < F_KIND_COUNT; k++)
-        total += weight[k];
+        total += kind_weight((enum fault_kind)k);
     x = (int)rng_range(&nem.r, 0, total - 1);
     for (int k = 0; k < F_KIND_COUNT; k++) {
-        if (x < weight[k]) {
+        if (x < kind_weight((enum fault_kind)k)) {
             kind = (enum fault_kind)k;
             break;
         }
-        x -= weight[k];
+        x -= kind_weight((enum fault_kind)k);
     }
     memset(&a, 0, sizeof(a));
     a.inst = -1;
@@ -555,8 +813,11 @@ static void *nemesis_run(void *arg)
         heal(&nem.act[0]);
         act_remove(0);
     }
-    while (atomic_load(&nem.roll_running))
+    while (atomic_load(&nem.roll_running) || atomic_load(&nem.move_running))
         sleep_ms(100);
+    if (nem.move_joinable)
+        pthread_join(nem.move_th, NULL);
+    nem.move_joinable = false;
     crashes_look();
     /* Healed: stay until the end, for what this thread started. */
     pthread_mutex_lock(&nem.mu);

@@ -3,7 +3,8 @@
 # BUILD_DIR (build/fp): sources .run/env.test, points the driver at
 # BUILD_DIR's seckilld, tcpproxy and libredirect.so, and keeps every
 # process's log in BUILD_DIR/soak-logs/. SOAK_SEED, SOAK_MINUTES,
-# SOAK_CANARY and SOAK_BUYERS pass through (tests/soak/main.c). A
+# SOAK_CANARY, SOAK_BUYERS, SOAK_REDIS and SOAK_MYSQL_SHARDS pass through
+# (tests/soak/main.c). A
 # sanitizer build (build/fp/san: make soak SANITIZE=address,undefined)
 # runs its instances under AddressSanitizer with leak reports at exit.
 #

@@ -1,8 +1,10 @@
 /*
  * soak.h - what the files of make soak share: a randomized run in the
  * spirit of Jepsen's nemesis. Three seckilld instances behind haproxy,
- * their backends (a MariaDB primary and read replica, two Redis servers
- * watched by three sentinels, a proxy per instance and backend) and a
+ * their backends in one of the deployment shapes the seed draws (Redis:
+ * two servers watched by three sentinels, or a cluster of three
+ * primaries and three replicas; MySQL: one MariaDB primary, or two
+ * shards, each with a read replica; a proxy per instance and backend) and a
  * mixed workload of sales, purchases, payments, cancels and logins; a
  * nemesis that breaks something every few seconds and heals it again; a
  * history of every request; and at the end a checker that holds the
@@ -17,7 +19,8 @@
  *             the nemesis makes slow, hang, fail or refuse
  * checker.c   the invariants, the tables, the windows of history
  * check_outside.c  what a failing outside service may not delay
- * main.c      settings (SOAK_SEED, SOAK_MINUTES, SOAK_CANARY), main()
+ * main.c      settings (SOAK_SEED, SOAK_MINUTES, SOAK_CANARY, SOAK_REDIS,
+ *             SOAK_MYSQL_SHARDS, SOAK_HOSTNAME), main()
  *
  * Every random choice comes from the seed (one generator per thread,
  * seeded from it), so a seed replays the same decisions; the timing of
@@ -36,6 +39,10 @@
 #include "tests/faults/faults.h"
 
 #define SOAK_INSTANCES 3
+/* The most Redis servers (a cluster's six nodes; Sentinel's shape has
+ * two) and MariaDB shards of a shape. */
+#define SOAK_REDIS_MAX 6
+#define SOAK_SHARDS_MAX 2
 /* The client gives up on a request after this; the checker wants every
  * answer within SOAK_ANSWER_MS (haproxy's server timeout is 15 s). */
 #define SOAK_CLIENT_TIMEOUT_S 25
@@ -55,6 +62,12 @@
 
 /* ---- settings (main.c) ---- */
 
+/* How the instances reach Redis (SOAK_REDIS). */
+enum soak_redis {
+    SOAK_REDIS_SENTINEL, /* a master and a replica under three sentinels */
+    SOAK_REDIS_CLUSTER,  /* three primaries, each with a replica */
+};
+
 struct soak_cfg {
     uint64_t seed;
     double minutes;
@@ -65,6 +78,10 @@ struct soak_cfg {
      * unit return. */
     bool canary;
     int buyers; /* client threads */
+    /* The deployment's shape: SOAK_REDIS and SOAK_MYSQL_SHARDS, or drawn
+     * from the seed when unset. */
+    enum soak_redis redis;
+    int shards; /* MariaDB primaries the sales are sharded over: 1 or 2 */
     /* The instances run in UTS and PID namespaces of their own with one
      * long host name, as the pods of one deployment do (SOAK_HOSTNAME
      * shared; own: each its machine's; chosen by the seed when unset). */
@@ -100,18 +117,29 @@ struct instance {
     uint16_t port;        /* fixed: haproxy expects it there */
     int starts;
     bool stopped; /* SIGSTOP */
-    /* Its own links: MySQL primary, MySQL replica, each Redis server. */
-    struct it_proxy px_mysql, px_replica, px_redis[2];
+    /* Its own links: each shard's MySQL primary and replica, each Redis
+     * server (the redirect preload sends its connections to
+     * world.redis[k] to px_redis[k]). */
+    struct it_proxy px_mysql[SOAK_SHARDS_MAX], px_replica[SOAK_SHARDS_MAX];
+    struct it_proxy px_redis[SOAK_REDIS_MAX];
     char clock_file[IT_PATH_MAX]; /* libfaketime's offset, "+0" */
     char env[32][2 * IT_PATH_MAX + 64];
 };
 
 struct world {
     pthread_mutex_t mu; /* instances' pids, redis roles */
-    struct pmaria db, replica;
-    struct predis redis[2];
-    struct it_proxy px_repl[2]; /* replication into redis[i] comes here */
-    int master;                 /* which redis the sentinels named last */
+    /* Shard s's primary and its read replica; one shard unless
+     * soak_cfg.shards says two. */
+    struct pmaria db[SOAK_SHARDS_MAX], replica[SOAK_SHARDS_MAX];
+    struct db_target shard_target[SOAK_SHARDS_MAX];
+    /* The Redis servers: Sentinel's master and replica, or the cluster's
+     * nodes (their roles change with failovers: cluster_nodes_read()). */
+    struct predis redis[SOAK_REDIS_MAX];
+    int nredis;
+    /* Connections from one Redis server to redis[i] (replication, a
+     * slot's keys migrating) come here. */
+    struct it_proxy px_repl[SOAK_REDIS_MAX];
+    int master; /* which redis the sentinels named last */
     pid_t sentinel[3];
     uint16_t sentinel_port[3];
     char sentinel_log[3][IT_PATH_MAX];
@@ -119,7 +147,7 @@ struct world {
     pid_t haproxy;
     struct it_server lb, stats; /* haproxy's front and stats page */
     char haproxy_log[IT_PATH_MAX];
-    struct db_target target;
+    struct db_target target; /* shard 0: everything that is not a sale */
     char redirect_lib[IT_PATH_MAX];
     char faketime_lib[IT_PATH_MAX];
     char pay_secret[65];
@@ -142,10 +170,49 @@ int instance_term(int i, int *status);
 /* haproxy's status of instance i ("UP", "DOWN", ...) into out. */
 void lb_status(int i, char *out, size_t cap);
 /* Which redis server the sentinels name as master now (0 or 1), -1 when
- * they cannot say. */
+ * they cannot say (or the shape is a cluster). */
 int redis_master_now(void);
 /* True when the replica redis[1 - m] is connected and in sync with m. */
 bool redis_replica_synced(int m);
+/* Whether Redis is whole again: Sentinel names a master whose replica is
+ * in sync; or every cluster node is up and says cluster_state:ok, every
+ * primary has a replica in sync and no slot is being moved. Says what is
+ * missing into why when not. */
+bool redis_whole(char *why, size_t cap);
+/* The port of the Redis server that holds voucher's async sale keys
+ * ({v:ID}): Sentinel's master, or the primary that owns the tag's slot.
+ * 0 when nobody can say. */
+uint16_t redis_port_of_sale(int64_t voucher);
+/* A connection to shard s's primary (timeouts of timeout_s), NULL when it
+ * does not answer. */
+MYSQL *world_mysql(int shard, unsigned timeout_s);
+
+/* ---- the cluster (world.c) ---- */
+
+/* One node as the cluster sees it. */
+struct cnode {
+    bool up;      /* it answers */
+    bool primary; /* it says it is one (ROLE) */
+    int of;       /* a replica: which node it replicates, else -1 */
+    char id[41];
+};
+
+/* Every node's role, asked of each (the nodes that do not answer are
+ * down). 0, or -1 when no node answered. */
+int cluster_nodes_read(struct cnode out[SOAK_REDIS_MAX]);
+/* The node that owns slot, -1 when none answers. */
+int cluster_owner(unsigned slot);
+/* Start node k again on its port, with its files (its nodes.conf says
+ * where it belongs). 0 or -1. */
+int cluster_node_start(int k);
+/* Move slot from node from to node to, as redis-cli --cluster reshard
+ * does (the target IMPORTING, the source MIGRATING, the keys MIGRATEd
+ * batch at a time with pause_ms between, then the slot assigned on every
+ * primary). 0, or -1 (said why into why). */
+int cluster_slot_move(unsigned slot, int from, int to, int batch, int pause_ms,
+                      char *why, size_t cap);
+/* redis-cli --cluster fix: close a move left half done. 0 or -1. */
+int cluster_slot_fix(void);
 /* A copy of instance i's server (port, pid). */
 struct it_server instance_get(int i);
 
@@ -270,29 +337,38 @@ size_t hist_count(void);
 /* ---- the nemesis (nemesis.c) ---- */
 
 enum fault_kind {
-    F_KILL,       /* SIGKILL an instance, restart it later */
-    F_STOP,       /* SIGSTOP an instance, SIGCONT later */
-    F_ROLL,       /* rolling restart: SIGTERM, drain, start, one by one */
-    F_REDIS_KILL, /* SIGKILL the Redis master: Sentinel fails over */
-    F_MYSQL_KILL, /* SIGKILL MariaDB, restart it (crash recovery) */
-    F_MYSQL_LAG,  /* the MariaDB read replica stops applying */
-    F_REDIS_LAG,  /* replication into the Redis replica stalls */
-    F_LATENCY,    /* an instance's link to MySQL or Redis is slow */
-    F_LOSS,       /* ... loses packets (retransmission delays) */
-    F_PARTITION,  /* ... is cut off (stalled, new connections too) */
-    F_CLOCK,      /* an instance's clock steps */
-    F_SMS,        /* the SMS webhook is slow, hangs, fails or refuses */
+    F_KILL,         /* SIGKILL an instance, restart it later */
+    F_STOP,         /* SIGSTOP an instance, SIGCONT later */
+    F_ROLL,         /* rolling restart: SIGTERM, drain, start, one by one */
+    F_REDIS_KILL,   /* SIGKILL the Redis master: Sentinel fails over */
+    F_MYSQL_KILL,   /* SIGKILL a shard's MariaDB, restart it (crash recovery) */
+    F_MYSQL_LAG,    /* a shard's MariaDB read replica stops applying */
+    F_REDIS_LAG,    /* replication into a Redis replica stalls */
+    F_LATENCY,      /* an instance's link to MySQL or Redis is slow */
+    F_LOSS,         /* ... loses packets (retransmission delays) */
+    F_PARTITION,    /* ... is cut off (stalled, new connections too) */
+    F_CLOCK,        /* an instance's clock steps */
+    F_PRIMARY_KILL, /* SIGKILL a cluster primary: its replica takes over */
+    F_SLOT_MOVE,    /* a live async sale's slot moves to another primary */
+    F_SMS,          /* the SMS webhook is slow, hangs, fails or refuses */
     F_KIND_COUNT
 };
 
 extern const char *const fault_names[F_KIND_COUNT];
+
+/* Whether a fault of kind k fails Redis over to a replica, which may
+ * lack the last writes: it explains an async sale rebuilt from MySQL. */
+bool fault_fails_over(enum fault_kind k);
+/* Whether a fault of kind k may hold up a unit's return to Redis (an
+ * instance down, Redis or MySQL away, a slot on the move). */
+bool fault_delays_returns(enum fault_kind k);
 
 struct fault {
     enum fault_kind kind;
     int inst;         /* the instance, or -1 */
     int64_t start_ms; /* soak_ms() */
     int64_t heal_ms;  /* when it was healed, 0 while active */
-    char what[96];    /* e.g. "instance 2's link to redis: 300 ms" */
+    char what[128];   /* e.g. "instance 2's link to redis: 300 ms" */
 };
 
 /* Draw faults until nemesis_stop(), which heals every one. The

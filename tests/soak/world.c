@@ -1,15 +1,27 @@
 /*
- * world.c - the processes of make soak. A MariaDB primary (binary log)
- * and a read replica following it; two Redis servers, a master and a
- * replica, both with appendonly yes and appendfsync always (async sales
- * need it), watched by three sentinels; three seckilld instances that
- * find the master through the sentinels, each reaching MySQL, the
- * replica and each Redis server through a tcpproxy of its own (a preload,
- * tests/tools/redirect.c, sends the connections Sentinel's answer points
- * at to the instance's proxy), each under libfaketime with a clock file
- * of its own; and Debian's haproxy with the shipped deploy/haproxy.cfg in
- * front of them. Replication between the Redis servers also runs through
- * a proxy per master, so that it can be held back.
+ * world.c - the processes of make soak, in the shape the settings chose
+ * (soak.h: SOAK_REDIS, SOAK_MYSQL_SHARDS).
+ *
+ * MySQL: one MariaDB primary (binary log) with a read replica following
+ * it, or two such pairs, the sales sharded over the primaries
+ * (SECKILL_MYSQL_SHARDS, each shard's replica in
+ * SECKILL_MYSQL_SHARD_REPLICAS), every primary migrated by seckilld
+ * migrate. Redis: two servers, a master and a replica, watched by three
+ * sentinels (a redis-sentinel:// URL); or a Redis Cluster of three
+ * primaries and three replicas (a redis-cluster:// URL naming every
+ * node). Every Redis server runs with appendonly yes and appendfsync
+ * always (async sales need it).
+ *
+ * Three seckilld instances, each reaching every MySQL server and every
+ * Redis server through a tcpproxy of its own: the MySQL URLs name the
+ * proxies, and a preload (tests/tools/redirect.c) sends the connections
+ * to a Redis server's own port (which Sentinel's answers and the
+ * cluster's slot maps name) to the instance's proxy for it. Each runs
+ * under libfaketime with a clock file of its own, behind Debian's
+ * haproxy with the shipped deploy/haproxy.cfg. The Redis servers are
+ * preloaded too: what one sends to another's port (replication, a
+ * slot's keys migrating) goes through a proxy per target, so that
+ * replication can be held back.
  *
  * Also the log watcher: it reads every instance's log as it grows and
  * stamps the lines the checker needs with the driver's clock (the
@@ -22,14 +34,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "common/redis_slot.h"
 #include "tests/soak/soak.h"
 
 #define MASTER_NAME "soak"
 #define DRAIN_S 3
 #define SENTINEL_DOWN_MS 2000
+/* A cluster node that does not answer for this long is failed over. */
+#define CLUSTER_NODE_TIMEOUT_MS 2000
+/* What a cluster node's data port is to its bus port. */
+#define CLUSTER_BUS_OFFSET 10000
 
 struct world world;
 
@@ -68,6 +88,15 @@ static redisReply *redis_at(uint16_t port, const char *fmt, ...)
     return r;
 }
 
+/* The Redis server listening on port, -1 when none of ours. */
+static int redis_by_port(unsigned port)
+{
+    for (int k = 0; k < world.nredis; k++)
+        if (port && port == world.redis[k].port)
+            return k;
+    return -1;
+}
+
 /* The master's port sentinel i names, 0 when it cannot say. */
 static unsigned sentinel_master(int i)
 {
@@ -84,28 +113,36 @@ static unsigned sentinel_master(int i)
 
 int redis_master_now(void)
 {
+    if (soak_cfg.redis != SOAK_REDIS_SENTINEL)
+        return -1;
     for (int i = 0; i < 3; i++) {
-        unsigned port = sentinel_master(i);
+        int k = redis_by_port(sentinel_master(i));
 
-        for (int k = 0; k < 2; k++)
-            if (port && port == world.redis[k].port) {
-                pthread_mutex_lock(&world.mu);
-                world.master = k;
-                pthread_mutex_unlock(&world.mu);
-                return k;
-            }
+        if (k >= 0) {
+            pthread_mutex_lock(&world.mu);
+            world.master = k;
+            pthread_mutex_unlock(&world.mu);
+            return k;
+        }
     }
     return -1;
 }
 
-bool redis_replica_synced(int m)
+/* Whether the Redis server on port is a replica whose link to its
+ * master is up. */
+static bool replica_linked(uint16_t port)
 {
-    redisReply *r = redis_at(world.redis[1 - m].port, "INFO replication");
+    redisReply *r = redis_at(port, "INFO replication");
     bool up = r && r->type == REDIS_REPLY_STRING &&
               strstr(r->str, "master_link_status:up");
 
     freeReplyObject(r);
     return up;
+}
+
+bool redis_replica_synced(int m)
+{
+    return replica_linked(world.redis[1 - m].port);
 }
 
 /* How many entries SENTINEL <what> has on sentinel i. */
@@ -119,11 +156,30 @@ static size_t sentinel_count(int i, const char *what)
     return n;
 }
 
-static int redis_start_all(void)
+/* The environment of every Redis server: what one sends to another's
+ * port goes through the proxy of that target (world.px_repl). */
+static const char *const *redis_env(void)
 {
-    static char redirect[2][64], preload[IT_PATH_MAX + 16];
-    static const char *env[4];
+    static char redirect[32 + SOAK_REDIS_MAX * 12], preload[IT_PATH_MAX + 16];
+    static const char *env[3];
+    size_t len;
 
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", world.redirect_lib);
+    len = (size_t)snprintf(redirect, sizeof(redirect), "SECKILL_REDIRECT=");
+    for (int k = 0; k < world.nredis; k++)
+        len += (size_t)snprintf(
+            redirect + len, sizeof(redirect) - len, "%s%u:%u", k ? "," : "",
+            (unsigned)world.redis[k].port, (unsigned)world.px_repl[k].port);
+    env[0] = preload;
+    env[1] = redirect;
+    env[2] = NULL;
+    return env;
+}
+
+/* Two servers, a master and its replica, and three sentinels. */
+static int sentinel_start_all(void)
+{
+    world.nredis = 2;
     for (int k = 0; k < 2; k++) {
         struct predis *r = &world.redis[k];
 
@@ -137,16 +193,8 @@ static int redis_start_all(void)
                            r->port) != 0)
             return -1;
     }
-    /* Replication into a replica goes through the proxy of its master. */
-    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", world.redirect_lib);
-    snprintf(redirect[0], sizeof(redirect[0]), "SECKILL_REDIRECT=%u:%u,%u:%u",
-             (unsigned)world.redis[0].port, (unsigned)world.px_repl[0].port,
-             (unsigned)world.redis[1].port, (unsigned)world.px_repl[1].port);
-    env[0] = preload;
-    env[1] = redirect[0];
-    env[2] = NULL;
     for (int k = 0; k < 2; k++) {
-        world.redis[k].env = env;
+        world.redis[k].env = redis_env();
         if (k == 1)
             snprintf(world.redis[1].replicaof, sizeof(world.redis[1].replicaof),
                      "127.0.0.1 %u", (unsigned)world.redis[0].port);
@@ -183,36 +231,479 @@ static int redis_start_all(void)
     }
 }
 
+/* ---- the cluster ---- */
+
+static bool port_bindable(unsigned port)
+{
+    struct sockaddr_in sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    bool ok;
+
+    if (fd < 0)
+        return false;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons((uint16_t)port);
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A free port for node k whose bus port is free too, and neither one of
+ * the ports the nodes before it took. */
+static uint16_t cluster_port_pick(int k)
+{
+    for (int tries = 0; tries < 500; tries++) {
+        unsigned p = it_free_port();
+        bool clash = !p || p + CLUSTER_BUS_OFFSET > 65535 ||
+                     !port_bindable(p + CLUSTER_BUS_OFFSET);
+
+        for (int j = 0; j < k && !clash; j++) {
+            unsigned q = world.redis[j].port;
+
+            clash = p == q || p == q + CLUSTER_BUS_OFFSET ||
+                    p + CLUSTER_BUS_OFFSET == q;
+        }
+        if (!clash)
+            return (uint16_t)p;
+    }
+    return 0;
+}
+
+int cluster_node_start(int k)
+{
+    struct predis *r = &world.redis[k];
+    char timeout[16];
+    const char *args[] = {"--dir",
+                          r->dir,
+                          "--appendonly",
+                          "yes",
+                          "--appendfsync",
+                          "always",
+                          "--cluster-enabled",
+                          "yes",
+                          "--cluster-config-file",
+                          "nodes.conf",
+                          "--cluster-node-timeout",
+                          timeout,
+                          NULL};
+
+    snprintf(timeout, sizeof(timeout), "%d", CLUSTER_NODE_TIMEOUT_MS);
+    if (mkdir(r->dir, 0700) != 0 && errno != EEXIST)
+        return -1;
+    r->pid = it_redis_start_env(r->port, r->log, NULL, args, r->env);
+    return r->pid > 0 ? 0 : -1;
+}
+
+/* The value of field in an INFO-like text ("field:value\r\n"), into out. */
+static void info_field(const char *text, const char *field, char *out,
+                       size_t cap)
+{
+    const char *p = text ? strstr(text, field) : NULL;
+
+    out[0] = '\0';
+    if (p && p[strlen(field)] == ':') {
+        p += strlen(field) + 1;
+        snprintf(out, cap, "%.*s", (int)strcspn(p, "\r\n"), p);
+    }
+}
+
+/* Whether node k says cluster_state:ok and knows every node. */
+static bool cluster_node_ok(int k)
+{
+    redisReply *r = redis_at(world.redis[k].port, "CLUSTER INFO");
+    char state[16], known[16];
+
+    info_field(r && r->type == REDIS_REPLY_STRING ? r->str : NULL,
+               "cluster_state", state, sizeof(state));
+    info_field(r && r->type == REDIS_REPLY_STRING ? r->str : NULL,
+               "cluster_known_nodes", known, sizeof(known));
+    freeReplyObject(r);
+    return strcmp(state, "ok") == 0 && atoi(known) == world.nredis;
+}
+
+int cluster_nodes_read(struct cnode out[SOAK_REDIS_MAX])
+{
+    int up = 0;
+
+    for (int k = 0; k < world.nredis; k++) {
+        redisReply *role = redis_at(world.redis[k].port, "ROLE");
+        redisReply *id = redis_at(world.redis[k].port, "CLUSTER MYID");
+
+        memset(&out[k], 0, sizeof(out[k]));
+        out[k].of = -1;
+        if (role && role->type == REDIS_REPLY_ARRAY && role->elements >= 3 &&
+            role->element[0]->type == REDIS_REPLY_STRING && id &&
+            id->type == REDIS_REPLY_STRING) {
+            out[k].up = true;
+            up++;
+            snprintf(out[k].id, sizeof(out[k].id), "%s", id->str);
+            out[k].primary = strcmp(role->element[0]->str, "master") == 0;
+            if (!out[k].primary &&
+                role->element[2]->type == REDIS_REPLY_INTEGER)
+                out[k].of = redis_by_port((unsigned)role->element[2]->integer);
+        }
+        freeReplyObject(role);
+        freeReplyObject(id);
+    }
+    return up ? 0 : -1;
+}
+
+int cluster_owner(unsigned slot)
+{
+    for (int k = 0; k < world.nredis; k++) {
+        redisReply *r = redis_at(world.redis[k].port, "CLUSTER SLOTS");
+        int owner = -1;
+        bool answered = r && r->type == REDIS_REPLY_ARRAY;
+
+        for (size_t i = 0; answered && i < r->elements; i++) {
+            redisReply *e = r->element[i];
+
+            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 3 &&
+                e->element[0]->integer <= (long long)slot &&
+                (long long)slot <= e->element[1]->integer &&
+                e->element[2]->type == REDIS_REPLY_ARRAY &&
+                e->element[2]->elements >= 2)
+                owner =
+                    redis_by_port((unsigned)e->element[2]->element[1]->integer);
+        }
+        freeReplyObject(r);
+        if (answered)
+            return owner;
+    }
+    return -1;
+}
+
+/* Whether any node holds a slot half moved (CLUSTER NODES shows it as
+ * [slot->-id] or [slot-<-id]). */
+static bool cluster_slot_open(void)
+{
+    bool open = false;
+
+    for (int k = 0; k < world.nredis && !open; k++) {
+        redisReply *r = redis_at(world.redis[k].port, "CLUSTER NODES");
+
+        open = r && r->type == REDIS_REPLY_STRING &&
+               (strstr(r->str, "->-") || strstr(r->str, "-<-"));
+        freeReplyObject(r);
+    }
+    return open;
+}
+
+static bool cluster_whole(char *why, size_t cap)
+{
+    struct cnode n[SOAK_REDIS_MAX];
+    int primaries = 0;
+
+    if (cluster_nodes_read(n) != 0) {
+        snprintf(why, cap, "no cluster node answers");
+        return false;
+    }
+    for (int k = 0; k < world.nredis; k++) {
+        if (!n[k].up) {
+            snprintf(why, cap, "node %u is down",
+                     (unsigned)world.redis[k].port);
+            return false;
+        }
+        if (!cluster_node_ok(k)) {
+            snprintf(why, cap, "node %u is not cluster_state:ok",
+                     (unsigned)world.redis[k].port);
+            return false;
+        }
+        primaries += n[k].primary;
+    }
+    for (int k = 0; k < world.nredis; k++) {
+        bool synced = false;
+
+        if (!n[k].primary)
+            continue;
+        for (int j = 0; j < world.nredis && !synced; j++)
+            synced = n[j].of == k && replica_linked(world.redis[j].port);
+        if (!synced) {
+            snprintf(why, cap, "primary %u has no replica in sync",
+                     (unsigned)world.redis[k].port);
+            return false;
+        }
+    }
+    if (primaries != world.nredis / 2) {
+        snprintf(why, cap, "%d primaries", primaries);
+        return false;
+    }
+    if (cluster_slot_open()) {
+        snprintf(why, cap, "a slot is still being moved");
+        return false;
+    }
+    return true;
+}
+
+/* Six nodes, made a cluster by redis-cli --cluster create (the first
+ * three primaries, each of the others a replica of one of them). */
+static int cluster_start_all(void)
+{
+    char *argv[4 + SOAK_REDIS_MAX + 4], hosts[SOAK_REDIS_MAX][32], *out = NULL;
+    char why[96] = "";
+    int a = 0, status;
+
+    world.nredis = SOAK_REDIS_MAX;
+    for (int k = 0; k < world.nredis; k++) {
+        struct predis *r = &world.redis[k];
+        char tag[32];
+
+        r->port = cluster_port_pick(k);
+        if (!r->port) {
+            say_fail("no free port for a cluster node and its bus");
+            return -1;
+        }
+        snprintf(r->log, sizeof(r->log), "%s/soak-redis-node%d-%u.log",
+                 it_log_dir(), k + 1, (unsigned)r->port);
+        unlink(r->log);
+        snprintf(r->dir, sizeof(r->dir), "%s/soak-redis-node%d", it_log_dir(),
+                 k + 1);
+        snprintf(tag, sizeof(tag), "soak-repl-node%d", k + 1);
+        if (it_proxy_start(&world.px_repl[k], tag, r->port) != 0)
+            return -1;
+    }
+    for (int k = 0; k < world.nredis; k++) {
+        world.redis[k].env = redis_env();
+        if (cluster_node_start(k) != 0) {
+            say_fail("cluster node %d did not start; log %s", k + 1,
+                     world.redis[k].log);
+            return -1;
+        }
+    }
+    argv[a++] = (char *)it_which("redis-cli");
+    argv[a++] = "--cluster";
+    argv[a++] = "create";
+    for (int k = 0; k < world.nredis; k++) {
+        snprintf(hosts[k], sizeof(hosts[k]), "127.0.0.1:%u",
+                 (unsigned)world.redis[k].port);
+        argv[a++] = hosts[k];
+    }
+    argv[a++] = "--cluster-replicas";
+    argv[a++] = "1";
+    argv[a++] = "--cluster-yes";
+    argv[a] = NULL;
+    if (!argv[0]) {
+        say_fail("redis-cli not found: run scripts/deps.sh");
+        return -1;
+    }
+    status = it_run_capture(argv, &out);
+    if (status != 0) {
+        say_fail("redis-cli --cluster create failed: %.400s", out ? out : "");
+        free(out);
+        return -1;
+    }
+    free(out);
+    for (int64_t deadline = util_mono_ms() + 60000;;) {
+        if (cluster_whole(why, sizeof(why)))
+            return 0;
+        if (util_mono_ms() > deadline) {
+            say_fail("the cluster is not whole 60 s after its creation: %s",
+                     why);
+            return -1;
+        }
+        sleep_ms(200);
+    }
+}
+
+/* One command on a connection of the move's, with its answer checked:
+ * 0, or -1 with the error in why. */
+static int move_cmd(redisContext *rc, char *why, size_t cap, int argc,
+                    const char **argv)
+{
+    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    int rc_ = 0;
+
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        snprintf(why, cap, "%s %s: %s", argv[0], argc > 1 ? argv[1] : "",
+                 r ? r->str : rc->errstr);
+        rc_ = -1;
+    }
+    freeReplyObject(r);
+    return rc_;
+}
+
+int cluster_slot_move(unsigned slot, int from, int to, int batch, int pause_ms,
+                      char *why, size_t cap)
+{
+    struct timeval tv = {8, 0};
+    redisContext *c[SOAK_REDIS_MAX] = {0};
+    struct cnode n[SOAK_REDIS_MAX];
+    char slot_s[16], port_s[16];
+    int rc = -1;
+
+    snprintf(slot_s, sizeof(slot_s), "%u", slot);
+    snprintf(port_s, sizeof(port_s), "%u", (unsigned)world.redis[to].port);
+    if (cluster_nodes_read(n) != 0 || !n[from].up || !n[to].up) {
+        snprintf(why, cap, "the source or the target does not answer");
+        return -1;
+    }
+    for (int k = 0; k < world.nredis; k++) {
+        if (!n[k].up)
+            continue;
+        c[k] = redisConnectWithTimeout("127.0.0.1", world.redis[k].port, tv);
+        if (!c[k] || c[k]->err) {
+            snprintf(why, cap, "no connection to node %u",
+                     (unsigned)world.redis[k].port);
+            goto out;
+        }
+        redisSetTimeout(c[k], tv);
+    }
+    {
+        const char *imp[] = {"CLUSTER", "SETSLOT", slot_s, "IMPORTING",
+                             n[from].id};
+        const char *mig[] = {"CLUSTER", "SETSLOT", slot_s, "MIGRATING",
+                             n[to].id};
+
+        if (move_cmd(c[to], why, cap, 5, imp) ||
+            move_cmd(c[from], why, cap, 5, mig))
+            goto out;
+    }
+    /* The keys, batch at a time (redis-cli's default pipeline moves ten),
+     * with a pause between: the sale keeps selling meanwhile, its keys
+     * split between the two. */
+    for (;;) {
+        redisReply *keys =
+            redisCommand(c[from], "CLUSTER GETKEYSINSLOT %u %d", slot, batch);
+        const char *argv[7 + 10] = {"MIGRATE", "127.0.0.1", port_s,
+                                    "",        "0",         "5000"};
+        int argc = 6;
+        size_t nkeys;
+
+        if (!keys || keys->type != REDIS_REPLY_ARRAY) {
+            snprintf(why, cap, "CLUSTER GETKEYSINSLOT: %s",
+                     keys && keys->str ? keys->str : c[from]->errstr);
+            freeReplyObject(keys);
+            goto out;
+        }
+        nkeys = keys->elements;
+        if (nkeys) {
+            argv[argc++] = "KEYS";
+            for (size_t i = 0; i < nkeys && argc < 7 + 10; i++)
+                argv[argc++] = keys->element[i]->str;
+        }
+        rc = nkeys ? move_cmd(c[from], why, cap, argc, argv) : 0;
+        freeReplyObject(keys);
+        if (rc || !nkeys)
+            break;
+        rc = -1;
+        if (pause_ms)
+            sleep_ms(pause_ms);
+    }
+    if (rc)
+        goto out;
+    /* The slot is the target's: told to the target first, then to the
+     * source, then to every other primary (the replicas learn it from
+     * them). */
+    {
+        const char *own[] = {"CLUSTER", "SETSLOT", slot_s, "NODE", n[to].id};
+
+        rc = move_cmd(c[to], why, cap, 5, own) ||
+             move_cmd(c[from], why, cap, 5, own);
+        for (int k = 0; k < world.nredis && !rc; k++)
+            if (k != to && k != from && n[k].up && n[k].primary)
+                rc = move_cmd(c[k], why, cap, 5, own);
+        rc = rc ? -1 : 0;
+    }
+out:
+    for (int k = 0; k < world.nredis; k++)
+        if (c[k])
+            redisFree(c[k]);
+    return rc;
+}
+
+int cluster_slot_fix(void)
+{
+    char *argv[] = {(char *)it_which("redis-cli"),
+                    "--cluster",
+                    "fix",
+                    NULL,
+                    "--cluster-yes",
+                    NULL};
+    char host[32], *out = NULL;
+    struct cnode n[SOAK_REDIS_MAX];
+    int status = -1;
+
+    if (!argv[0] || cluster_nodes_read(n) != 0)
+        return -1;
+    for (int k = 0; k < world.nredis && !argv[3]; k++)
+        if (n[k].up) {
+            snprintf(host, sizeof(host), "127.0.0.1:%u",
+                     (unsigned)world.redis[k].port);
+            argv[3] = host;
+        }
+    status = it_run_capture(argv, &out);
+    if (status != 0)
+        say("redis-cli --cluster fix failed: %.300s", out ? out : "");
+    free(out);
+    return status == 0 && !cluster_slot_open() ? 0 : -1;
+}
+
+bool redis_whole(char *why, size_t cap)
+{
+    int m;
+
+    if (soak_cfg.redis == SOAK_REDIS_CLUSTER)
+        return cluster_whole(why, cap);
+    m = redis_master_now();
+    if (m < 0) {
+        snprintf(why, cap, "the sentinels name no master");
+        return false;
+    }
+    if (!redis_replica_synced(m)) {
+        snprintf(why, cap, "the replica is not in sync");
+        return false;
+    }
+    return true;
+}
+
+uint16_t redis_port_of_sale(int64_t voucher)
+{
+    char tag[40];
+    int k;
+
+    if (soak_cfg.redis == SOAK_REDIS_SENTINEL) {
+        k = redis_master_now();
+    } else {
+        snprintf(tag, sizeof(tag), "{v:%lld}", (long long)voucher);
+        k = cluster_owner(redis_key_slot_str(tag));
+    }
+    return k >= 0 ? world.redis[k].port : 0;
+}
+
 /* ---- MariaDB ---- */
 
-static int mysql_start_all(void)
+/* Shard s's primary and its read replica, which follows it by GTID. */
+static int mysql_shard_start(int s)
 {
+    struct pmaria *db = &world.db[s], *rep = &world.replica[s];
     MYSQL *my = NULL;
 
-    world.db.server_id = 1;
-    if (pmaria_create(&world.db) != 0)
+    db->server_id = 2 * (unsigned)s + 1;
+    if (pmaria_create(db) != 0)
         return -1;
-    world.replica.server_id = 2;
-    world.replica.replica = true;
-    if (pmaria_create(&world.replica) != 0 ||
-        pmaria_sql(&world.db,
+    rep->server_id = 2 * (unsigned)s + 2;
+    rep->replica = true;
+    if (pmaria_create(rep) != 0 ||
+        pmaria_sql(db,
                    "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'repl';"
                    "GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1';"
                    "GRANT REPLICA MONITOR ON *.* TO 'seckill'@'127.0.0.1'") ||
-        pmaria_sql(&world.replica,
+        pmaria_sql(rep,
                    "CHANGE MASTER TO MASTER_HOST='127.0.0.1', "
                    "MASTER_PORT=%u, MASTER_USER='repl', "
                    "MASTER_PASSWORD='repl', MASTER_USE_GTID=slave_pos, "
                    "MASTER_CONNECT_RETRY=1; START SLAVE",
-                   (unsigned)world.db.port))
+                   (unsigned)db->port))
         return -1;
-    pmaria_target(&world.db, &world.target);
+    pmaria_target(db, &world.shard_target[s]);
     /* The replica has the schema and the user once it caught up. */
     for (int i = 0; i < 300 && !my; i++) {
-        struct db_target t = world.target;
+        struct db_target t = world.shard_target[s];
         int64_t n;
 
-        t.port = world.replica.port;
+        t.port = rep->port;
         my = fdb_connect(&t, 2);
         if (my && fdb_scalar(my, &n, "SELECT COUNT(*) FROM voucher_orders")) {
             mysql_close(my);
@@ -222,12 +713,67 @@ static int mysql_start_all(void)
             sleep_ms(100);
     }
     if (!my) {
-        say_fail("the MariaDB replica did not catch up; log %s",
-                 world.replica.log);
+        say_fail("the MariaDB replica of shard %d did not catch up; log %s", s,
+                 rep->log);
         return -1;
     }
     mysql_close(my);
     return 0;
+}
+
+/* A URL of shard s's database on port (the primary's, its replica's or
+ * a proxy's), after prefix. */
+static void mysql_url(char *out, size_t cap, const char *prefix, unsigned port)
+{
+    snprintf(out, cap, "%smysql://seckill:seckill@127.0.0.1:%u/seckill_fault",
+             prefix, port);
+}
+
+/* seckilld migrate on every primary, shard 0 first. */
+static int mysql_migrate(void)
+{
+    char shards[256], url[96], log[IT_PATH_MAX];
+    const char *env[] = {"SECKILL_MYSQL_URL", "SECKILL_MYSQL_REPLICA_URL",
+                         "SECKILL_MYSQL_SHARD_REPLICAS", shards, NULL};
+    char *argv[] = {(char *)it_bin(), "migrate", NULL};
+    char **envp;
+    int status = -1;
+    pid_t pid;
+
+    snprintf(shards, sizeof(shards), "SECKILL_MYSQL_SHARDS=");
+    for (int s = 0; s < soak_cfg.shards; s++) {
+        mysql_url(url, sizeof(url), s ? "," : "", world.db[s].port);
+        snprintf(shards + strlen(shards), sizeof(shards) - strlen(shards), "%s",
+                 url);
+    }
+    snprintf(log, sizeof(log), "%s/soak-migrate.log", it_log_dir());
+    unlink(log);
+    envp = it_env_build(env);
+    pid = it_spawn(argv, envp, log);
+    it_env_free(envp);
+    if (pid > 0 && it_wait_exit(pid, 60000, &status) == -ETIMEDOUT) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    if (pid <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        say_fail("seckilld migrate failed; log %s", log);
+        return -1;
+    }
+    return 0;
+}
+
+static int mysql_start_all(void)
+{
+    for (int s = 0; s < soak_cfg.shards; s++)
+        if (mysql_shard_start(s) != 0)
+            return -1;
+    world.target = world.shard_target[0];
+    return mysql_migrate();
+}
+
+MYSQL *world_mysql(int shard, unsigned timeout_s)
+{
+    return fdb_connect(&world.shard_target[shard], timeout_s);
 }
 
 /* ---- instances ---- */
@@ -235,17 +781,32 @@ static int mysql_start_all(void)
 static int instance_setup(int i)
 {
     struct instance *in = &world.inst[i];
-    char tag[32];
+    char tag[40], list[2][512], url[96];
+    size_t len;
     int k = 0;
 
-    snprintf(tag, sizeof(tag), "soak-app%d-mysql", i + 1);
-    if (it_proxy_start(&in->px_mysql, tag, world.db.port))
-        return -1;
-    snprintf(tag, sizeof(tag), "soak-app%d-replica", i + 1);
-    if (it_proxy_start(&in->px_replica, tag, world.replica.port))
-        return -1;
-    for (int r = 0; r < 2; r++) {
-        snprintf(tag, sizeof(tag), "soak-app%d-redis-%c", i + 1, 'a' + r);
+    list[0][0] = list[1][0] = '\0';
+    for (int s = 0; s < soak_cfg.shards; s++) {
+        snprintf(tag, sizeof(tag), "soak-app%d-mysql%s", i + 1,
+                 s ? "-shard1" : "");
+        if (it_proxy_start(&in->px_mysql[s], tag, world.db[s].port))
+            return -1;
+        snprintf(tag, sizeof(tag), "soak-app%d-replica%s", i + 1,
+                 s ? "-shard1" : "");
+        if (it_proxy_start(&in->px_replica[s], tag, world.replica[s].port))
+            return -1;
+        mysql_url(url, sizeof(url), s ? "," : "", in->px_mysql[s].port);
+        snprintf(list[0] + strlen(list[0]), sizeof(list[0]) - strlen(list[0]),
+                 "%s", url);
+        mysql_url(url, sizeof(url), s ? "," : "", in->px_replica[s].port);
+        snprintf(list[1] + strlen(list[1]), sizeof(list[1]) - strlen(list[1]),
+                 "%s", url);
+    }
+    for (int r = 0; r < world.nredis; r++) {
+        if (soak_cfg.redis == SOAK_REDIS_CLUSTER)
+            snprintf(tag, sizeof(tag), "soak-app%d-redis-node%d", i + 1, r + 1);
+        else
+            snprintf(tag, sizeof(tag), "soak-app%d-redis-%c", i + 1, 'a' + r);
         if (it_proxy_start(&in->px_redis[r], tag, world.redis[r].port))
             return -1;
     }
@@ -259,16 +820,30 @@ static int instance_setup(int i)
     in->port = it_free_port();
 
 #define ENV(...) snprintf(in->env[k++], sizeof(in->env[0]), __VA_ARGS__)
-    ENV("SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:%u/"
-        "seckill_fault",
-        (unsigned)in->px_mysql.port);
-    ENV("SECKILL_MYSQL_REPLICA_URL=mysql://seckill:seckill@127.0.0.1:%u/"
-        "seckill_fault",
-        (unsigned)in->px_replica.port);
-    ENV("SECKILL_REDIS_URL=redis-sentinel://127.0.0.1:%u,127.0.0.1:%u,"
-        "127.0.0.1:%u/" MASTER_NAME "/0",
-        (unsigned)world.sentinel_port[0], (unsigned)world.sentinel_port[1],
-        (unsigned)world.sentinel_port[2]);
+    if (soak_cfg.shards == 1) {
+        ENV("SECKILL_MYSQL_URL=%s", list[0]);
+        ENV("SECKILL_MYSQL_REPLICA_URL=%s", list[1]);
+    } else {
+        ENV("SECKILL_MYSQL_URL");
+        ENV("SECKILL_MYSQL_REPLICA_URL");
+        ENV("SECKILL_MYSQL_SHARDS=%s", list[0]);
+        ENV("SECKILL_MYSQL_SHARD_REPLICAS=%s", list[1]);
+    }
+    if (soak_cfg.redis == SOAK_REDIS_CLUSTER) {
+        char seeds[SOAK_REDIS_MAX * 20] = "";
+
+        for (int r = 0; r < world.nredis; r++) {
+            len = strlen(seeds);
+            snprintf(seeds + len, sizeof(seeds) - len, "%s127.0.0.1:%u",
+                     r ? "," : "", (unsigned)world.redis[r].port);
+        }
+        ENV("SECKILL_REDIS_URL=redis-cluster://%s", seeds);
+    } else {
+        ENV("SECKILL_REDIS_URL=redis-sentinel://127.0.0.1:%u,127.0.0.1:%u,"
+            "127.0.0.1:%u/" MASTER_NAME "/0",
+            (unsigned)world.sentinel_port[0], (unsigned)world.sentinel_port[1],
+            (unsigned)world.sentinel_port[2]);
+    }
     ENV("SECKILL_LOCK_URL");
     ENV("SECKILL_PAY_SECRET=%s", world.pay_secret);
     /* Login codes go to the soak's SMS webhook (and, in dev mode, into
@@ -281,7 +856,7 @@ static int instance_setup(int i)
     ENV("SECKILL_THREADS=2");
     ENV("SECKILL_ENGINE_THREADS=2");
     ENV("LD_PRELOAD=%s:%s", world.faketime_lib, world.redirect_lib);
-    ENV("FAKETIME_TIMESTAMP_FILE=%s", in->clock_file);
+    ENV("FAKETIME_TIMESTAMP_FILE=%s/soak-clock-%d", it_log_dir(), i + 1);
     ENV("FAKETIME_CACHE_DURATION=1");
     ENV("FAKETIME_DONT_FAKE_MONOTONIC=1");
     /* A sanitizer build (tests/soak/run.sh sets these): the instances
@@ -289,9 +864,13 @@ static int instance_setup(int i)
      * the preloads. */
     if (getenv("SOAK_ASAN_OPTIONS"))
         ENV("ASAN_OPTIONS=%s", getenv("SOAK_ASAN_OPTIONS"));
-    ENV("SECKILL_REDIRECT=%u:%u,%u:%u", (unsigned)world.redis[0].port,
-        (unsigned)in->px_redis[0].port, (unsigned)world.redis[1].port,
-        (unsigned)in->px_redis[1].port);
+    /* Its connections to each Redis server's port go to its own proxy. */
+    len = (size_t)ENV("SECKILL_REDIRECT=");
+    for (int r = 0; r < world.nredis; r++)
+        len += (size_t)snprintf(in->env[k - 1] + len, sizeof(in->env[0]) - len,
+                                "%s%u:%u", r ? "," : "",
+                                (unsigned)world.redis[r].port,
+                                (unsigned)in->px_redis[r].port);
     /* The canary: every instance drops one async purchase in 1,000 before
      * the sale's script, applies the first restock it makes twice and
      * admits every other waiting room place by the rate alone (a
@@ -466,9 +1045,15 @@ int world_start(void)
     for (int i = 0; i < 64; i++)
         world.pay_secret[i] = "0123456789abcdef"[rng_next(&r) % 16];
     world.pay_secret[64] = '\0';
-    say("starting MariaDB, its replica, two Redis servers and three "
-        "sentinels");
-    if (mysql_start_all() || redis_start_all())
+    say("starting %s, %s",
+        soak_cfg.shards > 1 ? "two MariaDB shards, each with a replica"
+                            : "MariaDB and its replica",
+        soak_cfg.redis == SOAK_REDIS_CLUSTER
+            ? "a Redis Cluster of three primaries and three replicas"
+            : "two Redis servers and three sentinels");
+    if (mysql_start_all() ||
+        (soak_cfg.redis == SOAK_REDIS_CLUSTER ? cluster_start_all()
+                                              : sentinel_start_all()))
         return -1;
     if (sms_sink_start(world.pay_secret) != 0) {
         say_fail("the SMS webhook did not start");
@@ -508,22 +1093,26 @@ void world_stop(void)
     for (int i = 0; i < SOAK_INSTANCES; i++) {
         struct instance *in = &world.inst[i];
 
-        it_proxy_stop(&in->px_mysql);
-        it_proxy_stop(&in->px_replica);
-        it_proxy_stop(&in->px_redis[0]);
-        it_proxy_stop(&in->px_redis[1]);
+        for (int s = 0; s < SOAK_SHARDS_MAX; s++) {
+            it_proxy_stop(&in->px_mysql[s]);
+            it_proxy_stop(&in->px_replica[s]);
+        }
+        for (int k = 0; k < world.nredis; k++)
+            it_proxy_stop(&in->px_redis[k]);
     }
     for (int i = 0; i < 3; i++)
         if (world.sentinel[i] > 0) {
             kill(world.sentinel[i], SIGKILL);
             waitpid(world.sentinel[i], NULL, 0);
         }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < world.nredis; k++) {
         predis_kill(&world.redis[k]);
         it_proxy_stop(&world.px_repl[k]);
     }
-    pmaria_destroy(&world.replica);
-    pmaria_destroy(&world.db);
+    for (int s = 0; s < SOAK_SHARDS_MAX; s++) {
+        pmaria_destroy(&world.replica[s]);
+        pmaria_destroy(&world.db[s]);
+    }
 }
 
 /* ---- the log watcher ---- */
