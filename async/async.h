@@ -243,8 +243,9 @@ int async_pending_find(struct redis_link *rl, int64_t order_id,
  * Whether the Redis of rl keeps every acknowledged write across a crash:
  * appendonly yes with appendfsync always (on a cluster: on every primary
  * of its slot map; why then names the first that does not). 0: it does;
- * -EPERM: it does not (why says what it has); another -errno: cannot tell
- * (CONFIG refused, or no slot map).
+ * -EPERM: it does not (why says what it has); -ENOTSUP: it will not say
+ * (CONFIG refused or renamed); another -errno: it cannot say now (a
+ * primary did not answer, or no slot map).
  */
 int async_redis_durable(struct redis_link *rl, char *why, size_t len);
 
@@ -289,8 +290,9 @@ struct async *async_start(const struct async_config *cfg);
 
 /*
  * Whether this instance may sell async vouchers: accept_loss, or its Redis
- * was durable (async_redis_durable()) at the last look (at the start, then
- * every couple of seconds). Thread-safe, lock-free.
+ * was durable (async_redis_durable()) at the last look that could tell (at
+ * the start, then every couple of seconds; a look that a primary did not
+ * answer keeps the verdict before it). Thread-safe, lock-free.
  */
 bool async_may_sell(const struct async *a);
 

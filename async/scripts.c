@@ -846,8 +846,13 @@ int async_redis_durable(struct redis_link *rl, char *why, size_t len)
 
         if (!err)
             err = config_get(rl, i, "appendfsync", fsync, sizeof(fsync));
-        if (err) {
+        if (err == -ENOTSUP) {
             snprintf(why, len, "%sCONFIG GET is not allowed: cannot tell", who);
+            return err;
+        }
+        if (err) {
+            snprintf(why, len, "%sno answer (err %d): cannot tell now", who,
+                     err);
             return err;
         }
         if (strcmp(aof, "yes") != 0 || strcmp(fsync, "always") != 0) {

@@ -732,10 +732,17 @@ static unsigned replicas_to_reach(const struct async *a, struct redis_link *rl)
 static void durability_look(struct async *a, struct redis_link *rl)
 {
     char why[192];
-    bool ok =
-        a->cfg.accept_loss || async_redis_durable(rl, why, sizeof(why)) == 0;
+    int err =
+        a->cfg.accept_loss ? 0 : async_redis_durable(rl, why, sizeof(why));
+    bool ok = err == 0;
 
     atomic_store(&a->replicas_seen, replicas_to_reach(a, rl));
+    /* A primary that does not answer now (a link cut, a failover) says
+     * nothing of the others, nor of itself: the last verdict stands.
+     * Only a primary that answers it may lose writes (-EPERM), or that
+     * will not say (-ENOTSUP), changes it. */
+    if (err && err != -EPERM && err != -ENOTSUP)
+        return;
     if (atomic_exchange(&a->may_sell, ok) != ok)
         log_warn(ok ? "async sales allowed: redis keeps acknowledged writes"
                     : "async sales refused: redis may lose acknowledged writes",

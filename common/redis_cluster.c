@@ -302,7 +302,11 @@ static redisContext *dial(struct redis_cluster *c, const char *host,
 static redisContext *node_conn(struct redis_cluster *c, int i, int *err)
 {
     *err = 0;
-    if (c->rc[i] && c->rc[i]->err) {
+    /* Closed by the node while idle (it died or restarted, a link broke):
+     * a command written there would meet the close with its outcome
+     * unknown; a new connection serves it, or says at once that the node
+     * cannot be reached. */
+    if (c->rc[i] && (c->rc[i]->err || util_idle_conn_dead(c->rc[i]->fd))) {
         redisFree(c->rc[i]);
         c->rc[i] = NULL;
     }

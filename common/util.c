@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,4 +250,11 @@ int util_hex_decode(const char *hex, unsigned char *out, size_t outlen)
         out[i] = (unsigned char)(hi << 4 | lo);
     }
     return 0;
+}
+
+bool util_idle_conn_dead(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+    return fd < 0 || poll(&pfd, 1, 0) != 0;
 }

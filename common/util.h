@@ -5,6 +5,7 @@
 #ifndef SECKILL_UTIL_H
 #define SECKILL_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,15 @@ void log_set_level(enum log_level level);
 int64_t util_now_ms(void);
 /* Monotonic time in milliseconds, for durations. */
 int64_t util_mono_ms(void);
+
+/*
+ * Whether the idle request/response connection on fd is dead: it has
+ * nothing to read, so a readable socket means the server closed it (or
+ * sent a farewell error), and a request written there now would meet the
+ * close, its outcome unknown, where a new connection would have served
+ * it. Never waits. True for fd < 0.
+ */
+bool util_idle_conn_dead(int fd);
 
 /*
  * Parse a decimal id: digits only, no sign, no spaces, 1 <= value <=

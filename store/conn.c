@@ -561,18 +561,6 @@ void store_free(struct store *st)
     free(st);
 }
 
-/*
- * An idle request/response connection has nothing to read. If its socket
- * is readable, the server closed it (or sent a farewell error packet), so
- * it is dead before we spend a request on it.
- */
-static bool idle_conn_dead(int fd)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-
-    return fd < 0 || poll(&pfd, 1, 0) != 0;
-}
-
 /* Logged once per process: which server the store talks to. */
 static atomic_int flavour_logged;
 
@@ -784,7 +772,7 @@ int store_retry(struct store *st, int (*fn)(struct store *, void *), void *arg)
 {
     /* Only here, between operations: inside a transaction a silent
      * reconnect would run the rest of it outside the transaction. */
-    if (st->my && idle_conn_dead((int)mysql_get_socket(st->my))) {
+    if (st->my && util_idle_conn_dead((int)mysql_get_socket(st->my))) {
         log_warn("mysql connection lost", "op=idle_check");
         metrics_count(METRIC_CONN_ERROR_MYSQL, 1);
         mysql_drop(st);
@@ -937,7 +925,7 @@ static redisContext *redis_one(struct store *st)
     int err;
 
     store_redis_server(c, &rs);
-    if (rc && (rc->err || idle_conn_dead(rc->fd))) {
+    if (rc && (rc->err || util_idle_conn_dead(rc->fd))) {
         log_warn("redis connection lost", "err=\"%s\"",
                  rc->err ? rc->errstr : "closed while idle");
         metrics_count(METRIC_CONN_ERROR_REDIS, 1);

@@ -352,6 +352,7 @@ struct fake_node {
     unsigned to_port, map_port;
     int wait_reply;
     int stop;
+    int drop; /* close every connection now, as a restarted node would */
     /* Counted: */
     int ran;       /* scripts run */
     int refused;   /* scripts redirected or refused */
@@ -468,6 +469,14 @@ static void *fake_main(void *arg)
 
         pthread_mutex_lock(&fk->mu);
         stop = fk->stop;
+        if (fk->drop) {
+            for (int i = 0; i < n; i++) {
+                close(fd[i]);
+                redisReaderFree(rd[i]);
+            }
+            n = 0;
+            fk->drop = 0;
+        }
         pthread_mutex_unlock(&fk->mu);
         if (stop)
             break;
@@ -714,6 +723,41 @@ static void test_unsent_or_lost(void **state)
     fake_stop(&a);
 }
 
+/*
+ * A node that closed its connections while the client was idle (it
+ * restarted, or came back after a failover) costs the next script
+ * nothing: the client sees the close before it writes and dials again.
+ * Written on the closed connection, the script met the close and its
+ * outcome was unknown (-ECONNRESET), though it never reached the node.
+ */
+static void test_idle_close_redialed(void **state)
+{
+    const char *argv[] = {"{v:1}:info", "x"};
+    struct fake_node a;
+    struct redis_cluster *c;
+    redisReply *r;
+    int err = 0;
+
+    (void)state;
+    fake_start(&a, FAKE_RUN);
+    c = fake_client(a.port);
+    r = redis_cluster_script_run(c, &fake_script, 1, 2, argv, NULL, 300, &err);
+    assert_non_null(r);
+    freeReplyObject(r);
+    pthread_mutex_lock(&a.mu);
+    a.drop = 1;
+    pthread_mutex_unlock(&a.mu);
+    usleep(200 * 1000); /* the FIN reaches the client's socket */
+    r = redis_cluster_script_run(c, &fake_script, 1, 2, argv, NULL, 300, &err);
+    if (!r)
+        print_error("after an idle close: err %d\n", err);
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(2, fake_count(&a, &a.ran));
+    redis_cluster_free(c);
+    fake_stop(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -726,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_wait_follows_ask),
         cmocka_unit_test(test_refused_while_moving),
         cmocka_unit_test(test_unsent_or_lost),
+        cmocka_unit_test(test_idle_close_redialed),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
