@@ -305,6 +305,17 @@ export function describeError(res) {
                 text: "Closed: the order was cancelled, or its time to pay ran out.",
                 tone: "bad",
             };
+        case "IDEMPOTENCY_KEY_IN_USE":
+            return {
+                text: `Still being done: this change was sent a moment ago and has not finished. Wait ${wait} s.`,
+                tone: "warn",
+                wait,
+            };
+        case "IDEMPOTENCY_KEY_REUSED":
+            return {
+                text: "Refused: this change was already sent with other values. Reload and make it again.",
+                tone: "bad",
+            };
         case "UNAUTHORIZED":
             return {
                 text: "Please log in again: your session is missing or has expired.",
