@@ -678,13 +678,12 @@ redisReply *redis_cluster_command(struct redis_cluster *c, int slot, int argc,
                 err);
 }
 
-redisReply *redis_cluster_script_run(struct redis_cluster *c,
-                                     struct redis_script *s, int nkeys,
-                                     int argc, const char **argv,
-                                     const size_t *lens, unsigned budget_ms,
-                                     int *err)
+/* Script s with its arguments, as a command routed by its first key. */
+static struct redis_cluster_cmd script_cmd(struct redis_script *s, int nkeys,
+                                           int argc, const char **argv,
+                                           const size_t *lens)
 {
-    struct redis_cluster_cmd k = {
+    return (struct redis_cluster_cmd){
         .slot = nkeys > 0 ? (int)redis_key_slot(argv[0], lens ? lens[0]
                                                               : strlen(argv[0]))
                           : REDIS_CLUSTER_ANY_SLOT,
@@ -693,6 +692,15 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c,
         .argc = argc,
         .argv = argv,
         .lens = lens};
+}
+
+redisReply *redis_cluster_script_run(struct redis_cluster *c,
+                                     struct redis_script *s, int nkeys,
+                                     int argc, const char **argv,
+                                     const size_t *lens, unsigned budget_ms,
+                                     int *err)
+{
+    struct redis_cluster_cmd k = script_cmd(s, nkeys, argc, argv, lens);
 
     return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, NULL,
                 err);
@@ -703,15 +711,7 @@ redisReply *redis_cluster_script_then(
     const char **argv, const size_t *lens, const char *const *then,
     size_t nthen, redisReply **then_replies, unsigned budget_ms, int *err)
 {
-    struct redis_cluster_cmd k = {
-        .slot = nkeys > 0 ? (int)redis_key_slot(argv[0], lens ? lens[0]
-                                                              : strlen(argv[0]))
-                          : REDIS_CLUSTER_ANY_SLOT,
-        .script = s,
-        .nkeys = nkeys,
-        .argc = argc,
-        .argv = argv,
-        .lens = lens};
+    struct redis_cluster_cmd k = script_cmd(s, nkeys, argc, argv, lens);
     struct behind b = {.cmds = then, .n = nthen, .replies = then_replies};
 
     return exec(c, &k, NULL, NULL, false, util_mono_ms() + budget_ms, &b, err);
