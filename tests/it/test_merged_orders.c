@@ -371,6 +371,15 @@ static void test_pay_batch_outcomes(void **state)
                 "1 SECOND WHERE id = %lld",
                 (long long)o[5]);
 
+    /* The COMMIT counter is the server's: no other sale's order may
+     * expire meanwhile (the suites before leave unpaid orders due soon).
+     * Before the locker's transaction: this statement locks what it
+     * reads. */
+    it_sql_exec("UPDATE voucher_orders SET pay_deadline = pay_deadline + "
+                "INTERVAL 1 DAY WHERE status = 1 AND voucher_id <> %lld AND "
+                "pay_deadline IS NOT NULL AND pay_deadline < NOW(3) + "
+                "INTERVAL 1 MINUTE",
+                (long long)v);
     locker = locker_open();
     locker_query(locker, "START TRANSACTION");
     locker_query(locker,
@@ -394,13 +403,6 @@ static void test_pay_batch_outcomes(void **state)
         notify_req(&reqs[i], &n[i + 1]);
         to[i] = &srv[0];
     }
-    /* The COMMIT counter is the server's: no other sale's order may
-     * expire meanwhile (the suites before leave unpaid orders due soon). */
-    it_sql_exec("UPDATE voucher_orders SET pay_deadline = pay_deadline + "
-                "INTERVAL 1 DAY WHERE status = 1 AND voucher_id <> %lld AND "
-                "pay_deadline IS NOT NULL AND pay_deadline < NOW(3) + "
-                "INTERVAL 1 MINUTE",
-                (long long)v);
     before = commits();
     {
         /* Sent while o[0]'s payment waits; let go once they are queued
