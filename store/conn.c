@@ -89,8 +89,9 @@
  * their ids (two batches that share orders cannot deadlock on them). */
 #define ORDERS_LOCK                                                            \
     "SELECT o.id, o.user_id, o.voucher_id, o.status, COALESCE(o.txn_id, ''), " \
-    "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), v.pay_value "    \
-    "FROM voucher_orders o JOIN vouchers v ON v.id = o.voucher_id WHERE o.id " \
+    "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), v.pay_value, "   \
+    "CAST(NOW(3) AS CHAR) FROM voucher_orders o JOIN vouchers v ON v.id = "    \
+    "o.voucher_id WHERE o.id "                                                 \
     "IN "
 #define ORDERS_LOCK_END ") ORDER BY o.id FOR UPDATE"
 /* Merged payments: each order its own txn_id; unpaid ones only. */
@@ -102,8 +103,8 @@
 #define WHEN_32 WHEN_16 WHEN_16
 #define WHEN_64 WHEN_32 WHEN_32
 #define ORDERS_PAY(w, list)                                                    \
-    "UPDATE voucher_orders SET status = 2, pay_time = NOW(3), txn_id = CASE "  \
-    "id " w "END WHERE status = 1 AND id IN (" list ")"
+    "UPDATE voucher_orders SET status = 2, pay_time = ?, txn_id = CASE id " w  \
+    "END WHERE status = 1 AND id IN (" list ")"
 #define ORDERS_CLOSE                                                           \
     "UPDATE voucher_orders SET status = ?, close_time = NOW(3) WHERE status "  \
     "= "                                                                       \
@@ -254,12 +255,12 @@ static const char *const stmt_sql[STMT_COUNT] = {
     [STMT_ORDER_LOCK] =
         "SELECT o.user_id, o.voucher_id, o.status, COALESCE(o.txn_id, ''), "
         "o.pay_deadline IS NOT NULL AND o.pay_deadline <= NOW(3), "
-        "v.pay_value FROM voucher_orders o JOIN vouchers v ON v.id = "
-        "o.voucher_id WHERE o.id = ? FOR UPDATE",
+        "v.pay_value, CAST(NOW(3) AS CHAR) FROM voucher_orders o JOIN "
+        "vouchers v ON v.id = o.voucher_id WHERE o.id = ? FOR UPDATE",
     [STMT_ORDER_CLOSE] = "UPDATE voucher_orders SET status = ?, close_time = "
                          "NOW(3) WHERE id = ? AND status = 1",
-    [STMT_ORDER_PAY] = "UPDATE voucher_orders SET status = 2, pay_time = "
-                       "NOW(3), txn_id = ? WHERE id = ? AND status = 1",
+    [STMT_ORDER_PAY] = "UPDATE voucher_orders SET status = 2, pay_time = ?, "
+                       "txn_id = ? WHERE id = ? AND status = 1",
     [STMT_STOCK_RETURN] = "UPDATE seckill_vouchers SET stock = stock + ? "
                           "WHERE voucher_id = ?",
     [STMT_SEGMENT_RETURN] = "UPDATE seckill_stock_segments SET stock = "

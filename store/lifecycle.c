@@ -37,18 +37,30 @@
 
 #define TXN_MAX 64
 
-/* The locked order: what a transition needs to decide. */
+/* The locked order: what a transition needs to decide. at: when it was
+ * locked and past_deadline read (MySQL's NOW(3), as text), which is the
+ * time a payment decided on it records: the moment it was in time, not
+ * the later one its UPDATE runs at. */
 struct locked {
     int64_t user_id, voucher_id, status, past_deadline, pay_value;
     char txn[TXN_MAX + 1];
     unsigned long txn_len;
+    char at[32];
+    unsigned long at_len;
 };
+
+/* l's text columns ended after a fetch. */
+static void locked_fetched(struct locked *l)
+{
+    l->txn[l->txn_len < TXN_MAX ? l->txn_len : TXN_MAX] = '\0';
+    l->at[l->at_len < sizeof(l->at) - 1 ? l->at_len : sizeof(l->at) - 1] = '\0';
+}
 
 /* Lock order id's row (inside a transaction). *found false: no order. */
 static int order_lock(struct store *st, int64_t id, struct locked *l,
                       bool *found)
 {
-    MYSQL_BIND p[1] = {0}, r[6] = {0};
+    MYSQL_BIND p[1] = {0}, r[7] = {0};
     size_t n;
     int err;
 
@@ -59,9 +71,10 @@ static int order_lock(struct store *st, int64_t id, struct locked *l,
     bind_str_out(&r[3], l->txn, sizeof(l->txn), &l->txn_len);
     bind_i64(&r[4], &l->past_deadline);
     bind_i64(&r[5], &l->pay_value);
+    bind_str_out(&r[6], l->at, sizeof(l->at), &l->at_len);
     err = store_stmt_rows(st, STMT_ORDER_LOCK, p, r, 1, NULL, NULL, &n);
     if (!err) {
-        l->txn[l->txn_len < TXN_MAX ? l->txn_len : TXN_MAX] = '\0';
+        locked_fetched(l);
         *found = n == 1;
     }
     return err;
@@ -296,8 +309,8 @@ static int pay_once(struct store *st, void *arg)
     struct locked l = {0};
     struct txn_reservation r = {a->txn, a->id, 0};
     bool found = false;
-    MYSQL_BIND p[2] = {0};
-    unsigned long txn_len;
+    MYSQL_BIND p[3] = {0};
+    unsigned long txn_len, at_len;
     MYSQL_STMT *s;
     int err = store_query(st, "START TRANSACTION");
 
@@ -353,8 +366,9 @@ static int pay_once(struct store *st, void *arg)
         *a->outcome = STORE_PAY_TXN_USED;
         return store_tx_rollback(st, 0);
     }
-    bind_str_in(&p[0], a->txn, &txn_len);
-    bind_i64(&p[1], &a->id);
+    bind_str_in(&p[0], l.at, &at_len);
+    bind_str_in(&p[1], a->txn, &txn_len);
+    bind_i64(&p[2], &a->id);
     err = store_stmt_exec(st, STMT_ORDER_PAY, p, NULL, &s);
     if (err == -EEXIST) {
         /* The transaction's unique key: it paid another order. */
@@ -415,6 +429,7 @@ struct order_batch {
     int64_t *pay_ids;
     const char **pay_txns;
     size_t npay;
+    char locked_at[32]; /* the first lock statement's time: the earliest */
     bool per_row;
     int64_t *close_ids;
     size_t nclose;
@@ -486,8 +501,8 @@ static const enum stmt_id close_stmt[] = {
  */
 static int order_batch_pay_flush(struct store *st, struct order_batch *b)
 {
-    MYSQL_BIND p[3 * STMT_ROWS_MAX];
-    unsigned long len[STMT_ROWS_MAX];
+    MYSQL_BIND p[1 + 3 * STMT_ROWS_MAX];
+    unsigned long len[STMT_ROWS_MAX], at_len;
     int64_t ids[STMT_ROWS_MAX];
     const char *txns[STMT_ROWS_MAX];
 
@@ -505,12 +520,13 @@ static int order_batch_pay_flush(struct store *st, struct order_batch *b)
             lg++;
         m = (size_t)1 << lg;
         memset(p, 0, sizeof(p));
+        bind_str_in(&p[0], b->locked_at, &at_len);
         for (size_t j = 0; j < m; j++) {
             size_t x = j < k ? j : k - 1;
 
-            bind_i64(&p[2 * j], &ids[x]);
-            bind_str_in(&p[2 * j + 1], txns[x], &len[x]);
-            bind_i64(&p[2 * m + j], &ids[x]);
+            bind_i64(&p[1 + 2 * j], &ids[x]);
+            bind_str_in(&p[2 + 2 * j], txns[x], &len[x]);
+            bind_i64(&p[1 + 2 * m + j], &ids[x]);
         }
         err = store_stmt_exec(st, pay_stmt[lg], p, NULL, &s);
         if (!err && mysql_stmt_affected_rows(s) != k)
@@ -590,8 +606,10 @@ static void lock_fetched(void *ctx, size_t i)
     struct batch_order *o = &f->b->orders[order_batch_index(f->b, f->id)];
 
     (void)i;
-    f->l.txn[f->l.txn_len < TXN_MAX ? f->l.txn_len : TXN_MAX] = '\0';
+    locked_fetched(&f->l);
     o->l = f->l;
+    if (!f->b->locked_at[0])
+        snprintf(f->b->locked_at, sizeof(f->b->locked_at), "%s", f->l.at);
     o->found = true;
 }
 
@@ -600,9 +618,10 @@ static void lock_fetched(void *ctx, size_t i)
 static int order_batch_lock(struct store *st, struct order_batch *b)
 {
     struct lock_fetch f = {.b = b};
-    MYSQL_BIND p[STMT_ROWS_MAX], r[7];
+    MYSQL_BIND p[STMT_ROWS_MAX], r[8];
     int64_t chunk[STMT_ROWS_MAX];
 
+    b->locked_at[0] = '\0';
     for (size_t i = 0; i < b->norders; i++)
         b->orders[i].found = false;
     for (size_t i = 0; i < b->norders;) {
@@ -628,6 +647,7 @@ static int order_batch_lock(struct store *st, struct order_batch *b)
         bind_str_out(&r[4], f.l.txn, sizeof(f.l.txn), &f.l.txn_len);
         bind_i64(&r[5], &f.l.past_deadline);
         bind_i64(&r[6], &f.l.pay_value);
+        bind_str_out(&r[7], f.l.at, sizeof(f.l.at), &f.l.at_len);
         err =
             store_stmt_rows(st, lock_stmt[lg], p, r, k, lock_fetched, &f, &got);
         if (err)
@@ -728,8 +748,8 @@ static int pay_item(struct store *st, struct order_batch *b,
                     int64_t owner)
 {
     struct locked *l = &o->l;
-    MYSQL_BIND p[2] = {0};
-    unsigned long txn_len;
+    MYSQL_BIND p[3] = {0};
+    unsigned long txn_len, at_len;
     MYSQL_STMT *s;
     int err;
 
@@ -778,8 +798,9 @@ static int pay_item(struct store *st, struct order_batch *b,
         it->outcome = STORE_PAY_DONE;
         return 0;
     }
-    bind_str_in(&p[0], it->txn, &txn_len);
-    bind_i64(&p[1], &o->id);
+    bind_str_in(&p[0], l->at, &at_len);
+    bind_str_in(&p[1], it->txn, &txn_len);
+    bind_i64(&p[2], &o->id);
     err = store_stmt_exec(st, STMT_ORDER_PAY, p, NULL, &s);
     if (err == -EEXIST) {
         /* The transaction's unique key: it paid another order (InnoDB

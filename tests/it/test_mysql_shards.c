@@ -44,11 +44,16 @@
  *     (test_txn_pays_one_order_over_shards); an instance killed between
  *     the txnId's reservation on shard 0 and the payment on shard 1
  *     leaves the order unpaid and the retry pays it, and still no other
- *     order (test_txn_reserved_then_crash, with SECKILL_FP_BIN).
+ *     order (test_txn_reserved_then_crash, with SECKILL_FP_BIN);
+ *   - a payment decided in time records the time it was decided: one
+ *     whose reservation on shard 0 waits past the order's deadline is
+ *     paid, with a pay time before that deadline
+ *     (test_pay_time_is_the_decision).
  *
  * Not part of make test: make test-cluster.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1575,6 +1580,89 @@ static void test_txn_pays_one_order_over_shards(void **state)
     sales_db = "sales";
 }
 
+struct late_notice {
+    const struct it_server *srv;
+    int64_t order;
+    const char *txn;
+    long status;
+};
+
+static void *late_notice_send(void *arg)
+{
+    struct late_notice *n = arg;
+
+    n->status = notify(n->srv, n->order, 4750, n->txn);
+    return NULL;
+}
+
+/*
+ * A payment is decided when its order is locked and found in time; what
+ * follows (here the transaction's reservation on shard 0, held up by
+ * another session past the deadline) does not make it late. The order
+ * is paid, and its pay time is the moment it was decided: never after
+ * its deadline, as the order history and the expiry both read it.
+ */
+static void test_pay_time_is_the_decision(void **state)
+{
+    char shards[ENV_CAP], txn[64], db[96], sql[256];
+    struct it_server srv = {0};
+    int64_t shop = it_unique(), v[SHARDS], o, left_ms;
+    int64_t buyer = SHARD_USER_BASE + 40000 + (it_unique() % 1000) * 10;
+    struct late_notice n = {0};
+    pthread_t t;
+    MYSQL *blocker;
+    (void)state;
+
+    shards_ready("paytime", shards);
+    {
+        const char *const env[] = {SERVE_ENV(redis_env), shards,
+                                   "SECKILL_PAY_TIMEOUT_S=3", NULL};
+
+        assert_int_equal(it_server_start(&srv, "shards-paytime", env), 0);
+    }
+    voucher_per_shard(&srv, shop, v);
+    o = it_buy(&srv, v[1], buyer);
+    snprintf(txn, sizeof(txn), "late-%lld", (long long)o);
+
+    /* Another session holds the reservation's row until after the
+     * deadline. */
+    blocker = shard_connect(0);
+    snprintf(sql, sizeof(sql), "USE `%s`", db_name(sales_db, db, sizeof(db)));
+    assert_int_equal(0, mysql_query(blocker, sql));
+    assert_int_equal(0, mysql_query(blocker, "START TRANSACTION"));
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO payment_txns (txn_id, order_id) VALUES ('%s', %lld)",
+             txn, (long long)o);
+    assert_int_equal(0, mysql_query(blocker, sql));
+
+    left_ms = sales_scalar(1,
+                           "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(3), "
+                           "pay_deadline) DIV 1000 FROM voucher_orders WHERE "
+                           "id = %lld",
+                           (long long)o);
+    assert_true(left_ms > 1000);
+    usleep((useconds_t)(left_ms - 700) * 1000);
+    n = (struct late_notice){&srv, o, txn, 0};
+    assert_int_equal(0, pthread_create(&t, NULL, late_notice_send, &n));
+    usleep(1500 * 1000); /* the deadline passes meanwhile */
+    assert_int_equal(0, mysql_query(blocker, "ROLLBACK"));
+    mysql_close(blocker);
+    pthread_join(t, NULL);
+
+    assert_int_equal(200, n.status);
+    assert_int_equal(2, order_status(1, o));
+    /* Milliseconds from the pay time to the deadline: not negative. */
+    left_ms = sales_scalar(1,
+                           "SELECT TIMESTAMPDIFF(MICROSECOND, pay_time, "
+                           "pay_deadline) DIV 1000 FROM voucher_orders WHERE "
+                           "id = %lld",
+                           (long long)o);
+    if (left_ms < 0)
+        fail_msg("order %lld paid %lld ms after its deadline", (long long)o,
+                 (long long)-left_ms);
+    assert_int_equal(it_server_stop(&srv), 0);
+}
+
 /*
  * An instance killed after a payment's transaction id was reserved for
  * its order and before the order's shard recorded the payment (the
@@ -1836,9 +1924,12 @@ int main(void)
         cmocka_unit_test(test_auto_increment_in_the_sharded_range),
         cmocka_unit_test(test_txn_pays_one_order_over_shards),
         cmocka_unit_test(test_txn_reserved_then_crash),
+        cmocka_unit_test(test_pay_time_is_the_decision),
     };
     int failed;
 
+    if (getenv("IT_ONLY")) /* a glob of the tests to run */
+        cmocka_set_test_filter(getenv("IT_ONLY"));
     failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     return it_exit_status(failed);
 }
