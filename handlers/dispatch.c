@@ -214,6 +214,7 @@ static struct request *request_new(struct req_server *srv,
     req->deadline = info ? info->deadline : NULL;
     req->path = url;
     req->version = version;
+    req->head = method;
     req->method = strcmp(method, "GET") == 0       ? HTTP_GET
                   : strcmp(method, "POST") == 0    ? HTTP_POST
                   : strcmp(method, "PATCH") == 0   ? HTTP_PATCH

@@ -42,6 +42,7 @@ struct header_scan {
     unsigned hosts;
     unsigned lengths;   /* Content-Length headers */
     unsigned encodings; /* Transfer-Encoding headers */
+    unsigned auths;     /* Authorization headers */
     const char *encoding;
     const char *bad_name;  /* the first name that is not a token */
     const char *bad_value; /* the name of the first value with a CTL */
@@ -86,9 +87,11 @@ static bool has_ctl(const char *s)
  * what a proxy in front may have read. What lies between the end of one
  * value and the next header's name is then only the line's end (CR, LF
  * or the NULs they became, and blanks): anything else is the rest of a
- * value a NUL cut short. The last header is checked on its next byte.
- * tests/it/test_web.c checks this on the wire, so a library that keeps
- * headers elsewhere fails the test instead of letting a NUL by.
+ * value a NUL cut short. The last header is checked the same way up to
+ * the head's end, which the library gives as the head's size from the
+ * method's first byte (head_end()). tests/it/test_web.c checks this on
+ * the wire, so a library that keeps headers elsewhere fails the test
+ * instead of letting a NUL by.
  */
 static bool line_end_only(const char *p, const char *end)
 {
@@ -119,6 +122,8 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
         scan->hosts++;
     else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
         scan->lengths++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
+        scan->auths++;
     else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
         scan->encodings++;
         scan->encoding = value ? value : "";
@@ -288,16 +293,33 @@ static void quote(char *out, size_t cap, const char *s)
     out[n] = '\0';
 }
 
+/* Where the request's head ends (after the empty line) in the daemon's
+ * buffer, which holds it from the method on; NULL if unknown. */
+static const char *head_end(const struct request *req)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        req->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+
+    return req->head && ci && ci->header_size ? req->head + ci->header_size
+                                              : NULL;
+}
+
 unsigned req_protocol_or_reply(struct request *req)
 {
     struct header_scan scan = {0};
     char msg[160], name[48];
+    const char *end;
 
     if (!req->conn)
         return 0;
     MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_header, &scan);
+    /* The last value: nothing but its line's end and the empty line up
+     * to the head's end. */
+    end = head_end(req);
     if (!scan.bad_value && scan.last_end &&
-        !line_end_only(scan.last_end, scan.last_end + 2))
+        (!end || end < scan.last_end || end - scan.last_end > 8192
+             ? !line_end_only(scan.last_end, scan.last_end + 2)
+             : !line_end_only(scan.last_end, end)))
         scan.bad_value = scan.last_key;
     if (scan.bad_name) {
         quote(name, sizeof(name), scan.bad_name);
@@ -322,6 +344,10 @@ unsigned req_protocol_or_reply(struct request *req)
                          "an HTTP/1.1 request needs a Host header");
     if (scan.hosts > 1)
         return req_error(req, ERR_BAD_REQUEST, "more than one Host header");
+    /* Read as the first here, maybe as the last by a proxy in front. */
+    if (scan.auths > 1)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "more than one Authorization header");
     /* Two lengths, or a length beside chunked coding, are read one way
      * here and another way by a proxy in front: request smuggling. */
     if (scan.lengths > 1)

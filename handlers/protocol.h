@@ -52,8 +52,10 @@ struct req_limits req_limits_of(size_t head_max);
 
 /*
  * Check the request's framing: HTTP/1.1 without exactly one Host, a
- * header name that is not a token, control characters in a header value,
- * a Content-Length beside Transfer-Encoding or twice, a transfer coding
+ * header name that is not a token, control characters in a header value
+ * (a NUL anywhere in the head, the last header's value included), two
+ * Authorization headers, a Content-Length beside Transfer-Encoding or
+ * twice, a transfer coding
  * other than chunked. Called when the headers are in, before the body.
  * Returns 0, or sets the 400 (501 for the coding) and returns its status.
  */

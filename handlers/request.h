@@ -67,6 +67,7 @@ struct request {
     enum http_method method;
     const char *path;
     const char *version; /* "HTTP/1.1"; libmicrohttpd's, like path */
+    const char *head;    /* the method: where the request's head begins */
     int64_t id;          /* the {id} of the route, if any */
     char *body;          /* accumulated upload, NUL-terminated */
     size_t body_len;

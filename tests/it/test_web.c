@@ -788,6 +788,57 @@ static void test_malformed_json(void **state)
         it_raw_resp_free(&raw);
     }
 
+    /* The same in the last header, behind as many NULs as a client
+     * likes: a buyer's token with more after it, and a length that a
+     * proxy in front may read as 35, with a second request behind it
+     * (two answers if the first were served). */
+    {
+        char token[TOKEN_STR_LEN], *auth, *two_auth;
+        size_t auth_len;
+        static const char nul_last_length[] =
+            "POST /api/auth/code HTTP/1.1\r\nHost: t\r\n"
+            "Content-Length: 2\0\0 35\r\n\r\n{}"
+            "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+
+        it_token(4242, TOKEN_ROLE_USER, 600, token);
+        auth = xasprintf("GET /api/orders HTTP/1.1\r\nHost: t\r\n"
+                         "Connection: close\r\nAuthorization: Bearer "
+                         "%s@@junk\r\n\r\n",
+                         token);
+        auth_len = strlen(auth);
+        *strchr(auth, '@') = '\0';
+        *(strchr(auth + strlen(auth) + 1, '@')) = '\0';
+        it_raw_request(servers[SRV_PLAIN].port, auth, auth_len, 10000, &raw);
+        if (raw.status != 400)
+            print_error("a NUL in the last header: %ld %.200s\n", raw.status,
+                        raw.text);
+        it_raw_assert_error(&raw, 400, "BAD_REQUEST");
+        it_raw_resp_free(&raw);
+        free(auth);
+
+        it_raw_request(servers[SRV_PLAIN].port, nul_last_length,
+                       sizeof(nul_last_length) - 1, 10000, &raw);
+        if (raw.status != 400 || strstr(raw.body, "HTTP/1.1 "))
+            print_error("a NUL in the last Content-Length: %.400s\n", raw.text);
+        it_raw_assert_error(&raw, 400, "BAD_REQUEST");
+        assert_null(strstr(raw.body, "HTTP/1.1 "));
+        it_raw_resp_free(&raw);
+
+        /* Two Authorization headers: the first here, perhaps the last
+         * in front. */
+        two_auth = xasprintf("GET /api/orders HTTP/1.1\r\nHost: t\r\n"
+                             "Authorization: Bearer %s\r\n"
+                             "Authorization: Bearer x\r\n"
+                             "Connection: close\r\n\r\n",
+                             token);
+        it_raw_request(servers[SRV_PLAIN].port, two_auth, strlen(two_auth),
+                       10000, &raw);
+        it_raw_assert_error(&raw, 400, "BAD_REQUEST");
+        assert_non_null(strstr(raw.body, "more than one Authorization"));
+        it_raw_resp_free(&raw);
+        free(two_auth);
+    }
+
     /* HTTP/1.0 may leave Host out. */
     static const char old[] = "GET /healthz HTTP/1.0\r\n\r\n";
     it_raw_request(servers[SRV_PLAIN].port, old, strlen(old), 10000, &raw);
