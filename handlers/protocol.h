@@ -55,8 +55,8 @@ struct req_limits req_limits_of(size_t head_max);
  * header name that is not a token, control characters in a header value
  * (a NUL anywhere in the head, the last header's value included), two
  * Authorization headers, a Content-Length beside Transfer-Encoding or
- * twice, a transfer coding
- * other than chunked. Called when the headers are in, before the body.
+ * twice, a transfer coding other than chunked. Called when the headers
+ * are in, before the body.
  * Returns 0, or sets the 400 (501 for the coding) and returns its status.
  */
 unsigned req_protocol_or_reply(struct request *req);
