@@ -169,9 +169,9 @@ unsigned voucher_patch(struct request *req)
         return status;
     if (!body_object_or_reply(req) || !fields_known_or_reply(req, &never))
         return req->status;
-    if (!body_str_or_reply(req, "title", false, 255, &p.title) ||
-        !body_str_or_reply(req, "subTitle", false, 255, &p.sub_title) ||
-        !body_str_or_reply(req, "rules", false, 1024, &p.rules) ||
+    if (!body_text_or_reply(req, "title", false, 255, false, &p.title) ||
+        !body_text_or_reply(req, "subTitle", false, 255, false, &p.sub_title) ||
+        !body_text_or_reply(req, "rules", false, 1024, true, &p.rules) ||
         !body_int_or_reply(req, "payValue", false, 1, MONEY_MAX,
                            &p.pay_value) ||
         !body_int_or_reply(req, "actualValue", false, 1, MONEY_MAX,

@@ -572,6 +572,83 @@ bool body_str_or_reply(struct request *req, const char *name, bool required,
     return true;
 }
 
+/* The code point at s (valid UTF-8: jansson checked it) and its size. */
+static uint32_t utf8_at(const unsigned char *s, size_t *size)
+{
+    if (s[0] < 0x80) {
+        *size = 1;
+        return s[0];
+    }
+    if (s[0] < 0xe0) {
+        *size = 2;
+        return (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
+    }
+    if (s[0] < 0xf0) {
+        *size = 3;
+        return (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 |
+               (s[2] & 0x3f);
+    }
+    *size = 4;
+    return (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3f) << 12 |
+           (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
+}
+
+/* Whether c may stand in a text people read (lines: over several). */
+static bool text_char_ok(uint32_t c, bool lines)
+{
+    if (c < 0x20)
+        return lines && (c == '\n' || c == '\t' || c == '\r');
+    return !(c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0x061c ||
+             (c >= 0x200b && c <= 0x200f) || (c >= 0x202a && c <= 0x202e) ||
+             (c >= 0x2060 && c <= 0x2069) || c == 0xfeff);
+}
+
+static bool text_space(uint32_t c, bool lines)
+{
+    return c == ' ' || c == '\t' || c == 0xa0 || c == 0x3000 ||
+           (lines && (c == '\n' || c == '\r'));
+}
+
+bool body_text_or_reply(struct request *req, const char *name, bool required,
+                        size_t max_chars, bool lines, const char **out)
+{
+    const unsigned char *s = NULL, *p, *start = NULL, *end = NULL;
+    char what[96];
+
+    if (!body_str_or_reply(req, name, required, max_chars, (const char **)&s))
+        return false;
+    if (!s)
+        return true; /* absent: *out untouched */
+    for (p = s; *p;) {
+        size_t size;
+        uint32_t c = utf8_at(p, &size);
+
+        if (!text_char_ok(c, lines)) {
+            snprintf(what, sizeof(what),
+                     "holds a control character (U+%04X); send %s only",
+                     (unsigned)c,
+                     lines ? "text, line feeds and tabs" : "one line of text");
+            return field_error(req, name, what);
+        }
+        if (!text_space(c, lines)) {
+            if (!start)
+                start = p;
+            end = p + size;
+        }
+        p += size;
+    }
+    if (!start) {
+        if (required && *s)
+            return field_error(req, name, "must not be only spaces");
+        start = end = p;
+    }
+    if (start != s || *end)
+        json_string_setn(json_object_get(req->json, name), (const char *)start,
+                         (size_t)(end - start));
+    *out = json_string_value(json_object_get(req->json, name));
+    return true;
+}
+
 bool body_time_or_reply(struct request *req, const char *name, bool required,
                         int64_t *out)
 {

@@ -256,6 +256,17 @@ bool body_int_or_reply(struct request *req, const char *name, bool required,
 /* Strings: UTF-8 of 1..max_chars code points (0..max when !required). */
 bool body_str_or_reply(struct request *req, const char *name, bool required,
                        size_t max_chars, const char **out);
+/*
+ * Text that people read on the pages (a title, a voucher's rules): a
+ * string as above, refused when it holds a control character (C0 but,
+ * with lines, line feeds and tabs; DEL; C1) or one that reorders or
+ * hides text (U+061C, U+200B..U+200F, U+202A..U+202E, U+2060..U+2069,
+ * U+FEFF); its surrounding spaces (ASCII, U+00A0, U+3000; with lines,
+ * line ends too) are dropped, in the body itself, and a required one
+ * must hold more than spaces.
+ */
+bool body_text_or_reply(struct request *req, const char *name, bool required,
+                        size_t max_chars, bool lines, const char **out);
 bool body_time_or_reply(struct request *req, const char *name, bool required,
                         int64_t *out);
 /* true when the field is present and not null. */

@@ -65,9 +65,9 @@ unsigned vouchers_post(struct request *req)
         return req->status;
     v = xcalloc(1, sizeof(*v));
     if (!body_int_or_reply(req, "shopId", true, 1, INT64_MAX, &v->shop_id) ||
-        !body_str_or_reply(req, "title", true, 255, &title) ||
-        !body_str_or_reply(req, "subTitle", false, 255, &sub_title) ||
-        !body_str_or_reply(req, "rules", false, 1024, &rules) ||
+        !body_text_or_reply(req, "title", true, 255, false, &title) ||
+        !body_text_or_reply(req, "subTitle", false, 255, false, &sub_title) ||
+        !body_text_or_reply(req, "rules", false, 1024, true, &rules) ||
         !body_int_or_reply(req, "payValue", true, 0, MONEY_MAX,
                            &v->pay_value) ||
         !body_int_or_reply(req, "actualValue", true, 0, MONEY_MAX,
@@ -90,6 +90,13 @@ unsigned vouchers_post(struct request *req)
             goto out;
         if (v->end_time <= v->begin_time) {
             req_error(req, ERR_BAD_REQUEST, "endTime: must be after beginTime");
+            goto out;
+        }
+        /* A sale over before it is made sells nothing: a typing mistake. */
+        if (v->end_time <= util_now_ms() / 1000) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "endTime: must be in the future (the sale would be "
+                      "over before it begins)");
             goto out;
         }
         if (!body_str_or_reply(req, "purchaseMode", false, 8, &mode))

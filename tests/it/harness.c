@@ -1893,3 +1893,11 @@ void it_lb_status(const struct it_server *stats, const char *backend, int n,
     }
     it_resp_free(&resp);
 }
+
+/* IT_ONLY=<glob>: run only the tests whose names match (cmocka's
+ * filter), for a quick loop on one test. */
+__attribute__((constructor)) static void it_only(void)
+{
+    if (getenv("IT_ONLY"))
+        cmocka_set_test_filter(getenv("IT_ONLY"));
+}

@@ -826,7 +826,9 @@ static char *quoted(const char *s)
 static void test_voucher_create_bad_request(void **state)
 {
     char tb[UTIL_TIME_LEN], te[UTIL_TIME_LEN];
+    char tb2[UTIL_TIME_LEN];
     char *b = quoted(it_time(-60, tb)), *e = quoted(it_time(3600, te));
+    char *b2h = quoted(it_time(-7200, tb2));
     char *a256 = repeat("a", 256), *r1025 = repeat("r", 1025);
     char *t256 = quoted(a256), *rules1025 = quoted(r1025);
     const char *sk = "\"seckill\"";
@@ -880,6 +882,19 @@ static void test_voucher_create_bad_request(void **state)
          .begin_time = b,
          .end_time = "\"2026-02-30T00:00:00Z\""},
         {.type = sk, .stock = "1", .begin_time = "1700000000", .end_time = e},
+        /* A sale over before it is made. */
+        {.type = sk, .stock = "1", .begin_time = b2h, .end_time = b},
+        /* Texts the pages print: no controls, nothing that reorders or
+         * hides text, not only spaces. */
+        {.title = "\"bell\\u0007\""},
+        {.title = "\"\\u001b[31mred\""},
+        {.title = "\"\\u202eevil.exe\""},
+        {.title = "\"two\\nlines\""},
+        {.title = "\"zero\\u200bwidth\""},
+        {.title = "\"   \""},
+        {.title = "\"\\u3000\""},
+        {.sub_title = "\"\\u0085\""},
+        {.rules = "\"\\u001b[2J\""},
     };
     /* Not an object, or not JSON; NULL: no body at all. */
     static const char *const raw[] = {
@@ -899,6 +914,7 @@ static void test_voucher_create_bad_request(void **state)
         expect_error("POST", "/api/vouchers", raw[i], admin_tok, 400,
                      "BAD_REQUEST");
     free(b);
+    free(b2h);
     free(e);
     free(a256);
     free(r1025);
@@ -942,6 +958,19 @@ static void test_voucher_create_limits(void **state)
     assert_json_streq(resp.json, "subTitle", u255);
     it_resp_free(&resp);
     free(body);
+
+    /* Surrounding spaces go (an ideographic one too); rules keep their
+     * lines and tabs; right-to-left text is text. */
+    id = it_voucher_create(&srv,
+                           "{\"shopId\":1,\"title\":\"  padded \\u3000\","
+                           "\"subTitle\":\"\\u00a0\u05e9\u05dc\u05d5\u05dd \","
+                           "\"rules\":\"\\n one\\n\\ttwo \\n\",\"payValue\":1,"
+                           "\"actualValue\":1}");
+    get_voucher(id, &resp);
+    assert_json_streq(resp.json, "title", "padded");
+    assert_json_streq(resp.json, "subTitle", "\u05e9\u05dc\u05d5\u05dd");
+    assert_json_streq(resp.json, "rules", "one\n\ttwo");
+    it_resp_free(&resp);
 
     /* Stock 0 is a valid (sold-out) seckill voucher. */
     id = it_seckill_create(&srv, 1, 0, -60, 3600);

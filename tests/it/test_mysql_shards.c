@@ -1928,8 +1928,6 @@ int main(void)
     };
     int failed;
 
-    if (getenv("IT_ONLY")) /* a glob of the tests to run */
-        cmocka_set_test_filter(getenv("IT_ONLY"));
     failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     return it_exit_status(failed);
 }
