@@ -314,64 +314,87 @@ bool req_peer_addr(const struct request *req, struct cidr *out)
     return cidr_addr_parse(text, out) == 0;
 }
 
-/* Every X-Forwarded-For header's value, joined by commas in order. */
+/* Every X-Forwarded-For header's value, in order: pointers into the
+ * daemon's copy of the head, which the head's limit bounds
+ * (SECKILL_HTTP_HEAD_MAX), so the whole chain is read, never a cut
+ * copy of it. */
 struct xff {
-    char buf[2048];
-    size_t len;
-    bool cut; /* longer than buf: the walk stops at the cut */
+    const char **v;
+    size_t n, cap;
 };
 
 static enum MHD_Result xff_add(void *cls, enum MHD_ValueKind kind,
                                const char *key, const char *value)
 {
     struct xff *x = cls;
-    size_t n;
 
     (void)kind;
     if (!value || strcasecmp(key, "X-Forwarded-For") != 0)
         return MHD_YES;
-    n = strlen(value);
-    if (x->len + n + 2 > sizeof(x->buf)) {
-        x->cut = true;
-        return MHD_NO;
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 4;
+        x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
     }
-    if (x->len)
-        x->buf[x->len++] = ',';
-    memcpy(x->buf + x->len, value, n);
-    x->len += n;
-    x->buf[x->len] = '\0';
+    x->v[x->n++] = value;
     return MHD_YES;
+}
+
+/* The address of one hop, s[0..n) with blanks around it; false if it is
+ * not one. */
+static bool xff_hop(const char *s, size_t n, struct cidr *out)
+{
+    char text[INET6_ADDRSTRLEN + 8];
+
+    while (n && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (n == 0 || n >= sizeof(text))
+        return false;
+    memcpy(text, s, n);
+    text[n] = '\0';
+    return cidr_addr_parse(text, out) == 0;
 }
 
 bool req_client_addr(const struct request *req, struct cidr *out)
 {
     const struct cidr_list *trusted = &req->cfg->trusted_proxies;
-    struct xff x = {.len = 0};
+    struct xff x = {.n = 0};
     struct cidr hop;
+    bool done = false;
 
     if (!req_peer_addr(req, out))
         return false;
     if (trusted->n == 0 || !cidr_list_has(trusted, out))
         return true;
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, xff_add, &x);
-    /* From the end: each hop a trusted proxy added names the one before
-     * it; the first that is not trusted is the client. */
-    while (x.len > 0) {
-        char *comma = memrchr(x.buf, ',', x.len), *e;
-        char *entry = comma ? comma + 1 : x.buf;
+    /* From the proxy's end, the last header's last entry first: each hop
+     * a trusted proxy added names the one before it; the first that is
+     * not trusted is the client, and one that is not an address leaves
+     * the last trusted hop. */
+    for (size_t i = x.n; i-- > 0 && !done;) {
+        const char *v = x.v[i];
+        size_t end = strlen(v);
 
-        x.buf[x.len] = '\0';
-        entry += strspn(entry, " \t");
-        for (e = entry + strlen(entry);
-             e > entry && (e[-1] == ' ' || e[-1] == '\t');)
-            *--e = '\0';
-        if (cidr_addr_parse(entry, &hop) != 0)
-            return true; /* not an address: the last trusted hop */
-        *out = hop;
-        if (!cidr_list_has(trusted, &hop))
-            return true;
-        x.len = comma ? (size_t)(comma - x.buf) : 0;
+        for (;;) {
+            const char *comma = memrchr(v, ',', end);
+            size_t from = comma ? (size_t)(comma - v) + 1 : 0;
+
+            if (!xff_hop(v + from, end - from, &hop)) {
+                done = true;
+                break;
+            }
+            *out = hop;
+            if (!cidr_list_has(trusted, &hop)) {
+                done = true;
+                break;
+            }
+            if (!comma)
+                break;
+            end = (size_t)(comma - v);
+        }
     }
+    free(x.v);
     return true;
 }
 

@@ -1901,3 +1901,20 @@ __attribute__((constructor)) static void it_only(void)
     if (getenv("IT_ONLY"))
         cmocka_set_test_filter(getenv("IT_ONLY"));
 }
+
+char *it_forged_xff(const char *last)
+{
+    const size_t head = strlen("X-Forwarded-For: "), want = 2040;
+    size_t cap = head + want + 64, len, tail = strlen(last);
+    char *h = xmalloc(cap);
+
+    /* The value: addresses, blanks up to want bytes, then last. */
+    len = (size_t)snprintf(h, cap, "X-Forwarded-For: ");
+    for (unsigned i = 0; len - head + 16 + tail < want; i++)
+        len += (size_t)snprintf(h + len, cap - len, "10.%u.%u.%u, ",
+                                (i / 65536) % 256, (i / 256) % 256, i % 256);
+    while (len - head + tail < want)
+        h[len++] = ' ';
+    snprintf(h + len, cap - len, "%s", last);
+    return h;
+}

@@ -318,6 +318,12 @@ bool it_is_digits(const char *s);
 #define it_json_id(obj, key) it_json_id_at((obj), (key), __FILE__, __LINE__)
 int64_t it_json_id_at(const json_t *obj, const char *key, const char *file,
                       int line);
+/*
+ * The probe's forged X-Forwarded-For header: "X-Forwarded-For: " and a
+ * value of 2,040 bytes, made-up addresses (10.x.y.z) ending in last;
+ * free(3) it. Behind it a proxy appends a line of its own.
+ */
+char *it_forged_xff(const char *last);
 /* True if a comma-separated header value lists token (trimmed, exact). */
 bool it_header_lists(const char *value, const char *token);
 

@@ -261,6 +261,47 @@ static int64_t audit_count(const char *cond)
     return it_sql_scalar("SELECT COUNT(*) FROM audit_log WHERE %s", cond);
 }
 
+/*
+ * A client's own X-Forwarded-For as long as the instance's old 2 KiB
+ * copy of the chain, ending in a made-up address, and the line a proxy
+ * appends behind it: the audit records the proxy's line, the client the
+ * proxy saw, never the made-up address.
+ */
+static void test_audit_forwarded_chain(void **state)
+{
+    char tok[TOKEN_STR_LEN], cond[256], body[160];
+    char *forged = it_forged_xff("203.0.113.77");
+    const char *hdrs[] = {forged, "X-Forwarded-For: 198.51.100.9", NULL};
+    struct it_req req = {.method = "POST", .path = "/api/vouchers"};
+    struct it_resp resp;
+    int64_t v;
+
+    (void)state;
+    login(name, PASSWORD, "10.21.0.7", &resp);
+    it_assert_status(&resp, 200);
+    snprintf(tok, sizeof(tok), "%s", it_json_str(resp.json, "token"));
+    it_resp_free(&resp);
+    snprintf(body, sizeof(body),
+             "{\"shopId\":%lld,\"title\":\"forwarded\",\"payValue\":3,"
+             "\"actualValue\":9}",
+             (long long)it_unique());
+    req.body = body;
+    req.token = tok;
+    req.headers = hdrs;
+    it_http_do(&srv, &req, &resp);
+    it_assert_status(&resp, 201);
+    v = it_json_id(resp.json, "id");
+    it_resp_free(&resp);
+    snprintf(cond, sizeof(cond),
+             "action = 'voucher.create' AND target_id = %lld AND addr = "
+             "'198.51.100.9'",
+             (long long)v);
+    if (audit_count(cond) != 1)
+        fail_msg("the audit of voucher %lld names another address",
+                 (long long)v);
+    free(forged);
+}
+
 /* Every admin action is in the audit log, with the admin, the client's
  * address (the one X-Forwarded-For names behind a trusted proxy) and the
  * change; a refused change writes no record; GET /api/audit pages it. */
@@ -422,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_login_throttled),
         cmocka_unit_test(test_admin_token),
         cmocka_unit_test(test_audit),
+        cmocka_unit_test(test_audit_forwarded_chain),
         cmocka_unit_test(test_cli),
     };
     return it_exit_status(

@@ -1787,6 +1787,57 @@ static void test_rate_limit_behind_proxy(void **state)
 }
 
 /*
+ * The chain is read whole from the proxy's end: a client's own
+ * X-Forwarded-For of about 2 KiB ending in a made-up address, then the
+ * proxy's line, counts against the proxy's line, the client it saw; a
+ * made-up address that changes on every request gets no bucket of its
+ * own.
+ */
+static void test_rate_limit_forwarded_chain(void **state)
+{
+    const char *trusted[] = {"SECKILL_RATE_IP=0.5,2",
+                             "SECKILL_TRUSTED_PROXIES=127.0.0.0/8", NULL};
+    redisContext *rc = it_redis_connect();
+    struct it_server s;
+    char last[32], key[48];
+    long st[4];
+
+    (void)state;
+    redis_del(rc, "rate:ip:198.51.100.9");
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "rate:ip:203.0.113.%d", 70 + i);
+        redis_del(rc, key);
+    }
+    assert_int_equal(0, it_server_start(&s, "hostile-chain", trusted));
+    for (int i = 0; i < 4; i++) {
+        char *forged;
+
+        snprintf(last, sizeof(last), "203.0.113.%d", 70 + i);
+        snprintf(key, sizeof(key), "rate:ip:%s", last);
+        forged = it_forged_xff(last);
+        {
+            const char *const hdrs[] = {forged, "X-Forwarded-For: 198.51.100.9",
+                                        NULL};
+
+            st[i] = get_forwarded(&s, hdrs);
+        }
+        free(forged);
+        assert_true(redis_pttl(rc, "rate:ip:198.51.100.9") > 0);
+        if (redis_pttl(rc, key) > 0)
+            fail_msg("request %d counted against its made-up address %s", i,
+                     last);
+    }
+    /* A burst of 2 for the one client behind the proxy. */
+    assert_int_equal(200, st[0]);
+    assert_int_equal(200, st[1]);
+    assert_int_equal(429, st[2]);
+    assert_int_equal(429, st[3]);
+    assert_int_equal(0, it_server_stop(&s));
+    redis_del(rc, "rate:ip:198.51.100.9");
+    redisFree(rc);
+}
+
+/*
  * SECKILL_RATE_IP: anonymous requests of one address are limited on every
  * route but the probes; the script also runs after SCRIPT FLUSH (EVAL on
  * NOSCRIPT).
@@ -1964,6 +2015,7 @@ int main(void)
         cmocka_unit_test(test_rate_limit_ip),
         cmocka_unit_test(test_rate_limit_gives_back),
         cmocka_unit_test(test_rate_limit_behind_proxy),
+        cmocka_unit_test(test_rate_limit_forwarded_chain),
         cmocka_unit_test(test_rate_limit_fails_open),
     };
 

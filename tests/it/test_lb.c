@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "tests/it/harness.h"
 
@@ -57,7 +58,12 @@ static pid_t fake_pid, haproxy_pid;
 static int64_t user_base, next_user;
 static char fake_log[IT_PATH_MAX], haproxy_log[IT_PATH_MAX];
 
-static const char *const app_env[] = {"SECKILL_RATE_USER=0", NULL};
+/* app2 counts reads per client address, believing haproxy (on loopback)
+ * about its clients: a bucket of 1,000 that refills one a second, far too
+ * big to refuse anything here, and slow enough to be seen in Redis. */
+static const char *const app_env[] = {
+    "SECKILL_RATE_USER=0", "SECKILL_RATE_IP=1,1000",
+    "SECKILL_TRUSTED_PROXIES=127.0.0.1", NULL};
 
 /*
  * Read one request from fd into buf (NUL-terminated): its head and as
@@ -405,6 +411,52 @@ static void test_purchase_not_sent_twice(void **state)
  * haproxy needs two failed checks a second apart to take app1 out, so it
  * still sends app1 its share (its redispatch count shows it).
  */
+/* PTTL of key in the tests' Redis (-2: no such key). */
+static long long key_pttl(const char *key)
+{
+    redisContext *rc = it_redis_connect();
+    redisReply *r = redisCommand(rc, "PTTL %s", key);
+    long long ttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
+
+    freeReplyObject(r);
+    redisFree(rc);
+    return ttl;
+}
+
+static void key_del(const char *key)
+{
+    redisContext *rc = it_redis_connect();
+
+    freeReplyObject(redisCommand(rc, "DEL %s", key));
+    redisFree(rc);
+}
+
+/*
+ * The shipped config drops a client's own X-Forwarded-For before adding
+ * the address it saw: the probe's 2 KiB chain ending in a made-up
+ * address, sent through haproxy, counts against the test's own address
+ * (127.0.0.1, what haproxy saw), never the made-up one.
+ */
+static void test_forwarded_for_is_haproxys(void **state)
+{
+    char *forged = it_forged_xff("203.0.113.77");
+    const char *const hdrs[] = {forged, NULL};
+    struct it_req req = {
+        .method = "GET", .path = "/api/vouchers?limit=1", .headers = hdrs};
+    struct it_resp resp;
+    (void)state;
+
+    key_del("rate:ip:203.0.113.77");
+    key_del("rate:ip:127.0.0.1");
+    it_http_do(&lb, &req, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+    free(forged);
+    if (key_pttl("rate:ip:203.0.113.77") > 0)
+        fail_msg("the read counted against the address the client made up");
+    assert_true(key_pttl("rate:ip:127.0.0.1") > 0);
+}
+
 static void test_refused_purchase_tried_elsewhere(void **state)
 {
     static struct it_resp resps[BUYS + READS];
@@ -448,6 +500,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_purchase_not_sent_twice),
+        cmocka_unit_test(test_forwarded_for_is_haproxys),
         cmocka_unit_test(test_refused_purchase_tried_elsewhere),
     };
     return it_exit_status(
