@@ -5,6 +5,7 @@
  * answered 403 on every instance within about a second, and it cannot
  * log in; its orders stay as they are.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,14 +22,57 @@ static bool username_ok(const char *s)
                      "0123456789._-") == n;
 }
 
-unsigned admin_login_post(struct request *req)
+/* The reply to an admin's login once it is decided. */
+static unsigned login_reply(struct request *req,
+                            const struct sale_admin_call *c)
 {
     struct token_claims claims = {0};
-    char token[TOKEN_STR_LEN], addr[64];
-    struct sale_admin_login out;
-    struct sale_actor who;
+    char token[TOKEN_STR_LEN];
+
+    if (c->err)
+        return req_backend_error(req, c->err, "admin_login");
+    switch (c->outcome) {
+    case SALE_ADMIN_OK:
+        break;
+    case SALE_ADMIN_WRONG:
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "the username or password is wrong");
+    case SALE_ADMIN_LOCKED:
+        req->retry_after = c->retry_s;
+        return req_error(req, ERR_RATE_LIMITED,
+                         "too many failed logins: try again later");
+    case SALE_ADMIN_BUSY:
+        req->retry_after = c->retry_s;
+        return req_error(req, ERR_BUSY,
+                         "a login from your address is being checked, or "
+                         "too many are: retry");
+    }
+    claims.user_id = c->admin_id;
+    claims.role = TOKEN_ROLE_ADMIN;
+    claims.expires = util_now_ms() / 1000 + req->cfg->admin_token_ttl_s;
+    claims.gen = c->gen;
+    token_sign(req->cfg->secret, &claims, token);
+    return req_reply(
+        req, 200,
+        json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token, "expiresIn",
+                  (json_int_t)req->cfg->admin_token_ttl_s, "admin", "id",
+                  json_id(c->admin_id), "username", c->username));
+}
+
+/* The password was checked (any thread). */
+static void login_done(struct sale_admin_call *c)
+{
+    struct request *req =
+        (struct request *)((char *)c - offsetof(struct request, call.admin));
+
+    login_reply(req, c);
+    req_resume(req);
+}
+
+unsigned admin_login_post(struct request *req)
+{
+    struct sale_admin_call *c = &req->call.admin;
     const char *name, *password;
-    int err;
 
     if (!body_object_or_reply(req) ||
         !body_str_or_reply(req, "username", true, 64, &name) ||
@@ -38,38 +82,17 @@ unsigned admin_login_post(struct request *req)
         return req_error(req, ERR_BAD_REQUEST,
                          "username: letters, digits, '.', '_' and '-', at "
                          "most 64");
-    if (!req_client_key(req, addr, sizeof(addr)))
-        snprintf(addr, sizeof(addr), "unknown");
-    req_actor(req, &who);
-    err = sale_admin_login(req->sale, name, password, strlen(password), addr,
-                           &who, &out);
-    if (err)
-        return req_backend_error(req, err, "admin_login");
-    switch (out.outcome) {
-    case SALE_ADMIN_OK:
-        break;
-    case SALE_ADMIN_WRONG:
-        return req_error(req, ERR_UNAUTHORIZED,
-                         "the username or password is wrong");
-    case SALE_ADMIN_LOCKED:
-        req->retry_after = out.retry_s;
-        return req_error(req, ERR_RATE_LIMITED,
-                         "too many failed logins: try again later");
-    case SALE_ADMIN_BUSY:
-        req->retry_after = out.retry_s;
-        return req_error(req, ERR_BUSY,
-                         "another login is being checked: retry");
-    }
-    claims.user_id = out.admin_id;
-    claims.role = TOKEN_ROLE_ADMIN;
-    claims.expires = util_now_ms() / 1000 + req->cfg->admin_token_ttl_s;
-    claims.gen = out.gen;
-    token_sign(req->cfg->secret, &claims, token);
-    return req_reply(req, 200,
-                     json_pack("{s:s,s:i,s:{s:o,s:s}}", "token", token,
-                               "expiresIn",
-                               (json_int_t)req->cfg->admin_token_ttl_s, "admin",
-                               "id", json_id(out.admin_id), "username", name));
+    memset(c, 0, sizeof(*c));
+    c->username = name;
+    c->password = password;
+    c->len = strlen(password);
+    if (!req_client_key(req, c->addr, sizeof(c->addr)))
+        snprintf(c->addr, sizeof(c->addr), "unknown");
+    req_actor(req, &c->who);
+    c->done = login_done;
+    if (!sale_admin_login(req->sale, c))
+        return 0; /* waiting for a turn: login_done() answers */
+    return login_reply(req, c);
 }
 
 static unsigned ban(struct request *req, bool on)

@@ -115,6 +115,7 @@ struct request {
         struct sale_buy buy;
         struct sale_order_op op;
         struct sale_code code;
+        struct sale_admin_call admin;
     } call;
 };
 

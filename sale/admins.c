@@ -1,22 +1,31 @@
 /*
  * admins.c - an admin's login (see sale.h): a password checked against
- * its Argon2id hash, behind a count of failures per name and per client
- * address that refuses before any hash is computed, so that neither a
- * guessing loop nor a flood of wrong passwords gets far.
+ * its Argon2id hash, behind counts of failures (per name from one
+ * address, per name, per address) that refuse before any hash is
+ * computed, so that neither a guessing loop nor a flood of wrong
+ * passwords gets far.
+ *
+ * The hash's turns. Each check takes 64 MiB and a core for about a tenth
+ * of a second, so an instance runs at most one per core, on threads of
+ * their own (the gate), never on the task pool. A login waits for a turn
+ * in a queue that holds one login per client address: a second from an
+ * address whose first is still there is refused BUSY at once, and that
+ * counts against the address. Turns are then taken in the order the
+ * addresses asked, each address once a round, so a flood from a few
+ * addresses delays an admin elsewhere by a few checks at most; and the
+ * flood's busy refusals soon lock its addresses out altogether.
  */
 #include "sale/internal.h"
 
 #include <errno.h>
-#include <stdatomic.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/password.h"
 #include "common/token.h"
 #include "common/util.h"
-
-/* One Argon2id at a time per instance: each takes 64 MiB and a core for
- * about a tenth of a second. */
-static atomic_flag hashing = ATOMIC_FLAG_INIT;
 
 static unsigned seconds_up(int64_t ms)
 {
@@ -40,74 +49,229 @@ static int login_record(struct store *st, const struct sale_actor *who,
     return err;
 }
 
-int sale_admin_login(struct sale *s, const char *username, const char *password,
-                     size_t len, const char *addr, const struct sale_actor *who,
-                     struct sale_admin_login *out)
-{
-    struct store *st = sale__store(s);
-    const unsigned window_ms = SALE_ADMIN_FAILS_WINDOW_S * 1000u;
-    char hash[STORE_ADMIN_HASH_MAX];
-    bool locked = false, disabled = false, banned, ok;
-    int64_t retry_ms = 0, id = 0;
-    int err;
+/* ---- the gate: the hash's turns ---- */
 
-    memset(out, 0, sizeof(*out));
-    err = store_admin_fails_check(st, username, addr, SALE_ADMIN_FAILS_NAME,
-                                  SALE_ADMIN_FAILS_ADDR, window_ms, &locked,
-                                  &retry_ms);
-    if (err)
-        return err; /* no count of failures, no check: 503 */
-    if (locked) {
-        out->outcome = SALE_ADMIN_LOCKED;
-        out->retry_s = seconds_up(retry_ms);
-        log_warn("admin login refused: too many failures",
-                 "username=%s addr=%s retry_s=%u", username, addr,
-                 out->retry_s);
-        return 0;
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    struct sale_admin_call *head, *tail; /* waiting, oldest first */
+    /* Client addresses with a login waiting or being checked. */
+    char (*held)[SALE_LIMIT_KEY_LEN];
+    size_t nheld;
+    bool stopping; /* the task pool refused a job: answer the rest */
+} gate = {.once = PTHREAD_ONCE_INIT,
+          .mu = PTHREAD_MUTEX_INITIALIZER,
+          .work = PTHREAD_COND_INITIALIZER};
+
+static void finish(void *arg, int err);
+
+/* An address's hold on the gate, under gate.mu. */
+static bool held(const char *addr)
+{
+    for (size_t i = 0; i < gate.nheld; i++)
+        if (strcmp(gate.held[i], addr) == 0)
+            return true;
+    return false;
+}
+
+static void release(const char *addr)
+{
+    pthread_mutex_lock(&gate.mu);
+    for (size_t i = 0; i < gate.nheld; i++)
+        if (strcmp(gate.held[i], addr) == 0) {
+            memcpy(gate.held[i], gate.held[--gate.nheld], sizeof(gate.held[i]));
+            break;
+        }
+    pthread_mutex_unlock(&gate.mu);
+}
+
+/* A turn's thread: the oldest waiting login's password checked, then its
+ * end on the task pool (which has a store). */
+static void *turn_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct sale_admin_call *c;
+        bool stopping;
+
+        pthread_mutex_lock(&gate.mu);
+        while (!gate.head)
+            pthread_cond_wait(&gate.work, &gate.mu);
+        c = gate.head;
+        gate.head = c->next;
+        if (!gate.head)
+            gate.tail = NULL;
+        stopping = gate.stopping;
+        pthread_mutex_unlock(&gate.mu);
+
+        if (stopping) {
+            c->busy = false;
+            release(c->addr);
+            finish(c, -ESHUTDOWN);
+            continue;
+        }
+        /* Waited out its time behind a queue: busy, not checked. */
+        c->busy = util_mono_ms() - c->queued_ms > SALE_ADMIN_WAIT_MS;
+        if (!c->busy) {
+            if (c->lookup == -ENOENT || c->disabled) {
+                password_dummy_verify(c->password, c->len);
+                c->ok = false;
+            } else {
+                c->ok = password_verify(c->hash, c->password, c->len);
+            }
+        }
+        release(c->addr);
+        if (sale_job_run(c->sale, finish, c) != 0) {
+            pthread_mutex_lock(&gate.mu);
+            gate.stopping = true;
+            pthread_mutex_unlock(&gate.mu);
+            finish(c, -ESHUTDOWN);
+        }
     }
-    err = store_admin_get(st, username, &id, hash, &disabled);
-    if (err && err != -ENOENT)
-        return err;
-    if (atomic_flag_test_and_set(&hashing)) {
-        out->outcome = SALE_ADMIN_BUSY;
-        out->retry_s = 1;
-        return 0;
+    return NULL;
+}
+
+static void gate_start(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned turns = cores < 1                      ? 1
+                     : cores > SALE_ADMIN_TURNS_MAX ? SALE_ADMIN_TURNS_MAX
+                                                    : (unsigned)cores;
+
+    gate.held = xcalloc(SALE_ADMIN_WAITING_MAX, sizeof(*gate.held));
+    for (unsigned i = 0; i < turns; i++) {
+        pthread_t th;
+
+        if (pthread_create(&th, NULL, turn_main, NULL) == 0)
+            pthread_detach(th);
     }
-    if (err == -ENOENT || disabled) {
-        password_dummy_verify(password, len);
-        ok = false;
-    } else {
-        ok = password_verify(hash, password, len);
+}
+
+/* Queue c for a turn; false (busy) when its address has one there or
+ * being checked, or the queue is full. */
+static bool gate_enter(struct sale_admin_call *c)
+{
+    bool ok;
+
+    pthread_once(&gate.once, gate_start);
+    pthread_mutex_lock(&gate.mu);
+    ok =
+        !gate.stopping && gate.nheld < SALE_ADMIN_WAITING_MAX && !held(c->addr);
+    if (ok) {
+        snprintf(gate.held[gate.nheld++], SALE_LIMIT_KEY_LEN, "%s", c->addr);
+        c->queued_ms = util_mono_ms();
+        c->next = NULL;
+        if (gate.tail)
+            gate.tail->next = c;
+        else
+            gate.head = c;
+        gate.tail = c;
+        pthread_cond_signal(&gate.work);
     }
-    atomic_flag_clear(&hashing);
-    if (!ok) {
-        out->outcome = SALE_ADMIN_WRONG;
-        log_warn("admin login failed", "username=%s addr=%s why=%s", username,
-                 addr,
-                 err == -ENOENT ? "unknown"
-                 : disabled     ? "disabled"
-                                : "password");
+    pthread_mutex_unlock(&gate.mu);
+    return ok;
+}
+
+/* ---- the login ---- */
+
+/* Busy: refused without a check, counted against the address. */
+static void busy(struct store *st, struct sale_admin_call *c)
+{
+    c->outcome = SALE_ADMIN_BUSY;
+    c->retry_s = 1;
+    store_admin_fails_add(st, NULL, c->addr, SALE_ADMIN_FAILS_WINDOW_S * 1000u);
+    log_warn("admin login refused: busy", "username=%s addr=%s", c->username,
+             c->addr);
+}
+
+/* After the check: counted, recorded, decided. On the pool; with the
+ * pool stopped (err), answered 503 with nothing written. */
+static void finish(void *arg, int err)
+{
+    struct sale_admin_call *c = arg;
+    struct store *st;
+    bool banned;
+
+    if (err) {
+        c->err = err;
+        c->done(c);
+        return;
+    }
+    st = sale__store(c->sale);
+    if (c->busy) {
+        busy(st, c);
+        c->done(c);
+        return;
+    }
+    if (!c->ok) {
+        c->outcome = SALE_ADMIN_WRONG;
+        log_warn("admin login failed", "username=%s addr=%s why=%s",
+                 c->username, c->addr,
+                 c->lookup == -ENOENT ? "unknown"
+                 : c->disabled        ? "disabled"
+                                      : "password");
         /* Counted when Redis answers (it just did, for the check). */
-        store_admin_fails_add(st, username, addr, window_ms);
+        store_admin_fails_add(st, c->username, c->addr,
+                              SALE_ADMIN_FAILS_WINDOW_S * 1000u);
         /* An existing admin's failures are worth an operator's look; an
          * unknown name's are only the log's (anyone can make them up). */
-        if (err != -ENOENT && login_record(st, who, id, false,
-                                           disabled ? "disabled" : "password"))
+        if (c->lookup != -ENOENT &&
+            login_record(st, &c->who, c->admin_id, false,
+                         c->disabled ? "disabled" : "password"))
             log_warn("admin login failure not recorded in the audit log",
-                     "username=%s", username);
-        return 0;
+                     "username=%s", c->username);
+        c->done(c);
+        return;
     }
-    err = store_account_get(st, TOKEN_ROLE_ADMIN, id, &out->gen, &banned);
-    if (err)
-        return err;
+    err =
+        store_account_get(st, TOKEN_ROLE_ADMIN, c->admin_id, &c->gen, &banned);
     /* No token without its record. */
-    err = login_record(st, who, id, true, NULL);
-    if (err)
-        return err;
-    store_admin_fails_clear(st, username);
-    out->outcome = SALE_ADMIN_OK;
-    out->admin_id = id;
-    log_info("admin logged in", "username=%s addr=%s admin=%lld", username,
-             addr, (long long)id);
-    return 0;
+    if (!err)
+        err = login_record(st, &c->who, c->admin_id, true, NULL);
+    if (err) {
+        c->err = err;
+        c->done(c);
+        return;
+    }
+    store_admin_fails_clear(st, c->username, c->addr);
+    c->outcome = SALE_ADMIN_OK;
+    log_info("admin logged in", "username=%s addr=%s admin=%lld", c->username,
+             c->addr, (long long)c->admin_id);
+    c->done(c);
+}
+
+bool sale_admin_login(struct sale *s, struct sale_admin_call *c)
+{
+    struct store *st = sale__store(s);
+    bool locked = false;
+    int64_t retry_ms = 0;
+
+    c->sale = s;
+    c->err = 0;
+    c->err = store_admin_fails_check(
+        st, c->username, c->addr, SALE_ADMIN_FAILS_PAIR, SALE_ADMIN_FAILS_NAME,
+        SALE_ADMIN_FAILS_ADDR, SALE_ADMIN_FAILS_WINDOW_S * 1000u, &locked,
+        &retry_ms);
+    if (c->err)
+        return true; /* no count of failures, no check: 503 */
+    if (locked) {
+        c->outcome = SALE_ADMIN_LOCKED;
+        c->retry_s = seconds_up(retry_ms);
+        log_warn("admin login refused: too many failures",
+                 "username=%s addr=%s retry_s=%u", c->username, c->addr,
+                 c->retry_s);
+        return true;
+    }
+    c->lookup =
+        store_admin_get(st, c->username, &c->admin_id, c->hash, &c->disabled);
+    if (c->lookup && c->lookup != -ENOENT) {
+        c->err = c->lookup;
+        return true;
+    }
+    if (!gate_enter(c)) {
+        busy(st, c);
+        return true;
+    }
+    return false;
 }

@@ -288,38 +288,68 @@ int sale_audit_list(struct sale *s, int64_t before, const char *target_type,
 
 /* ---- admins ---- */
 
-/* Failed logins allowed per admin name and per client address within
- * the window; more are refused before any password is checked. */
-#define SALE_ADMIN_FAILS_NAME 5
+/* Failed logins allowed within the window, refused before any password
+ * is checked: per admin name from one client address (a guesser there is
+ * stopped soon, and the admin elsewhere is not), per name from anywhere
+ * (a slower line behind it), and per address (whatever the names). A
+ * refusal for being busy counts against its address only. */
+#define SALE_ADMIN_FAILS_PAIR 5
+#define SALE_ADMIN_FAILS_NAME 50
 #define SALE_ADMIN_FAILS_ADDR 20
 #define SALE_ADMIN_FAILS_WINDOW_S 900
+/* The hash's turns: one Argon2id (64 MiB, a core for about a tenth of a
+ * second) per core, at most this many; a client address has one password
+ * checked or waiting at a time, and waits at most SALE_ADMIN_WAIT_MS. */
+#define SALE_ADMIN_TURNS_MAX 4
+#define SALE_ADMIN_WAITING_MAX 64
+#define SALE_ADMIN_WAIT_MS 5000
 
 enum sale_admin_outcome {
     SALE_ADMIN_OK,     /* admin_id and gen are set */
     SALE_ADMIN_WRONG,  /* no such admin, disabled, or a wrong password */
     SALE_ADMIN_LOCKED, /* too many failures: retry_s */
-    SALE_ADMIN_BUSY,   /* this instance is checking another password */
+    SALE_ADMIN_BUSY,   /* this address has a login being checked, or the
+                          turns are all taken for too long: retry_s */
 };
 
-struct sale_admin_login {
+/* An admin's login while it is decided (sale_admin_login()). */
+struct sale_admin_call {
+    /* Set by the caller: */
+    const char *username;
+    const char *password; /* len bytes; both kept until done() */
+    size_t len;
+    char addr[SALE_LIMIT_KEY_LEN]; /* the client's key (an address, a /64) */
+    struct sale_actor who;         /* who->addr: what the audit records */
+    /* Decided: from another thread (see below). */
+    void (*done)(struct sale_admin_call *c);
+    /* Set when it is decided: */
+    int err; /* 0, or -errno: then out means nothing */
     enum sale_admin_outcome outcome;
     int64_t admin_id;
     uint32_t gen;     /* its token generation, for its new token */
     unsigned retry_s; /* SALE_ADMIN_LOCKED, SALE_ADMIN_BUSY */
+    /* Private to the sale layer: */
+    struct sale *sale;
+    int lookup; /* store_admin_get()'s: 0, or -ENOENT */
+    bool disabled, ok, busy;
+    char hash[STORE_ADMIN_HASH_MAX];
+    int64_t queued_ms;
+    struct sale_admin_call *next;
 };
 
 /*
- * Check admin username's password (len bytes) from the client at addr (a
- * key: an address, an IPv6 /64; who->addr is the address the audit log
- * records). The failures are counted per name and per address
- * (SALE_ADMIN_FAILS_*) and logged; one password is checked at a time per
- * instance (Argon2id, 64 MiB). A login, and a wrong password for an
- * existing admin, are recorded in the audit log. 0 with *out, or -errno.
- * Waits for MySQL and Redis.
+ * Check admin c->username's password from the client at c->addr. The
+ * failures are counted (SALE_ADMIN_FAILS_*) and logged; the password is
+ * checked on a turn of the instance's hash (SALE_ADMIN_TURNS_MAX), taken
+ * in the order the addresses asked, one waiting per address, so that a
+ * flood from a few addresses cannot take every turn. A login, and a wrong
+ * password for an existing admin, are recorded in the audit log.
+ *
+ * Waits for Redis and MySQL (call it from a job). True: decided now,
+ * done() is not called. False: waiting for a turn; done() is called
+ * exactly once, from another thread.
  */
-int sale_admin_login(struct sale *s, const char *username, const char *password,
-                     size_t len, const char *addr, const struct sale_actor *who,
-                     struct sale_admin_login *out);
+bool sale_admin_login(struct sale *s, struct sale_admin_call *c);
 
 /* ---- vouchers ---- */
 

@@ -79,10 +79,10 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 /* ---- failed logins ---- */
 
 /*
- * The failures of a name and of an address are two sorted sets in two
- * Redis Cluster slots: each is its own script call. A connection lost
- * between the two calls of an add counts the failure against one of them
- * only.
+ * The failures of a name from an address, of a name and of an address
+ * are three sorted sets in three Redis Cluster slots: each is its own
+ * script call. A connection lost between the calls of an add counts the
+ * failure against some of them only.
  */
 
 /* KEYS: one set; ARGV: its max, window (ms). Returns the ms until a try
@@ -106,9 +106,10 @@ static struct redis_script add_script =
                  "redis.call('pexpire', KEYS[1], ARGV[1]) "
                  "return 1");
 
-void store_admin_fail_keys(const char *name, const char *addr, char *kn,
-                           char *ka, size_t n)
+void store_admin_fail_keys(const char *name, const char *addr, char *kp,
+                           char *kn, char *ka, size_t n)
 {
+    redis_key(kp, n, "admin:fails:p:%s|%s", name, addr);
     redis_key(kn, n, "admin:fails:u:%s", name);
     redis_key(ka, n, "admin:fails:ip:%s", addr);
 }
@@ -136,54 +137,62 @@ static int fails_eval(struct store *st, struct redis_script *script,
 }
 
 int store_admin_fails_check(struct store *st, const char *name,
-                            const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms, bool *locked,
-                            int64_t *retry_ms)
+                            const char *addr, unsigned max_pair,
+                            unsigned max_name, unsigned max_addr,
+                            unsigned window_ms, bool *locked, int64_t *retry_ms)
 {
-    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX], a1[16], a2[16], a3[16];
-    const char *by_name[3] = {kn, a1, a3}, *by_addr[3] = {ka, a2, a3};
-    long long wn = 0, wa = 0;
-    int err;
+    char k[3][STORE_FAIL_KEY_MAX], max[3][16], w[16];
+    const unsigned maxes[3] = {max_pair, max_name, max_addr};
+    int err = 0;
 
-    store_admin_fail_keys(name, addr, kn, ka, sizeof(kn));
-    snprintf(a1, sizeof(a1), "%u", max_name);
-    snprintf(a2, sizeof(a2), "%u", max_addr);
-    snprintf(a3, sizeof(a3), "%u", window_ms);
-    err = fails_eval(st, &check_script, by_name, 3, &wn);
-    if (!err)
-        err = fails_eval(st, &check_script, by_addr, 3, &wa);
-    if (err)
-        return err;
-    *retry_ms = wn > wa ? wn : wa;
+    store_admin_fail_keys(name, addr, k[0], k[1], k[2], sizeof(k[0]));
+    snprintf(w, sizeof(w), "%u", window_ms);
+    *retry_ms = 0;
+    for (int i = 0; i < 3 && !err; i++) {
+        const char *argv[3] = {k[i], max[i], w};
+        long long wait = 0;
+
+        snprintf(max[i], sizeof(max[i]), "%u", maxes[i]);
+        err = fails_eval(st, &check_script, argv, 3, &wait);
+        if (!err && wait > *retry_ms)
+            *retry_ms = wait;
+    }
     *locked = *retry_ms > 0;
-    return 0;
+    return err;
 }
 
 int store_admin_fails_add(struct store *st, const char *name, const char *addr,
                           unsigned window_ms)
 {
-    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX], a1[16];
-    const char *by_name[2] = {kn, a1}, *by_addr[2] = {ka, a1};
-    long long r;
-    int err;
+    char k[3][STORE_FAIL_KEY_MAX], w[16];
+    int err = 0;
 
-    store_admin_fail_keys(name, addr, kn, ka, sizeof(kn));
-    snprintf(a1, sizeof(a1), "%u", window_ms);
-    err = fails_eval(st, &add_script, by_name, 2, &r);
-    return err ? err : fails_eval(st, &add_script, by_addr, 2, &r);
+    store_admin_fail_keys(name ? name : "", addr, k[0], k[1], k[2],
+                          sizeof(k[0]));
+    snprintf(w, sizeof(w), "%u", window_ms);
+    for (int i = name ? 0 : 2; i < 3 && !err; i++) {
+        const char *argv[2] = {k[i], w};
+        long long r;
+
+        err = fails_eval(st, &add_script, argv, 2, &r);
+    }
+    return err;
 }
 
-int store_admin_fails_clear(struct store *st, const char *name)
+int store_admin_fails_clear(struct store *st, const char *name,
+                            const char *addr)
 {
-    char kn[STORE_FAIL_KEY_MAX], ka[STORE_FAIL_KEY_MAX];
-    const char *argv[2] = {"DEL", kn};
-    redisReply *r;
-    int err;
+    char k[3][STORE_FAIL_KEY_MAX];
+    int err = 0;
 
-    store_admin_fail_keys(name, "", kn, ka, sizeof(kn));
-    r = store_redis_command(st, kn, 2, argv, NULL, &err);
-    if (!r)
-        return -ENOTCONN;
-    freeReplyObject(r);
+    store_admin_fail_keys(name, addr, k[0], k[1], k[2], sizeof(k[0]));
+    for (int i = 0; i < 2; i++) {
+        const char *argv[2] = {"DEL", k[i]};
+        redisReply *r = store_redis_command(st, k[i], 2, argv, NULL, &err);
+
+        if (!r)
+            return -ENOTCONN;
+        freeReplyObject(r);
+    }
     return 0;
 }

@@ -20,12 +20,12 @@
  * check that each script's keys share a hash slot.
  */
 #define STORE_KEY_MAX (REDIS_PREFIX_MAX + 192)
-#define STORE_FAIL_KEY_MAX (REDIS_PREFIX_MAX + 160)
+#define STORE_FAIL_KEY_MAX (REDIS_PREFIX_MAX + 240)
 
-/* A failed admin login's two sets: the name's and the address's (two
- * slots: each its own script call). */
-void store_admin_fail_keys(const char *name, const char *addr, char *kn,
-                           char *ka, size_t n);
+/* A failed admin login's three sets: the name's from the address, the
+ * name's and the address's (three slots: each its own script call). */
+void store_admin_fail_keys(const char *name, const char *addr, char *kp,
+                           char *kn, char *ka, size_t n);
 
 /* A phone's login-code keys (one slot: the {p:PHONE} tag): its codes,
  * then its send log (addr NULL) or its wrong tries, and the address's

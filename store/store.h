@@ -474,19 +474,23 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 
 /*
  * Failed admin logins, counted in Redis over a sliding window of
- * window_ms per name and per client address (two sorted sets of
- * failure times). check: true and *retry_ms when the name has max_name
- * or the address max_addr failures in the window (when the oldest of
- * them leaves it). add: one more failure for both.
+ * window_ms in three sorted sets of failure times: per name from one
+ * address, per name, per address. check: true and *retry_ms when one of
+ * them has its max failures in the window (when the oldest of them
+ * leaves it). add: one more failure for all three; name NULL: for the
+ * address only (a refusal for being busy).
  */
 int store_admin_fails_check(struct store *st, const char *name,
-                            const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms, bool *locked,
+                            const char *addr, unsigned max_pair,
+                            unsigned max_name, unsigned max_addr,
+                            unsigned window_ms, bool *locked,
                             int64_t *retry_ms);
 int store_admin_fails_add(struct store *st, const char *name, const char *addr,
                           unsigned window_ms);
-/* A good login forgets its name's failures (not its address's). */
-int store_admin_fails_clear(struct store *st, const char *name);
+/* A good login forgets its name's failures, from its address and from
+ * everywhere (not its address's). */
+int store_admin_fails_clear(struct store *st, const char *name,
+                            const char *addr);
 
 /* ---- the audit log (audit.c) ---- */
 

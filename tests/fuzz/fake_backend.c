@@ -478,9 +478,9 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 }
 
 int store_admin_fails_check(struct store *st, const char *name,
-                            const char *addr, unsigned max_name,
-                            unsigned max_addr, unsigned window_ms, bool *locked,
-                            int64_t *retry_ms)
+                            const char *addr, unsigned max_pair,
+                            unsigned max_name, unsigned max_addr,
+                            unsigned window_ms, bool *locked, int64_t *retry_ms)
 {
     unsigned variant;
     int err;
@@ -488,7 +488,7 @@ int store_admin_fails_check(struct store *st, const char *name,
     (void)name;
     (void)addr;
     check_store(st);
-    FUZZ_CHECK(max_name > 0 && max_addr > 0 && window_ms > 0,
+    FUZZ_CHECK(max_pair > 0 && max_name > 0 && max_addr > 0 && window_ms > 0,
                "admin login limits off");
     if ((err = step(&variant)))
         return err;
@@ -507,9 +507,11 @@ int store_admin_fails_add(struct store *st, const char *name, const char *addr,
     return 0;
 }
 
-int store_admin_fails_clear(struct store *st, const char *name)
+int store_admin_fails_clear(struct store *st, const char *name,
+                            const char *addr)
 {
     (void)name;
+    (void)addr;
     check_store(st);
     return 0;
 }

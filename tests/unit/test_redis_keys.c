@@ -375,6 +375,7 @@ static void test_async_key_longest(void **state)
 static void test_store_keys(void **state)
 {
     char c1[STORE_KEY_MAX], c2[STORE_KEY_MAX], c3[STORE_KEY_MAX];
+    char f[3][STORE_FAIL_KEY_MAX];
     char w[6][STORE_KEY_MAX];
     (void)state;
 
@@ -397,10 +398,12 @@ static void test_store_keys(void **state)
         ONE_SLOT("waiting room place", p, w[0], w[1], w[2], w[5], w[3]);
         ONE_SLOT("waiting room DEL", p, w[0], w[1], w[2], w[5], w[4]);
         ONE_SLOT("waiting room counts", p, w[0], w[1]);
-        /* The admin login failures: two sets, each its own call. */
-        store_admin_fail_keys("root", "192.0.2.1", c1, c2, STORE_FAIL_KEY_MAX);
-        ONE_SLOT("admin fails by name", p, c1);
-        ONE_SLOT("admin fails by address", p, c2);
+        /* The admin login failures: three sets, each its own call. */
+        store_admin_fail_keys("root", "192.0.2.1", f[0], f[1], f[2],
+                              STORE_FAIL_KEY_MAX);
+        ONE_SLOT("admin fails by name from an address", p, f[0]);
+        ONE_SLOT("admin fails by name", p, f[1]);
+        ONE_SLOT("admin fails by address", p, f[2]);
     }
     assert_int_equal(0, redis_prefix_set(""));
     store_waitroom_key(w[0], 5, "pre");
