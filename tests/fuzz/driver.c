@@ -474,13 +474,15 @@ static bool is_tchar(char c)
 
 /*
  * What a server must refuse of the request's framing, read from RFC 9110
- * and 9112 independently of handlers/protocol.c: 0 when nothing, else the
- * status (400, or 501 for a transfer coding other than chunked).
+ * and 9112 independently of handlers/protocol.c (and two Authorization
+ * headers, which a proxy in front may read otherwise): 0 when nothing,
+ * else the status (400, or 501 for a transfer coding other than
+ * chunked).
  */
 static unsigned framing_verdict(const struct fuzz_request *rq,
                                 const char *const *values)
 {
-    unsigned hosts = 0, lengths = 0, codings = 0;
+    unsigned hosts = 0, lengths = 0, codings = 0, auths = 0;
     const char *coding = "";
 
     for (size_t i = 0; i < rq->nheaders; i++) {
@@ -494,6 +496,7 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
             if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
                 return 400;
         hosts += strcasecmp(k, "Host") == 0;
+        auths += strcasecmp(k, "Authorization") == 0;
         lengths += strcasecmp(k, "Content-Length") == 0;
         if (strcasecmp(k, "Transfer-Encoding") == 0) {
             codings++;
@@ -503,7 +506,8 @@ static unsigned framing_verdict(const struct fuzz_request *rq,
     if (hosts == 0 &&
         strcmp(rq->version ? rq->version : "HTTP/1.1", "HTTP/1.0") != 0)
         return 400;
-    if (hosts > 1 || lengths > 1 || codings > 1 || (codings && lengths))
+    if (hosts > 1 || auths > 1 || lengths > 1 || codings > 1 ||
+        (codings && lengths))
         return 400;
     if (codings && strcasecmp(coding, "chunked") != 0)
         return 501;
