@@ -1318,10 +1318,12 @@ const struct config_setting config_settings[] = {
      .max = 3600,
      .unit = "seconds",
      FIELD(http.code_interval_s),
-     .help = "at least N s between two login codes of a phone",
-     .doc = "a phone gets at most one login code in this many seconds, "
-            "{range}; an earlier request is answered 429 `RATE_LIMITED` with "
-            "`Retry-After` ([abuse limits](accounts.md#abuse-limits))"},
+     .help = "at least N s between two login codes of a phone asked for "
+             "from one address",
+     .doc = "a client address gets at most one login code for a phone in "
+            "this many seconds, {range}; an earlier request is answered 429 "
+            "`RATE_LIMITED` with `Retry-After` ([abuse "
+            "limits](accounts.md#abuse-limits))"},
     {.flag = "code-per-hour",
      .env = "SECKILL_CODE_PER_HOUR",
      .arg = "N",
@@ -1331,9 +1333,11 @@ const struct config_setting config_settings[] = {
      .min = 1,
      .max = 100,
      FIELD(http.code_per_hour),
-     .help = "at most N login codes a phone in an hour",
-     .doc = "a phone gets at most this many login codes in an hour, {range} "
-            "([abuse limits](accounts.md#abuse-limits))"},
+     .help = "at most N login codes an hour for a phone from one address "
+             "(10 N from all)",
+     .doc = "a client address gets at most this many login codes for a "
+            "phone in an hour, {range}, and a phone ten times this many "
+            "from all addresses ([abuse limits](accounts.md#abuse-limits))"},
     {.flag = "login-addr-tries",
      .env = "SECKILL_LOGIN_ADDR_TRIES",
      .arg = "N",

@@ -227,9 +227,11 @@ int server_start(const struct handlers_config *cfg, struct server **out)
                 .ttl_s = SALE_CODE_TTL_S,
                 .interval_s = cfg->code_interval_s,
                 .per_hour = cfg->code_per_hour,
+                .phone_per_hour = cfg->code_per_hour * SALE_CODE_PHONE_FACTOR,
                 .addr_tries = cfg->login_addr_tries,
                 .phone_tries = cfg->login_phone_tries,
                 .wait_max_s = SALE_LOGIN_WAIT_MAX_S,
+                .request_tries = SALE_CODE_REQUEST_TRIES,
             },
         .sms =
             {

@@ -71,8 +71,8 @@ static unsigned code_reply(struct request *req, const struct sale_code *c)
     }
     /* Sent to the SMS webhook when there is one; dev mode also shows it. */
     log_info("login code issued", "dev=%d", req->cfg->dev);
-    body =
-        json_pack("{s:s,s:i}", "phone", c->phone, "expiresIn", SALE_CODE_TTL_S);
+    body = json_pack("{s:s,s:i,s:s}", "phone", c->phone, "expiresIn",
+                     SALE_CODE_TTL_S, "codeRequest", c->request);
     if (req->cfg->dev)
         json_object_set_new(body, "code", json_string(c->code));
     return req_reply(req, 200, body);
@@ -106,7 +106,7 @@ unsigned auth_code_post(struct request *req)
 unsigned auth_login_post(struct request *req)
 {
     char phone[PHONE_E164_MAX];
-    const char *code;
+    const char *code, *request = NULL;
     struct token_claims claims = {0};
     char token[TOKEN_STR_LEN], addr[64];
     struct sale_login in;
@@ -117,9 +117,18 @@ unsigned auth_login_post(struct request *req)
         return req->status;
     if (strlen(code) != 6 || strspn(code, "0123456789") != 6)
         return req_error(req, ERR_BAD_REQUEST, "code: must be 6 digits");
+    if (!body_str_or_reply(req, "codeRequest", false, STORE_CODE_REQUEST_LEN,
+                           &request))
+        return req->status;
+    if (request &&
+        (strlen(request) != STORE_CODE_REQUEST_LEN ||
+         strspn(request, "0123456789abcdef") != STORE_CODE_REQUEST_LEN))
+        return req_error(req, ERR_BAD_REQUEST,
+                         "codeRequest: the codeRequest POST /api/auth/code "
+                         "answered (32 hex digits), or leave it out");
     if (!req_client_key(req, addr, sizeof(addr)))
         snprintf(addr, sizeof(addr), "unknown");
-    err = sale_login(req->sale, phone, code, addr, &in);
+    err = sale_login(req->sale, phone, code, addr, request, &in);
     if (err)
         return req_backend_error(req, err, "login");
     switch (in.outcome) {

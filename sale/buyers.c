@@ -32,8 +32,14 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
         return true;
     }
     snprintf(c->code, sizeof(c->code), "%06u", randombytes_uniform(1000000));
-    c->err = store_code_put(sale__store(s), c->phone, c->code, &s->cfg.codes,
-                            &retry_ms);
+    {
+        unsigned char id[STORE_CODE_REQUEST_LEN / 2];
+
+        randombytes_buf(id, sizeof(id));
+        sodium_bin2hex(c->request, sizeof(c->request), id, sizeof(id));
+    }
+    c->err = store_code_put(sale__store(s), c->phone, c->code, c->client,
+                            c->request, &s->cfg.codes, &retry_ms);
     c->retry_s = retry_ms ? seconds_up(retry_ms) : 0;
     if (c->err || retry_ms || !s->cfg.sms.webhook) {
         if (s->cfg.sms.webhook)
@@ -46,7 +52,8 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
     if (!sale__sms_send(s, c))
         return false;
     sale__sms_slot_give(c->client);
-    if (store_code_revoke(sale__store(s), c->phone, c->code))
+    if (store_code_revoke(sale__store(s), c->phone, c->code, c->client,
+                          c->request))
         log_warn("a login code not sent could not be taken back: it stays "
                  "until it expires",
                  "ttl_s=%u", SALE_CODE_TTL_S);
@@ -54,7 +61,7 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
 }
 
 int sale_login(struct sale *s, const char *phone, const char *code,
-               const char *addr, struct sale_login *out)
+               const char *addr, const char *request, struct sale_login *out)
 {
     struct store *st = sale__store(s);
     enum store_code outcome;
@@ -63,8 +70,8 @@ int sale_login(struct sale *s, const char *phone, const char *code,
     int err;
 
     memset(out, 0, sizeof(*out));
-    err = store_code_check(st, phone, code, addr, &s->cfg.codes, &outcome,
-                           &retry_ms);
+    err = store_code_check(st, phone, code, addr, request, &s->cfg.codes,
+                           &outcome, &retry_ms);
     if (err)
         return err;
     if (outcome == STORE_CODE_LOCKED) {

@@ -145,6 +145,11 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 /* A login code lives this long; wrong tries wait at most this long. */
 #define SALE_CODE_TTL_S 300
 #define SALE_LOGIN_WAIT_MAX_S 3600
+/* The codes one address may have sent to a phone an hour (the config's)
+ * times this: the phone's in all. And the tries a login with a code
+ * request has at its code. */
+#define SALE_CODE_PHONE_FACTOR 10
+#define SALE_CODE_REQUEST_TRIES 3
 
 /* The longest a login code may take to reach the SMS webhook: then it
  * is withdrawn and the request answered 503. */
@@ -161,6 +166,9 @@ struct sale_code {
     int err;          /* 0: issued (and sent, with a webhook) */
     unsigned retry_s; /* > 0: not issued, the phone's limits: retry then */
     char code[7];     /* when issued */
+    /* When issued: the code request's id, which a login may carry to be
+     * checked against this code alone (sale_login()). */
+    char request[STORE_CODE_REQUEST_LEN + 1];
     /* Private to the sale layer: */
     struct sale *sale;
 };
@@ -204,12 +212,16 @@ struct sale_login {
 /*
  * Check code against phone's live codes, tried from the client addr (a
  * key: an address, an IPv6 /64). Wrong tries are counted for the address
- * and for the phone, and make them wait (the config's codes limits); a
- * match uses up every code of the phone. 0 with *out, or -errno. Waits
- * for Redis and MySQL.
+ * and for the phone, and make them wait (the config's codes limits). With
+ * request (a code request's id, else NULL) only that request's code is
+ * compared, SALE_CODE_REQUEST_TRIES times at most, and the waits neither
+ * hold it nor count it: the owner of the phone, who has the request its
+ * code came with, is not kept out by others' guesses. A match uses up
+ * every code of the phone. 0 with *out, or -errno. Waits for Redis and
+ * MySQL.
  */
 int sale_login(struct sale *s, const char *phone, const char *code,
-               const char *addr, struct sale_login *out);
+               const char *addr, const char *request, struct sale_login *out);
 
 /*
  * A proof of work (its challenge, hex, good until expires_s) is used:

@@ -105,7 +105,8 @@ static void code_withdraw(void *arg, int err)
     struct sale_code *c = arg;
     struct store *own = err ? store_new(c->sale->cfg.store) : NULL;
 
-    if (store_code_revoke(own ? own : sale__store(c->sale), c->phone, c->code))
+    if (store_code_revoke(own ? own : sale__store(c->sale), c->phone, c->code,
+                          c->client, c->request))
         log_warn("a login code not sent could not be taken back: it stays "
                  "until it expires",
                  "ttl_s=%u", SALE_CODE_TTL_S);

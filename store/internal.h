@@ -32,6 +32,10 @@ void store_admin_fail_keys(const char *name, const char *addr, char *kp,
  * wrong tries on that phone. Each STORE_KEY_MAX bytes. */
 void store_code_keys(const char *phone, const char *addr, char *codes,
                      char *second, char *by_addr);
+/* The send log of the codes addr asked for, and code request id's key
+ * (the same slot). */
+void store_code_request_keys(const char *phone, const char *addr,
+                             const char *id, char *sent_by_addr, char *req);
 
 /* A queue sale's waiting-room key what ("pre", "late", "seq", "queue")
  * (one slot per sale: the {v:ID} tag); STORE_KEY_MAX bytes. */

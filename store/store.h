@@ -354,30 +354,42 @@ int store_user_phone_move(struct store *st, int64_t id, const char *e164,
  *   login:{p:PHONE}:codes   every live code, scored by its expiry (ms);
  *                           a new code replaces none
  *   login:{p:PHONE}:sent    when the codes of the last hour were sent
+ *   login:{p:PHONE}:s:ADDR  the same, of the codes one client address
+ *                           asked for
+ *   login:{p:PHONE}:r:ID    a code request: its code and the tries made
+ *                           with it (lives as long as the code)
  *   login:{p:PHONE}:fails   wrong tries for the phone: n, until (ms)
  *   login:{p:PHONE}:a:ADDR  wrong tries for the phone from one client
  *                           address: n, until (ms)
  */
 struct store_code_limits {
-    unsigned ttl_s;       /* a code lives this long */
-    unsigned interval_s;  /* at least this long between two codes */
-    unsigned per_hour;    /* at most this many codes an hour */
-    unsigned addr_tries;  /* wrong tries from one address before waits */
-    unsigned phone_tries; /* wrong tries in all before waits */
-    unsigned wait_max_s;  /* the longest wait */
+    unsigned ttl_s;          /* a code lives this long */
+    unsigned interval_s;     /* at least this long between two codes */
+    unsigned per_hour;       /* at most this many codes an hour */
+    unsigned phone_per_hour; /* ... and this many for the phone in all */
+    unsigned addr_tries;     /* wrong tries from one address before waits */
+    unsigned phone_tries;    /* wrong tries in all before waits */
+    unsigned wait_max_s;     /* the longest wait */
+    unsigned request_tries;  /* tries with one code request */
 };
 
 /*
- * Store code for phone, unless one was sent less than interval_s ago or
- * per_hour in the last hour: then *retry_ms says when one may be (0: it
- * was stored).
+ * Store code for phone, asked for from addr (a client key, "" unknown) as
+ * the code request id (STORE_CODE_REQUEST_LEN hex digits), unless addr
+ * had one for the phone less than interval_s ago or per_hour in the last
+ * hour, or the phone phone_per_hour from anywhere: then *retry_ms says
+ * when one may be (0: it was stored).
  */
+#define STORE_CODE_REQUEST_LEN 32
 int store_code_put(struct store *st, const char *phone, const char *code,
+                   const char *addr, const char *request,
                    const struct store_code_limits *l, int64_t *retry_ms);
 
-/* Take back code for phone, stored by store_code_put() but never sent:
- * it no longer logs in, nor counts against the limits. */
-int store_code_revoke(struct store *st, const char *phone, const char *code);
+/* Take back code for phone, stored by store_code_put() (with addr and
+ * request) but never sent: it no longer logs in, nor counts against the
+ * limits. */
+int store_code_revoke(struct store *st, const char *phone, const char *code,
+                      const char *addr, const char *request);
 
 enum store_code {
     STORE_CODE_OK,     /* one of the phone's live codes: all of them and
@@ -389,14 +401,18 @@ enum store_code {
 };
 
 /*
- * Check code for phone, tried from addr (a client key). Wrong tries make
- * the address wait 1 s, 2 s, 4 s ... (up to wait_max_s) from its
- * addr_tries-th on, and the phone from its phone_tries-th on; a wait
- * answers STORE_CODE_LOCKED without comparing. Codes are never voided
- * by wrong tries. One script.
+ * Check code for phone, tried from addr (a client key). Without request
+ * (NULL): wrong tries make the address wait 1 s, 2 s, 4 s ... (up to
+ * wait_max_s) from its addr_tries-th on, and the phone from its
+ * phone_tries-th on; a wait answers STORE_CODE_LOCKED without comparing;
+ * codes are never voided by wrong tries. With request: only that
+ * request's code is compared, request_tries times at most (then the
+ * request is void), never held by those waits nor counted in them. One
+ * script.
  */
 int store_code_check(struct store *st, const char *phone, const char *code,
-                     const char *addr, const struct store_code_limits *l,
+                     const char *addr, const char *request,
+                     const struct store_code_limits *l,
                      enum store_code *outcome, int64_t *retry_ms);
 
 /* ---- accounts: token generations and bans (accounts.c) ---- */

@@ -174,28 +174,38 @@ int store_user_phone_move(struct store *st, int64_t id, const char *e164,
     return store_retry(st, move_once, &a);
 }
 
-/* KEYS: codes, sent. ARGV: code, ttl (ms), interval (ms), per hour.
+/* KEYS: codes, sent, the address's sent, the request. ARGV: code, ttl
+ * (ms), interval (ms), per hour (the address's), per hour (the phone's).
  * {1, 0} stored; {0, ms} refused until then. */
 static struct redis_script code_put_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
     "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
-    "local ttl, gap, max = tonumber(ARGV[2]), tonumber(ARGV[3]), "
-    "                      tonumber(ARGV[4]) "
+    "local ttl, gap, max, pmax = tonumber(ARGV[2]), tonumber(ARGV[3]), "
+    "                            tonumber(ARGV[4]), tonumber(ARGV[5]) "
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
     "redis.call('zremrangebyscore', KEYS[2], '-inf', now - 3600000) "
-    "local last = redis.call('zrange', KEYS[2], -1, -1, 'withscores') "
+    "redis.call('zremrangebyscore', KEYS[3], '-inf', now - 3600000) "
+    "local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores') "
     "if last[2] and now - tonumber(last[2]) < gap then "
     "  return {0, gap - (now - tonumber(last[2]))} "
     "end "
-    "local n = redis.call('zcard', KEYS[2]) "
-    "if n >= max then "
-    "  local o = redis.call('zrange', KEYS[2], n - max, n - max, 'withscores') "
-    "  return {0, tonumber(o[2]) + 3600000 - now} "
+    "for i, m in ipairs({max, pmax}) do "
+    "  local k = i == 1 and KEYS[3] or KEYS[2] "
+    "  local n = redis.call('zcard', k) "
+    "  if n >= m then "
+    "    local o = redis.call('zrange', k, n - m, n - m, 'withscores') "
+    "    return {0, tonumber(o[2]) + 3600000 - now} "
+    "  end "
     "end "
+    "local e = ARGV[1] .. ':' .. now .. ':' .. t[2] "
     "redis.call('zadd', KEYS[1], now + ttl, ARGV[1]) "
-    "redis.call('zadd', KEYS[2], now, ARGV[1] .. ':' .. now .. ':' .. t[2]) "
+    "redis.call('zadd', KEYS[2], now, e) "
+    "redis.call('zadd', KEYS[3], now, e) "
+    "redis.call('hset', KEYS[4], 'code', ARGV[1], 'tries', 0) "
     "redis.call('pexpire', KEYS[1], ttl) "
+    "redis.call('pexpire', KEYS[4], ttl) "
     "redis.call('pexpire', KEYS[2], 3600000) "
+    "redis.call('pexpire', KEYS[3], 3600000) "
     "return {1, 0}");
 
 /* KEYS: codes, fails, the address's fails. ARGV: code, address tries,
@@ -224,14 +234,37 @@ static struct redis_script code_check_script = REDIS_SCRIPT(
     "end "
     "return {1, 0}");
 
-/* KEYS: codes, sent. ARGV: code. The code and its entry in the sent
- * log (at most an hour's worth, each "code:time:us") removed: {1, 0}. */
+/* KEYS: codes, fails, the address's fails, the request. ARGV: code,
+ * tries. The request's code only, and no wait: {0, 0} a match (every
+ * code and count of the phone gone), {1, 0} wrong (the request void
+ * after its tries). */
+static struct redis_script code_check_request_script = REDIS_SCRIPT(
+    "local t = redis.call('time') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+    "local want = redis.call('hget', KEYS[4], 'code') "
+    "if not want then return {1, 0} end "
+    "if want == ARGV[1] and redis.call('zscore', KEYS[1], want) then "
+    "  redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) "
+    "  return {0, 0} "
+    "end "
+    "if redis.call('hincrby', KEYS[4], 'tries', 1) >= tonumber(ARGV[2]) then "
+    "  redis.call('del', KEYS[4]) "
+    "end "
+    "return {1, 0}");
+
+/* KEYS: codes, sent, the address's sent, the request. ARGV: code. The
+ * code, its entries in the send logs (at most an hour's worth, each
+ * "code:time:us") and its request removed: {1, 0}. */
 static struct redis_script code_revoke_script = REDIS_SCRIPT(
     "redis.call('zrem', KEYS[1], ARGV[1]) "
     "local p = ARGV[1] .. ':' "
-    "for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do "
-    "  if string.sub(m, 1, #p) == p then redis.call('zrem', KEYS[2], m) end "
+    "for i = 2, 3 do "
+    "  for _, m in ipairs(redis.call('zrange', KEYS[i], 0, -1)) do "
+    "    if string.sub(m, 1, #p) == p then redis.call('zrem', KEYS[i], m) end "
+    "  end "
     "end "
+    "redis.call('del', KEYS[4]) "
     "return {1, 0}");
 
 void store_code_keys(const char *phone, const char *addr, char *codes,
@@ -244,21 +277,23 @@ void store_code_keys(const char *phone, const char *addr, char *codes,
               addr ? addr : "");
 }
 
-/* Run a code script on the phone's keys (and the address's: addr may be
- * NULL); {a, b} into *a, *b. */
+void store_code_request_keys(const char *phone, const char *addr,
+                             const char *id, char *sent_by_addr, char *req)
+{
+    redis_key(sent_by_addr, STORE_KEY_MAX, "login:{p:%s}:s:%s", phone, addr);
+    redis_key(req, STORE_KEY_MAX, "login:{p:%s}:r:%s", phone, id);
+}
+
+/* Run a code script on keys (nkeys of them); {a, b} into *a, *b. */
 static int code_eval(struct store *st, struct redis_script *script,
-                     const char *phone, const char *addr, const char **args,
+                     const char *const *keys, int nkeys, const char **args,
                      int nargs, long long *a, long long *b)
 {
-    char k1[STORE_KEY_MAX], k2[STORE_KEY_MAX], k3[STORE_KEY_MAX];
-    const char *argv[8];
-    int nkeys = addr ? 3 : 2, argc = 0, err = 0;
+    const char *argv[12];
+    int argc = 0, err = 0;
 
-    store_code_keys(phone, addr, k1, k2, k3);
-    argv[argc++] = k1;
-    argv[argc++] = k2;
-    if (addr)
-        argv[argc++] = k3;
+    for (int i = 0; i < nkeys; i++)
+        argv[argc++] = keys[i];
     for (int i = 0; i < nargs; i++)
         argv[argc++] = args[i];
     redisReply *r =
@@ -279,46 +314,83 @@ static int code_eval(struct store *st, struct redis_script *script,
     return err;
 }
 
+/* The four keys of a code's put and revoke: codes, sent, the address's
+ * sent, the request. */
+struct code_put_keys {
+    char k[4][STORE_KEY_MAX];
+    const char *p[4];
+};
+
+static void put_keys(struct code_put_keys *k, const char *phone,
+                     const char *addr, const char *request)
+{
+    char unused[STORE_KEY_MAX];
+
+    store_code_keys(phone, NULL, k->k[0], k->k[1], unused);
+    store_code_request_keys(phone, addr, request, k->k[2], k->k[3]);
+    for (int i = 0; i < 4; i++)
+        k->p[i] = k->k[i];
+}
+
 int store_code_put(struct store *st, const char *phone, const char *code,
+                   const char *addr, const char *request,
                    const struct store_code_limits *l, int64_t *retry_ms)
 {
-    char ttl[16], gap[16], max[16];
-    const char *args[4] = {code, ttl, gap, max};
+    char ttl[16], gap[16], max[16], pmax[16];
+    const char *args[5] = {code, ttl, gap, max, pmax};
+    struct code_put_keys k;
     long long stored, wait;
     int err;
 
+    put_keys(&k, phone, addr, request);
     snprintf(ttl, sizeof(ttl), "%u", l->ttl_s * 1000u);
     snprintf(gap, sizeof(gap), "%u", l->interval_s * 1000u);
     snprintf(max, sizeof(max), "%u", l->per_hour);
-    err = code_eval(st, &code_put_script, phone, NULL, args, 4, &stored, &wait);
+    snprintf(pmax, sizeof(pmax), "%u", l->phone_per_hour);
+    err = code_eval(st, &code_put_script, k.p, 4, args, 5, &stored, &wait);
     if (err)
         return err;
     *retry_ms = stored ? 0 : (wait > 0 ? wait : 1);
     return 0;
 }
 
-int store_code_revoke(struct store *st, const char *phone, const char *code)
+int store_code_revoke(struct store *st, const char *phone, const char *code,
+                      const char *addr, const char *request)
 {
     const char *args[1] = {code};
+    struct code_put_keys k;
     long long a, b;
 
-    return code_eval(st, &code_revoke_script, phone, NULL, args, 1, &a, &b);
+    put_keys(&k, phone, addr, request);
+    return code_eval(st, &code_revoke_script, k.p, 4, args, 1, &a, &b);
 }
 
 int store_code_check(struct store *st, const char *phone, const char *code,
-                     const char *addr, const struct store_code_limits *l,
+                     const char *addr, const char *request,
+                     const struct store_code_limits *l,
                      enum store_code *outcome, int64_t *retry_ms)
 {
-    char at[16], pt[16], cap[24];
+    char k[4][STORE_KEY_MAX], unused[STORE_KEY_MAX];
+    const char *keys[4] = {k[0], k[1], k[2], k[3]};
+    char at[16], pt[16], cap[24], tries[16];
     const char *args[4] = {code, at, pt, cap};
     long long r, wait;
     int err;
 
-    snprintf(at, sizeof(at), "%u", l->addr_tries);
-    snprintf(pt, sizeof(pt), "%u", l->phone_tries);
-    snprintf(cap, sizeof(cap), "%llu",
-             (unsigned long long)l->wait_max_s * 1000);
-    err = code_eval(st, &code_check_script, phone, addr, args, 4, &r, &wait);
+    store_code_keys(phone, addr, k[0], k[1], k[2]);
+    if (request) {
+        store_code_request_keys(phone, addr, request, unused, k[3]);
+        snprintf(tries, sizeof(tries), "%u", l->request_tries);
+        args[1] = tries;
+        err = code_eval(st, &code_check_request_script, keys, 4, args, 2, &r,
+                        &wait);
+    } else {
+        snprintf(at, sizeof(at), "%u", l->addr_tries);
+        snprintf(pt, sizeof(pt), "%u", l->phone_tries);
+        snprintf(cap, sizeof(cap), "%llu",
+                 (unsigned long long)l->wait_max_s * 1000);
+        err = code_eval(st, &code_check_script, keys, 3, args, 4, &r, &wait);
+    }
     if (err)
         return err;
     *retry_ms = 0;

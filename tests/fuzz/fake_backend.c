@@ -277,6 +277,7 @@ int store_user_login(struct store *st, const char *phone, int64_t *user_id)
 }
 
 int store_code_put(struct store *st, const char *phone, const char *code,
+                   const char *addr, const char *request,
                    const struct store_code_limits *l, int64_t *retry_ms)
 {
     unsigned variant;
@@ -285,17 +286,23 @@ int store_code_put(struct store *st, const char *phone, const char *code,
     check_store(st);
     check_phone(phone);
     check_code(code);
-    FUZZ_CHECK(l->ttl_s > 0, "a login code without a lifetime");
+    FUZZ_CHECK(addr && request && strlen(request) == STORE_CODE_REQUEST_LEN,
+               "a login code without its request");
+    FUZZ_CHECK(l->ttl_s > 0 && l->phone_per_hour >= l->per_hour,
+               "a login code without a lifetime or limits");
     if ((err = step(&variant)))
         return err;
     *retry_ms = variant == 1 ? 30000 : 0;
     return 0;
 }
 
-int store_code_revoke(struct store *st, const char *phone, const char *code)
+int store_code_revoke(struct store *st, const char *phone, const char *code,
+                      const char *addr, const char *request)
 {
     unsigned variant;
 
+    (void)addr;
+    (void)request;
     check_store(st);
     check_phone(phone);
     check_code(code);
@@ -303,9 +310,12 @@ int store_code_revoke(struct store *st, const char *phone, const char *code)
 }
 
 int store_code_check(struct store *st, const char *phone, const char *code,
-                     const char *addr, const struct store_code_limits *l,
+                     const char *addr, const char *request,
+                     const struct store_code_limits *l,
                      enum store_code *outcome, int64_t *retry_ms)
 {
+    FUZZ_CHECK(!request || strlen(request) == STORE_CODE_REQUEST_LEN,
+               "a code request of %zu characters", strlen(request));
     unsigned variant;
     int err;
 

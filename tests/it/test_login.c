@@ -102,19 +102,22 @@ static long post(const struct it_server *srv, const char *path,
     return it_http_do(srv, &req, resp);
 }
 
-/* Ask srv for a code for phone: its status; the code into code (when
- * 200) and Retry-After into *ra (when 429). */
-static long ask(const struct it_server *srv, const char *phone, char code[8],
-                long *ra)
+/* Ask srv for a code for phone from addr (NULL: a new address): its
+ * status; the code into code and its codeRequest into request (when 200
+ * and not NULL), Retry-After into *ra (when 429). */
+static long ask_from(const struct it_server *srv, const char *phone,
+                     const char *addr, char code[8], char request[40], long *ra)
 {
     char body[64];
     struct it_resp resp;
     long st;
 
     snprintf(body, sizeof(body), "{\"phone\":\"%s\"}", phone);
-    st = post(srv, "/api/auth/code", body, NULL, &resp);
+    st = post(srv, "/api/auth/code", body, addr, &resp);
     if (st == 200 && code)
         snprintf(code, 8, "%s", it_json_str(resp.json, "code"));
+    if (st == 200 && request)
+        snprintf(request, 40, "%s", it_json_str(resp.json, "codeRequest"));
     if (st == 429) {
         it_assert_error(&resp, 429, "RATE_LIMITED");
         if (ra)
@@ -122,6 +125,12 @@ static long ask(const struct it_server *srv, const char *phone, char code[8],
     }
     it_resp_free(&resp);
     return st;
+}
+
+static long ask(const struct it_server *srv, const char *phone, char code[8],
+                long *ra)
+{
+    return ask_from(srv, phone, NULL, code, NULL, ra);
 }
 
 /* Log in as phone with code from addr (NULL: a new address): status. */
@@ -161,41 +170,153 @@ static long long redis_int(const char *fmt, const char *phone)
     return v;
 }
 
+/* Move every entry of addr's send log for phone ms into the past, as
+ * if those codes had been asked for that long ago. */
+static void move_sent_back(const char *phone, const char *addr, long ms)
+{
+    redisContext *rc = it_redis_connect();
+    char key[160];
+    redisReply *r;
+
+    snprintf(key, sizeof(key), "login:{p:%s}:s:%s", phone, addr);
+    r = redisCommand(rc, "ZRANGE %s 0 -1 WITHSCORES", key);
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements;
+         i += 2)
+        freeReplyObject(
+            redisCommand(rc, "ZADD %s %lld %s", key,
+                         strtoll(r->element[i + 1]->str, NULL, 10) - ms,
+                         r->element[i]->str));
+    freeReplyObject(r);
+    redisFree(rc);
+}
+
 /* ---- tests ---- */
 
-/* A second code within the minute is refused with when to come back; the
- * phone has one code. */
+/* A second code within the minute for the same address is refused with
+ * when to come back; another address gets one. */
 static void test_code_interval(void **state)
 {
-    char phone[24], code[8];
+    char phone[24], code[8], code2[8], me[32];
     long ra = 0;
 
     (void)state;
     fresh_phone(phone);
-    assert_int_equal(200, ask(srv_a, phone, code, NULL));
-    assert_int_equal(429, ask(srv_a, phone, NULL, &ra));
+    addr_of(NULL, me);
+    assert_int_equal(200, ask_from(srv_a, phone, me, code, NULL, NULL));
+    assert_int_equal(429, ask_from(srv_a, phone, me, NULL, NULL, &ra));
     assert_true(ra >= 1 && ra <= 60);
-    /* Also on another instance: the count is in Redis. */
     assert_int_equal(1, redis_int("ZCARD login:{p:%s}:codes", phone));
+    assert_int_equal(200, ask(srv_a, phone, code2, NULL));
     assert_int_equal(200, try_code(srv_a, phone, code, NULL, NULL));
     assert_int_equal(0, redis_int("EXISTS login:{p:%s}:codes", phone));
 }
 
-/* Five codes an hour; the sixth waits for the first to be an hour old.
- * Every one of them is live, and a login uses them all up. */
+/* Five codes an hour from one address; the sixth waits for the first to
+ * be an hour old, while another address still gets one. Fifty for the
+ * phone from anywhere. Every one of them is live, and a login uses them
+ * all up. */
 static void test_codes_per_hour(void **state)
 {
-    char phone[24], codes[5][8];
+    char phone[24], codes[5][8], me[32];
     long ra = 0;
 
     (void)state;
     fresh_phone(phone);
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(200, ask(srv_b, phone, codes[i], NULL));
+    addr_of(NULL, me);
+    for (int i = 0; i < 5; i++) {
+        /* (srv_b has no interval; the log moved back keeps the counts
+         * honest anyway.) */
+        assert_int_equal(200, ask_from(srv_b, phone, me, codes[i], NULL, NULL));
+        move_sent_back(phone, me, 61000);
+    }
+    assert_int_equal(429, ask_from(srv_b, phone, me, NULL, NULL, &ra));
+    assert_true(ra > 3200 && ra <= 3600);
+    assert_int_equal(200, ask(srv_b, phone, NULL, NULL));
+    /* The phone's own line: 50 an hour from anywhere (44 more here). */
+    for (int i = 0; i < 44; i++)
+        assert_int_equal(200, ask(srv_b, phone, NULL, NULL));
     assert_int_equal(429, ask(srv_b, phone, NULL, &ra));
-    assert_true(ra > 3500 && ra <= 3600);
+    assert_true(ra > 3200 && ra <= 3600);
     assert_int_equal(200, try_code(srv_b, phone, codes[0], NULL, NULL));
     assert_int_equal(401, try_code(srv_b, phone, codes[4], NULL, NULL));
+}
+
+/*
+ * The probe's attack on a buyer: from a new address each time, it asks
+ * for codes for the buyer's phone and guesses, so the phone's wrong
+ * tries make every guess without a code request wait, up to an hour. The
+ * owner meanwhile asks for a code and logs in with it and its
+ * codeRequest at the first try: its code request is checked alone,
+ * never held by the waits the guesses built.
+ */
+static void test_owner_logs_in_through_guessing(void **state)
+{
+    char phone[24], code[8], request[40], mine[32], body[160];
+    struct it_resp resp;
+    int asked = 0, guessed = 0, held = 0;
+    long ra = 0;
+    int64_t t0;
+
+    (void)state;
+    fresh_phone(phone);
+    t0 = util_mono_ms();
+    for (int i = 0; util_mono_ms() - t0 < 3000; i++) {
+        long st;
+
+        /* A code now and then (each costs the attacker a proof of work
+         * where they are on): fewer than the phone's 50 an hour. */
+        if (i % 10 == 0 && asked < 40 && ask(srv_a, phone, NULL, NULL) == 200)
+            asked++;
+        st = try_code(srv_a, phone, "123456", NULL, &ra);
+        guessed += st == 401;
+        held += st == 429;
+    }
+    print_message("the attacker: %d codes sent to the phone, %d guesses "
+                  "compared, %d held by the phone's wait\n",
+                  asked, guessed, held);
+    assert_true(held > 0);
+    /* The owner, from an address of its own. */
+    addr_of(NULL, mine);
+    assert_int_equal(200, ask_from(srv_a, phone, mine, code, request, NULL));
+    assert_int_equal(32, strlen(request));
+    /* Without the request, the code waits like any guess. */
+    assert_int_equal(429, try_code(srv_a, phone, code, mine, NULL));
+    snprintf(body, sizeof(body),
+             "{\"phone\":\"%s\",\"code\":\"%s\",\"codeRequest\":\"%s\"}", phone,
+             code, request);
+    post(srv_a, "/api/auth/login", body, mine, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
+/* A code request of someone else's code: three wrong codes with it void
+ * it, and its own code then does not log in with it; a request id that
+ * is not one is a 400. */
+static void test_code_request_tries(void **state)
+{
+    char phone[24], code[8], request[40], body[160];
+    struct it_resp resp;
+
+    (void)state;
+    fresh_phone(phone);
+    assert_int_equal(200, ask_from(srv_a, phone, NULL, code, request, NULL));
+    for (int i = 0; i < 4; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"phone\":\"%s\",\"code\":\"%s\",\"codeRequest\":"
+                 "\"%s\"}",
+                 phone, i < 3 ? wrong_of(code) : code, request);
+        post(srv_a, "/api/auth/login", body, NULL, &resp);
+        it_assert_error(&resp, 401, "UNAUTHORIZED");
+        it_resp_free(&resp);
+    }
+    /* The code itself is still live: without the request it logs in. */
+    assert_int_equal(200, try_code(srv_a, phone, code, NULL, NULL));
+    snprintf(body, sizeof(body),
+             "{\"phone\":\"%s\",\"code\":\"%s\",\"codeRequest\":\"xyz\"}",
+             phone, code);
+    post(srv_a, "/api/auth/login", body, NULL, &resp);
+    it_assert_error(&resp, 400, "BAD_REQUEST");
+    it_resp_free(&resp);
 }
 
 /* Someone else asking for the victim's phone adds a code; the victim's
@@ -780,6 +901,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_code_interval),
         cmocka_unit_test(test_codes_per_hour),
+        cmocka_unit_test(test_owner_logs_in_through_guessing),
+        cmocka_unit_test(test_code_request_tries),
         cmocka_unit_test(test_code_not_voided_by_new_code),
         cmocka_unit_test(test_wrong_tries_slow_address_first),
         cmocka_unit_test(test_wrong_tries_never_void),

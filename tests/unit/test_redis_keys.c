@@ -385,9 +385,11 @@ static void test_store_keys(void **state)
         assert_int_equal(0, redis_prefix_set(p));
         /* The login-code scripts: put and revoke, then check. */
         store_code_keys("+8613800138000", NULL, c1, c2, c3);
-        ONE_SLOT("code put/revoke", p, c1, c2);
+        store_code_request_keys("+8613800138000", "2001:db8::/64",
+                                "00112233445566778899aabbccddeeff", f[0], f[1]);
+        ONE_SLOT("code put/revoke", p, c1, c2, f[0], f[1]);
         store_code_keys("+8613800138000", "2001:db8::/64", c1, c2, c3);
-        ONE_SLOT("code check", p, c1, c2, c3);
+        ONE_SLOT("code check", p, c1, c2, c3, f[1]);
         /* The waiting room's script and its DEL. */
         store_waitroom_key(w[0], 12345, "pre");
         store_waitroom_key(w[1], 12345, "late");

@@ -95,6 +95,7 @@ const state = {
     purchase: new Map(), // id -> {inFlight, waitUntil}
     queues: new Map(), // id -> this buyer's place in its waiting room
     waitroomOpenMs: learntWaitroomOpenMs(),
+    codeRequest: null, // {phone, id}: the last code asked for, for its login
     known: new Map(), // voucher id -> {title, payValue}, for the orders
     orders: new Map(), // order id -> {order, refs, busy, older}
     olderCursor: null, // where the next page of older orders starts
@@ -206,6 +207,9 @@ $("code-form").addEventListener("submit", async (ev) => {
     }
     fieldError("phone", "");
     $("login-form").hidden = false;
+    // The login carries it: checked against this code alone, it is not
+    // held up by someone else guessing codes for the phone.
+    state.codeRequest = { phone, id: res.data.codeRequest };
     const minutes = Math.round(res.data.expiresIn / 60);
     state.devMode = !!res.data.code;
     if (res.data.code) {
@@ -225,7 +229,11 @@ $("login-form").addEventListener("submit", async (ev) => {
     const button = $("login-button");
     button.disabled = true;
     say($("login-msg"), "Logging in…");
-    const res = await call("POST", "/api/auth/login", { body: { phone, code } });
+    const asked = state.codeRequest && state.codeRequest.phone === phone ? state.codeRequest.id : null;
+    let res = await call("POST", "/api/auth/login", { body: asked ? { phone, code, codeRequest: asked } : { phone, code } });
+    // A code from an earlier SMS is not the last request's: try it alone.
+    if (!res.ok && asked && res.error.code === "UNAUTHORIZED")
+        res = await call("POST", "/api/auth/login", { body: { phone, code } });
     button.disabled = false;
     if (!res.ok) {
         if (res.error.code === "UNAUTHORIZED" || res.error.code === "BAD_REQUEST") {
@@ -235,6 +243,7 @@ $("login-form").addEventListener("submit", async (ev) => {
         return;
     }
     fieldError("code", "");
+    state.codeRequest = null;
     $("dev-code").hidden = true;
     $("login-form").hidden = true;
     $("code").value = "";
