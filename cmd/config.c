@@ -727,6 +727,29 @@ static int set_webhook(struct config *cfg, const struct config_setting *s,
     return set_text(cfg, s, name, v, err, errlen);
 }
 
+/* Country calling codes, comma-separated: 1 to 3 digits each, not from
+ * 0, at most PHONE_CALLING_CODES_MAX. */
+static int set_calling_codes(struct config *cfg, const struct config_setting *s,
+                             const char *name, const char *v, char *err,
+                             size_t errlen)
+{
+    const char *p = v;
+    unsigned n = 0;
+
+    while (*p) {
+        size_t len = strspn(p, "0123456789");
+
+        if (len < 1 || len > 3 || *p == '0' || (p[len] && p[len] != ',') ||
+            ++n > PHONE_CALLING_CODES_MAX)
+            return fail(err, errlen,
+                        "%s: country calling codes such as 86,852,1 (1 to 3 "
+                        "digits each, at most %d)",
+                        name, PHONE_CALLING_CODES_MAX);
+        p += len + (p[len] == ',');
+    }
+    return set_text(cfg, s, name, v, err, errlen);
+}
+
 /* The webhook's key is needed only with a webhook (checked after all
  * settings are read). */
 static int set_sms_secret(struct config *cfg, const struct config_setting *s,
@@ -1442,6 +1465,36 @@ const struct config_setting config_settings[] = {
             "once. They wait on a sender of their own, never on a thread "
             "that serves requests ([Sending login "
             "codes](accounts.md#sending-login-codes))"},
+    {.flag = "sms-regions",
+     .env = "SECKILL_SMS_REGIONS",
+     .arg = "LIST",
+     .def = "",
+     .def_doc = "`SECKILL_PHONE_REGION`'s (86)",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_calling_codes,
+     FIELD(http.sms_regions),
+     .help = "the country calling codes login codes may be sent to",
+     .doc = "the country calling codes login codes may be sent to, "
+            "comma-separated (`86,852,853`); a code for any other number is "
+            "400, and no SMS goes out ([SMS "
+            "pumping](accounts.md#sms-pumping))"},
+    {.flag = "sms-per-min",
+     .env = "SECKILL_SMS_PER_MIN",
+     .arg = "N",
+     .def = "20000",
+     .scope = CONFIG_FOR_SERVE,
+     .parse = set_int,
+     .min = 1,
+     .max = 10000000,
+     FIELD(http.sms_per_min),
+     .help = "at most N login codes a minute to each calling code",
+     .doc = "at most this many login codes a minute to the numbers of each "
+            "calling code, over all instances ({range}; the default fits a "
+            "sale of 100,000 buyers logging in over ten minutes twice over); "
+            "past it 429 `SMS_BUDGET` with `Retry-After`, and the proof of "
+            "work of that calling code grows from half of it on, up to ten "
+            "times `SECKILL_POW_MAXNUMBER` ([SMS "
+            "pumping](accounts.md#sms-pumping))"},
     {.flag = "sms-secret",
      .env = "SECKILL_SMS_SECRET",
      .arg = "HEX",

@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "common/outbound.h"
+#include "common/phone.h"
 #include "common/util.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -253,6 +254,24 @@ int server_start(const struct handlers_config *cfg, struct server **out)
             cfg->sms_queue_max < 64 ? cfg->sms_queue_max : 64);
     memcpy(srv->sale_cfg.sms.secret, cfg->sms_secret,
            sizeof(srv->sale_cfg.sms.secret));
+    /* The calling codes codes may go to: the setting's, or the phone
+     * region's (the configuration validated both). */
+    {
+        const char *list =
+            cfg->sms_regions && cfg->sms_regions[0]
+                ? cfg->sms_regions
+                : phone_region_cc(cfg->phone_region ? cfg->phone_region : "CN");
+
+        for (const char *p = list;
+             p && *p && srv->sale_cfg.sms.nregions < PHONE_CALLING_CODES_MAX;) {
+            size_t len = strspn(p, "0123456789");
+
+            snprintf(srv->sale_cfg.sms.regions[srv->sale_cfg.sms.nregions++],
+                     sizeof(srv->sale_cfg.sms.regions[0]), "%.*s", (int)len, p);
+            p += len + (p[len] == ',');
+        }
+        srv->sale_cfg.sms.per_min = cfg->sms_per_min;
+    }
     /* Tickets have a key of their own: never a token's, nor the reverse. */
     crypto_kdf_derive_from_key(srv->sale_cfg.waitroom.ticket_key,
                                sizeof(srv->sale_cfg.waitroom.ticket_key),

@@ -57,6 +57,11 @@ struct handlers_config {
      * dev mode only) and the key of their signature. */
     const char *sms_webhook;
     unsigned sms_queue_max; /* codes being sent at once, at most */
+    /* The country calling codes codes may be sent to, comma-separated
+     * (validated; "" or NULL: phone_region's), and the codes a minute
+     * each may have. */
+    const char *sms_regions;
+    unsigned sms_per_min;
     bool has_sms_secret;
     unsigned char sms_secret[32];
     /* The currency of prices, ISO 4217 ("CNY"), for the pages. */

@@ -87,6 +87,8 @@ static const struct {
     [METRIC_SMS_NOT_SENT] = {"sms_codes", "outcome", "not_sent"},
     [METRIC_SMS_UNCONFIRMED] = {"sms_codes", "outcome", "unconfirmed"},
     [METRIC_SMS_QUEUE_FULL] = {"sms_codes", "outcome", "queue_full"},
+    [METRIC_SMS_OVER_BUDGET] = {"sms_refused", "why", "over_budget"},
+    [METRIC_SMS_REGION] = {"sms_refused", "why", "region"},
     /* Rendered on their own: */
     [METRIC_HTTP_CONN_OPENED] = {"", "", ""},
     [METRIC_HTTP_CONN_CLOSED] = {"", "", ""},
@@ -125,6 +127,10 @@ static const struct {
      "(not_sent: refused or not reached), perhaps taken (unconfirmed: "
      "reached, no answer within 4 s), or refused at once because the "
      "sender held its most (queue_full); all but sent answered 503."},
+    {"sms_refused",
+     "Login codes refused before any SMS: the calling code's budget of "
+     "codes a minute spent (over_budget, SECKILL_SMS_PER_MIN), or a number "
+     "outside SECKILL_SMS_REGIONS (region)."},
 };
 
 /* ---- the per-thread block ---- */

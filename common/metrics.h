@@ -61,6 +61,8 @@ enum metric_counter {
     METRIC_SMS_NOT_SENT,             /* surely not taken: 503 */
     METRIC_SMS_UNCONFIRMED,          /* perhaps taken, no answer: 503 */
     METRIC_SMS_QUEUE_FULL,           /* too many on their way: 503 at once */
+    METRIC_SMS_OVER_BUDGET,          /* a calling code's budget spent: 429 */
+    METRIC_SMS_REGION,               /* a number outside the regions: 400 */
     METRIC_HTTP_CONN_OPENED,         /* a client connection was accepted */
     METRIC_HTTP_CONN_CLOSED,         /* and closed (open = the difference) */
     METRIC_COUNTERS

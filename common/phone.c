@@ -32,6 +32,13 @@ bool phone_region_known(const char *region)
     return region_of(region) != NULL;
 }
 
+const char *phone_region_cc(const char *region)
+{
+    const struct region *r = region_of(region);
+
+    return r ? r->cc : NULL;
+}
+
 static bool all_digits(const char *s)
 {
     return *s && strspn(s, "0123456789") == strlen(s);

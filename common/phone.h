@@ -19,9 +19,15 @@
 
 /* "+" and at most 15 digits, and the NUL. */
 #define PHONE_E164_MAX 17
+/* A list of country calling codes (SECKILL_SMS_REGIONS) holds at most
+ * this many. */
+#define PHONE_CALLING_CODES_MAX 16
 
 /* Whether region is one this file knows (its country code and trunk). */
 bool phone_region_known(const char *region);
+/* The country calling code of a known region ("86" for CN); NULL if it
+ * is not one. */
+const char *phone_region_cc(const char *region);
 
 /*
  * Write in's E.164 form to out (PHONE_E164_MAX bytes). 0, or -EINVAL with

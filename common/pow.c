@@ -55,8 +55,8 @@ char *pow_challenge(const unsigned char key[POW_KEY_LEN], uint32_t maxnumber,
 
     randombytes_buf(rnd, sizeof(rnd));
     sodium_bin2hex(hex, sizeof(hex), rnd, sizeof(rnd));
-    snprintf(salt, sizeof(salt), "%s?expires=%lld&", hex,
-             (long long)(now_s + ttl_s));
+    snprintf(salt, sizeof(salt), "%s?expires=%lld&max=%lu&", hex,
+             (long long)(now_s + ttl_s), (unsigned long)maxnumber);
     number = maxnumber == UINT32_MAX ? randombytes_random()
                                      : randombytes_uniform(maxnumber + 1);
     sha256_hex(salt, number, challenge);
@@ -69,20 +69,47 @@ char *pow_challenge(const unsigned char key[POW_KEY_LEN], uint32_t maxnumber,
     return text;
 }
 
-/* The expiry a salt carries ("...?expires=N&", N at most 12 digits);
- * -1 if it has none in that form. */
-static int64_t salt_expiry(const char *salt)
+/* The number after name= at p (at most 12 digits, then '&'): its value,
+ * p moved past the '&'; -1 if none. */
+static int64_t salt_param(const char **p, const char *name)
 {
-    const char *p = strstr(salt, "?expires=");
+    size_t len = strlen(name);
     int64_t v = 0;
     int n = 0;
+    const char *q = *p;
+
+    if (strncmp(q, name, len) != 0 || q[len] != '=')
+        return -1;
+    for (q += len + 1; *q >= '0' && *q <= '9' && n < 12; q++, n++)
+        v = v * 10 + (*q - '0');
+    if (n == 0 || *q != '&')
+        return -1;
+    *p = q + 1;
+    return v;
+}
+
+/* The expiry and the maxnumber a salt carries ("...?expires=N&max=M&";
+ * an older one without max= has max_default); -1 if it has none in that
+ * form. */
+static int64_t salt_expiry(const char *salt, uint32_t max_default,
+                           uint32_t *max)
+{
+    const char *p = strstr(salt, "?expires=");
+    int64_t v, m;
 
     if (!p || strlen(salt) >= SALT_MAX)
         return -1;
-    for (p += 9; *p >= '0' && *p <= '9' && n < 12; p++, n++)
-        v = v * 10 + (*p - '0');
-    if (n == 0 || p[0] != '&' || p[1] != '\0')
+    p++;
+    v = salt_param(&p, "expires");
+    if (v < 0)
         return -1;
+    *max = max_default;
+    if (*p) {
+        m = salt_param(&p, "max");
+        if (m < 0 || m > UINT32_MAX || *p)
+            return -1;
+        *max = (uint32_t)m;
+    }
     return v;
 }
 
@@ -117,7 +144,7 @@ static long b64_decode(const char *in, size_t len, char *out, size_t cap)
 int pow_verify(const unsigned char key[POW_KEY_LEN], const char *solution,
                size_t len, uint32_t maxnumber, unsigned ttl_max_s,
                int64_t now_s, char challenge[POW_CHALLENGE_LEN],
-               int64_t *expires_s)
+               int64_t *expires_s, uint32_t *issued_max)
 {
     char raw[POW_SOLUTION_MAX], want[POW_CHALLENGE_LEN], sig[POW_CHALLENGE_LEN];
     const char *alg, *ch, *salt, *signature;
@@ -140,8 +167,8 @@ int pow_verify(const unsigned char key[POW_KEY_LEN], const char *solution,
     if (strcmp(alg, "SHA-256") != 0 || number < 0 ||
         (uint64_t)number > maxnumber || !is_hex64(ch) || !is_hex64(signature))
         goto out;
-    *expires_s = salt_expiry(salt);
-    if (*expires_s < 0)
+    *expires_s = salt_expiry(salt, maxnumber, issued_max);
+    if (*expires_s < 0 || (uint64_t)number > *issued_max)
         goto out;
     err = -ETIMEDOUT;
     if (*expires_s <= now_s || *expires_s > now_s + ttl_max_s)

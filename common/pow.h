@@ -31,7 +31,9 @@ char *pow_challenge(const unsigned char key[POW_KEY_LEN], uint32_t maxnumber,
 
 /*
  * Check a solution (the header's len bytes) at now_s: 0 with its
- * challenge (hex) and its expiry (epoch s); -EINVAL when it is not one
+ * challenge (hex), its expiry (epoch s) and the maxnumber it was issued
+ * with (its salt carries both, under the signature: "?expires=N&max=M&");
+ * -EINVAL when it is not one
  * (not base64 of a JSON object with the five fields, another algorithm,
  * a number above maxnumber, a salt without a good expiry), -ETIMEDOUT
  * when expired or expiring further off than ttl_max_s, -EPERM when the
@@ -40,7 +42,7 @@ char *pow_challenge(const unsigned char key[POW_KEY_LEN], uint32_t maxnumber,
 int pow_verify(const unsigned char key[POW_KEY_LEN], const char *solution,
                size_t len, uint32_t maxnumber, unsigned ttl_max_s,
                int64_t now_s, char challenge[POW_CHALLENGE_LEN],
-               int64_t *expires_s);
+               int64_t *expires_s, uint32_t *issued_max);
 
 /*
  * Solve a challenge (its JSON text): the solution's header value into

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/metrics.h"
 #include "common/phone.h"
 #include "common/util.h"
 #include "handlers/endpoints.h"
@@ -55,6 +56,10 @@ static unsigned code_reply(struct request *req, const struct sale_code *c)
                          "too many login codes from your address are on "
                          "their way: retry in a moment");
     }
+    if (c->err == -EDQUOT) {
+        req->retry_after = c->retry_s ? c->retry_s : 60;
+        return req_error(req, ERR_SMS_BUDGET, NULL);
+    }
     if (c->err == -EAGAIN) {
         req->retry_after = 2;
         return req_error(req, ERR_UNAVAILABLE,
@@ -92,8 +97,24 @@ unsigned auth_code_post(struct request *req)
 {
     struct sale_code *c = &req->call.code;
 
-    if (!body_object_or_reply(req) || !phone_or_reply(req, c->phone) ||
-        !pow_or_reply(req))
+    char msg[160];
+
+    if (!body_object_or_reply(req) || !phone_or_reply(req, c->phone))
+        return req->status;
+    /* Codes go to the configured countries only: no SMS to elsewhere. */
+    if (!sale_sms_region(req->sale, c->phone, c->cc)) {
+        metrics_count(METRIC_SMS_REGION, 1);
+        char list[80];
+
+        sale_sms_regions_text(req->sale, list, sizeof(list));
+        snprintf(msg, sizeof(msg),
+                 "phone: login codes are sent to numbers of %s only", list);
+        return req_error(req, ERR_BAD_REQUEST, msg);
+    }
+    /* The proof of work grows with the codes that country had lately. */
+    if (!pow_or_reply(req, req->cfg->pow_maxnumber
+                               ? sale_sms_pow_factor(req->sale, c->cc)
+                               : 1))
         return req->status;
     c->done = code_done;
     if (!req_client_key(req, c->client, sizeof(c->client)))

@@ -58,10 +58,12 @@ unsigned web_get(struct request *req); /* web.c */
 /*
  * The proof of work of the request (Seckill-PoW), checked and spent: true
  * to go on; false with the reply set (403 POW_REQUIRED with a fresh
- * challenge in error.details, or 503). True at once when the instance
- * asks for none. Waits for Redis (pow.c).
+ * challenge in error.details, or 503). factor (1 to SALE_POW_FACTOR_MAX)
+ * asks for a challenge that many times harder than the setting: one
+ * issued easier is refused with a harder one. True at once when the
+ * instance asks for none. Waits for Redis (pow.c).
  */
-bool pow_or_reply(struct request *req);
+bool pow_or_reply(struct request *req, unsigned factor);
 
 /* Bounds of a voucher's money (cents) and stock, as created or edited. */
 #define MONEY_MAX 100000000000LL /* a billion in cents */

@@ -76,7 +76,7 @@ unsigned voucher_queue_post(struct request *req)
 
     if ((status = req_buyer_or_reply(req)))
         return status;
-    if (!pow_or_reply(req))
+    if (!pow_or_reply(req, 1))
         return req->status;
     err = sale_queue_join(req->sale, req->id, req->auth.user_id, &p);
     if (err)

@@ -72,6 +72,9 @@ const struct api_error_info api_errors[ERR_COUNT] = {
     [ERR_RATE_LIMITED] = {429, "RATE_LIMITED",
                           "too many requests; retry after Retry-After "
                           "seconds"},
+    [ERR_SMS_BUDGET] = {429, "SMS_BUDGET",
+                        "too many login codes are being sent to numbers of "
+                        "this country right now: retry after Retry-After"},
     [ERR_INTERNAL] = {500, "INTERNAL", "internal error"},
     [ERR_UNAVAILABLE] = {503, "UNAVAILABLE",
                          "the service is temporarily unavailable; retry"},

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sodium.h>
 
+#include "common/metrics.h"
 #include "common/token.h"
 #include "common/util.h"
 #include "sale/sessions.h"
@@ -22,6 +23,85 @@ static unsigned seconds_up(int64_t ms)
     return ms <= 1000 ? 1 : (unsigned)((ms + 999) / 1000);
 }
 
+bool sale_sms_region(const struct sale *s, const char *phone, char cc[4])
+{
+    for (unsigned i = 0; i < s->cfg.sms.nregions; i++) {
+        const char *r = s->cfg.sms.regions[i];
+
+        /* Calling codes are prefix-free: the first that starts the
+         * number is its own. */
+        if (phone[0] == '+' && strncmp(phone + 1, r, strlen(r)) == 0) {
+            snprintf(cc, 4, "%s", r);
+            return true;
+        }
+    }
+    return false;
+}
+
+void sale_sms_regions_text(const struct sale *s, char *out, size_t n)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (unsigned i = 0; i < s->cfg.sms.nregions && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s+%s", i ? ", " : "",
+                                s->cfg.sms.regions[i]);
+}
+
+unsigned sale_sms_pow_factor(struct sale *s, const char *cc)
+{
+    unsigned per_min = s->cfg.sms.per_min, half = per_min / 2, recent = 0;
+    int64_t retry_ms;
+    bool ok;
+
+    if (!per_min ||
+        store_sms_budget(sale__store(s), cc, per_min, 0, &ok, &retry_ms,
+                         &recent) ||
+        recent <= half)
+        return 1;
+    if (recent >= per_min)
+        return SALE_POW_FACTOR_MAX;
+    return 1 + (unsigned)((uint64_t)(SALE_POW_FACTOR_MAX - 1) *
+                          (recent - half) / (per_min - half));
+}
+
+/* One more code of c's calling code this minute; false (c decided:
+ * -EDQUOT, or the error) when its budget is spent. */
+static bool budget_take(struct sale *s, struct sale_code *c)
+{
+    int64_t retry_ms = 0;
+    unsigned recent;
+    bool ok = true;
+
+    if (!s->cfg.sms.per_min)
+        return true;
+    c->err = store_sms_budget(sale__store(s), c->cc, s->cfg.sms.per_min, 1, &ok,
+                              &retry_ms, &recent);
+    if (c->err)
+        return false;
+    if (!ok) {
+        metrics_count(METRIC_SMS_OVER_BUDGET, 1);
+        log_warn("login code refused: the calling code's budget is spent",
+                 "cc=%s per_min=%u", c->cc, s->cfg.sms.per_min);
+        c->err = -EDQUOT;
+        c->retry_s = seconds_up(retry_ms);
+        return false;
+    }
+    return true;
+}
+
+/* Give back what budget_take() took (the code was not stored). */
+static void budget_give(struct sale *s, struct sale_code *c)
+{
+    int64_t retry_ms;
+    unsigned recent;
+    bool ok;
+
+    if (s->cfg.sms.per_min)
+        store_sms_budget(sale__store(s), c->cc, s->cfg.sms.per_min, -1, &ok,
+                         &retry_ms, &recent);
+}
+
 bool sale_login_code_issue(struct sale *s, struct sale_code *c)
 {
     int64_t retry_ms = 0;
@@ -29,6 +109,11 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
     c->retry_s = 0;
     if (s->cfg.sms.webhook && !sale__sms_slot_take(c->client)) {
         c->err = -EUSERS;
+        return true;
+    }
+    if (!budget_take(s, c)) {
+        if (s->cfg.sms.webhook)
+            sale__sms_slot_give(c->client);
         return true;
     }
     snprintf(c->code, sizeof(c->code), "%06u", randombytes_uniform(1000000));
@@ -41,6 +126,8 @@ bool sale_login_code_issue(struct sale *s, struct sale_code *c)
     c->err = store_code_put(sale__store(s), c->phone, c->code, c->client,
                             c->request, &s->cfg.codes, &retry_ms);
     c->retry_s = retry_ms ? seconds_up(retry_ms) : 0;
+    if (c->err || retry_ms)
+        budget_give(s, c);
     if (c->err || retry_ms || !s->cfg.sms.webhook) {
         if (s->cfg.sms.webhook)
             sale__sms_slot_give(c->client);

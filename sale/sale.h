@@ -85,6 +85,11 @@ struct sale_config {
         const char *webhook;
         unsigned char secret[32];
         struct outbound_queue *queue; /* the sender's, with a webhook */
+        /* The country calling codes codes may be sent to (digits), and
+         * the codes a minute each may have, over all instances. */
+        char regions[PHONE_CALLING_CODES_MAX][4];
+        unsigned nregions;
+        unsigned per_min;
     } sms;
     /* The waiting rooms of queue sales (sale/waitroom.c). */
     struct sale_waitroom_config {
@@ -159,6 +164,7 @@ bool sale_limit_take(struct sale *s, const struct sale_limit *l,
 struct sale_code {
     /* Set by the caller: */
     char phone[PHONE_E164_MAX];      /* validated, E.164 */
+    char cc[4];                      /* its calling code (sale_sms_region()) */
     char client[SALE_LIMIT_KEY_LEN]; /* its address's key, "" unknown */
     /* The code is decided: from another thread (see below). */
     void (*done)(struct sale_code *c);
@@ -185,14 +191,31 @@ struct sale_code {
  * client's address has as many on their way as it may (at once): then
  * the code is not kept and does not count against the limits.
  * -ETIMEDOUT when the webhook was reached and did not answer in time:
- * the code may arrive, and is kept and counted. Else 0 or -errno in
- * c->err.
+ * the code may arrive, and is kept and counted. -EDQUOT when the codes
+ * of c->cc had their budget this minute (cfg.sms.per_min; c->retry_s
+ * says when to come back): nothing stored, nothing sent. Else 0 or
+ * -errno in c->err.
  *
  * Waits for Redis (call it from a job). True: decided now, done() is not
  * called. False: handed to the sender; done() is called exactly once,
  * from another thread.
  */
 bool sale_login_code_issue(struct sale *s, struct sale_code *c);
+
+/* The calling code of SECKILL_SMS_REGIONS phone (E.164) is of, into cc;
+ * false when it is of none (no code may be sent to it). From memory. */
+bool sale_sms_region(const struct sale *s, const char *phone, char cc[4]);
+/* Those calling codes as people write them ("+86, +852"), into out. */
+void sale_sms_regions_text(const struct sale *s, char *out, size_t n);
+
+/*
+ * How much harder a code's proof of work for calling code cc is now: 1
+ * while its codes of the last minute are at most half its budget
+ * (cfg.sms.per_min), rising to SALE_POW_FACTOR_MAX at the budget. 1 when
+ * Redis does not answer. Waits for Redis.
+ */
+#define SALE_POW_FACTOR_MAX 10
+unsigned sale_sms_pow_factor(struct sale *s, const char *cc);
 
 enum sale_login_outcome {
     SALE_LOGIN_OK,     /* user_id and gen are set */

@@ -391,6 +391,17 @@ int store_code_put(struct store *st, const char *phone, const char *code,
 int store_code_revoke(struct store *st, const char *phone, const char *code,
                       const char *addr, const char *request);
 
+/*
+ * The login codes a minute to the numbers of calling code cc, over all
+ * instances (sms:budget:CC: a hash of minute -> codes; the last minute's
+ * count weighted by how much of it is still within 60 s, plus this
+ * minute's, is the recent count). take > 0: one more, unless the recent
+ * count is per_min already (*ok false, *retry_ms until the minute's
+ * end); take < 0: one given back; 0: only read. *recent: the count.
+ */
+int store_sms_budget(struct store *st, const char *cc, unsigned per_min,
+                     int take, bool *ok, int64_t *retry_ms, unsigned *recent);
+
 enum store_code {
     STORE_CODE_OK,     /* one of the phone's live codes: all of them and
                         * the counts of wrong tries are deleted */

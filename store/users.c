@@ -401,3 +401,62 @@ int store_code_check(struct store *st, const char *phone, const char *code,
         *retry_ms = wait > 0 ? wait : 1;
     return 0;
 }
+
+/* KEYS: the budget. ARGV: per minute, take (1, -1, 0). {ok, retry ms,
+ * recent}. */
+static struct redis_script sms_budget_script = REDIS_SCRIPT(
+    "local t = redis.call('time') "
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+    "local m = math.floor(now / 60000) "
+    "local cur = tonumber(redis.call('hget', KEYS[1], m) or 0) "
+    "local prev = tonumber(redis.call('hget', KEYS[1], m - 1) or 0) "
+    "local recent = math.floor(prev * (1 - (now % 60000) / 60000) + cur) "
+    "local take = tonumber(ARGV[2]) "
+    "if take > 0 then "
+    "  if recent >= tonumber(ARGV[1]) then "
+    "    return {0, 60000 - now % 60000, recent} "
+    "  end "
+    "  if cur == 0 then "
+    "    for _, f in ipairs(redis.call('hkeys', KEYS[1])) do "
+    "      if tonumber(f) < m - 1 then redis.call('hdel', KEYS[1], f) end "
+    "    end "
+    "  end "
+    "  redis.call('hincrby', KEYS[1], m, 1) "
+    "  redis.call('pexpire', KEYS[1], 180000) "
+    "  return {1, 0, recent + 1} "
+    "elseif take < 0 and cur > 0 then "
+    "  redis.call('hincrby', KEYS[1], m, -1) "
+    "  return {1, 0, recent - 1} "
+    "end "
+    "return {1, 0, recent}");
+
+int store_sms_budget(struct store *st, const char *cc, unsigned per_min,
+                     int take, bool *ok, int64_t *retry_ms, unsigned *recent)
+{
+    char key[STORE_KEY_MAX], max[16], t[8];
+    const char *argv[3] = {key, max, t};
+    redisReply *r;
+    int err = 0;
+
+    redis_key(key, sizeof(key), "sms:budget:%s", cc);
+    snprintf(max, sizeof(max), "%u", per_min);
+    snprintf(t, sizeof(t), "%d", take > 0 ? 1 : take < 0 ? -1 : 0);
+    r = store_redis_script(st, &sms_budget_script, 1, 3, argv, NULL, &err);
+    if (!r)
+        return -ENOTCONN;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER) {
+        log_error("redis reply unexpected", "op=sms_budget type=%d err=\"%s\"",
+                  r->type, r->type == REDIS_REPLY_ERROR ? r->str : "");
+        err = -EIO;
+    } else {
+        *ok = r->element[0]->integer == 1;
+        *retry_ms = r->element[1]->integer;
+        *recent =
+            r->element[2]->integer > 0 ? (unsigned)r->element[2]->integer : 0;
+    }
+    freeReplyObject(r);
+    return err;
+}

@@ -309,6 +309,24 @@ int store_code_revoke(struct store *st, const char *phone, const char *code,
     return step(&variant);
 }
 
+int store_sms_budget(struct store *st, const char *cc, unsigned per_min,
+                     int take, bool *ok, int64_t *retry_ms, unsigned *recent)
+{
+    unsigned variant;
+    int err;
+
+    check_store(st);
+    FUZZ_CHECK(cc && cc[0] && strspn(cc, "0123456789") == strlen(cc) &&
+                   per_min > 0,
+               "an SMS budget of no calling code");
+    if ((err = step(&variant)))
+        return err;
+    *ok = take <= 0 || variant != 1;
+    *retry_ms = *ok ? 0 : 30000;
+    *recent = variant == 2 ? per_min : 0;
+    return 0;
+}
+
 int store_code_check(struct store *st, const char *phone, const char *code,
                      const char *addr, const char *request,
                      const struct store_code_limits *l,

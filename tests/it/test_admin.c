@@ -280,10 +280,10 @@ static void *flood(void *arg)
 
 /*
  * A flood of logins for made-up names from six addresses, three
- * connections each, cannot keep the admin out: from a seventh, the admin logs in within three tries (a
- * second apart) while the flood goes on. Each address waits for the
- * hash in turn; the flood's extra requests are refused busy, which counts
- * against their addresses.
+ * connections each, cannot keep the admin out: from a seventh, the admin
+ * logs in within three tries (a second apart) while the flood goes on.
+ * Each address waits for the hash in turn; the flood's extra requests
+ * are refused busy, which counts against their addresses.
  */
 static void test_login_flood(void **state)
 {

@@ -297,7 +297,8 @@ static int group_setup(void **state)
     /* Codes as often as asked: the tests here log in many times with a
      * phone; the limits themselves are test_login.c's. */
     static const char *const env[] = {"SECKILL_CODE_INTERVAL_S=0",
-                                      "SECKILL_CODE_PER_HOUR=100", NULL};
+                                      "SECKILL_CODE_PER_HOUR=100",
+                                      "SECKILL_SMS_REGIONS=86,1,44", NULL};
     if (it_server_start(&srv, "http", env) != 0)
         return -1;
     it_token(1, TOKEN_ROLE_ADMIN, 3600, admin_tok);
@@ -443,6 +444,8 @@ static void test_auth_code_bad_request(void **state)
         "{\"phone\":\"++8613800138000\"}",
         "{\"phone\":\"138 0013 8000\"}",
         "{\"phone\":\"1380013800a\"}",
+        /* A country codes are not sent to (SECKILL_SMS_REGIONS). */
+        "{\"phone\":\"+85261234567\"}",
         "{\"phone\":\"86+13800138000\"}",
         "{\"phone\":13800138000}",
         "{\"phone\":null}",

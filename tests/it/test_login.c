@@ -32,6 +32,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "common/pow.h"
 #include "tests/it/harness.h"
 
 enum { SRV_A, SRV_B, SRV_COUNT };
@@ -532,6 +533,152 @@ static bool sink_code(const char *log, const char *phone, char code[8])
     return false;
 }
 
+/* POST /api/auth/code for phone from a new address, solving the proof of
+ * work the 403 asks for: the status, the challenge's maxnumber into
+ * *maxnumber, the error code (or "") into code, Retry-After into *ra. */
+static long ask_solved(const struct it_server *srv, const char *phone,
+                       long *maxnumber, char code[24], long *ra)
+{
+    char body[64], hdr[POW_SOLUTION_MAX + 32], *chal, *sol = NULL;
+    struct it_req req = {.method = "POST", .path = "/api/auth/code"};
+    const json_t *err;
+    struct it_resp resp;
+    long st;
+
+    snprintf(body, sizeof(body), "{\"phone\":\"%s\"}", phone);
+    code[0] = '\0';
+    *maxnumber = 0;
+    st = post(srv, "/api/auth/code", body, NULL, &resp);
+    if (st != 403) {
+        err = json_object_get(resp.json, "error");
+        if (err)
+            snprintf(code, 24, "%s", it_json_str(err, "code"));
+        it_resp_free(&resp);
+        return st;
+    }
+    err = json_object_get(json_object_get(resp.json, "error"), "details");
+    *maxnumber = (long)json_integer_value(json_object_get(err, "maxnumber"));
+    chal = json_dumps(err, JSON_COMPACT);
+    it_resp_free(&resp);
+    assert_int_equal(0, pow_solve(chal, &sol));
+    free(chal);
+    snprintf(hdr, sizeof(hdr), "Seckill-PoW: %s", sol);
+    free(sol);
+    {
+        char xff[64], buf[32];
+        const char *hdrs[] = {hdr, xff, NULL};
+
+        snprintf(xff, sizeof(xff), "X-Forwarded-For: %s", addr_of(NULL, buf));
+        req.body = body;
+        req.headers = hdrs;
+        st = it_http_do(srv, &req, &resp);
+    }
+    err = json_object_get(resp.json, "error");
+    if (err)
+        snprintf(code, 24, "%s", it_json_str(err, "code"));
+    if (ra)
+        *ra = strtol(resp.retry_after, NULL, 10);
+    it_resp_free(&resp);
+    return st;
+}
+
+/*
+ * SMS pumping: codes asked for random numbers, each behind its proof of
+ * work, as fast as they are answered. Codes go to the listed calling
+ * codes only (SECKILL_SMS_REGIONS; elsewhere 400 and no SMS); each has a
+ * budget a minute (SECKILL_SMS_PER_MIN, here 20), past which 429
+ * SMS_BUDGET with Retry-After; and its proof of work grows from half the
+ * budget on, up to ten times the setting.
+ */
+static void test_sms_pumping(void **state)
+{
+    struct it_server srv;
+    char port_env[32], sink_log[IT_PATH_MAX], hook[96], phone[24], code[24];
+    char *sink_argv[] = {(char *)it_bin(), "sms-sink", NULL};
+    const char *sink_env[] = {port_env, "SECKILL_SMS_SECRET=" SMS_SECRET,
+                              "SECKILL_BIND=127.0.0.1", NULL};
+    const char *env[] = {"SECKILL_DEV=0",
+                         hook,
+                         "SECKILL_SMS_SECRET=" SMS_SECRET,
+                         "SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
+                         "SECKILL_RATE_IP",
+                         "SECKILL_POW_MAXNUMBER=1000",
+                         "SECKILL_SMS_PER_MIN=20",
+                         "SECKILL_SMS_REGIONS=86,852",
+                         "SECKILL_CODE_INTERVAL_S=0",
+                         NULL};
+    uint16_t port = it_free_port();
+    long st, max, first_max = 0, top_max = 0, ra = 0;
+    int sent = 0, budget = 0;
+    char **e;
+    pid_t sink;
+    char *log;
+    int status;
+
+    (void)state;
+    snprintf(port_env, sizeof(port_env), "SECKILL_PORT=%u", (unsigned)port);
+    snprintf(sink_log, sizeof(sink_log), "%s/sms-pump-sink.log", it_log_dir());
+    unlink(sink_log);
+    e = it_env_build(sink_env);
+    sink = it_spawn(sink_argv, e, sink_log);
+    it_env_free(e);
+    assert_true(sink > 0);
+    assert_int_equal(0, it_wait_tcp(port, 5000));
+    snprintf(hook, sizeof(hook), "SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
+             (unsigned)port);
+    /* +852 is this test's alone: its budget starts empty. */
+    redis_int("DEL %s", "sms:budget:852");
+    assert_int_equal(0, it_server_start(&srv, "sms-pump", env));
+
+    for (int i = 0; i < 30; i++) {
+        snprintf(
+            phone, sizeof(phone), "+8526%07u",
+            (unsigned)((util_now_ms() * 7 + (unsigned)i * 7919u) % 10000000u));
+        st = ask_solved(&srv, phone, &max, code, &ra);
+        if (i == 0)
+            first_max = max;
+        if (max > top_max)
+            top_max = max;
+        if (st == 200) {
+            sent++;
+        } else {
+            if (st != 429 || strcmp(code, "SMS_BUDGET") != 0)
+                fail_msg("code %d for %s: %ld %s", i, phone, st, code);
+            assert_true(ra >= 1 && ra <= 60);
+            budget++;
+        }
+    }
+    print_message("pumping +852: %d codes sent, %d refused over the budget; "
+                  "the proof of work's maxnumber from %ld to %ld\n",
+                  sent, budget, first_max, top_max);
+    /* 20 in the minute (a run across a minute's end may see the last
+     * one's weight fade by a code or two). */
+    assert_true(sent >= 20 && sent <= 22);
+    assert_int_equal(30 - sent, budget);
+    assert_int_equal(1000, first_max);
+    assert_true(top_max >= 5000 && top_max <= 10000);
+
+    /* Another country: 400 before anything is stored or sent. */
+    for (int i = 0; i < 5; i++) {
+        struct it_resp resp;
+        char body[64];
+
+        snprintf(body, sizeof(body), "{\"phone\":\"+1202555%04d\"}", i);
+        post(&srv, "/api/auth/code", body, NULL, &resp);
+        it_assert_error(&resp, 400, "BAD_REQUEST");
+        assert_non_null(strstr(resp.body, "+86, +852"));
+        it_resp_free(&resp);
+    }
+    it_server_stop(&srv);
+    kill(sink, SIGTERM);
+    assert_int_equal(0, it_wait_exit(sink, 5000, &status));
+    log = it_file_read(sink_log);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "to +852"));
+    assert_null(strstr(log, "to +1"));
+    free(log);
+}
+
 /* Without dev mode the code goes to the SMS webhook, signed, and never
  * into the answer; `seckilld sms-sink` receives it and the buyer logs in
  * with it. A webhook that refuses (a wrong signature here) is a 503 with
@@ -909,6 +1056,7 @@ int main(void)
         cmocka_unit_test(test_users_normalize),
         cmocka_unit_test(test_sms_webhook),
         cmocka_unit_test(test_sms_webhook_hangs),
+        cmocka_unit_test(test_sms_pumping),
     };
     return it_exit_status(
         cmocka_run_group_tests(tests, group_setup, group_teardown));

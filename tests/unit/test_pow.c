@@ -49,9 +49,10 @@ static int verify(const char *sol, int64_t now, uint32_t maxnumber)
 {
     char ch[POW_CHALLENGE_LEN];
     int64_t exp;
+    uint32_t max;
 
     return pow_verify(key, sol, strlen(sol), maxnumber, 3600 * 24 * 365 * 10,
-                      now, ch, &exp);
+                      now, ch, &exp, &max);
 }
 
 #define KAT_SALT "0123456789abcdef01234567?expires=2000000000&"
@@ -92,22 +93,33 @@ static void test_round_trip(void **state)
     char *chal = pow_challenge(key, 1000, 300, NOW), *sol = NULL;
     char ch[POW_CHALLENGE_LEN];
     int64_t exp = 0;
+    uint32_t max = 0;
 
     (void)state;
     assert_non_null(chal);
     assert_int_equal(0, pow_solve(chal, &sol));
     assert_int_equal(
-        0, pow_verify(key, sol, strlen(sol), 1000, 300, NOW, ch, &exp));
+        0, pow_verify(key, sol, strlen(sol), 1000, 300, NOW, ch, &exp, &max));
     assert_int_equal(NOW + 300, exp);
+    assert_int_equal(1000, max);
     assert_non_null(strstr(chal, ch));
     /* Another key; later than its expiry; an expiry further off than the
      * server gives. */
-    assert_int_equal(
-        -EPERM, pow_verify(other, sol, strlen(sol), 1000, 300, NOW, ch, &exp));
+    assert_int_equal(-EPERM, pow_verify(other, sol, strlen(sol), 1000, 300, NOW,
+                                        ch, &exp, &max));
     assert_int_equal(-ETIMEDOUT, pow_verify(key, sol, strlen(sol), 1000, 300,
-                                            NOW + 300, ch, &exp));
+                                            NOW + 300, ch, &exp, &max));
     assert_int_equal(-ETIMEDOUT, pow_verify(key, sol, strlen(sol), 1000, 100,
-                                            NOW, ch, &exp));
+                                            NOW, ch, &exp, &max));
+    /* Issued harder than the setting (up to the cap asked for): its own
+     * maxnumber comes back. */
+    free(chal);
+    free(sol);
+    chal = pow_challenge(key, 5000, 300, NOW);
+    assert_int_equal(0, pow_solve(chal, &sol));
+    assert_int_equal(
+        0, pow_verify(key, sol, strlen(sol), 10000, 300, NOW, ch, &exp, &max));
+    assert_int_equal(5000, max);
     free(chal);
     free(sol);
 }

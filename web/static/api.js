@@ -283,6 +283,12 @@ export function describeError(res) {
                 tone: "warn",
                 wait,
             };
+        case "SMS_BUDGET":
+            return {
+                text: `Many people are asking for login codes right now. Try again in ${wait} s.`,
+                tone: "warn",
+                wait,
+            };
         case "NOT_STARTED":
             return { text: "Not started yet: the sale has not opened.", tone: "warn" };
         case "ENDED":
