@@ -271,6 +271,25 @@ int server_start(const struct handlers_config *cfg, struct server **out)
             p += len + (p[len] == ',');
         }
         srv->sale_cfg.sms.per_min = cfg->sms_per_min;
+        /* Numbers written without + are of the phone region: say so when
+         * codes may not go there. */
+        {
+            const char *home =
+                phone_region_cc(cfg->phone_region ? cfg->phone_region : "CN");
+            bool listed = false;
+
+            for (unsigned i = 0; i < srv->sale_cfg.sms.nregions; i++)
+                listed =
+                    listed ||
+                    (home && strcmp(home, srv->sale_cfg.sms.regions[i]) == 0);
+            if (!listed)
+                log_warn("login codes may not go to the phone region's "
+                         "numbers: add its calling code to "
+                         "SECKILL_SMS_REGIONS if they should",
+                         "phone_region=%s cc=%s sms_regions=%s",
+                         cfg->phone_region ? cfg->phone_region : "CN",
+                         home ? home : "?", list ? list : "");
+        }
     }
     /* Tickets have a key of their own: never a token's, nor the reverse. */
     crypto_kdf_derive_from_key(srv->sale_cfg.waitroom.ticket_key,

@@ -158,6 +158,10 @@ unsigned auth_login_post(struct request *req)
     case SALE_LOGIN_WRONG:
         return req_error(req, ERR_UNAUTHORIZED,
                          "the login code is wrong or expired");
+    case SALE_LOGIN_GONE:
+        return req_error(req, ERR_UNAUTHORIZED,
+                         "this code request is used up or expired: ask for "
+                         "a new code");
     case SALE_LOGIN_LOCKED:
         req->retry_after = in.retry_s;
         return req_error(req, ERR_RATE_LIMITED,

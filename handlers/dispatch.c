@@ -258,6 +258,14 @@ enum MHD_Result dispatch_access(struct req_server *srv,
                 req, strlen(method) + (info ? info->target_len : strlen(url)) +
                          strlen(version) + 4))
             return reply_refuse(conn, req);
+        /* The target runs up to the space before the version: a NUL in
+         * it would cut the path that is routed short of what was sent. */
+        if (info && info->target && version && version > info->target &&
+            info->target_len < (size_t)(version - 1 - info->target)) {
+            req_error(req, ERR_BAD_REQUEST,
+                      "the request target holds a NUL byte");
+            return reply_now(conn, req);
+        }
         if (req_protocol_or_reply(req))
             return reply_now(conn, req);
         if (declared_too_large(req)) {

@@ -21,6 +21,7 @@ struct conn_info {
     struct deadline_conn *deadline;
     uint64_t accept_ns; /* monotonic; 0 once its first request started */
     size_t target_len;  /* the request target as sent, of the request read */
+    const char *target; /* where it began in the daemon's buffer */
 };
 
 /*

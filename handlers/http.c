@@ -155,8 +155,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     struct handlers_server *srv = cls;
 
     /* Its length as sent, for the head's size (protocol.h). */
-    if (info)
+    if (info) {
         info->target_len = strlen(uri);
+        info->target = uri;
+    }
     /* The daemon's own request buffer, writable: see dispatch_uri(). */
     return dispatch_uri(&srv->shared, (char *)uri);
 }

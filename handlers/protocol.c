@@ -84,20 +84,29 @@ static bool has_ctl(const char *s)
  * ends a value with a NUL at the line's end and gives its size as the C
  * string's, so "a\0b" reads as "a" (a Content-Length of "2\0 999" as 2,
  * a Transfer-Encoding of "chunked\0, identity" as chunked), which is not
- * what a proxy in front may have read. What lies between the end of one
- * value and the next header's name is then only the line's end (CR, LF
- * or the NULs they became, and blanks): anything else is the rest of a
- * value a NUL cut short. The last header is checked the same way up to
- * the head's end, which the library gives as the head's size from the
- * method's first byte (head_end()). tests/it/test_web.c checks this on
+ * what a proxy in front may have read. It turns a line's end into NULs
+ * in place: CR LF into two, a bare LF or CR into one. So what lies
+ * between the end of one value and the next header's name is one or two
+ * NULs; anything else (another byte, or a third NUL) is the rest of a
+ * value a NUL cut short. After the last value come its line's end and
+ * the empty line's, two to four NULs, up to the head's end, which the
+ * library gives as the head's size from the method's first byte
+ * (head_end()). One NUL sent right before a bare LF is the one spelling
+ * this cannot tell from CR LF: it only ends the value where a proxy would
+ * see a NUL, which haproxy refuses. tests/it/test_web.c checks this on
  * the wire, so a library that keeps headers elsewhere fails the test
  * instead of letting a NUL by.
  */
-static bool line_end_only(const char *p, const char *end)
+static bool line_end_only(const char *p, const char *end, int max_nuls)
 {
-    for (; p < end; p++)
+    int nuls = 0;
+
+    for (; p < end; p++) {
         if (*p != '\0' && *p != '\r' && *p != '\n' && *p != ' ' && *p != '\t')
             return false;
+        if (*p == '\0' && ++nuls > max_nuls)
+            return false;
+    }
     return true;
 }
 
@@ -112,7 +121,7 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
     if (!scan->bad_name && !is_token(key))
         scan->bad_name = key;
     if (!scan->bad_value && scan->last_end && key > scan->last_end &&
-        key - scan->last_end < 8192 && !line_end_only(scan->last_end, key))
+        key - scan->last_end < 8192 && !line_end_only(scan->last_end, key, 2))
         scan->bad_value = scan->last_key;
     if (!scan->bad_value && value && has_ctl(value))
         scan->bad_value = key;
@@ -318,8 +327,8 @@ unsigned req_protocol_or_reply(struct request *req)
     end = head_end(req);
     if (!scan.bad_value && scan.last_end &&
         (!end || end < scan.last_end || end - scan.last_end > 8192
-             ? !line_end_only(scan.last_end, scan.last_end + 2)
-             : !line_end_only(scan.last_end, end)))
+             ? !line_end_only(scan.last_end, scan.last_end + 2, 2)
+             : !line_end_only(scan.last_end, end, 4)))
         scan.bad_value = scan.last_key;
     if (scan.bad_name) {
         quote(name, sizeof(name), scan.bad_name);

@@ -7,6 +7,7 @@
 #include "handlers/stream.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,20 +620,25 @@ static uint32_t utf8_at(const unsigned char *s, size_t *size)
            (uint32_t)(s[2] & 0x3f) << 6 | (s[3] & 0x3f);
 }
 
-/* Whether c may stand in a text people read (lines: over several). */
+/* Whether c may stand in a text people read (lines: over several, with
+ * line feeds and tabs). Joiners (U+200C, U+200D) stay: emoji sequences
+ * and some scripts need them. */
 static bool text_char_ok(uint32_t c, bool lines)
 {
     if (c < 0x20)
-        return lines && (c == '\n' || c == '\t' || c == '\r');
+        return lines && (c == '\n' || c == '\t');
     return !(c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0x061c ||
-             (c >= 0x200b && c <= 0x200f) || (c >= 0x202a && c <= 0x202e) ||
-             (c >= 0x2060 && c <= 0x2069) || c == 0xfeff);
+             c == 0x115f || c == 0x1160 || c == 0x200b || c == 0x200e ||
+             c == 0x200f || (c >= 0x2028 && c <= 0x202e) ||
+             (c >= 0x2060 && c <= 0x2069) || c == 0x3164 || c == 0xfeff ||
+             c == 0xffa0);
 }
 
+/* The blanks dropped around a text (lines: line feeds too). */
 static bool text_space(uint32_t c, bool lines)
 {
-    return c == ' ' || c == '\t' || c == 0xa0 || c == 0x3000 ||
-           (lines && (c == '\n' || c == '\r'));
+    return c == ' ' || c == '\t' || c == 0xa0 || (c >= 0x2000 && c <= 0x200a) ||
+           c == 0x202f || c == 0x205f || c == 0x3000 || (lines && c == '\n');
 }
 
 bool body_text_or_reply(struct request *req, const char *name, bool required,
@@ -640,8 +646,17 @@ bool body_text_or_reply(struct request *req, const char *name, bool required,
 {
     const unsigned char *s = NULL, *p, *start = NULL, *end = NULL;
     char what[96];
+    size_t n = 0;
 
-    if (!body_str_or_reply(req, name, required, max_chars, (const char **)&s))
+    const json_t *v = json_object_get(req->json, name);
+
+    /* A string of any length here (the limit counts what is left once
+     * trimmed); anything else is refused as body_str_or_reply() says. */
+    if (!body_str_or_reply(req, name, required,
+                           v && json_is_string(v) && json_string_length(v)
+                               ? SIZE_MAX
+                               : max_chars,
+                           (const char **)&s))
         return false;
     if (!s)
         return true; /* absent: *out untouched */
@@ -651,9 +666,11 @@ bool body_text_or_reply(struct request *req, const char *name, bool required,
 
         if (!text_char_ok(c, lines)) {
             snprintf(what, sizeof(what),
-                     "holds a control character (U+%04X); send %s only",
+                     "holds a control or invisible character (U+%04X): send "
+                     "%s",
                      (unsigned)c,
-                     lines ? "text, line feeds and tabs" : "one line of text");
+                     lines ? "text, line feeds and tabs"
+                           : "one line of visible text");
             return field_error(req, name, what);
         }
         if (!text_space(c, lines)) {
@@ -667,6 +684,13 @@ bool body_text_or_reply(struct request *req, const char *name, bool required,
         if (required && *s)
             return field_error(req, name, "must not be only spaces");
         start = end = p;
+    }
+    for (p = start; p < end; p++)
+        n += (*p & 0xc0) != 0x80;
+    if (n > max_chars) {
+        snprintf(what, sizeof(what), "must be a string of %s%zu characters",
+                 required ? "1 to " : "at most ", max_chars);
+        return field_error(req, name, what);
     }
     if (start != s || *end)
         json_string_setn(json_object_get(req->json, name), (const char *)start,

@@ -168,8 +168,9 @@ int sale_login(struct sale *s, const char *phone, const char *code,
                  "addr=%s retry_s=%u", addr, out->retry_s);
         return 0;
     }
-    if (outcome == STORE_CODE_WRONG) {
-        out->outcome = SALE_LOGIN_WRONG;
+    if (outcome == STORE_CODE_WRONG || outcome == STORE_CODE_GONE) {
+        out->outcome =
+            outcome == STORE_CODE_GONE ? SALE_LOGIN_GONE : SALE_LOGIN_WRONG;
         return 0;
     }
     err = store_user_login(st, phone, &out->user_id);

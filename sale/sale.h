@@ -220,6 +220,7 @@ unsigned sale_sms_pow_factor(struct sale *s, const char *cc);
 enum sale_login_outcome {
     SALE_LOGIN_OK,     /* user_id and gen are set */
     SALE_LOGIN_WRONG,  /* no live code of the phone matched */
+    SALE_LOGIN_GONE,   /* the code request is used up or expired */
     SALE_LOGIN_LOCKED, /* too many wrong tries: wait retry_s */
     SALE_LOGIN_BANNED, /* the code was right, but the buyer is banned */
 };

@@ -409,6 +409,7 @@ enum store_code {
                         * counted for the phone and for the address */
     STORE_CODE_LOCKED, /* wrong tries made the phone or the address wait:
                         * the code was not compared (*retry_ms) */
+    STORE_CODE_GONE,   /* the code request is used up or expired */
 };
 
 /*

@@ -237,13 +237,13 @@ static struct redis_script code_check_script = REDIS_SCRIPT(
 /* KEYS: codes, fails, the address's fails, the request. ARGV: code,
  * tries. The request's code only, and no wait: {0, 0} a match (every
  * code and count of the phone gone), {1, 0} wrong (the request void
- * after its tries). */
+ * after its tries), {3, 0} no such request (used up or expired). */
 static struct redis_script code_check_request_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
     "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
     "local want = redis.call('hget', KEYS[4], 'code') "
-    "if not want then return {1, 0} end "
+    "if not want then return {3, 0} end "
     "if want == ARGV[1] and redis.call('zscore', KEYS[1], want) then "
     "  redis.call('del', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) "
     "  return {0, 0} "
@@ -396,6 +396,7 @@ int store_code_check(struct store *st, const char *phone, const char *code,
     *retry_ms = 0;
     *outcome = r == 0   ? STORE_CODE_OK
                : r == 1 ? STORE_CODE_WRONG
+               : r == 3 ? STORE_CODE_GONE
                         : STORE_CODE_LOCKED;
     if (*outcome == STORE_CODE_LOCKED)
         *retry_ms = wait > 0 ? wait : 1;

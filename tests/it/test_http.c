@@ -898,6 +898,10 @@ static void test_voucher_create_bad_request(void **state)
         {.title = "\"\\u3000\""},
         {.sub_title = "\"\\u0085\""},
         {.rules = "\"\\u001b[2J\""},
+        {.rules = "\"a\\rb\""},
+        {.title = "\"line\\u2028separator\""},
+        {.title = "\"\\u3164\""},
+        {.title = "\"\\u2003\\u2003\""},
     };
     /* Not an object, or not JSON; NULL: no body at all. */
     static const char *const raw[] = {
@@ -973,6 +977,19 @@ static void test_voucher_create_limits(void **state)
     assert_json_streq(resp.json, "title", "padded");
     assert_json_streq(resp.json, "subTitle", "\u05e9\u05dc\u05d5\u05dd");
     assert_json_streq(resp.json, "rules", "one\n\ttwo");
+    it_resp_free(&resp);
+    /* An emoji joined by U+200D is text; the limit counts what is left
+     * once the blanks go. */
+    body = xasprintf("{\"shopId\":1,\"title\":\"  %s  \",\"subTitle\":"
+                     "\"\\ud83d\\udc69\\u200d\\ud83d\\udcbb\","
+                     "\"payValue\":1,\"actualValue\":1}",
+                     t255);
+    id = it_voucher_create(&srv, body);
+    free(body);
+    get_voucher(id, &resp);
+    assert_json_streq(resp.json, "title", t255);
+    assert_json_streq(resp.json, "subTitle",
+                      "\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb");
     it_resp_free(&resp);
 
     /* Stock 0 is a valid (sold-out) seckill voucher. */

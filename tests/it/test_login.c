@@ -291,8 +291,8 @@ static void test_owner_logs_in_through_guessing(void **state)
 }
 
 /* A code request of someone else's code: three wrong codes with it void
- * it, and its own code then does not log in with it; a request id that
- * is not one is a 400. */
+ * it, and its own code then does not log in with it (401 saying so); a
+ * request id that is not one is a 400. */
 static void test_code_request_tries(void **state)
 {
     char phone[24], code[8], request[40], body[160];
@@ -302,12 +302,17 @@ static void test_code_request_tries(void **state)
     fresh_phone(phone);
     assert_int_equal(200, ask_from(srv_a, phone, NULL, code, request, NULL));
     for (int i = 0; i < 4; i++) {
+        const char *m;
+
         snprintf(body, sizeof(body),
                  "{\"phone\":\"%s\",\"code\":\"%s\",\"codeRequest\":"
                  "\"%s\"}",
                  phone, i < 3 ? wrong_of(code) : code, request);
         post(srv_a, "/api/auth/login", body, NULL, &resp);
         it_assert_error(&resp, 401, "UNAUTHORIZED");
+        m = it_json_str(json_object_get(resp.json, "error"), "message");
+        /* The fourth says the request is void, not the code wrong. */
+        assert_true((i == 3) == (strstr(m, "used up") != NULL));
         it_resp_free(&resp);
     }
     /* The code itself is still live: without the request it logs in. */

@@ -824,6 +824,37 @@ static void test_malformed_json(void **state)
         assert_null(strstr(raw.body, "HTTP/1.1 "));
         it_raw_resp_free(&raw);
 
+        /* A NUL right at the end of a value (before CR LF), in the
+         * middle header and the last; and in the request target, which
+         * would route a path cut short. Trailing blanks are no NUL. */
+        {
+            static const char *const refused[] = {
+                "GET /healthz HTTP/1.1\r\nHost: t\r\nX-A: a\0\r\n"
+                "Connection: close\r\n\r\n",
+                "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                "X-A: a\0\0\r\n\r\n",
+                "GET /api/vouchers/1\0/../../admin HTTP/1.1\r\nHost: t\r\n"
+                "Connection: close\r\n\r\n",
+            };
+            static const size_t lens[] = {62, 63, 73};
+            static const char blanks[] =
+                "GET /healthz HTTP/1.1\r\nHost: t\r\nX-A: a  \r\n"
+                "Connection: close\r\n\r\n";
+
+            for (size_t i = 0; i < 3; i++) {
+                it_raw_request(servers[SRV_PLAIN].port, refused[i], lens[i],
+                               10000, &raw);
+                if (raw.status != 400)
+                    print_error("NUL case %zu: %.200s\n", i, raw.text);
+                it_raw_assert_error(&raw, 400, "BAD_REQUEST");
+                it_raw_resp_free(&raw);
+            }
+            it_raw_request(servers[SRV_PLAIN].port, blanks, sizeof(blanks) - 1,
+                           10000, &raw);
+            assert_int_equal(200, raw.status);
+            it_raw_resp_free(&raw);
+        }
+
         /* Two Authorization headers: the first here, perhaps the last
          * in front. */
         two_auth = xasprintf("GET /api/orders HTTP/1.1\r\nHost: t\r\n"
