@@ -727,8 +727,29 @@ static int set_webhook(struct config *cfg, const struct config_setting *s,
     return set_text(cfg, s, name, v, err, errlen);
 }
 
-/* Country calling codes, comma-separated: 1 to 3 digits each, not from
- * 0, at most PHONE_CALLING_CODES_MAX. */
+/* Whether the n digits at p can be a country calling code: codes are
+ * prefix-free, so 1 and 7 are the only ones of one digit, the two-digit
+ * ones are these, and a three-digit one starts with neither. ("8" or "88"
+ * would admit every number they begin, +882 and +883's too.) */
+static bool calling_code_ok(const char *p, size_t n)
+{
+    static const char two[] = "20 27 30 31 32 33 34 36 39 40 41 43 44 45 "
+                              "46 47 48 49 51 52 53 54 55 56 57 58 60 61 "
+                              "62 63 64 65 66 81 82 84 86 90 91 92 93 94 "
+                              "95 98";
+    char pair[3] = {p[0], n > 1 ? p[1] : '\0', '\0'};
+    bool listed = n > 1 && strstr(two, pair) != NULL;
+
+    if (n == 1)
+        return p[0] == '1' || p[0] == '7';
+    if (n == 2)
+        return listed;
+    return p[0] != '1' && p[0] != '7' && !listed;
+}
+
+/* Country calling codes, comma-separated: 1 to 3 digits each, each one
+ * that can be a country's (calling_code_ok()), at most
+ * PHONE_CALLING_CODES_MAX. */
 static int set_calling_codes(struct config *cfg, const struct config_setting *s,
                              const char *name, const char *v, char *err,
                              size_t errlen)
@@ -740,10 +761,11 @@ static int set_calling_codes(struct config *cfg, const struct config_setting *s,
         size_t len = strspn(p, "0123456789");
 
         if (len < 1 || len > 3 || *p == '0' || (p[len] && p[len] != ',') ||
+            (p[len] == ',' && !p[len + 1]) || !calling_code_ok(p, len) ||
             ++n > PHONE_CALLING_CODES_MAX)
             return fail(err, errlen,
-                        "%s: country calling codes such as 86,852,1 (1 to 3 "
-                        "digits each, at most %d)",
+                        "%s: country calling codes such as 86,852,1 (a "
+                        "country's whole code, 1 to 3 digits, at most %d)",
                         name, PHONE_CALLING_CODES_MAX);
         p += len + (p[len] == ',');
     }

@@ -182,6 +182,11 @@ unsigned voucher_patch(struct request *req)
         return req->status;
     if (p.title && !p.title[0])
         return req_error(req, ERR_BAD_REQUEST, "title: must not be empty");
+    /* Now ends a sale; earlier would make one over before its change. */
+    if (body_has(req, "endTime") && p.end_time < util_now_ms() / 1000)
+        return req_error(req, ERR_BAD_REQUEST,
+                         "endTime: must not be in the past (now ends the "
+                         "sale)");
     p.set = (p.title ? STORE_PATCH_TITLE : 0) |
             (p.sub_title ? STORE_PATCH_SUB_TITLE : 0) |
             (p.rules ? STORE_PATCH_RULES : 0) |

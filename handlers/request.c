@@ -627,18 +627,22 @@ static bool text_char_ok(uint32_t c, bool lines)
 {
     if (c < 0x20)
         return lines && (c == '\n' || c == '\t');
-    return !(c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0x061c ||
-             c == 0x115f || c == 0x1160 || c == 0x200b || c == 0x200e ||
-             c == 0x200f || (c >= 0x2028 && c <= 0x202e) ||
-             (c >= 0x2060 && c <= 0x2069) || c == 0x3164 || c == 0xfeff ||
-             c == 0xffa0);
+    return !(c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0xad ||
+             c == 0x034f || c == 0x061c || c == 0x115f || c == 0x1160 ||
+             c == 0x180e || c == 0x200b || c == 0x200e || c == 0x200f ||
+             (c >= 0x2028 && c <= 0x202e) || (c >= 0x2060 && c <= 0x206f) ||
+             c == 0x3164 || (c >= 0xe000 && c <= 0xf8ff) ||
+             (c >= 0xfdd0 && c <= 0xfdef) || c == 0xfeff || c == 0xffa0 ||
+             (c >= 0xfff9 && c <= 0xfffb) || (c & 0xfffe) == 0xfffe ||
+             (c >= 0x1d173 && c <= 0x1d17a) || c >= 0xf0000);
 }
 
 /* The blanks dropped around a text (lines: line feeds too). */
 static bool text_space(uint32_t c, bool lines)
 {
-    return c == ' ' || c == '\t' || c == 0xa0 || (c >= 0x2000 && c <= 0x200a) ||
-           c == 0x202f || c == 0x205f || c == 0x3000 || (lines && c == '\n');
+    return c == ' ' || c == '\t' || c == 0xa0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200a) || c == 0x202f || c == 0x205f ||
+           c == 0x2800 || c == 0x3000 || (lines && c == '\n');
 }
 
 bool body_text_or_reply(struct request *req, const char *name, bool required,

@@ -261,9 +261,12 @@ bool body_str_or_reply(struct request *req, const char *name, bool required,
  * Text that people read on the pages (a title, a voucher's rules): a
  * string as above, refused when it holds a control character (C0 but,
  * with lines, line feeds and tabs; DEL; C1), a line or paragraph
- * separator, or one that reorders or hides text (U+061C, U+200B, U+200E,
- * U+200F, U+202A..U+202E, U+2060..U+2069, U+FEFF, the Hangul fillers);
- * its surrounding blanks (ASCII, U+00A0, U+2000..U+200A, U+202F, U+205F,
+ * separator, a format character that reorders or hides text (U+00AD,
+ * U+034F, U+061C, U+180E, U+200B, U+200E, U+200F, U+202A..U+202E,
+ * U+2060..U+206F, U+FEFF, U+FFF9..U+FFFB, U+1D173..U+1D17A), a Hangul
+ * filler, a private-use character or a noncharacter (the joiners, the
+ * variation selectors and the tags emoji use stay); its surrounding
+ * blanks (ASCII, U+00A0, U+1680, U+2000..U+200A, U+202F, U+205F, U+2800,
  * U+3000; with lines, line feeds too) are dropped, in the body itself,
  * before its length is counted, and a required one must hold more than
  * blanks.

@@ -13,7 +13,15 @@
  * counts against the address. Turns are then taken in the order the
  * addresses asked, each address once a round, so a flood from a few
  * addresses delays an admin elsewhere by a few checks at most; and the
- * flood's busy refusals soon lock its addresses out altogether.
+ * flood's busy refusals soon lock its addresses out altogether. Only an
+ * address's own second login counts so: a login refused because the
+ * queue is full, or that waited it out, is the flood's doing, not its
+ * client's, and is not counted (else a flood from many addresses would
+ * lock the admin out of its own address). And a full queue makes room
+ * for a newcomer whose address failed less lately than one waiting: the
+ * one with the most failures gives up its place (busy, not counted), so
+ * a flood that fills the queue, whose addresses fail with every try, is
+ * passed by an admin whose address does not.
  */
 #include "sale/internal.h"
 
@@ -148,16 +156,47 @@ static void gate_start(void)
     }
 }
 
+/* Take the waiting login whose address failed most out of the queue,
+ * if more than fails; NULL if none did. Under gate.mu. */
+static struct sale_admin_call *evict_over(unsigned fails)
+{
+    struct sale_admin_call **p, **worst = NULL, *w;
+
+    for (p = &gate.head; *p; p = &(*p)->next)
+        if ((*p)->fails > fails && (!worst || (*p)->fails > (*worst)->fails))
+            worst = p;
+    if (!worst)
+        return NULL;
+    w = *worst;
+    *worst = w->next;
+    if (gate.tail == w) {
+        gate.tail = NULL;
+        for (struct sale_admin_call *q = gate.head; q; q = q->next)
+            gate.tail = q;
+    }
+    for (size_t i = 0; i < gate.nheld; i++)
+        if (strcmp(gate.held[i], w->addr) == 0) {
+            memcpy(gate.held[i], gate.held[--gate.nheld], sizeof(gate.held[i]));
+            break;
+        }
+    return w;
+}
+
 /* Queue c for a turn; false (busy) when its address has one there or
- * being checked, or the queue is full. */
-static bool gate_enter(struct sale_admin_call *c)
+ * being checked (*own), or the queue is full of addresses that failed no
+ * more than c's. A login that gave its place up goes to *evicted. */
+static bool gate_enter(struct sale_admin_call *c, bool *own,
+                       struct sale_admin_call **evicted)
 {
     bool ok;
 
     pthread_once(&gate.once, gate_start);
     pthread_mutex_lock(&gate.mu);
-    ok =
-        !gate.stopping && gate.nheld < SALE_ADMIN_WAITING_MAX && !held(c->addr);
+    *own = held(c->addr);
+    *evicted = NULL;
+    if (!gate.stopping && !*own && gate.nheld >= SALE_ADMIN_WAITING_MAX)
+        *evicted = evict_over(c->fails);
+    ok = !gate.stopping && gate.nheld < SALE_ADMIN_WAITING_MAX && !*own;
     if (ok) {
         snprintf(gate.held[gate.nheld++], SALE_LIMIT_KEY_LEN, "%s", c->addr);
         c->queued_ms = util_mono_ms();
@@ -175,14 +214,18 @@ static bool gate_enter(struct sale_admin_call *c)
 
 /* ---- the login ---- */
 
-/* Busy: refused without a check, counted against the address. */
-static void busy(struct store *st, struct sale_admin_call *c)
+/* Busy: refused without a check; counted against the address when it
+ * was its own other login in the way (own). */
+static void busy(struct store *st, struct sale_admin_call *c, bool own)
 {
     c->outcome = SALE_ADMIN_BUSY;
     c->retry_s = 1;
-    store_admin_fails_add(st, NULL, c->addr, SALE_ADMIN_FAILS_WINDOW_S * 1000u);
-    log_warn("admin login refused: busy", "username=%s addr=%s", c->username,
-             c->addr);
+    if (own)
+        store_admin_fails_add(st, NULL, c->addr,
+                              SALE_ADMIN_FAILS_WINDOW_S * 1000u);
+    log_warn("admin login refused: busy", "username=%s addr=%s why=%s",
+             c->username, c->addr,
+             own ? "its address's other login" : "the queue");
 }
 
 /* After the check: counted, recorded, decided. On the pool; with the
@@ -200,7 +243,7 @@ static void finish(void *arg, int err)
     }
     st = sale__store(c->sale);
     if (c->busy) {
-        busy(st, c);
+        busy(st, c, false);
         c->done(c);
         return;
     }
@@ -252,7 +295,7 @@ bool sale_admin_login(struct sale *s, struct sale_admin_call *c)
     c->err = store_admin_fails_check(
         st, c->username, c->addr, SALE_ADMIN_FAILS_PAIR, SALE_ADMIN_FAILS_NAME,
         SALE_ADMIN_FAILS_ADDR, SALE_ADMIN_FAILS_WINDOW_S * 1000u, &locked,
-        &retry_ms);
+        &retry_ms, &c->fails);
     if (c->err)
         return true; /* no count of failures, no check: 503 */
     if (locked) {
@@ -269,9 +312,18 @@ bool sale_admin_login(struct sale *s, struct sale_admin_call *c)
         c->err = c->lookup;
         return true;
     }
-    if (!gate_enter(c)) {
-        busy(st, c);
-        return true;
+    {
+        struct sale_admin_call *evicted;
+        bool own, in = gate_enter(c, &own, &evicted);
+
+        if (evicted) {
+            evicted->busy = true;
+            finish(evicted, 0);
+        }
+        if (!in) {
+            busy(st, c, own);
+            return true;
+        }
     }
     return false;
 }

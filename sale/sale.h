@@ -335,7 +335,9 @@ int sale_audit_list(struct sale *s, int64_t before, const char *target_type,
 #define SALE_ADMIN_FAILS_WINDOW_S 900
 /* The hash's turns: one Argon2id (64 MiB, a core for about a tenth of a
  * second) per core, at most this many; a client address has one password
- * checked or waiting at a time, and waits at most SALE_ADMIN_WAIT_MS. */
+ * checked or waiting at a time, SALE_ADMIN_WAITING_MAX in all, and waits
+ * at most SALE_ADMIN_WAIT_MS (64 a tenth of a second each on two cores
+ * take 3.2 s). */
 #define SALE_ADMIN_TURNS_MAX 4
 #define SALE_ADMIN_WAITING_MAX 64
 #define SALE_ADMIN_WAIT_MS 5000
@@ -368,6 +370,7 @@ struct sale_admin_call {
     struct sale *sale;
     int lookup; /* store_admin_get()'s: 0, or -ENOENT */
     bool disabled, ok, busy;
+    unsigned fails; /* its address's recent failures, when it asked */
     char hash[STORE_ADMIN_HASH_MAX];
     int64_t queued_ms;
     struct sale_admin_call *next;

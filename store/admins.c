@@ -86,14 +86,15 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
  */
 
 /* KEYS: one set; ARGV: its max, window (ms). Returns the ms until a try
- * is allowed, 0 now. */
+ * is allowed (> 0), or minus the failures in the window (a try is
+ * allowed now). */
 static struct redis_script check_script = REDIS_SCRIPT(
     "local t = redis.call('time') "
     "local now = t[1] * 1000 + math.floor(t[2] / 1000) "
     "redis.call('zremrangebyscore', KEYS[1], '-inf', now - ARGV[2]) "
     "local n = redis.call('zcard', KEYS[1]) "
     "local max = tonumber(ARGV[1]) "
-    "if n < max then return 0 end "
+    "if n < max then return -n end "
     "local oldest = redis.call('zrange', KEYS[1], n - max, n - max, "
     "                          'withscores') "
     "return math.max(0, tonumber(oldest[2]) + ARGV[2] - now)");
@@ -139,7 +140,8 @@ static int fails_eval(struct store *st, struct redis_script *script,
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_pair,
                             unsigned max_name, unsigned max_addr,
-                            unsigned window_ms, bool *locked, int64_t *retry_ms)
+                            unsigned window_ms, bool *locked, int64_t *retry_ms,
+                            unsigned *addr_fails)
 {
     char k[3][STORE_FAIL_KEY_MAX], max[3][16], w[16];
     const unsigned maxes[3] = {max_pair, max_name, max_addr};
@@ -148,6 +150,7 @@ int store_admin_fails_check(struct store *st, const char *name,
     store_admin_fail_keys(name, addr, k[0], k[1], k[2], sizeof(k[0]));
     snprintf(w, sizeof(w), "%u", window_ms);
     *retry_ms = 0;
+    *addr_fails = 0;
     for (int i = 0; i < 3 && !err; i++) {
         const char *argv[3] = {k[i], max[i], w};
         long long wait = 0;
@@ -156,6 +159,8 @@ int store_admin_fails_check(struct store *st, const char *name,
         err = fails_eval(st, &check_script, argv, 3, &wait);
         if (!err && wait > *retry_ms)
             *retry_ms = wait;
+        if (!err && i == 2 && wait <= 0)
+            *addr_fails = (unsigned)-wait;
     }
     *locked = *retry_ms > 0;
     return err;

@@ -505,14 +505,15 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
  * window_ms in three sorted sets of failure times: per name from one
  * address, per name, per address. check: true and *retry_ms when one of
  * them has its max failures in the window (when the oldest of them
- * leaves it). add: one more failure for all three; name NULL: for the
- * address only (a refusal for being busy).
+ * leaves it), else *addr_fails the address's failures in the window.
+ * add: one more failure for all three; name NULL: for the address only
+ * (a refusal for being busy).
  */
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_pair,
                             unsigned max_name, unsigned max_addr,
-                            unsigned window_ms, bool *locked,
-                            int64_t *retry_ms);
+                            unsigned window_ms, bool *locked, int64_t *retry_ms,
+                            unsigned *addr_fails);
 int store_admin_fails_add(struct store *st, const char *name, const char *addr,
                           unsigned window_ms);
 /* A good login forgets its name's failures, from its address and from

@@ -508,7 +508,8 @@ int store_admin_get(struct store *st, const char *username, int64_t *id,
 int store_admin_fails_check(struct store *st, const char *name,
                             const char *addr, unsigned max_pair,
                             unsigned max_name, unsigned max_addr,
-                            unsigned window_ms, bool *locked, int64_t *retry_ms)
+                            unsigned window_ms, bool *locked, int64_t *retry_ms,
+                            unsigned *addr_fails)
 {
     unsigned variant;
     int err;
@@ -522,6 +523,7 @@ int store_admin_fails_check(struct store *st, const char *name,
         return err;
     *locked = variant == 1;
     *retry_ms = *locked ? 1500 : 0;
+    *addr_fails = variant == 2 ? 3 : 0;
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "tests/it/harness.h"
 
@@ -323,6 +324,67 @@ static void test_login_flood(void **state)
     assert_int_equal(200, st);
 }
 
+/* ZCARD of key in the tests' Redis. */
+static long long zcard(const char *key)
+{
+    redisContext *rc = it_redis_connect();
+    redisReply *r = redisCommand(rc, "ZCARD %s", key);
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+
+    freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+/*
+ * A flood that fills the queue of logins waiting for a turn (70
+ * addresses, more than its 64 places) does not keep the admin out: once
+ * the flood's addresses have failures, one of them gives its place up to
+ * the admin's address, which has none. A refusal for the full queue is
+ * never counted against the admin's address (only an address's own
+ * second login is), so the admin logs in from it afterwards too.
+ */
+static void test_login_queue_full(void **state)
+{
+    struct flooder f[70];
+    pthread_t th[70];
+    atomic_bool stop = false;
+    struct it_resp resp;
+    char me[32], key[64];
+    int busy = 0;
+
+    (void)state;
+    run_addr(me, sizeof(me), 94, 200);
+    for (int i = 0; i < 70; i++) {
+        memset(&f[i], 0, sizeof(f[i]));
+        run_addr(f[i].addr, sizeof(f[i].addr), 94, (unsigned)i);
+        f[i].stop = &stop;
+        assert_int_equal(0, pthread_create(&th[i], NULL, flood, &f[i]));
+    }
+    usleep(500 * 1000);
+    for (int i = 0; i < 25; i++) {
+        long st = login(name, PASSWORD, me, &resp);
+
+        busy += st == 429;
+        it_resp_free(&resp);
+        usleep(100 * 1000);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < 70; i++)
+        pthread_join(th[i], NULL);
+    print_message("the admin, during a flood from 70 addresses: 25 tries, %d "
+                  "refused busy\n",
+                  busy);
+    /* Past the flood's first tries its addresses have failures, and
+     * give their places up to the admin's, which has none. */
+    assert_true(busy < 25);
+    snprintf(key, sizeof(key), "admin:fails:ip:%s", me);
+    assert_int_equal(0, zcard(key));
+    login(name, PASSWORD, me, &resp);
+    it_assert_status(&resp, 200);
+    it_resp_free(&resp);
+}
+
 /* An admin's id is not a buyer's: its token cannot buy, list or pay as
  * one; it logs out like any token. */
 static void test_admin_token(void **state)
@@ -573,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_login_wrong),
         cmocka_unit_test(test_login_throttled),
         cmocka_unit_test(test_login_flood),
+        cmocka_unit_test(test_login_queue_full),
         cmocka_unit_test(test_admin_token),
         cmocka_unit_test(test_audit),
         cmocka_unit_test(test_audit_forwarded_chain),

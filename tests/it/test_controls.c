@@ -948,6 +948,15 @@ static void test_patch_before_start(void **state)
         control_error(&srv[0], "PATCH", v, "", body, 400, "BAD_REQUEST");
         control_error(&srv[0], "PATCH", v, "", "{\"beginTime\":\"soon\"}", 400,
                       "BAD_REQUEST");
+        /* Both moved into the past: a sale over before its change. */
+        {
+            char pb[UTIL_TIME_LEN], pe[UTIL_TIME_LEN];
+
+            snprintf(body, sizeof(body),
+                     "{\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
+                     it_time(-7200, pb), it_time(-3600, pe));
+            control_error(&srv[0], "PATCH", v, "", body, 400, "BAD_REQUEST");
+        }
         control_error(&srv[0], "PATCH", v, "", "{\"stock\":-1}", 400,
                       "BAD_REQUEST");
         control_error(&srv[0], "PATCH", v, "", "{\"title\":\"\"}", 400,

@@ -902,6 +902,10 @@ static void test_voucher_create_bad_request(void **state)
         {.title = "\"line\\u2028separator\""},
         {.title = "\"\\u3164\""},
         {.title = "\"\\u2003\\u2003\""},
+        {.title = "\"\\u2800\\u1680\""},
+        {.title = "\"soft\\u00adhyphen\""},
+        {.title = "\"private\\ue000use\""},
+        {.title = "\"\\ufdd0\""},
     };
     /* Not an object, or not JSON; NULL: no body at all. */
     static const char *const raw[] = {

@@ -835,18 +835,23 @@ static void test_malformed_json(void **state)
                 "X-A: a\0\0\r\n\r\n",
                 "GET /api/vouchers/1\0/../../admin HTTP/1.1\r\nHost: t\r\n"
                 "Connection: close\r\n\r\n",
+                /* A line of a NUL alone, which would end the head there
+                 * and make a second request of the rest. */
+                "GET /healthz HTTP/1.1\r\nHost: t\r\n\0\r\nX-A: b\r\n"
+                "Connection: close\r\n\r\n",
             };
-            static const size_t lens[] = {62, 63, 73};
+            static const size_t lens[] = {62, 63, 73, 64};
             static const char blanks[] =
                 "GET /healthz HTTP/1.1\r\nHost: t\r\nX-A: a  \r\n"
                 "Connection: close\r\n\r\n";
 
-            for (size_t i = 0; i < 3; i++) {
+            for (size_t i = 0; i < 4; i++) {
                 it_raw_request(servers[SRV_PLAIN].port, refused[i], lens[i],
                                10000, &raw);
-                if (raw.status != 400)
+                if (raw.status != 400 || strstr(raw.body, "HTTP/1.1 "))
                     print_error("NUL case %zu: %.200s\n", i, raw.text);
                 it_raw_assert_error(&raw, 400, "BAD_REQUEST");
+                assert_null(strstr(raw.body, "HTTP/1.1 "));
                 it_raw_resp_free(&raw);
             }
             it_raw_request(servers[SRV_PLAIN].port, blanks, sizeof(blanks) - 1,

@@ -1294,6 +1294,29 @@ static void test_sms_and_currency(void **state)
     assert_int_equal(parse(&c, err, 3, "--currency", "EUR"), 0);
     assert_string_equal(c.http.currency, "EUR");
     config_free(&c);
+    /* The SMS regions: whole country calling codes only. */
+    unsetenv("SECKILL_CURRENCY");
+    {
+        static const char *const good[] = {"86", "1,44", "852,853,886", "7",
+                                           "880"};
+        static const char *const bad[] = {"8",   "88",   "17",  "086",
+                                          "86,", "1234", "44,x"};
+
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+            assert_int_equal(parse(&c, err, 3, "--sms-regions", good[i]), 0);
+            assert_string_equal(c.http.sms_regions, good[i]);
+            config_free(&c);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            assert_int_equal(parse(&c, err, 3, "--sms-regions", bad[i]),
+                             -EINVAL);
+            assert_non_null(strstr(err, "country calling codes"));
+            config_free(&c);
+        }
+        assert_int_equal(parse(&c, err, 1), 0);
+        assert_int_equal(20000, c.http.sms_per_min);
+        config_free(&c);
+    }
 }
 
 int main(void)
