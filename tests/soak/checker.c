@@ -919,7 +919,8 @@ static int cmp_krow(const void *a, const void *b)
     return strcmp(((const struct krow *)a)->key, ((const struct krow *)b)->key);
 }
 
-static struct krow *keys_read(MYSQL *my, size_t *n)
+/* The Idempotency-Keys of one shard's database. */
+static struct krow *keys_read_one(MYSQL *my, size_t *n)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -941,9 +942,46 @@ static struct krow *keys_read(MYSQL *my, size_t *n)
         i++;
     }
     mysql_free_result(res);
-    qsort(k, i, sizeof(*k), cmp_krow);
     *n = i;
     return k;
+}
+
+/* Every shard's Idempotency-Keys (a key is recorded on its change's
+ * shard: a new voucher's is chosen from the key), sorted by key; NULL
+ * when a shard could not be read. */
+static struct krow *keys_read(MYSQL *my, size_t *n)
+{
+    struct krow *all = NULL;
+
+    *n = 0;
+    for (int s = 0; s < soak_cfg.shards; s++) {
+        MYSQL *c = s ? NULL : my;
+        struct krow *k = NULL;
+        size_t nk = 0;
+
+        for (int tries = 0; !c && tries < 50; tries++) {
+            c = world_mysql(s, 10);
+            if (!c)
+                sleep_ms(200);
+        }
+        if (c && s)
+            mysql_query(c, "SET time_zone = '+00:00'");
+        if (c)
+            k = keys_read_one(c, &nk);
+        if (c && s)
+            mysql_close(c);
+        if (!k) {
+            free(all);
+            *n = 0;
+            return NULL;
+        }
+        all = xrealloc(all, (*n + nk + 1) * sizeof(*all));
+        memcpy(all + *n, k, nk * sizeof(*k));
+        *n += nk;
+        free(k);
+    }
+    qsort(all, *n, sizeof(*all), cmp_krow);
+    return all;
 }
 
 /* One number per row of a two-column query (id, value), sorted by id:
