@@ -1414,9 +1414,20 @@ int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
                      "\"type\":\"seckill\",\"stock\":%lld,"
                      "\"beginTime\":\"%s\",\"endTime\":\"%s\"}",
                      (long long)shop_id, (long long)stock,
-                     it_time(begin_off_s, begin), it_time(end_off_s, end));
+                     it_time(begin_off_s, begin),
+                     it_time(end_off_s > 0 ? end_off_s : 3600, end));
     id = it_voucher_create(srv, body);
     free(body);
+    if (end_off_s <= 0) {
+        char admin[TOKEN_STR_LEN], path[96];
+        struct it_resp resp;
+
+        it_token(1, TOKEN_ROLE_ADMIN, 3600, admin);
+        snprintf(path, sizeof(path), "/api/vouchers/%lld/stop", (long long)id);
+        it_http(srv, "POST", path, NULL, admin, &resp);
+        it_assert_status(&resp, 200);
+        it_resp_free(&resp);
+    }
     return id;
 }
 

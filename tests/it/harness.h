@@ -439,7 +439,9 @@ int64_t it_voucher_create(const struct it_server *srv, const char *body);
 
 /*
  * Create a seckill voucher of shop shop_id with stock, selling from
- * now + begin_off_s until now + end_off_s. Asserts; returns its id.
+ * now + begin_off_s until now + end_off_s. An end not after now (a sale
+ * already over, which creation refuses) is made as one that ends in an
+ * hour and is stopped at once: it ends now. Asserts; returns its id.
  */
 int64_t it_seckill_create(const struct it_server *srv, int64_t shop_id,
                           int64_t stock, int64_t begin_off_s,

@@ -440,7 +440,7 @@ static void test_orders_are_private(void **state)
 static const char *const injections[] = {
     "'; DROP TABLE vouchers; --",
     "\" OR \"1\"=\"1",
-    "' OR '1'='1' -- ",
+    "' OR '1'='1' -- -",
     "1; DELETE FROM voucher_orders WHERE 1=1",
     "Robert'); DROP TABLE users;--",
     "\\'; SELECT SLEEP(5); -- \\",
@@ -452,16 +452,23 @@ static const char *const injections[] = {
 
 /* Text that is valid UTF-8 and must come back byte for byte. */
 static const char *const odd_text[] = {
+    "\xf0\x9f\x98\x80\xf0\x9f\x8f\xb3\xef\xb8\x8f\xe2\x80\x8d\xf0\x9f\x8c\x88",
+    "e\xcc\x81\xcc\x81\xcc\x81", /* stacked combining accents */
+    "\xe7\xa7\x92\xe6\x9d\x80 \xd8\xa7\xd9\x84\xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a",
+    "a\xe2\x80\x8d"
+    "b", /* a zero-width joiner */
+};
+
+/* Valid UTF-8 that a page would print wrongly: refused in a voucher's
+ * texts (docs/api.md, "Bodies and text"). */
+static const char *const odd_refused[] = {
     "\xe2\x80\xae"
     "evil"
     "\xe2\x80\xac",             /* RTL override ... pop */
     "\xe2\x80\x8f\xe2\x80\x8e", /* RLM, LRM */
-    "a\xe2\x80\x8d"
-    "b\xef\xbb\xbf", /* ZWJ, BOM inside */
-    "\xf0\x9f\x98\x80\xf0\x9f\x8f\xb3\xef\xb8\x8f\xe2\x80\x8d\xf0\x9f\x8c\x88",
-    "e\xcc\x81\xcc\x81\xcc\x81", /* stacked combining accents */
-    "\xe7\xa7\x92\xe6\x9d\x80 \xd8\xa7\xd9\x84\xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a",
-    "\xf4\x8f\xbf\xbf", /* U+10FFFF, the last code point */
+    "a\xef\xbb\xbf"
+    "b",                /* BOM inside */
+    "\xf4\x8f\xbf\xbf", /* U+10FFFF, a noncharacter */
     "\x01\x02\x1f\x7f", /* controls (escaped in JSON) */
     "line\nbreak\ttab\r\n",
 };
@@ -602,6 +609,17 @@ static void test_odd_utf8_stored_verbatim(void **state)
                                odd_text[(i + 2) % n]);
         expect_texts(id, odd_text[i], odd_text[(i + 1) % n],
                      odd_text[(i + 2) % n]);
+    }
+    for (size_t i = 0; i < sizeof(odd_refused) / sizeof(odd_refused[0]); i++) {
+        char *q = json_quote(odd_refused[i]);
+
+        body = xasprintf("{\"shopId\":1,\"title\":%s,\"payValue\":1,"
+                         "\"actualValue\":1}",
+                         q);
+        expect_error("POST", "/api/vouchers", body, admin_tok, 400,
+                     "BAD_REQUEST");
+        free(body);
+        free(q);
     }
     /* A surrogate pair escape is one 4-byte character. */
     id = it_voucher_create(&srv, "{\"shopId\":1,\"title\":\"\\ud83d\\ude00\","
