@@ -768,7 +768,8 @@ async function runCases(proxies, redisCli, main) {
 
     // Proof of work: the quick instance asks for it before a code.
     {
-        const powPhone = "137" + String(RUN % 100000000).padStart(8, "0");
+        const powPhone = "+8525" + String(RUN % 10000000).padStart(7, "0");
+        redisCli("DEL", "sms:budget:852");
         const chal = await check(proxies, { name: "pow challenge", via: S, quick: true, method: "GET", path: "/api/pow", op: "GET /api/pow", status: 200 });
         await check(proxies, {
             name: "login code without a proof of work",
@@ -781,17 +782,19 @@ async function runCases(proxies, redisCli, main) {
             status: 403,
             code: "POW_REQUIRED",
         });
-        const c = chal.json;
-        let number = -1;
-        for (let i = 0; i <= c.maxnumber; i++)
-            if (createHash("sha256").update(c.salt + i).digest("hex") === c.challenge) {
-                number = i;
-                break;
-            }
-        assert(number >= 0, "the challenge has no solution");
-        const solution = Buffer.from(
-            JSON.stringify({ algorithm: c.algorithm, challenge: c.challenge, number, salt: c.salt, signature: c.signature }),
-        ).toString("base64");
+        const solve = (c) => {
+            let number = -1;
+            for (let i = 0; i <= c.maxnumber; i++)
+                if (createHash("sha256").update(c.salt + i).digest("hex") === c.challenge) {
+                    number = i;
+                    break;
+                }
+            assert(number >= 0, "the challenge has no solution");
+            return Buffer.from(
+                JSON.stringify({ algorithm: c.algorithm, challenge: c.challenge, number, salt: c.salt, signature: c.signature }),
+            ).toString("base64");
+        };
+        const solution = solve(chal.json);
         await check(proxies, {
             name: "login code with a proof of work",
             via: S,
@@ -802,6 +805,44 @@ async function runCases(proxies, redisCli, main) {
             body: { phone: powPhone },
             headers: { "Seckill-PoW": solution },
             status: 200,
+        });
+        // The country's budget of a code a minute is spent: the next
+        // asks for a harder proof of work, then 429 SMS_BUDGET.
+        const other = "+8526" + String(RUN % 10000000).padStart(7, "0");
+        const harder = await check(proxies, {
+            name: "login code, a harder proof of work",
+            via: S,
+            quick: true,
+            method: "POST",
+            path: "/api/auth/code",
+            op: "POST /api/auth/code",
+            body: { phone: other },
+            status: 403,
+            code: "POW_REQUIRED",
+        });
+        assert(harder.json.error.details.maxnumber > chal.json.maxnumber, "the challenge did not grow");
+        await check(proxies, {
+            name: "login code over the SMS budget",
+            via: S,
+            quick: true,
+            method: "POST",
+            path: "/api/auth/code",
+            op: "POST /api/auth/code",
+            body: { phone: other },
+            headers: { "Seckill-PoW": solve(harder.json.error.details) },
+            status: 429,
+            code: "SMS_BUDGET",
+        });
+        await check(proxies, {
+            name: "login code for a country codes do not go to",
+            via: S,
+            quick: true,
+            method: "POST",
+            path: "/api/auth/code",
+            op: "POST /api/auth/code",
+            body: { phone: "13800138000" },
+            status: 400,
+            code: "BAD_REQUEST",
         });
     }
 
@@ -1193,10 +1234,13 @@ async function run() {
     const env = { SECKILL_CORS_ORIGINS: ALLOWED_ORIGIN, SECKILL_DEV: "1", SECKILL_PAY_SECRET: PAY_SECRET };
     const main = await startSeckilld("openapi-seckilld", env);
     // quick: short pay deadlines, and a proof of work before a code.
+    // Its codes go to +852 numbers only, one a minute: the SMS budget.
     const quick = await startSeckilld("openapi-seckilld-quick", {
         ...env,
         SECKILL_PAY_TIMEOUT_S: "1",
         SECKILL_POW_MAXNUMBER: "2000",
+        SECKILL_SMS_REGIONS: "852",
+        SECKILL_SMS_PER_MIN: "1",
     });
     const dead = await freePort();
     const db = new URL(process.env.SECKILL_REDIS_URL).pathname.slice(1) || "0";
