@@ -538,6 +538,32 @@ static bool sink_code(const char *log, const char *phone, char code[8])
     return false;
 }
 
+/* Start `seckilld sms-sink` (the SMS secret's), logging to log_name in
+ * the log directory: its pid; the webhook setting for an instance into
+ * hook (96 bytes) and its log's path into log (IT_PATH_MAX). */
+static pid_t sink_start(const char *log_name, char *hook, char *log)
+{
+    char port_env[32];
+    char *argv[] = {(char *)it_bin(), "sms-sink", NULL};
+    const char *env[] = {port_env, "SECKILL_SMS_SECRET=" SMS_SECRET,
+                         "SECKILL_BIND=127.0.0.1", NULL};
+    uint16_t port = it_free_port();
+    char **e;
+    pid_t sink;
+
+    snprintf(port_env, sizeof(port_env), "SECKILL_PORT=%u", (unsigned)port);
+    snprintf(log, IT_PATH_MAX, "%s/%s", it_log_dir(), log_name);
+    unlink(log);
+    e = it_env_build(env);
+    sink = it_spawn(argv, e, log);
+    it_env_free(e);
+    assert_true(sink > 0);
+    assert_int_equal(0, it_wait_tcp(port, 5000));
+    snprintf(hook, 96, "SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
+             (unsigned)port);
+    return sink;
+}
+
 /* POST /api/auth/code for phone from a new address, solving the proof of
  * work the 403 asks for: the status, the challenge's maxnumber into
  * *maxnumber, the error code (or "") into code, Retry-After into *ra. */
@@ -598,10 +624,7 @@ static long ask_solved(const struct it_server *srv, const char *phone,
 static void test_sms_pumping(void **state)
 {
     struct it_server srv;
-    char port_env[32], sink_log[IT_PATH_MAX], hook[96], phone[24], code[24];
-    char *sink_argv[] = {(char *)it_bin(), "sms-sink", NULL};
-    const char *sink_env[] = {port_env, "SECKILL_SMS_SECRET=" SMS_SECRET,
-                              "SECKILL_BIND=127.0.0.1", NULL};
+    char sink_log[IT_PATH_MAX], hook[96], phone[24], code[24];
     const char *env[] = {"SECKILL_DEV=0",
                          hook,
                          "SECKILL_SMS_SECRET=" SMS_SECRET,
@@ -612,25 +635,14 @@ static void test_sms_pumping(void **state)
                          "SECKILL_SMS_REGIONS=86,852",
                          "SECKILL_CODE_INTERVAL_S=0",
                          NULL};
-    uint16_t port = it_free_port();
     long st, max, first_max = 0, top_max = 0, ra = 0;
     int sent = 0, budget = 0;
-    char **e;
     pid_t sink;
     char *log;
     int status;
 
     (void)state;
-    snprintf(port_env, sizeof(port_env), "SECKILL_PORT=%u", (unsigned)port);
-    snprintf(sink_log, sizeof(sink_log), "%s/sms-pump-sink.log", it_log_dir());
-    unlink(sink_log);
-    e = it_env_build(sink_env);
-    sink = it_spawn(sink_argv, e, sink_log);
-    it_env_free(e);
-    assert_true(sink > 0);
-    assert_int_equal(0, it_wait_tcp(port, 5000));
-    snprintf(hook, sizeof(hook), "SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
-             (unsigned)port);
+    sink = sink_start("sms-pump-sink.log", hook, sink_log);
     /* +852 is this test's alone: its budget starts empty. */
     redis_int("DEL %s", "sms:budget:852");
     assert_int_equal(0, it_server_start(&srv, "sms-pump", env));
@@ -692,11 +704,7 @@ static void test_sms_pumping(void **state)
 static void test_sms_webhook(void **state)
 {
     struct it_server sms[2];
-    char port_env[32], sink_log[IT_PATH_MAX], hook[96], phone[24], code[8],
-        body[96], key[96];
-    char *sink_argv[] = {(char *)it_bin(), "sms-sink", NULL};
-    const char *sink_env[] = {port_env, "SECKILL_SMS_SECRET=" SMS_SECRET,
-                              "SECKILL_BIND=127.0.0.1", NULL};
+    char sink_log[IT_PATH_MAX], hook[96], phone[24], code[8], body[96], key[96];
     const char *env_ok[] = {"SECKILL_DEV=0",
                             hook,
                             "SECKILL_SMS_SECRET=" SMS_SECRET,
@@ -709,24 +717,13 @@ static void test_sms_webhook(void **state)
                              "SECKILL_TRUSTED_PROXIES=127.0.0.0/8",
                              "SECKILL_RATE_IP",
                              NULL};
-    uint16_t port = it_free_port();
     struct it_resp resp;
-    char **env;
     pid_t sink;
     char *log;
     int st;
 
     (void)state;
-    snprintf(port_env, sizeof(port_env), "SECKILL_PORT=%u", (unsigned)port);
-    snprintf(sink_log, sizeof(sink_log), "%s/sms-sink.log", it_log_dir());
-    unlink(sink_log);
-    env = it_env_build(sink_env);
-    sink = it_spawn(sink_argv, env, sink_log);
-    it_env_free(env);
-    assert_true(sink > 0);
-    assert_int_equal(0, it_wait_tcp(port, 5000));
-    snprintf(hook, sizeof(hook), "SECKILL_SMS_WEBHOOK=http://127.0.0.1:%u/sms",
-             (unsigned)port);
+    sink = sink_start("sms-sink.log", hook, sink_log);
     assert_int_equal(0, it_server_start(&sms[0], "sms-ok", env_ok));
     assert_int_equal(0, it_server_start(&sms[1], "sms-bad", env_bad));
 
@@ -772,7 +769,7 @@ static void test_sms_webhook(void **state)
     /* Neither dev mode nor a webhook: one line naming it, exit 2. */
     {
         const char *env_none[] = {"SECKILL_DEV=0", "SECKILL_SMS_WEBHOOK", NULL};
-        char *argv[] = {(char *)it_bin(), NULL}, path[IT_PATH_MAX];
+        char *argv[] = {(char *)it_bin(), NULL}, path[IT_PATH_MAX], **env;
         pid_t p;
 
         snprintf(path, sizeof(path), "%s/sms-none.log", it_log_dir());

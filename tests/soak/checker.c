@@ -301,6 +301,28 @@ static struct orow *orders_read(MYSQL *my, size_t *n)
     return o;
 }
 
+/* A connection to shard s's MariaDB (my for shard 0), in UTC; NULL after
+ * ten seconds of trying. Close it with shard_done(). */
+static MYSQL *shard_open(MYSQL *my, int s)
+{
+    MYSQL *c = s ? NULL : my;
+
+    for (int tries = 0; !c && tries < 50; tries++) {
+        c = world_mysql(s, 10);
+        if (!c)
+            sleep_ms(200);
+    }
+    if (c && s)
+        mysql_query(c, "SET time_zone = '+00:00'");
+    return c;
+}
+
+static void shard_done(MYSQL *c, int s)
+{
+    if (c && s)
+        mysql_close(c);
+}
+
 /* Every shard's orders and vouchers, each in one list (a voucher and its
  * orders live on one shard); my is shard 0's. 0, or -1 with nothing
  * returned. */
@@ -311,24 +333,16 @@ static int shards_read(MYSQL *my, struct orow **o, size_t *no, struct vrow **v,
     *v = NULL;
     *no = *nv = 0;
     for (int s = 0; s < soak_cfg.shards; s++) {
-        MYSQL *c = s ? NULL : my;
+        MYSQL *c = shard_open(my, s);
         struct orow *so = NULL;
         struct vrow *sv = NULL;
         size_t nso = 0, nsv = 0;
 
-        for (int tries = 0; !c && tries < 50; tries++) {
-            c = world_mysql(s, 10);
-            if (!c)
-                sleep_ms(200);
-        }
-        if (c && s)
-            mysql_query(c, "SET time_zone = '+00:00'");
         if (c)
             so = orders_read(c, &nso);
         if (so)
             sv = vouchers_read(c, &nsv);
-        if (c && s)
-            mysql_close(c);
+        shard_done(c, s);
         if (!so || !sv) {
             free(so);
             free(*o);
@@ -955,21 +969,13 @@ static struct krow *keys_read(MYSQL *my, size_t *n)
 
     *n = 0;
     for (int s = 0; s < soak_cfg.shards; s++) {
-        MYSQL *c = s ? NULL : my;
+        MYSQL *c = shard_open(my, s);
         struct krow *k = NULL;
         size_t nk = 0;
 
-        for (int tries = 0; !c && tries < 50; tries++) {
-            c = world_mysql(s, 10);
-            if (!c)
-                sleep_ms(200);
-        }
-        if (c && s)
-            mysql_query(c, "SET time_zone = '+00:00'");
         if (c)
             k = keys_read_one(c, &nk);
-        if (c && s)
-            mysql_close(c);
+        shard_done(c, s);
         if (!k) {
             free(all);
             *n = 0;
