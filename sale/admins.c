@@ -67,7 +67,8 @@ static struct {
     /* Client addresses with a login waiting or being checked. */
     char (*held)[SALE_LIMIT_KEY_LEN];
     size_t nheld;
-    bool stopping; /* the task pool refused a job: answer the rest */
+    bool stopping; /* the task pool refused a job: answer the rest, until
+                      one enters from a job again */
 } gate = {.once = PTHREAD_ONCE_INIT,
           .mu = PTHREAD_MUTEX_INITIALIZER,
           .work = PTHREAD_COND_INITIALIZER};
@@ -192,6 +193,9 @@ static bool gate_enter(struct sale_admin_call *c, bool *own,
 
     pthread_once(&gate.once, gate_start);
     pthread_mutex_lock(&gate.mu);
+    /* Called from a job: the task pool runs (again, after a stop in a
+     * process that made another). */
+    gate.stopping = false;
     *own = held(c->addr);
     *evicted = NULL;
     if (!gate.stopping && !*own && gate.nheld >= SALE_ADMIN_WAITING_MAX)
