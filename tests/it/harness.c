@@ -1929,3 +1929,19 @@ char *it_forged_xff(const char *last)
     snprintf(h + len, cap - len, "%s", last);
     return h;
 }
+
+long long it_redis_int(long long def, const char *fmt, ...)
+{
+    redisContext *rc = it_redis_connect();
+    redisReply *r;
+    long long v;
+    va_list ap;
+
+    va_start(ap, fmt);
+    r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : def;
+    freeReplyObject(r);
+    redisFree(rc);
+    return v;
+}

@@ -422,6 +422,9 @@ redisContext *it_redis_open(const struct store_config *sc);
 
 /* it_redis_open(it_store_config()) that asserts it worked. */
 redisContext *it_redis_connect(void);
+/* One command (hiredis' format) on a connection of its own: its integer
+ * answer, or def when the answer is not one. */
+long long it_redis_int(long long def, const char *fmt, ...);
 
 /* ---- the API ---- */
 

@@ -324,18 +324,6 @@ static void test_login_flood(void **state)
     assert_int_equal(200, st);
 }
 
-/* ZCARD of key in the tests' Redis. */
-static long long zcard(const char *key)
-{
-    redisContext *rc = it_redis_connect();
-    redisReply *r = redisCommand(rc, "ZCARD %s", key);
-    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-
-    freeReplyObject(r);
-    redisFree(rc);
-    return n;
-}
-
 /*
  * A flood that fills the queue of logins waiting for a turn (70
  * addresses, more than its 64 places) does not keep the admin out: once
@@ -379,7 +367,7 @@ static void test_login_queue_full(void **state)
      * give their places up to the admin's, which has none. */
     assert_true(busy < 25);
     snprintf(key, sizeof(key), "admin:fails:ip:%s", me);
-    assert_int_equal(0, zcard(key));
+    assert_int_equal(0, it_redis_int(-1, "ZCARD %s", key));
     login(name, PASSWORD, me, &resp);
     it_assert_status(&resp, 200);
     it_resp_free(&resp);

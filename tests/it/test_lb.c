@@ -411,26 +411,6 @@ static void test_purchase_not_sent_twice(void **state)
  * haproxy needs two failed checks a second apart to take app1 out, so it
  * still sends app1 its share (its redispatch count shows it).
  */
-/* PTTL of key in the tests' Redis (-2: no such key). */
-static long long key_pttl(const char *key)
-{
-    redisContext *rc = it_redis_connect();
-    redisReply *r = redisCommand(rc, "PTTL %s", key);
-    long long ttl = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
-
-    freeReplyObject(r);
-    redisFree(rc);
-    return ttl;
-}
-
-static void key_del(const char *key)
-{
-    redisContext *rc = it_redis_connect();
-
-    freeReplyObject(redisCommand(rc, "DEL %s", key));
-    redisFree(rc);
-}
-
 /*
  * The shipped config drops a client's own X-Forwarded-For before adding
  * the address it saw: the probe's 2 KiB chain ending in a made-up
@@ -446,15 +426,15 @@ static void test_forwarded_for_is_haproxys(void **state)
     struct it_resp resp;
     (void)state;
 
-    key_del("rate:ip:203.0.113.77");
-    key_del("rate:ip:127.0.0.1");
+    it_redis_int(0, "DEL %s", "rate:ip:203.0.113.77");
+    it_redis_int(0, "DEL %s", "rate:ip:127.0.0.1");
     it_http_do(&lb, &req, &resp);
     it_assert_status(&resp, 200);
     it_resp_free(&resp);
     free(forged);
-    if (key_pttl("rate:ip:203.0.113.77") > 0)
+    if (it_redis_int(-2, "PTTL %s", "rate:ip:203.0.113.77") > 0)
         fail_msg("the read counted against the address the client made up");
-    assert_true(key_pttl("rate:ip:127.0.0.1") > 0);
+    assert_true(it_redis_int(-2, "PTTL %s", "rate:ip:127.0.0.1") > 0);
 }
 
 static void test_refused_purchase_tried_elsewhere(void **state)
