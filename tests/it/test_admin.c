@@ -20,7 +20,6 @@
 #include <sys/wait.h>
 
 #include <cmocka.h>
-#include <hiredis/hiredis.h>
 
 #include "tests/it/harness.h"
 

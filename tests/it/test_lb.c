@@ -34,7 +34,6 @@
 #include <sys/wait.h>
 
 #include <cmocka.h>
-#include <hiredis/hiredis.h>
 
 #include "tests/it/harness.h"
 
